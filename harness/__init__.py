@@ -1,0 +1,1 @@
+"""memaudit harness: everything that measures memorization. The only place a metric is defined."""

@@ -1,0 +1,123 @@
+"""`memaudit <command> [-m] [hydra overrides]`: one entry point for every stage, audit and report.
+
+Configs are composed with Hydra's compose API from conf/ (found relative to this package, so the
+command works from any working directory). `-m/--multirun` expands comma-separated sweep overrides
+into their cartesian product with Hydra's own override parser (as Hydra's BasicSweeper does) and runs
+each point in turn; the swept keys and values of a point are passed to the command as `sweep_point`
+so that stages can name their model directories after it (e.g. `RLFT.4/beta=0.005,lr=3e-06`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import os
+import sys
+from pathlib import Path
+
+from harness.errors import UserError
+
+# command -> ("module:function", help). Modules are imported only when their command runs, so
+# `memaudit --help` stays fast and the scorer never imports the recipes.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "audit": ("harness.audit:main", "score checkpoints against a control model (k-approx. counterfactual)"),
+    "data": ("synthetic_data.build:main", "build the datasets an experiment needs into <run_dir>/data/"),
+    "train": ("recipes.pipeline:train_main", "train one stage: memaudit train stage=<name>"),
+    "run": ("recipes.pipeline:run_main", "data -> every stage of an experiment -> audit -> report"),
+    "report": ("harness.report:main", "render figures and report.md/html from stored audit results"),
+    "nmt": ("recipes.nmt_pipeline:main", "Finding Memo: train a seq2seq model and run algorithms 1-3"),
+}
+
+USAGE = "usage: memaudit <command> [-m|--multirun] [key=value ...]\n\ncommands:\n" + "\n".join(
+    f"  {name:<8} {help_}" for name, (_, help_) in COMMANDS.items())
+
+
+def config_dir() -> Path:
+    """conf/ beside the installed packages (editable install), or $MEMAUDIT_CONF."""
+    env = os.environ.get("MEMAUDIT_CONF")
+    path = Path(env) if env else Path(__file__).resolve().parents[1] / "conf"
+    if not (path / "config.yaml").is_file():
+        raise UserError(f"config directory {path} has no config.yaml; set MEMAUDIT_CONF to the "
+                        "memaudit conf/ folder or reinstall with `pip install -e .`")
+    return path
+
+
+def expand_sweep(overrides: list[str]) -> list[tuple[list[str], dict[str, str]]]:
+    """Cartesian product of sweep overrides: [(plain overrides, {swept key: value})]."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
+    swept = [o for o in parsed if o.is_sweep_override()]
+    axes = [[(o.get_key_element(), v) for v in o.sweep_string_iterator()] for o in swept]
+    points = []
+    for combo in itertools.product(*axes) if axes else [()]:
+        point = {k: v for k, v in combo}
+        points.append((fixed + [f"{k}={v}" for k, v in combo], point))
+    return points
+
+
+def compose(overrides: list[str], sweep_point: dict[str, str] | None = None):
+    """Compose conf/config.yaml with `overrides`; errors name the key and the fix."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf, open_dict
+
+    try:
+        with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
+            cfg = hydra_compose(config_name="config", overrides=overrides)
+    except HydraException as e:
+        raise UserError(f"bad config override: {e}") from None
+    with open_dict(cfg):
+        cfg.sweep_point = dict(sweep_point or {})
+    OmegaConf.resolve(cfg)
+    return cfg
+
+
+def load_command(name: str):
+    if name not in COMMANDS:
+        raise UserError(f"unknown command {name!r}\n{USAGE}")
+    target, _ = COMMANDS[name]
+    module_name, func_name = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name == module_name:
+            raise UserError(f"command {name!r} is not available in this version of memaudit") from None
+        raise
+    return getattr(module, func_name)
+
+
+def run(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    name, rest = argv[0], argv[1:]
+    multirun = any(a in ("-m", "--multirun") for a in rest)
+    overrides = [a for a in rest if a not in ("-m", "--multirun")]
+    command = load_command(name)
+    points = expand_sweep(overrides) if multirun else [(overrides, {})]
+    status = 0
+    for i, (point_overrides, point) in enumerate(points):
+        if multirun:
+            print(f"[memaudit] sweep point {i + 1}/{len(points)}: {point}", flush=True)
+        cfg = compose(point_overrides, point)
+        status = max(status, int(command(cfg) or 0))
+    return status
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        code = run(sys.argv[1:] if argv is None else argv)
+    except UserError as e:
+        print(f"memaudit: error: {e}", file=sys.stderr)
+        code = 2
+    except KeyboardInterrupt:
+        print("memaudit: interrupted; rerun the same command to continue where it stopped", file=sys.stderr)
+        code = 130
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

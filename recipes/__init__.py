@@ -1,0 +1,1 @@
+"""memaudit recipes: one training stage per module, linked only through directories."""

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Creates .venv if missing and installs memaudit with its pinned dependencies. Idempotent: reinstalls
+# only when pyproject.toml changed. torch comes first and pinned: `torch==2.13.0` is the CPU build on
+# this machine's local disk, while an unpinned torch would pull a multi-GB CUDA build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+stamp=.venv/.memaudit-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "[setup] installing memaudit into .venv (first time: ~2 minutes)"
+  .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/python -m pip install -q torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/python -c "import harness, recipes, synthetic_data, torch, trl" \
+    || { echo "[setup] install failed" >&2; exit 1; }
+  echo "$want" > "$stamp"
+fi

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Sets up .venv (if needed) and runs the whole test suite: unit tests (seconds) and integration
+# tests that train real tiny models on CPU. Extra arguments go to pytest, e.g. `-k distance`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@" tests
