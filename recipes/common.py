@@ -1,0 +1,122 @@
+"""What every stage shares: where it reads and writes, device flags for TRL, provenance, completion.
+
+A stage's output directory `<run_dir>/models/<NAME>/` holds the final model (weights, config,
+tokenizer) at its root, its `checkpoint-<step>/` directories, and `provenance.json`, which is written
+last: a directory with provenance.json is a finished stage, anything else is resumable work.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UserError
+from harness.io import atomic_write_json, read_json
+from harness.provenance import provenance
+
+PROVENANCE_FILE = "provenance.json"
+
+
+def resolve_device(device: str) -> str:
+    """'auto' -> 'cuda' when a CUDA device is present, else 'cpu'."""
+    import torch
+
+    if device not in ("auto", "cpu", "cuda"):
+        raise UserError(f"device={device!r}: use auto, cpu or cuda")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("device=cuda but no CUDA device is visible; use device=auto or device=cpu")
+    return device
+
+
+def trl_device_kwargs(device: str, deepspeed_config: str | None = None) -> dict[str, Any]:
+    """TRL/transformers TrainingArguments flags per device.
+
+    Every TRL config defaults to bf16=True and gradient_checkpointing=True, which fail or crawl on
+    CPU: there we pass use_cpu=True, bf16=False, gradient_checkpointing=False (STACK-NOTES). On CUDA
+    we train in bf16 and hand over the DeepSpeed config when one is given.
+    """
+    if device == "cpu":
+        return {"use_cpu": True, "bf16": False, "gradient_checkpointing": False,
+                "report_to": "none", "dataloader_num_workers": 0}
+    kwargs: dict[str, Any] = {"bf16": True, "report_to": "none"}
+    if deepspeed_config:
+        kwargs["deepspeed"] = deepspeed_config
+    return kwargs
+
+
+@dataclass
+class StageContext:
+    """Everything a recipe needs besides its own stage config. Stages meet only through directories."""
+
+    run_dir: Path
+    name: str                      # model name, e.g. "FT.1" or "RLFT.4/beta=0.005,lr=3e-06"
+    seed: int = 0
+    device: str = "cpu"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def out_dir(self) -> Path:
+        return self.run_dir / "models" / self.name
+
+    def data_dir(self, dataset: str) -> Path:
+        path = self.run_dir / "data" / dataset
+        if not (path / "manifest.json").is_file():
+            raise UserError(f"dataset {dataset!r} not built: {path}/manifest.json missing; "
+                            "run `memaudit data experiment=...` first or fix the stage's dataset list")
+        return path
+
+    def dataset_hash(self, dataset: str) -> str:
+        return read_json(self.data_dir(dataset) / "manifest.json")["sha256"]
+
+    def model_dir(self, name_or_path: str) -> Path:
+        """Another stage's finished model (by name) or an explicit model directory."""
+        candidate = self.run_dir / "models" / name_or_path
+        if candidate.is_dir():
+            if not is_complete(candidate):
+                raise UserError(f"model {name_or_path!r} at {candidate} is not finished "
+                                f"({PROVENANCE_FILE} missing); train that stage first")
+            return candidate
+        path = Path(name_or_path)
+        if path.is_dir():
+            return path
+        raise UserError(f"model {name_or_path!r}: neither a stage of this run ({candidate}) nor a "
+                        "directory; set the stage's init/reward_model key to a trained stage name or path")
+
+
+def is_complete(out_dir: Path) -> bool:
+    return (Path(out_dir) / PROVENANCE_FILE).is_file()
+
+
+def latest_checkpoint(out_dir: Path) -> Path | None:
+    """The highest-step `checkpoint-<step>` directory, for resuming a killed stage."""
+    steps = []
+    for p in Path(out_dir).glob("checkpoint-*"):
+        suffix = p.name.split("-", 1)[1]
+        if p.is_dir() and suffix.isdigit():
+            steps.append((int(suffix), p))
+    return max(steps)[1] if steps else None
+
+
+def settings_match(out_dir: Path, settings: dict[str, Any]) -> bool:
+    """True when a finished stage was trained with exactly these settings (so it can be skipped)."""
+    if not is_complete(out_dir):
+        return False
+    recorded = read_json(Path(out_dir) / PROVENANCE_FILE).get("settings")
+    return json.dumps(recorded, sort_keys=True, default=str) == json.dumps(settings, sort_keys=True, default=str)
+
+
+def write_provenance(ctx: StageContext, stage: str, settings: dict[str, Any], datasets: list[str],
+                     init_model: str | None = None, reward_model: str | None = None,
+                     **extra: Any) -> None:
+    """Write provenance.json last, atomically: the marker that this stage is finished."""
+    record = provenance(
+        seed=ctx.seed,
+        datasets={d: ctx.dataset_hash(d) for d in datasets},
+        stage=stage, model_name=ctx.name, init_model=init_model, reward_model=reward_model,
+        settings=settings, device=ctx.device, **extra,
+    )
+    atomic_write_json(ctx.out_dir / PROVENANCE_FILE, record)
