@@ -1,0 +1,106 @@
+"""Fill-in-the-middle (FIM) sentinels per model family, PSM formatting and the training-time FIM transform.
+
+Paper 003 Sec. 2.2.1 (PSM prompts) and Appendix A.3 (FIM rate 0.8 in pre-training, following CodeGemma);
+Bavarian et al. 2022 (character-level random splits).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from harness.errors import UserError
+
+
+@dataclass(frozen=True)
+class FimSentinels:
+    """The special strings of one FIM model family.
+
+    `prefix`, `suffix` and `middle` are the sentinels that *introduce* the prefix, the suffix and the
+    middle. For DeepSeek-Coder that is `<｜fim▁begin｜>`, `<｜fim▁hole｜>` and `<｜fim▁end｜>`, whose layout
+    begin·prefix·hole·suffix·end·middle is then the same PSM layout; `deepseek_order` records it.
+    """
+
+    family: str
+    prefix: str
+    suffix: str
+    middle: str
+    eos: str | None
+    file_sep: str | None = None
+    pad: str | None = None
+    deepseek_order: bool = False
+
+    def required_tokens(self) -> list[str]:
+        return [t for t in (self.prefix, self.suffix, self.middle, self.eos) if t is not None]
+
+
+FAMILIES: dict[str, FimSentinels] = {s.family: s for s in (
+    FimSentinels("starcoder", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<|endoftext|>"),
+    FimSentinels("starcoder2", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<|endoftext|>",
+                 file_sep="<file_sep>"),
+    FimSentinels("qwen2.5-coder", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|endoftext|>",
+                 file_sep="<|file_sep|>", pad="<|fim_pad|>"),
+    FimSentinels("codegemma", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<eos>",
+                 file_sep="<|file_separator|>"),
+    FimSentinels("deepseek-coder", "<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>", "<｜end▁of▁sentence｜>",
+                 deepseek_order=True),
+    FimSentinels("memaudit", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<eos>", pad="<pad>"),
+)}
+
+
+def _family_from_vocab(vocab) -> str | None:
+    if "<｜fim▁begin｜>" in vocab:
+        return "deepseek-coder"
+    if "<|fim_prefix|>" in vocab:
+        if "<|file_sep|>" in vocab:
+            return "qwen2.5-coder"
+        if "<|file_separator|>" in vocab:
+            return "codegemma"
+        return None
+    if "<fim_prefix>" in vocab:
+        if "<eos>" in vocab:
+            return "memaudit"
+        return "starcoder2" if "<file_sep>" in vocab else "starcoder"
+    return None
+
+
+def detect_sentinels(tokenizer, family: str | None = None, model_name: str = "") -> FimSentinels:
+    """The FIM sentinels of `tokenizer`: from `family` (config key model.fim_family) or its vocabulary."""
+    vocab = tokenizer.get_vocab()
+    name = model_name or getattr(tokenizer, "name_or_path", "") or "the model"
+    known = ", ".join(FAMILIES)
+    if family is None:
+        family = _family_from_vocab(vocab)
+        if family is None:
+            raise UserError(f"{name}: cannot detect the FIM sentinels from its tokenizer's vocabulary; "
+                            f"set model.fim_family=<one of {known}> (or use a FIM-trained model)")
+    if family not in FAMILIES:
+        raise UserError(f"model.fim_family={family!r} is unknown; use one of {known}")
+    sentinels = FAMILIES[family]
+    missing = [t for t in sentinels.required_tokens() if t not in vocab]
+    if missing:
+        raise UserError(f"{name}: model.fim_family={family} but its tokenizer lacks {missing}; "
+                        f"set model.fim_family to the model's real family (one of {known})")
+    return sentinels
+
+
+def format_psm_prompt(prefix: str, suffix: str, s: FimSentinels) -> str:
+    """Inference prompt `[PRE]prefix[SUF]suffix[MID]` (Sec. 2.2.1); the completion is the middle."""
+    return f"{s.prefix}{prefix}{s.suffix}{suffix}{s.middle}"
+
+
+def format_psm_training(prefix: str, middle: str, suffix: str, s: FimSentinels) -> str:
+    """Training text: the PSM prompt, then the middle, then EOS (so the model learns where to stop)."""
+    return format_psm_prompt(prefix, suffix, s) + middle + (s.eos or "")
+
+
+def fim_transform(text: str, rng: random.Random, s: FimSentinels, fim_rate: float = 0.8) -> str:
+    """With probability `fim_rate`, PSM text from two uniform character-level split points; else text+EOS.
+
+    Appendix A.3 uses fim_rate 0.8 for pre-training (following CodeGemma); Bavarian et al. 2022 split at
+    character level. Deterministic given `rng`.
+    """
+    if rng.random() >= fim_rate:
+        return text + (s.eos or "")
+    lo, hi = sorted((rng.randint(0, len(text)), rng.randint(0, len(text))))
+    return format_psm_training(text[:lo], text[lo:hi], text[hi:], s)
