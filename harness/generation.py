@@ -1,0 +1,321 @@
+"""Batched greedy decoding: the only way the audit sees a model (lm-eval's `generate_until` interface).
+
+Paper 003 Appendix B: memorization is measured on *greedy* completions (Carlini et al. 2022 find greedy
+and beam search give similar rates). Decoding here is deterministic: greedy, KV cache, left padding for
+decoder-only models, prompts grouped by length so that a batch carries little padding, outputs cut at
+the first EOS of each row.
+
+Loading is safe by default: safetensors only, `trust_remote_code=False` unless the caller sets it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UserError
+
+log = logging.getLogger(__name__)
+
+# Files that decide what a model computes besides its weights (used by the completion-cache fingerprint
+# in harness/audit.py and by `has_weights`).
+WEIGHT_GLOB = "*.safetensors"
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------------
+
+def pick_device(device: str = "auto") -> str:
+    """'auto' -> 'cuda' when a CUDA device is visible, else 'cpu'. (The harness never imports recipes/.)"""
+    import torch
+
+    if device not in ("auto", "cpu", "cuda"):
+        raise UserError(f"device={device!r}: use auto, cpu or cuda")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("device=cuda but no CUDA device is visible; use device=auto or device=cpu")
+    return device
+
+
+def default_dtype(device: str):
+    """fp32 on CPU (bf16 matmuls are ~1.8x slower there, STACK-NOTES), bf16 on CUDA."""
+    import torch
+
+    return torch.bfloat16 if device == "cuda" else torch.float32
+
+
+def has_weights(model_dir: str | Path) -> bool:
+    return any(Path(model_dir).glob(WEIGHT_GLOB))
+
+
+def _check_model_dir(path: str | Path) -> Path:
+    path = Path(path)
+    if not path.is_dir():
+        raise UserError(f"{path}: model directory not found; point the model path at a saved HF model")
+    if not has_weights(path):
+        others = sorted(p.name for p in path.glob("*.bin")) + sorted(p.name for p in path.glob("*.pt"))
+        hint = (f" (found {', '.join(others)}: only safetensors are loaded, for safety; re-save the model "
+                "with save_pretrained(..., safe_serialization=True))") if others else ""
+        raise UserError(f"{path}: no *.safetensors weights in this directory{hint}")
+    return path
+
+
+def _load(auto_cls_name: str, path: str | Path, device: str, trust_remote_code: bool, dtype):
+    import torch  # noqa: F401  (imported for dtype objects)
+    import transformers
+    from transformers import AutoTokenizer
+
+    path = _check_model_dir(path)
+    device = pick_device(device)
+    dtype = dtype or default_dtype(device)
+    auto_cls = getattr(transformers, auto_cls_name)
+    model = auto_cls.from_pretrained(str(path), use_safetensors=True, trust_remote_code=trust_remote_code,
+                                     dtype=dtype)
+    model.to(device).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+    return model, tokenizer
+
+
+def load_causal_lm(path: str | Path, device: str = "auto", *, trust_remote_code: bool = False, dtype=None):
+    """(model, tokenizer) of a decoder-only LM directory, eval mode, on `device` (fp32 CPU / bf16 CUDA)."""
+    model, tokenizer = _load("AutoModelForCausalLM", path, device, trust_remote_code, dtype)
+    # Decoder-only batches are padded on the left so that every row's next token sits in the last column.
+    tokenizer.padding_side = "left"
+    return model, tokenizer
+
+
+def load_seq2seq(path: str | Path, device: str = "auto", *, trust_remote_code: bool = False, dtype=None):
+    """(model, tokenizer) of an encoder-decoder model directory (Marian, T5, BART), eval mode."""
+    return _load("AutoModelForSeq2SeqLM", path, device, trust_remote_code, dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# Batching helpers
+# --------------------------------------------------------------------------------------------------
+
+def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices grouped into batches of similar length (longest first, so memory peaks early).
+
+    Sorting is stable, so the batching — and with it every output — is a deterministic function of the
+    inputs. Callers restore the original order from the indices.
+    """
+    if batch_size < 1:
+        raise UserError(f"batch_size={batch_size}: must be at least 1")
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def _eos_ids(tokenizer, model, eos_token_id) -> list[int]:
+    """EOS ids to stop at: explicit argument, else the tokenizer's, else the model's generation config."""
+    ids = eos_token_id
+    if ids is None:
+        ids = tokenizer.eos_token_id
+    if ids is None:
+        ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if ids is None:
+        return []
+    return [int(i) for i in (ids if isinstance(ids, (list, tuple)) else [ids])]
+
+
+def _pad_id(tokenizer, eos_ids: list[int]) -> int:
+    if tokenizer.pad_token_id is not None:
+        return int(tokenizer.pad_token_id)
+    if eos_ids:
+        return eos_ids[0]
+    return 0
+
+
+def cut_at_eos(ids: Sequence[int], eos_ids: Sequence[int]) -> list[int]:
+    """The ids before the first EOS (the EOS itself and anything after it are dropped)."""
+    eos = set(eos_ids)
+    out = []
+    for t in ids:
+        if t in eos:
+            break
+        out.append(int(t))
+    return out
+
+
+def encode_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
+    """Token ids of already formatted prompts (e.g. PSM FIM prompts).
+
+    A tokenizer that adds a BOS to every text (Llama, Gemma) is trained to see it, so we keep it; one
+    that appends EOS (rare for decoder-only models) would tell the model the text is over, so we drop
+    it. Tokenizers that add nothing (GPT-2, StarCoder, ours) encode the prompt as is.
+    """
+    enc = tokenizer(list(prompts), add_special_tokens=True)["input_ids"]
+    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    out = []
+    for ids in enc:
+        ids = list(ids)
+        if eos is not None and len(ids) > 1 and ids[-1] == eos:
+            ids = ids[:-1]
+        if bos is not None and len(ids) > 1 and ids[0] == bos and ids[1] == bos:
+            ids = ids[1:]  # the prompt already spelled out the BOS
+        out.append(ids)
+    return out
+
+
+def _progress(total: int, desc: str, enabled: bool | None):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="ex", disable=(not enabled) if enabled is not None else None,
+                leave=False, dynamic_ncols=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Decoder-only greedy completion
+# --------------------------------------------------------------------------------------------------
+
+def iter_greedy_complete(model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 64,
+                         batch_size: int = 32, eos_token_id: int | list[int] | None = None,
+                         progress: bool | None = None) -> Iterator[tuple[list[int], list[str]]]:
+    """Yield (indices into `prompts`, their completions) one batch at a time.
+
+    Lets a caller persist each batch as soon as it is done (the completion cache does), so a killed
+    job loses at most one batch. Batches come in length-sorted order, not in `prompts` order.
+    """
+    import torch
+
+    eos_ids = _eos_ids(tokenizer, model, eos_token_id)
+    pad_id = _pad_id(tokenizer, eos_ids)
+    encoded = encode_prompts(tokenizer, prompts)
+    device = next(model.parameters()).device
+    bar = _progress(len(prompts), "greedy", progress)
+    try:
+        for idx in length_sorted_batches([len(e) for e in encoded], batch_size):
+            rows = [encoded[i] for i in idx]
+            width = max(len(r) for r in rows)
+            # LEFT padding: every row ends in the last column, so one decode step extends them all.
+            input_ids = torch.tensor([[pad_id] * (width - len(r)) + r for r in rows], device=device)
+            attention_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows],
+                                          device=device)
+            new = _greedy_generate(model, input_ids, attention_mask, max_new_tokens, eos_ids, pad_id)
+            texts = tokenizer.batch_decode([cut_at_eos(r, eos_ids) for r in new.tolist()],
+                                           skip_special_tokens=True)
+            bar.update(len(idx))
+            yield idx, texts
+    finally:
+        bar.close()
+
+
+def _greedy_generate(model, input_ids, attention_mask, max_new_tokens: int, eos_ids: list[int],
+                     pad_id: int):
+    """The new token ids (batch x <= max_new_tokens) of greedy decoding with the KV cache.
+
+    `generate` stops a row at EOS (padding it afterwards) and stops the batch when every row is done;
+    with an attention mask it derives position ids from the mask, which left padding needs.
+    """
+    import torch
+
+    with torch.inference_mode():
+        out = model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=False,
+                             num_beams=1, max_new_tokens=max_new_tokens, min_new_tokens=0,
+                             eos_token_id=eos_ids or None, pad_token_id=pad_id, use_cache=True,
+                             temperature=None, top_p=None, top_k=None)
+    return out[:, input_ids.shape[1]:]
+
+
+def greedy_complete(model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 64,
+                    batch_size: int = 32, eos_token_id: int | list[int] | None = None,
+                    progress: bool | None = None) -> list[str]:
+    """Greedy completions of `prompts` (new text only, cut at EOS, special tokens skipped), in order."""
+    out: list[str | None] = [None] * len(prompts)
+    for idx, texts in iter_greedy_complete(model, tokenizer, prompts, max_new_tokens, batch_size,
+                                           eos_token_id, progress):
+        for i, t in zip(idx, texts):
+            out[i] = t
+    return out  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------------------------------
+# Encoder-decoder greedy translation (Finding Memo, paper 002)
+# --------------------------------------------------------------------------------------------------
+
+def greedy_translate(model, tokenizer, sources: Sequence[str], max_new_tokens: int = 128,
+                     batch_size: int = 32, progress: bool | None = None) -> list[str]:
+    """Greedy translations of `sources` by a seq2seq model (Marian/T5/BART), batched, in order.
+
+    The encoder reads right-padded sources under an attention mask; the decoder starts from the
+    model's decoder_start_token_id and stops per row at EOS. Special tokens are skipped on decode.
+    """
+    import torch
+
+    enc = tokenizer(list(sources), add_special_tokens=True, truncation=True)["input_ids"]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    device = next(model.parameters()).device
+    out: list[str | None] = [None] * len(sources)
+    bar = _progress(len(sources), "translate", progress)
+    try:
+        for idx in length_sorted_batches([len(e) for e in enc], batch_size):
+            rows = [list(enc[i]) for i in idx]
+            width = max(len(r) for r in rows)
+            input_ids = torch.tensor([r + [pad_id] * (width - len(r)) for r in rows], device=device)
+            attention_mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows],
+                                          device=device)
+            with torch.inference_mode():
+                gen = model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=False,
+                                     num_beams=1, max_new_tokens=max_new_tokens, use_cache=True,
+                                     temperature=None, top_p=None, top_k=None)
+            texts = tokenizer.batch_decode(gen, skip_special_tokens=True)
+            for i, t in zip(idx, texts):
+                out[i] = t
+            bar.update(len(idx))
+    finally:
+        bar.close()
+    return out  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------------------------------
+# The model interface the audit uses
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class CausalLMScorer:
+    """A decoder-only model as the audit sees it: greedy completions (and, later, per-example losses).
+
+    Like lm-evaluation-harness's `LM` (generate_until / loglikelihood), the audit talks to a model only
+    through this object. `n_generated` counts prompts actually decoded by this instance, so callers
+    (and tests) can check that cached completions were not regenerated.
+    """
+
+    model: Any
+    tokenizer: Any
+    path: str = ""
+    device: str = "cpu"
+    batch_size: int = 32
+    max_new_tokens: int = 64
+    n_generated: int = field(default=0, init=False)
+
+    @classmethod
+    def load(cls, path: str | Path, device: str = "auto", *, trust_remote_code: bool = False,
+             batch_size: int = 32, max_new_tokens: int = 64) -> CausalLMScorer:
+        device = pick_device(device)
+        model, tokenizer = load_causal_lm(path, device, trust_remote_code=trust_remote_code)
+        return cls(model, tokenizer, str(path), device, batch_size, max_new_tokens)
+
+    @property
+    def dtype(self) -> str:
+        return str(next(self.model.parameters()).dtype).replace("torch.", "")
+
+    def iter_complete(self, prompts: Sequence[str]) -> Iterator[tuple[list[int], list[str]]]:
+        for idx, texts in iter_greedy_complete(self.model, self.tokenizer, prompts, self.max_new_tokens,
+                                               self.batch_size):
+            self.n_generated += len(idx)
+            yield idx, texts
+
+    def complete(self, prompts: Sequence[str]) -> list[str]:
+        out: list[str | None] = [None] * len(prompts)
+        for idx, texts in self.iter_complete(prompts):
+            for i, t in zip(idx, texts):
+                out[i] = t
+        return out  # type: ignore[return-value]
+
+    # Per-example loss (paper 004's recollection / counterfactual / contextual measures) goes here:
+    #   def target_loss(self, prompts, targets) -> list[float]: mean token NLL of target given prompt,
+    # computed by harness/losses.py from one teacher-forced forward pass per length-sorted batch.
