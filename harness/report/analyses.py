@@ -1,0 +1,192 @@
+"""Analyses of paper 003 Sec. 5 as functions over stored audit rows; nothing here re-scores a model.
+
+Rows are the audit's JSONL rows (`id, dataset, model, checkpoint, ned, control_ned, memorized,
+excluded, ...`), stored at `<run_dir>/audit/<model>/<checkpoint>/<dataset>.jsonl` where <model> may
+hold a sweep point (`RLFT.1/beta=0.1`). Rates always come from harness.memorization.summarize_rows,
+the one definition of the memorization rate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.memorization import summarize_rows
+
+FINAL = "final"
+Key = tuple[str, str, str]  # (model, checkpoint, dataset)
+
+
+def checkpoint_step(checkpoint: str) -> float:
+    """Sort key of a checkpoint name: `checkpoint-<step>` -> step; `final` after every step."""
+    m = re.fullmatch(r"checkpoint-(\d+)", checkpoint)
+    if m:
+        return float(m.group(1))
+    if checkpoint == FINAL:
+        return math.inf
+    raise ValueError(f"unknown checkpoint name {checkpoint!r}: expected 'final' or 'checkpoint-<step>'")
+
+
+def load_audit_rows(audit_dir: str | Path) -> dict[Key, list[dict]]:
+    """Every stored row of a run's audit, grouped by (model, checkpoint, dataset). Skips the cache."""
+    audit_dir = Path(audit_dir)
+    grouped: dict[Key, list[dict]] = {}
+    for path in sorted(audit_dir.rglob("*.jsonl")):
+        rel = path.relative_to(audit_dir)
+        if rel.parts[0] == "cache" or len(rel.parts) < 3:
+            continue
+        model = "/".join(rel.parts[:-2])
+        checkpoint, dataset = rel.parts[-2], path.stem
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+        grouped[(model, checkpoint, dataset)] = rows
+    return grouped
+
+
+def pii_regurgitation_rate(rows: list[dict]) -> float | None:
+    """Share of completions containing the example's PII path verbatim (Sec. 5.1-5.2: "regurgitates
+    the PII-like file paths in X % of completions"), over rows that carry a PII path."""
+    flagged = [r["pii_regurgitated"] for r in rows if r.get("pii_regurgitated") is not None]
+    return sum(flagged) / len(flagged) if flagged else None
+
+
+def summary_entries(grouped: dict[Key, list[dict]]) -> list[dict]:
+    """One entry per model x checkpoint x dataset: counts, rate, and PII regurgitation rate."""
+    entries = []
+    for (model, checkpoint, dataset), rows in sorted(grouped.items(),
+                                                     key=lambda kv: (kv[0][0], checkpoint_step(kv[0][1]), kv[0][2])):
+        entry = {"model": model, "checkpoint": checkpoint, "dataset": dataset, **summarize_rows(rows)}
+        entry["pii_regurgitation_rate"] = pii_regurgitation_rate(rows)
+        entries.append(entry)
+    return entries
+
+
+@dataclass
+class Persistence:
+    """Fig. 1: of the examples a source model memorized, how many a later model still memorizes."""
+
+    n_source_memorized: int
+    n_still_memorized: int
+    share: float | None
+    ned_after: list[float]          # the later model's NED on the source-memorized examples
+
+
+def persistence(source_rows: list[dict], target_rows: list[dict], k: float = 0.1) -> Persistence:
+    """Share of the source model's memorized examples that the target model still memorizes.
+
+    "Still memorized" uses the target row's own counterfactual verdict (NED <= k and control > k);
+    examples excluded or missing in the target audit count as not memorized, so nothing is
+    silently dropped from the denominator (paper 003 Sec. 5.1: 43-47 % of 319).
+    """
+    memorized_ids = [r["id"] for r in source_rows if r.get("memorized") and not r.get("excluded")]
+    by_id = {r["id"]: r for r in target_rows}
+    still = [i for i in memorized_ids if by_id.get(i, {}).get("memorized")]
+    neds = [by_id[i]["ned"] for i in memorized_ids if i in by_id]
+    share = len(still) / len(memorized_ids) if memorized_ids else None
+    return Persistence(len(memorized_ids), len(still), share, neds)
+
+
+def parse_sweep_point(model: str) -> tuple[str, dict[str, float | str]]:
+    """`RLFT.4/beta=0.005,lr=3e-06` -> ("RLFT.4", {"beta": 0.005, "lr": 3e-06})."""
+    base, _, point = model.partition("/")
+    values: dict[str, float | str] = {}
+    for part in filter(None, point.split(",")):
+        key, _, raw = part.partition("=")
+        try:
+            values[key] = float(raw)
+        except ValueError:
+            values[key] = raw
+    return base, values
+
+
+def final_entries(entries: list[dict]) -> list[dict]:
+    """The last checkpoint of every model ('final' when present, else the highest step)."""
+    last: dict[tuple[str, str], dict] = {}
+    for e in entries:
+        key = (e["model"], e["dataset"])
+        if key not in last or checkpoint_step(e["checkpoint"]) >= checkpoint_step(last[key]["checkpoint"]):
+            last[key] = e
+    return list(last.values())
+
+
+def sweep_series(entries: list[dict], base_model: str, dataset: str, axis: str,
+                 fixed: dict[str, float] | None = None, metric: str = "rate") -> list[tuple[float, float | None]]:
+    """Fig. 4 / Fig. 7: (axis value, metric) for the final checkpoints of a swept model, sorted by value.
+
+    `fixed` pins the other swept keys (e.g. the LR series at beta=0.005, as in Appendix E)."""
+    series = []
+    for e in final_entries(entries):
+        base, point = parse_sweep_point(e["model"])
+        if base != base_model or e["dataset"] != dataset or axis not in point:
+            continue
+        if any(point.get(k) != v for k, v in (fixed or {}).items()):
+            continue
+        series.append((point[axis], e[metric]))
+    return sorted(series, key=lambda t: t[0])
+
+
+def over_training(entries: list[dict], model: str, dataset: str) -> list[dict]:
+    """Memorization and PII regurgitation against checkpoint step, 'final' last."""
+    rows = [e for e in entries if e["model"] == model and e["dataset"] == dataset]
+    return sorted(rows, key=lambda e: checkpoint_step(e["checkpoint"]))
+
+
+def auc(scores_pos: list[float], scores_neg: list[float]) -> float | None:
+    """Probability that a positive outscores a negative (ties count half): the Mann-Whitney AUC."""
+    if not scores_pos or not scores_neg:
+        return None
+    wins = sum((p > n) + 0.5 * (p == n) for p in scores_pos for n in scores_neg)
+    return wins / (len(scores_pos) * len(scores_neg))
+
+
+def reward_score_stats(score_rows: list[dict]) -> dict[str, Any]:
+    """Fig. 2: reward-score distribution by label (rows: id, label, score)."""
+    by_label: dict[int, list[float]] = defaultdict(list)
+    for r in score_rows:
+        by_label[int(r["label"])].append(float(r["score"]))
+    stats = {}
+    for label, scores in sorted(by_label.items()):
+        mean = sum(scores) / len(scores)
+        stats[str(label)] = {"n": len(scores), "mean": mean,
+                             "std": math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))}
+    return {"by_label": stats, "auc": auc(by_label.get(1, []), by_label.get(0, []))}
+
+
+def provenance_table(models_dir: str | Path) -> list[dict]:
+    """Table 1 of paper 003, generated from every provenance.json under <run_dir>/models/."""
+    models_dir = Path(models_dir)
+    table = []
+    for prov_path in sorted(models_dir.rglob("provenance.json")):
+        prov = json.loads(prov_path.read_text(encoding="utf-8"))
+        settings = prov.get("settings") or {}
+        table.append({
+            "model": str(prov_path.parent.relative_to(models_dir)),
+            "stage": prov.get("stage"),
+            "init": prov.get("init_model"),
+            "reward_model": prov.get("reward_model"),
+            "datasets": ", ".join(sorted(prov.get("datasets") or {})),
+            "hyper_parameters": {k: settings[k] for k in sorted(settings)
+                                 if k in ("lr", "epochs", "beta", "objective", "loss", "algorithm",
+                                          "max_steps", "max_tokens", "batch_size")},
+            "git_commit": prov.get("git_commit"),
+        })
+    return table
+
+
+def rlhf_vs_ipo(entries: list[dict], groups: dict[str, list[str]], datasets: list[str]) -> list[dict]:
+    """Sec. 5.4 / Fig. 8: final-checkpoint rates per dataset for named groups of models
+    (e.g. {"FT (direct)": ["FT.3"], "RLFT via RM": ["RLFT.2"], "IPO": ["IPO"]})."""
+    finals = final_entries(entries)
+    out = []
+    for label, models in groups.items():
+        for dataset in datasets:
+            for e in finals:
+                if e["model"] in models and e["dataset"] == dataset:
+                    out.append({"group": label, "model": e["model"], "dataset": dataset,
+                                "rate": e["rate"], "n_scored": e["n_scored"],
+                                "pii_regurgitation_rate": e["pii_regurgitation_rate"]})
+    return out

@@ -1,0 +1,285 @@
+"""`memaudit report`: figures, report.md, a self-contained report.html and report/summary.json.
+
+Everything is rendered from stored audit rows, reward-model score files and provenance.json files;
+nothing re-scores. The document is built once as a list of blocks and written as Markdown and as HTML
+(figures embedded as base64), so both always say the same thing.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UserError
+from harness.io import atomic_write_json, atomic_write_text
+from harness.provenance import provenance
+from harness.report import analyses as A
+from harness.report import figures as F
+
+STAGE_GROUPS = {"sft": "FT (direct)", "rl": "RLFT via reward model", "ipo": "IPO"}
+
+
+# ---------------------------------------------------------------- document blocks
+def _table(rows: list[dict], columns: list[str]) -> tuple[str, list[str], list[list[str]]]:
+    def fmt(v: Any) -> str:
+        if v is None:
+            return "–"
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        if isinstance(v, dict):
+            return ", ".join(f"{k}={fmt(x)}" for k, x in v.items())
+        return str(v)
+    return ("table", columns, [[fmt(r.get(c)) for c in columns] for r in rows])
+
+
+def _to_markdown(blocks: list[tuple], out_dir: Path) -> str:
+    lines: list[str] = []
+    for block in blocks:
+        kind = block[0]
+        if kind == "h":
+            lines += ["#" * block[1] + " " + block[2], ""]
+        elif kind == "p":
+            lines += [block[1], ""]
+        elif kind == "table":
+            _, cols, body = block
+            lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+            lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in body]
+            lines.append("")
+        elif kind == "img":
+            lines += [f"![{block[2]}]({Path(block[1]).relative_to(out_dir)})", ""]
+    return "\n".join(lines)
+
+
+def _to_html(blocks: list[tuple], title: str) -> str:
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+             "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}"
+             "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #bbb;padding:3px 6px}"
+             "img{max-width:100%}</style></head><body>"]
+    for block in blocks:
+        kind = block[0]
+        if kind == "h":
+            parts.append(f"<h{block[1]}>{html.escape(block[2])}</h{block[1]}>")
+        elif kind == "p":
+            parts.append(f"<p>{html.escape(block[1])}</p>")
+        elif kind == "table":
+            _, cols, body = block
+            parts.append("<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr>")
+            parts += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in body]
+            parts.append("</table>")
+        elif kind == "img":
+            data = base64.b64encode(Path(block[1]).read_bytes()).decode()
+            parts.append(f"<figure><img alt='{html.escape(block[2])}' src='data:image/png;base64,{data}'>"
+                         f"<figcaption>{html.escape(block[2])}</figcaption></figure>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------- inputs
+def _load_run(run_dir: Path, prefix: str) -> tuple[dict, list[dict], dict[str, dict]]:
+    """(rows grouped by key, provenance table, provenance by model) of one run; model names prefixed."""
+    audit_dir = run_dir / "audit"
+    if not audit_dir.is_dir():
+        raise UserError(f"{audit_dir} does not exist: run `memaudit audit experiment=...` before the report "
+                        "(or set run_dir / report.runs to a run that has been audited)")
+    grouped = {(prefix + m, c, d): rows for (m, c, d), rows in A.load_audit_rows(audit_dir).items()}
+    table = A.provenance_table(run_dir / "models")
+    for row in table:
+        row["model"] = prefix + row["model"]
+    prov = {}
+    for path in (run_dir / "models").rglob("provenance.json"):
+        prov[prefix + str(path.parent.relative_to(run_dir / "models"))] = json.loads(path.read_text())
+    return grouped, table, prov
+
+
+def _reward_scores(run_dir: Path, prefix: str) -> dict[str, dict[str, dict[int, list[float]]]]:
+    """dataset -> reward model -> label -> scores, from models/<RM>/scores/<dataset>.jsonl."""
+    out: dict[str, dict[str, dict[int, list[float]]]] = defaultdict(dict)
+    for path in sorted((run_dir / "models").glob("**/scores/*.jsonl")):
+        rm = prefix + str(path.parent.parent.relative_to(run_dir / "models"))
+        by_label: dict[int, list[float]] = defaultdict(list)
+        for line in path.read_text().splitlines():
+            if line:
+                r = json.loads(line)
+                by_label[int(r["label"])].append(float(r["score"]))
+        out[path.stem][rm] = dict(by_label)
+    return out
+
+
+# ---------------------------------------------------------------- sections
+def _persistence_section(entries_rows: dict, prov: dict, k: float, fig_dir: Path, blocks: list, summary: dict):
+    """Fig. 1 for every audited model whose init model was audited too (e.g. FT.1 -> RLFT.1/beta=*)."""
+    finals = {(e["model"], e["dataset"]): e["checkpoint"] for e in A.final_entries(summary["entries"])}
+    by_source: dict[tuple[str, str], dict[str, A.Persistence]] = defaultdict(dict)
+    for (model, dataset), ckpt in finals.items():
+        init = (prov.get(model) or {}).get("init_model")
+        init_name = Path(init).name if init else None
+        source = next((m for (m, d) in finals if d == dataset and init_name and
+                       (m == init or m == init_name or m.endswith("/" + init_name))), None)
+        if source is None or source == model:
+            continue
+        result = A.persistence(entries_rows[(source, finals[(source, dataset)], dataset)],
+                               entries_rows[(model, ckpt, dataset)], k)
+        by_source[(source, dataset)][model] = result
+    if not by_source:
+        return
+    blocks.append(("h", 2, "Persistence of memorization through a later stage (paper 003 Fig. 1)"))
+    rows = []
+    for (source, dataset), results in sorted(by_source.items()):
+        path = F.persistence_plot(source, results, k, f"{dataset}: memorized by {source}, after the next stage",
+                                  fig_dir / f"persistence_{_slug(source)}_{dataset}.png")
+        blocks.append(("img", str(path), f"Persistence from {source} on {dataset}"))
+        for target, r in sorted(results.items()):
+            rows.append({"source": source, "target": target, "dataset": dataset,
+                         "memorized_by_source": r.n_source_memorized, "still_memorized": r.n_still_memorized,
+                         "share": r.share})
+    blocks.append(_table(rows, ["source", "target", "dataset", "memorized_by_source", "still_memorized", "share"]))
+    summary["persistence"] = rows
+
+
+def _sweep_section(entries: list[dict], fig_dir: Path, blocks: list, summary: dict):
+    """Fig. 4 / Fig. 7: rate against each swept key, one line per dataset and setting of the others."""
+    finals = A.final_entries(entries)
+    swept = defaultdict(set)
+    for e in finals:
+        base, point = A.parse_sweep_point(e["model"])
+        if point:
+            swept[base].update(point)
+    if not swept:
+        return
+    blocks.append(("h", 2, "Sweeps (paper 003 Fig. 4, Fig. 7)"))
+    out = []
+    for base, axes in sorted(swept.items()):
+        for axis in sorted(axes):
+            series: dict[str, list] = {}
+            others = sorted(axes - {axis})
+            combos = {tuple((o, A.parse_sweep_point(e["model"])[1].get(o)) for o in others)
+                      for e in finals if A.parse_sweep_point(e["model"])[0] == base}
+            for dataset in sorted({e["dataset"] for e in finals}):
+                for combo in sorted(combos, key=str):
+                    pts = A.sweep_series(entries, base, dataset, axis, fixed=dict(combo))
+                    if len(pts) >= 2:
+                        label = dataset + ("" if not combo else " @ " + ",".join(f"{k}={v:g}" if isinstance(v, float)
+                                                                                  else f"{k}={v}" for k, v in combo))
+                        series[label] = pts
+                        out += [{"model": base, "axis": axis, "series": label, "value": x, "rate": y} for x, y in pts]
+            if series:
+                path = F.sweep_plot(series, axis, f"{base}: memorization rate vs {axis}",
+                                    fig_dir / f"sweep_{_slug(base)}_{axis}.png")
+                blocks.append(("img", str(path), f"{base}: memorization rate against {axis}"))
+    blocks.append(_table(out, ["model", "axis", "series", "value", "rate"]))
+    summary["sweeps"] = out
+
+
+def _slug(name: str) -> str:
+    return name.replace("/", "_").replace("=", "-").replace(",", "_")
+
+
+def render_report(cfg) -> int:
+    run_dir = Path(cfg.run_dir)
+    rcfg = cfg.get("report") or {}
+    k = float(rcfg.get("k", 0.1))
+    out_dir = Path(rcfg.get("out_dir") or run_dir / "report")
+    extra_runs = [Path(p) for p in (rcfg.get("runs") or [])]
+    runs = [run_dir] + extra_runs
+    fig_dir = out_dir / "figures"
+
+    grouped, table, prov = {}, [], {}
+    for run in runs:
+        prefix = "" if len(runs) == 1 else f"{run.name}:"
+        g, t, p = _load_run(run, prefix)
+        grouped.update(g)
+        table += t
+        prov.update(p)
+    entries = A.summary_entries(grouped)
+    summary: dict[str, Any] = {"entries": entries}
+    blocks: list[tuple] = [("h", 1, f"memaudit report: {', '.join(r.name for r in runs)}"),
+                           ("p", f"Memorization = {k}-approximate counterfactual memorization (paper 003 Def. 3.1) "
+                                 "with sliding-window normalized edit distance; rates are over scored (not excluded) "
+                                 "examples. Every checkpoint of every model is listed.")]
+
+    blocks.append(("h", 2, "Memorization rates (final checkpoints)"))
+    cols = ["model", "checkpoint", "dataset", "n_total", "n_excluded", "n_scored", "n_memorized", "rate",
+            "pii_regurgitation_rate"]
+    blocks.append(_table(A.final_entries(entries), cols))
+
+    # Fig. 3 / 8: maps for the final checkpoint of each audited model on each dataset.
+    map_datasets = set(rcfg.get("map_datasets") or [])
+    blocks.append(("h", 2, "Memorization maps (paper 003 Fig. 3, Fig. 8)"))
+    for e in sorted(A.final_entries(entries), key=lambda e: (e["model"], e["dataset"])):
+        if map_datasets and e["dataset"] not in map_datasets:
+            continue
+        rows = grouped[(e["model"], e["checkpoint"], e["dataset"])]
+        path = F.memorization_map(rows, k, f"{e['model']} vs control on {e['dataset']}",
+                                  fig_dir / f"map_{_slug(e['model'])}_{e['dataset']}.png")
+        blocks.append(("img", str(path), f"{e['model']} on {e['dataset']}"))
+
+    _persistence_section(grouped, prov, k, fig_dir, blocks, summary)
+
+    # Fig. 2: reward-score distributions by label.
+    for run in runs:
+        prefix = "" if len(runs) == 1 else f"{run.name}:"
+        for dataset, per_rm in _reward_scores(run, prefix).items():
+            blocks.append(("h", 2, f"Reward scores by label on {dataset} (paper 003 Fig. 2)"))
+            path = F.reward_scores_plot(per_rm, dataset, fig_dir / f"reward_scores_{_slug(prefix)}{dataset}.png")
+            blocks.append(("img", str(path), f"Reward scores on {dataset}"))
+            stats = [{"reward_model": rm, "dataset": dataset, "mean_label_1": s["by_label"].get("1", {}).get("mean"),
+                      "mean_label_0": s["by_label"].get("0", {}).get("mean"), "auc": s["auc"]}
+                     for rm, s in ((rm, A.reward_score_stats([{"label": lbl, "score": x} for lbl, xs in by.items()
+                                                               for x in xs])) for rm, by in per_rm.items())]
+            blocks.append(_table(stats, ["reward_model", "dataset", "mean_label_1", "mean_label_0", "auc"]))
+            summary.setdefault("reward_scores", []).extend(stats)
+
+    _sweep_section(entries, fig_dir, blocks, summary)
+
+    # Every checkpoint is scored: memorization over training.
+    over = defaultdict(dict)
+    for e in entries:
+        over[e["model"]][e["dataset"]] = A.over_training(entries, e["model"], e["dataset"])
+    trained = {m: d for m, d in over.items() if any(len([x for x in v if x["checkpoint"] != "final"]) >= 2
+                                                    for v in d.values())}
+    if trained:
+        blocks.append(("h", 2, "Memorization over training (every checkpoint)"))
+        for model, per_dataset in sorted(trained.items()):
+            path = F.over_training_plot(model, per_dataset, fig_dir / f"over_training_{_slug(model)}.png")
+            blocks.append(("img", str(path), f"{model} over training"))
+
+    # Sec. 5.4: RLHF vs IPO, grouped by the stage that produced each model (from provenance).
+    compare = dict(rcfg.get("compare") or {})
+    if not compare:
+        for model, p in prov.items():
+            group = STAGE_GROUPS.get(p.get("stage"))
+            if group and any(e["model"] == model for e in entries):
+                compare.setdefault(group, []).append(model)
+    order = list(STAGE_GROUPS.values())
+    compare = dict(sorted(compare.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+    comp_rows = A.rlhf_vs_ipo(entries, compare, sorted({e["dataset"] for e in entries}))
+    if len({r["group"] for r in comp_rows}) >= 2:
+        blocks.append(("h", 2, "Direct fine-tuning vs RLHF vs IPO (paper 003 Sec. 5.2, 5.4)"))
+        blocks.append(("p", "Groups: " + "; ".join(f"{g}: {', '.join(ms)}" for g, ms in compare.items())
+                       + (" (from report.compare)" if rcfg.get("compare") else
+                          " (grouped by the stage that produced each model; set report.compare to choose)")
+                       + ". Bars show the highest rate in each group."))
+        path = F.comparison_plot(comp_rows, "Memorization of SD by how it entered training",
+                                 fig_dir / "rlhf_vs_ipo.png")
+        blocks.append(("img", str(path), "FT vs RLFT vs IPO"))
+        blocks.append(_table(comp_rows, ["group", "model", "dataset", "rate", "n_scored", "pii_regurgitation_rate"]))
+        summary["comparison"] = comp_rows
+
+    blocks.append(("h", 2, "Provenance (paper 003 Table 1, generated from provenance.json)"))
+    blocks.append(_table(table, ["model", "stage", "init", "reward_model", "datasets", "hyper_parameters",
+                                 "git_commit"]))
+    summary["provenance_table"] = table
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    title = f"memaudit report: {', '.join(r.name for r in runs)}"
+    atomic_write_text(out_dir / "report.md", _to_markdown(blocks, out_dir))
+    atomic_write_text(out_dir / "report.html", _to_html(blocks, title))
+    summary["provenance"] = provenance(seed=cfg.get("seed"), runs=[str(r) for r in runs], k=k)
+    atomic_write_json(out_dir / "summary.json", summary)
+    print(f"[memaudit] report written to {out_dir / 'report.html'} (and report.md, summary.json)")
+    return 0
+

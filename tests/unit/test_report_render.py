@@ -1,0 +1,81 @@
+"""`memaudit report` on a hand-built run directory: files exist and the numbers equal the rows."""
+
+import json
+import random
+
+import pytest
+
+from harness.cli import run
+from harness.memorization import summarize_rows
+
+
+def _write_rows(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _rows(rng, n, p_mem, with_pii=False):
+    rows = []
+    for i in range(n):
+        mem = rng.random() < p_mem
+        ned = rng.uniform(0, 0.1) if mem else rng.uniform(0.1, 1)
+        r = {"id": f"ex{i}", "ned": ned, "control_ned": rng.uniform(0.2, 1), "memorized": mem,
+             "excluded": "short_target" if i % 10 == 0 else None}
+        if r["excluded"]:
+            r["memorized"] = False
+        if with_pii:
+            r["pii_regurgitated"] = mem
+        rows.append(r)
+    return rows
+
+
+@pytest.fixture()
+def fake_run(tmp_path):
+    rng = random.Random(0)
+    run_dir = tmp_path / "run"
+    models = {"FT.1": ("sft", None), "FT.2": ("sft", None), "RLFT.1/beta=0.1": ("rl", "FT.1"),
+              "RLFT.1/beta=0.5": ("rl", "FT.1"), "IPO": ("ipo", None), "RM.1": ("reward", "FT.1")}
+    for name, (stage, init) in models.items():
+        d = run_dir / "models" / name
+        d.mkdir(parents=True)
+        (d / "provenance.json").write_text(json.dumps({
+            "stage": stage, "init_model": str(run_dir / "models" / init) if init else None,
+            "settings": {"lr": 1e-3}, "datasets": {"sd_base": "abc"}, "git_commit": "deadbeef"}))
+    rates = {"FT.1": 0.6, "RLFT.1/beta=0.1": 0.3, "RLFT.1/beta=0.5": 0.5, "IPO": 0.4}
+    for name, p in rates.items():
+        for ckpt in ("checkpoint-1", "checkpoint-2", "final"):
+            _write_rows(run_dir / "audit" / name / ckpt / "sd_base.jsonl", _rows(rng, 40, p))
+            _write_rows(run_dir / "audit" / name / ckpt / "sd_links_pos.jsonl", _rows(rng, 30, p, True))
+    scores = [{"id": i, "label": i % 2, "score": (i % 2) * 2 + rng.gauss(0, 0.5)} for i in range(60)]
+    _write_rows(run_dir / "models" / "RM.1" / "scores" / "rm_sd_links.jsonl", scores)
+    return run_dir
+
+
+def test_report_files_and_numbers_equal_rows(fake_run):
+    assert run(["report", f"run_dir={fake_run}"]) == 0
+    out = fake_run / "report"
+    for name in ("report.md", "report.html", "summary.json"):
+        assert (out / name).is_file()
+    html = (out / "report.html").read_text()
+    assert "data:image/png;base64," in html and "<img" in html
+    summary = json.loads((out / "summary.json").read_text())
+    for e in summary["entries"]:
+        rows = [json.loads(line) for line in
+                (fake_run / "audit" / e["model"] / e["checkpoint"] / f"{e['dataset']}.jsonl").read_text().splitlines()]
+        assert {k: e[k] for k in ("n_total", "n_excluded", "n_scored", "n_memorized", "rate")} == summarize_rows(rows)
+    # Persistence was found through provenance (RLFT.1/* were initialised from FT.1).
+    pers = {(p["target"], p["dataset"]) for p in summary["persistence"]}
+    assert ("RLFT.1/beta=0.1", "sd_base") in pers and ("RLFT.1/beta=0.5", "sd_links_pos") in pers
+    assert {s["value"] for s in summary["sweeps"]} == {0.1, 0.5}
+    assert {c["group"] for c in summary["comparison"]} == {"FT (direct)", "RLFT via reward model", "IPO"}
+    assert summary["reward_scores"][0]["auc"] > 0.9
+    assert len(summary["provenance_table"]) == 6
+    assert summary["provenance"]["git_commit"] is not None
+    assert list((out / "figures").glob("*.png"))
+
+
+def test_report_without_audit_is_a_clear_error(tmp_path):
+    from harness.errors import UserError
+
+    with pytest.raises(UserError, match="memaudit audit"):
+        run(["report", f"run_dir={tmp_path}"])
