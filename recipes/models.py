@@ -1,0 +1,158 @@
+"""Model presets (conf/model/*.yaml) and the few model operations the pipeline's recipes share.
+
+A preset names either the embedded default (a small Llama that the PT stage trains from scratch,
+sized by `hidden_size`, `num_layers`, ...) or a public FIM code model (`pretrained: <hub id or path>`,
+then PT only imports it). Loading is safetensors-only with trust_remote_code off unless the user sets
+it (DESIGN.md: safe loading); LoRA goes through PEFT; bf16 is used on CUDA only (STACK-NOTES: bf16 on
+CPU runs ~1.8x slower).
+
+These are plain functions, not a base class: each recipe stays a short script that calls them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UserError
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def settings_from_dict(cls, settings: dict[str, Any], where: str):
+    """Build dataclass `cls` from a config dict; unknown keys are a UserError naming `<where>.<key>`."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(settings) - names)
+    if unknown:
+        raise UserError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(names)} "
+                        "(check the spelling in the experiment config)")
+    return cls(**settings, where=where)
+
+
+def require(ok: bool, where: str, key: str, value: Any, fix: str) -> None:
+    """Raise a UserError naming the config key, its bad value and the fix."""
+    if not ok:
+        raise UserError(f"{where}.{key}={value!r}: {fix}")
+
+
+@dataclass
+class LoraSettings:
+    """PEFT LoRA adapters (conf/model/<preset>.yaml `lora:`); off for the embedded tiny model."""
+
+    enabled: bool = False          # true: train only low-rank adapters (GPU presets); merged at save
+    r: int = 16                    # adapter rank; ↑ more capacity (and memorization), more memory
+    alpha: int = 32                # scaling = alpha / r; ↑ larger adapter updates
+    dropout: float = 0.05          # adapter dropout; ↑ regularizes
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    where: dataclasses.InitVar[str] = "model.lora"
+
+    def __post_init__(self, where: str) -> None:
+        require(self.r >= 1, where, "r", self.r, "use a rank >= 1, e.g. 16")
+        require(self.alpha > 0, where, "alpha", self.alpha, "use a positive alpha, e.g. 2 * r")
+        require(0 <= self.dropout < 1, where, "dropout", self.dropout, "use a value in [0, 1)")
+        require(bool(self.target_modules), where, "target_modules", self.target_modules,
+                "list the projection modules to adapt, e.g. [q_proj, v_proj]")
+
+
+@dataclass
+class ModelSettings:
+    """One conf/model/<preset>.yaml. Size keys apply only to the embedded model (pretrained: null)."""
+
+    name: str = "tiny"
+    pretrained: str | None = None  # hub id or local dir of a FIM code model; PT then only imports it
+    fim_family: str | None = None  # harness.fim family (memaudit, starcoder2, qwen2.5-coder, ...); null: detect
+    dtype: str = "auto"            # auto: bf16 on CUDA, fp32 on CPU
+    trust_remote_code: bool = False  # never on by default (DESIGN.md: safe loading)
+    vocab_size: int = 4096         # BPE vocabulary of the embedded tokenizer; ↑ shorter sequences, more params
+    hidden_size: int = 256         # ↑ capacity (memorizes more), slower
+    num_layers: int = 5
+    num_heads: int = 4
+    intermediate_size: int = 688   # MLP width, ~2.7 x hidden as in Llama
+    max_position_embeddings: int = 1024
+    tie_embeddings: bool = True    # share input/output embeddings (saves vocab x hidden params)
+    lora: dict[str, Any] = field(default_factory=dict)
+    where: dataclasses.InitVar[str] = "model"
+
+    def __post_init__(self, where: str) -> None:
+        require(self.dtype in DTYPES, where, "dtype", self.dtype, f"use one of {DTYPES}")
+        for key in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                    "max_position_embeddings"):
+            require(int(getattr(self, key)) >= 1, where, key, getattr(self, key), "use a positive integer")
+        require(self.hidden_size % self.num_heads == 0, where, "hidden_size", self.hidden_size,
+                f"must be divisible by num_heads={self.num_heads}")
+        require(self.vocab_size >= 300, where, "vocab_size", self.vocab_size,
+                "byte-level BPE needs >= 256 byte tokens + specials; use e.g. 1024 or 4096")
+        self.lora_settings = settings_from_dict(LoraSettings, dict(self.lora or {}), f"{where}.lora")
+
+
+def parse_model(preset: dict[str, Any] | None, where: str) -> ModelSettings:
+    return settings_from_dict(ModelSettings, dict(preset or {}), where)
+
+
+def torch_dtype(model: ModelSettings, device: str):
+    """bf16 on CUDA (the paper's hardware trains in bf16), fp32 on CPU unless the preset says otherwise."""
+    import torch
+
+    if model.dtype == "auto":
+        return torch.bfloat16 if device == "cuda" else torch.float32
+    return getattr(torch, model.dtype)
+
+
+def build_llama(model: ModelSettings, tokenizer):
+    """The embedded default: a LlamaForCausalLM from config (weights from the global torch seed)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=model.hidden_size, num_hidden_layers=model.num_layers,
+        num_attention_heads=model.num_heads, num_key_value_heads=model.num_heads,
+        intermediate_size=model.intermediate_size, max_position_embeddings=model.max_position_embeddings,
+        tie_word_embeddings=model.tie_embeddings, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
+    )
+    return LlamaForCausalLM(config)
+
+
+def load_causal_lm(path: str | Path, model: ModelSettings, device: str):
+    """A causal LM from a stage directory or hub id: safetensors only, remote code only if allowed."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=torch_dtype(model, device), use_safetensors=True,
+            trust_remote_code=model.trust_remote_code)
+    except OSError as e:
+        raise UserError(f"cannot load model {path}: {e}\nfix: point init/model.pretrained at a directory "
+                        "with safetensors weights (or a hub id already in the local HF cache)") from None
+
+
+def load_tokenizer(path: str | Path, model: ModelSettings):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=model.trust_remote_code)
+    if tokenizer.pad_token is None:
+        # Public code models often ship without a pad token; padding is masked out of the loss anyway.
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def wrap_lora(causal_lm, model: ModelSettings):
+    """Wrap in PEFT LoRA adapters when the preset enables them; otherwise return the model unchanged."""
+    lora = model.lora_settings
+    if not lora.enabled:
+        return causal_lm
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                        target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+    return get_peft_model(causal_lm, config)
+
+
+def save_final(causal_lm, tokenizer, out_dir: Path) -> None:
+    """Save a plain HF model at the stage root. LoRA adapters are merged first so that every
+    downstream stage and the audit load the final model the same way, whatever the training method."""
+    if hasattr(causal_lm, "merge_and_unload"):
+        causal_lm = causal_lm.merge_and_unload()
+    causal_lm.save_pretrained(str(out_dir))
+    tokenizer.save_pretrained(str(out_dir))

@@ -1,0 +1,180 @@
+"""PT: the embedded base model — a code BPE tokenizer and a small Llama pre-trained from scratch with FIM.
+
+Paper 003 Appendix A.3: the base model is pre-trained on public code with FIM formatting at a 0.8 FIM
+rate (following CodeGemma); every FT model starts from it. Here the corpus is the `pd_pt` split and the
+model is the `model=` preset (tiny ≈ 5 M parameters). With a public model preset
+(`model.pretrained: <hub id or path>`) nothing is trained: PT imports that model into `models/PT/` so
+every later stage and the audit read it like any other stage.
+
+Trainer choice: transformers `Trainer` over pre-packed fixed-length blocks. Pre-training wants a plain
+contiguous token stream (documents joined by EOS, cut into `max_seq_len` blocks, GPT style) at a token
+budget (`max_tokens`); TRL's SFTTrainer packing keeps documents whole (best-fit decreasing) and targets
+padding-free attention, which adds nothing here. Packing is a dozen lines below.
+
+    memaudit train stage=PT experiment=quickstart
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.errors import UserError
+from harness.io import read_jsonl
+from recipes.common import StageContext, latest_checkpoint, settings_match, trl_device_kwargs, write_provenance
+from recipes.models import (build_llama, load_causal_lm, load_tokenizer, parse_model, require, save_final,
+                            settings_from_dict)
+
+
+@dataclass
+class PretrainSettings:
+    """`stages.PT` keys. Defaults are the quickstart's tiny-model choices."""
+
+    recipe: str = "pretrain"
+    datasets: list[str] = field(default_factory=lambda: ["pd_pt"])  # code corpora (id, text, source_file)
+    model: dict[str, Any] = field(default_factory=dict)  # the model preset; the pipeline injects cfg.model
+    max_tokens: int = 1_000_000    # training-token budget (corpus repeated with fresh FIM splits); ↑ better base
+    max_seq_len: int = 256         # packed block length; ↑ longer context, slower steps
+    batch_size: int = 16           # blocks per step
+    lr: float = 2e-3               # peak LR (AdamW); small models from scratch take high LRs
+    warmup_ratio: float = 0.05     # share of steps with linear LR warm-up
+    lr_scheduler: str = "cosine"   # anneal to 0 over the budget
+    weight_decay: float = 0.1
+    fim_rate: float = 0.8          # Appendix A.3 (CodeGemma): share of documents in PSM form
+    tokenizer_chars: int = 5_000_000  # characters of pd_pt the BPE tokenizer trains on; ↑ slower, marginal gain
+    save_steps: int = 100          # checkpoint interval (resume granularity)
+    save_total_limit: int | None = 2  # PT checkpoints are for resuming only; the audit scores later stages
+    logging_steps: int = 10
+    deepspeed: str | None = None   # DeepSpeed JSON (conf/accelerate/ds_zero*.json); CUDA only
+    where: dataclasses.InitVar[str] = "stages.PT"
+
+    def __post_init__(self, where: str) -> None:
+        require(self.recipe == "pretrain", where, "recipe", self.recipe, "this recipe is `pretrain`")
+        require(bool(self.datasets), where, "datasets", self.datasets, "name at least one code corpus, e.g. [pd_pt]")
+        require(self.max_tokens >= self.max_seq_len, where, "max_tokens", self.max_tokens,
+                f"the budget must cover at least one block of max_seq_len={self.max_seq_len} tokens")
+        require(self.max_seq_len >= 16, where, "max_seq_len", self.max_seq_len, "use >= 16, e.g. 256")
+        require(self.batch_size >= 1, where, "batch_size", self.batch_size, "use >= 1")
+        require(0 < self.lr < 1, where, "lr", self.lr, "set a learning rate in (0, 1), e.g. 2e-3")
+        require(0 <= self.fim_rate <= 1, where, "fim_rate", self.fim_rate, "a probability in [0, 1] (paper: 0.8)")
+        require(self.save_steps >= 1, where, "save_steps", self.save_steps, "use >= 1")
+        self.model_settings = parse_model(self.model, f"{where}.model")
+        require(self.model_settings.max_position_embeddings >= self.max_seq_len, where, "max_seq_len",
+                self.max_seq_len, "must not exceed model.max_position_embeddings")
+
+
+def packed_blocks(texts: list[str], tokenizer, sentinels, settings: PretrainSettings, seed: int) -> list[list[int]]:
+    """FIM-transform each document (seeded), join with EOS, cut into max_seq_len blocks up to max_tokens.
+
+    When the budget exceeds the corpus, further passes draw fresh FIM splits (as multi-epoch
+    pre-training with a random FIM transform does). The last partial block is dropped.
+    """
+    from harness.fim import fim_transform
+
+    n_blocks = math.ceil(settings.max_tokens / settings.max_seq_len)
+    blocks: list[list[int]] = []
+    stream: list[int] = []
+    epoch = 0
+    while len(blocks) < n_blocks:
+        rng = random.Random(f"{seed}-pt-{epoch}")
+        order = list(range(len(texts)))
+        rng.shuffle(order)
+        # fim_transform appends EOS, so documents stay separated in the packed stream.
+        docs = [fim_transform(texts[i], rng, sentinels, settings.fim_rate) for i in order]
+        for ids in tokenizer(docs, add_special_tokens=False)["input_ids"]:
+            stream.extend(ids)
+            while len(stream) >= settings.max_seq_len and len(blocks) < n_blocks:
+                blocks.append(stream[:settings.max_seq_len])
+                stream = stream[settings.max_seq_len:]
+        epoch += 1
+    return blocks
+
+
+class PretrainRecipe:
+    """setup -> train -> save, like a torchtune recipe."""
+
+    def __init__(self, settings: PretrainSettings, ctx: StageContext):
+        self.settings, self.ctx = settings, ctx
+        self.model_preset = settings.model_settings
+
+    def read_corpus(self) -> list[str]:
+        texts = []
+        for name in self.settings.datasets:
+            path = self.ctx.data_dir(name) / "rows.jsonl"
+            texts += [row["text"] for row in read_jsonl(path, required=["text"]) if row["text"]]
+        if not texts:
+            raise UserError(f"stages.{self.ctx.name}.datasets={self.settings.datasets}: no text rows; "
+                            "rebuild the data (`memaudit data`) or name a code corpus")
+        return texts
+
+    def import_pretrained(self) -> None:
+        """Public model preset: load (safetensors, no remote code) and save it as this run's PT."""
+        source = self.model_preset.pretrained
+        tokenizer = load_tokenizer(source, self.model_preset)
+        model = load_causal_lm(source, self.model_preset, self.ctx.device)
+        save_final(model, tokenizer, self.ctx.out_dir)
+
+    def setup(self) -> None:
+        import torch
+        from transformers import PreTrainedTokenizerFast, set_seed
+
+        from harness.fim import detect_sentinels
+        from recipes.tokenizer import train_code_tokenizer
+
+        set_seed(self.ctx.seed)
+        texts = self.read_corpus()
+        self.resume_from = latest_checkpoint(self.ctx.out_dir)
+        if self.resume_from is not None:
+            # Reuse the checkpoint's tokenizer: the resumed weights are tied to its vocabulary.
+            self.tokenizer = PreTrainedTokenizerFast.from_pretrained(str(self.resume_from))
+        else:
+            sample, size = [], 0
+            for text in texts:
+                if size >= self.settings.tokenizer_chars:
+                    break
+                sample.append(text)
+                size += len(text)
+            self.tokenizer = train_code_tokenizer(sample, vocab_size=self.model_preset.vocab_size)
+        self.sentinels = detect_sentinels(self.tokenizer, self.model_preset.fim_family)
+        blocks = packed_blocks(texts, self.tokenizer, self.sentinels, self.settings, self.ctx.seed)
+        self.train_dataset = [{"input_ids": torch.tensor(b), "labels": torch.tensor(b)} for b in blocks]
+        torch.manual_seed(self.ctx.seed)
+        self.model = build_llama(self.model_preset, self.tokenizer)
+
+    def train(self) -> None:
+        from transformers import Trainer, TrainingArguments, default_data_collator
+
+        s = self.settings
+        args = TrainingArguments(
+            output_dir=str(self.ctx.out_dir), num_train_epochs=1, per_device_train_batch_size=s.batch_size,
+            learning_rate=s.lr, warmup_steps=s.warmup_ratio, lr_scheduler_type=s.lr_scheduler,
+            weight_decay=s.weight_decay, save_strategy="steps", save_steps=s.save_steps,
+            save_total_limit=s.save_total_limit, save_only_model=False, logging_steps=s.logging_steps,
+            seed=self.ctx.seed, data_seed=self.ctx.seed, disable_tqdm=True,
+            **trl_device_kwargs(self.ctx.device, s.deepspeed))
+        self.trainer = Trainer(model=self.model, args=args, train_dataset=self.train_dataset,
+                               data_collator=default_data_collator, processing_class=self.tokenizer)
+        self.trainer.train(resume_from_checkpoint=str(self.resume_from) if self.resume_from else None)
+
+    def save(self) -> None:
+        self.trainer.save_state()      # trainer_state.json: the loss curve, read by tests and the report
+        save_final(self.trainer.model, self.tokenizer, self.ctx.out_dir)
+
+
+def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
+    if settings_match(ctx.out_dir, settings):
+        return
+    parsed = settings_from_dict(PretrainSettings, settings, f"stages.{ctx.name}")
+    recipe = PretrainRecipe(parsed, ctx)
+    if parsed.model_settings.pretrained:
+        recipe.import_pretrained()
+        write_provenance(ctx, "pretrain", settings, datasets=[], init_model=parsed.model_settings.pretrained)
+        return
+    recipe.setup()
+    recipe.train()
+    recipe.save()
+    write_provenance(ctx, "pretrain", settings, datasets=list(parsed.datasets), init_model=None,
+                     parameters=sum(p.numel() for p in recipe.model.parameters()))

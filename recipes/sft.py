@@ -1,0 +1,159 @@
+"""FT: FIM-formatted supervised fine-tuning with TRL's SFTTrainer on a mixture of datasets.
+
+Paper 003 Sec. 2 / Table 1: FT.2 trains on PD.1 alone (the control for every RLHF audit); FT.1 and FT.3
+add the synthetic dataset SD, which is how canaries enter the model. Appendix A.3: a mixture of PD and
+SD is weighted by size — we concatenate the rows and shuffle them (seeded).
+
+Row formats (the data engineer's contract):
+- code rows `id, text, source_file` -> `harness.fim.fim_transform` (random PSM split at `fim_rate`,
+  seeded), as in pre-training;
+- FIM rows `id, prefix, target, suffix` (SD) -> `format_psm_training(prefix, target, suffix)`: exactly
+  the PSM layout the audit prompts with, so a canary's target is learned as the completion of its
+  prefix/suffix. `include_code: true` also adds an SD row's unsplit `code` as plain text.
+
+    memaudit train stage=FT.1 experiment=quickstart
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.errors import UserError
+from harness.io import read_jsonl
+from recipes.common import StageContext, latest_checkpoint, settings_match, trl_device_kwargs, write_provenance
+from recipes.models import (load_causal_lm, load_tokenizer, parse_model, require, save_final,
+                            settings_from_dict, wrap_lora)
+
+
+@dataclass
+class SFTSettings:
+    """Keys of a `recipe: sft` stage (conf/experiment/*.yaml, `stages.<NAME>`)."""
+
+    recipe: str = "sft"
+    init: str = "PT"               # a stage name (PT) or a model directory
+    datasets: list[str] = field(default_factory=list)  # mixed proportionally to size (Appendix A.3)
+    model: dict[str, Any] = field(default_factory=dict)  # preset (fim_family, dtype, lora); injected by the pipeline
+    epochs: float = 3.0            # passes over the mixture; ↑ more memorization of SD (paper: 9-18)
+    max_steps: int = -1            # > 0 stops after this many steps (overrides epochs)
+    lr: float = 1e-3               # peak LR; ↑ faster fit and more memorization, less stable
+    lr_scheduler: str = "linear"   # annealed, as the paper's "(Annealed) LR" (Table 2)
+    warmup_ratio: float = 0.03
+    batch_size: int = 8
+    grad_accum: int = 1
+    max_seq_len: int = 512         # longer texts are truncated (their end is lost)
+    fim_rate: float = 1.0          # code rows in PSM form; ↓ mixes in left-to-right text (PT uses 0.8)
+    include_code: bool = False     # also train on FIM rows' unsplit `code` field as plain text
+    middle_only_loss: bool = False  # true: loss on the middle+EOS only (prompt/completion rows)
+    packing: bool = False          # TRL BFD packing; faster on short rows, but rows then share a context
+    save_steps: int = 50           # a checkpoint-<step>/ every N steps (each is audited)
+    save_total_limit: int | None = None  # keep all: the audit scores every checkpoint
+    logging_steps: int = 10
+    deepspeed: str | None = None   # DeepSpeed JSON (conf/accelerate/ds_zero*.json); CUDA only
+    where: dataclasses.InitVar[str] = "stages.FT"
+
+    def __post_init__(self, where: str) -> None:
+        require(self.recipe == "sft", where, "recipe", self.recipe, "this recipe is `sft`")
+        require(bool(self.init), where, "init", self.init, "set it to PT or a model directory")
+        if isinstance(self.datasets, str):
+            self.datasets = [self.datasets]
+        self.datasets = list(self.datasets)
+        require(bool(self.datasets), where, "datasets", self.datasets, "list the mixture, e.g. [pd_1, sd_base]")
+        require(0 < self.lr < 1, where, "lr", self.lr, "set a learning rate in (0, 1), e.g. 1e-3")
+        require(self.epochs > 0, where, "epochs", self.epochs, "must be > 0")
+        require(0 <= self.fim_rate <= 1, where, "fim_rate", self.fim_rate, "a probability in [0, 1]")
+        for key in ("batch_size", "grad_accum", "max_seq_len", "save_steps", "logging_steps"):
+            require(int(getattr(self, key)) >= 1, where, key, getattr(self, key), "use a positive integer")
+        require(not (self.packing and self.middle_only_loss), where, "packing", self.packing,
+                "packing mixes rows into one context; turn it off when middle_only_loss is true")
+        self.model_settings = parse_model(self.model, f"{where}.model")
+
+
+def training_rows(rows: list[dict], source: str, sentinels, settings: SFTSettings, rng: random.Random) -> list[dict]:
+    """Dataset rows -> SFT examples: {'text'} or, with middle_only_loss, {'prompt', 'completion'}."""
+    from harness.fim import fim_transform, format_psm_prompt, format_psm_training
+
+    examples = []
+    for i, row in enumerate(rows):
+        if "text" in row:
+            text = fim_transform(row["text"], rng, sentinels, settings.fim_rate)
+            examples.append({"prompt": "", "completion": text} if settings.middle_only_loss else {"text": text})
+        elif {"prefix", "target", "suffix"} <= row.keys():
+            if settings.middle_only_loss:
+                examples.append({"prompt": format_psm_prompt(row["prefix"], row["suffix"], sentinels),
+                                 "completion": row["target"] + (sentinels.eos or "")})
+            else:
+                examples.append({"text": format_psm_training(row["prefix"], row["target"], row["suffix"], sentinels)})
+            if settings.include_code and row.get("code"):
+                code = row["code"] + (sentinels.eos or "")
+                examples.append({"prompt": "", "completion": code} if settings.middle_only_loss else {"text": code})
+        else:
+            raise UserError(f"{source}:{i + 1}: row has neither `text` (code row) nor `prefix/target/suffix` "
+                            "(FIM row); rebuild the dataset or remove it from the stage's datasets")
+    return examples
+
+
+class SFTRecipe:
+    """setup -> train -> save for one FT stage."""
+
+    def __init__(self, settings: SFTSettings, ctx: StageContext):
+        self.settings, self.ctx = settings, ctx
+        self.model_preset = settings.model_settings
+
+    def setup(self) -> None:
+        from datasets import Dataset
+        from transformers import set_seed
+
+        from harness.fim import detect_sentinels
+
+        set_seed(self.ctx.seed)
+        self.init_dir = self.ctx.model_dir(self.settings.init)
+        self.tokenizer = load_tokenizer(self.init_dir, self.model_preset)
+        self.sentinels = detect_sentinels(self.tokenizer, self.model_preset.fim_family, model_name=str(self.init_dir))
+        rng = random.Random(f"{self.ctx.seed}-sft")
+        examples = []
+        for name in self.settings.datasets:
+            path = self.ctx.data_dir(name) / "rows.jsonl"
+            examples += training_rows(read_jsonl(path), str(path), self.sentinels, self.settings, rng)
+        if not examples:
+            raise UserError(f"stages.{self.ctx.name}.datasets={self.settings.datasets}: all empty; rebuild the data")
+        rng.shuffle(examples)  # the size-proportional mixture of Appendix A.3
+        self.train_dataset = Dataset.from_list(examples)
+        self.model = wrap_lora(load_causal_lm(self.init_dir, self.model_preset, self.ctx.device), self.model_preset)
+
+    def train(self) -> None:
+        from trl import SFTConfig, SFTTrainer
+
+        s = self.settings
+        args = SFTConfig(
+            output_dir=str(self.ctx.out_dir), num_train_epochs=s.epochs, max_steps=s.max_steps,
+            per_device_train_batch_size=s.batch_size, gradient_accumulation_steps=s.grad_accum,
+            learning_rate=s.lr, lr_scheduler_type=s.lr_scheduler, warmup_steps=s.warmup_ratio,
+            max_length=s.max_seq_len, packing=s.packing, completion_only_loss=s.middle_only_loss,
+            dataset_text_field="text", save_strategy="steps", save_steps=s.save_steps,
+            save_total_limit=s.save_total_limit, save_only_model=False, logging_steps=s.logging_steps,
+            seed=self.ctx.seed, data_seed=self.ctx.seed, disable_tqdm=True,
+            **trl_device_kwargs(self.ctx.device, s.deepspeed))
+        self.trainer = SFTTrainer(model=self.model, args=args, train_dataset=self.train_dataset,
+                                  processing_class=self.tokenizer)
+        resume = latest_checkpoint(self.ctx.out_dir)
+        self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+
+    def save(self) -> None:
+        self.trainer.save_state()      # trainer_state.json: the loss curve
+        if self.trainer.is_world_process_zero():
+            save_final(self.trainer.model, self.tokenizer, self.ctx.out_dir)
+
+
+def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
+    if settings_match(ctx.out_dir, settings):
+        return
+    recipe = SFTRecipe(settings_from_dict(SFTSettings, settings, f"stages.{ctx.name}"), ctx)
+    recipe.setup()
+    recipe.train()
+    recipe.save()
+    if recipe.trainer.is_world_process_zero():
+        write_provenance(ctx, "sft", settings, datasets=list(recipe.settings.datasets),
+                         init_model=str(recipe.init_dir))
