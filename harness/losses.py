@@ -34,9 +34,17 @@ Where the task text and paper 004 differ (we follow the task text):
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from harness.errors import UserError
+from harness.io import RowStore, atomic_write_json, atomic_write_jsonl, file_sha256, read_json, read_jsonl
+from harness.provenance import provenance
 
 MEASURES = ("recollection", "counterfactual", "contextual")
 
@@ -139,3 +147,401 @@ def memorization_measures(train_loss, control_loss, tau: float = 0.2) -> dict:
                                ("contextual", ctx_onset, ctx_score)):
         out[name] = {"onset": onset.astype(np.int64), "score": score, **_dataset_level(score)}
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-example loss of a FIM target given its prompt (the model interface's "loglikelihood" half)
+# ---------------------------------------------------------------------------------------------
+
+def encode_fim_examples(tokenizer, prefixes: Sequence[str], targets: Sequence[str],
+                        suffixes: Sequence[str], sentinels) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, target ids) per example: the PSM prompt `[PRE]prefix[SUF]suffix[MID]`, then the target.
+
+    The prompt is encoded exactly as greedy decoding encodes it (`generation.encode_prompts`, BOS kept
+    where the tokenizer adds one), so a loss and a completion condition on the same tokens. The target is
+    encoded on its own without special tokens: the `<fim_middle>` sentinel before it is a special token,
+    so a tokenizer splits the training text `...<fim_middle>middle<eos>` at it and the middle gets the
+    same ids as here. EOS is not part of the target: we measure the string, not where it stops.
+    """
+    from harness.fim import format_psm_prompt
+    from harness.generation import encode_prompts
+
+    if not (len(prefixes) == len(targets) == len(suffixes)):
+        raise ValueError(f"prefixes/targets/suffixes differ in length: "
+                         f"{len(prefixes)}/{len(targets)}/{len(suffixes)}")
+    prompts = encode_prompts(tokenizer, [format_psm_prompt(p, s, sentinels)
+                                         for p, s in zip(prefixes, suffixes)])
+    target_ids = tokenizer(list(targets), add_special_tokens=False)["input_ids"]
+    for i, ids in enumerate(target_ids):
+        if not ids:
+            raise ValueError(f"example {i}: empty target has no tokens to score; drop it or fix its `target`")
+    return [(list(p), list(t)) for p, t in zip(prompts, target_ids)]
+
+
+def _accepts_logits_to_keep(model) -> bool:
+    import inspect
+
+    return "logits_to_keep" in inspect.signature(model.forward).parameters
+
+
+def token_losses_batched(model, examples: Sequence[tuple[list[int], list[int]]], batch_size: int = 16,
+                         pad_id: int = 0, reduction: str = "mean", progress: bool | None = None) -> np.ndarray:
+    """Cross-entropy of each example's target ids given its prompt ids, one forward pass per batch.
+
+    Rows are right-padded under an attention mask (positions 0..n-1 of every real token are then the
+    same as unpadded), grouped by length so a batch carries little padding. Only the logits from the
+    first target-predicting position onwards are materialised (`logits_to_keep`), which matters for
+    49k-token vocabularies and long FIM prompts. reduction: "mean" (per-token average, paper 004's
+    string loss) or "sum" (sequence negative log-likelihood, for ranking candidates of different
+    length as in the exposure test).
+    """
+    import torch
+
+    from harness.generation import _progress, length_sorted_batches
+
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction={reduction!r}: use 'mean' or 'sum'")
+    out = np.empty(len(examples), dtype=np.float64)
+    device = next(model.parameters()).device
+    keep_arg = _accepts_logits_to_keep(model)
+    bar = _progress(len(examples), "loss", progress)
+    try:
+        for idx in length_sorted_batches([len(p) + len(t) for p, t in examples], batch_size):
+            rows = [examples[i][0] + examples[i][1] for i in idx]
+            width = max(len(r) for r in rows)
+            input_ids = torch.tensor([r + [pad_id] * (width - len(r)) for r in rows], device=device)
+            attention_mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device)
+            # Target token j of a row sits at position len(prompt)+j and is predicted at len(prompt)+j-1.
+            first = min(len(examples[i][0]) for i in idx) - 1
+            if first < 0:
+                raise ValueError("an example has an empty prompt; the PSM prompt always has sentinels, "
+                                 "so this means a tokenizer dropped them")
+            kwargs = {"logits_to_keep": width - first} if keep_arg else {}
+            with torch.inference_mode():
+                logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
+                               **kwargs).logits
+            offset = width - logits.shape[1]          # logits column c predicts token c + offset + 1
+            for row, i in enumerate(idx):
+                n_prompt, target = len(examples[i][0]), examples[i][1]
+                cols = torch.arange(n_prompt - 1, n_prompt - 1 + len(target), device=device) - offset
+                logp = torch.log_softmax(logits[row, cols].float(), dim=-1)
+                nll = -logp.gather(1, torch.tensor(target, device=device)[:, None]).squeeze(1)
+                out[i] = float(nll.mean() if reduction == "mean" else nll.sum())
+            bar.update(len(idx))
+    finally:
+        bar.close()
+    return out
+
+
+def target_losses(model, tokenizer, prefixes: Sequence[str], targets: Sequence[str],
+                  suffixes: Sequence[str], sentinels, batch_size: int = 16, reduction: str = "mean",
+                  progress: bool | None = None) -> np.ndarray:
+    """Per-example loss of `target` given the PSM FIM prompt of (prefix, suffix): mean token cross-
+    entropy over the target tokens only (prompt tokens masked out), as a float64 array in input order.
+
+    This is the loss of paper 004 Sec. 3 (recollection "loss(M_e, s)") for a FIM example.
+    """
+    examples = encode_fim_examples(tokenizer, prefixes, targets, suffixes, sentinels)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return token_losses_batched(model, examples, batch_size, pad_id, reduction, progress)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loss cache keyed by a fingerprint (what was scored, by which weights, how)
+# ---------------------------------------------------------------------------------------------
+# harness/audit.py (the completion cache) did not exist when this was written, so this is a minimal
+# fingerprint + RowStore cache of our own; when audit.py lands with a model fingerprint helper, swap
+# `model_fingerprint` for it.
+
+CACHE_VERSION = 1   # bump when the loss computation changes, so old cached numbers are not reused
+MODEL_FILES = ("*.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json",
+               "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt")
+
+
+def model_fingerprint(model_dir: str | Path) -> str:
+    """sha256 over the files that decide what a model directory computes (weights, config, tokenizer)."""
+    model_dir = Path(model_dir)
+    h = hashlib.sha256()
+    files = sorted({p for pattern in MODEL_FILES for p in model_dir.glob(pattern) if p.is_file()})
+    if not any(p.suffix == ".safetensors" for p in files):
+        raise UserError(f"{model_dir}: no *.safetensors weights; point at a saved HF model or checkpoint dir")
+    for p in files:
+        h.update(p.name.encode() + b"\0" + file_sha256(p).encode() + b"\n")
+    return h.hexdigest()
+
+
+def examples_fingerprint(rows: Sequence[dict], fields: Sequence[str] = ("id", "prefix", "target", "suffix")) -> str:
+    payload = json.dumps([[r.get(f) for f in fields] for r in rows], ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def cache_key(**parts: Any) -> str:
+    return hashlib.sha256(json.dumps({"v": CACHE_VERSION, **parts}, sort_keys=True,
+                                     default=str).encode()).hexdigest()[:32]
+
+
+class _LazyModel:
+    """Loads a checkpoint only when a loss is actually missing from the cache (a rerun loads nothing)."""
+
+    def __init__(self, path: Path, device: str):
+        self.path, self.device, self._pair = path, device, None
+
+    def get(self):
+        if self._pair is None:
+            from harness.generation import load_causal_lm
+
+            self._pair = load_causal_lm(self.path, self.device)
+        return self._pair
+
+    def release(self) -> None:
+        self._pair = None
+
+
+def cached_row_losses(store_path: Path, rows: Sequence[dict], compute, chunk: int = 256) -> dict[str, Any]:
+    """{id: value} for `rows`, computing only ids missing from the RowStore at `store_path`.
+
+    `compute(rows) -> list of JSON-able values` runs on chunks of missing rows; each chunk is appended
+    (fsync'd) as soon as it is done, so a killed job loses at most one chunk and a rerun neither
+    recomputes nor duplicates what was stored.
+    """
+    store = RowStore(store_path, key="id")
+    missing = [r for r in rows if r["id"] not in store.done]
+    for start in range(0, len(missing), chunk):
+        part = missing[start:start + chunk]
+        store.append({"id": r["id"], "value": v} for r, v in zip(part, compute(part)))
+    values = {row["id"]: row["value"] for row in store.rows()}
+    return {r["id"]: values[r["id"]] for r in rows}
+
+
+# ---------------------------------------------------------------------------------------------
+# audit_losses: every checkpoint of an audited run vs a control run (or a fixed reference model)
+# ---------------------------------------------------------------------------------------------
+
+FIM_FIELDS = ("id", "prefix", "target", "suffix")
+VARIANT_CONTROL = "control_run"
+VARIANT_REFERENCE = "reference_upper_bound"
+
+
+def list_checkpoints(model_dir: str | Path) -> dict[int, Path]:
+    """{step: path} of the `checkpoint-<step>` directories of a trained model, by step."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise UserError(f"{model_dir}: model directory not found; point at <run_dir>/models/<NAME>")
+    found = {}
+    for p in model_dir.glob("checkpoint-*"):
+        step = p.name.split("-", 1)[1]
+        if p.is_dir() and step.isdigit():
+            found[int(step)] = p
+    return dict(sorted(found.items()))
+
+
+def _checkpoint_epoch(path: Path) -> float | None:
+    """The epoch a checkpoint was saved at, from the Trainer's trainer_state.json when present."""
+    state = path / "trainer_state.json"
+    if state.is_file():
+        epoch = read_json(state).get("epoch")
+        return float(epoch) if epoch is not None else None
+    return None
+
+
+def _match_checkpoints(audited_dir: Path, control_dir: Path | None) -> list[dict]:
+    audited = list_checkpoints(audited_dir)
+    if not audited:
+        raise UserError(f"{audited_dir}: no checkpoint-<step> directories; the loss measures need the "
+                        "checkpoints saved during training (set the stage's save_steps / save_strategy)")
+    if control_dir is None:
+        return [{"step": s, "epoch": _checkpoint_epoch(p), "audited": p, "control": None}
+                for s, p in audited.items()]
+    control = list_checkpoints(control_dir)
+    if list(control) != list(audited):
+        raise UserError(f"checkpoint steps differ: audited {audited_dir} has {list(audited)}, control "
+                        f"{control_dir} has {list(control)}; train the control with the same schedule "
+                        "(same save_steps, batch size and dataset size) so epochs line up")
+    return [{"step": s, "epoch": _checkpoint_epoch(p), "audited": p, "control": control[s]}
+            for s, p in audited.items()]
+
+
+def load_fim_examples(path: str | Path) -> tuple[list[dict], str]:
+    """Rows (id, prefix, target, suffix, ...) of a FIM example set and the sha256 of its file.
+
+    `path` is a rows.jsonl file or a dataset directory holding one.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "rows.jsonl"
+    rows = read_jsonl(path, required=FIM_FIELDS)
+    seen: set = set()
+    for n, r in enumerate(rows, start=1):
+        for f in ("prefix", "target", "suffix"):
+            if not isinstance(r[f], str):
+                raise UserError(f"{path}: row {n} (id {r['id']!r}): field {f!r} must be a string")
+        if not r["target"]:
+            raise UserError(f"{path}: row {n} (id {r['id']!r}): empty target, nothing to score; drop the row")
+        if r["id"] in seen:
+            raise UserError(f"{path}: row {n}: duplicate id {r['id']!r}; ids must be unique per dataset")
+        seen.add(r["id"])
+    if not rows:
+        raise UserError(f"{path}: no rows; the loss measures need at least one example")
+    return rows, file_sha256(path)
+
+
+def _jsonable(a: np.ndarray) -> list:
+    return [float(round(x, 8)) for x in np.asarray(a, dtype=np.float64).ravel()]
+
+
+def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], out_dir: str | Path, *,
+                 control_dir: str | Path | None = None, reference_model: str | Path | None = None,
+                 tau: float = 0.2, heldout: str | None = None, batch_size: int = 16,
+                 device: str = "auto", fim_family: str | None = None, cache_dir: str | Path | None = None,
+                 pii_candidates: str | Path | None = None, exposure: bool = True,
+                 seed: int | None = None) -> dict:
+    """Paper 004's three measures (and SD.Links exposure) at every checkpoint of an audited run.
+
+    audited_dir: <run_dir>/models/<NAME> (e.g. FT.1) with checkpoint-<step>/ dirs.
+    control_dir: the control run (e.g. FT.2: same stage and schedule, trained without the audited
+        strings), with checkpoints at the same steps. Exact paper 004 Sec. 3 setting.
+    reference_model: used when there is no control run: one fixed model directory whose loss is the
+        control loss at every epoch (paper 004 Sec. 5 proxy). Its recollection is only an upper bound
+        of the optimal contextual recollection, so the output is labelled `reference_upper_bound`;
+        counterfactual and contextual then coincide (the threshold no longer depends on the epoch).
+    example_sets: {dataset name: rows.jsonl or dataset dir} of FIM rows (id, prefix, target, suffix).
+    heldout: name of an example set the audited run did not train on; the checkpoint with its lowest
+        mean loss is the "optimal learning" epoch e* marked in paper 004 Fig. 3.
+    exposure: rank-based exposure (harness/exposure.py) for rows with `pii_path` (SD.Links positives).
+
+    Writes into out_dir, atomically: <set>.jsonl (per string: losses, onsets, per-epoch scores),
+    <set>.exposure.jsonl (per positive: rank and exposure per checkpoint) and summary.json
+    (per-epoch frac/weighted per measure, exposure distribution, provenance). Losses are cached under
+    cache_dir (default out_dir/cache) per (weights, examples, settings) fingerprint, so a killed run
+    resumes where it stopped. Returns the summary.
+    """
+    from transformers import AutoTokenizer
+
+    from harness import exposure as exp
+    from harness.fim import detect_sentinels
+    from harness.generation import pick_device
+
+    audited_dir, out_dir = Path(audited_dir), Path(out_dir)
+    if control_dir is None and reference_model is None:
+        raise UserError("audit_losses needs a control run (control_dir, e.g. models/FT.2) or a fixed "
+                        "reference model (reference_model) to compare the audited checkpoints against")
+    if control_dir is not None and reference_model is not None:
+        raise UserError("give either control_dir or reference_model, not both")
+    if not example_sets:
+        raise UserError("no example sets given; pass e.g. {'sd_base': <run_dir>/data/sd_base}")
+    if heldout is not None and heldout not in example_sets:
+        raise UserError(f"heldout={heldout!r} is not one of the example sets {sorted(example_sets)}")
+    device = pick_device(device)
+    cache_dir = Path(cache_dir) if cache_dir is not None else out_dir / "cache"
+    checkpoints = _match_checkpoints(audited_dir, Path(control_dir) if control_dir else None)
+    variant = VARIANT_CONTROL if control_dir is not None else VARIANT_REFERENCE
+    data = {name: load_fim_examples(path) for name, path in example_sets.items()}
+
+    first_tok = AutoTokenizer.from_pretrained(str(checkpoints[0]["audited"]))
+    sentinels = detect_sentinels(first_tok, fim_family, str(audited_dir))
+    candidates = exp.load_candidates(pii_candidates or exp.PII_PATHS_FILE) if exposure else []
+    pii_rows = {name: exp.exposure_rows(rows) for name, (rows, _) in data.items()} if exposure else {}
+    # Batching does not change a loss (tested), so batch_size is not part of the cache key.
+    settings = {"sentinels": sentinels.family, "device": device}
+
+    def losses_of(model_dir: Path, with_exposure: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Mean target loss per set, and (rows, candidates) exposure losses per set, of one model dir."""
+        lazy = _LazyModel(model_dir, device)
+        fp = model_fingerprint(model_dir)
+
+        def mean_loss(rows):
+            model, tok = lazy.get()
+            return target_losses(model, tok, [r["prefix"] for r in rows], [r["target"] for r in rows],
+                                 [r["suffix"] for r in rows], sentinels, batch_size).tolist()
+
+        def cand_loss(rows):
+            model, tok = lazy.get()
+            return exp.candidate_losses(model, tok, rows, candidates, sentinels, batch_size).tolist()
+
+        target, cands = {}, {}
+        for name, (rows, _) in data.items():
+            key = cache_key(kind="target_loss_mean", model=fp, examples=examples_fingerprint(rows), **settings)
+            got = cached_row_losses(cache_dir / "losses" / f"{key}.jsonl", rows, mean_loss)
+            target[name] = np.array([got[r["id"]] for r in rows])
+            if with_exposure and pii_rows.get(name):
+                key = cache_key(kind="exposure_sum", model=fp, candidates=candidates,
+                                examples=examples_fingerprint(pii_rows[name], FIM_FIELDS + ("pii_path",)),
+                                **settings)
+                got = cached_row_losses(cache_dir / "losses" / f"{key}.jsonl", pii_rows[name], cand_loss,
+                                        chunk=max(1, 2048 // len(candidates)))
+                cands[name] = np.array([got[r["id"]] for r in pii_rows[name]])
+        lazy.release()
+        return target, cands
+
+    train = {name: [] for name in data}
+    control = {name: [] for name in data}
+    cand = {name: [] for name in pii_rows if pii_rows[name]}
+    reference = losses_of(Path(reference_model), False)[0] if reference_model is not None else None
+    for ck in checkpoints:
+        t, c = losses_of(ck["audited"], True)
+        ctrl = losses_of(ck["control"], False)[0] if ck["control"] is not None else reference
+        for name in data:
+            train[name].append(t[name])
+            control[name].append(ctrl[name])
+        for name in cand:
+            cand[name].append(c[name])
+
+    summary_sets = {}
+    for name, (rows, sha) in data.items():
+        tr, co = np.stack(train[name]), np.stack(control[name])
+        try:
+            m = memorization_measures(tr, co, tau)
+        except ValueError as e:
+            raise UserError(f"dataset {name}: {e}") from None
+        out_rows = []
+        for j, r in enumerate(rows):
+            out_rows.append({
+                "id": r["id"], "variant": variant,
+                "train_loss": _jsonable(tr[:, j]), "control_loss": _jsonable(co[:, j]),
+                "optimal_contextual_loss": float(m["optimal_contextual_loss"][j]),
+                "onset": {k: int(m[k]["onset"][j]) for k in MEASURES},
+                "score": {k: _jsonable(m[k]["score"][:, j]) for k in MEASURES},
+            })
+        atomic_write_jsonl(out_dir / f"{name}.jsonl", out_rows)
+        entry = {
+            "count": len(rows), "sha256": sha,
+            "mean_train_loss": _jsonable(tr.mean(axis=1)), "mean_control_loss": _jsonable(co.mean(axis=1)),
+            "measures": {k: {"frac": _jsonable(m[k]["frac"]), "weighted": _jsonable(m[k]["weighted"]),
+                             "memorized_ever": int(np.sum(m[k]["onset"] >= 0))} for k in MEASURES},
+        }
+        if name in cand:
+            per_ck = [exp.exposures(L, pii_rows[name], candidates) for L in cand[name]]
+            exp_rows = [{"id": r["id"], "pii_path": r["pii_path"],
+                         "rank": [per_ck[e][i]["rank"] for e in range(len(checkpoints))],
+                         "exposure": [per_ck[e][i]["exposure"] for e in range(len(checkpoints))]}
+                        for i, r in enumerate(pii_rows[name])]
+            atomic_write_jsonl(out_dir / f"{name}.exposure.jsonl", exp_rows)
+            entry["exposure"] = [exp.exposure_summary([x["exposure"] for x in ck_rows], len(candidates))
+                                 for ck_rows in per_ck]
+        summary_sets[name] = entry
+
+    best_epoch = None
+    if heldout is not None:
+        best_epoch = int(np.argmin(np.stack(train[heldout]).mean(axis=1)))
+    summary = {
+        "variant": variant,
+        "variant_note": (
+            "control = the control run's checkpoint at the same step (paper 004 Sec. 3)"
+            if variant == VARIANT_CONTROL else
+            "control = one fixed reference model at every epoch (paper 004 Sec. 5 proxy): its loss upper-"
+            "bounds the optimal contextual recollection only if it never trained on these strings; "
+            "counterfactual == contextual here"),
+        "audited": str(audited_dir), "control": str(control_dir) if control_dir else None,
+        "reference_model": str(reference_model) if reference_model else None,
+        "tau": tau, "heldout": heldout, "best_epoch": best_epoch,
+        "checkpoints": [{"index": i, "step": ck["step"], "epoch": ck["epoch"]} for i, ck in enumerate(checkpoints)],
+        "n_candidates": len(candidates) if cand else None,
+        "datasets": summary_sets,
+        "provenance": provenance(seed=seed, datasets={n: sha for n, (_, sha) in data.items()},
+                                 measure="paper004_loss_measures", tau=tau, variant=variant,
+                                 fim_family=sentinels.family, cache_version=CACHE_VERSION,
+                                 pii_candidates_sha256=(file_sha256(pii_candidates or exp.PII_PATHS_FILE)
+                                                        if cand else None)),
+    }
+    atomic_write_json(out_dir / "summary.json", summary)
+    return summary
