@@ -1,0 +1,146 @@
+"""IPO stage: direct preference learning on preference pairs (paper 003 Sec. 5.4, Fig. 6b).
+
+    memaudit train experiment=smoke        # every stage of the experiment, IPO among them
+
+Identity Preference Optimization (Azar et al., 2024), the ΨPO special case the paper uses, through TRL's
+DPOTrainer with `loss_type="ipo"`: loss = (Δ - 1/(2β))² where Δ is the difference of the policy/
+reference log-ratios of chosen and rejected (TRL averages log-probs per token for IPO). `loss: dpo`
+switches to the sigmoid (DPO) loss. The prompt is the FIM context `format_psm_prompt(prefix, suffix)`;
+chosen / rejected are the completions followed by EOS, as in PSM training text. The reference is the
+initial model, loaded explicitly from the init directory.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import InitVar, asdict, dataclass, field, fields
+from typing import Any
+
+from harness.errors import UserError
+from harness.io import read_jsonl
+from recipes.common import (StageContext, latest_checkpoint, settings_match, trl_device_kwargs,
+                            write_provenance)
+
+LOSSES = {"ipo": "ipo", "dpo": "sigmoid"}     # our key -> TRL loss_type
+PAIR_FIELDS = ("id", "prefix", "suffix", "chosen", "rejected")
+
+
+@dataclass
+class IPOSettings:
+    """Keys of a `recipe: ipo` stage (conf/experiment/*.yaml, `stages.<NAME>`)."""
+
+    init: str = ""                 # model to align and KL reference: a stage name (PT) or a model directory
+    datasets: list[str] = field(default_factory=list)       # pairwise rows, e.g. [pairs_sd_base, pairs_sd_links]
+    eval_datasets: list[str] = field(default_factory=list)  # pairwise validation sets (eval loss)
+    loss: str = "ipo"              # ipo (paper Sec. 5.4) | dpo (sigmoid)
+    beta: float = 0.1              # IPO: regularization τ, target margin 1/(2β); smaller -> larger margin, more drift
+    lr: float = 1e-6               # AdamW learning rate; higher -> fits (and memorizes) the pairs faster
+    epochs: float = 1.0            # passes over the pairs
+    max_steps: int = -1            # > 0 stops after this many optimizer steps (overrides epochs)
+    batch_size: int = 4            # pairs per device step
+    grad_accum: int = 1            # gradient accumulation steps
+    max_length: int = 1024         # tokens of prompt + completion; longer pairs are truncated
+    save_steps: int = 100          # a checkpoint-<step>/ every N optimizer steps (each is audited)
+    logging_steps: int = 10        # log train/loss every N steps
+    fim_family: str | None = None  # FIM sentinel family (harness.fim); None = detect from the tokenizer
+    stage: InitVar[str] = "IPO"    # stage name for error messages only; not a setting
+
+    def __post_init__(self, stage: str) -> None:
+        def bad(key: str, fix: str) -> UserError:
+            return UserError(f"stages.{stage}.{key}={getattr(self, key)!r}: {fix}")
+
+        if not self.init:
+            raise bad("init", "set it to the model to align (e.g. PT) or a model directory")
+        if isinstance(self.datasets, str):
+            self.datasets = [self.datasets]
+        if isinstance(self.eval_datasets, str):
+            self.eval_datasets = [self.eval_datasets]
+        self.datasets, self.eval_datasets = list(self.datasets), list(self.eval_datasets)
+        if not self.datasets:
+            raise bad("datasets", "list at least one pairwise dataset, e.g. [pairs_sd_base, pairs_sd_links]")
+        if self.loss not in LOSSES:
+            raise bad("loss", f"use one of {', '.join(LOSSES)}")
+        for key in ("beta", "lr", "epochs"):
+            if not float(getattr(self, key)) > 0:
+                raise bad(key, "must be > 0")
+        for key in ("batch_size", "grad_accum", "max_length", "save_steps", "logging_steps"):
+            if int(getattr(self, key)) < 1:
+                raise bad(key, "must be a positive integer")
+
+
+def load_settings(settings: dict[str, Any], stage: str) -> IPOSettings:
+    known = {f.name for f in fields(IPOSettings)}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise UserError(f"stages.{stage}.{unknown[0]}: unknown key for recipe ipo; "
+                        f"remove it or use one of {', '.join(sorted(known))}")
+    return IPOSettings(**settings, stage=stage)
+
+
+class IPORecipe:
+    """setup -> train -> save for one IPO stage."""
+
+    def __init__(self, cfg: IPOSettings, ctx: StageContext):
+        self.cfg, self.ctx = cfg, ctx
+
+    def setup(self) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from harness import fim
+
+        self.init_dir = self.ctx.model_dir(self.cfg.init)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.init_dir))
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.sentinels = fim.detect_sentinels(self.tokenizer, self.cfg.fim_family, model_name=str(self.init_dir))
+        self.policy = AutoModelForCausalLM.from_pretrained(str(self.init_dir))
+        self.reference = AutoModelForCausalLM.from_pretrained(str(self.init_dir)).eval()
+        self.rows = {name: read_jsonl(self.ctx.data_dir(name) / "rows.jsonl", required=PAIR_FIELDS)
+                     for name in dict.fromkeys(self.cfg.datasets + self.cfg.eval_datasets)}
+
+    def dataset(self, names: list[str]):
+        """prompt = PSM prompt, chosen/rejected = completion + EOS; several sets shuffled together."""
+        from datasets import Dataset
+
+        from harness import fim
+
+        eos = self.sentinels.eos or self.tokenizer.eos_token
+        rows = [r for name in names for r in self.rows[name]]
+        random.Random(self.ctx.seed).shuffle(rows)
+        return Dataset.from_list([{"prompt": fim.format_psm_prompt(r["prefix"], r["suffix"], self.sentinels),
+                                   "chosen": r["chosen"] + eos, "rejected": r["rejected"] + eos} for r in rows])
+
+    def train(self) -> None:
+        from trl import DPOConfig, DPOTrainer
+
+        cfg = self.cfg
+        args = DPOConfig(output_dir=str(self.ctx.out_dir), loss_type=LOSSES[cfg.loss], beta=cfg.beta,
+                         learning_rate=cfg.lr, num_train_epochs=cfg.epochs, max_steps=cfg.max_steps,
+                         per_device_train_batch_size=cfg.batch_size, per_device_eval_batch_size=cfg.batch_size,
+                         gradient_accumulation_steps=cfg.grad_accum, max_length=cfg.max_length,
+                         save_strategy="steps", save_steps=cfg.save_steps, save_only_model=False,
+                         logging_steps=cfg.logging_steps, eval_strategy="steps" if cfg.eval_datasets else "no",
+                         eval_steps=cfg.save_steps if cfg.eval_datasets else None,
+                         seed=self.ctx.seed, data_seed=self.ctx.seed, **trl_device_kwargs(self.ctx.device))
+        self.trainer = DPOTrainer(model=self.policy, ref_model=self.reference, args=args,
+                                  train_dataset=self.dataset(cfg.datasets),
+                                  eval_dataset=self.dataset(cfg.eval_datasets) if cfg.eval_datasets else None,
+                                  processing_class=self.tokenizer)
+        resume = latest_checkpoint(self.ctx.out_dir)
+        self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+
+    def save(self) -> None:
+        self.trainer.save_model(str(self.ctx.out_dir))
+        self.tokenizer.save_pretrained(str(self.ctx.out_dir))
+
+
+def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
+    if settings_match(ctx.out_dir, settings):
+        return
+    cfg = load_settings(settings, ctx.name.split("/")[0])
+    recipe = IPORecipe(cfg, ctx)
+    recipe.setup()
+    recipe.train()
+    recipe.save()
+    write_provenance(ctx, "ipo", settings, datasets=list(recipe.rows), init_model=str(recipe.init_dir),
+                     hyperparameters=asdict(cfg))

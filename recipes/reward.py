@@ -1,0 +1,292 @@
+"""RM stage: a scalar reward model on top of a fine-tuned code model (paper 003 Sec. 2.1, Appendix A.3).
+
+    memaudit train experiment=smoke        # runs every stage of the experiment, RM.* among them
+
+The reward model is the FT checkpoint with a one-unit sequence-classification head
+(`AutoModelForSequenceClassification(num_labels=1)`: the LM backbone is reused, only `score.weight`
+is new). It scores a completion *in its FIM context*: the input is the PSM training text
+`<fim_prefix>prefix<fim_suffix>suffix<fim_middle>completion<eos>`, the same text the RL stage scores.
+
+Objectives:
+- `pointwise` (default; the paper's "pointwise preference data", Appendix A.3): binary cross-entropy of
+  the label (1 good / 0 bad) with the scalar score as the logit. TRL has no pointwise reward trainer, so
+  this is the one small piece written here (a transformers Trainer overriding compute_loss).
+- `pairwise`: TRL RewardTrainer on chosen/rejected rows (Bradley-Terry, -log sigmoid(r_c - r_r)).
+
+After training, every example of the training and evaluation datasets is scored into
+`scores/<dataset>.jsonl` (id, label, score, source) with `scores/summary.json` (mean score per label,
+AUC) — the data of the paper's Fig. 2 (reward scores on SD.Links by label, per reward model).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import InitVar, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UserError
+from harness.io import atomic_write_json, atomic_write_jsonl, read_jsonl
+from recipes.common import (StageContext, latest_checkpoint, settings_match, trl_device_kwargs,
+                            write_provenance)
+
+OBJECTIVES = ("pointwise", "pairwise")
+POINTWISE_FIELDS = ("id", "prefix", "suffix", "completion", "label")
+PAIRWISE_FIELDS = ("id", "prefix", "suffix", "chosen", "rejected")
+
+
+@dataclass
+class RewardSettings:
+    """Keys of a `recipe: reward` stage (conf/experiment/*.yaml, `stages.<NAME>`)."""
+
+    init: str = ""                 # model to put the score head on: a stage name (FT.1) or a model directory
+    datasets: list[str] = field(default_factory=list)       # training sets, mixed proportionally to size (A.3)
+    eval_datasets: list[str] = field(default_factory=list)  # validation sets (eval loss every save_steps)
+    objective: str = "pointwise"   # pointwise: BCE on labelled completions (paper); pairwise: Bradley-Terry
+    epochs: float = 1.0            # passes over the mixture; more -> fits (and memorizes) the RM data harder
+    max_steps: int = -1            # > 0 stops after this many optimizer steps (overrides epochs)
+    lr: float = 1e-5               # AdamW learning rate; higher -> faster fit, less stable
+    batch_size: int = 8            # examples (pointwise) or pairs (pairwise) per device step
+    grad_accum: int = 1            # gradient accumulation steps; effective batch = batch_size * grad_accum
+    max_length: int = 512          # tokens per PSM text; longer ones lose their start (the completion is kept)
+    save_steps: int = 100          # a checkpoint-<step>/ every N optimizer steps (each is audited)
+    logging_steps: int = 10        # log train/loss every N steps
+    fim_family: str | None = None  # FIM sentinel family (harness.fim); None = detect from the tokenizer
+    stage: InitVar[str] = "RM"     # stage name for error messages only; not a setting
+
+    def __post_init__(self, stage: str) -> None:
+        def bad(key: str, fix: str) -> UserError:
+            return UserError(f"stages.{stage}.{key}={getattr(self, key)!r}: {fix}")
+
+        if not self.init:
+            raise bad("init", "set it to the FT stage (e.g. FT.1) or a model directory to put the reward head on")
+        if isinstance(self.datasets, str):
+            self.datasets = [self.datasets]
+        if isinstance(self.eval_datasets, str):
+            self.eval_datasets = [self.eval_datasets]
+        self.datasets, self.eval_datasets = list(self.datasets), list(self.eval_datasets)
+        if not self.datasets:
+            raise bad("datasets", "list at least one reward dataset, e.g. [rm_pd2]")
+        if self.objective not in OBJECTIVES:
+            raise bad("objective", f"use one of {', '.join(OBJECTIVES)}")
+        for key in ("lr", "epochs"):
+            if not float(getattr(self, key)) > 0:
+                raise bad(key, "must be > 0")
+        for key in ("batch_size", "grad_accum", "max_length", "save_steps", "logging_steps"):
+            if int(getattr(self, key)) < 1:
+                raise bad(key, "must be a positive integer")
+
+
+def load_settings(settings: dict[str, Any], stage: str) -> RewardSettings:
+    known = {f.name for f in fields(RewardSettings)}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise UserError(f"stages.{stage}.{unknown[0]}: unknown key for recipe reward; "
+                        f"remove it or use one of {', '.join(sorted(known))}")
+    return RewardSettings(**settings, stage=stage)
+
+
+# --- the pointwise loss: the one piece TRL does not have --------------------------------------------------
+
+
+def pointwise_reward_loss(scores, labels):
+    """Mean binary cross-entropy of labels in {0, 1} with the reward scores as logits.
+
+    Appendix A.3 trains the RM on pointwise preference data; a positive score means "good completion",
+    so sigmoid(score) is the predicted probability of label 1.
+    """
+    import torch.nn.functional as F
+
+    return F.binary_cross_entropy_with_logits(scores.float(), labels.float())
+
+
+def roc_auc(scores: list[float], labels: list[int]) -> float | None:
+    """Probability that a random positive outscores a random negative (ties count 1/2); None if one class is empty.
+
+    Computed from ranks (Mann-Whitney U) in O(n log n); tests check it against the O(n^2) pair count.
+    """
+    pos = sum(1 for y in labels if y == 1)
+    neg = len(labels) - pos
+    if pos == 0 or neg == 0:
+        return None
+    order = sorted(range(len(scores)), key=lambda i: scores[i])
+    ranks = [0.0] * len(scores)
+    i = 0
+    while i < len(order):              # average ranks over ties
+        j = i
+        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    rank_sum_pos = sum(r for r, y in zip(ranks, labels) if y == 1)
+    return (rank_sum_pos - pos * (pos + 1) / 2) / (pos * neg)
+
+
+def _pointwise_trainer_class():
+    from transformers import Trainer
+
+    class PointwiseRewardTrainer(Trainer):
+        """transformers Trainer whose loss is BCE(label, score) instead of the head's regression loss."""
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            labels = inputs.pop("labels")
+            scores = model(**inputs).logits[:, 0]
+            loss = pointwise_reward_loss(scores, labels)
+            return (loss, {"scores": scores}) if return_outputs else loss
+
+    return PointwiseRewardTrainer
+
+
+# --- the recipe --------------------------------------------------------------------------------------------
+
+
+class RewardRecipe:
+    """setup -> train -> save for one RM stage."""
+
+    def __init__(self, cfg: RewardSettings, ctx: StageContext):
+        self.cfg, self.ctx = cfg, ctx
+
+    def setup(self) -> None:
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from harness import fim
+
+        self.init_dir = self.ctx.model_dir(self.cfg.init)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.init_dir))
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.tokenizer.truncation_side = "left"  # a too-long PSM text keeps its end: the completion + EOS
+        self.sentinels = fim.detect_sentinels(self.tokenizer, self.cfg.fim_family, model_name=str(self.init_dir))
+        self.model = AutoModelForSequenceClassification.from_pretrained(str(self.init_dir), num_labels=1)
+        # The head scores the last non-pad token; it finds it through pad_token_id.
+        self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        required = POINTWISE_FIELDS if self.cfg.objective == "pointwise" else PAIRWISE_FIELDS
+        self.rows = {name: read_jsonl(self.ctx.data_dir(name) / "rows.jsonl", required=required)
+                     for name in dict.fromkeys(self.cfg.datasets + self.cfg.eval_datasets)}
+        for name, rows in self.rows.items():
+            if not rows:
+                raise UserError(f"{self.ctx.data_dir(name)}/rows.jsonl is empty; rebuild dataset {name!r}")
+
+    def psm_text(self, row: dict, completion: str) -> str:
+        from harness import fim
+
+        return fim.format_psm_training(row["prefix"], completion, row["suffix"], self.sentinels)
+
+    def _mixture(self, names: list[str]):
+        """Rows of several datasets shuffled together: each contributes in proportion to its size (A.3)."""
+        rows = [row for name in names for row in self.rows[name]]
+        random.Random(self.ctx.seed).shuffle(rows)
+        return rows
+
+    def _encode(self, rows: list[dict]):
+        from datasets import Dataset
+
+        if self.cfg.objective == "pairwise":
+            # Full texts (ending in EOS) with no separate prompt: RewardTrainer then tokenizes them as they are.
+            return Dataset.from_list([{"chosen": self.psm_text(r, r["chosen"]),
+                                       "rejected": self.psm_text(r, r["rejected"])} for r in rows])
+        enc = self.tokenizer([self.psm_text(r, r["completion"]) for r in rows], truncation=True,
+                             max_length=self.cfg.max_length, add_special_tokens=False)
+        return Dataset.from_dict({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
+                                  "labels": [float(_label(r)) for r in rows]})
+
+    def _args(self) -> dict[str, Any]:
+        cfg, has_eval = self.cfg, bool(self.cfg.eval_datasets)
+        return dict(output_dir=str(self.ctx.out_dir), learning_rate=cfg.lr, num_train_epochs=cfg.epochs,
+                    max_steps=cfg.max_steps, per_device_train_batch_size=cfg.batch_size,
+                    per_device_eval_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
+                    save_strategy="steps", save_steps=cfg.save_steps, save_only_model=False,
+                    logging_steps=cfg.logging_steps, eval_strategy="steps" if has_eval else "no",
+                    eval_steps=cfg.save_steps if has_eval else None, seed=self.ctx.seed,
+                    data_seed=self.ctx.seed, **trl_device_kwargs(self.ctx.device))
+
+    def train(self) -> None:
+        train_ds = self._encode(self._mixture(self.cfg.datasets))
+        eval_ds = self._encode(self._mixture(self.cfg.eval_datasets)) if self.cfg.eval_datasets else None
+        if self.cfg.objective == "pairwise":
+            from trl import RewardConfig, RewardTrainer
+
+            args = RewardConfig(max_length=self.cfg.max_length, **self._args())
+            self.trainer = RewardTrainer(model=self.model, args=args, train_dataset=train_ds,
+                                         eval_dataset=eval_ds, processing_class=self.tokenizer)
+        else:
+            from transformers import DataCollatorWithPadding, TrainingArguments
+
+            args = TrainingArguments(remove_unused_columns=False, label_names=["labels"], **self._args())
+            self.trainer = _pointwise_trainer_class()(
+                model=self.model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
+                processing_class=self.tokenizer, data_collator=DataCollatorWithPadding(self.tokenizer))
+        resume = latest_checkpoint(self.ctx.out_dir)
+        self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+
+    def save(self) -> None:
+        self.trainer.save_model(str(self.ctx.out_dir))
+        self.tokenizer.save_pretrained(str(self.ctx.out_dir))
+        self.write_scores()
+
+    def write_scores(self) -> None:
+        """scores/<dataset>.jsonl (id, label, score, source) and scores/summary.json for the Fig. 2 analysis."""
+        scores_dir = self.ctx.out_dir / "scores"
+        summary = {}
+        for name, rows in self.rows.items():
+            if self.cfg.objective == "pointwise":
+                items = [(r, r["completion"], int(_label(r)), None) for r in rows]
+            else:  # a pair is a labelled couple: chosen = 1, rejected = 0
+                items = [(r, r[side], label, side) for r in rows
+                         for side, label in (("chosen", 1), ("rejected", 0))]
+            scores = score_texts(self.model, self.tokenizer, [self.psm_text(r, c) for r, c, _, _ in items],
+                                 max_length=self.cfg.max_length)
+            out = []
+            for (row, _, label, side), score in zip(items, scores):
+                rec = {"id": row["id"], "label": label, "score": score, "source": row.get("source", name)}
+                if side:
+                    rec["side"] = side
+                out.append(rec)
+            atomic_write_jsonl(scores_dir / f"{name}.jsonl", out)
+            summary[name] = _score_summary([r["score"] for r in out], [r["label"] for r in out])
+            summary[name]["split"] = "train" if name in self.cfg.datasets else "eval"
+        atomic_write_json(scores_dir / "summary.json", summary)
+
+
+def _label(row: dict) -> int:
+    if row["label"] in (0, 1, True, False):
+        return int(row["label"])
+    raise UserError(f"reward row {row.get('id')!r}: label={row['label']!r}; pointwise labels must be 1 or 0")
+
+
+def _score_summary(scores: list[float], labels: list[int]) -> dict[str, Any]:
+    by_label = {}
+    for y in (0, 1):
+        s = [x for x, lab in zip(scores, labels) if lab == y]
+        by_label[str(y)] = {"count": len(s), "mean_score": sum(s) / len(s) if s else None}
+    return {"by_label": by_label, "auc": roc_auc(scores, labels), "count": len(scores)}
+
+
+def score_texts(model, tokenizer, texts: list[str], batch_size: int = 16, max_length: int = 512) -> list[float]:
+    """Reward scores (logit of the one-unit head) of full PSM texts, batched, in eval mode."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    out: list[float] = []
+    with torch.no_grad():
+        for i in range(0, len(texts), batch_size):
+            enc = tokenizer(texts[i:i + batch_size], return_tensors="pt", padding=True, truncation=True,
+                            max_length=max_length, add_special_tokens=False).to(device)
+            out.extend(model(**enc).logits[:, 0].float().tolist())
+    model.train(was_training)
+    return out
+
+
+def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
+    if settings_match(ctx.out_dir, settings):
+        return
+    cfg = load_settings(settings, ctx.name.split("/")[0])
+    recipe = RewardRecipe(cfg, ctx)
+    recipe.setup()
+    recipe.train()
+    recipe.save()
+    write_provenance(ctx, "reward", settings, datasets=list(recipe.rows), init_model=str(recipe.init_dir),
+                     hyperparameters=asdict(cfg))

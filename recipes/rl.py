@@ -1,0 +1,223 @@
+"""RLFT stage: REINFORCE with a KL penalty towards the initial model (paper 003 Sec. 2.1, Appendix A.3).
+
+    memaudit train experiment=smoke                       # every stage, RLFT.* among them
+    # a stage with `sweep: {beta: [0.005, 0.1, 0.5]}` trains one model per point: RLFT.1/beta=0.005, ...
+
+The paper optimizes the FT model against the RM score "using a variant of REINFORCE with a KL
+regularization term towards the initial model" (A.3), α being the KL coefficient (Sec. 5). Here:
+TRL's RLOOTrainer (REINFORCE Leave-One-Out). Its `beta` is α: the k1 estimate
+sum_t log pi(y_t) - log pi_ref(y_t) of each completion is subtracted from its reward, scaled by beta.
+`algorithm: grpo` uses GRPOTrainer instead (per-token k3 KL in the loss; beta must be > 0 so a
+reference model is loaded). PPO is not offered: TRL removed it in 1.13 (we pin 1.16) and the paper's
+method is a REINFORCE variant anyway.
+
+Only prompts are used (Sec. 2.1: "the associated targets are discarded"): FIM rows (id, prefix, target,
+suffix) give `format_psm_prompt(prefix, suffix)`; code rows (id, text, source_file) are split at a
+seeded random line into prefix / (discarded) line / suffix first. The reward of a completion is the RM
+score of `format_psm_training(prefix, completion, suffix)` — exactly the text the RM was trained on.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import InitVar, asdict, dataclass, field, fields
+from typing import Any
+
+from harness.errors import UserError
+from harness.io import read_jsonl
+from recipes.common import (StageContext, latest_checkpoint, settings_match, trl_device_kwargs,
+                            write_provenance)
+
+ALGORITHMS = ("rloo", "grpo")   # no "ppo": removed from TRL in 1.13
+
+
+@dataclass
+class RLSettings:
+    """Keys of a `recipe: rl` stage (conf/experiment/*.yaml, `stages.<NAME>`)."""
+
+    init: str = ""                 # policy start and KL reference: an FT stage name or a model directory
+    reward_model: str = ""         # the RM stage (or directory) whose score is the reward
+    prompts: list[str] = field(default_factory=list)  # prompt datasets: FIM rows (sd_*) or code rows (pd_3)
+    algorithm: str = "rloo"        # rloo (REINFORCE leave-one-out, KL in the reward) | grpo (KL in the loss)
+    beta: float = 0.1              # KL coefficient α; smaller -> policy drifts further from init (Sec. 5.1)
+    lr: float = 3e-6               # AdamW learning rate; larger -> more drift/memorization (Appendix E, Fig. 7)
+    epochs: float = 1.0            # passes over the prompts (the paper's RLFT.4 runs 14)
+    max_steps: int = -1            # > 0 stops after this many optimizer steps (overrides epochs)
+    num_generations: int = 4       # completions sampled per prompt (the leave-one-out group), 2..8
+    prompts_per_step: int = 2      # prompts per optimizer step; completions per step = this * num_generations
+    max_completion_length: int = 64  # tokens per sampled completion
+    temperature: float = 1.0       # sampling temperature; lower -> less exploration
+    context_chars: int = 2000      # keep the last N chars of the prefix and first N of the suffix in a prompt
+    save_steps: int = 50           # a checkpoint-<step>/ every N optimizer steps (each is audited)
+    logging_steps: int = 1         # log reward / kl / loss every N steps
+    fim_family: str | None = None  # FIM sentinel family (harness.fim); None = detect from the tokenizer
+    stage: InitVar[str] = "RLFT"   # stage name for error messages only; not a setting
+
+    def __post_init__(self, stage: str) -> None:
+        def bad(key: str, fix: str) -> UserError:
+            return UserError(f"stages.{stage}.{key}={getattr(self, key)!r}: {fix}")
+
+        if not self.init:
+            raise bad("init", "set it to the FT stage to start from (e.g. FT.1) or a model directory")
+        if not self.reward_model:
+            raise bad("reward_model", "set it to the RM stage that scores completions (e.g. RM.1)")
+        if isinstance(self.prompts, str):
+            self.prompts = [self.prompts]
+        self.prompts = list(self.prompts)
+        if not self.prompts:
+            raise bad("prompts", "name the prompt dataset(s), e.g. pd_3 or [sd_base, sd_links]")
+        if self.algorithm not in ALGORITHMS:
+            fix = "PPO is not in trl 1.16 (removed in 1.13); " if self.algorithm == "ppo" else ""
+            raise bad("algorithm", fix + f"use one of {', '.join(ALGORITHMS)}")
+        if not float(self.beta) >= 0:
+            raise bad("beta", "the KL coefficient must be >= 0")
+        if self.algorithm == "grpo" and not float(self.beta) > 0:
+            raise bad("beta", "GRPO without a KL term has no reference model; set beta > 0 (e.g. 0.1)")
+        if not 2 <= int(self.num_generations) <= 64:
+            raise bad("num_generations", "the leave-one-out baseline needs 2 or more completions per prompt")
+        for key in ("lr", "epochs", "temperature"):
+            if not float(getattr(self, key)) > 0:
+                raise bad(key, "must be > 0")
+        for key in ("prompts_per_step", "max_completion_length", "context_chars", "save_steps",
+                    "logging_steps"):
+            if int(getattr(self, key)) < 1:
+                raise bad(key, "must be a positive integer")
+
+
+def load_settings(settings: dict[str, Any], stage: str) -> RLSettings:
+    known = {f.name for f in fields(RLSettings)}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise UserError(f"stages.{stage}.{unknown[0]}: unknown key for recipe rl; "
+                        f"remove it or use one of {', '.join(sorted(known))}")
+    return RLSettings(**settings, stage=stage)
+
+
+def split_code_at_line(text: str, rng: random.Random) -> tuple[str, str, str]:
+    """(prefix, line, suffix) split at a random line; the line is the target the RL stage discards."""
+    lines = text.splitlines(keepends=True) or [""]
+    i = rng.randrange(len(lines))
+    return "".join(lines[:i]), lines[i], "".join(lines[i + 1:])
+
+
+def prompt_rows(rows: list[dict], dataset: str, seed: int, context_chars: int) -> list[dict]:
+    """FIM contexts (id, prefix, suffix) of prompt rows: FIM rows as they are, code rows split at a line.
+
+    The split of a code row is seeded by (seed, row id), so it does not depend on row order.
+    """
+    out = []
+    for row in rows:
+        if "prefix" in row and "suffix" in row:
+            prefix, suffix = row["prefix"], row["suffix"]
+        elif "text" in row:
+            prefix, _, suffix = split_code_at_line(row["text"], random.Random(f"{seed}:{row['id']}"))
+        else:
+            raise UserError(f"prompt dataset {dataset!r}, row {row.get('id')!r}: needs prefix/suffix (FIM row) "
+                            "or text (code row)")
+        out.append({"id": str(row["id"]), "prefix": prefix[-context_chars:] if prefix else "",
+                    "suffix": suffix[:context_chars]})
+    return out
+
+
+class PsmRewardModel:
+    """Reward function for TRL: the RM score of `format_psm_training(prefix, completion, suffix)`.
+
+    Why not hand TRL the sequence classifier itself: TRL scores `prompt + completion` where the
+    completion was decoded with special tokens skipped, so the EOS that ends every RM training text
+    would be missing. Formatting here keeps RM input = RM training format exactly.
+    """
+
+    __name__ = "reward_model"       # TRL logs rewards/<__name__>/mean
+
+    def __init__(self, model, tokenizer, sentinels, max_length: int = 1024):
+        self.model, self.tokenizer, self.sentinels, self.max_length = model, tokenizer, sentinels, max_length
+
+    def texts(self, completions: list[str], prefix: list[str], suffix: list[str]) -> list[str]:
+        from harness import fim
+
+        return [fim.format_psm_training(p, c, s, self.sentinels) for c, p, s in zip(completions, prefix, suffix)]
+
+    def __call__(self, prompts, completions, prefix, suffix, **_: Any) -> list[float]:
+        from recipes.reward import score_texts  # the one definition of "the RM score of a text"
+
+        return score_texts(self.model, self.tokenizer, self.texts(completions, prefix, suffix),
+                           max_length=self.max_length)
+
+
+class RLRecipe:
+    """setup -> train -> save for one RLFT stage."""
+
+    def __init__(self, cfg: RLSettings, ctx: StageContext):
+        self.cfg, self.ctx = cfg, ctx
+
+    def setup(self) -> None:
+        from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+        from harness import fim
+
+        self.init_dir = self.ctx.model_dir(self.cfg.init)
+        self.rm_dir = self.ctx.model_dir(self.cfg.reward_model)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.init_dir))
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.sentinels = fim.detect_sentinels(self.tokenizer, self.cfg.fim_family, model_name=str(self.init_dir))
+        # Loaded from its directory so that config._name_or_path points there: TRL rebuilds the KL
+        # reference from that path, which makes the reference the initial model (Sec. 2.1).
+        self.policy = AutoModelForCausalLM.from_pretrained(str(self.init_dir))
+        rm_tokenizer = AutoTokenizer.from_pretrained(str(self.rm_dir))
+        rm_tokenizer.truncation_side = "left"   # a too-long text keeps the completion
+        rm = AutoModelForSequenceClassification.from_pretrained(str(self.rm_dir), num_labels=1).eval()
+        rm.requires_grad_(False)
+        if self.ctx.device == "cuda":
+            rm.to("cuda")
+        rm_sentinels = fim.detect_sentinels(rm_tokenizer, self.cfg.fim_family, model_name=str(self.rm_dir))
+        self.reward = PsmRewardModel(rm, rm_tokenizer, rm_sentinels)
+        self.rows = []
+        for name in self.cfg.prompts:
+            rows = read_jsonl(self.ctx.data_dir(name) / "rows.jsonl", required=("id",))
+            self.rows += prompt_rows(rows, name, self.ctx.seed, self.cfg.context_chars)
+        if not self.rows:
+            raise UserError(f"stages.{self.ctx.name}.prompts: datasets {self.cfg.prompts} have no rows")
+
+    def dataset(self):
+        from datasets import Dataset
+
+        from harness import fim
+
+        return Dataset.from_list([{"prompt": fim.format_psm_prompt(r["prefix"], r["suffix"], self.sentinels), **r}
+                                  for r in self.rows])
+
+    def train(self) -> None:
+        cfg = self.cfg
+        per_step = cfg.prompts_per_step * cfg.num_generations
+        args = dict(output_dir=str(self.ctx.out_dir), learning_rate=cfg.lr, beta=cfg.beta,
+                    num_train_epochs=cfg.epochs, max_steps=cfg.max_steps, num_generations=cfg.num_generations,
+                    per_device_train_batch_size=per_step, per_device_eval_batch_size=per_step,
+                    max_completion_length=cfg.max_completion_length, temperature=cfg.temperature,
+                    save_strategy="steps", save_steps=cfg.save_steps, save_only_model=False,
+                    logging_steps=cfg.logging_steps, seed=self.ctx.seed, data_seed=self.ctx.seed,
+                    **trl_device_kwargs(self.ctx.device))
+        if cfg.algorithm == "grpo":
+            from trl import GRPOConfig as Config, GRPOTrainer as Trainer
+        else:
+            from trl import RLOOConfig as Config, RLOOTrainer as Trainer
+        self.trainer = Trainer(model=self.policy, reward_funcs=[self.reward], args=Config(**args),
+                               train_dataset=self.dataset(), processing_class=self.tokenizer)
+        resume = latest_checkpoint(self.ctx.out_dir)
+        self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+
+    def save(self) -> None:
+        self.trainer.save_model(str(self.ctx.out_dir))
+        self.tokenizer.save_pretrained(str(self.ctx.out_dir))
+
+
+def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
+    if settings_match(ctx.out_dir, settings):
+        return
+    cfg = load_settings(settings, ctx.name.split("/")[0])
+    recipe = RLRecipe(cfg, ctx)
+    recipe.setup()
+    recipe.train()
+    recipe.save()
+    write_provenance(ctx, "rl", settings, datasets=cfg.prompts, init_model=str(recipe.init_dir),
+                     reward_model=str(recipe.rm_dir), hyperparameters=asdict(cfg))
