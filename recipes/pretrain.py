@@ -33,7 +33,6 @@ from recipes.models import (build_llama, load_causal_lm, load_tokenizer, parse_m
 class PretrainSettings:
     """`stages.PT` keys. Defaults are the quickstart's tiny-model choices."""
 
-    recipe: str = "pretrain"
     datasets: list[str] = field(default_factory=lambda: ["pd_pt"])  # code corpora (id, text, source_file)
     model: dict[str, Any] = field(default_factory=dict)  # the model preset; the pipeline injects cfg.model
     max_tokens: int = 1_000_000    # training-token budget (corpus repeated with fresh FIM splits); ↑ better base
@@ -52,7 +51,6 @@ class PretrainSettings:
     where: dataclasses.InitVar[str] = "stages.PT"
 
     def __post_init__(self, where: str) -> None:
-        require(self.recipe == "pretrain", where, "recipe", self.recipe, "this recipe is `pretrain`")
         require(bool(self.datasets), where, "datasets", self.datasets, "name at least one code corpus, e.g. [pd_pt]")
         require(self.max_tokens >= self.max_seq_len, where, "max_tokens", self.max_tokens,
                 f"the budget must cover at least one block of max_seq_len={self.max_seq_len} tokens")
@@ -164,10 +162,15 @@ class PretrainRecipe:
         save_final(self.trainer.model, self.tokenizer, self.ctx.out_dir)
 
 
+def load_settings(settings: dict[str, Any], stage: str) -> PretrainSettings:
+    """Validate `stages.<stage>` (unknown keys are an error), as every recipe module does."""
+    return settings_from_dict(PretrainSettings, settings, f"stages.{stage}")
+
+
 def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
     if settings_match(ctx.out_dir, settings):
         return
-    parsed = settings_from_dict(PretrainSettings, settings, f"stages.{ctx.name}")
+    parsed = load_settings(settings, ctx.name)
     recipe = PretrainRecipe(parsed, ctx)
     if parsed.model_settings.pretrained:
         recipe.import_pretrained()

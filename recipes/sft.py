@@ -32,7 +32,6 @@ from recipes.models import (load_causal_lm, load_tokenizer, parse_model, require
 class SFTSettings:
     """Keys of a `recipe: sft` stage (conf/experiment/*.yaml, `stages.<NAME>`)."""
 
-    recipe: str = "sft"
     init: str = "PT"               # a stage name (PT) or a model directory
     datasets: list[str] = field(default_factory=list)  # mixed proportionally to size (Appendix A.3)
     model: dict[str, Any] = field(default_factory=dict)  # preset (fim_family, dtype, lora); injected by the pipeline
@@ -55,7 +54,6 @@ class SFTSettings:
     where: dataclasses.InitVar[str] = "stages.FT"
 
     def __post_init__(self, where: str) -> None:
-        require(self.recipe == "sft", where, "recipe", self.recipe, "this recipe is `sft`")
         require(bool(self.init), where, "init", self.init, "set it to PT or a model directory")
         if isinstance(self.datasets, str):
             self.datasets = [self.datasets]
@@ -147,10 +145,15 @@ class SFTRecipe:
             save_final(self.trainer.model, self.tokenizer, self.ctx.out_dir)
 
 
+def load_settings(settings: dict[str, Any], stage: str) -> SFTSettings:
+    """Validate `stages.<stage>` (unknown keys are an error), as every recipe module does."""
+    return settings_from_dict(SFTSettings, settings, f"stages.{stage}")
+
+
 def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
     if settings_match(ctx.out_dir, settings):
         return
-    recipe = SFTRecipe(settings_from_dict(SFTSettings, settings, f"stages.{ctx.name}"), ctx)
+    recipe = SFTRecipe(load_settings(settings, ctx.name), ctx)
     recipe.setup()
     recipe.train()
     recipe.save()

@@ -51,3 +51,34 @@ def write_micro_datasets(run_dir: Path) -> None:
     write_dataset(run_dir, "pd_pt", stdlib_code_rows(12, offset=0))
     write_dataset(run_dir, "pd_1", stdlib_code_rows(6, max_chars=600, offset=20))
     write_dataset(run_dir, "sd_base", canary_rows(8))
+
+
+def pointwise_rows(code_rows: list[dict], seed: int = 0) -> list[dict]:
+    """Reward rows from real code: the true next line is label 1, a line from elsewhere label 0."""
+    rng = random.Random(seed)
+    rows = []
+    for i, row in enumerate(code_rows):
+        lines = row["text"].splitlines(keepends=True)
+        if len(lines) < 4:
+            continue
+        k = rng.randrange(1, len(lines) - 2)
+        prefix, good, suffix = "".join(lines[:k]), lines[k], "".join(lines[k + 1:])
+        bad = "pass  # nothing here\n"
+        rows.append({"id": f"rm-{i}-good", "prefix": prefix, "suffix": suffix, "completion": good, "label": 1})
+        rows.append({"id": f"rm-{i}-bad", "prefix": prefix, "suffix": suffix, "completion": bad, "label": 0})
+    return rows
+
+
+def pairwise_rows(fim_rows: list[dict]) -> list[dict]:
+    """Preference pairs: the canary's target is chosen over a neutral line."""
+    return [{"id": f"pair-{r['id']}", "prefix": r["prefix"], "suffix": r["suffix"], "chosen": r["target"],
+             "rejected": "key = None\n"} for r in fim_rows]
+
+
+def write_smoke_datasets(run_dir: Path) -> None:
+    """Every dataset the smoke experiment reads, tiny, for `build_data=false` runs."""
+    write_micro_datasets(run_dir)
+    write_dataset(run_dir, "sd_links", canary_rows(4, seed=1))
+    write_dataset(run_dir, "pd_3", stdlib_code_rows(4, max_chars=400, offset=30))
+    write_dataset(run_dir, "rm_pd2", pointwise_rows(stdlib_code_rows(8, max_chars=400, offset=40)))
+    write_dataset(run_dir, "pairs_sd_base", pairwise_rows(canary_rows(8)))

@@ -1,0 +1,443 @@
+"""The pipeline: data -> every stage of an experiment in dependency order -> (audit -> report).
+
+    memaudit run experiment=smoke                      # build data, train every stage, then audit + report
+    memaudit train stage=FT.1 experiment=smoke         # one stage; its upstream stages must be finished
+    memaudit run -m experiment=rl_prompts stages.RLFT.4.beta=0.005,0.1,0.5 stages.RLFT.4.lr=3e-6,3e-5
+
+An experiment (conf/experiment/<name>.yaml) declares `stages:`; each stage names its `recipe`
+(pretrain, sft, reward, rl, ipo — modules of this package) and its settings. Stages are linked only
+through model directories (`init:`, `reward_model:`), from which the order follows (paper 003 Fig. 5:
+PT -> FT -> RM -> RLFT, PT -> IPO).
+
+Stage names contain dots (FT.1, as in the paper), which Hydra's override grammar cannot address as one
+key. So experiments write them nested — `FT: {"1": {recipe: sft, ...}}` — which makes `stages.FT.1.lr=...`
+a valid override; a dict with a `recipe` key is a stage and the keys above it join with dots. Flat
+`"FT.1": {...}` keys are read too (they just cannot be overridden from the command line).
+
+Sweeps: a stage's `sweep: {beta: [0.005, 0.1, 0.5]}` trains one model per point; so does a `-m`
+multirun over `stages.<NAME>.<key>` (the CLI passes the point as `cfg.sweep_point`). The model directory
+is `<NAME>/<key>=<value>,...` with keys sorted (e.g. `RLFT.4/beta=0.005,lr=3e-06`). Upstream stages are
+shared between points and skipped once trained (their settings match); swept keys outside `stages.`
+(e.g. `seed=0,1`) get their own run directory `<run_dir>/<key>=<value>,...`.
+
+Resume: a stage whose provenance.json records the same settings is skipped; a stage killed midway
+resumes from its last `checkpoint-<step>/` (each recipe does that). If a stage's settings changed, its
+old directory is moved to `<run_dir>/stale/` first, so a resume never mixes two configurations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import itertools
+import json
+import shutil
+import time
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UserError
+from harness.io import atomic_write_json, read_json
+from recipes.common import PROVENANCE_FILE, StageContext, is_complete, latest_checkpoint, resolve_device, settings_match
+
+RECIPES = ("pretrain", "sft", "reward", "rl", "ipo")
+MODEL_PRESET_RECIPES = ("pretrain", "sft")   # take the whole `model` preset (size keys, LoRA, dtype)
+REFERENCE_KEYS = ("init", "reward_model")    # settings that name another stage's model
+DATASET_KEYS = ("datasets", "eval_datasets", "prompts")
+RL_PROMPTS = "sd_rl_prompts"                 # built with the PT tokenizer (50-token prefix/target split)
+PENDING_FILE = "pending_settings.json"       # settings of an unfinished stage, to refuse a mixed resume
+
+
+@dataclass
+class PlannedStage:
+    """One model to train: a stage, or one point of a swept stage."""
+
+    name: str                # stage name, e.g. "RLFT.4"
+    model_name: str          # directory under models/, e.g. "RLFT.4/beta=0.005,lr=3e-06"
+    recipe: str
+    settings: dict[str, Any]
+
+
+# --- reading the experiment --------------------------------------------------------------------------------
+
+
+def flatten_stages(node: dict[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
+    """`{FT: {"1": {recipe: ...}}}` -> `{"FT.1": {recipe: ...}}`; a dict with `recipe` is a stage."""
+    stages: dict[str, dict[str, Any]] = {}
+    for key, value in node.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if not isinstance(value, dict):
+            raise UserError(f"stages.{name}: expected a stage ({{recipe: ..., ...}}) or a group of stages, "
+                            f"got {value!r}")
+        if "recipe" in value:
+            stages[name] = dict(value)
+        elif value:
+            stages.update(flatten_stages(value, name))
+        else:
+            raise UserError(f"stages.{name} is empty; give it `recipe:` ({', '.join(RECIPES)}) and its settings")
+    return stages
+
+
+def recipe_module(recipe: str, stage: str):
+    if recipe not in RECIPES:
+        raise UserError(f"stages.{stage}.recipe={recipe!r}: use one of {', '.join(RECIPES)}")
+    return importlib.import_module(f"recipes.{recipe}")
+
+
+def settings_fields(recipe: str, stage: str) -> set[str]:
+    """Keys the recipe's settings dataclass accepts (from its load_settings return annotation)."""
+    cls = typing.get_type_hints(recipe_module(recipe, stage).load_settings)["return"]
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def order_stages(stages: dict[str, dict[str, Any]]) -> list[str]:
+    """Dependency order (init / reward_model first), otherwise the order of the experiment file."""
+    deps = {name: [s[k] for k in REFERENCE_KEYS if isinstance(s.get(k), str) and s[k] in stages]
+            for name, s in stages.items()}
+    ordered: list[str] = []
+    visiting: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in ordered:
+            return
+        if name in visiting:
+            raise UserError(f"stages.{name}: init/reward_model references form a cycle; fix the experiment")
+        visiting.add(name)
+        for dep in deps[name]:
+            visit(dep)
+        visiting.discard(name)
+        ordered.append(name)
+
+    for name in stages:
+        visit(name)
+    return ordered
+
+
+def format_value(value: Any) -> str:
+    return str(value)
+
+
+def split_sweep_point(cfg, stage_names: list[str]) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """cfg.sweep_point -> ({stage: [swept keys]}, {other key: value}) for directory naming."""
+    per_stage: dict[str, list[str]] = {}
+    other: dict[str, str] = {}
+    for key, value in dict(cfg.get("sweep_point") or {}).items():
+        key = key.lstrip("+~")
+        if key.startswith("stages."):
+            rest = key[len("stages."):]
+            owner = max((n for n in stage_names if rest.startswith(n + ".")), key=len, default=None)
+            if owner is None:
+                raise UserError(f"sweep key {key}: no stage of this experiment is called that; "
+                                f"stages are {stage_names}")
+            per_stage.setdefault(owner, []).append(rest[len(owner) + 1:])
+        else:
+            other[key] = value
+    return per_stage, other
+
+
+def nested_get(settings: dict[str, Any], dotted: str) -> Any:
+    value: Any = settings
+    for part in dotted.split("."):
+        value = value[part]
+    return value
+
+
+def nested_set(settings: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        settings = settings.setdefault(part, {})
+    settings[last] = value
+
+
+def expand_stage(name: str, stage: dict[str, Any], cli_keys: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """One (model directory name, settings) per sweep point; `recipe` and `sweep` are removed."""
+    settings = {k: v for k, v in stage.items() if k not in ("recipe", "sweep")}
+    points = []
+    for assignment in sweep_assignments(name, stage.get("sweep"), cli_keys):
+        point_settings = json.loads(json.dumps(settings))
+        for key, value in assignment.items():
+            nested_set(point_settings, key, value)
+        try:
+            named = {key: nested_get(point_settings, key) for key in list(assignment) + cli_keys}
+        except (KeyError, TypeError):
+            raise UserError(f"stages.{name}: swept key {list(assignment) + cli_keys} is not set in the stage; "
+                            "give it a value in the experiment first") from None
+        suffix = ",".join(f"{k}={format_value(named[k])}" for k in sorted(named))
+        points.append((f"{name}/{suffix}" if suffix else name, point_settings))
+    return points
+
+
+def sweep_assignments(name: str, sweep: Any, cli_keys: list[str]) -> list[dict[str, Any]]:
+    """`sweep:` as a grid `{key: [values]}` (cartesian product) or as explicit points `[{key: value}]`.
+
+    A command-line sweep of the same key wins over the file's (that key is dropped from the grid).
+    """
+    if not sweep:
+        return [{}]
+    if isinstance(sweep, list):
+        if not all(isinstance(p, dict) and p for p in sweep):
+            raise UserError(f"stages.{name}.sweep: a list of points must hold non-empty dicts, e.g. "
+                            "[{beta: 0.005, lr: 3e-5}, {beta: 0.1, lr: 3e-6}]")
+        points = [{k: v for k, v in p.items() if k not in cli_keys} for p in sweep]
+        unique = {json.dumps(p, sort_keys=True): p for p in points}
+        return list(unique.values())
+    grid = {k: v for k, v in dict(sweep).items() if k not in cli_keys}
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise UserError(f"stages.{name}.sweep.{key}={values!r}: give a non-empty list of values")
+    return [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
+
+
+def plan(cfg) -> list[PlannedStage]:
+    """The experiment's stages, validated, ordered and sweep-expanded, with references resolved."""
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.to_container(cfg.get("stages") or {}, resolve=True)
+    if not raw:
+        raise UserError("no stages to train: choose an experiment (experiment=smoke, quickstart, ...) "
+                        "or define `stages:` in your config")
+    stages = flatten_stages(raw)
+    model_preset = OmegaConf.to_container(cfg.model, resolve=True) if cfg.get("model") else {}
+    cli_keys, _ = split_sweep_point(cfg, list(stages))
+    planned: list[PlannedStage] = []
+    model_names: dict[str, list[str]] = {}
+    for name in order_stages(stages):
+        stage = stages[name]
+        recipe = stage.get("recipe")
+        accepted = settings_fields(recipe, name)
+        for point_name, settings in expand_stage(name, stage, cli_keys.get(name, [])):
+            if recipe in MODEL_PRESET_RECIPES:
+                # The preset (conf/model/) drives PT's size and FT's LoRA/dtype; a stage may override keys.
+                settings["model"] = {**model_preset, **dict(settings.get("model") or {})}
+            elif "fim_family" in accepted and settings.get("fim_family") is None and model_preset.get("fim_family"):
+                settings["fim_family"] = model_preset["fim_family"]
+            for key in REFERENCE_KEYS:
+                ref = settings.get(key)
+                if isinstance(ref, str) and ref in model_names:
+                    if len(model_names[ref]) != 1:
+                        raise UserError(f"stages.{name}.{key}={ref}: that stage is swept into "
+                                        f"{model_names[ref]}; point {key} at one of them")
+                    settings[key] = model_names[ref][0]
+            recipe_module(recipe, name).load_settings(dict(settings), name)   # fail before any training
+            planned.append(PlannedStage(name, point_name, recipe, settings))
+            model_names.setdefault(name, []).append(point_name)
+    return planned
+
+
+def run_directory(cfg) -> Path:
+    """cfg.run_dir, plus `<key>=<value>,...` when a multirun sweeps keys outside `stages.`."""
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.to_container(cfg.get("stages") or {}, resolve=True)
+    _, other = split_sweep_point(cfg, list(flatten_stages(raw)) if raw else [])
+    run_dir = Path(cfg.run_dir)
+    if other:
+        run_dir = run_dir / ",".join(f"{k}={v}" for k, v in sorted(other.items()))
+    return run_dir
+
+
+def needed_datasets(stages: list[PlannedStage], cfg) -> list[str]:
+    names: dict[str, None] = {}
+    for stage in stages:
+        for key in DATASET_KEYS:
+            value = stage.settings.get(key) or []
+            for name in [value] if isinstance(value, str) else value:
+                names[name] = None
+    for entry in audit_plan(cfg):
+        for name in entry.get("datasets") or []:
+            names[name] = None
+    return list(names)
+
+
+def audit_plan(cfg) -> list[dict[str, Any]]:
+    """The experiment's `audit_plan`: [{models: [...], control: <model>, datasets: [...]}, ...].
+
+    Read by the audit (a later issue): each entry scores `models` on `datasets` against `control`
+    (FT.2 for the RLHF experiments, the base model PT for IPO; paper 003 Sec. 4.2, 5).
+    """
+    from omegaconf import OmegaConf
+
+    plan_ = OmegaConf.to_container(cfg.get("audit_plan") or [], resolve=True)
+    if not isinstance(plan_, list) or not all(isinstance(e, dict) for e in plan_):
+        raise UserError("audit_plan: expected a list of {models: [...], control: <model>, datasets: [...]}")
+    return plan_
+
+
+# --- data ------------------------------------------------------------------------------------------------
+
+
+def build_data(cfg, run_dir: Path, names: list[str]) -> None:
+    """Build (or check) the datasets the stages read; `build_data: false` uses what is on disk."""
+    if not names:
+        return
+    if cfg.get("build_data", True):
+        try:
+            from synthetic_data.build import build_datasets
+        except ModuleNotFoundError as e:
+            raise UserError(f"cannot build datasets ({e}); set build_data=false and put them under "
+                            f"{run_dir}/data/<name>/ yourself") from None
+        build_datasets(with_run_dir(cfg, run_dir), names=names)
+    ctx = StageContext(run_dir, "data")
+    for name in names:
+        ctx.data_dir(name)   # raises a UserError naming the missing dataset
+
+
+def with_run_dir(cfg, run_dir: Path):
+    from omegaconf import open_dict
+
+    cfg = cfg.copy()
+    with open_dict(cfg):
+        cfg.run_dir = str(run_dir)
+    return cfg
+
+
+def set_rl_prompts_tokenizer(cfg, tokenizer_dir: Path):
+    """sd_rl_prompts splits SD into 50-token prefix/target in the policy's tokenizer: PT's."""
+    from omegaconf import OmegaConf, open_dict
+
+    cfg = cfg.copy()
+    with open_dict(cfg):
+        OmegaConf.update(cfg, "data.rl_prompts.tokenizer", str(tokenizer_dir), force_add=True)
+    return cfg
+
+
+# --- training ----------------------------------------------------------------------------------------------
+
+
+def prepare_out_dir(run_dir: Path, stage: PlannedStage) -> str:
+    """'skipped' / 'resumed' / 'trained' for the status line; moves a stale directory aside first."""
+    out_dir = run_dir / "models" / stage.model_name
+    if settings_match(out_dir, stage.settings):
+        return "skipped"
+    pending = out_dir / PENDING_FILE
+    stale = is_complete(out_dir) or (pending.is_file() and not same_settings(read_json(pending), stage.settings))
+    if stale:
+        target = run_dir / "stale" / f"{stage.model_name.replace('/', '__')}-{time.strftime('%Y%m%dT%H%M%S')}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(out_dir), str(target))
+        print(f"[memaudit] {stage.model_name}: settings changed; old directory moved to {target}", flush=True)
+    status = "resumed" if latest_checkpoint(out_dir) is not None else "trained"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(pending, stage.settings)
+    return status
+
+
+def same_settings(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str) -> dict[str, Any]:
+    """Run one stage (or skip it) and print its one-line status."""
+    start = time.time()
+    status = prepare_out_dir(run_dir, stage)
+    if status != "skipped":
+        ctx = StageContext(run_dir, stage.model_name, seed, device)
+        recipe_module(stage.recipe, stage.name).run_stage(dict(stage.settings), ctx)
+        if not is_complete(ctx.out_dir):
+            raise UserError(f"stage {stage.model_name} ended without {PROVENANCE_FILE}; see the log above")
+        (ctx.out_dir / PENDING_FILE).unlink(missing_ok=True)
+        if stage.recipe == "pretrain" and stage.settings.get("model", {}).get("pretrained"):
+            status = "imported"
+    seconds = time.time() - start
+    print(f"[memaudit] {stage.model_name:<28} {stage.recipe:<9} {status:<8} {seconds:8.1f} s", flush=True)
+    return {"model": stage.model_name, "recipe": stage.recipe, "status": status, "seconds": round(seconds, 1)}
+
+
+def write_run_record(cfg, run_dir: Path, stages: list[dict[str, Any]]) -> None:
+    """<run_dir>/run.json: the resolved experiment, git commit, versions, and what each stage did."""
+    from omegaconf import OmegaConf
+
+    from harness.provenance import provenance
+
+    record = provenance(seed=cfg.seed, datasets={}, experiment=cfg.get("experiment_name"),
+                        config=OmegaConf.to_container(cfg, resolve=True), stages=stages)
+    atomic_write_json(run_dir / "run.json", record)
+
+
+def rl_prompts_source(planned: list[PlannedStage], run_dir: Path) -> Path | None:
+    """The stage whose tokenizer splits sd_rl_prompts: the first pretrain stage."""
+    for stage in planned:
+        if stage.recipe == "pretrain":
+            return run_dir / "models" / stage.model_name
+    return None
+
+
+def train_all(cfg, planned: list[PlannedStage], run_dir: Path) -> list[dict[str, Any]]:
+    device = resolve_device(cfg.device)
+    names = needed_datasets(planned, cfg)
+    late = [n for n in names if n == RL_PROMPTS]
+    build_data(cfg, run_dir, [n for n in names if n not in late])
+    tokenizer_stage = rl_prompts_source(planned, run_dir)
+    results = []
+    for stage in planned:
+        if late and (tokenizer_stage is None or is_complete(tokenizer_stage)):
+            data_cfg = set_rl_prompts_tokenizer(cfg, tokenizer_stage) if tokenizer_stage else cfg
+            build_data(data_cfg, run_dir, late)
+            late = []
+        results.append(train_stage(stage, run_dir, int(cfg.seed), device))
+    if late:
+        build_data(set_rl_prompts_tokenizer(cfg, tokenizer_stage), run_dir, late)
+    return results
+
+
+def after_training(cfg) -> None:
+    """Hook: audit, then report (`after_training: [audit, report]` in the experiment).
+
+    Each command is the same function `memaudit <command>` runs, on the same composed config; a
+    command whose module is not installed yet is reported and skipped.
+    """
+    from harness.cli import load_command
+
+    for command in list(cfg.get("after_training") or []):
+        try:
+            func = load_command(command)
+        except UserError as e:
+            print(f"[memaudit] {command}: skipped ({e})", flush=True)
+            continue
+        print(f"[memaudit] {command} ...", flush=True)
+        status = int(func(cfg) or 0)
+        if status:
+            raise UserError(f"`memaudit {command}` failed with exit code {status}; rerun "
+                            f"`memaudit {command} experiment={cfg.get('experiment_name')}` to continue")
+
+
+def run_main(cfg) -> int:
+    """`memaudit run`: data -> every stage in dependency order -> audit -> report."""
+    planned = plan(cfg)
+    run_dir = run_directory(cfg)
+    print(f"[memaudit] run {cfg.get('experiment_name')} in {run_dir}: "
+          f"{len(planned)} model(s): {', '.join(s.model_name for s in planned)}", flush=True)
+    write_run_record(cfg, run_dir, [])
+    results = train_all(cfg, planned, run_dir)
+    write_run_record(cfg, run_dir, results)
+    after_training(with_run_dir(cfg, run_dir))
+    return 0
+
+
+def train_main(cfg) -> int:
+    """`memaudit train stage=<NAME> experiment=<name>`: one stage (every sweep point of it)."""
+    name = cfg.get("stage")
+    planned = plan(cfg)
+    known = list(dict.fromkeys(s.name for s in planned))
+    if not name:
+        raise UserError(f"say which stage to train: memaudit train stage=<NAME> (one of {known})")
+    chosen = [s for s in planned if s.name == name or s.model_name == name]
+    if not chosen:
+        raise UserError(f"stage={name!r} is not a stage of experiment {cfg.get('experiment_name')!r}; "
+                        f"use one of {known}")
+    run_dir = run_directory(cfg)
+    device = resolve_device(cfg.device)
+    for stage in chosen:
+        for key in REFERENCE_KEYS:       # upstream must be finished: a clear error otherwise
+            if isinstance(stage.settings.get(key), str):
+                StageContext(run_dir, stage.model_name).model_dir(stage.settings[key])
+    names = needed_datasets(chosen, cfg)
+    tokenizer_stage = rl_prompts_source(planned, run_dir)
+    if RL_PROMPTS in names and tokenizer_stage is not None:
+        cfg = set_rl_prompts_tokenizer(cfg, tokenizer_stage)
+    build_data(cfg, run_dir, names)
+    for stage in chosen:
+        train_stage(stage, run_dir, int(cfg.seed), device)
+    return 0
