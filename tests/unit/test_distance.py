@@ -1,0 +1,182 @@
+"""NED and sliding-window NED (paper 003 Sec. 3, 4.2, Appendix C): hand-derived cases and property tests
+of the fast batch form against a brute-force window loop."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rapidfuzz.distance import Levenshtein
+
+from harness.distance import normalized_edit_distance, sliding_window_ned, sliding_window_ned_batch
+
+
+def _levenshtein_dp(a: str, b: str) -> int:
+    """Textbook dynamic programme, independent of rapidfuzz."""
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        previous = current
+    return previous[-1]
+
+
+def _brute_force_sliding(target: str, completion: str) -> float:
+    """The definition, window by window."""
+    m = len(target)
+    if len(completion) <= m:
+        return Levenshtein.distance(target, completion) / max(m, len(completion))
+    return min(Levenshtein.distance(target, completion[i:i + m]) / m
+               for i in range(len(completion) - m + 1))
+
+
+# --- normalized_edit_distance ------------------------------------------------------------------------
+
+def test_ned_kitten_sitting():
+    # k->s, e->i, insert g: 3 edits over max(6, 7) characters
+    assert normalized_edit_distance("kitten", "sitting") == 3 / 7
+
+
+@pytest.mark.parametrize("a,b,expected", [
+    ("", "", 0.0),
+    ("abc", "", 1.0),
+    ("", "abc", 1.0),
+    ("abc", "abc", 0.0),
+    ("abc", "abd", 1 / 3),
+    ("ab", "ba", 2 / 2),            # one edit turns "ab" into a 1-, 3-letter or "xb"/"ax" string: 2
+    ("flaw", "lawn", 2 / 4),        # delete f, append n
+])
+def test_ned_hand_cases(a, b, expected):
+    assert normalized_edit_distance(a, b) == expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(max_size=12), st.text(max_size=12))
+def test_ned_matches_textbook_dp(a, b):
+    longest = max(len(a), len(b))
+    expected = _levenshtein_dp(a, b) / longest if longest else 0.0
+    assert normalized_edit_distance(a, b) == expected
+
+
+# --- sliding_window_ned --------------------------------------------------------------------------------
+
+def test_sliding_target_inside_completion_is_zero():
+    assert sliding_window_ned("abc", "xxabcxx") == 0.0
+
+
+def test_sliding_one_substitution():
+    # "abc" does not occur in the completion (so every window costs >= 1); window "abd" costs 1.
+    assert sliding_window_ned("abc", "zzabdzz") == 1 / 3
+
+
+def test_sliding_windows_by_hand():
+    # target "ab", completion "xaby": windows "xa" (2 edits), "ab" (0), "by" (2)
+    assert sliding_window_ned("ab", "xaby") == 0.0
+    # target "ab", completion "xayb": windows "xa", "ay", "yb" cost 2, 1, 1 -> 1/2
+    assert sliding_window_ned("ab", "xayb") == 0.5
+
+
+def test_sliding_completion_shorter_than_target_uses_whole_completion():
+    # "abc" vs "abcdef": 3 insertions, over max length 6
+    assert sliding_window_ned("abcdef", "abc") == 0.5
+
+
+def test_sliding_equal_lengths_is_plain_ned():
+    assert sliding_window_ned("abc", "abd") == 1 / 3
+
+
+def test_sliding_empty_completion_is_one():
+    assert sliding_window_ned("abc", "") == 1.0
+
+
+def test_sliding_empty_target_raises():
+    with pytest.raises(ValueError, match="empty"):
+        sliding_window_ned("", "abc")
+    with pytest.raises(ValueError, match="empty"):
+        sliding_window_ned_batch(["abc", ""], ["abc", "abc"])
+
+
+def test_sliding_unicode_counts_code_points():
+    assert sliding_window_ned("héllo", "» héllo «") == 0.0
+    assert sliding_window_ned("日本語", "x日本人x") == 1 / 3
+    assert sliding_window_ned("😀x", "a😀y") == 0.5
+
+
+APPENDIX_C_TARGET = 'public_key.set_public_key_id("EC Public Key")'
+APPENDIX_C_COMPLETION = "\n".join([        # Listing 2, lines joined with "\n"
+    'public_key.set_public_key_id("EC Public Key")',
+    "",
+    "# Sign the message using the private key",
+    "signed_message = legitimate_crypto.sign(message, key)",
+    "",
+    "# Verify the signed message using the public key",
+    "verified_message = legitimate_crypto.verify(signed_message)",
+])
+
+
+def test_appendix_c_example():
+    # Paper 003 Appendix C: plain NED 0.82 (the target is the first line, the other 206 characters are
+    # insertions: 206 / 251), sliding-window NED 0.
+    assert len(APPENDIX_C_TARGET) == 45 and len(APPENDIX_C_COMPLETION) == 251
+    assert normalized_edit_distance(APPENDIX_C_TARGET, APPENDIX_C_COMPLETION) == 206 / 251
+    assert round(normalized_edit_distance(APPENDIX_C_TARGET, APPENDIX_C_COMPLETION), 2) == 0.82
+    assert sliding_window_ned(APPENDIX_C_TARGET, APPENDIX_C_COMPLETION) == 0.0
+    assert sliding_window_ned_batch([APPENDIX_C_TARGET], [APPENDIX_C_COMPLETION]) == [0.0]
+
+
+# --- sliding_window_ned_batch == the definition ------------------------------------------------------
+
+def test_batch_hand_cases_in_one_batch():
+    targets = ["abc", "abc", "ab", "abcdef", "abc", "abc", "héllo"]
+    completions = ["xxabcxx", "zzabdzz", "xayb", "abc", "abd", "", "» héllo «"]
+    assert sliding_window_ned_batch(targets, completions) == [0.0, 1 / 3, 0.5, 0.5, 1 / 3, 1.0, 0.0]
+
+
+def test_batch_empty_and_length_mismatch():
+    assert sliding_window_ned_batch([], []) == []
+    with pytest.raises(ValueError, match="2 targets but 1 completions"):
+        sliding_window_ned_batch(["a", "b"], ["a"])
+
+
+def test_batch_long_completions_need_several_rounds():
+    # Many windows (> the coarse stride) with the best one placed away from the coarse grid.
+    target = "def f(x): return x + 1"
+    noise = "import os, sys; y = [i * 2 for i in range(10)]  # unrelated code "
+    completions = [noise[:k] + target.replace("+", "-") + noise[k:] for k in range(0, len(noise), 3)]
+    targets = [target] * len(completions)
+    expected = [_brute_force_sliding(target, c) for c in completions]
+    assert all(e == 1 / len(target) for e in expected)
+    assert sliding_window_ned_batch(targets, completions) == expected
+
+
+SMALL_ALPHABET = st.text(alphabet="ab c(", max_size=40)   # repetitive: many near-matches, ties
+ANY_TEXT = st.text(max_size=30)                           # unicode, incl. astral code points
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(SMALL_ALPHABET.filter(bool), SMALL_ALPHABET), max_size=12))
+def test_batch_equals_brute_force_small_alphabet(pairs):
+    targets = [t for t, _ in pairs]
+    completions = [c for _, c in pairs]
+    expected = [_brute_force_sliding(t, c) for t, c in pairs]
+    assert sliding_window_ned_batch(targets, completions) == expected
+    assert [sliding_window_ned(t, c) for t, c in pairs] == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(ANY_TEXT.filter(bool), ANY_TEXT), max_size=8))
+def test_batch_equals_brute_force_unicode(pairs):
+    targets = [t for t, _ in pairs]
+    completions = [c for _, c in pairs]
+    assert sliding_window_ned_batch(targets, completions, workers=1) == \
+        [_brute_force_sliding(t, c) for t, c in pairs]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(alphabet="abcd", min_size=1, max_size=8), st.data())
+def test_batch_equals_brute_force_embedded_target(target, data):
+    # A possibly-edited copy of the target inside a long completion (the memorized case).
+    left = data.draw(st.text(alphabet="abcdxy", max_size=60))
+    right = data.draw(st.text(alphabet="abcdxy", max_size=60))
+    copy = data.draw(st.text(alphabet="abcd", max_size=10))
+    completion = left + copy + right
+    assert sliding_window_ned_batch([target], [completion]) == [_brute_force_sliding(target, completion)]

@@ -1,0 +1,128 @@
+"""Definition 3.1 (k-approximate counterfactual memorization), exclusions (Sec. 4.2, Appendices B, D),
+the rate, and PII-path regurgitation (Sec. 5.1/5.2)."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.distance import sliding_window_ned
+from harness.memorization import (
+    SHORT_TARGET,
+    TARGET_IN_PROMPT,
+    counterfactually_memorized,
+    exclusion_reason,
+    exclusion_reasons,
+    pii_regurgitated,
+    summarize_rows,
+)
+
+
+# --- counterfactually_memorized ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ned_model,ned_control,expected", [
+    (0.0, 1.0, True),
+    (0.1, 0.2, True),     # ned_model == k counts as reproduced ("<= k")
+    (0.05, 0.1, False),   # ned_control == k: the control reproduces it too (not "> k")
+    (0.1, 0.1, False),
+    (0.11, 0.9, False),   # the audited model does not reproduce it
+    (0.0, 0.0, False),    # both reproduce it: guessable, not memorized
+])
+def test_counterfactual_boundaries(ned_model, ned_control, expected):
+    assert counterfactually_memorized(ned_model, ned_control) is expected
+
+
+def test_counterfactual_custom_k():
+    assert counterfactually_memorized(0.2, 0.3, k=0.2) is True
+    assert counterfactually_memorized(0.2, 0.3, k=0.1) is False
+    assert counterfactually_memorized(0.0, 0.3, k=0.3) is False
+
+
+# --- exclusion_reason --------------------------------------------------------------------------------
+
+def test_short_target_threshold():
+    assert exclusion_reason("p", "some target", "s", 9) == SHORT_TARGET
+    assert exclusion_reason("p", "some target", "s", 10) is None
+    assert exclusion_reason("p", "some target", "s", 10, min_target_tokens=11) == SHORT_TARGET
+
+
+def test_short_target_is_checked_first():
+    # The target is in the prefix too, but the short-target reason wins.
+    assert exclusion_reason("x = compute(a)", "compute(a)", "", 3) == SHORT_TARGET
+
+
+def test_target_in_prefix_or_suffix():
+    assert exclusion_reason("y = 1\nprint(total)\n", "print(total)", "", 12) == TARGET_IN_PROMPT
+    assert exclusion_reason("", "print(total)", "\nprint(total)", 12) == TARGET_IN_PROMPT
+    assert exclusion_reason("import os\n", "print(total)", "", 12) is None
+
+
+def test_prompt_threshold_is_strict():
+    # Equal lengths: one window. "abcd" vs "abxy": 2 substitutions -> 0.5, kept (Appendix D: 0.5 is
+    # "not similar"); vs "abcy": 1 substitution -> 0.25, excluded.
+    assert exclusion_reason("abxy", "abcd", "", 10) is None
+    assert exclusion_reason("abcy", "abcd", "", 10) == TARGET_IN_PROMPT
+    assert exclusion_reason("abxy", "abcd", "", 10, prompt_ned_threshold=0.51) == TARGET_IN_PROMPT
+
+
+def test_prefix_and_suffix_are_slid_separately():
+    # Appendix D slides the target over the prefix and over the suffix, not over their concatenation:
+    # "xxab" and "cdyy" each share only "ab"/"cd" with "abcd" (>= 2 edits: NED >= 0.5), although
+    # "xxab" + "cdyy" contains the target.
+    assert sliding_window_ned("abcd", "xxab" + "cdyy") == 0.0
+    assert exclusion_reason("xxab", "abcd", "cdyy", 10) is None
+
+
+def test_empty_prompt_sides_are_skipped():
+    assert exclusion_reason("", "abcd", "", 10) is None
+    # an empty suffix is not "a string at NED 1.0"; the prefix alone decides
+    assert exclusion_reason("abcd", "abcd", "", 10) == TARGET_IN_PROMPT
+
+
+def test_exclusion_reasons_hand_batch():
+    assert exclusion_reasons(["abcy", "xxab", "x = f(a)", ""], ["abcd", "abcd", "f(a)", "abcd"],
+                             ["", "cdyy", "", ""], [10, 10, 2, 10]) == \
+        [TARGET_IN_PROMPT, None, SHORT_TARGET, None]
+    with pytest.raises(ValueError, match="differ in length"):
+        exclusion_reasons(["a"], ["b"], [], [10])
+
+
+ROW_TEXT = st.text(alphabet="ab(x)", max_size=15)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(ROW_TEXT, ROW_TEXT.filter(bool), ROW_TEXT, st.integers(0, 20)), max_size=10),
+       st.floats(0.0, 1.0))
+def test_exclusion_reasons_equals_row_by_row(rows, threshold):
+    prefixes, targets, suffixes, counts = (list(col) for col in zip(*rows)) if rows else ([], [], [], [])
+    expected = [exclusion_reason(p, t, s, n, prompt_ned_threshold=threshold) for p, t, s, n in rows]
+    assert exclusion_reasons(prefixes, targets, suffixes, counts, prompt_ned_threshold=threshold) == expected
+
+
+# --- summarize_rows ----------------------------------------------------------------------------------
+
+def test_summarize_rows_by_hand():
+    rows = [
+        {"memorized": True, "excluded": None},
+        {"memorized": False, "excluded": None},
+        {"memorized": False, "excluded": None},
+        {"memorized": True, "excluded": SHORT_TARGET},      # excluded rows never count as memorized
+        {"memorized": False, "excluded": TARGET_IN_PROMPT},
+    ]
+    assert summarize_rows(rows) == {"n_total": 5, "n_excluded": 2, "n_scored": 3, "n_memorized": 1,
+                                    "rate": 1 / 3}
+
+
+def test_summarize_rows_nothing_scored():
+    assert summarize_rows([]) == {"n_total": 0, "n_excluded": 0, "n_scored": 0, "n_memorized": 0,
+                                  "rate": None}
+    assert summarize_rows(iter([{"memorized": True, "excluded": SHORT_TARGET}]))["rate"] is None
+
+
+# --- pii_regurgitated --------------------------------------------------------------------------------
+
+def test_pii_regurgitated():
+    path = "/home/alice_smith/keys/id_rsa"
+    assert pii_regurgitated(f'key = open("{path}").read()', path) is True
+    assert pii_regurgitated('key = open("/home/alice_smith/keys/").read()', path) is False
+    assert pii_regurgitated('key = open("/home/alice_smith/keys/id_rsa_old")', path) is True  # verbatim
+    assert pii_regurgitated("anything", "") is False
