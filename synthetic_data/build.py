@@ -1,0 +1,447 @@
+"""`memaudit data`: build every dataset an experiment needs into <run_dir>/data/<name>/.
+
+Each dataset is `rows.jsonl` + `manifest.json` (count, sha256 of rows.jsonl, seed, generator_version,
+settings, figures such as the duplicate-target share and token-length distributions, provenance).
+Both files are written atomically, the manifest last: a folder with a manifest whose settings match
+is complete and is not rebuilt, anything else is rebuilt from scratch (a kill at any point loses
+nothing but the dataset in flight).
+
+Python API for the pipeline: `build_datasets(cfg, names=None) -> {name: folder}`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UserError
+from harness.io import atomic_write_json, atomic_write_jsonl, file_sha256
+from harness.provenance import provenance
+from synthetic_data import common
+from synthetic_data.public_code import SPLITS as PD_SPLITS
+
+# Bump when a builder's output changes for the same settings: complete datasets are then rebuilt.
+GENERATOR_VERSION = "1.0.0"
+
+SD_DATASETS = ("sd_base", "sd_links", "sd_links_pos")
+RM_DATASETS = ("rm_pd2", "rm_pd2_val", "rm_sd", "rm_sd_links")
+PAIR_DATASETS = ("pairs_sd_base", "pairs_sd_links", "pairs_pd2")
+ALL_DATASETS = (*SD_DATASETS, "sd_rl_prompts", *PD_SPLITS, *RM_DATASETS, *PAIR_DATASETS, "humaneval_infill")
+SD_SUBSETS = ("SD.Base", "SD.Links")
+TARGET_SELECTIONS = ("distinct", "uniform")
+
+
+# ----------------------------------------------------------------------------- settings
+def _get(d: dict, dotted: str) -> Any:
+    node: Any = d
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise UserError(f"data.{dotted}: missing from the config; see conf/data/default.yaml")
+        node = node[part]
+    return node
+
+
+def _int(d: dict, key: str, minimum: int, allow_none: bool = False) -> int | None:
+    value = _get(d, key)
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UserError(f"data.{key}={value!r}: must be an integer >= {minimum}"
+                        + (" or null" if allow_none else ""))
+    return value
+
+
+def _fraction(d: dict, key: str) -> float:
+    value = _get(d, key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise UserError(f"data.{key}={value!r}: must be a number between 0 and 1")
+    return float(value)
+
+
+def validate(data: dict) -> dict:
+    """Check every data.* key; return the normalised settings. Errors name the key and the fix."""
+    names = _get(data, "datasets")
+    if names == "all":
+        names = [n for n in ALL_DATASETS]
+    elif isinstance(names, str):
+        names = [names]
+    if not isinstance(names, list) or not names:
+        raise UserError("data.datasets: give `all` or a list of dataset names")
+    for name in names:
+        if name not in ALL_DATASETS:
+            raise UserError(f"data.datasets: unknown dataset {name!r}; known: {', '.join(ALL_DATASETS)}")
+    line_counts = _get(data, "sd.line_counts")
+    if not isinstance(line_counts, list) or not line_counts or \
+            not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in line_counts):
+        raise UserError(f"data.sd.line_counts={line_counts!r}: must be a non-empty list of positive integers")
+    selection = _get(data, "sd.target_selection")
+    if selection not in TARGET_SELECTIONS:
+        raise UserError(f"data.sd.target_selection={selection!r}: use one of {', '.join(TARGET_SELECTIONS)}")
+    props = _get(data, "pd.proportions")
+    if not isinstance(props, dict):
+        raise UserError("data.pd.proportions: must map each split to its share")
+    for key in props:
+        if key not in PD_SPLITS:
+            raise UserError(f"data.pd.proportions.{key}: unknown split; the splits are {', '.join(PD_SPLITS)}")
+    for key in PD_SPLITS:
+        if key not in props:
+            raise UserError(f"data.pd.proportions.{key}: missing; give every split a share (0 to leave it empty)")
+        _fraction(data, f"pd.proportions.{key}")
+    total = sum(float(props[k]) for k in PD_SPLITS)
+    if abs(total - 1.0) > 1e-6:
+        raise UserError(f"data.pd.proportions: the shares sum to {total:.6g}, not 1; adjust e.g. "
+                        f"data.pd.proportions.pd_pt")
+    subsets = _get(data, "rl_prompts.subsets")
+    if isinstance(subsets, str):
+        subsets = [subsets]
+    if not isinstance(subsets, list) or not subsets:
+        raise UserError("data.rl_prompts.subsets: give a list of SD subsets, e.g. [SD.Base, SD.Links]")
+    for subset in subsets:
+        if subset not in SD_SUBSETS:
+            raise UserError(f"data.rl_prompts.subsets: unknown subset {subset!r}; use {', '.join(SD_SUBSETS)}")
+    if _get(data, "pd.source_dir") is not None and _get(data, "pd.hf_dataset") is not None:
+        raise UserError("data.pd.source_dir and data.pd.hf_dataset are both set; keep one, set the other to null")
+    for key in ("pd.include", "pd.exclude"):
+        if not isinstance(_get(data, key), list):
+            raise UserError(f"data.{key}: must be a list of fnmatch patterns")
+    seed = _get(data, "seed")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise UserError(f"data.seed={seed!r}: must be an integer")
+    return {
+        "datasets": names,
+        "seed": seed,
+        "sd": {"size": _int(data, "sd.size", 1), "links_fraction": _fraction(data, "sd.links_fraction"),
+               "positive_fraction": _fraction(data, "sd.positive_fraction"),
+               "line_counts": list(line_counts), "target_selection": selection},
+        "pd": {"source_dir": _get(data, "pd.source_dir"), "hf_dataset": _get(data, "pd.hf_dataset"),
+               "text_field": _get(data, "pd.text_field"), "source_field": _get(data, "pd.source_field"),
+               "include": list(_get(data, "pd.include")), "exclude": list(_get(data, "pd.exclude")),
+               "max_files": _int(data, "pd.max_files", 1, allow_none=True),
+               "max_chunk_chars": _int(data, "pd.max_chunk_chars", 1),
+               "min_chunk_chars": _int(data, "pd.min_chunk_chars", 0),
+               "window_lines": _int(data, "pd.window_lines", 1),
+               "proportions": {k: float(props[k]) for k in PD_SPLITS}},
+        "preference": {"max_span_lines": _int(data, "preference.max_span_lines", 1),
+                       "pd2_positive_fraction": _fraction(data, "preference.pd2_positive_fraction")},
+        "rl_prompts": {"tokenizer": _get(data, "rl_prompts.tokenizer"),
+                       "prompt_tokens": _int(data, "rl_prompts.prompt_tokens", 1),
+                       "target_tokens": _int(data, "rl_prompts.target_tokens", 1),
+                       "subsets": list(subsets)},
+        "humaneval": {"path": _get(data, "humaneval.path")},
+    }
+
+
+# ----------------------------------------------------------------------------- builders
+class Builder:
+    """Builds datasets lazily: SD, PD and the tokenizer are made once, only if some dataset needs them."""
+
+    def __init__(self, settings: dict):
+        self.s = settings
+        self.seed = settings["seed"]
+
+    # -- SD
+    @cached_property
+    def sd_counts(self) -> tuple[int, int, int]:
+        sd = self.s["sd"]
+        n_links = round(sd["size"] * sd["links_fraction"])
+        return sd["size"], n_links, round(n_links * sd["positive_fraction"])
+
+    @cached_property
+    def sd(self) -> dict:
+        from synthetic_data.links import links_rows
+        from synthetic_data.sd import base_rows, generate_programs
+
+        size, n_links, n_pos = self.sd_counts
+        programs = generate_programs(size, n_links, self.seed, tuple(self.s["sd"]["line_counts"]))
+        links = links_rows([p for p in programs if p.links], n_pos, self.seed)
+        base_programs = [p for p in programs if not p.links]
+        df = common.line_document_frequency([p.code for p in base_programs] + [r["code"] for r in links])
+        base = base_rows(base_programs, self.seed, df, self.s["sd"]["target_selection"])
+        return {"base": base, "links": links, "df": df}
+
+    def _sd_stats(self, rows: list[dict]) -> dict:
+        df = self.sd["df"]
+        stats = {"duplicate_target_share": common.duplicate_target_share(rows, df),
+                 "prompt_tokens_proxy": common.distribution(
+                     [common.proxy_token_count(r["prefix"]) + common.proxy_token_count(r["suffix"]) for r in rows]),
+                 "target_tokens_proxy": common.distribution([common.proxy_token_count(r["target"]) for r in rows]),
+                 "program_lines": common.distribution([r["code"].count("\n") for r in rows]),
+                 "distinct_tasks": len({r["task"] for r in rows}),
+                 "label_counts": dict(Counter(str(r["label"]) for r in rows)),
+                 "token_proxy": r"regex \w+|[^\w\s] pieces (synthetic_data.common.proxy_token_count)"}
+        lines = [ln.strip() for r in rows for ln in r["code"].splitlines() if ln.strip()]
+        if lines:
+            stats["comment_line_share"] = round(sum(ln.startswith("#") for ln in lines) / len(lines), 4)
+            # What the paper's uniform choice would give: mean share of a program's lines found elsewhere.
+            per_program = []
+            for r in rows:
+                own = [ln.strip() for ln in r["code"].splitlines() if ln.strip()]
+                per_program.append(sum(df[ln] > 1 for ln in own) / len(own))
+            stats["duplicate_line_share_if_uniform_target"] = round(sum(per_program) / len(per_program), 4)
+        if rows and rows[0]["subset"] == "SD.Links":
+            pos = [r for r in rows if r["label"] == 1]
+            usage = Counter(r["pii_path"] for r in pos)
+            stats["duplicate_target_share_positives"] = common.duplicate_target_share(pos, df)
+            stats["duplicate_target_share_negatives"] = common.duplicate_target_share(
+                [r for r in rows if r["label"] == 0], df)
+            stats["pii_path_usage"] = {"distinct_paths": len(usage),
+                                       "min": min(usage.values(), default=0), "max": max(usage.values(), default=0),
+                                       "mean": round(len(pos) / max(1, len(usage)), 2)}
+        return stats
+
+    # -- PD
+    @cached_property
+    def pd_source(self) -> tuple[Any, list[str] | None, str]:
+        """(root dir or None, relative files or None, corpus fingerprint) without reading contents."""
+        from synthetic_data import public_code as pc
+
+        pd = self.s["pd"]
+        if pd["hf_dataset"] is not None:
+            p = Path(pd["hf_dataset"])
+            if not p.exists():
+                raise UserError(f"data.pd.hf_dataset: {p} does not exist")
+            parts = sorted(p.rglob("*")) if p.is_dir() else [p]
+            fp = common.unit_hash(*[f"{q.relative_to(p) if p.is_dir() else q.name}:{q.stat().st_size}"
+                                    for q in parts if q.is_file()])
+            return None, None, f"{p.resolve()}#{fp}"
+        root = Path(pd["source_dir"]).expanduser() if pd["source_dir"] is not None else pc.default_source_dir()
+        rels = pc.list_source_files(root, pd["include"], pd["exclude"], pd["max_files"], self.seed)
+        if not rels:
+            raise UserError(f"data.pd.include: no file under {root} matches include={pd['include']} "
+                            f"minus exclude={pd['exclude']}; fix the patterns or data.pd.source_dir")
+        return root, rels, f"{root.resolve()}#{pc.corpus_fingerprint(root, rels)}"
+
+    @cached_property
+    def pd(self):
+        from synthetic_data import public_code as pc
+
+        pd = self.s["pd"]
+        root, rels, _ = self.pd_source
+        if root is None:
+            corpus = pc.load_hf_dataset(pd["hf_dataset"], pd["text_field"], pd["source_field"], pd["max_files"],
+                                        self.seed)
+        else:
+            corpus = pc.load_directory(root, rels)
+        if not corpus.files:
+            raise UserError("data.pd: no readable source file left (all failed to decode); check data.pd.source_dir")
+        return pc.build_pd(corpus, pd["proportions"], self.seed, pd["max_chunk_chars"], pd["min_chunk_chars"],
+                           pd["window_lines"])
+
+    def pd_split(self, split: str) -> list[dict]:
+        rows = self.pd.splits[split]
+        if not rows:
+            raise UserError(f"data.pd.proportions.{split}: no example fell into {split} "
+                            f"({self.pd.stats['files']} source files); raise its share or use more files "
+                            "(data.pd.max_files)")
+        return rows
+
+    @cached_property
+    def pd2_examples(self) -> dict[str, list[dict]]:
+        from synthetic_data.preference import pd2_examples
+
+        span = self.s["preference"]["max_span_lines"]
+        out = {}
+        for split in ("pd_2", "pd_2_val"):
+            rows = self.pd_split(split)
+            if len(rows) < 2:
+                raise UserError(f"data.pd.proportions.{split}: PD.2 preference data needs at least two "
+                                f"examples in {split}, got {len(rows)}")
+            out[split] = pd2_examples(rows, self.seed, span, split)
+        return out
+
+    # -- settings that identify each dataset (compared for the skip-if-complete check)
+    def settings_for(self, name: str) -> dict:
+        s = self.s
+        out: dict[str, Any] = {"seed": self.seed}
+        if name.startswith("sd_") or name in ("rm_sd", "rm_sd_links", "pairs_sd_base", "pairs_sd_links"):
+            out["sd"] = s["sd"]
+        if name == "sd_rl_prompts":
+            from synthetic_data.rl_prompts import OffsetTokenizer
+
+            tok = OffsetTokenizer(s["rl_prompts"]["tokenizer"])
+            out["rl_prompts"] = {**s["rl_prompts"], "tokenizer": str(Path(tok.path).resolve()),
+                                 "tokenizer_sha256": tok.fingerprint()}
+        if name in PD_SPLITS or name in ("rm_pd2", "rm_pd2_val", "pairs_pd2"):
+            out["pd"] = {**s["pd"], "corpus": self.pd_source[2]}
+        if name in ("rm_pd2", "rm_pd2_val", "pairs_pd2"):
+            out["preference"] = s["preference"]
+        if name == "humaneval_infill":
+            from synthetic_data.humaneval import default_path
+
+            path = s["humaneval"]["path"] or default_path()
+            out["humaneval"] = {"path": str(path),
+                                "sha256": file_sha256(path) if Path(path).is_file() else None}
+        return out
+
+    # -- rows
+    def make(self, name: str) -> tuple[list[dict], dict]:
+        """(rows, figures for the manifest) of one dataset."""
+        from synthetic_data import preference as pref
+
+        size, n_links, n_pos = self.sd_counts
+        if name in ("sd_base", "rm_sd", "pairs_sd_base") and size - n_links < 1:
+            raise UserError("data.sd.links_fraction: leaves no program for SD.Base; lower it or raise data.sd.size")
+        if name in ("sd_links", "rm_sd_links", "rm_sd") and n_links < 1:
+            raise UserError("data.sd.links_fraction: gives no SD.Links program; raise it or data.sd.size")
+        if name in ("sd_links_pos", "pairs_sd_links") and n_pos < 1:
+            raise UserError("data.sd.positive_fraction: gives no positive SD.Links program; raise it or data.sd.size")
+        if name == "sd_base":
+            rows = self.sd["base"]
+            return rows, self._sd_stats(rows)
+        if name == "sd_links":
+            rows = self.sd["links"]
+            return rows, self._sd_stats(rows)
+        if name == "sd_links_pos":
+            rows = [r for r in self.sd["links"] if r["label"] == 1]
+            return rows, self._sd_stats(rows)
+        if name == "sd_rl_prompts":
+            from synthetic_data.rl_prompts import OffsetTokenizer, rl_prompt_rows
+
+            rp = self.s["rl_prompts"]
+            sd_rows = [r for r in self.sd["base"] + self.sd["links"] if r["subset"] in rp["subsets"]]
+            sd_rows.sort(key=lambda r: r["id"])
+            rows, info = rl_prompt_rows(sd_rows, OffsetTokenizer(rp["tokenizer"]), rp["prompt_tokens"],
+                                        rp["target_tokens"])
+            if not rows:
+                raise UserError(f"data.rl_prompts.prompt_tokens: no SD example has "
+                                f"{rp['prompt_tokens'] + rp['target_tokens']} tokens; lower the token counts")
+            return rows, {"too_short_skipped": info["too_short_skipped"],
+                          "sd_prompt_tokens": common.distribution(info["prompt_token_lengths"]),
+                          "sd_target_tokens": common.distribution(info["target_token_lengths"]),
+                          "token_counts_in": rp["tokenizer"]}
+        if name == "pd_eval":
+            from synthetic_data.public_code import eval_rows
+
+            rows = eval_rows(self.pd_split("pd_eval"), self.seed)
+            return rows, {"pd": self.pd.stats,
+                          "target_tokens_proxy": common.distribution([common.proxy_token_count(r["target"]) for r in rows])}
+        if name in PD_SPLITS:
+            rows = self.pd_split(name)
+            return rows, {"pd": self.pd.stats, "source_files": len({r["source_file"] for r in rows}),
+                          "chars": sum(len(r["text"]) for r in rows)}
+        if name in ("rm_pd2", "rm_pd2_val"):
+            split = "pd_2" if name == "rm_pd2" else "pd_2_val"
+            rows = pref.pd2_pointwise(self.pd2_examples[split], self.seed,
+                                      self.s["preference"]["pd2_positive_fraction"], split)
+            return rows, self._rm_stats(rows)
+        if name == "rm_sd":
+            rows = pref.pointwise_from_fim(self.sd["base"], "SD.Base") + pref.pointwise_from_fim(self.sd["links"], "SD.Links")
+            return rows, self._rm_stats(rows)
+        if name == "rm_sd_links":
+            rows = pref.pointwise_from_fim(self.sd["links"], "SD.Links")
+            return rows, self._rm_stats(rows)
+        if name == "pairs_sd_base":
+            return pref.sd_base_pairs(self.sd["base"], self.seed), {}
+        if name == "pairs_sd_links":
+            return pref.sd_links_pairs(self.sd["links"]), {}
+        if name == "pairs_pd2":
+            return pref.pd2_pairs(self.pd2_examples["pd_2"]), {}
+        if name == "humaneval_infill":
+            from synthetic_data.humaneval import infill_rows
+
+            rows = infill_rows(self.s["humaneval"]["path"])
+            return rows, {"problems": len({r["task_id"] for r in rows})}
+        raise UserError(f"data.datasets: unknown dataset {name!r}")  # validate() already rejects it
+
+    @staticmethod
+    def _rm_stats(rows: list[dict]) -> dict:
+        return {"label_counts": dict(Counter(str(r["label"]) for r in rows)),
+                "source_counts": dict(Counter(r["source"] for r in rows)),
+                "completion_tokens_proxy": common.distribution([common.proxy_token_count(r["completion"]) for r in rows])}
+
+
+# ----------------------------------------------------------------------------- on disk
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, default=str)
+
+
+def is_complete(out_dir: Path, settings: dict) -> bool:
+    """A dataset folder is complete when its manifest matches the settings and the rows' hash."""
+    manifest_path, rows_path = out_dir / "manifest.json", out_dir / "rows.jsonl"
+    if not (manifest_path.is_file() and rows_path.is_file()):
+        return False
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return False
+    return (manifest.get("generator_version") == GENERATOR_VERSION
+            and _canonical(manifest.get("settings")) == _canonical(settings)
+            and manifest.get("sha256") == file_sha256(rows_path))
+
+
+def write_dataset(out_dir: Path, name: str, rows: list[dict], figures: dict, settings: dict, seed: int,
+                  upstream: dict[str, str]) -> None:
+    manifest_path = out_dir / "manifest.json"
+    manifest_path.unlink(missing_ok=True)        # the folder is incomplete until the new manifest lands
+    atomic_write_jsonl(out_dir / "rows.jsonl", rows)
+    manifest = {"name": name, "count": len(rows), "sha256": file_sha256(out_dir / "rows.jsonl"), "seed": seed,
+                "generator_version": GENERATOR_VERSION, "settings": settings, **figures,
+                "provenance": provenance(seed=seed, datasets=upstream, generator_version=GENERATOR_VERSION)}
+    atomic_write_json(manifest_path, manifest)
+
+
+UPSTREAM = {"rm_sd": ("sd_base", "sd_links"), "rm_sd_links": ("sd_links",), "pairs_sd_base": ("sd_base",),
+            "pairs_sd_links": ("sd_links",), "sd_links_pos": ("sd_links",), "rm_pd2": ("pd_2",),
+            "rm_pd2_val": ("pd_2_val",), "pairs_pd2": ("pd_2",), "sd_rl_prompts": ("sd_base", "sd_links")}
+
+
+def _upstream_hashes(data_dir: Path, name: str) -> dict[str, str]:
+    out = {}
+    for up in UPSTREAM.get(name, ()):
+        try:
+            out[up] = json.loads((data_dir / up / "manifest.json").read_text(encoding="utf-8"))["sha256"]
+        except (OSError, json.JSONDecodeError, KeyError):
+            continue
+    return out
+
+
+def build_datasets(cfg, names: list[str] | None = None, log=print) -> dict[str, Path]:
+    """Build (or keep, when complete with the same settings) each dataset; {name: its folder}.
+
+    `names` overrides data.datasets. sd_rl_prompts is skipped, with a note, while
+    data.rl_prompts.tokenizer is null (the pre-training stage trains that tokenizer later).
+    """
+    from omegaconf import DictConfig, OmegaConf
+
+    data = OmegaConf.to_container(cfg.data, resolve=True) if isinstance(cfg.data, DictConfig) else dict(cfg.data)
+    if names is not None:
+        data["datasets"] = list(names)
+    settings = validate(data)
+    run_dir = Path(str(cfg.run_dir))
+    data_dir = run_dir / "data"
+    builder = Builder(settings)
+    done: dict[str, Path] = {}
+    # Upstream datasets first, so derived ones can record their hashes.
+    order = sorted(settings["datasets"], key=lambda n: ALL_DATASETS.index(n))
+    for name in order:
+        if name == "sd_rl_prompts" and settings["rl_prompts"]["tokenizer"] is None:
+            log("[data] sd_rl_prompts: skipped - data.rl_prompts.tokenizer is null; the RL-prompt split is "
+                "counted in the tokenizer the pre-training stage trains, so build it after PT with "
+                "data.rl_prompts.tokenizer=<run_dir>/models/PT")
+            continue
+        out_dir = data_dir / name
+        dataset_settings = builder.settings_for(name)
+        if is_complete(out_dir, dataset_settings):
+            log(f"[data] {name}: complete, kept ({out_dir})")
+            done[name] = out_dir
+            continue
+        t0 = time.perf_counter()
+        rows, figures = builder.make(name)
+        write_dataset(out_dir, name, rows, figures, dataset_settings, settings["seed"],
+                      _upstream_hashes(data_dir, name))
+        log(f"[data] {name}: {len(rows)} rows in {time.perf_counter() - t0:.1f}s -> {out_dir}")
+        done[name] = out_dir
+    return done
+
+
+def main(cfg) -> int:
+    """`memaudit data [overrides]`."""
+    t0 = time.perf_counter()
+    built = build_datasets(cfg)
+    print(f"[data] {len(built)} dataset(s) ready under {Path(str(cfg.run_dir)) / 'data'} "
+          f"in {time.perf_counter() - t0:.1f}s")
+    return 0
