@@ -86,3 +86,34 @@ def build_world(root: Path) -> dict:
 def trainer_log(checkpoint_dir: Path) -> list[dict]:
     """The Trainer's log history as saved in a checkpoint's trainer_state.json."""
     return json.loads((Path(checkpoint_dir) / "trainer_state.json").read_text())["log_history"]
+
+
+# --- session fixtures shared by test_reward_stage / test_rl_stage / test_ipo_stage ---------------------------
+# (imported into each module; the module-level cache makes the world and the RM exist once per session)
+
+import pytest  # noqa: E402
+
+_CACHE: dict = {}
+
+# The pointwise RM every RL test scores with: 20 steps of batch 8 separate the easy labels.
+RM_SETTINGS = {"init": "FT", "datasets": ["rm_easy"], "eval_datasets": ["rm_easy_val"], "lr": 3e-3,
+               "max_steps": 20, "batch_size": 8, "save_steps": 10, "logging_steps": 5}
+
+
+@pytest.fixture(scope="session")
+def world(tmp_path_factory):
+    if "world" not in _CACHE:
+        _CACHE["world"] = build_world(tmp_path_factory.mktemp("alignment"))
+    return _CACHE["world"]
+
+
+@pytest.fixture(scope="session")
+def trained_rm(world):
+    """The run's RM.1 stage (pointwise), trained once; returns its output directory."""
+    if "rm" not in _CACHE:
+        from recipes import reward
+
+        ctx = StageContext(world["run_dir"], "RM.1", seed=0, device="cpu")
+        reward.run_stage(dict(RM_SETTINGS), ctx)
+        _CACHE["rm"] = ctx.out_dir
+    return _CACHE["rm"]

@@ -1,0 +1,105 @@
+"""RLFT stage end to end: RLOO (and GRPO) on a micro Llama, rewarded by the session's pointwise RM."""
+
+import math
+import shutil
+
+import pytest
+from alignment_world import trained_rm, trainer_log, world  # noqa: F401 (fixtures)
+
+from harness.errors import UserError
+from harness.io import read_json, read_jsonl
+from recipes import rl
+from recipes.common import StageContext
+
+RL_SETTINGS = {"init": "FT", "reward_model": "RM.1", "prompts": ["sd_prompts", "pd_code"], "beta": 0.1,
+               "lr": 1e-3, "max_steps": 3, "num_generations": 4, "prompts_per_step": 2,
+               "max_completion_length": 16, "save_steps": 2}
+
+
+@pytest.fixture(scope="module")
+def rloo_run(world, trained_rm):
+    ctx = StageContext(world["run_dir"], "RLFT.1/beta=0.1")
+    rl.run_stage(dict(RL_SETTINGS), ctx)
+    return ctx.out_dir
+
+
+def test_rloo_runs_with_finite_loss_and_zero_kl_at_the_start(rloo_run):
+    log = [e for e in trainer_log(rloo_run / "checkpoint-3") if "kl" in e]
+    assert [e["step"] for e in log] == [1, 2, 3]
+    assert all(math.isfinite(e["loss"]) and math.isfinite(e["kl"]) and math.isfinite(e["reward"]) for e in log)
+    # Step 1 samples before any update: the policy *is* its reference (the init model), so KL is 0.
+    assert log[0]["kl"] == pytest.approx(0.0, abs=1e-6)
+    # Later the policy has moved and the reference has not: the KL is measured against a fixed init model.
+    assert max(abs(e["kl"]) for e in log[1:]) > 1e-6
+
+
+def test_reference_model_is_the_init_model(world, trained_rm):
+    import torch
+    from trl import RLOOConfig, RLOOTrainer
+
+    recipe = rl.RLRecipe(rl.load_settings(RL_SETTINGS, "RLFT.1"), StageContext(world["run_dir"], "RLFT.ref"))
+    recipe.setup()
+    assert recipe.policy.config._name_or_path == str(world["init_dir"])
+    args = RLOOConfig(output_dir=str(recipe.ctx.out_dir), beta=0.1, num_generations=4,
+                      per_device_train_batch_size=4, use_cpu=True, bf16=False, report_to="none")
+    trainer = RLOOTrainer(model=recipe.policy, reward_funcs=[recipe.reward], args=args,
+                          train_dataset=recipe.dataset(), processing_class=recipe.tokenizer)
+    ref, init = trainer.ref_model.state_dict(), recipe.policy.state_dict()
+    assert trainer.ref_model is not trainer.model and ref.keys() == init.keys()
+    assert all(torch.equal(ref[k], init[k]) for k in init)
+
+
+def test_checkpoints_load_and_provenance_names_init_and_rm(world, rloo_run):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    assert sorted(p.name for p in rloo_run.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
+    for ckpt in (rloo_run / "checkpoint-2", rloo_run):
+        AutoModelForCausalLM.from_pretrained(str(ckpt))
+        AutoTokenizer.from_pretrained(str(ckpt))
+    prov = read_json(rloo_run / "provenance.json")
+    assert prov["init_model"].endswith("models/FT") and prov["reward_model"].endswith("models/RM.1")
+    assert set(prov["datasets"]) == {"sd_prompts", "pd_code"} and prov["hyperparameters"]["beta"] == 0.1
+
+
+def test_reward_is_the_rm_score_of_the_psm_text_it_was_trained_on(world, trained_rm):
+    """The RL reward of (prefix, completion, suffix) equals the RM stage's own score of that example."""
+    recipe = rl.RLRecipe(rl.load_settings(RL_SETTINGS, "RLFT.1"), StageContext(world["run_dir"], "RLFT.x"))
+    recipe.setup()
+    rows = world["datasets"]["rm_easy"][:6]
+    texts = recipe.reward.texts([r["completion"] for r in rows], [r["prefix"] for r in rows],
+                                [r["suffix"] for r in rows])
+    assert all(t.startswith("<fim_prefix>") and t.endswith("<eos>") for t in texts)
+    rewards = recipe.reward(prompts=[""] * 6, completions=[r["completion"] for r in rows],
+                            prefix=[r["prefix"] for r in rows], suffix=[r["suffix"] for r in rows])
+    stored = {r["id"]: r["score"] for r in read_jsonl(trained_rm / "scores" / "rm_easy.jsonl")}
+    assert rewards == pytest.approx([stored[r["id"]] for r in rows], abs=1e-4)
+
+
+def test_killed_rl_stage_resumes_from_its_checkpoint(world, rloo_run):
+    copy = world["run_dir"] / "models" / "RLFT.resume"
+    shutil.copytree(rloo_run, copy)
+    shutil.rmtree(copy / "checkpoint-3")
+    for name in ("model.safetensors", "provenance.json"):
+        (copy / name).unlink()
+    kept = (copy / "checkpoint-2" / "model.safetensors").stat().st_mtime_ns
+    rl.run_stage(dict(RL_SETTINGS), StageContext(world["run_dir"], "RLFT.resume"))
+    assert (copy / "checkpoint-2" / "model.safetensors").stat().st_mtime_ns == kept
+    state = read_json(copy / "checkpoint-3" / "trainer_state.json")
+    assert state["global_step"] == 3 and (copy / "provenance.json").is_file()
+
+
+def test_grpo_alternative_runs_with_a_reference(world, trained_rm):
+    ctx = StageContext(world["run_dir"], "RLFT.grpo")
+    rl.run_stage({**RL_SETTINGS, "algorithm": "grpo", "max_steps": 2}, ctx)
+    log = [e for e in trainer_log(ctx.out_dir / "checkpoint-2") if "kl" in e]
+    assert len(log) == 2 and log[0]["kl"] == pytest.approx(0.0, abs=1e-6)
+    assert all(math.isfinite(e["loss"]) for e in log)
+
+
+@pytest.mark.parametrize("change, key, hint", [
+    ({"bogus": 1}, "bogus", "unknown key"), ({"algorithm": "ppo"}, "algorithm", "PPO is not in trl"),
+    ({"algorithm": "grpo", "beta": 0.0}, "beta", "beta > 0"), ({"num_generations": 1}, "num_generations", ""),
+    ({"reward_model": ""}, "reward_model", ""), ({"prompts": []}, "prompts", "")])
+def test_bad_settings_name_the_stage_key(world, change, key, hint):
+    with pytest.raises(UserError, match=rf"stages\.RLFT\.3\.{key}\b.*{hint}"):
+        rl.run_stage({**RL_SETTINGS, **change}, StageContext(world["run_dir"], "RLFT.3/beta=0.5"))
