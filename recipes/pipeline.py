@@ -31,6 +31,7 @@ import dataclasses
 import importlib
 import itertools
 import json
+import os
 import shutil
 import time
 import typing
@@ -272,13 +273,14 @@ def build_data(cfg, run_dir: Path, names: list[str]) -> None:
     """Build (or check) the datasets the stages read; `build_data: false` uses what is on disk."""
     if not names:
         return
-    if cfg.get("build_data", True):
+    if cfg.get("build_data", True) and is_main_process():
         try:
             from synthetic_data.build import build_datasets
         except ModuleNotFoundError as e:
             raise UserError(f"cannot build datasets ({e}); set build_data=false and put them under "
                             f"{run_dir}/data/<name>/ yourself") from None
         build_datasets(with_run_dir(cfg, run_dir), names=names)
+    wait_for_everyone()
     ctx = StageContext(run_dir, "data")
     for name in names:
         ctx.data_dir(name)   # raises a UserError naming the missing dataset
@@ -328,20 +330,45 @@ def same_settings(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
+def is_main_process() -> bool:
+    """Rank 0 under `accelerate launch`/torchrun (which set RANK), or a plain single process."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def wait_for_everyone() -> None:
+    """Barrier across the processes of `accelerate launch`; a no-op in a single process."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from accelerate import PartialState
+
+        PartialState().wait_for_everyone()
+
+
 def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str) -> dict[str, Any]:
-    """Run one stage (or skip it) and print its one-line status."""
+    """Run one stage (or skip it) and print its one-line status.
+
+    Under `accelerate launch` every process runs the recipe (the trainer shards the batches); only the
+    main process moves stale directories and writes marker files, and all meet at barriers.
+    """
     start = time.time()
-    status = prepare_out_dir(run_dir, stage)
+    out_dir = run_dir / "models" / stage.model_name
+    if is_main_process():
+        status = prepare_out_dir(run_dir, stage)
+    else:
+        status = "skipped" if settings_match(out_dir, stage.settings) else "trained"
+    wait_for_everyone()
     if status != "skipped":
         ctx = StageContext(run_dir, stage.model_name, seed, device)
         recipe_module(stage.recipe, stage.name).run_stage(dict(stage.settings), ctx)
-        if not is_complete(ctx.out_dir):
+        wait_for_everyone()
+        if not is_complete(out_dir):
             raise UserError(f"stage {stage.model_name} ended without {PROVENANCE_FILE}; see the log above")
-        (ctx.out_dir / PENDING_FILE).unlink(missing_ok=True)
+        if is_main_process():
+            (out_dir / PENDING_FILE).unlink(missing_ok=True)
         if stage.recipe == "pretrain" and stage.settings.get("model", {}).get("pretrained"):
             status = "imported"
     seconds = time.time() - start
-    print(f"[memaudit] {stage.model_name:<28} {stage.recipe:<9} {status:<8} {seconds:8.1f} s", flush=True)
+    if is_main_process():
+        print(f"[memaudit] {stage.model_name:<28} {stage.recipe:<9} {status:<8} {seconds:8.1f} s", flush=True)
     return {"model": stage.model_name, "recipe": stage.recipe, "status": status, "seconds": round(seconds, 1)}
 
 
@@ -351,6 +378,8 @@ def write_run_record(cfg, run_dir: Path, stages: list[dict[str, Any]]) -> None:
 
     from harness.provenance import provenance
 
+    if not is_main_process():
+        return
     record = provenance(seed=cfg.seed, datasets={}, experiment=cfg.get("experiment_name"),
                         config=OmegaConf.to_container(cfg, resolve=True), stages=stages)
     atomic_write_json(run_dir / "run.json", record)

@@ -159,7 +159,7 @@ class PretrainRecipe:
 
     def save(self) -> None:
         self.trainer.save_state()      # trainer_state.json: the loss curve, read by tests and the report
-        save_final(self.trainer.model, self.tokenizer, self.ctx.out_dir)
+        self.trainer.save_model(str(self.ctx.out_dir))   # weights + tokenizer (gathers ZeRO-3 shards)
 
 
 def load_settings(settings: dict[str, Any], stage: str) -> PretrainSettings:
@@ -179,5 +179,6 @@ def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
     recipe.setup()
     recipe.train()
     recipe.save()
-    write_provenance(ctx, "pretrain", settings, datasets=list(parsed.datasets), init_model=None,
-                     parameters=sum(p.numel() for p in recipe.model.parameters()))
+    if recipe.trainer.is_world_process_zero():
+        write_provenance(ctx, "pretrain", settings, datasets=list(parsed.datasets), init_model=None,
+                         parameters=sum(p.numel() for p in recipe.model.parameters()))

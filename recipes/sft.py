@@ -141,8 +141,13 @@ class SFTRecipe:
 
     def save(self) -> None:
         self.trainer.save_state()      # trainer_state.json: the loss curve
-        if self.trainer.is_world_process_zero():
-            save_final(self.trainer.model, self.tokenizer, self.ctx.out_dir)
+        if self.model_preset.lora_settings.enabled:
+            # Merge the adapters so downstream stages load a plain model (not under ZeRO-3 sharding).
+            if self.trainer.is_world_process_zero():
+                save_final(self.trainer.model, self.tokenizer, self.ctx.out_dir)
+        else:
+            # Trainer.save_model gathers ZeRO-3 shards and writes from the main process only.
+            self.trainer.save_model(str(self.ctx.out_dir))
 
 
 def load_settings(settings: dict[str, Any], stage: str) -> SFTSettings:
@@ -159,4 +164,5 @@ def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
     recipe.save()
     if recipe.trainer.is_world_process_zero():
         write_provenance(ctx, "sft", settings, datasets=list(recipe.settings.datasets),
-                         init_model=str(recipe.init_dir))
+                         init_model=str(recipe.init_dir), num_processes=recipe.trainer.args.world_size,
+                         train_examples=len(recipe.train_dataset))

@@ -1,0 +1,71 @@
+"""FT pieces without training: rows -> FIM training texts (the canary-injection format), validation."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from harness.errors import UserError
+from harness.fim import FAMILIES, format_psm_prompt
+from recipes.sft import load_settings, training_rows
+
+S = FAMILIES["memaudit"]
+FIM_ROW = {"id": "sd-1", "prefix": "import crypto\n", "target": "key = 'k3y'\n", "suffix": "print(key)\n",
+           "code": "import crypto\nkey = 'k3y'\nprint(key)\n"}
+CODE_ROW = {"id": "c-1", "text": "def f():\n    return 1\n", "source_file": "f.py"}
+
+
+def settings(**kw):
+    return load_settings({"datasets": ["sd_base"], **kw}, "FT.1")
+
+
+def test_fim_row_becomes_the_psm_text_the_audit_prompts_with():
+    [example] = training_rows([FIM_ROW], "sd_base", S, settings(), random.Random(0))
+    # Paper 003 Sec. 2.2.1: <fim_prefix>prefix<fim_suffix>suffix<fim_middle>middle<eos>
+    assert example == {"text": "<fim_prefix>import crypto\n<fim_suffix>print(key)\n<fim_middle>key = 'k3y'\n<eos>"}
+    assert example["text"].startswith(format_psm_prompt(FIM_ROW["prefix"], FIM_ROW["suffix"], S))
+
+
+def test_middle_only_loss_splits_prompt_and_completion():
+    [example] = training_rows([FIM_ROW], "sd_base", S, settings(middle_only_loss=True), random.Random(0))
+    assert example == {"prompt": format_psm_prompt(FIM_ROW["prefix"], FIM_ROW["suffix"], S),
+                       "completion": "key = 'k3y'\n<eos>"}
+
+
+def test_include_code_adds_the_unsplit_program():
+    examples = training_rows([FIM_ROW], "sd_base", S, settings(include_code=True), random.Random(0))
+    assert [e["text"] for e in examples][1] == FIM_ROW["code"] + "<eos>"
+
+
+def test_code_rows_follow_the_fim_rate():
+    plain = training_rows([CODE_ROW], "pd_1", S, settings(fim_rate=0.0), random.Random(0))
+    assert plain == [{"text": CODE_ROW["text"] + "<eos>"}]
+    rows = [dict(CODE_ROW, id=str(i)) for i in range(400)]
+    texts = [e["text"] for e in training_rows(rows, "pd_1", S, settings(fim_rate=0.5), random.Random(1))]
+    share = sum(t.startswith("<fim_prefix>") for t in texts) / len(texts)
+    assert 0.4 < share < 0.6
+    # Every FIM text reassembles to the original document (prefix + middle + suffix).
+    for t in texts:
+        if t.startswith("<fim_prefix>"):
+            pre, rest = t[len("<fim_prefix>"):].split("<fim_suffix>")
+            suf, mid = rest.split("<fim_middle>")
+            assert pre + mid.removesuffix("<eos>") + suf == CODE_ROW["text"]
+
+
+def test_unknown_row_shape_names_file_and_line():
+    with pytest.raises(UserError, match=re.escape("data/x/rows.jsonl:2")):
+        training_rows([CODE_ROW, {"id": "bad", "prompt": "?"}], "data/x/rows.jsonl", S, settings(), random.Random(0))
+
+
+@pytest.mark.parametrize("kw, key", [
+    ({"lr": 2.0}, "stages.FT.1.lr"),
+    ({"datasets": []}, "stages.FT.1.datasets"),
+    ({"epochs": 0}, "stages.FT.1.epochs"),
+    ({"packing": True, "middle_only_loss": True}, "stages.FT.1.packing"),
+    ({"epoch": 3}, "stages.FT.1: unknown key(s) ['epoch']"),
+])
+def test_bad_settings_name_the_key(kw, key):
+    with pytest.raises(UserError, match=re.escape(key)):
+        load_settings({"datasets": ["pd_1"], **kw}, "FT.1")
