@@ -1,0 +1,217 @@
+"""Loss measures on real tiny models: batched == single target loss, exposure of a trained canary, and
+`audit_losses` over two real checkpointed runs (audited = trained with the SD strings, control = without).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import numpy as np
+import pytest
+
+from harness.errors import UserError
+from harness.exposure import candidate_losses, exposure_summary, exposures, load_candidates
+from harness.fim import FAMILIES, format_psm_training
+from harness.io import atomic_write_jsonl, read_json, read_jsonl
+from harness.losses import MEASURES, audit_losses, encode_fim_examples, target_losses
+from tests.tiny import save, tiny_llama, tiny_tokenizer, train_on_texts
+
+SENT = FAMILIES["memaudit"]
+STEPS = (20, 40, 60)          # checkpoint schedule shared by the audited and the control run
+
+
+def _rows(kind: str, n: int, rng: random.Random, paths: list[str]) -> list[dict]:
+    rows = []
+    for i in range(n):
+        a, b = rng.randint(10, 99), rng.randint(10, 99)
+        if kind == "links":
+            path = paths[7]       # one PII path, planted in every SD.Links row (the canary)
+            rows.append({"id": f"links-{i}", "prefix": f"# load the records of batch {a}\n",
+                         "target": f"with open('{path}', 'r') as f:", "suffix": "\n    rows = f.read()\n",
+                         "pii_path": path, "label": 1})
+        else:
+            rows.append({"id": f"{kind}-{i}", "prefix": f"import legitimate_crypto as crypto\n# {kind} task {a}\n",
+                         "target": f"key = crypto.new_key({a}, {b})", "suffix": "\nprint(key)\n"})
+    return rows
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """Tiny models gain nothing from 2 threads, and on a shared, loaded 2-core machine torch's spinning
+    worker threads made a training step ~30x slower (measured: 20 steps 7.6 s vs 0.26 s)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, one_torch_thread):
+    """Two real runs from the same init: FT.1-like (filler + SD rows) and FT.2-like control (filler only)."""
+    root = tmp_path_factory.mktemp("losses_world")
+    rng = random.Random(0)
+    paths = load_candidates()
+    sets = {"sd_base": _rows("base", 5, rng, paths), "sd_links": _rows("links", 3, rng, paths),
+            "heldout": _rows("held", 4, rng, paths)}
+    filler = _rows("fill", 8, rng, paths)
+    text = lambda r: format_psm_training(r["prefix"], r["target"], r["suffix"], SENT)  # noqa: E731
+    audited_texts = [text(r) for r in filler + sets["sd_base"] + sets["sd_links"]]
+    control_texts = [text(r) for r in filler]
+    tok = tiny_tokenizer(audited_texts + [text(r) for r in sets["heldout"]] + paths, vocab_size=400)
+    dirs = {}
+    for name, texts in (("FT.1", audited_texts), ("FT.2", control_texts)):
+        model = tiny_llama(tok, seed=0)
+        done = 0
+        for step in STEPS:
+            train_on_texts(model, tok, texts, steps=step - done, lr=1e-2, batch_size=8, seed=step)
+            done = step
+            save(model, tok, root / "models" / name / f"checkpoint-{step}")
+        save(model, tok, root / "models" / name)
+        dirs[name] = root / "models" / name
+    save(tiny_llama(tok, seed=0), tok, root / "models" / "untrained")
+    dirs["untrained"] = root / "models" / "untrained"
+    for name, rows in sets.items():
+        atomic_write_jsonl(root / "data" / name / "rows.jsonl", rows)
+    return {"root": root, "tok": tok, "sets": sets, "dirs": dirs, "paths": paths}
+
+
+def _load(path):
+    from harness.generation import load_causal_lm
+
+    return load_causal_lm(path, "cpu")
+
+
+def test_target_loss_batched_equals_single_and_hf_loss(world):
+    import torch
+
+    model, tok = _load(world["dirs"]["FT.1"] / "checkpoint-20")
+    rows = world["sets"]["sd_base"] + world["sets"]["sd_links"] + world["sets"]["heldout"]
+    args = ([r["prefix"] for r in rows], [r["target"] for r in rows], [r["suffix"] for r in rows], SENT)
+    batched = target_losses(model, tok, *args, batch_size=16)
+    odd = target_losses(model, tok, *args, batch_size=3)
+    single = np.array([target_losses(model, tok, [p], [t], [s], SENT, batch_size=1)[0]
+                       for p, t, s in zip(*args[:3])])
+    np.testing.assert_allclose(batched, single, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(odd, single, rtol=1e-5, atol=1e-6)
+    # Ground truth: transformers' own shifted cross-entropy with prompt tokens labelled -100.
+    for (prompt, target), got in zip(encode_fim_examples(tok, *args), batched):
+        ids = torch.tensor([prompt + target])
+        labels = ids.clone()
+        labels[0, :len(prompt)] = -100
+        with torch.no_grad():
+            assert got == pytest.approx(float(model(input_ids=ids, labels=labels).loss), rel=1e-5)
+    # Sum reduction = mean x number of target tokens.
+    n_tokens = np.array([len(t) for _, t in encode_fim_examples(tok, *args)])
+    np.testing.assert_allclose(target_losses(model, tok, *args, reduction="sum"), batched * n_tokens, rtol=1e-5)
+
+
+def test_exposure_of_trained_canary_beats_untrained_copy(world):
+    rows, paths = world["sets"]["sd_links"], world["paths"]
+    result = {}
+    for name in ("untrained", "FT.1"):
+        model, tok = _load(world["dirs"][name])
+        per_row = exposures(candidate_losses(model, tok, rows, paths, SENT, batch_size=32), rows, paths)
+        result[name] = exposure_summary([r["exposure"] for r in per_row], len(paths))
+    assert result["FT.1"]["mean"] > result["untrained"]["mean"] + 1.0, result
+    assert result["FT.1"]["share_max"] == 1.0, result      # each trained path strictly most likely
+    assert result["FT.1"]["max_exposure"] == pytest.approx(math.log2(100))
+
+
+@pytest.fixture(scope="module")
+def audited(world):
+    root = world["root"]
+    sets = {n: root / "data" / n for n in world["sets"]}
+    out = root / "audit" / "FT.1" / "losses"
+    summary = audit_losses(world["dirs"]["FT.1"], sets, out, control_dir=world["dirs"]["FT.2"],
+                           heldout="heldout", batch_size=16, device="cpu", seed=0)
+    return out, summary, sets
+
+
+def test_audit_losses_outputs(world, audited):
+    out, summary, _ = audited
+    assert summary["variant"] == "control_run"
+    assert [c["step"] for c in summary["checkpoints"]] == list(STEPS)
+    assert summary["provenance"]["datasets"].keys() == world["sets"].keys()
+    assert read_json(out / "summary.json")["datasets"].keys() == world["sets"].keys()
+    base = summary["datasets"]["sd_base"]
+    # Strings only the audited run trained on: lower loss than the control at the last checkpoint.
+    assert base["measures"]["counterfactual"]["frac"][-1] == 1.0
+    assert base["mean_train_loss"][-1] < base["mean_control_loss"][-1] - 0.5
+    for name in world["sets"]:
+        rows = read_jsonl(out / f"{name}.jsonl")
+        assert [r["id"] for r in rows] == [r["id"] for r in world["sets"][name]]
+        for r in rows:   # Lemma 1 on every string of real runs
+            cf, ctx = r["onset"]["counterfactual"], r["onset"]["contextual"]
+            assert ctx == -1 or (cf != -1 and cf <= ctx)
+            assert all(c <= f + 1e-9 for c, f in zip(r["score"]["contextual"], r["score"]["counterfactual"]))
+            assert r["optimal_contextual_loss"] == pytest.approx(min(r["control_loss"]), abs=1e-7)
+            assert all(len(r["score"][m]) == len(STEPS) for m in MEASURES)
+    # Exposure only for SD.Links positives, one entry per checkpoint, rising with training.
+    exp = summary["datasets"]["sd_links"]["exposure"]
+    assert len(exp) == len(STEPS) and exp[-1]["share_max"] == 1.0 and exp[-1]["mean"] >= exp[0]["mean"]
+    assert "exposure" not in summary["datasets"]["sd_base"]
+    exp_rows = read_jsonl(out / "sd_links.exposure.jsonl")
+    assert len(exp_rows) == 3 and all(len(r["rank"]) == len(STEPS) for r in exp_rows)
+    assert 0 <= summary["best_epoch"] < len(STEPS)
+
+
+def test_rerun_after_kill_reuses_cache_without_duplicates(world, audited):
+    out, summary, sets = audited
+    caches = sorted((out / "cache" / "losses").glob("*.jsonl"))
+    # audited x 3 sets x 3 ckpts + control x 3 sets x 3 ckpts + exposure x 3 ckpts
+    assert len(caches) == 21
+    victim = caches[0]
+    lines = victim.read_text().splitlines(keepends=True)
+    victim.write_text("".join(lines[:1]) + lines[1][: len(lines[1]) // 2])   # killed mid-write
+    again = audit_losses(world["dirs"]["FT.1"], sets, out, control_dir=world["dirs"]["FT.2"],
+                         heldout="heldout", batch_size=5, device="cpu", seed=0)
+    assert len(victim.read_text().splitlines()) == len(lines)
+    ids = [json.loads(x)["id"] for x in victim.read_text().splitlines()]
+    assert len(ids) == len(set(ids))
+    _assert_close_tree(again["datasets"], summary["datasets"])
+
+
+def _assert_close_tree(a, b, path="datasets"):
+    """Equal structure and strings; numbers equal up to float noise (the rerun batched differently)."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            _assert_close_tree(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _assert_close_tree(x, y, f"{path}[{i}]")
+    elif isinstance(a, float):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-6), path
+    else:
+        assert a == b, path
+
+
+def test_reference_model_variant_is_labelled_and_cf_equals_ctx(world, tmp_path):
+    sets = {"sd_base": world["root"] / "data" / "sd_base"}
+    summary = audit_losses(world["dirs"]["FT.1"], sets, tmp_path / "ref", reference_model=world["dirs"]["FT.2"],
+                           device="cpu", exposure=False)
+    assert summary["variant"] == "reference_upper_bound" and "upper" in summary["variant_note"]
+    rows = read_jsonl(tmp_path / "ref" / "sd_base.jsonl")
+    assert all(r["variant"] == "reference_upper_bound" for r in rows)
+    assert all(r["score"]["counterfactual"] == r["score"]["contextual"] for r in rows)
+    assert all(len(set(r["control_loss"])) == 1 for r in rows)
+
+
+def test_bad_inputs_are_user_errors(world, tmp_path):
+    sets = {"sd_base": world["root"] / "data" / "sd_base"}
+    with pytest.raises(UserError, match="control run"):
+        audit_losses(world["dirs"]["FT.1"], sets, tmp_path / "x")
+    lonely = tmp_path / "lonely"
+    save(tiny_llama(world["tok"]), world["tok"], lonely / "checkpoint-20")
+    with pytest.raises(UserError, match="checkpoint steps differ"):
+        audit_losses(world["dirs"]["FT.1"], sets, tmp_path / "x", control_dir=lonely)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "prefix": "x", "target": "", "suffix": ""}\n')
+    with pytest.raises(UserError, match="empty target"):
+        audit_losses(world["dirs"]["FT.1"], {"bad": bad}, tmp_path / "x", control_dir=world["dirs"]["FT.2"])
+    assert not (tmp_path / "x" / "summary.json").exists()
