@@ -215,3 +215,18 @@ def test_bad_inputs_are_user_errors(world, tmp_path):
     with pytest.raises(UserError, match="empty target"):
         audit_losses(world["dirs"]["FT.1"], {"bad": bad}, tmp_path / "x", control_dir=world["dirs"]["FT.2"])
     assert not (tmp_path / "x" / "summary.json").exists()
+
+
+def test_loss_figures_render_from_audit_output(audited, tmp_path):
+    from harness.report.loss_figures import render_loss_figures
+
+    out, summary, _ = audited
+    written = render_loss_figures(out, tmp_path / "report")
+    names = sorted(p.name for p in written)
+    assert names == sorted([f"loss_memorization_FT.1_{d}.png" for d in ("sd_base", "sd_links", "heldout")]
+                           + [f"loss_curves_FT.1_{d}.png" for d in ("sd_base", "sd_links", "heldout")]
+                           + ["exposure_FT.1_sd_links.png"])
+    for p in written:
+        data = p.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    assert not list((tmp_path / "report").glob(".*tmp*"))
