@@ -26,7 +26,6 @@ corpus into the same row shape, with errors that name the file and line.
 
 from __future__ import annotations
 
-import hashlib
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -304,5 +303,18 @@ def import_parallel(path: str | Path, out_dir: str | Path) -> Path:
     return out_dir
 
 
-def pair_fingerprint(source: str, reference: str) -> str:
-    return hashlib.sha256(f"{source}\t{reference}".encode()).hexdigest()[:16]
+def heldout_pairs(n: int, seed: int, exclude_sources: set[str], settings: ParallelSettings | None = None) -> list[dict]:
+    """`n` regular pairs whose sources are not in the training data: the test set for model quality
+    (the analogue of the paper's WMT20 test set in Table 5). Seeded apart from the training corpus."""
+    settings = settings or ParallelSettings()
+    rng = random.Random(f"heldout-{seed}")
+    out: list[dict] = []
+    seen = set(exclude_sources)
+    for _ in range(100 * max(n, 1)):
+        if len(out) >= n:
+            break
+        pair = make_pair(rng, settings, "regular")
+        if pair["source"] not in seen:
+            seen.add(pair["source"])
+            out.append({**pair, "id": f"heldout-{len(out):05d}"})
+    return out
