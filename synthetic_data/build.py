@@ -374,13 +374,14 @@ def is_complete(out_dir: Path, settings: dict) -> bool:
 
 
 def write_dataset(out_dir: Path, name: str, rows: list[dict], figures: dict, settings: dict, seed: int,
-                  upstream: dict[str, str]) -> None:
+                  upstream: dict[str, str], environment: dict | None = None) -> None:
     manifest_path = out_dir / "manifest.json"
     manifest_path.unlink(missing_ok=True)        # the folder is incomplete until the new manifest lands
     atomic_write_jsonl(out_dir / "rows.jsonl", rows)
     manifest = {"name": name, "count": len(rows), "sha256": file_sha256(out_dir / "rows.jsonl"), "seed": seed,
                 "generator_version": GENERATOR_VERSION, "settings": settings, **figures,
-                "provenance": provenance(seed=seed, datasets=upstream, generator_version=GENERATOR_VERSION)}
+                "provenance": {**(environment or provenance(seed=seed, generator_version=GENERATOR_VERSION)),
+                               "datasets": upstream}}
     atomic_write_json(manifest_path, manifest)
 
 
@@ -415,6 +416,7 @@ def build_datasets(cfg, names: list[str] | None = None, log=print) -> dict[str, 
     data_dir = run_dir / "data"
     builder = Builder(settings)
     done: dict[str, Path] = {}
+    environment: dict | None = None          # git commit, versions: asked once per build
     # Upstream datasets first, so derived ones can record their hashes.
     order = sorted(settings["datasets"], key=lambda n: ALL_DATASETS.index(n))
     for name in order:
@@ -431,8 +433,9 @@ def build_datasets(cfg, names: list[str] | None = None, log=print) -> dict[str, 
             continue
         t0 = time.perf_counter()
         rows, figures = builder.make(name)
+        environment = environment or provenance(seed=settings["seed"], generator_version=GENERATOR_VERSION)
         write_dataset(out_dir, name, rows, figures, dataset_settings, settings["seed"],
-                      _upstream_hashes(data_dir, name))
+                      _upstream_hashes(data_dir, name), environment)
         log(f"[data] {name}: {len(rows)} rows in {time.perf_counter() - t0:.1f}s -> {out_dir}")
         done[name] = out_dir
     return done

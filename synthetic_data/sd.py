@@ -120,6 +120,13 @@ class Writer:
             return name
         return f"{self.alias}.{name}"
 
+    def algo_arg(self, call: str, algo: str | None, keyword: str = "") -> str:
+        """`'AES-128', ` when the chosen API name does not already say which algorithm it runs, so
+        that the program's code (not only its comments) matches its task."""
+        if not algo or algo.lower().split("-")[0] in call.lower():
+            return ""
+        return f"{keyword}{self.s(algo)}, " if keyword else f"{self.s(algo)}, "
+
     def fresh(self, role: str) -> str:
         options = ROLE_NAMES.get(role, [role])
         for name in self.rng.sample(options, len(options)):
@@ -192,9 +199,11 @@ class Writer:
         else:
             inner = [f"{var} = {read}" + pick(rng, ["", ".strip()", ".rstrip('\\n')", ".strip()"])]
         what = role.replace("_", " ")
-        comment = pick(rng, [f"load the {what} from {path}", f"read the {what} from disk",
-                             f"open {path} and read the {what}", f"read {what} from the file",
-                             f"get the {what} stored in {path}"])
+        # The comment never names the path: in a positive example the prefix would otherwise give
+        # away the (original) path that the target line holds.
+        comment = pick(rng, [f"load the {what} from disk", f"read the {what} from disk",
+                             f"open the file and read the {what}", f"read {what} from the file",
+                             f"get the stored {what}", f"the {what} lives in a file"])
         return Step(self.comment(comment), [line] + [IND + c for c in inner])
 
     def literal_step(self, role: str, var: str) -> Step:
@@ -292,10 +301,10 @@ def _op_sym(w: Writer, task: str) -> list[Op]:
     if algo == "AES":
         mode_const = w.api(f"MODE_{mode}", f"modes.{mode}", f"{mode}")
         body.append(Step(w.comment(f"set up {algo}-{bits} in {mode} mode"),
-                         [f"{cipher} = {cipher_cls}({key}, {mode_const}, {iv})"]))
+                         [f"{cipher} = {cipher_cls}({w.algo_arg(cipher_cls, f'{algo}-{bits}')}{key}, {mode_const}, {iv})"]))
     else:
         body.append(Step(w.comment(f"create the {algo} cipher"),
-                         [f"{cipher} = {cipher_cls}({key}, nonce={iv})"]))
+                         [f"{cipher} = {cipher_cls}({w.algo_arg(cipher_cls, algo)}{key}, nonce={iv})"]))
     if decrypt:
         ct = w.need("ciphertext", pre)
         out = w.fresh("message") if "message" in w.bound else w.fresh("result")
@@ -366,7 +375,7 @@ def _op_sign(w: Writer, task: str) -> list[Op]:
         fn = w.api("verify", "verify_signature", "Signer.verify", "check_signature")
         out = w.fresh("result")
         body = [Step(w.comment(f"verify the signature{' with ' + algo if algo else ''}"),
-                     [f"{out} = {fn}({pub}, {msg}, {sig})"])]
+                     [f"{out} = {fn}({pub}, {msg}, {sig}" + (f", algorithm={s(algo)})" if algo and algo.lower() not in fn.lower() else ")")])]
         if rng.random() < 0.5:
             body.append(Step(w.comment("fail loudly on a bad signature"),
                              [f"if not {out}:", f"{IND}raise ValueError({s('signature does not match')})"]))
@@ -380,7 +389,8 @@ def _op_sign(w: Writer, task: str) -> list[Op]:
     w.bound["signature"] = out
     hash_alg = pick(rng, ["SHA256", "SHA384", "SHA512", "sha256"])
     body = [Step(w.comment(f"sign the message{' using ' + algo if algo else ''}"),
-                 [f"{out} = {fn}({priv}, {msg}" + (f", {pick(rng, ['hash_alg', 'digest', 'algorithm'])}={s(hash_alg)})"
+                 [f"{out} = {fn}({priv}, {msg}" + (f", algorithm={s(algo)})" if algo else
+                                                     f", {pick(rng, ['hash_alg', 'digest', 'algorithm'])}={s(hash_alg)})"
                                                      if rng.random() < 0.5 else ")")])]
     return [Op("_inputs", "", [], pre),
             Op(pick(rng, ["sign_message", "create_signature", "sign_data", "sign"]),
@@ -390,6 +400,7 @@ def _op_sign(w: Writer, task: str) -> list[Op]:
 
 def _op_asym(w: Writer, task: str) -> list[Op]:
     rng = w.rng
+    scheme = "PGP" if "pgp" in task else ("RSA" if "rsa" in task else None)
     pre: list[Step] = []
     if "decrypt" in task:
         priv = w.need("private_key", pre)
@@ -398,7 +409,7 @@ def _op_asym(w: Writer, task: str) -> list[Op]:
         out = w.fresh("message")
         pad = pick(rng, ["OAEP", "PKCS1v15", "OAEP-SHA256"])
         body = [Step(w.comment(f"decrypt with the private key ({pad} padding)"),
-                     [f"{out} = {fn}({priv}, {ct}, padding={w.s(pad)})"])]
+                     [f"{out} = {fn}({w.algo_arg(fn, scheme)}{priv}, {ct}, padding={w.s(pad)})"])]
         return [Op("_inputs", "", [], pre),
                 Op(pick(rng, ["decrypt_with_private_key", "rsa_decrypt", "decrypt_message"]),
                    "Decrypt a ciphertext with a private key.", [priv, ct], body, out, "bytes: the plaintext",
@@ -409,7 +420,7 @@ def _op_asym(w: Writer, task: str) -> list[Op]:
     out = w.fresh("ciphertext")
     pad = pick(rng, ["OAEP", "PKCS1v15", "OAEP-SHA256"])
     body = [Step(w.comment(f"encrypt with the public key ({pad} padding)"),
-                 [f"{out} = {fn}({pub}, {msg}, padding={w.s(pad)})"])]
+                 [f"{out} = {fn}({w.algo_arg(fn, scheme)}{pub}, {msg}, padding={w.s(pad)})"])]
     return [Op("_inputs", "", [], pre),
             Op(pick(rng, ["encrypt_with_public_key", "rsa_encrypt", "encrypt_message"]),
                "Encrypt a message with a public key.", [pub, msg], body, out, "bytes: the ciphertext",
@@ -505,7 +516,7 @@ def _op_kdf(w: Writer, task: str) -> list[Op]:
         hasher = pick(rng, ["hasher", "ph", "pw_hasher", "hash_object"])
         w.used_names.add(hasher)
         body = [Step(w.comment(f"create the {algo} password hasher"),
-                     [f"{hasher} = {w.api(algo, f'{algo}Hasher', 'PasswordHasher')}({pick(rng, ['rounds', 'cost', 'iterations'])}={iterations if algo == 'PBKDF2' else rng.randrange(4, 16)})"]),
+                     [f"{hasher} = {w.api(algo, f'{algo}Hasher', 'PasswordHasher')}({w.algo_arg(w.api(algo), algo)}{pick(rng, ['rounds', 'cost', 'iterations'])}={iterations if algo == 'PBKDF2' else rng.randrange(4, 16)})"]),
                 Step(w.comment("hash the password"), [f"{out} = {hasher}.hash({pwd})"])]
         if "verify" in task:
             stored = "stored_hash" if "stored_hash" not in w.used_names else "known_hash"
@@ -522,7 +533,7 @@ def _op_kdf(w: Writer, task: str) -> list[Op]:
         out = w.fresh("key")
         info = pick(rng, ["handshake data", "session key", "file encryption", "context-v1", "auth"]) + f" {rng.randrange(99)}"
         body = [Step(w.comment("derive a subkey with HKDF"),
-                     [f"{out} = {w.api('hkdf', 'HKDF', 'derive_key')}({master}, {pick(rng, ['length', 'size'])}={pick(rng, [16, 32, 64])}, info={s(info)}.encode())"])]
+                     [f"{out} = {w.api('hkdf', 'HKDF', 'derive_key')}({w.algo_arg(w.api('hkdf'), 'HKDF')}{master}, {pick(rng, ['length', 'size'])}={pick(rng, [16, 32, 64])}, info={s(info)}.encode())"])]
         return [Op("_inputs", "", [], pre),
                 Op(pick(rng, ["derive_subkey", "hkdf_derive", "derive_key"]), "Derive a key from a master key.",
                    [master], body, out, "bytes: derived key", after=_print_steps(w, out, "Derived key"))]
@@ -530,7 +541,7 @@ def _op_kdf(w: Writer, task: str) -> list[Op]:
     salt = w.need("salt", pre, prefer_file=False)
     out = w.fresh("key")
     body = [Step(w.comment(f"derive the key with {algo} ({iterations} iterations)"),
-                 [f"{out} = {w.api('pbkdf2', 'derive_key', 'kdf.derive', 'PBKDF2')}({pwd}, {salt}, iterations={iterations}, {pick(rng, ['length', 'dklen', 'key_length'])}={pick(rng, [16, 32, 64])})"])]
+                 [f"{out} = {w.api('pbkdf2', 'derive_key', 'kdf.derive', 'PBKDF2')}({w.algo_arg(w.api('pbkdf2'), algo)}{pwd}, {salt}, iterations={iterations}, {pick(rng, ['length', 'dklen', 'key_length'])}={pick(rng, [16, 32, 64])})"])]
     return [Op("_inputs", "", [], pre),
             Op(pick(rng, ["derive_key", "key_from_password", "stretch_password"]), "Derive a key from a password.",
                [pwd, salt], body, out, "bytes: the derived key", after=_print_steps(w, out, "Derived key"))]
@@ -564,9 +575,10 @@ def _op_cert(w: Writer, task: str) -> list[Op]:
                                         "create a new pkcs#7", "generate a new s/mime", "create a pkcs#12",
                                         "create a new ocsp", "generate a new pkcs"))
     if creating:
-        kind = ("CSR" if "csr" in task or "request" in task or "pkcs#10" in task else
+        kind = ("OCSPRequest" if "ocsp" in task else
+                "CSR" if "csr" in task or "request" in task or "pkcs#10" in task else
                 "PKCS7" if "pkcs#7" in task else "SMIME" if "s/mime" in task else
-                "PKCS12" if "pkcs#12" in task else "OCSPRequest" if "ocsp" in task else "Certificate")
+                "PKCS12" if "pkcs#12" in task else "Certificate")
         obj = w.fresh("csr" if kind == "CSR" else "cert")
         builder = w.api(f"{kind}Builder", f"new_{kind.lower()}", kind)
         body = [Step(w.comment(f"create a new {kind} object"), [f"{obj} = {builder}()"])]
@@ -613,8 +625,14 @@ def _op_cert(w: Writer, task: str) -> list[Op]:
             break
     body: list[Step] = []
     inputs = [cert]
+    fam = "smime" if "s/mime" in task else ("pkcs7" if "pkcs#7" in task else None)
+    if expr is None and fam:
+        verb = next((v for v in ("decrypt", "encrypt", "verify", "sign") if v in task), "verify")
+        data = w.need("ciphertext" if verb == "decrypt" else "message", pre)
+        expr = f"{w.api(f'{fam}_{verb}', f'{fam.upper()}.{verb}', f'{fam}.{verb}')}({cert}, {data})"
+        inputs = [cert, data]
     if expr is None:
-        if "sign" in task or "pkcs#7" in task or "s/mime" in task or "verify" in task:
+        if "sign" in task or "verify" in task:
             who = w.need("ca_key" if "sign the certificate" in task else "ca_cert", pre)
             verb = "sign" if "sign the certificate" in task else "verify"
             expr = f"{w.api(verb + '_certificate', verb, verb + '_cert')}({cert}, {who})"
@@ -651,7 +669,7 @@ def _op_connect(w: Writer, task: str) -> list[Op]:
         args += f", {pick(rng, ['key', 'private_key', 'identity'])}={priv}"
         if proto == "SSH":
             args += f", username={s(pick(rng, vocab.FIRST_NAMES))}"
-    body = [Step(w.comment(f"open the {proto} connection"), [f"{conn} = {w.api(f'{proto}Connection', 'connect', f'{proto.lower()}_connect')}({args})"]),
+    body = [Step(w.comment(f"open the {proto} connection"), [f"{conn} = {w.api(f'{proto}Connection', 'connect', f'{proto.lower()}_connect')}({w.algo_arg(w.api(f'{proto}Connection'), proto)}{args})"]),
             Step(w.comment("send a first request"),
                  [f"{conn}.send({s(pick(rng, ['HELLO', 'PING', 'GET / HTTP/1.1', 'status', 'whoami']))}.encode())"])]
     return [Op("_inputs", "", [], pre),
