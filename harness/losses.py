@@ -197,14 +197,17 @@ def token_losses_batched(model, examples: Sequence[tuple[list[int], list[int]]],
     """
     import torch
 
-    from harness.generation import _progress, length_sorted_batches
+    from tqdm.auto import tqdm
+
+    from harness.generation import length_sorted_batches
 
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction={reduction!r}: use 'mean' or 'sum'")
     out = np.empty(len(examples), dtype=np.float64)
     device = next(model.parameters()).device
     keep_arg = _accepts_logits_to_keep(model)
-    bar = _progress(len(examples), "loss", progress)
+    bar = tqdm(total=len(examples), desc="loss", unit="ex", leave=False, dynamic_ncols=True,
+               disable=(not progress) if progress is not None else None)   # None: only on a terminal
     try:
         for idx in length_sorted_batches([len(p) + len(t) for p, t in examples], batch_size):
             rows = [examples[i][0] + examples[i][1] for i in idx]
@@ -249,25 +252,11 @@ def target_losses(model, tokenizer, prefixes: Sequence[str], targets: Sequence[s
 # ---------------------------------------------------------------------------------------------
 # Loss cache keyed by a fingerprint (what was scored, by which weights, how)
 # ---------------------------------------------------------------------------------------------
-# harness/audit.py (the completion cache) did not exist when this was written, so this is a minimal
-# fingerprint + RowStore cache of our own; when audit.py lands with a model fingerprint helper, swap
-# `model_fingerprint` for it.
+# The model fingerprint is the audit's (harness.audit.model_fingerprint: weights + config + tokenizer
+# files, hashed once per process); the cache itself is ours because it stores floats per example id,
+# not completions: one RowStore per (model, example set, settings) fingerprint.
 
 CACHE_VERSION = 1   # bump when the loss computation changes, so old cached numbers are not reused
-MODEL_FILES = ("*.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json",
-               "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt")
-
-
-def model_fingerprint(model_dir: str | Path) -> str:
-    """sha256 over the files that decide what a model directory computes (weights, config, tokenizer)."""
-    model_dir = Path(model_dir)
-    h = hashlib.sha256()
-    files = sorted({p for pattern in MODEL_FILES for p in model_dir.glob(pattern) if p.is_file()})
-    if not any(p.suffix == ".safetensors" for p in files):
-        raise UserError(f"{model_dir}: no *.safetensors weights; point at a saved HF model or checkpoint dir")
-    for p in files:
-        h.update(p.name.encode() + b"\0" + file_sha256(p).encode() + b"\n")
-    return h.hexdigest()
 
 
 def examples_fingerprint(rows: Sequence[dict], fields: Sequence[str] = ("id", "prefix", "target", "suffix")) -> str:
@@ -322,7 +311,7 @@ VARIANT_CONTROL = "control_run"
 VARIANT_REFERENCE = "reference_upper_bound"
 
 
-def list_checkpoints(model_dir: str | Path) -> dict[int, Path]:
+def checkpoint_steps(model_dir: str | Path) -> dict[int, Path]:
     """{step: path} of the `checkpoint-<step>` directories of a trained model, by step."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
@@ -345,20 +334,33 @@ def _checkpoint_epoch(path: Path) -> float | None:
 
 
 def _match_checkpoints(audited_dir: Path, control_dir: Path | None) -> list[dict]:
-    audited = list_checkpoints(audited_dir)
+    """Pair each audited checkpoint with the control checkpoint of the same epoch (paper 004 compares
+    loss(M_e(D), s) with loss(M_e(D'), s) at the same epoch e).
+
+    Same step lists -> paired by step. Otherwise, when every checkpoint of both runs has a
+    trainer_state.json epoch and the epoch lists agree (to 1e-3), paired by epoch: a control trained
+    on D' (smaller than D) reaches epoch e in fewer steps, so per-epoch saving gives different steps.
+    """
+    audited = checkpoint_steps(audited_dir)
     if not audited:
         raise UserError(f"{audited_dir}: no checkpoint-<step> directories; the loss measures need the "
                         "checkpoints saved during training (set the stage's save_steps / save_strategy)")
+    a_epochs = {s: _checkpoint_epoch(p) for s, p in audited.items()}
     if control_dir is None:
-        return [{"step": s, "epoch": _checkpoint_epoch(p), "audited": p, "control": None}
+        return [{"step": s, "epoch": a_epochs[s], "audited": p, "control": None} for s, p in audited.items()]
+    control = checkpoint_steps(control_dir)
+    if list(control) == list(audited):
+        return [{"step": s, "epoch": a_epochs[s], "audited": p, "control": control[s], "control_step": s}
                 for s, p in audited.items()]
-    control = list_checkpoints(control_dir)
-    if list(control) != list(audited):
-        raise UserError(f"checkpoint steps differ: audited {audited_dir} has {list(audited)}, control "
-                        f"{control_dir} has {list(control)}; train the control with the same schedule "
-                        "(same save_steps, batch size and dataset size) so epochs line up")
-    return [{"step": s, "epoch": _checkpoint_epoch(p), "audited": p, "control": control[s]}
-            for s, p in audited.items()]
+    c_epochs = {s: _checkpoint_epoch(p) for s, p in control.items()}
+    if (len(control) == len(audited) and None not in a_epochs.values() and None not in c_epochs.values()
+            and all(abs(a - c) < 1e-3 for a, c in zip(a_epochs.values(), c_epochs.values()))):
+        return [{"step": s, "epoch": a_epochs[s], "audited": p, "control": control[cs], "control_step": cs}
+                for (s, p), cs in zip(audited.items(), control)]
+    raise UserError(f"checkpoints do not line up: audited {audited_dir} has steps {list(audited)} (epochs "
+                    f"{list(a_epochs.values())}), control {control_dir} has steps {list(control)} (epochs "
+                    f"{list(c_epochs.values())}); train the control with the same schedule (same save_steps "
+                    "and max_steps, or save once per epoch) so each audited checkpoint has a same-epoch control")
 
 
 def load_fim_examples(path: str | Path) -> tuple[list[dict], str]:
@@ -418,6 +420,7 @@ def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], o
     from transformers import AutoTokenizer
 
     from harness import exposure as exp
+    from harness.audit import model_fingerprint
     from harness.fim import detect_sentinels
     from harness.generation import pick_device
 
@@ -534,7 +537,8 @@ def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], o
         "audited": str(audited_dir), "control": str(control_dir) if control_dir else None,
         "reference_model": str(reference_model) if reference_model else None,
         "tau": tau, "heldout": heldout, "best_epoch": best_epoch,
-        "checkpoints": [{"index": i, "step": ck["step"], "epoch": ck["epoch"]} for i, ck in enumerate(checkpoints)],
+        "checkpoints": [{"index": i, "step": ck["step"], "epoch": ck["epoch"], "control_step": ck.get("control_step")}
+                        for i, ck in enumerate(checkpoints)],
         "n_candidates": len(candidates) if cand else None,
         "datasets": summary_sets,
         "provenance": provenance(seed=seed, datasets={n: sha for n, (_, sha) in data.items()},

@@ -208,7 +208,7 @@ def test_bad_inputs_are_user_errors(world, tmp_path):
         audit_losses(world["dirs"]["FT.1"], sets, tmp_path / "x")
     lonely = tmp_path / "lonely"
     save(tiny_llama(world["tok"]), world["tok"], lonely / "checkpoint-20")
-    with pytest.raises(UserError, match="checkpoint steps differ"):
+    with pytest.raises(UserError, match="checkpoints do not line up"):
         audit_losses(world["dirs"]["FT.1"], sets, tmp_path / "x", control_dir=lonely)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "a", "prefix": "x", "target": "", "suffix": ""}\n')
