@@ -51,8 +51,9 @@ def sliding_window_ned(target: str, completion: str) -> float:
 #    d_j >= d_i - 2|i - j| for every evaluated window i. Hence
 #        lb_j = max over evaluated i of (d_i - 2|i - j|)
 #    is a lower bound on d_j, and a window with lb_j >= best (the smallest d evaluated so far) cannot
-#    lower the minimum; it is never evaluated. (This is the "skip ahead ceil((d - best) / 2) windows"
-#    rule, applied in both directions.) `best` only decreases, so a window ruled out stays ruled out.
+#    lower the minimum; it is never evaluated. (This is the skip-ahead rule -- from window i with
+#    distance d the next window that can beat best is i + floor((d - best) / 2) + 1 -- applied in both
+#    directions and from every evaluated window.) `best` only decreases, so a ruled-out window stays out.
 # 4. Coarse-to-fine rounds: round 0 evaluates every STRIDES[0]-th window (and the last one); each
 #    later round evaluates the still-possible windows (lb < best) on a finer stride, plus, per pair, the
 #    possible window with the smallest lb; the last stride is 1, i.e. every still-possible window. After
@@ -60,13 +61,17 @@ def sliding_window_ned(target: str, completion: str) -> float:
 # The window distances of a round are computed in C++ by rapidfuzz.process.cpdist (GIL released,
 # `workers` threads); the bounds are numpy segmented prefix/suffix maxima over all pairs at once.
 #
-# Not used, and why: edlib's infix ("HW") alignment is a valid lower bound on every d_i (each window is
-# one of the substrings it minimises over), but costs about six window evaluations per pair and on
-# non-memorized pairs lies ~14 edits below the window minimum, so it rarely stops the search;
+# Measured and not used (benchmarks/README.md): edlib's infix ("HW") alignment is a valid lower bound
+# on every d_i (each window is one of the substrings it minimises over), but costs about six window
+# evaluations per pair and on unmemorized pairs lies ~14 edits below the window minimum, so it rarely
+# stops the search (memorized pairs already stop early: their low best prunes everything around it);
 # rapidfuzz's score_cutoff only speeds Levenshtein up when the cutoff is small (banded kernel), i.e. not
-# on the unmemorized majority, and a capped value would weaken the bounds of point 3.
+# on the unmemorized majority, and a capped value would weaken the bounds of point 3. Bounding a run of
+# windows by one distance to the chunk that spans them (d_j >= Lev(target, chunk) - extra length) was
+# simulated too and needs more work than point 3 alone.
 
 _STRIDES = (8, 4, 2, 1)
+_MIN_PAIRS_PER_THREAD = 2048  # below this, starting rapidfuzz's threads costs more than it saves
 
 
 def _segmented_running_max(values: np.ndarray, segment: np.ndarray, n_segments: int,
@@ -81,6 +86,10 @@ def _segmented_running_max(values: np.ndarray, segment: np.ndarray, n_segments: 
     return np.maximum.accumulate(values + offset) - offset
 
 
+def _threads(workers: int, n_pairs: int) -> int:
+    return workers if n_pairs >= _MIN_PAIRS_PER_THREAD else 1
+
+
 def _window_minima(targets: list[str], completions: list[str], workers: int) -> list[int]:
     """min_i Lev(target, completion[i:i+m]) for pairs whose completion is longer than the target."""
     n_pairs = len(targets)
@@ -93,12 +102,14 @@ def _window_minima(targets: list[str], completions: list[str], workers: int) -> 
     best = np.full(n_pairs, np.iinfo(np.int64).max, dtype=np.int64)
     shift = 2 * int(n_windows.max())  # keeps d_i - 2i + shift >= 0
 
+    width_of = widths.tolist()
+
     def evaluate(flat: np.ndarray) -> None:
         segs = segment[flat].tolist()
-        poss = position[flat].tolist()
         queries = [targets[s] for s in segs]
-        windows = [completions[s][p:p + len(targets[s])] for s, p in zip(segs, poss)]
-        distance[flat] = process.cpdist(queries, windows, scorer=Levenshtein.distance, workers=workers)
+        windows = [completions[s][p:p + width_of[s]] for s, p in zip(segs, position[flat].tolist())]
+        distance[flat] = process.cpdist(queries, windows, scorer=Levenshtein.distance,
+                                        workers=_threads(workers, len(flat)))
         np.minimum.at(best, segment[flat], distance[flat])
 
     is_last = position == (n_windows[segment] - 1)
@@ -114,11 +125,9 @@ def _window_minima(targets: list[str], completions: list[str], workers: int) -> 
         if not possible.any():
             break
         pick = possible & (position % stride == 0)
-        # per pair, also the possible window with the smallest bound, so every round makes progress
-        cand = np.flatnonzero(possible)
-        order = np.lexsort((lower[cand], segment[cand]))
-        first = cand[order][np.r_[True, np.diff(segment[cand][order]) != 0]]
-        pick[first] = True
+        # per pair, also the possible window(s) with the smallest bound, so every round makes progress
+        masked = np.where(possible, lower, np.iinfo(np.int64).max)
+        pick |= possible & (masked == np.minimum.reduceat(masked, starts)[segment])
         evaluate(np.flatnonzero(pick))
     # After the stride-1 round no window can be below best (see point 4): best is exact.
     return best.tolist()
@@ -148,7 +157,7 @@ def sliding_window_ned_batch(targets: Sequence[str], completions: Sequence[str],
             windowed.append(k)
     if whole:
         raw = process.cpdist([targets[k] for k in whole], [completions[k] for k in whole],
-                             scorer=Levenshtein.distance, workers=workers)
+                             scorer=Levenshtein.distance, workers=_threads(workers, len(whole)))
         for k, d in zip(whole, raw.tolist()):
             result[k] = d / len(targets[k])
     if windowed:

@@ -100,6 +100,8 @@ def fim_transform(text: str, rng: random.Random, s: FimSentinels, fim_rate: floa
     Appendix A.3 uses fim_rate 0.8 for pre-training (following CodeGemma); Bavarian et al. 2022 split at
     character level. Deterministic given `rng`.
     """
+    if not 0.0 <= fim_rate <= 1.0:
+        raise ValueError(f"fim_transform: fim_rate={fim_rate} must be in [0, 1]")
     if rng.random() >= fim_rate:
         return text + (s.eos or "")
     lo, hi = sorted((rng.randint(0, len(text)), rng.randint(0, len(text))))

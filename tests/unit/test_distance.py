@@ -180,3 +180,15 @@ def test_batch_equals_brute_force_embedded_target(target, data):
     copy = data.draw(st.text(alphabet="abcd", max_size=10))
     completion = left + copy + right
     assert sliding_window_ned_batch([target], [completion]) == [_brute_force_sliding(target, completion)]
+
+
+def test_batch_threaded_path_equals_brute_force():
+    # Enough pairs that rapidfuzz's threads are used (workers=-1); seeded random code-like strings.
+    import random
+
+    rng = random.Random(3)
+    alphabet = "ab (x)=\n"
+    targets = ["".join(rng.choices(alphabet, k=rng.randint(1, 12))) for _ in range(3000)]
+    completions = ["".join(rng.choices(alphabet, k=rng.randint(0, 30))) for _ in range(3000)]
+    assert sliding_window_ned_batch(targets, completions, workers=-1) == \
+        [_brute_force_sliding(t, c) for t, c in zip(targets, completions)]
