@@ -52,7 +52,11 @@ def list_source_files(root: Path, include, exclude, max_files: int | None, seed:
                         "of .py files or set it to null for the Python standard library")
     rels = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
+        # Prune excluded folders (e.g. site-packages) instead of walking them: "<dir>/" matches
+        # "test/*" because "*" also matches the empty string.
+        base = Path(dirpath).relative_to(root).as_posix()
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not _matches(
+            f"{d}/" if base == "." else f"{base}/{d}/", exclude))
         for name in sorted(filenames):
             rel = Path(dirpath, name).relative_to(root).as_posix()
             if _matches(rel, include) and not _matches(rel, exclude):
