@@ -72,6 +72,7 @@ def sliding_window_ned(target: str, completion: str) -> float:
 
 _STRIDES = (8, 4, 2, 1)
 _MIN_PAIRS_PER_THREAD = 2048  # below this, starting rapidfuzz's threads costs more than it saves
+_MAX_WINDOWS_PER_CHUNK = 1 << 21  # ~2M windows: ~100 MB of bookkeeping arrays at most
 
 
 def _segmented_running_max(values: np.ndarray, segment: np.ndarray, n_segments: int,
@@ -160,8 +161,24 @@ def sliding_window_ned_batch(targets: Sequence[str], completions: Sequence[str],
                              scorer=Levenshtein.distance, workers=_threads(workers, len(whole)))
         for k, d in zip(whole, raw.tolist()):
             result[k] = d / len(targets[k])
-    if windowed:
-        minima = _window_minima([targets[k] for k in windowed], [completions[k] for k in windowed], workers)
-        for k, d in zip(windowed, minima):
+    for chunk in _chunks_by_windows(windowed, targets, completions):
+        minima = _window_minima([targets[k] for k in chunk], [completions[k] for k in chunk], workers)
+        for k, d in zip(chunk, minima):
             result[k] = d / len(targets[k])
     return result
+
+
+def _chunks_by_windows(indices: list[int], targets: Sequence[str], completions: Sequence[str]):
+    """Consecutive groups of pairs with at most _MAX_WINDOWS_PER_CHUNK windows in total (bounded memory:
+    the round bookkeeping holds a few int64 arrays per window)."""
+    chunk: list[int] = []
+    n_windows = 0
+    for k in indices:
+        windows = len(completions[k]) - len(targets[k]) + 1
+        if chunk and n_windows + windows > _MAX_WINDOWS_PER_CHUNK:
+            yield chunk
+            chunk, n_windows = [], 0
+        chunk.append(k)
+        n_windows += windows
+    if chunk:
+        yield chunk

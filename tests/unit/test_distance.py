@@ -192,3 +192,14 @@ def test_batch_threaded_path_equals_brute_force():
     completions = ["".join(rng.choices(alphabet, k=rng.randint(0, 30))) for _ in range(3000)]
     assert sliding_window_ned_batch(targets, completions, workers=-1) == \
         [_brute_force_sliding(t, c) for t, c in zip(targets, completions)]
+
+
+def test_batch_splits_large_inputs_into_chunks(monkeypatch):
+    # Chunking bounds memory; results must not depend on where the chunks are cut.
+    import harness.distance as distance
+
+    monkeypatch.setattr(distance, "_MAX_WINDOWS_PER_CHUNK", 7)
+    targets = ["ab", "abc", "xyz", "bq", "abc"]       # none occurs verbatim: every pair is searched
+    completions = ["zzzzzzzzzaXb", "zabdz", "xy", "aaaaaaaaaaaaaaaaaab", "zzzzzzzzzzzzzzzzzzzzzabx"]
+    assert sliding_window_ned_batch(targets, completions) == \
+        [_brute_force_sliding(t, c) for t, c in zip(targets, completions)]
