@@ -34,6 +34,19 @@ class FimSentinels:
         return [t for t in (self.prefix, self.suffix, self.middle, self.eos) if t is not None]
 
 
+# Sentinel spellings, checked against public sources (2026-11-22):
+# - StarCoder / StarCoder2: bigcode tokenizers (`<fim_prefix>`, `<fim_suffix>`, `<fim_middle>`, EOS
+#   `<|endoftext|>`; StarCoder2 adds `<file_sep>`), e.g. sourcegraph/cody's StarCoder stop sequences and
+#   the StarCoder2 paper's repository-context format (arXiv 2402.19173 Sec. 5).
+# - Qwen2.5-Coder: QwenLM/Qwen2.5-Coder README, "file-level code completion (fill-in-the-middle)":
+#   `<|fim_prefix|>`, `<|fim_suffix|>`, `<|fim_middle|>`, `<|fim_pad|>`, `<|repo_name|>`, `<|file_sep|>`,
+#   EOS `<|endoftext|>`.
+# - CodeGemma: ai.google.dev/gemma/docs/codegemma/prompt-structure -- the same three pipe-style FIM
+#   tokens plus `<|file_separator|>`; Gemma's EOS is `<eos>`.
+# - DeepSeek-Coder: deepseek-ai/DeepSeek-Coder README (code insertion example):
+#   `<｜fim▁begin｜>`prefix`<｜fim▁hole｜>`suffix`<｜fim▁end｜>`; EOS `<｜end▁of▁sentence｜>` (fullwidth
+#   bars U+FF5C and U+2581 "▁", not ASCII).
+# - memaudit: recipes/tokenizer.py (StarCoder spelling, EOS `<eos>`, pad `<pad>`).
 FAMILIES: dict[str, FimSentinels] = {s.family: s for s in (
     FimSentinels("starcoder", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<|endoftext|>"),
     FimSentinels("starcoder2", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<|endoftext|>",
@@ -49,6 +62,11 @@ FAMILIES: dict[str, FimSentinels] = {s.family: s for s in (
 
 
 def _family_from_vocab(vocab) -> str | None:
+    """Which family a vocabulary belongs to, or None when it has no (or ambiguous) FIM sentinels.
+
+    Qwen2.5-Coder and CodeGemma share the pipe-style FIM tokens and differ in the file separator;
+    memaudit and StarCoder share the underscore style and differ in the EOS (`<eos>`).
+    """
     if "<｜fim▁begin｜>" in vocab:
         return "deepseek-coder"
     if "<|fim_prefix|>" in vocab:
@@ -74,6 +92,7 @@ def detect_sentinels(tokenizer, family: str | None = None, model_name: str = "")
         if family is None:
             raise UserError(f"{name}: cannot detect the FIM sentinels from its tokenizer's vocabulary; "
                             f"set model.fim_family=<one of {known}> (or use a FIM-trained model)")
+    family = family.lower()
     if family not in FAMILIES:
         raise UserError(f"model.fim_family={family!r} is unknown; use one of {known}")
     sentinels = FAMILIES[family]

@@ -111,6 +111,11 @@ def test_given_family_with_missing_tokens_is_an_error():
         detect_sentinels(tok, family="codegemma")
 
 
+def test_family_name_is_case_insensitive():
+    assert detect_sentinels(_tokenizer(FAMILY_VOCAB["qwen2.5-coder"]), family="Qwen2.5-Coder").family == \
+        "qwen2.5-coder"
+
+
 def test_unknown_family_is_an_error():
     with pytest.raises(UserError, match="unknown"):
         detect_sentinels(_tokenizer(FAMILY_VOCAB["starcoder"]), family="gpt-2")
@@ -143,6 +148,11 @@ def test_fim_transform_rate_one_is_a_reordering(text, seed, family):
 def test_fim_transform_rate_zero_is_plain_text(text, seed):
     s = FAMILIES["memaudit"]
     assert fim_transform(text, random.Random(seed), s, fim_rate=0.0) == text + "<eos>"
+
+
+def test_fim_transform_rejects_a_rate_outside_0_1():
+    with pytest.raises(ValueError, match="fim_rate"):
+        fim_transform("abc", random.Random(0), FAMILIES["memaudit"], fim_rate=1.5)
 
 
 def test_fim_transform_is_deterministic_given_the_rng():
