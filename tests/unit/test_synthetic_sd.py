@@ -15,18 +15,12 @@ from synthetic_data.sd import WITH_OPEN, generate_programs, load_tasks, write_pr
 
 
 def default_data(**sd):
-    data = {"datasets": "all", "seed": 0,
-            "sd": {"size": 6554, "links_fraction": 0.4565151, "positive_fraction": 0.4976604,
-                   "line_counts": [10, 20, 30, 40, 50, 75, 100], "target_selection": "distinct"},
-            "pd": {"source_dir": None, "hf_dataset": None, "text_field": "content", "source_field": None,
-                   "include": ["*.py"], "exclude": ["test/*", "idlelib/*"], "max_files": None,
-                   "max_chunk_chars": 2000, "min_chunk_chars": 64, "window_lines": 40,
-                   "proportions": {"pd_pt": 0.5, "pd_1": 0.12, "pd_2": 0.15, "pd_2_val": 0.03, "pd_3": 0.08,
-                                   "pd_3_val": 0.02, "pd_eval": 0.10}},
-            "preference": {"max_span_lines": 3, "pd2_positive_fraction": 0.5},
-            "rl_prompts": {"tokenizer": None, "prompt_tokens": 50, "target_tokens": 50,
-                           "subsets": ["SD.Base", "SD.Links"]},
-            "humaneval": {"path": None}}
+    """data.* as conf/data/default.yaml composes it (so the YAML itself is exercised), SD overridden."""
+    from omegaconf import OmegaConf
+
+    from harness.cli import compose
+
+    data = OmegaConf.to_container(compose([]).data, resolve=True)
     data["sd"].update(sd)
     return data
 

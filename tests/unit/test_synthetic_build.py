@@ -1,0 +1,98 @@
+"""build_datasets: on-disk form, skip-if-complete, rebuild on change, byte-identical output, errors."""
+
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from harness.cli import compose
+from harness.errors import UserError
+from harness.io import file_sha256
+from synthetic_data.build import build_datasets
+
+
+def cfg_for(run_dir, *overrides):
+    return compose([f"run_dir={run_dir}", "data.sd.size=120", *overrides])
+
+
+def test_manifest_and_rows_on_disk(tmp_path):
+    out = build_datasets(cfg_for(tmp_path), names=["sd_base", "sd_links", "sd_links_pos", "rm_sd", "pairs_sd_links"],
+                         log=lambda *_: None)
+    for name, folder in out.items():
+        manifest = json.loads((folder / "manifest.json").read_text())
+        rows = (folder / "rows.jsonl").read_text().splitlines()
+        assert manifest["count"] == len(rows) and manifest["sha256"] == file_sha256(folder / "rows.jsonl")
+        assert manifest["seed"] == 0 and manifest["generator_version"] and manifest["settings"]["seed"] == 0
+        assert manifest["provenance"]["git_commit"] is None or len(manifest["provenance"]["git_commit"]) >= 40
+    base = json.loads((out["sd_base"] / "manifest.json").read_text())
+    assert 0 <= base["duplicate_target_share"] < 0.2 and base["target_tokens_proxy"]["count"] == base["count"]
+    links = json.loads((out["sd_links"] / "manifest.json").read_text())
+    assert links["label_counts"] == {"1": 27, "0": 28}
+    rm = json.loads((out["rm_sd"] / "manifest.json").read_text())
+    assert rm["provenance"]["datasets"].keys() == {"sd_base", "sd_links"}
+
+
+def test_skip_if_complete_and_rebuild_on_change(tmp_path):
+    logs = []
+    build_datasets(cfg_for(tmp_path), names=["sd_base"], log=logs.append)
+    manifest = tmp_path / "data" / "sd_base" / "manifest.json"
+    stamp = manifest.stat().st_mtime_ns
+    build_datasets(cfg_for(tmp_path), names=["sd_base"], log=logs.append)
+    assert "complete, kept" in logs[-1] and manifest.stat().st_mtime_ns == stamp
+    build_datasets(cfg_for(tmp_path, "data.sd.size=121"), names=["sd_base"], log=logs.append)
+    assert "rows in" in logs[-1] and json.loads(manifest.read_text())["settings"]["sd"]["size"] == 121
+    # rows changed behind the manifest's back (e.g. a torn copy): rebuilt, not trusted
+    rows = tmp_path / "data" / "sd_base" / "rows.jsonl"
+    rows.write_text(rows.read_text()[:-50])
+    build_datasets(cfg_for(tmp_path, "data.sd.size=121"), names=["sd_base"], log=logs.append)
+    assert "rows in" in logs[-1] and json.loads(manifest.read_text())["sha256"] == file_sha256(rows)
+
+
+def test_same_seed_byte_identical_different_seed_different(tmp_path):
+    names = ["sd_base", "sd_links", "pairs_sd_base"]
+    a = build_datasets(cfg_for(tmp_path / "a"), names=names, log=lambda *_: None)
+    b = build_datasets(cfg_for(tmp_path / "b"), names=names, log=lambda *_: None)
+    c = build_datasets(cfg_for(tmp_path / "c", "seed=1"), names=names, log=lambda *_: None)
+    for name in names:
+        assert (a[name] / "rows.jsonl").read_bytes() == (b[name] / "rows.jsonl").read_bytes()
+        assert (a[name] / "rows.jsonl").read_bytes() != (c[name] / "rows.jsonl").read_bytes()
+
+
+def test_rl_prompts_skipped_with_reason_when_no_tokenizer(tmp_path):
+    logs = []
+    out = build_datasets(cfg_for(tmp_path), names=["sd_rl_prompts"], log=logs.append)
+    assert out == {} and "data.rl_prompts.tokenizer is null" in logs[0]
+    assert not (tmp_path / "data" / "sd_rl_prompts").exists()
+
+
+@pytest.mark.parametrize("override,key", [
+    ("data.sd.size=0", "data.sd.size"),
+    ("data.datasets=[sd_base,nope]", "data.datasets"),
+    ("data.pd.proportions.pd_1=0.5", "data.pd.proportions"),
+    ("+data.pd.proportions.pd_9=0.0", "data.pd.proportions.pd_9"),
+    ("data.rl_prompts.subsets=[SD.Other]", "data.rl_prompts.subsets"),
+    ("data.sd.target_selection=best", "data.sd.target_selection"),
+    ("data.pd.source_dir=/nonexistent/dir", "data.pd.source_dir"),
+    ("data.sd.links_fraction=0.0", "data.sd.links_fraction"),
+    ("data.rl_prompts.tokenizer=/nonexistent/tok", "data.rl_prompts.tokenizer"),
+    ("data.preference.max_span_lines=0", "data.preference.max_span_lines"),
+])
+def test_bad_settings_name_the_key(tmp_path, override, key):
+    names = {"data.pd.source_dir": ["pd_1"], "data.sd.links_fraction": ["sd_links"],
+             "data.rl_prompts.tokenizer": ["sd_rl_prompts"]}.get(key, ["sd_base"])
+    with pytest.raises(UserError, match=key.replace(".", r"\.")):
+        build_datasets(cfg_for(tmp_path, override), names=None if key == "data.datasets" else names,
+                       log=lambda *_: None)
+    assert not (tmp_path / "data").exists() or not any((tmp_path / "data").rglob("manifest.json"))
+
+
+def test_empty_split_names_its_proportion(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "only.py").write_text("def only():\n    return 'a single file cannot fill every split'\n")
+    cfg = cfg_for(tmp_path, f"data.pd.source_dir={src}")
+    built = OmegaConf.to_container(cfg.data)["pd"]["proportions"]
+    assert abs(sum(built.values()) - 1) < 1e-9
+    with pytest.raises(UserError, match=r"data\.pd\.proportions\.pd_\w+: no example fell into"):
+        build_datasets(cfg, names=["pd_pt", "pd_1", "pd_2", "pd_2_val", "pd_3", "pd_3_val", "pd_eval"],
+                       log=lambda *_: None)
