@@ -46,6 +46,7 @@ def _mark_best(ax, summary: dict, xs: list[float]) -> None:
                    label=f"lowest held-out loss ({summary.get('heldout')})")
 
 
+
 def memorization_fraction_plot(summary: dict, dataset: str, path: Path) -> Path:
     """Paper 004 Fig. 3: share of strings memorized (left) and weighted memorization (right) per epoch,
     for the three measures, with the epoch of lowest held-out loss (optimal learning e*) marked."""
@@ -60,9 +61,11 @@ def memorization_fraction_plot(summary: dict, dataset: str, path: Path) -> Path:
         _mark_best(ax, summary, xs)
         ax.set(xlabel=xlabel, ylabel=ylabel, ylim=(-0.03, 1.03))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left")
+        ax.legend(fontsize=8, loc="best")
     variant = "" if summary["variant"] == "control_run" else " [reference-model upper-bound variant]"
-    fig.suptitle(f"{Path(summary['audited']).name} on {dataset}: memorization per epoch{variant}")
+    # Say so rather than silently omit the paper's e* marker.
+    no_best = "" if summary.get("best_epoch") is not None else "\n(no held-out set given: e* not marked)"
+    fig.suptitle(f"{Path(summary['audited']).name} on {dataset}: memorization per epoch{variant}{no_best}")
     return _save(fig, path)
 
 
@@ -97,7 +100,7 @@ def exposure_plot(summary: dict, dataset: str, path: Path) -> Path:
     xs, xlabel = checkpoint_axis(summary)
     exp = summary["datasets"][dataset]["exposure"]
     top = exp[0]["max_exposure"]
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(8, 5))
     ax.plot(xs, [e["mean"] for e in exp], marker="o", color="tab:red", label="mean exposure")
     ax.plot(xs, [e["median"] for e in exp], marker="s", ls="--", color="tab:brown", label="median exposure")
     ax.axhline(top, color="k", ls=":", lw=1, label=f"max exposure log2({summary['n_candidates']}) = {top:.2f}")
@@ -110,7 +113,7 @@ def exposure_plot(summary: dict, dataset: str, path: Path) -> Path:
     ax2.set(ylabel="share ranked first", ylim=(0, 1.05))
     lines = ax.get_legend_handles_labels()
     bars = ax2.get_legend_handles_labels()
-    ax.legend(lines[0] + bars[0], lines[1] + bars[1], fontsize=8, loc="lower right")
+    ax.legend(lines[0] + bars[0], lines[1] + bars[1], fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
     ax.grid(alpha=0.3)
     return _save(fig, path)
 
