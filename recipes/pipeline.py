@@ -320,10 +320,26 @@ def prepare_out_dir(run_dir: Path, stage: PlannedStage) -> str:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(out_dir), str(target))
         print(f"[memaudit] {stage.model_name}: settings changed; old directory moved to {target}", flush=True)
+    quarantine_torn_checkpoints(run_dir, out_dir)
     status = "resumed" if latest_checkpoint(out_dir) is not None else "trained"
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(pending, stage.settings)
     return status
+
+
+def quarantine_torn_checkpoints(run_dir: Path, out_dir: Path) -> None:
+    """Move aside checkpoints a kill interrupted mid-save, so the resume starts from a whole one.
+
+    transformers' Trainer writes `checkpoint-<step>/` in place and its trainer_state.json last; a
+    directory without it was cut short (resuming from it would fail on missing optimizer state).
+    """
+    for ckpt in sorted(out_dir.glob("checkpoint-*")):
+        if ckpt.is_dir() and not (ckpt / "trainer_state.json").is_file():
+            target = run_dir / "stale" / f"{out_dir.relative_to(run_dir / 'models')}".replace("/", "__")
+            target = target / f"{ckpt.name}-torn-{time.strftime('%Y%m%dT%H%M%S')}"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(ckpt), str(target))
+            print(f"[memaudit] {ckpt}: incomplete checkpoint (killed while saving) moved to {target}", flush=True)
 
 
 def same_settings(a: Any, b: Any) -> bool:

@@ -20,6 +20,7 @@ import dataclasses
 import math
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from harness.errors import UserError
@@ -60,6 +61,8 @@ class PretrainSettings:
         require(0 <= self.fim_rate <= 1, where, "fim_rate", self.fim_rate, "a probability in [0, 1] (paper: 0.8)")
         require(self.save_steps >= 1, where, "save_steps", self.save_steps, "use >= 1")
         self.model_settings = parse_model(self.model, f"{where}.model")
+        require(self.deepspeed is None or Path(self.deepspeed).is_file(), where, "deepspeed", self.deepspeed,
+                "give an existing DeepSpeed JSON, e.g. conf/accelerate/ds_zero2.json, or null")
         require(self.model_settings.max_position_embeddings >= self.max_seq_len, where, "max_seq_len",
                 self.max_seq_len, "must not exceed model.max_position_embeddings")
 

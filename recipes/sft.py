@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from harness.errors import UserError
@@ -67,6 +68,8 @@ class SFTSettings:
         require(not (self.packing and self.middle_only_loss), where, "packing", self.packing,
                 "packing mixes rows into one context; turn it off when middle_only_loss is true")
         self.model_settings = parse_model(self.model, f"{where}.model")
+        require(self.deepspeed is None or Path(self.deepspeed).is_file(), where, "deepspeed", self.deepspeed,
+                "give an existing DeepSpeed JSON, e.g. conf/accelerate/ds_zero2.json, or null")
 
 
 def training_rows(rows: list[dict], source: str, sentinels, settings: SFTSettings, rng: random.Random) -> list[dict]:

@@ -1,0 +1,91 @@
+"""Planning without training: stage order, sweep expansion and names, references, errors (in-process)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from harness.cli import compose, expand_sweep
+from harness.errors import UserError
+from recipes.pipeline import flatten_stages, order_stages, plan, run_directory, sweep_assignments, train_main
+
+
+def compose_point(overrides: list[str], multirun: bool = False):
+    if not multirun:
+        return [compose(overrides)]
+    return [compose(o, p) for o, p in expand_sweep(overrides)]
+
+
+def test_nested_and_flat_stage_names_flatten_to_dotted_names():
+    stages = flatten_stages({"PT": {"recipe": "pretrain"}, "FT": {"1": {"recipe": "sft"}, "2": {"recipe": "sft"}},
+                             "RM.1": {"recipe": "reward"}})
+    assert list(stages) == ["PT", "FT.1", "FT.2", "RM.1"]
+    with pytest.raises(UserError, match=r"stages\.FT\.3 is empty"):
+        flatten_stages({"FT": {"3": {}}})
+
+
+def test_order_follows_init_and_reward_model_references():
+    stages = {"RLFT.1": {"init": "FT.1", "reward_model": "RM.1"}, "RM.1": {"init": "FT.2"},
+              "FT.1": {"init": "PT"}, "FT.2": {"init": "PT"}, "PT": {}, "IPO": {"init": "PT"}}
+    order = order_stages(stages)
+    for before, after in [("PT", "FT.1"), ("FT.1", "RLFT.1"), ("RM.1", "RLFT.1"), ("FT.2", "RM.1"), ("PT", "IPO")]:
+        assert order.index(before) < order.index(after)
+    with pytest.raises(UserError, match="cycle"):
+        order_stages({"A": {"init": "B"}, "B": {"init": "A"}})
+
+
+def test_sweep_grid_and_explicit_points():
+    assert sweep_assignments("X", {"beta": [1, 2], "lr": [3]}, []) == [{"beta": 1, "lr": 3}, {"beta": 2, "lr": 3}]
+    assert sweep_assignments("X", [{"beta": 1, "lr": 3}, {"beta": 2}], []) == [{"beta": 1, "lr": 3}, {"beta": 2}]
+    assert sweep_assignments("X", {"beta": [1, 2]}, ["beta"]) == [{}]          # the CLI's sweep wins
+    with pytest.raises(UserError, match=r"stages\.X\.sweep\.beta"):
+        sweep_assignments("X", {"beta": []}, [])
+
+
+def test_smoke_plan_expands_the_file_sweep_and_injects_the_model_preset():
+    planned = plan(compose(["experiment=smoke"]))
+    assert [s.model_name for s in planned] == ["PT", "FT.1", "FT.2", "RM.1", "RLFT.1/beta=0.1",
+                                               "RLFT.1/beta=0.5", "IPO"]
+    by_name = {s.model_name: s for s in planned}
+    assert by_name["PT"].settings["model"]["name"] == "micro"                  # smoke selects model=micro
+    assert "recipe" not in by_name["FT.1"].settings and "sweep" not in by_name["RLFT.1/beta=0.1"].settings
+    assert by_name["RLFT.1/beta=0.5"].settings["beta"] == 0.5
+    assert by_name["RM.1"].settings["fim_family"] == "memaudit"               # from model.fim_family
+
+
+def test_cli_multirun_names_model_dirs_by_the_swept_keys():
+    points = compose_point(["experiment=rl_prompts", "stages.RLFT.4.beta=0.005,0.5", "stages.RLFT.4.lr=3e-6,3e-5"],
+                           multirun=True)
+    names = [[s.model_name for s in plan(cfg) if s.name == "RLFT.4"] for cfg in points]
+    assert names == [["RLFT.4/beta=0.005,lr=3e-06"], ["RLFT.4/beta=0.005,lr=3e-05"],
+                     ["RLFT.4/beta=0.5,lr=3e-06"], ["RLFT.4/beta=0.5,lr=3e-05"]]
+    # Upstream stages are the same models in every point (so they are trained once, then skipped).
+    upstream = [{s.model_name: s.settings for s in plan(cfg) if s.name != "RLFT.4"} for cfg in points]
+    assert all(u == upstream[0] for u in upstream)
+
+
+def test_non_stage_sweep_keys_get_their_own_run_directory():
+    [a, b] = compose_point(["experiment=smoke", "seed=0,1"], multirun=True)
+    assert run_directory(a).name == "seed=0" and run_directory(b).name == "seed=1"
+
+
+def test_a_reference_to_a_swept_stage_must_pick_a_point():
+    cfg = compose(["experiment=smoke", "+stages.X={recipe: sft, init: RLFT.1, datasets: [pd_1]}"])
+    with pytest.raises(UserError, match=re.escape("stages.X.init=RLFT.1: that stage is swept")):
+        plan(cfg)
+
+
+def test_bad_stage_settings_fail_before_any_training():
+    with pytest.raises(UserError, match=re.escape("stages.FT.1: unknown key(s) ['epoch']")):
+        plan(compose(["experiment=smoke", "+stages.FT.1.epoch=3"]))
+    with pytest.raises(UserError, match=re.escape("stages.PT.recipe='pretrian'")):
+        plan(compose(["experiment=smoke", "stages.PT.recipe=pretrian"]))
+
+
+def test_train_one_stage_needs_its_upstream(tmp_path):
+    cfg = compose(["experiment=smoke", "stage=FT.1", f"run_dir={tmp_path}", "build_data=false", "device=cpu"])
+    with pytest.raises(UserError, match="'PT'"):
+        train_main(cfg)
+    with pytest.raises(UserError, match=re.escape("stage='FT.9' is not a stage")):
+        train_main(compose(["experiment=smoke", "stage=FT.9", f"run_dir={tmp_path}"]))

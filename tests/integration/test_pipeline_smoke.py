@@ -1,0 +1,175 @@
+"""`memaudit run experiment=smoke` end to end through the real CLI: data -> PT -> FT -> RM -> RLFT -> IPO.
+
+One module-scoped run (the bulk of this file's time) is inspected by several tests; a second CLI call
+sweeps RLFT.1 from the command line, which must skip every finished stage and train only the new point.
+Also here: FT under `accelerate launch --cpu --num_processes 2`, and LoRA through PEFT on the micro model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.io import read_json, read_jsonl
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+MODELS = ["PT", "FT.1", "FT.2", "RM.1", "RLFT.1/beta=0.1", "RLFT.1/beta=0.5", "IPO"]
+
+
+def memaudit(*args: str, launcher: list[str] | None = None, timeout: int = 400) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false")
+    cmd = (launcher or [sys.executable]) + ["-m", "harness", *args]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def status_lines(stdout: str) -> dict[str, str]:
+    """{model: status} from the pipeline's one-line-per-stage report."""
+    out = {}
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 6 and parts[0] == "[memaudit]" and parts[-1] == "s":
+            out[parts[1]] = parts[3]
+    return out
+
+
+def loss_history(model_dir: Path) -> list[float]:
+    """Logged training losses: the stage's trainer_state.json, else its last checkpoint's."""
+    state = model_dir / "trainer_state.json"
+    if not state.is_file():
+        ckpts = sorted(model_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name[11:]))
+        state = ckpts[-1]
+    return [h["loss"] for h in read_json(state)["log_history"] if "loss" in h]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("smoke") / "run"
+    result = memaudit("run", "experiment=smoke", f"run_dir={run_dir}", "device=cpu")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return run_dir, result
+
+
+def test_every_stage_trained_in_dependency_order(smoke):
+    run_dir, result = smoke
+    statuses = status_lines(result.stdout)
+    assert list(statuses) == MODELS                  # PT before FT before RM before RLFT; IPO after PT
+    assert set(statuses.values()) == {"trained"}
+
+
+def test_every_stage_has_final_model_checkpoints_and_provenance(smoke):
+    run_dir, _ = smoke
+    for name in MODELS:
+        out = run_dir / "models" / name
+        assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file(), name
+        ckpts = list(out.glob("checkpoint-*"))
+        assert ckpts, name
+        for ckpt in ckpts:
+            assert (ckpt / "model.safetensors").is_file() and (ckpt / "tokenizer.json").is_file(), ckpt
+        prov = read_json(out / "provenance.json")
+        assert prov["model_name"] == name and prov["seed"] == 0 and prov.get("git_commit") is not None
+        for dataset, sha in prov["datasets"].items():      # hashes are the built datasets' manifests
+            assert sha == read_json(run_dir / "data" / dataset / "manifest.json")["sha256"]
+        assert not (out / "pending_settings.json").exists()
+    assert read_json(run_dir / "models" / "FT.1" / "provenance.json")["init_model"].endswith("models/PT")
+    assert read_json(run_dir / "models" / "RLFT.1/beta=0.5" / "provenance.json")["settings"]["beta"] == 0.5
+
+
+def test_losses_are_finite_and_fall(smoke):
+    run_dir, _ = smoke
+    for name in MODELS:
+        losses = loss_history(run_dir / "models" / name)
+        assert losses and all(math.isfinite(x) for x in losses), (name, losses)
+    for name in ("PT", "FT.1", "FT.2"):               # enough logged steps to see learning
+        losses = loss_history(run_dir / "models" / name)
+        half = len(losses) // 2
+        assert sum(losses[half:]) / (len(losses) - half) < sum(losses[:half]) / half, (name, losses)
+
+
+def test_reward_model_separates_its_training_labels(smoke):
+    run_dir, _ = smoke
+    summary = read_json(run_dir / "models" / "RM.1" / "scores" / "summary.json")["rm_pd2"]
+    assert summary["auc"] > 0.5
+    assert summary["by_label"]["1"]["mean_score"] > summary["by_label"]["0"]["mean_score"]
+
+
+def test_run_record_has_config_commit_and_stage_statuses(smoke):
+    run_dir, _ = smoke
+    record = read_json(run_dir / "run.json")
+    assert record["config"]["experiment_name"] == "smoke"
+    assert record["config"]["audit_plan"][0]["control"] == "FT.2"
+    assert [s["model"] for s in record["stages"]] == MODELS
+    assert "git_commit" in record and record["packages"]
+
+
+def test_cli_sweep_skips_finished_stages_and_trains_only_the_new_point(smoke):
+    run_dir, _ = smoke
+    before = (run_dir / "models" / "FT.1" / "model.safetensors").stat().st_mtime_ns
+    result = memaudit("run", "-m", "experiment=smoke", f"run_dir={run_dir}", "device=cpu",
+                      "stages.RLFT.1.beta=0.1,0.3")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    lines = [status_lines(chunk) for chunk in result.stdout.split("sweep point")[1:]]
+    # Point beta=0.1 is the file sweep's model: same settings -> skipped like every upstream stage.
+    assert lines[0] == {m: "skipped" for m in ["PT", "FT.1", "FT.2", "RM.1", "RLFT.1/beta=0.1", "IPO"]}
+    assert lines[1]["RLFT.1/beta=0.3"] == "trained"
+    assert {k: v for k, v in lines[1].items() if k != "RLFT.1/beta=0.3"} == {
+        m: "skipped" for m in ["PT", "FT.1", "FT.2", "RM.1", "IPO"]}
+    assert (run_dir / "models" / "FT.1" / "model.safetensors").stat().st_mtime_ns == before
+    assert read_json(run_dir / "models" / "RLFT.1/beta=0.3" / "provenance.json")["settings"]["beta"] == 0.3
+
+
+def test_ft_under_accelerate_launch_with_two_cpu_processes(smoke, tmp_path):
+    """The multi-process path: FT.2 trained by 2 gloo processes loads and records world size 2."""
+    run_dir, _ = smoke
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
+                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    out_dir = tmp_path / "run"
+    (out_dir / "models").mkdir(parents=True)
+    os.symlink(run_dir / "data", out_dir / "data")
+    os.symlink(run_dir / "models" / "PT", out_dir / "models" / "PT")
+    result = memaudit("train", "stage=FT.2", "experiment=smoke", f"run_dir={out_dir}", "device=cpu",
+                      "build_data=false", "stages.FT.2.max_steps=2", launcher=launcher)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    prov = read_json(out_dir / "models" / "FT.2" / "provenance.json")
+    assert prov["num_processes"] == 2
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(out_dir / "models" / "FT.2")
+    assert model.config.model_type == "llama"
+
+
+def test_lora_sft_on_the_micro_model_trains_adapters_and_saves_a_merged_model(smoke, tmp_path):
+    """The GPU presets' code path (PEFT LoRA, merged at save) on the micro model from the smoke run."""
+    import torch
+    from safetensors.torch import load_file
+
+    from recipes import sft
+    from recipes.common import StageContext
+    from recipes.models import torch_dtype, parse_model
+
+    run_dir, _ = smoke
+    run = tmp_path / "lora"
+    (run / "models").mkdir(parents=True)
+    os.symlink(run_dir / "data", run / "data")
+    pt = run_dir / "models" / "PT"
+    model = {**read_json(pt / "provenance.json")["settings"]["model"],
+             "lora": {"enabled": True, "r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}}
+    settings = {"init": str(pt), "datasets": ["sd_base"], "model": model, "max_steps": 3, "lr": 1e-2,
+                "batch_size": 4, "max_seq_len": 256, "save_steps": 2}
+    sft.run_stage(settings, StageContext(run, "FT.lora", seed=0, device="cpu"))
+    out = run / "models" / "FT.lora"
+    before, after = load_file(pt / "model.safetensors"), load_file(out / "model.safetensors")
+    assert set(before) == set(after)                           # merged: a plain Llama, no adapter keys
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all(("q_proj" in k or "v_proj" in k) for k in changed), changed
+    assert (out / "checkpoint-2" / "adapter_model.safetensors").is_file()   # checkpoints hold adapters
+    assert torch_dtype(parse_model({"dtype": "auto"}, "model"), "cuda") == torch.bfloat16
+    assert torch_dtype(parse_model({"dtype": "auto"}, "model"), "cpu") == torch.float32
