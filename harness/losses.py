@@ -309,6 +309,7 @@ def cached_row_losses(store_path: Path, rows: Sequence[dict], compute, chunk: in
 FIM_FIELDS = ("id", "prefix", "target", "suffix")
 VARIANT_CONTROL = "control_run"
 VARIANT_REFERENCE = "reference_upper_bound"
+CONTROL_LOSS_FLOOR = 1e-12
 
 
 def checkpoint_steps(model_dir: str | Path) -> dict[int, Path]:
@@ -489,9 +490,16 @@ def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], o
         for name in cand:
             cand[name].append(c[name])
 
-    summary_sets = {}
+    # Everything is computed before anything is written, so a bad input (UserError below) leaves no
+    # half-updated output directory; summary.json is written last and marks a finished audit.
+    summary_sets, outputs, n_floored = {}, {}, 0
     for name, (rows, sha) in data.items():
         tr, co = np.stack(train[name]), np.stack(control[name])
+        # A control loss can underflow to exactly 0 in float32 (every target token predicted with
+        # probability 1.0); Eq. 1-2 divide by it. Raise it to CONTROL_LOSS_FLOOR, where the limit of
+        # Eq. 1-2 is the same (memorized only if the audited loss is lower still); counted in the summary.
+        n_floored += int(np.sum(co < CONTROL_LOSS_FLOOR))
+        co = np.maximum(co, CONTROL_LOSS_FLOOR)
         try:
             m = memorization_measures(tr, co, tau)
         except ValueError as e:
@@ -505,7 +513,7 @@ def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], o
                 "onset": {k: int(m[k]["onset"][j]) for k in MEASURES},
                 "score": {k: _jsonable(m[k]["score"][:, j]) for k in MEASURES},
             })
-        atomic_write_jsonl(out_dir / f"{name}.jsonl", out_rows)
+        outputs[f"{name}.jsonl"] = out_rows
         entry = {
             "count": len(rows), "sha256": sha,
             "mean_train_loss": _jsonable(tr.mean(axis=1)), "mean_control_loss": _jsonable(co.mean(axis=1)),
@@ -518,7 +526,7 @@ def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], o
                          "rank": [per_ck[e][i]["rank"] for e in range(len(checkpoints))],
                          "exposure": [per_ck[e][i]["exposure"] for e in range(len(checkpoints))]}
                         for i, r in enumerate(pii_rows[name])]
-            atomic_write_jsonl(out_dir / f"{name}.exposure.jsonl", exp_rows)
+            outputs[f"{name}.exposure.jsonl"] = exp_rows
             entry["exposure"] = [exp.exposure_summary([x["exposure"] for x in ck_rows], len(candidates))
                                  for ck_rows in per_ck]
         summary_sets[name] = entry
@@ -536,7 +544,7 @@ def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], o
             "counterfactual == contextual here"),
         "audited": str(audited_dir), "control": str(control_dir) if control_dir else None,
         "reference_model": str(reference_model) if reference_model else None,
-        "tau": tau, "heldout": heldout, "best_epoch": best_epoch,
+        "tau": tau, "heldout": heldout, "best_epoch": best_epoch, "control_losses_floored": n_floored,
         "checkpoints": [{"index": i, "step": ck["step"], "epoch": ck["epoch"], "control_step": ck.get("control_step")}
                         for i, ck in enumerate(checkpoints)],
         "n_candidates": len(candidates) if cand else None,
@@ -547,5 +555,7 @@ def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], o
                                  pii_candidates_sha256=(file_sha256(pii_candidates or exp.PII_PATHS_FILE)
                                                         if cand else None)),
     }
+    for file_name, rows in outputs.items():
+        atomic_write_jsonl(out_dir / file_name, rows)
     atomic_write_json(out_dir / "summary.json", summary)
     return summary
