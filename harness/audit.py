@@ -1,0 +1,557 @@
+"""`memaudit audit`: score a model's checkpoints against a fixed control with the k-approximate
+counterfactual memorization test (paper 003 Definition 3.1, Sec. 4.2, Appendices B-D).
+
+For every example (prefix, target, suffix) the audited model and the control complete the PSM prompt
+greedily; the target compared is the first `target_tokens` tokens of the target (audited model's
+tokenizer); `ned` / `control_ned` are sliding-window NEDs between that target and each completion;
+the example is memorized when ned <= k < control_ned, unless it is excluded (short target, target
+recoverable from the prompt).
+
+Layout (DESIGN.md "A run on disk"):
+    <out_dir>/<model>/<checkpoint>/<dataset>.jsonl       one row per example (RowStore: resumable)
+    <out_dir>/<model>/<checkpoint>/<dataset>.meta.json   what those rows were computed with
+    <out_dir>/summary.json                               rebuilt from every stored row at the end
+    <cache_dir>/<fingerprint>.jsonl + .json              completions of one model on one example set
+
+Work proceeds in length-sorted batches of examples; after each batch its completions (cache) and rows
+are appended with fsync, so a kill loses at most one batch and a rerun continues where it stopped.
+
+The functions below are the pieces a whole-run audit reuses: `load_examples`, `list_checkpoints`,
+`model_fingerprint`, `CompletionCache`, `audit_checkpoint`, `write_summary`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UserError
+from harness.io import RowStore, atomic_write_json, file_sha256, iter_jsonl, read_json
+
+EXAMPLE_FIELDS = ("id", "prefix", "target", "suffix")
+FINAL = "final"            # checkpoint name of the model at the root of its directory
+CACHE_VERSION = 1          # bump when decoding changes, so completions of older code are not reused
+SUMMARY_FILE = "summary.json"
+META_SUFFIX = ".meta.json"
+
+# Files that decide what a model directory computes: weights, architecture, tokenizer.
+MODEL_FILE_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",
+                       "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                       "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt", "*.model",
+                       "chat_template.*")
+
+
+# --------------------------------------------------------------------------------------------------
+# Settings
+# --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AuditSettings:
+    """The knobs that decide every number of the audit (recorded in each .meta.json and the summary)."""
+
+    k: float = 0.1
+    max_new_tokens: int = 64
+    target_tokens: int = 64
+    min_target_tokens: int = 10
+    prompt_ned_threshold: float = 0.5
+    batch_size: int = 32
+    fim_family: str | None = None
+    device: str = "auto"
+    trust_remote_code: bool = False
+    progress: bool | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.k, (int, float)) or not 0.0 <= float(self.k) <= 1.0:
+            raise UserError(f"audit.k={self.k!r}: must be a number in [0, 1] (the paper uses 0.1)")
+        if not isinstance(self.prompt_ned_threshold, (int, float)) or not 0.0 <= self.prompt_ned_threshold <= 1.0:
+            raise UserError(f"audit.prompt_ned_threshold={self.prompt_ned_threshold!r}: must be in [0, 1] "
+                            "(the paper uses 0.5)")
+        for key in ("max_new_tokens", "target_tokens", "batch_size"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or value < 1:
+                raise UserError(f"audit.{key}={value!r}: must be a positive integer")
+        if not isinstance(self.min_target_tokens, int) or self.min_target_tokens < 0:
+            raise UserError(f"audit.min_target_tokens={self.min_target_tokens!r}: must be an integer >= 0")
+
+    def scoring(self) -> dict[str, Any]:
+        """The settings rows depend on (batch size, device and progress bars do not change a row)."""
+        d = asdict(self)
+        for key in ("batch_size", "device", "progress", "trust_remote_code"):
+            d.pop(key)
+        return d
+
+
+@dataclass(frozen=True)
+class AuditJob:
+    """One `memaudit audit` invocation, validated: paths exist, model dirs hold safetensors weights."""
+
+    model_dir: Path
+    model_name: str
+    control_dir: Path
+    examples: Path
+    dataset: str
+    all_checkpoints: bool
+    out_dir: Path
+    cache_dir: Path
+    settings: AuditSettings
+
+
+def _require_path(key: str, value: Any, kind: str) -> Path:
+    if value in (None, ""):
+        raise UserError(f"audit.{key} is not set; pass audit.{key}=<path to the {kind}>")
+    path = Path(str(value))
+    if not path.exists():
+        raise UserError(f"audit.{key}={path}: not found; set audit.{key} to an existing {kind}")
+    return path
+
+
+def _require_model_dir(key: str, value: Any) -> Path:
+    from harness.generation import has_weights
+
+    path = _require_path(key, value, "model directory")
+    if not path.is_dir():
+        raise UserError(f"audit.{key}={path}: not a directory; point it at a saved HF model directory")
+    if not has_weights(path):
+        raise UserError(f"audit.{key}={path}: no *.safetensors weights at its root; point it at a "
+                        "finished model directory (only safetensors are loaded)")
+    return path
+
+
+def job_from_config(cfg) -> AuditJob:
+    """Validate the `audit` config group; every error names the key and the fix."""
+    a = cfg.audit
+    model_dir = _require_model_dir("model_dir", a.model_dir)
+    control_dir = _require_model_dir("control_dir", a.control_dir)
+    examples = _require_path("examples", a.examples, "examples JSONL file")
+    if not examples.is_file():
+        raise UserError(f"audit.examples={examples}: not a file; point it at a JSONL file of examples")
+    try:
+        examples.open("rb").close()
+    except OSError as e:
+        raise UserError(f"audit.examples={examples}: cannot be read ({e.strerror}); fix its permissions") from None
+    if a.out_dir in (None, ""):
+        raise UserError("audit.out_dir is not set; pass audit.out_dir=<directory for the results>")
+    out_dir = Path(str(a.out_dir))
+    cache_dir = Path(str(a.cache_dir)) if a.get("cache_dir") else out_dir / "cache"
+    settings = AuditSettings(
+        k=float(a.k) if isinstance(a.k, (int, float)) and not isinstance(a.k, bool) else a.k,
+        max_new_tokens=a.max_new_tokens, target_tokens=a.target_tokens,
+        min_target_tokens=a.min_target_tokens, prompt_ned_threshold=float(a.prompt_ned_threshold),
+        batch_size=a.batch_size, fim_family=a.get("fim_family"), device=str(a.get("device") or "auto"),
+        trust_remote_code=bool(a.get("trust_remote_code", False)), progress=a.get("progress"),
+    )
+    return AuditJob(model_dir=model_dir, model_name=str(a.get("model_name") or model_dir.resolve().name),
+                    control_dir=control_dir, examples=examples,
+                    dataset=str(a.get("dataset") or examples.stem), all_checkpoints=bool(a.all_checkpoints),
+                    out_dir=out_dir, cache_dir=cache_dir, settings=settings)
+
+
+# --------------------------------------------------------------------------------------------------
+# Examples and checkpoints
+# --------------------------------------------------------------------------------------------------
+
+def load_examples(path: str | Path) -> list[dict]:
+    """FIM examples (`id, prefix, target, suffix` + metadata) from JSONL, validated.
+
+    A malformed line raises UserError naming file:line; so do a non-string field, an empty target
+    (nothing to memorize) and a duplicated id (with both line numbers). `suffix` may be empty.
+    """
+    path = Path(path)
+    with path.open(encoding="utf-8") as f:
+        linenos = [n for n, line in enumerate(f, start=1) if line.strip()]
+    examples: list[dict] = []
+    first_line: dict[Any, int] = {}
+    for lineno, row in zip(linenos, iter_jsonl(path, required=("id", "prefix", "target"))):
+        row.setdefault("suffix", "")
+        if not isinstance(row["id"], (str, int)) or isinstance(row["id"], bool):
+            raise UserError(f"{path}:{lineno}: field id must be a string or an integer, got {row['id']!r}")
+        for key in ("prefix", "target", "suffix"):
+            if not isinstance(row[key], str):
+                raise UserError(f"{path}:{lineno}: field {key} must be a string, got {type(row[key]).__name__}")
+        if not row["target"]:
+            raise UserError(f"{path}:{lineno}: empty target (id {row['id']!r}); remove the example or "
+                            "give it the text to test for")
+        if row["id"] in first_line:
+            raise UserError(f"{path}:{lineno}: duplicate id {row['id']!r} (first on line "
+                            f"{first_line[row['id']]}); ids must be unique")
+        first_line[row["id"]] = lineno
+        examples.append(row)
+    if not examples:
+        raise UserError(f"{path}: no examples (the file is empty); point audit.examples at a JSONL file "
+                        "with one {id, prefix, target, suffix} object per line")
+    return examples
+
+
+def _checkpoint_step(path: Path) -> int | None:
+    suffix = path.name.split("-", 1)[1] if "-" in path.name else ""
+    return int(suffix) if path.is_dir() and path.name.startswith("checkpoint-") and suffix.isdigit() else None
+
+
+def list_checkpoints(model_dir: str | Path, all_checkpoints: bool) -> list[tuple[str, Path]]:
+    """(checkpoint name, directory) to audit: the `checkpoint-<step>` dirs in step order, then "final".
+
+    With all_checkpoints=False only the model at the root ("final"). A checkpoint dir without
+    safetensors weights (e.g. a trainer state being written) is an error, not silently skipped.
+    """
+    from harness.generation import has_weights
+
+    model_dir = Path(model_dir)
+    out: list[tuple[str, Path]] = []
+    if all_checkpoints:
+        steps = sorted((s, p) for p in model_dir.iterdir() if (s := _checkpoint_step(p)) is not None)
+        for _, path in steps:
+            if not has_weights(path):
+                raise UserError(f"{path}: checkpoint without *.safetensors weights; remove it or rerun the "
+                                "training stage so it finishes, or set audit.all_checkpoints=false")
+            out.append((path.name, path))
+    out.append((FINAL, model_dir))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Fingerprints and the completion cache
+# --------------------------------------------------------------------------------------------------
+
+def _sha256_json(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+
+
+_FILE_HASHES: dict[tuple[str, int, int], str] = {}
+
+
+def _cached_file_sha256(path: Path) -> str:
+    """sha256 of a file, memoised per (path, size, mtime): weights are hashed once per process."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _FILE_HASHES:
+        _FILE_HASHES[key] = file_sha256(path)
+    return _FILE_HASHES[key]
+
+
+def model_files(model_dir: str | Path) -> dict[str, str]:
+    """{file name: sha256} of the weights, config and tokenizer files at the root of `model_dir`."""
+    model_dir = Path(model_dir)
+    files = sorted({p for pat in MODEL_FILE_PATTERNS for p in model_dir.glob(pat) if p.is_file()})
+    return {p.name: _cached_file_sha256(p) for p in files}
+
+
+def model_fingerprint(model_dir: str | Path) -> str:
+    """One sha256 over what a model directory computes (weights + config + tokenizer files)."""
+    files = model_files(model_dir)
+    if not any(name.endswith(".safetensors") for name in files):
+        raise UserError(f"{model_dir}: no *.safetensors weights; point at a saved HF model or checkpoint dir")
+    return _sha256_json(files)
+
+
+def completion_fingerprint(model_fp: str, examples_sha256: str, *, fim_family: str, dtype: str,
+                           max_new_tokens: int, target_tokens: int) -> tuple[str, dict]:
+    """(fingerprint, what it covers): same fingerprint <=> the cached completions can be reused."""
+    covers = {"cache_version": CACHE_VERSION, "model": model_fp, "examples_sha256": examples_sha256,
+              "fim_family": fim_family, "prompt_format": "psm", "dtype": dtype, "decoding": "greedy",
+              "max_new_tokens": max_new_tokens, "target_tokens": target_tokens}
+    return _sha256_json(covers)[:32], covers
+
+
+class CompletionCache:
+    """Greedy completions of one model on one example set, stored as `<cache_dir>/<fingerprint>.jsonl`.
+
+    `get(examples)` returns {id: completion}, decoding only the ids not stored yet (the scorer is
+    loaded lazily on the first miss, so a fully cached rerun does not even load the weights). Each
+    decoded batch is appended with fsync before the next starts. `n_generated` / `n_cached` count
+    what this object did — the log line tests check that a rerun generated nothing.
+    """
+
+    def __init__(self, cache_dir: str | Path, fingerprint: str, covers: dict,
+                 load_scorer: Callable[[], Any], format_prompt: Callable[[dict], str], label: str = ""):
+        self.path = Path(cache_dir) / f"{fingerprint}.jsonl"
+        self.fingerprint = fingerprint
+        self.label = label
+        self._load_scorer = load_scorer
+        self._scorer = None
+        self._format_prompt = format_prompt
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        describe = self.path.with_suffix(".json")
+        if not describe.exists():
+            atomic_write_json(describe, {"fingerprint": fingerprint, "label": label, **covers})
+        self.store = RowStore(self.path, key="id")
+        self.completions: dict[Any, str] = {r["id"]: r["completion"] for r in self.store.rows()}
+        self.n_generated = 0
+        self.n_cached = 0
+
+    def get(self, examples: Sequence[dict]) -> dict[Any, str]:
+        missing = [ex for ex in examples if ex["id"] not in self.completions]
+        self.n_cached += len(examples) - len(missing)
+        if missing:
+            if self._scorer is None:
+                self._scorer = self._load_scorer()
+            prompts = [self._format_prompt(ex) for ex in missing]
+            for idx, texts in self._scorer.iter_complete(prompts):
+                fresh = [{"id": missing[i]["id"], "completion": t} for i, t in zip(idx, texts)]
+                self.store.append(fresh)
+                self.completions.update((r["id"], r["completion"]) for r in fresh)
+                self.n_generated += len(fresh)
+        return {ex["id"]: self.completions[ex["id"]] for ex in examples}
+
+    def release(self) -> None:
+        """Drop the loaded model (the cache itself stays usable from disk)."""
+        self._scorer = None
+
+
+# --------------------------------------------------------------------------------------------------
+# One model (the audited checkpoint or the control) as the audit uses it
+# --------------------------------------------------------------------------------------------------
+
+class AuditedModel:
+    """A model directory: tokenizer (loaded now), sentinels, fingerprint, and a lazily loaded scorer."""
+
+    def __init__(self, path: Path, settings: AuditSettings, examples_sha256: str, cache_dir: Path, label: str,
+                 caches: dict[str, CompletionCache] | None = None):
+        from transformers import AutoTokenizer
+
+        from harness.fim import detect_sentinels
+        from harness.generation import default_dtype, pick_device
+
+        self.path = Path(path)
+        self.settings = settings
+        self.device = pick_device(settings.device)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.path),
+                                                       trust_remote_code=settings.trust_remote_code)
+        self.sentinels = detect_sentinels(self.tokenizer, family=settings.fim_family, model_name=str(self.path))
+        self.fingerprint = model_fingerprint(self.path)
+        dtype = str(default_dtype(self.device)).replace("torch.", "")
+        fp, covers = completion_fingerprint(self.fingerprint, examples_sha256, fim_family=self.sentinels.family,
+                                            dtype=dtype, max_new_tokens=settings.max_new_tokens,
+                                            target_tokens=settings.target_tokens)
+        # Models with identical files share one cache object (e.g. a control audited against itself),
+        # so one never regenerates what the other just stored.
+        caches = {} if caches is None else caches
+        if fp not in caches:
+            caches[fp] = CompletionCache(cache_dir, fp, {**covers, "model_dir": str(self.path)},
+                                         self._load_scorer, self.format_prompt, label=label)
+        self.cache = caches[fp]
+
+    def format_prompt(self, example: dict) -> str:
+        from harness.fim import format_psm_prompt
+
+        return format_psm_prompt(example["prefix"], example["suffix"], self.sentinels)
+
+    def _load_scorer(self):
+        from harness.generation import CausalLMScorer
+
+        s = self.settings
+        return CausalLMScorer.load(self.path, self.device, trust_remote_code=s.trust_remote_code,
+                                   batch_size=s.batch_size, max_new_tokens=s.max_new_tokens)
+
+    def truncate_target(self, target: str) -> tuple[str, int]:
+        """(the first `target_tokens` tokens of `target` as text, the full target's token count).
+
+        Cut at a character offset (fast tokenizers) so the compared text is an exact prefix of the
+        target, never a re-decoding that could differ in whitespace or split a UTF-8 character.
+        """
+        cap = self.settings.target_tokens
+        tok = self.tokenizer
+        if getattr(tok, "is_fast", False):
+            enc = tok(target, add_special_tokens=False, return_offsets_mapping=True)
+            n = len(enc["input_ids"])
+            return (target if n <= cap else target[:enc["offset_mapping"][cap - 1][1]]), n
+        ids = tok(target, add_special_tokens=False)["input_ids"]
+        return (target if len(ids) <= cap else tok.decode(ids[:cap])), len(ids)
+
+
+# --------------------------------------------------------------------------------------------------
+# Rows
+# --------------------------------------------------------------------------------------------------
+
+ROW_FIELDS = ("id", "dataset", "model", "checkpoint", "prefix", "suffix", "target", "target_token_count",
+              "target_truncated", "completion", "ned", "control_completion", "control_ned", "memorized",
+              "excluded")
+
+
+def score_rows(examples: Sequence[dict], completions: dict, control_completions: dict,
+               targets: dict[Any, tuple[str, int]], *, dataset: str, model: str, checkpoint: str,
+               settings: AuditSettings) -> list[dict]:
+    """One result row per example (paper 003 Definition 3.1 + the Appendix B exclusions)."""
+    from harness.distance import sliding_window_ned_batch
+    from harness.memorization import counterfactually_memorized, exclusion_reason, pii_regurgitated
+
+    compared = [targets[ex["id"]][0] for ex in examples]
+    neds = sliding_window_ned_batch(compared, [completions[ex["id"]] for ex in examples])
+    control_neds = sliding_window_ned_batch(compared, [control_completions[ex["id"]] for ex in examples])
+    rows = []
+    for ex, target, ned, control_ned in zip(examples, compared, neds, control_neds):
+        full_count = targets[ex["id"]][1]
+        excluded = exclusion_reason(ex["prefix"], target, ex["suffix"], min(full_count, settings.target_tokens),
+                                    min_target_tokens=settings.min_target_tokens,
+                                    prompt_ned_threshold=settings.prompt_ned_threshold)
+        row = {
+            "id": ex["id"], "dataset": dataset, "model": model, "checkpoint": checkpoint,
+            "prefix": ex["prefix"], "suffix": ex["suffix"], "target": target,
+            "target_token_count": full_count, "target_truncated": target != ex["target"],
+            "completion": completions[ex["id"]], "ned": ned,
+            "control_completion": control_completions[ex["id"]], "control_ned": control_ned,
+            # Excluded rows keep their completions (for inspection) but never count as memorized.
+            "memorized": excluded is None and counterfactually_memorized(ned, control_ned, settings.k),
+            "excluded": excluded,
+        }
+        if ex.get("pii_path"):
+            row["pii_regurgitated"] = pii_regurgitated(row["completion"], ex["pii_path"])
+            row["control_pii_regurgitated"] = pii_regurgitated(row["control_completion"], ex["pii_path"])
+        # Metadata rides along; a metadata key that clashes with a result field is kept as example_<key>.
+        for key, value in ex.items():
+            if key in EXAMPLE_FIELDS:
+                continue
+            row[f"example_{key}" if key in row else key] = value
+        rows.append(row)
+    return rows
+
+
+def rows_path(out_dir: str | Path, model: str, checkpoint: str, dataset: str) -> Path:
+    return Path(out_dir) / model / checkpoint / f"{dataset}.jsonl"
+
+
+def _check_or_write_meta(path: Path, meta: dict) -> None:
+    """Rows of one file must all come from the same settings, model and control: refuse to mix."""
+    if path.exists():
+        old = read_json(path)
+        keys = ("settings", "model_fingerprint", "control_fingerprint", "examples_sha256")
+        diff = [k for k in keys if json.dumps(old.get(k), sort_keys=True) != json.dumps(meta[k], sort_keys=True)]
+        if diff:
+            raise UserError(f"{path.with_name(path.name[:-len(META_SUFFIX)] + '.jsonl')} holds rows computed "
+                            f"with a different {', '.join(diff)}; delete that directory to recompute it, or "
+                            "set audit.out_dir to a new directory")
+        return
+    atomic_write_json(path, meta)
+
+
+def plan_batches(examples: Sequence[dict], tokenizer, format_prompt, batch_size: int) -> list[list[dict]]:
+    """The examples in length-sorted batches (audited model's tokens): the units of resumable work.
+
+    Fixed by the example set alone, so a rerun after a kill decodes the same batches as an
+    uninterrupted run (padding changes fp results in the last bits; same batches, same bits).
+    """
+    from harness.generation import encode_prompts, length_sorted_batches
+
+    lengths = [len(ids) for ids in encode_prompts(tokenizer, [format_prompt(ex) for ex in examples])]
+    return [[examples[i] for i in idx] for idx in length_sorted_batches(lengths, batch_size)]
+
+
+def audit_checkpoint(model: AuditedModel, control: AuditedModel, examples: Sequence[dict], *, dataset: str,
+                     model_name: str, checkpoint: str, out_dir: str | Path, examples_sha256: str,
+                     log: Callable[[str], None] = print) -> dict[str, int]:
+    """Score one checkpoint on one example set; resumable. Returns counts of what it did."""
+    from tqdm.auto import tqdm
+
+    s = model.settings
+    path = rows_path(out_dir, model_name, checkpoint, dataset)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _check_or_write_meta(path.with_name(path.stem + META_SUFFIX), {
+        "model": model_name, "checkpoint": checkpoint, "dataset": dataset, "model_dir": str(model.path),
+        "control_dir": str(control.path), "model_fingerprint": model.fingerprint,
+        "control_fingerprint": control.fingerprint, "examples_sha256": examples_sha256,
+        "settings": s.scoring(), "model_completion_cache": model.cache.fingerprint,
+        "control_completion_cache": control.cache.fingerprint,
+    })
+    store = RowStore(path, key="id")
+    start_gen = (model.cache.n_generated, control.cache.n_generated, model.cache.n_cached, control.cache.n_cached)
+    batches = plan_batches(examples, model.tokenizer, model.format_prompt, s.batch_size)
+    todo = [[ex for ex in b if ex["id"] not in store.done] for b in batches]
+    todo = [b for b in todo if b]
+    n_new = 0
+    bar = tqdm(total=sum(map(len, todo)), desc=f"audit {model_name}/{checkpoint}", unit="ex", leave=False,
+               disable=(not s.progress) if s.progress is not None else None)
+    for batch in todo:
+        control_out = control.cache.get(batch)
+        model_out = model.cache.get(batch)
+        targets = {ex["id"]: model.truncate_target(ex["target"]) for ex in batch}
+        rows = score_rows(batch, model_out, control_out, targets, dataset=dataset, model=model_name,
+                          checkpoint=checkpoint, settings=s)
+        store.append(rows)
+        n_new += len(rows)
+        bar.update(len(batch))
+    bar.close()
+    stats = {"rows_total": len(store.done), "rows_new": n_new,
+             "model_generated": model.cache.n_generated - start_gen[0],
+             "control_generated": control.cache.n_generated - start_gen[1],
+             "model_cached": model.cache.n_cached - start_gen[2],
+             "control_cached": control.cache.n_cached - start_gen[3]}
+    log(f"[audit] {model_name}/{checkpoint} {dataset}: {stats['rows_total']} rows ({n_new} new); "
+        f"control completions: {stats['control_generated']} generated, {stats['control_cached']} cached; "
+        f"model completions: {stats['model_generated']} generated, {stats['model_cached']} cached")
+    return stats
+
+
+# --------------------------------------------------------------------------------------------------
+# Summary
+# --------------------------------------------------------------------------------------------------
+
+def stored_results(out_dir: str | Path) -> Iterable[tuple[dict, list[dict]]]:
+    """(meta, rows) of every rows file under `out_dir` (those with a .meta.json beside them)."""
+    for meta_path in sorted(Path(out_dir).rglob(f"*{META_SUFFIX}")):
+        rows_file = meta_path.with_name(meta_path.name[:-len(META_SUFFIX)] + ".jsonl")
+        if rows_file.is_file():
+            yield read_json(meta_path), RowStore(rows_file, key="id").rows()
+
+
+def build_summary(out_dir: str | Path) -> dict[str, dict[str, dict[str, dict]]]:
+    """{model: {checkpoint: {dataset: counts + rate + what they were computed with}}} from the rows."""
+    from harness.memorization import summarize_rows
+
+    results: dict[str, dict[str, dict[str, dict]]] = {}
+    for meta, rows in stored_results(out_dir):
+        entry = {**summarize_rows(rows), "examples_sha256": meta["examples_sha256"],
+                 "model_fingerprint": meta["model_fingerprint"],
+                 "control_fingerprint": meta["control_fingerprint"], "control_dir": meta["control_dir"],
+                 "settings": meta["settings"]}
+        results.setdefault(meta["model"], {}).setdefault(meta["checkpoint"], {})[meta["dataset"]] = entry
+    return results
+
+
+def write_summary(out_dir: str | Path, provenance_record: dict) -> Path:
+    """Rebuild `<out_dir>/summary.json` from every stored row (so it always equals the rows); atomic."""
+    path = Path(out_dir) / SUMMARY_FILE
+    atomic_write_json(path, {"provenance": provenance_record, "results": build_summary(out_dir)})
+    return path
+
+
+# --------------------------------------------------------------------------------------------------
+# CLI entry point
+# --------------------------------------------------------------------------------------------------
+
+def run_audit(job: AuditJob, seed: int | None = None, log: Callable[[str], None] = print) -> dict:
+    """Audit every requested checkpoint of `job.model_dir` against `job.control_dir`; write the summary."""
+    from harness.provenance import provenance
+
+    examples = load_examples(job.examples)
+    examples_sha = file_sha256(job.examples)
+    checkpoints = list_checkpoints(job.model_dir, job.all_checkpoints)
+    caches: dict[str, CompletionCache] = {}
+    control = AuditedModel(job.control_dir, job.settings, examples_sha, job.cache_dir, label="control",
+                           caches=caches)
+    log(f"[audit] {len(examples)} examples from {job.examples}; {len(checkpoints)} checkpoint(s) of "
+        f"{job.model_name} against control {job.control_dir}")
+    all_stats = {}
+    for checkpoint, path in checkpoints:
+        model = AuditedModel(path, job.settings, examples_sha, job.cache_dir,
+                             label=f"{job.model_name}/{checkpoint}", caches=caches)
+        all_stats[checkpoint] = audit_checkpoint(model, control, examples, dataset=job.dataset,
+                                                 model_name=job.model_name, checkpoint=checkpoint,
+                                                 out_dir=job.out_dir, examples_sha256=examples_sha, log=log)
+        if model.cache is not control.cache:
+            model.cache.release()  # free the checkpoint's weights; the control stays loaded
+    record = provenance(seed=seed, datasets={job.dataset: examples_sha}, audit=asdict(job.settings),
+                        model_dir=str(job.model_dir), control_dir=str(job.control_dir),
+                        control_fingerprint=control.fingerprint, examples=str(job.examples),
+                        checkpoints=[c for c, _ in checkpoints])
+    path = write_summary(job.out_dir, record)
+    log(f"[audit] summary: {path}")
+    return all_stats
+
+
+def main(cfg) -> int:
+    job = job_from_config(cfg)
+    run_audit(job, seed=cfg.get("seed"))
+    return 0
