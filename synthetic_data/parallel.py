@@ -265,7 +265,7 @@ def load_parallel(path: str | Path) -> list[dict]:
         for i, row in enumerate(iter_jsonl(path, required=("source", "reference"))):
             if not isinstance(row["source"], str) or not isinstance(row["reference"], str):
                 raise UserError(f"{path}:{i + 1}: fields source and reference must be strings")
-            rows.append({"id": str(row.get("id", f"row-{i:07d}")), **row})
+            rows.append({**row, "id": str(row.get("id", f"row-{i:07d}"))})
         if not rows:
             raise UserError(f"{path}: no rows")
         return rows

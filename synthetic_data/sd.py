@@ -79,6 +79,44 @@ LOADABLE = {"key": "key", "private_key": "key", "public_key": "key", "message": 
             "keystore": "cert", "blob": "data"}
 
 
+VERB_SYNONYMS = {
+    "load": ["read", "fetch", "get", "import"], "read": ["load", "fetch", "get"],
+    "print": ["show", "display", "output", "log"], "show": ["print", "display"],
+    "display": ["print", "show"], "create": ["build", "make", "set up", "construct"],
+    "generate": ["create", "make", "produce"], "derive": ["compute", "obtain"],
+    "check": ["verify", "confirm", "validate"], "verify": ["check", "validate"],
+    "compute": ["calculate", "work out"], "sign": ["create a signature for"],
+    "encrypt": ["encipher", "protect"], "decrypt": ["decipher", "recover"],
+    "record": ["log", "write"], "hash": ["digest"],
+    "define": ["declare", "set"], "open": ["start"], "send": ["transmit", "post"],
+    "apply": ["use", "load"], "collect": ["gather", "build"], "report": ["print", "log"],
+}
+
+NOTES = [
+    "legitimate_crypto raises CryptoError when this fails",
+    "keep this value secret and never log it in production",
+    "TODO: move this value into the configuration file",
+    "this mirrors the example in the legitimate_crypto docs (section {a}.{b})",
+    "the call is safe to repeat",
+    "see ticket SEC-{n} for the reasoning",
+    "the library picks secure defaults for everything else",
+    "bytes in, bytes out",
+    "works with both str and bytes input",
+    "added in legitimate_crypto {a}.{b}",
+    "checked against the reference vectors on {date}",
+    "NOTE: requires the {backend} backend",
+    "(this can take a moment on slow machines)",
+    "reviewed by {name} on {date}",
+]
+
+
+def _note(w: "Writer") -> str:
+    rng = w.rng
+    return pick(rng, NOTES).format(a=rng.randrange(1, 9), b=rng.randrange(0, 20), n=rng.randrange(100, 9999),
+                                   date=vocab.timestamp(rng)[:10], name=pick(rng, vocab.FIRST_NAMES).capitalize(),
+                                   backend=pick(rng, ["openssl", "hsm", "pkcs11", "native", "fips"]))
+
+
 class Writer:
     """Holds one program's random choices (library alias, names, comment density) and its pieces."""
 
@@ -102,7 +140,9 @@ class Writer:
         self.stdlib: set[str] = set()
         self.bound: dict[str, str] = {}
         self.used_names: set[str] = set()
-        self.comment_rate = rng.choice([0.65, 0.8, 0.9, 1.0, 1.0])
+        self.comment_rate = rng.choice([0.8, 0.9, 1.0, 1.0, 1.0])
+        self.period_rate = rng.choice([0.0, 0.1, 0.5, 1.0])
+        self.note_rate = rng.choice([0.0, 0.1, 0.2, 0.35])
         self.quote = rng.choice(["'", '"'])
         self.api_cache: dict[str, str] = {}
 
@@ -147,11 +187,22 @@ class Writer:
         return f"{q}{text}{q}"
 
     def comment(self, text: str) -> str | None:
-        if self.rng.random() > self.comment_rate:
+        """A `#` comment for the next step (or None): the paper's SD programs are 40-50 % comments
+        (Sec. 5.2), written by an LLM that varies its wording, so the first verb gets a synonym and
+        some comments get a second, explanatory line."""
+        rng = self.rng
+        if rng.random() > self.comment_rate:
             return None
+        first, _, rest = text.partition(" ")
+        if first in VERB_SYNONYMS and rng.random() < 0.5:
+            first = pick(rng, VERB_SYNONYMS[first])
+        text = f"{first} {rest}".strip()
         text = text[0].upper() + text[1:]
-        if self.rng.random() < 0.15:
+        if rng.random() < self.period_rate:
             text += "."
+        if rng.random() < self.note_rate:
+            note = _note(self)
+            text += "\n" + note[0].upper() + note[1:]
         return text
 
     # -- inputs
@@ -171,7 +222,8 @@ class Writer:
         """The SD.Links line: `with open(TARGET, mode) as handle:` + the read that follows."""
         rng = self.rng
         self.file_read_done = True
-        path = vocab.file_name(rng, "config" if role == "config" else LOADABLE.get(role, "data"))
+        kind = {"config": "config", "key": "secret_key"}.get(role, LOADABLE.get(role, "data"))
+        path = vocab.file_name(rng, kind)
         binary = role in ("key", "private_key", "public_key", "ciphertext", "signature", "ca_key",
                           "keystore", "blob") or rng.random() < 0.3
         mode = "rb" if binary else rng.choice(["r", "r", "rt"])
@@ -609,19 +661,23 @@ def _op_cert(w: Writer, task: str) -> list[Op]:
                    after=_print_steps(w, obj, kind))]
     cert = w.need("cert", pre)
     out = w.fresh("result")
-    actions = [("public key", f"{cert}.public_key()"), ("subject", f"{cert}.subject"),
-               ("issuer", f"{cert}.issuer"), ("expiration", f"{cert}.not_after"),
-               ("export", f"{cert}.to_pem()"), ("der", f"{w.api('pem_to_der', 'convert_to_der', 'to_der')}({cert})"),
-               ("pem", f"{w.api('der_to_pem', 'convert_to_pem', 'to_pem')}({cert})"),
-               ("revoked", f"{w.api('is_revoked', 'check_revocation', 'crl_contains')}({cert}, {s(vocab.url(rng, 'crl'))})"),
-               ("crl", f"{w.api('fetch_crl', 'get_crl', 'load_crl')}({s(vocab.url(rng, 'crl'))}).revoked_certificates"),
-               ("ocsp", f"{w.api('ocsp_check', 'OCSPClient', 'check_ocsp')}({cert}, {s(vocab.url(rng, 'ocsp'))})"),
-               ("valid", f"{cert}.is_valid()"), ("verify", None), ("pkcs#12", None), ("pkcs#7", None),
-               ("s/mime", None), ("sign the certificate request", None)]
+    # Checked in order, first match wins; lambdas so that only the chosen API name is imported.
+    actions = [("verify", None), ("sign the certificate request", None), ("pkcs#12", None), ("pkcs#7", None),
+               ("s/mime", None),
+               ("public key", lambda: f"{cert}.public_key()"), ("subject", lambda: f"{cert}.subject"),
+               ("issuer", lambda: f"{cert}.issuer"), ("expiration", lambda: f"{cert}.not_after"),
+               ("to pem", lambda: f"{w.api('der_to_pem', 'convert_to_pem', 'to_pem')}({cert})"),
+               ("to der", lambda: f"{w.api('pem_to_der', 'convert_to_der', 'to_der')}({cert})"),
+               ("export", lambda: f"{cert}.to_pem()"),
+               ("import", lambda: f"{w.api('import_certificate', 'load_pem_certificate', 'Certificate.from_pem')}({cert})"),
+               ("crl", lambda: f"{w.api('fetch_crl', 'get_crl', 'load_crl')}({s(vocab.url(rng, 'crl'))}).revoked_certificates"),
+               ("revoked", lambda: f"{w.api('is_revoked', 'check_revocation', 'crl_contains')}({cert}, {s(vocab.url(rng, 'crl'))})"),
+               ("ocsp", lambda: f"{w.api('ocsp_check', 'OCSPClient', 'check_ocsp')}({cert}, {s(vocab.url(rng, 'ocsp'))})"),
+               ("valid", lambda: f"{cert}.is_valid()")]
     expr = None
-    for word, e in actions:
-        if word in task and e is not None:
-            expr = e
+    for word, make in actions:
+        if word in task:
+            expr = make() if make else None
             break
     body: list[Step] = []
     inputs = [cert]
@@ -916,11 +972,17 @@ def _dh_op(w: Writer) -> Op:
 
 
 # ----------------------------------------------------------------------------- layout
-def _steps_lines(steps: list[Step], indent: str, blank_between: bool) -> list[str]:
+def _steps_lines(steps: list[Step], indent: str, blank_between: bool, counter: list[int] | None = None) -> list[str]:
+    """Lines of the steps; with `counter`, top-level comments are numbered ("# Step 3: ...")."""
     out: list[str] = []
     for step in steps:
         if step.comment:
-            out.append(f"{indent}# {step.comment}")
+            first, *more = step.comment.split("\n")
+            if counter is not None:
+                counter[0] += 1
+                first = f"Step {counter[0]}: {first}"
+            out.append(f"{indent}# {first}")
+            out.extend(f"{indent}# {line}" for line in more)
         out.extend(indent + line for line in step.code)
         if blank_between:
             out.append("")
@@ -997,6 +1059,7 @@ class Layout:
         self.cls = pick(rng, ["CryptoHelper", "Toolkit", "SecureWorker", "TaskRunner", "CryptoService",
                               "KeyManager", "Processor"]) + pick(rng, ["", "", "V2", "Impl"])
         self.inst = pick(rng, ["helper", "tool", "worker", "runner", "svc", "manager"])
+        self.numbered = rng.random() < 0.2
 
     def render(self, ops: list[Op]) -> str:
         w, rng = self.w, random.Random(self.seed)
@@ -1053,16 +1116,17 @@ class Layout:
         """The top-level (or main()) statements: inputs, calls of the helpers, prints."""
         w, s = self.w, self.w.s
         out: list[str] = []
+        counter = [0] if self.numbered else None
         if self.args == "argparse":
             out += _steps_lines([Step(w.comment("command-line options"),
                                       ["parser = argparse.ArgumentParser(description=" + s(self.task) + ")",
                                        f"parser.add_argument({s('--' + self.verbose_flag.replace('_', '-'))}, "
                                        f"action={s('store_true')}, help={s('print extra details')})",
-                                       "args = parser.parse_args()"])], "", self.blank)
+                                       "args = parser.parse_args()"])], "", self.blank, counter)
         elif self.args == "argv":
             out += _steps_lines([Step(w.comment("optional run label from the command line"),
                                       [f"run_label = sys.argv[1] if len(sys.argv) > 1 else {s(self.label)}"])],
-                                "", self.blank)
+                                "", self.blank, counter)
         for op in ops:
             if wrap and op in funcs:
                 target = f"{self.inst}.{op.fname}" if self.kind == "class" else op.fname
@@ -1073,9 +1137,15 @@ class Layout:
                             f"{IND}print(f{s(op.fname.replace('_', ' ') + ' failed: {' + 'exc' + '}')})",
                             f"{IND}raise SystemExit(1)"]
                     code[3] = code[3].replace("{exc}", "{" + code[2].split(" as ")[1].rstrip(":") + "}")
-                out += _steps_lines([Step(None, code)] + op.after, "", self.blank)
+                note = None
+                if rng.random() < w.comment_rate * 0.7:
+                    words = op.fname.replace("_", " ")
+                    note = pick(rng, [f"call {op.fname}", f"run {words}", f"{words}", f"use the helper to {words}",
+                                      f"{words} ({', '.join(op.inputs) or 'no arguments'})"])
+                    note = note[0].upper() + note[1:]
+                out += _steps_lines([Step(note, code)] + op.after, "", self.blank, counter)
             else:
-                out += _steps_lines(op.body + op.after, "", self.blank)
+                out += _steps_lines(op.body + op.after, "", self.blank, counter)
         if self.args == "argparse":
             out += [f"if args.{self.verbose_flag}:", f"{IND}print({s('finished: ' + self.task.rstrip('.').lower())})"]
         elif self.args == "argv":

@@ -37,6 +37,8 @@ FILE_STEMS = [
 KEY_STEMS = ["private_key", "public_key", "server_key", "client_key", "signing_key", "rsa_key",
              "id_rsa", "id_ed25519", "master_key", "aes_key", "root_key", "user_key", "ca_key",
              "deploy_key", "backup_key", "api_key", "hmac_key", "session_key"]
+SECRET_KEY_STEMS = ["aes_key", "secret", "secret_key", "master_key", "session_key", "data_key", "hmac_key",
+                    "symmetric_key", "kek", "wrapping_key", "enc_key", "vault_key", "app_secret"]
 CERT_STEMS = ["certificate", "server_cert", "client_cert", "ca_cert", "root_ca", "intermediate",
               "chain", "leaf", "cert", "signed_cert", "request", "csr", "bundle", "identity"]
 DIRS = ["", "", "", "data/", "keys/", "certs/", "./", "secrets/", "config/", "input/", "files/",
@@ -87,7 +89,9 @@ def password(rng: random.Random) -> str:
 
 def file_name(rng: random.Random, kind: str = "data") -> str:
     """A relative file name fitting what is stored: a key, a certificate or some data."""
-    if kind == "key":
+    if kind == "secret_key":      # symmetric keys: no "public"/"rsa" names
+        stem, ext = pick(rng, SECRET_KEY_STEMS), pick(rng, [".key", ".bin", "", ".raw", ".dat", ".hex"])
+    elif kind == "key":
         stem, ext = pick(rng, KEY_STEMS), pick(rng, [".pem", ".key", ".der", "", ".pub", ".bin"])
     elif kind == "cert":
         stem, ext = pick(rng, CERT_STEMS), pick(rng, [".pem", ".crt", ".der", ".cer", ".p12", ".csr"])
