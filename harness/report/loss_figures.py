@@ -113,7 +113,8 @@ def exposure_plot(summary: dict, dataset: str, path: Path) -> Path:
     ax2.set(ylabel="share ranked first", ylim=(0, 1.05))
     lines = ax.get_legend_handles_labels()
     bars = ax2.get_legend_handles_labels()
-    ax.legend(lines[0] + bars[0], lines[1] + bars[1], fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
+    ax.legend(lines[0] + bars[0], lines[1] + bars[1], fontsize=8, loc="upper center",
+              bbox_to_anchor=(0.5, -0.16), ncol=2)
     ax.grid(alpha=0.3)
     return _save(fig, path)
 
@@ -132,7 +133,8 @@ def render_loss_figures(audit_dir: str | Path, fig_dir: str | Path, n_strings: i
     name = Path(summary["audited"]).name
     written = []
     for dataset, entry in summary["datasets"].items():
-        written.append(memorization_fraction_plot(summary, dataset, fig_dir / f"loss_memorization_{name}_{dataset}.png"))
+        written.append(memorization_fraction_plot(summary, dataset,
+                                                  fig_dir / f"loss_memorization_{name}_{dataset}.png"))
         rows = pick_strings(read_jsonl(audit_dir / f"{dataset}.jsonl"), n_strings)
         written.append(loss_curves_plot(summary, rows, fig_dir / f"loss_curves_{name}_{dataset}.png",
                                         f"{name} on {dataset}: loss of {len(rows)} strings"))
