@@ -30,6 +30,11 @@ Where the task text and paper 004 differ (we follow the task text):
    onset on": a string whose loss rises above tau again scores 0 at that epoch.
 4. The paper's E_{D ~ L} expectation over resampled datasets (Eq. 1-2, "expected" memorization) is
    one sample here: one audited run and one control run.
+5. Reference-model proxy (Sec. 5): the paper compares recollection *accuracy* of M and M_ref; we
+   use M_ref's *loss* as an epoch-constant control loss in Eq. 1-2 (so counterfactual == contextual),
+   labelled `reference_upper_bound` in every output.
+6. e* (Fig. 3, "test loss is the lowest") is the checkpoint with the lowest mean audited-model loss
+   on an example set named as held-out by the caller (e.g. pd_eval).
 """
 
 from __future__ import annotations
