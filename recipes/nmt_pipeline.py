@@ -295,6 +295,11 @@ def render_report(summary: dict) -> str:
              f"pairs analysed, {summary['training_rows']} training rows). Prefix ratio p = {summary['settings']['prefix_ratio']}, "
              f"unit = {summary['settings']['unit']}, matching = "
              f"{'exact' if summary['settings']['approx_ned'] is None else 'NED <= ' + str(summary['settings']['approx_ned'])}.",
+             "", f"Model quality: exact match on {(summary['heldout'] or {}).get('pairs', 0)} held-out rule-translated "
+             f"pairs: {_fmt((summary['heldout'] or {}).get('exact_match_pct'), 1, True)}. M1 (translation equals the "
+             f"reference): {summary['m1_size']} of {summary['unique_pairs']}. Memorized by pair kind: "
+             + (", ".join(f"{k} {v['memorized']}/{v['total']}" for k, v in sorted(summary['memorized_by_kind'].items()))
+                or "unknown (user corpus)") + ".",
              "", "## Table 1 - extractive memorization (Algorithm 1) and neighbourhood effect (Algorithm 2, K = "
              f"{nb['k']})", "",
              "| Repetitions | Total Samples | Memorized | Ratio (%) | Perturb Prefix | Perturb Suffix | Perturb Start |",
@@ -397,6 +402,16 @@ def run_nmt(cfg, log=print) -> dict:
 def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, log) -> dict:
     from harness.generation import load_seq2seq
 
+    import time
+
+    timings: dict[str, float] = {}
+    clock = [time.perf_counter()]
+
+    def lap(name: str) -> None:
+        now = time.perf_counter()
+        timings[name] = round(now - clock[0], 2)
+        clock[0] = now
+
     data_dir, rows = prepare_data(run_dir, s, seed)
     manifest = read_json(data_dir / "manifest.json")
     log(f"[nmt] data: {len(rows)} training rows from {data_dir}")
@@ -409,6 +424,7 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
                             "checkpoint directory or leave it null to train the embedded default")
     else:
         model_dir = train_seq2seq(ctx, rows, train_settings, dataset=DATASET, log=log)
+    lap("data_and_model_s")
     model, tokenizer = load_seq2seq(model_dir, device)
     translate = nmt.hf_translator(model, tokenizer, max_new_tokens=s.max_new_tokens, batch_size=s.batch_size)
 
@@ -420,6 +436,7 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
     if alg1 is None:
         log(f"[nmt] Algorithm 1 on {len(pairs)} unique pairs")
         alg1 = cache.save("algorithm1", run_algorithm1(translate, pairs, s))
+    lap("algorithm1_s")
     atomic_write_jsonl(out / "memorization.jsonl", alg1)
     memorized = [dict(r, reference=r["reference"]) for r in alg1 if r["memorized"]]
     buckets = nmt.repetition_buckets([r["repetitions"] for r in alg1], [r["memorized"] for r in alg1])
@@ -432,6 +449,7 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
         log(f"[nmt] Algorithm 2 on {len(memorized)} memorized sources")
         alg2 = cache.save("algorithm2", nmt.neighbourhood_effect(translate, memorized, substitutes,
                                                                  k=s.neighbourhood_k, approx_ned=s.approx_ned))
+    lap("algorithm2_s")
     atomic_write_jsonl(out / "perturbations.jsonl", alg2["perturbations"])
     reps_by_index = {r["index"]: r["repetitions"] for r in alg1}
     per_bucket = per_bucket_neighbourhood(alg2["perturbations"], reps_by_index)
@@ -441,6 +459,7 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
         log(f"[nmt] Algorithm 3 with symbols {s.recovery_symbols}")
         alg3 = cache.save("algorithm3", nmt.recover_non_memorized(translate, memorized, s.recovery_symbols,
                                                                   approx_ned=s.approx_ned))
+    lap("algorithm3_s")
     atomic_write_jsonl(out / "recovery.jsonl", [r for sym in alg3["per_symbol"].values() for r in sym["rows"]])
     atomic_write_jsonl(out / "recovered_F.jsonl", alg3["F"])
 
@@ -451,8 +470,17 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
             [f["recovered_output"] for f in alg3["F"]], [rule_by_index[f["index"]] for f in alg3["F"]]),
     }
 
+    # Model quality on unseen rule-translated pairs (synthetic corpus only): memorization of noisy pairs
+    # is only meaningful next to a model that has learned the regular translation.
+    heldout = cache.load("heldout")
+    if heldout is None and not s.data and s.heldout_size > 0:
+        test = heldout_pairs(s.heldout_size, seed, {r["source"] for r in rows},
+                             _strict(ParallelSettings, s.corpus, "nmt.corpus"))
+        heldout = cache.save("heldout", {"pairs": len(test), "exact_match_pct": exact_match_pct(translate, test)})
+
     finetune = _maybe_finetune(ctx, s, model_dir, alg3, rows, memorized, train_settings, seed, device,
                                translate, cache, log)
+    lap("finetune_s")
     neighbourhood = {k: v for k, v in alg2.items() if k != "perturbations"}
     recovery = {"per_symbol": {sym: {k: v for k, v in r.items() if k != "rows"} for sym, r in alg3["per_symbol"].items()},
                 "best_symbol": alg3["best_symbol"], "best_rate": alg3["best_rate"],
@@ -467,13 +495,14 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
         "experiment_name": cfg.experiment_name, "model_dir": str(model_dir), "dataset": str(data_dir),
         "training_rows": len(rows), "unique_pairs": len(alg1), "settings": analysis,
         "m1_size": sum(r["in_m1"] for r in alg1), "memorized": len(memorized),
-        "memorized_by_kind": kinds, "buckets": buckets, "neighbourhood": neighbourhood,
+        "memorized_by_kind": kinds, "heldout": heldout, "buckets": buckets, "neighbourhood": neighbourhood,
         "neighbourhood_per_bucket": per_bucket, "substitutes": substitutes_note, "recovery": recovery,
         "quality": quality, "finetune": finetune, "findings": findings(buckets, neighbourhood, recovery),
         "examples": [{k: m[k] for k in ("source", "reference", "prefix_ratio")} |
                      {"prefix": " ".join(nmt.split_units(m["source"], s.unit)[:m["prefix_len"]])}
                      if s.unit == "word" else {k: m[k] for k in ("source", "reference", "prefix_ratio")} |
                      {"prefix": m["source"][:m["prefix_len"]]} for m in memorized[:8]],
+        "timings": timings,  # wall seconds of this invocation (cached steps take ~0)
         "provenance": provenance(seed=seed, datasets={DATASET: manifest["sha256"]}, model_dir=str(model_dir),
                                  model_sha256=cache.base["model"], stage="nmt"),
     }
@@ -495,7 +524,8 @@ def _maybe_finetune(ctx, s, model_dir, alg3, rows, memorized, train_settings, se
         return {"enabled": True, "skipped": "the recovered corpus F is empty"}
     from harness.generation import load_seq2seq
 
-    heldout = heldout_pairs(s.heldout_size, seed, {r["source"] for r in rows}) if not s.data else []
+    heldout = heldout_pairs(s.heldout_size, seed, {r["source"] for r in rows},
+                            _strict(ParallelSettings, s.corpus, "nmt.corpus")) if not s.data else []
     rule_by_source = {m["source"]: m.get("rule_translation") for m in memorized}
 
     def measure(tr) -> dict:

@@ -8,7 +8,8 @@ does not flag them.
 
 A share of the pairs is noisy in the way of web-crawled boilerplate (paper 002 Sec. 3, Table 2, "Why
 study in Peru? Spanish Courses -> Warum in Peru studieren?"): the source is a sentence followed by a
-title-like phrase, and the reference translates the sentence only. Regular pairs of the very same
+title-like phrase (at least a third of the sentence's length), and the reference translates the
+sentence only. Regular pairs of the very same
 shape translate the title too, so the only way to reproduce a noisy reference from its full source is
 to have memorized that pair - and then its prefix (the sentence) reproduces the reference with a
 prefix ratio <= 0.75. Every unique pair is repeated 1-5 times (paper Table 1 buckets); each bucket holds
@@ -26,6 +27,7 @@ corpus into the same row shape, with errors that name the file and line.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,7 +35,7 @@ from pathlib import Path
 from harness.errors import UserError
 from harness.io import atomic_write_json, atomic_write_jsonl, file_sha256, iter_jsonl, read_json
 
-GENERATOR_VERSION = "parallel-1"
+GENERATOR_VERSION = "parallel-2"
 
 # English lemma -> toy-language stem. Nouns: (singular, plural) in English.
 NOUNS = {
@@ -134,17 +136,25 @@ class Sentence:
 
 @dataclass
 class Title:
-    """A title-like phrase without a verb ("spanish courses"), like Wiki Titles or crawl boilerplate."""
+    """A title-like phrase without a verb ("spanish courses"), like Wiki Titles or crawl boilerplate.
 
-    adj: str
-    noun: str
-    plural: bool
+    One or more adjective-noun items; see `title_items` for how many.
+    """
+
+    items: list[tuple[str, str, bool]]   # (adjective, noun, plural)
 
     def en(self) -> list[str]:
-        return [self.adj, noun_en(self.noun, self.plural)]
+        return [w for adj, noun, plural in self.items for w in (adj, noun_en(noun, plural))]
 
     def de(self) -> list[str]:
-        return [adjective_de(self.adj, self.plural), noun_de(self.noun, self.plural)]
+        return [w for adj, noun, plural in self.items for w in (adjective_de(adj, plural), noun_de(noun, plural))]
+
+
+def title_items(sentence_len: int) -> int:
+    """Items (2 words each) so that the title is >= 1/3 of the sentence: the sentence alone is then
+    <= 3/4 of the source, so a memorized noisy pair is caught by Algorithm 1 at p = 0.75 whatever its
+    length (otherwise sentence length, not memorization, would decide what gets flagged)."""
+    return max(1, math.ceil(sentence_len / 6))
 
 
 @dataclass
@@ -183,8 +193,9 @@ def random_sentence(rng: random.Random, settings: ParallelSettings) -> Sentence:
                     obj=_noun_phrase(rng, settings), pp=pp, punct=rng.choice(PUNCT))
 
 
-def random_title(rng: random.Random) -> Title:
-    return Title(adj=rng.choice(sorted(ADJECTIVES)), noun=rng.choice(sorted(NOUNS)), plural=rng.random() < 0.6)
+def random_title(rng: random.Random, sentence_len: int) -> Title:
+    return Title([(rng.choice(sorted(ADJECTIVES)), rng.choice(sorted(NOUNS)), rng.random() < 0.6)
+                  for _ in range(title_items(sentence_len))])
 
 
 def rule_translate_words(sentence: Sentence, title: Title | None, symbol: str | None) -> list[str]:
@@ -196,7 +207,7 @@ def make_pair(rng: random.Random, settings: ParallelSettings, kind: str) -> dict
     """One unique pair. kind: 'regular' (rule translation of everything) or 'noisy' (title dropped)."""
     sentence = random_sentence(rng, settings)
     titled = kind == "noisy" or rng.random() < settings.titled_share
-    title = random_title(rng) if titled else None
+    title = random_title(rng, len(sentence.en())) if titled else None
     symbol = rng.choice(SYMBOLS) if kind == "regular" and rng.random() < settings.symbol_share else None
     source = ([symbol] if symbol else []) + sentence.en() + (title.en() if title else [])
     rule = rule_translate_words(sentence, title, symbol)

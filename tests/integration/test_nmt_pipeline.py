@@ -1,0 +1,100 @@
+"""`memaudit nmt experiment=nmt_smoke` through the real CLI: corpus, Marian training, algorithms 1-3,
+report; plus the fill-mask substitute path on a tiny BERT built here (no hub)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness import cli
+from harness.io import read_json, read_jsonl
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("nmt_smoke")
+    code = cli.run(["nmt", "experiment=nmt_smoke", f"run_dir={run_dir}"])
+    return run_dir, code
+
+
+def test_smoke_writes_every_output(smoke_run):
+    run_dir, code = smoke_run
+    assert code == 0
+    out = run_dir / "nmt"
+    for name in ("summary.json", "report.md", "memorization_by_repetition.png", "memorization.jsonl",
+                 "perturbations.jsonl", "recovery.jsonl", "recovered_F.jsonl"):
+        assert (out / name).is_file(), name
+    summary = read_json(out / "summary.json")
+    manifest = read_json(run_dir / "data" / "parallel" / "manifest.json")
+    assert summary["provenance"]["datasets"] == {"parallel": manifest["sha256"]}
+    assert summary["provenance"]["git_commit"]
+    # Table 1 accounting: one row per unique pair; bucket totals add up; the corpus repeats pairs 1..5 times.
+    rows = read_jsonl(out / "memorization.jsonl")
+    assert len(rows) == summary["unique_pairs"] == manifest["unique_pairs"]
+    assert [b["total"] for b in summary["buckets"]["buckets"]] == [24, 6, 6, 6, 6]
+    assert sum(b["memorized"] for b in summary["buckets"]["buckets"]) == summary["memorized"] == \
+        sum(r["memorized"] for r in rows)
+    assert sum(r["repetitions"] for r in rows) == manifest["count"] == summary["training_rows"]
+    # Every memorized row satisfies Algorithm 1's definition.
+    for r in rows:
+        if r["memorized"]:
+            assert r["in_m1"] and r["prefix_len"] / r["source_len"] <= 0.75
+    findings = summary["findings"]
+    for key in ("N1_memorization_rises_with_repetitions", "N2_suffix_kept_more_than_prefix",
+                "N3_recovery_for_most_memorized"):
+        assert isinstance(findings[key], bool)
+    assert "corpus-frequency fallback" in summary["substitutes"]
+    report = (out / "report.md").read_text()
+    assert "| Repetitions | Total Samples | Memorized | Ratio (%) | Perturb Prefix" in report
+    assert (out / "memorization_by_repetition.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The model directory follows the team contract: provenance written last, loadable checkpoints.
+    model_dir = run_dir / "models" / "NMT"
+    assert (model_dir / "provenance.json").is_file()
+    ckpts = sorted(model_dir.glob("checkpoint-*"))
+    assert ckpts and all((c / "tokenizer.json").is_file() and (c / "model.safetensors").is_file() for c in ckpts)
+
+
+def test_rerun_reuses_model_and_analysis(smoke_run):
+    run_dir, _ = smoke_run
+    summary_before = (run_dir / "nmt" / "algorithm1.json").read_text()
+    weights = (run_dir / "models" / "NMT" / "model.safetensors").stat().st_mtime_ns
+    assert cli.run(["nmt", "experiment=nmt_smoke", f"run_dir={run_dir}"]) == 0
+    assert (run_dir / "models" / "NMT" / "model.safetensors").stat().st_mtime_ns == weights
+    assert (run_dir / "nmt" / "algorithm1.json").read_text() == summary_before
+
+
+def test_bad_config_is_a_user_error(tmp_path):
+    from harness.errors import UserError
+
+    with pytest.raises(UserError, match="nmt.unit"):
+        cli.run(["nmt", "experiment=nmt_smoke", f"run_dir={tmp_path}", "nmt.unit=syllable"])
+    with pytest.raises(UserError, match="nmt.data"):
+        cli.run(["nmt", "experiment=nmt_smoke", f"run_dir={tmp_path}", f"nmt.data={tmp_path}/missing.tsv"])
+    assert not (tmp_path / "nmt" / "summary.json").exists()
+
+
+def test_fill_mask_substitutes_from_a_local_model(tmp_path):
+    """The fill-mask path of Algorithm 2 on a tiny randomly initialised BERT saved to disk (no hub)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
+
+    from harness.nmt import fill_mask_substitutes
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "why", "study", "in", "peru", "spanish", "courses",
+             "summer", "short"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                   sep_token="[SEP]", mask_token="[MASK]")
+    model = BertForMaskedLM(BertConfig(vocab_size=len(words), hidden_size=16, num_hidden_layers=1,
+                                       num_attention_heads=2, intermediate_size=32))
+    model.save_pretrained(tmp_path)
+    fast.save_pretrained(tmp_path)
+    substitutes = fill_mask_substitutes(str(tmp_path), top_k=5)
+    subs = substitutes(["why", "study", "in", "peru", "spanish", "courses"], 5)
+    assert 1 <= len(subs) <= 5
+    assert all(s in words[5:] for s in subs)          # real vocabulary words, no special tokens
+    json.dumps(subs)
