@@ -92,3 +92,16 @@ def test_humaneval_infill_one_row_per_nonblank_solution_line():
         p = problems[r["task_id"]]
         assert r["prefix"] + r["target"] + r["suffix"] == p["prompt"] + p["canonical_solution"]
         assert r["prefix"].startswith(p["prompt"]) and r["target"].strip()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(alphabet="ab #\t", max_size=10), min_size=1, max_size=10), st.data(), st.booleans())
+def test_split_at_line_matches_splitlines(lines, data, trailing_newline):
+    code = "\n".join(lines) + ("\n" if trailing_newline else "")
+    index = data.draw(st.integers(0, len(code.splitlines()) - 1)) if code.splitlines() else None
+    if index is None:
+        return
+    prefix, target, suffix = common.split_at_line(code, index)
+    assert prefix + target + suffix == code
+    assert target == code.splitlines()[index]                     # brute-force reference
+    assert prefix == "".join(ln + "\n" for ln in code.splitlines()[:index])
