@@ -127,10 +127,15 @@ def test_cli_sweep_skips_finished_stages_and_trains_only_the_new_point(smoke):
 
 
 def test_ft_under_accelerate_launch_with_two_cpu_processes(smoke, tmp_path):
-    """The multi-process path: FT.2 trained by 2 gloo processes loads and records world size 2."""
+    """The multi-process path: FT.2 trained by 2 gloo processes (DDP) loads and records world size 2.
+
+    `accelerate launch --cpu --num_processes 2` starts ONE process in accelerate 1.15 (its multi-CPU
+    launcher needs mpirun); the torchrun-based launcher behind the config file starts two, and
+    device=cpu (use_cpu=True) makes them join over gloo.
+    """
     run_dir, _ = smoke
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
-                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    launcher = [sys.executable, "-m", "accelerate.commands.launch",
+                "--config_file", str(REPO / "conf" / "accelerate" / "cpu_2proc.yaml")]
     out_dir = tmp_path / "run"
     (out_dir / "models").mkdir(parents=True)
     os.symlink(run_dir / "data", out_dir / "data")
