@@ -272,7 +272,11 @@ def render_figure(path: Path, buckets: dict, per_bucket: dict) -> None:
     width = 0.27
     for j, (cls, color) in enumerate(zip(nmt.POSITION_CLASSES, ("#DD8452", "#55A868", "#C44E52"))):
         vals = [100 * (per_bucket[rep][cls] or 0.0) for rep in reps]
-        ax2.bar([x + (j - 1) * width for x in reps], vals, width, label=f"perturb {cls}", color=color)
+        xs = [x + (j - 1) * width for x in reps]
+        ax2.bar(xs, vals, width, label=f"perturb {cls}", color=color)
+        for x, rep in zip(xs, reps):
+            if per_bucket[rep][cls] is None:   # nothing perturbed (no memorized source in the bucket)
+                ax2.annotate("n/a", (x, 1), ha="center", va="bottom", fontsize=6, rotation=90)
     ax2.set_xlabel("repetitions of the pair in the training data")
     ax2.set_ylabel("perturbed sources keeping the memorized output (%)")
     ax2.set_title("Neighbourhood effect - Algorithm 2")

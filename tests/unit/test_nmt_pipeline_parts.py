@@ -1,0 +1,92 @@
+"""Pure parts of `memaudit nmt`: unique pairs + repetitions, per-bucket neighbourhood, findings, report."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.errors import UserError
+from recipes.nmt_pipeline import NmtSettings, findings, per_bucket_neighbourhood, render_report, unique_pairs
+
+
+def _rows(spec):
+    return [{"id": f"r{i}", "source": s, "reference": r} for i, (s, r) in enumerate(spec)]
+
+
+def test_unique_pairs_count_repetitions_of_source_reference_pairs():
+    rows = _rows([("a b", "X"), ("a  b", "X"), ("a b", "Y"), ("c", "Z"), ("a b", "X")])
+    pairs = unique_pairs(rows, NmtSettings(), seed=0)
+    got = {(p["source"], p["reference"]): p["repetitions"] for p in pairs}
+    # "a  b" normalizes to "a b": the pair (a b, X) occurs 3 times; (a b, Y) is a different pair.
+    assert got == {("a b", "X"): 3, ("a b", "Y"): 1, ("c", "Z"): 1}
+
+
+def test_unique_pairs_sample_per_bucket():
+    rows = _rows([(f"s{i}", "R") for i in range(10)] + [("t", "T")] * 2)
+    pairs = unique_pairs(rows, NmtSettings(max_pairs_per_bucket=3), seed=0)
+    assert sum(p["repetitions"] == 1 for p in pairs) == 3 and sum(p["repetitions"] == 2 for p in pairs) == 1
+    assert unique_pairs(rows, NmtSettings(max_pairs_per_bucket=3), seed=0) == pairs
+
+
+def test_per_bucket_neighbourhood_shares():
+    perturbations = [{"index": 0, "class": "prefix", "kept": True}, {"index": 0, "class": "prefix", "kept": False},
+                     {"index": 1, "class": "suffix", "kept": True}, {"index": 1, "class": "start", "kept": False}]
+    out = per_bucket_neighbourhood(perturbations, {0: 1, 1: 3})
+    assert out[1] == {"prefix": 0.5, "suffix": None, "start": None}
+    assert out[3] == {"prefix": None, "suffix": 1.0, "start": 0.0}
+    assert out[2] == {"prefix": None, "suffix": None, "start": None}
+
+
+def _buckets(pearson):
+    return {"pearson": pearson, "buckets": [{"repetitions": r, "ratio_pct": float(r)} for r in range(1, 6)]}
+
+
+def test_findings_report_the_model_not_a_wish():
+    nb = {"prefix": {"share": 0.2}, "suffix": {"share": 0.6}, "start": {"share": 0.1}}
+    f = findings(_buckets(0.8), nb, {"best_rate": 0.65, "best_symbol": "!"})
+    assert f["N1_memorization_rises_with_repetitions"] and f["N2_suffix_gt_prefix_gt_start"]
+    assert f["N3_recovery_for_most_memorized"] and f["N3_best_symbol"] == "!"
+    nb_flat = {"prefix": {"share": 0.5}, "suffix": {"share": 0.4}, "start": {"share": 0.6}}
+    f = findings(_buckets(-0.1), nb_flat, {"best_rate": 0.5, "best_symbol": "*"})
+    assert not f["N1_memorization_rises_with_repetitions"]
+    assert not f["N2_suffix_kept_more_than_prefix"] and not f["N2_start_kept_least"]
+    assert not f["N3_recovery_for_most_memorized"]                 # 0.5 is not "most"
+    none = findings(_buckets(None), {c: {"share": None} for c in ("prefix", "suffix", "start")},
+                    {"best_rate": None, "best_symbol": "!"})
+    assert not any(v for k, v in none.items() if isinstance(v, bool))
+
+
+def test_settings_validation_names_keys():
+    with pytest.raises(UserError, match="nmt.prefix_ratio"):
+        NmtSettings(prefix_ratio=1.5)
+    with pytest.raises(UserError, match="nmt.recovery_symbols"):
+        NmtSettings(recovery_symbols=[])
+    with pytest.raises(UserError, match="nmt.approx_ned"):
+        NmtSettings(approx_ned=2)
+
+
+def test_report_has_table1_and_table4_rows():
+    per_bucket = {r: {"prefix": 0.1, "suffix": 0.5, "start": None} for r in range(1, 6)}
+    summary = {
+        "experiment_name": "x", "model_dir": "m", "dataset": "d", "unique_pairs": 10, "training_rows": 20,
+        "settings": {"prefix_ratio": 0.75, "unit": "word", "approx_ned": None}, "heldout": None, "m1_size": 4,
+        "memorized_by_kind": {}, "substitutes": "fallback",
+        "buckets": {"buckets": [{"repetitions": r, "total": 2, "memorized": 1, "ratio_pct": 50.0} for r in range(1, 6)],
+                    "all": {"repetitions": "1-5", "total": 10, "memorized": 5, "ratio_pct": 50.0}, "pearson": None},
+        "neighbourhood": {"k": 5, "prefix": {"share": 0.1, "kept": 1, "perturbed": 10},
+                          "suffix": {"share": 0.5, "kept": 5, "perturbed": 10},
+                          "start": {"share": None, "kept": 0, "perturbed": 0}},
+        "neighbourhood_per_bucket": per_bucket,
+        "recovery": {"per_symbol": {"!": {"recovered": 3, "total": 5, "rate": 0.6}}, "best_symbol": "!",
+                     "best_rate": 0.6, "any_symbol_rate": 0.6, "F_size": 3},
+        "quality": {"Memorized outputs": {"count": 5, "ttr": 40.0, "rule_match_pct": 0.0}},
+        "finetune": {"enabled": False},
+        "findings": findings(_buckets(None), {"prefix": {"share": 0.1}, "suffix": {"share": 0.5},
+                                              "start": {"share": None}}, {"best_rate": 0.6, "best_symbol": "!"}),
+        "examples": [{"source": "a b c d", "reference": "X", "prefix": "a b", "prefix_ratio": 0.5}],
+        "provenance": {"git_commit": "abc", "seed": 0, "datasets": {}},
+    }
+    report = render_report(summary)
+    assert "| 1 | 2 | 1 | 50.00 | 10.00 % | 50.00 % | – |" in report
+    assert "| 1-5 | 10 | 5 | 50.00 | 10.00 % | 50.00 % | – |" in report
+    assert "| `!` | 3/5 | 60.0 % |" in report
+    assert "| Memorized outputs | 5 | 0.0 | 40.0 |" in report
