@@ -198,8 +198,69 @@ def test_batch_splits_large_inputs_into_chunks(monkeypatch):
     # Chunking bounds memory; results must not depend on where the chunks are cut.
     import harness.distance as distance
 
-    monkeypatch.setattr(distance, "_MAX_WINDOWS_PER_CHUNK", 7)
+    monkeypatch.setattr(distance, "_MAX_CHARS_PER_CALL", 7)
     targets = ["ab", "abc", "xyz", "bq", "abc"]       # none occurs verbatim: every pair is searched
     completions = ["zzzzzzzzzaXb", "zabdz", "xy", "aaaaaaaaaaaaaaaaaab", "zzzzzzzzzzzzzzzzzzzzzabx"]
     assert sliding_window_ned_batch(targets, completions) == \
         [_brute_force_sliding(t, c) for t, c in zip(targets, completions)]
+
+
+def test_batch_rejects_bad_workers():
+    with pytest.raises(ValueError, match="workers=0"):
+        sliding_window_ned_batch(["ab"], ["abc"], workers=0)
+
+
+# --- targets longer than one 64-bit word: the kernel's multi-word carries --------------------------
+
+LONG_ALPHABET = "ab c(\n"                       # few letters: long near-matches, many ties
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.tuples(st.text(alphabet=LONG_ALPHABET, min_size=60, max_size=200),
+                          st.text(alphabet=LONG_ALPHABET, max_size=260)), min_size=1, max_size=4))
+def test_batch_equals_brute_force_multiword_targets(pairs):
+    # 60-200 characters: 1 to 4 words, lengths on and around the 64/128/192 word boundaries
+    targets = [t for t, _ in pairs]
+    completions = [c for _, c in pairs]
+    assert sliding_window_ned_batch(targets, completions, workers=1) == \
+        [_brute_force_sliding(t, c) for t, c in pairs]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.text(alphabet="ab(x", min_size=1, max_size=140), st.data())
+def test_batch_equals_brute_force_edited_copy_in_long_completion(target, data):
+    # The memorized case with multi-word targets: an edited copy of the target wrapped in other text.
+    edits = data.draw(st.lists(st.tuples(st.integers(0, len(target) - 1), st.sampled_from("ab(xé")),
+                               max_size=6))
+    copy = list(target)
+    for position, char in edits:
+        copy[position] = char
+    left = data.draw(st.text(alphabet="ab(xy", max_size=70))
+    right = data.draw(st.text(alphabet="ab(xy", max_size=70))
+    completion = left + "".join(copy) + right
+    assert sliding_window_ned_batch([target], [completion]) == [_brute_force_sliding(target, completion)]
+
+
+def test_batch_non_ascii_and_surrogates_across_words():
+    # Code points >= 256 take the kernel's sorted-list path; a lone surrogate is a legal str character.
+    import random
+
+    rng = random.Random(7)
+    alphabet = "aé日😀\ud800 b"
+    targets = ["".join(rng.choices(alphabet, k=rng.randint(1, 150))) for _ in range(60)]
+    completions = ["".join(rng.choices(alphabet, k=rng.randint(0, 220))) for _ in range(60)]
+    assert sliding_window_ned_batch(targets, completions, workers=1) == \
+        [_brute_force_sliding(t, c) for t, c in zip(targets, completions)]
+
+
+def test_batch_two_threads_equal_one_thread_and_brute_force():
+    # >= 2 * _MIN_PAIRS_PER_THREAD searched pairs, so workers=2 really runs two kernel threads.
+    import random
+
+    rng = random.Random(11)
+    alphabet = "def (x):\n return"
+    targets = ["".join(rng.choices(alphabet, k=rng.randint(20, 90))) for _ in range(2100)]
+    completions = ["".join(rng.choices(alphabet, k=rng.randint(0, 120))) for _ in range(2100)]
+    expected = [_brute_force_sliding(t, c) for t, c in zip(targets, completions)]
+    assert sliding_window_ned_batch(targets, completions, workers=2) == expected
+    assert sliding_window_ned_batch(targets, completions, workers=1) == expected

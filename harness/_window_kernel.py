@@ -1,0 +1,178 @@
+"""Numba kernel behind `harness.distance.sliding_window_ned_batch` (paper 003 Sec. 4.2, Appendix C).
+
+Kept in its own module so that `import harness.distance` does not import numba (~0.6 s); the kernel is
+compiled on first use and cached on disk (`cache=True`: ~7 s the very first time on this machine, ~0.5 s
+to load from the cache afterwards).
+
+Notation: target t of length m, completion c of length n, A[s][e] = Lev(t, c[s:e]), window j is
+c[j:j+m] and d_j = A[j][j+m]. For n > m the kernel returns min_j d_j over j = 0 .. n-m; for n <= m it
+returns Lev(t, c) (the whole completion). Both are exact; the caller divides by m.
+
+How (and why it is exact):
+1. One *forward pass* from start s runs Myers' bit-parallel edit-distance recurrence (Myers 1999, block
+   form: the target is the pattern, 64 rows per uint64 word, one text character per column) over
+   c[s:n] and records the bottom row, i.e. A[s][e] for every e in s..n, in n - s columns. It costs
+   about what one window distance costs (m columns) but yields far more than d_s = A[s][s+m].
+2. Bound. c[s:j+m] and window j differ only by |j - s| characters at the front (inserted or deleted),
+   so Lev(c[s:j+m], c[j:j+m]) <= |j - s| and, by the triangle inequality,
+       d_j >= A[s][j+m] - |j - s|       for every j with j + m >= s.
+   This dominates the window-to-window triangle bound d_j >= d_s - 2|j - s| (A[s][.] changes by at
+   most 1 per column), and on unrelated code it is much tighter: appending a character to c[s:e]
+   usually costs an insertion, so A[s][j+m] grows with j and the bound decays slowly.
+3. Search: pass from s = 0; keep best = the smallest d_s seen and, per window, the largest bound lb_j
+   from any pass. Then repeatedly pass from the unevaluated window with the smallest lb_j < best. When
+   none is left, every unevaluated window has d_j >= lb_j >= best, so best is the exact minimum.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+_ONE = np.uint64(1)
+_ZERO = np.uint64(0)
+_ALL_ONES = np.uint64(0xFFFFFFFFFFFFFFFF)
+_HIGH_BIT = np.uint64(1 << 63)
+ASCII_ROWS = 256  # code points < 256 index the match table directly; others go through a sorted list
+
+
+@nb.njit(cache=True, nogil=True)
+def _forward_pass(words, table, rows_of_text, s, n, m, vp, vn, bottom):
+    """bottom[e] = Lev(t, c[s:e]) for e in s..n (Myers' block algorithm, global distance).
+
+    Column e has D[0][e] = e - s (the top row grows by one per text character: `carry = 1` into the
+    first word) and starts from D[i][s] = i (all vertical deltas +1). `carry` is the horizontal delta
+    leaving the top bit of one word into the next (Myers 1999, advance_block)."""
+    last_bit = np.uint64((m - 1) % 64)
+    for w in range(words):
+        vp[w] = _ALL_ONES
+        vn[w] = _ZERO
+    score = m
+    bottom[s] = score
+    for e in range(s, n):
+        row = rows_of_text[e]
+        carry = 1
+        for w in range(words):
+            eq = table[row, w]
+            pv = vp[w]
+            mv = vn[w]
+            xv = eq | mv
+            if carry < 0:
+                eq |= _ONE
+            xh = (((eq & pv) + pv) ^ pv) | eq
+            ph = mv | ~(xh | pv)
+            mh = pv & xh
+            if w == words - 1:  # bit m-1 of the last word is the bottom row
+                score += np.int64((ph >> last_bit) & _ONE) - np.int64((mh >> last_bit) & _ONE)
+            out = 0
+            if ph & _HIGH_BIT:
+                out = 1
+            elif mh & _HIGH_BIT:
+                out = -1
+            ph <<= _ONE
+            mh <<= _ONE
+            if carry < 0:
+                mh |= _ONE
+            elif carry > 0:
+                ph |= _ONE
+            vp[w] = mh | ~(xv | ph)
+            vn[w] = ph & xv
+            carry = out
+        bottom[e + 1] = score
+
+
+@nb.njit(cache=True, nogil=True)
+def _window_search(words, table, rows_of_text, m, n, vp, vn, bottom, lower, evaluated, counts):
+    """min over windows j = 0..n-m of Lev(t, c[j:j+m]) (n > m), by the bounded search of the module doc."""
+    n_windows = n - m + 1
+    for j in range(n_windows):
+        lower[j] = -1  # distances are >= 0: no information yet
+        evaluated[j] = False
+    best = m + n
+    s = 0
+    while s >= 0:
+        _forward_pass(words, table, rows_of_text, s, n, m, vp, vn, bottom)
+        counts[0] += n - s
+        counts[1] += 1
+        evaluated[s] = True
+        if bottom[s + m] < best:
+            best = bottom[s + m]
+        for j in range(max(0, s - m), n_windows):  # windows with j + m >= s: bottom[j+m] is from this pass
+            if not evaluated[j]:
+                bound = bottom[j + m] - abs(j - s)
+                if bound > lower[j]:
+                    lower[j] = bound
+        s = -1
+        smallest = best  # only windows whose bound is below best can still lower the minimum
+        for j in range(n_windows):
+            if not evaluated[j] and lower[j] < smallest:
+                smallest = lower[j]
+                s = j
+    return best
+
+
+@nb.njit(cache=True, nogil=True)
+def window_minima(codes, target_start, target_len, completion_start, completion_len, out, counts):
+    """out[p] = min_j Lev(t_p, c_p[j:j+m]) if len(c_p) > m else Lev(t_p, c_p), for every pair p.
+
+    `codes` holds all strings as Unicode code points (uint32); the pairs' strings are slices of it.
+    counts[0] += text columns processed, counts[1] += forward passes (work done, load-independent).
+    """
+    n_pairs = len(target_start)
+    max_m = 1
+    max_n = 1
+    max_other = 0
+    for p in range(n_pairs):
+        max_m = max(max_m, target_len[p])
+        max_n = max(max_n, completion_len[p])
+        other = 0
+        for i in range(target_len[p]):
+            if codes[target_start[p] + i] >= ASCII_ROWS:
+                other += 1
+        max_other = max(max_other, other)
+    max_words = (max_m + 63) // 64
+    # Match table (Myers' Peq): row = character, bit i of word w set iff t[64w + i] is that character.
+    # Rows 0..255: code points < 256; then one row per distinct other code point of the target; the
+    # row after those stays all-zero and serves every completion character absent from the target.
+    table = np.zeros((ASCII_ROWS + max_other + 1, max_words), np.uint64)
+    rows_of_text = np.empty(max_n, np.int64)
+    vp = np.empty(max_words, np.uint64)
+    vn = np.empty(max_words, np.uint64)
+    bottom = np.empty(max_n + 1, np.int64)
+    lower = np.empty(max_n + 1, np.int64)
+    evaluated = np.empty(max_n + 1, np.bool_)
+    for p in range(n_pairs):
+        m = target_len[p]
+        n = completion_len[p]
+        words = (m + 63) // 64
+        target = codes[target_start[p]:target_start[p] + m]
+        completion = codes[completion_start[p]:completion_start[p] + n]
+        others = np.unique(target[target >= ASCII_ROWS])  # sorted distinct code points >= 256
+        n_others = len(others)
+        for i in range(m):
+            ch = target[i]
+            row = np.int64(ch) if ch < ASCII_ROWS else ASCII_ROWS + np.searchsorted(others, ch)
+            table[row, i // 64] |= _ONE << np.uint64(i % 64)
+        for e in range(n):
+            ch = completion[e]
+            if ch < ASCII_ROWS:
+                rows_of_text[e] = np.int64(ch)
+            else:
+                k = np.searchsorted(others, ch)
+                found = k < n_others and others[k] == ch
+                rows_of_text[e] = ASCII_ROWS + (k if found else n_others)
+        if n <= m:
+            _forward_pass(words, table, rows_of_text, 0, n, m, vp, vn, bottom)
+            counts[0] += n
+            counts[1] += 1
+            out[p] = bottom[n]
+        else:
+            out[p] = _window_search(words, table, rows_of_text, m, n, vp, vn, bottom, lower, evaluated,
+                                    counts)
+        for i in range(m):  # clear the rows this target set (the table is reused by the next pair)
+            ch = target[i]
+            if ch < ASCII_ROWS:
+                table[np.int64(ch), i // 64] = _ZERO
+        for k in range(n_others):
+            for w in range(words):
+                table[ASCII_ROWS + k, w] = _ZERO
