@@ -289,9 +289,17 @@ def build_data(cfg, run_dir: Path, names: list[str]) -> None:
 def with_run_dir(cfg, run_dir: Path):
     from omegaconf import open_dict
 
+    old = str(cfg.run_dir)
     cfg = cfg.copy()
     with open_dict(cfg):
         cfg.run_dir = str(run_dir)
+        # Keys resolved from ${run_dir} at compose time follow a run directory chosen later (sweeps).
+        for group in ("audit", "report"):
+            section = cfg.get(group)
+            for key in ("out_dir", "cache_dir"):
+                value = section.get(key) if section is not None else None
+                if isinstance(value, str) and value.startswith(old) and old != str(run_dir):
+                    section[key] = str(run_dir) + value[len(old):]
     return cfg
 
 
@@ -427,25 +435,72 @@ def train_all(cfg, planned: list[PlannedStage], run_dir: Path) -> list[dict[str,
     return results
 
 
-def after_training(cfg) -> None:
+def audit_jobs(cfg, planned: list[PlannedStage], run_dir: Path) -> list[dict[str, Any]]:
+    """`audit.*` overrides for one `memaudit audit` call per (model directory, dataset) of the audit plan.
+
+    A plan entry names stages (`RLFT.1`); a swept stage expands to each of its model directories
+    (`RLFT.1/beta=0.005`, ...). Every checkpoint of a model is scored (paper 003 Fig. 3-4 follow
+    memorization over training).
+    """
+    dirs: dict[str, list[str]] = {}
+    for stage in planned:
+        dirs.setdefault(stage.name, []).append(stage.model_name)
+    jobs = []
+    for entry in audit_plan(cfg):
+        control = entry.get("control")
+        if control not in dirs or len(dirs[control]) != 1:
+            raise UserError(f"audit_plan: control {control!r} must be one trained, unswept stage of this "
+                            f"experiment (stages: {sorted(dirs)})")
+        for model in entry.get("models") or []:
+            if model not in dirs:
+                raise UserError(f"audit_plan: model {model!r} is not a stage of this experiment ({sorted(dirs)})")
+            for model_name in dirs[model]:
+                for dataset in entry.get("datasets") or []:
+                    jobs.append({"model_dir": str(run_dir / "models" / model_name), "model_name": model_name,
+                                 "control_dir": str(run_dir / "models" / dirs[control][0]),
+                                 "examples": str(run_dir / "data" / dataset / "rows.jsonl"),
+                                 "dataset": dataset, "all_checkpoints": True,
+                                 "out_dir": str(run_dir / "audit"), "cache_dir": str(run_dir / "audit" / "cache")})
+    return jobs
+
+
+def after_training(cfg, planned: list[PlannedStage], run_dir: Path) -> None:
     """Hook: audit, then report (`after_training: [audit, report]` in the experiment).
 
-    Each command is the same function `memaudit <command>` runs, on the same composed config; a
-    command whose module is not installed yet is reported and skipped.
+    `audit` runs `memaudit audit` (harness.audit:main) once per model x dataset of `audit_plan`, each
+    against its control; `report` runs `memaudit report` on the run. Both are the CLI's own functions
+    on the composed config, so a rerun continues where a killed audit stopped. A command whose module
+    is not installed is reported and skipped.
     """
+    from omegaconf import open_dict
+
     from harness.cli import load_command
 
+    if not is_main_process():        # under accelerate launch the audit runs once, in the main process
+        return
     for command in list(cfg.get("after_training") or []):
         try:
             func = load_command(command)
         except UserError as e:
             print(f"[memaudit] {command}: skipped ({e})", flush=True)
             continue
-        print(f"[memaudit] {command} ...", flush=True)
-        status = int(func(cfg) or 0)
-        if status:
-            raise UserError(f"`memaudit {command}` failed with exit code {status}; rerun "
-                            f"`memaudit {command} experiment={cfg.get('experiment_name')}` to continue")
+        configs = []
+        if command == "audit":
+            for job in audit_jobs(cfg, planned, run_dir):
+                job_cfg = cfg.copy()
+                with open_dict(job_cfg):
+                    job_cfg.audit.update(job)
+                configs.append(job_cfg)
+        else:
+            configs.append(cfg)
+        for i, command_cfg in enumerate(configs):
+            start = time.time()
+            status = int(func(command_cfg) or 0)
+            what = f"{command_cfg.audit.model_name} on {command_cfg.audit.dataset}" if command == "audit" else ""
+            print(f"[memaudit] {command} {what} ({i + 1}/{len(configs)}) {time.time() - start:.1f} s", flush=True)
+            if status:
+                raise UserError(f"`memaudit {command}` failed with exit code {status}; rerun "
+                                f"`memaudit run experiment={cfg.get('experiment_name')}` to continue")
 
 
 def run_main(cfg) -> int:
@@ -457,7 +512,7 @@ def run_main(cfg) -> int:
     write_run_record(cfg, run_dir, [])
     results = train_all(cfg, planned, run_dir)
     write_run_record(cfg, run_dir, results)
-    after_training(with_run_dir(cfg, run_dir))
+    after_training(with_run_dir(cfg, run_dir), planned, run_dir)
     return 0
 
 
