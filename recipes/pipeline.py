@@ -373,7 +373,7 @@ def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str) -> d
     Under `accelerate launch` every process runs the recipe (the trainer shards the batches); only the
     main process moves stale directories and writes marker files, and all meet at barriers.
     """
-    start = time.time()
+    start, cpu_start = time.time(), time.process_time()
     out_dir = run_dir / "models" / stage.model_name
     if is_main_process():
         status = prepare_out_dir(run_dir, stage)
@@ -390,10 +390,12 @@ def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str) -> d
             (out_dir / PENDING_FILE).unlink(missing_ok=True)
         if stage.recipe == "pretrain" and stage.settings.get("model", {}).get("pretrained"):
             status = "imported"
-    seconds = time.time() - start
+    seconds, cpu_seconds = time.time() - start, time.process_time() - cpu_start
     if is_main_process():
         print(f"[memaudit] {stage.model_name:<28} {stage.recipe:<9} {status:<8} {seconds:8.1f} s", flush=True)
-    return {"model": stage.model_name, "recipe": stage.recipe, "status": status, "seconds": round(seconds, 1)}
+    # CPU seconds (all threads of this process) stay comparable when the machine is shared.
+    return {"model": stage.model_name, "recipe": stage.recipe, "status": status, "seconds": round(seconds, 1),
+            "cpu_seconds": round(cpu_seconds, 1)}
 
 
 def write_run_record(cfg, run_dir: Path, stages: list[dict[str, Any]]) -> None:
