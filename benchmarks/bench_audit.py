@@ -6,7 +6,7 @@ ffn 688, vocab 4096; seeded random init, so no row stops early at EOS: every pro
 64 new tokens, the worst case) and the same 256 FIM prompts cut from the Python standard library.
 
     .venv/bin/python benchmarks/bench_audit.py                  # 256 prompts x 64 new tokens
-    .venv/bin/python benchmarks/bench_audit.py --n 64 --batch-size 16
+    .venv/bin/python benchmarks/bench_audit.py --n 64 --batch-size 16 --baseline-n 16 --threads 2
 
 Prints examples/s of each path, the speed-up, whether both paths produced identical completions,
 and the machine load (`uptime`) before and after.
@@ -79,8 +79,12 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--baseline-n", type=int, default=None,
                     help="time the slow baseline on only this many prompts (rate extrapolated)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch intra-op threads for both paths (1: stable on a shared machine)")
     args = ap.parse_args()
     import torch
+
+    torch.set_num_threads(args.threads)
 
     print("load before:", uptime(), flush=True)
     texts = stdlib_texts()

@@ -63,6 +63,7 @@ class AuditSettings:
     device: str = "auto"
     trust_remote_code: bool = False
     progress: bool | None = None
+    threads: int | None = None
 
     def __post_init__(self):
         if not isinstance(self.k, (int, float)) or not 0.0 <= float(self.k) <= 1.0:
@@ -74,13 +75,15 @@ class AuditSettings:
             value = getattr(self, key)
             if not isinstance(value, int) or value < 1:
                 raise UserError(f"audit.{key}={value!r}: must be a positive integer")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            raise UserError(f"audit.threads={self.threads!r}: must be null (torch default) or a positive integer")
         if not isinstance(self.min_target_tokens, int) or self.min_target_tokens < 0:
             raise UserError(f"audit.min_target_tokens={self.min_target_tokens!r}: must be an integer >= 0")
 
     def scoring(self) -> dict[str, Any]:
         """The settings rows depend on (batch size, device and progress bars do not change a row)."""
         d = asdict(self)
-        for key in ("batch_size", "device", "progress", "trust_remote_code"):
+        for key in ("batch_size", "device", "progress", "trust_remote_code", "threads"):
             d.pop(key)
         return d
 
@@ -121,6 +124,13 @@ def _require_model_dir(key: str, value: Any) -> Path:
     return path
 
 
+def default_dataset_name(examples: Path) -> str:
+    """The examples file's stem; for the team layout `<run_dir>/data/<name>/rows.jsonl`, <name>."""
+    if examples.name == "rows.jsonl" and (examples.parent / "manifest.json").is_file():
+        return examples.parent.name
+    return examples.stem
+
+
 def job_from_config(cfg) -> AuditJob:
     """Validate the `audit` config group; every error names the key and the fix."""
     a = cfg.audit
@@ -143,10 +153,12 @@ def job_from_config(cfg) -> AuditJob:
         min_target_tokens=a.min_target_tokens, prompt_ned_threshold=float(a.prompt_ned_threshold),
         batch_size=a.batch_size, fim_family=a.get("fim_family"), device=str(a.get("device") or "auto"),
         trust_remote_code=bool(a.get("trust_remote_code", False)), progress=a.get("progress"),
+        threads=a.get("threads"),
     )
     return AuditJob(model_dir=model_dir, model_name=str(a.get("model_name") or model_dir.resolve().name),
                     control_dir=control_dir, examples=examples,
-                    dataset=str(a.get("dataset") or examples.stem), all_checkpoints=bool(a.all_checkpoints),
+                    dataset=str(a.get("dataset") or default_dataset_name(examples)),
+                    all_checkpoints=bool(a.all_checkpoints),
                     out_dir=out_dir, cache_dir=cache_dir, settings=settings)
 
 
@@ -344,7 +356,7 @@ class AuditedModel:
 
         s = self.settings
         return CausalLMScorer.load(self.path, self.device, trust_remote_code=s.trust_remote_code,
-                                   batch_size=s.batch_size, max_new_tokens=s.max_new_tokens)
+                                   batch_size=s.batch_size, max_new_tokens=s.max_new_tokens, progress=False)
 
     def truncate_target(self, target: str) -> tuple[str, int]:
         """(the first `target_tokens` tokens of `target` as text, the full target's token count).
@@ -525,6 +537,10 @@ def run_audit(job: AuditJob, seed: int | None = None, log: Callable[[str], None]
     """Audit every requested checkpoint of `job.model_dir` against `job.control_dir`; write the summary."""
     from harness.provenance import provenance
 
+    if job.settings.threads:
+        import torch
+
+        torch.set_num_threads(job.settings.threads)
     examples = load_examples(job.examples)
     examples_sha = file_sha256(job.examples)
     checkpoints = list_checkpoints(job.model_dir, job.all_checkpoints)

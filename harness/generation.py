@@ -290,14 +290,15 @@ class CausalLMScorer:
     device: str = "cpu"
     batch_size: int = 32
     max_new_tokens: int = 64
+    progress: bool | None = None   # per-call bar; the audit turns it off (it shows its own)
     n_generated: int = field(default=0, init=False)
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto", *, trust_remote_code: bool = False,
-             batch_size: int = 32, max_new_tokens: int = 64) -> CausalLMScorer:
+             batch_size: int = 32, max_new_tokens: int = 64, progress: bool | None = None) -> CausalLMScorer:
         device = pick_device(device)
         model, tokenizer = load_causal_lm(path, device, trust_remote_code=trust_remote_code)
-        return cls(model, tokenizer, str(path), device, batch_size, max_new_tokens)
+        return cls(model, tokenizer, str(path), device, batch_size, max_new_tokens, progress)
 
     @property
     def dtype(self) -> str:
@@ -305,7 +306,7 @@ class CausalLMScorer:
 
     def iter_complete(self, prompts: Sequence[str]) -> Iterator[tuple[list[int], list[str]]]:
         for idx, texts in iter_greedy_complete(self.model, self.tokenizer, prompts, self.max_new_tokens,
-                                               self.batch_size):
+                                               self.batch_size, progress=self.progress):
             self.n_generated += len(idx)
             yield idx, texts
 
