@@ -111,3 +111,41 @@ def test_a_later_run_directory_moves_the_report_and_audit_outputs(tmp_path):
     cfg = with_run_dir(compose(["experiment=smoke"]), tmp_path / "seed=1")
     assert cfg.report.out_dir == str(tmp_path / "seed=1" / "report")
     assert cfg.audit.out_dir == str(tmp_path / "seed=1" / "audit")
+
+
+def _stage(settings):
+    from recipes.pipeline import PlannedStage
+
+    return PlannedStage("FT.1", "FT.1", "sft", settings)
+
+
+def test_a_checkpoint_torn_by_a_kill_is_moved_aside_before_resuming(tmp_path):
+    from harness.io import atomic_write_json
+    from recipes.pipeline import prepare_out_dir
+
+    out = tmp_path / "models" / "FT.1"
+    (out / "checkpoint-4").mkdir(parents=True)
+    atomic_write_json(out / "checkpoint-4" / "trainer_state.json", {"global_step": 4})
+    (out / "checkpoint-8").mkdir()                                   # killed mid-save: no trainer_state.json
+    atomic_write_json(out / "pending_settings.json", {"lr": 0.1})
+    assert prepare_out_dir(tmp_path, _stage({"lr": 0.1})) == "resumed"
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-4"]
+    assert [p.name.split("-torn-")[0] for p in (tmp_path / "stale" / "FT.1").iterdir()] == ["checkpoint-8"]
+
+
+def test_changed_settings_move_the_old_stage_aside_instead_of_mixing_a_resume(tmp_path):
+    from harness.io import atomic_write_json, read_json
+    from recipes.pipeline import prepare_out_dir
+
+    out = tmp_path / "models" / "FT.1"
+    (out / "checkpoint-4").mkdir(parents=True)
+    atomic_write_json(out / "checkpoint-4" / "trainer_state.json", {"global_step": 4})
+    atomic_write_json(out / "pending_settings.json", {"lr": 0.1})   # killed while training with lr 0.1
+    assert prepare_out_dir(tmp_path, _stage({"lr": 0.2})) == "trained"
+    assert not (out / "checkpoint-4").exists()
+    assert read_json(out / "pending_settings.json") == {"lr": 0.2}
+    [old] = (tmp_path / "stale").iterdir()
+    assert (old / "checkpoint-4" / "trainer_state.json").is_file()
+    # A finished stage with the same settings is skipped and left alone.
+    atomic_write_json(out / "provenance.json", {"settings": {"lr": 0.2}})
+    assert prepare_out_dir(tmp_path, _stage({"lr": 0.2})) == "skipped"
