@@ -39,7 +39,9 @@ class IPOSettings:
     max_steps: int = -1            # > 0 stops after this many optimizer steps (overrides epochs)
     batch_size: int = 4            # pairs per device step
     grad_accum: int = 1            # gradient accumulation steps
-    max_length: int = 1024         # tokens of prompt + completion; longer pairs are truncated
+    max_length: int = 1024         # tokens of prompt + completion; TRL cuts longer ones at the end
+    context_chars: int = 2000      # keep the last N chars of the prefix and first N of the suffix, so that
+                                   # the completion (at the end) survives the max_length cut
     save_steps: int = 100          # a checkpoint-<step>/ every N optimizer steps (each is audited)
     logging_steps: int = 10        # log train/loss every N steps
     fim_family: str | None = None  # FIM sentinel family (harness.fim); None = detect from the tokenizer
@@ -63,7 +65,7 @@ class IPOSettings:
         for key in ("beta", "lr", "epochs"):
             if not float(getattr(self, key)) > 0:
                 raise bad(key, "must be > 0")
-        for key in ("batch_size", "grad_accum", "max_length", "save_steps", "logging_steps"):
+        for key in ("batch_size", "grad_accum", "max_length", "context_chars", "save_steps", "logging_steps"):
             if int(getattr(self, key)) < 1:
                 raise bad(key, "must be a positive integer")
 
@@ -107,8 +109,10 @@ class IPORecipe:
         eos = self.sentinels.eos or self.tokenizer.eos_token
         rows = [r for name in names for r in self.rows[name]]
         random.Random(self.ctx.seed).shuffle(rows)
-        return Dataset.from_list([{"prompt": fim.format_psm_prompt(r["prefix"], r["suffix"], self.sentinels),
-                                   "chosen": r["chosen"] + eos, "rejected": r["rejected"] + eos} for r in rows])
+        n = self.cfg.context_chars
+        return Dataset.from_list([
+            {"prompt": fim.format_psm_prompt(r["prefix"][-n:], r["suffix"][:n], self.sentinels),
+             "chosen": r["chosen"] + eos, "rejected": r["rejected"] + eos} for r in rows])
 
     def train(self) -> None:
         from trl import DPOConfig, DPOTrainer

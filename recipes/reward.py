@@ -48,7 +48,8 @@ class RewardSettings:
     lr: float = 1e-5               # AdamW learning rate; higher -> faster fit, less stable
     batch_size: int = 8            # examples (pointwise) or pairs (pairwise) per device step
     grad_accum: int = 1            # gradient accumulation steps; effective batch = batch_size * grad_accum
-    max_length: int = 512          # tokens per PSM text; longer ones lose their start (the completion is kept)
+    max_length: int = 512          # tokens per PSM text; pointwise: longer ones lose their start (the completion
+                                   # is kept); pairwise: TRL RewardTrainer drops longer pairs
     save_steps: int = 100          # a checkpoint-<step>/ every N optimizer steps (each is audited)
     logging_steps: int = 10        # log train/loss every N steps
     fim_family: str | None = None  # FIM sentinel family (harness.fim); None = detect from the tokenizer
@@ -263,19 +264,25 @@ def _score_summary(scores: list[float], labels: list[int]) -> dict[str, Any]:
     return {"by_label": by_label, "auc": roc_auc(scores, labels), "count": len(scores)}
 
 
-def score_texts(model, tokenizer, texts: list[str], batch_size: int = 16, max_length: int = 512) -> list[float]:
-    """Reward scores (logit of the one-unit head) of full PSM texts, batched, in eval mode."""
+def score_texts(model, tokenizer, texts: list[str], batch_size: int = 32, max_length: int = 512) -> list[float]:
+    """Reward scores (logit of the one-unit head) of full PSM texts, in input order.
+
+    Batches texts of similar length together (sorted by length) so that little compute goes to padding.
+    """
     import torch
 
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    out: list[float] = []
-    with torch.no_grad():
-        for i in range(0, len(texts), batch_size):
-            enc = tokenizer(texts[i:i + batch_size], return_tensors="pt", padding=True, truncation=True,
-                            max_length=max_length, add_special_tokens=False).to(device)
-            out.extend(model(**enc).logits[:, 0].float().tolist())
+    ids = tokenizer(texts, truncation=True, max_length=max_length, add_special_tokens=False)["input_ids"]
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    out = [0.0] * len(ids)
+    with torch.inference_mode():
+        for start in range(0, len(order), batch_size):
+            batch = order[start:start + batch_size]
+            enc = tokenizer.pad({"input_ids": [ids[i] for i in batch]}, return_tensors="pt").to(device)
+            for i, score in zip(batch, model(**enc).logits[:, 0].float().tolist()):
+                out[i] = score
     model.train(was_training)
     return out
 
