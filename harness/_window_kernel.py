@@ -1,8 +1,9 @@
 """Numba kernel behind `harness.distance.sliding_window_ned_batch` (paper 003 Sec. 4.2, Appendix C).
 
 Kept in its own module so that `import harness.distance` does not import numba (~0.6 s); the kernel is
-compiled on first use and cached on disk (`cache=True`: ~7 s the very first time on this machine, ~0.5 s
-to load from the cache afterwards).
+compiled on first use and cached on disk (`cache=True`): about 5 s the very first time on this machine
+(more under load), about 1 s (numba import + cache load) in each later process. Plain loops only:
+np.unique/np.searchsorted for the non-ASCII lookup doubled the compile time.
 
 Notation: target t of length m, completion c of length n, A[s][e] = Lev(t, c[s:e]), window j is
 c[j:j+m] and d_j = A[j][j+m]. For n > m the kernel returns min_j d_j over j = 0 .. n-m; for n <= m it
@@ -33,16 +34,18 @@ _ONE = np.uint64(1)
 _ZERO = np.uint64(0)
 _ALL_ONES = np.uint64(0xFFFFFFFFFFFFFFFF)
 _HIGH_BIT = np.uint64(1 << 63)
-ASCII_ROWS = 256  # code points < 256 index the match table directly; others go through a sorted list
+_SHIFT_TOP = np.uint64(63)
+ASCII_ROWS = 256  # code points < 256 index the match table directly; others go through a short list
 
 
 @nb.njit(cache=True, nogil=True)
 def _forward_pass(words, table, rows_of_text, s, n, m, vp, vn, bottom):
     """bottom[e] = Lev(t, c[s:e]) for e in s..n (Myers' block algorithm, global distance).
 
-    Column e has D[0][e] = e - s (the top row grows by one per text character: `carry = 1` into the
-    first word) and starts from D[i][s] = i (all vertical deltas +1). `carry` is the horizontal delta
-    leaving the top bit of one word into the next (Myers 1999, advance_block)."""
+    Column e has D[0][e] = e - s (the top row grows by one per text character: horizontal delta +1
+    into the first word) and starts from D[i][s] = i (all vertical deltas +1). carry_p / carry_m
+    (0 or 1) is the horizontal delta +1 / -1 leaving the top bit of one word into the next: Myers
+    1999's advance_block (`if hin < 0: Eq |= 1`, shift the carry into Ph / Mh) without branches."""
     last_bit = np.uint64((m - 1) % 64)
     for w in range(words):
         vp[w] = _ALL_ONES
@@ -51,33 +54,29 @@ def _forward_pass(words, table, rows_of_text, s, n, m, vp, vn, bottom):
     bottom[s] = score
     for e in range(s, n):
         row = rows_of_text[e]
-        carry = 1
+        carry_p = _ONE  # horizontal delta +1 enters the top word (D[0][e] = e - s)
+        carry_m = _ZERO
+        ph = _ZERO
+        mh = _ZERO
         for w in range(words):
             eq = table[row, w]
             pv = vp[w]
             mv = vn[w]
             xv = eq | mv
-            if carry < 0:
-                eq |= _ONE
+            eq |= carry_m
             xh = (((eq & pv) + pv) ^ pv) | eq
             ph = mv | ~(xh | pv)
             mh = pv & xh
-            if w == words - 1:  # bit m-1 of the last word is the bottom row
-                score += np.int64((ph >> last_bit) & _ONE) - np.int64((mh >> last_bit) & _ONE)
-            out = 0
-            if ph & _HIGH_BIT:
-                out = 1
-            elif mh & _HIGH_BIT:
-                out = -1
-            ph <<= _ONE
-            mh <<= _ONE
-            if carry < 0:
-                mh |= _ONE
-            elif carry > 0:
-                ph |= _ONE
-            vp[w] = mh | ~(xv | ph)
-            vn[w] = ph & xv
-            carry = out
+            out_p = ph >> _SHIFT_TOP
+            out_m = mh >> _SHIFT_TOP
+            shifted_p = (ph << _ONE) | carry_p
+            shifted_m = (mh << _ONE) | carry_m
+            vp[w] = shifted_m | ~(xv | shifted_p)
+            vn[w] = shifted_p & xv
+            carry_p = out_p
+            carry_m = out_m
+        # ph, mh of the last word: bit m-1 is the bottom row's horizontal delta
+        score += np.int64((ph >> last_bit) & _ONE) - np.int64((mh >> last_bit) & _ONE)
         bottom[e + 1] = score
 
 
@@ -132,10 +131,12 @@ def window_minima(codes, target_start, target_len, completion_start, completion_
         max_other = max(max_other, other)
     max_words = (max_m + 63) // 64
     # Match table (Myers' Peq): row = character, bit i of word w set iff t[64w + i] is that character.
-    # Rows 0..255: code points < 256; then one row per distinct other code point of the target; the
-    # row after those stays all-zero and serves every completion character absent from the target.
+    # Rows 0..255: code points < 256; then one row per distinct other code point of the target (looked
+    # up linearly: code has few); the row after those stays all-zero and serves every completion
+    # character >= 256 absent from the target (a code point < 256 absent from it has an all-zero row).
     table = np.zeros((ASCII_ROWS + max_other + 1, max_words), np.uint64)
     rows_of_text = np.empty(max_n, np.int64)
+    others = np.empty(max_other + 1, np.uint32)
     vp = np.empty(max_words, np.uint64)
     vn = np.empty(max_words, np.uint64)
     bottom = np.empty(max_n + 1, np.int64)
@@ -147,20 +148,34 @@ def window_minima(codes, target_start, target_len, completion_start, completion_
         words = (m + 63) // 64
         target = codes[target_start[p]:target_start[p] + m]
         completion = codes[completion_start[p]:completion_start[p] + n]
-        others = np.unique(target[target >= ASCII_ROWS])  # sorted distinct code points >= 256
-        n_others = len(others)
+        # distinct code points >= 256 of the target, in first-seen order (few in code; linear lookups)
+        n_others = 0
         for i in range(m):
             ch = target[i]
-            row = np.int64(ch) if ch < ASCII_ROWS else ASCII_ROWS + np.searchsorted(others, ch)
+            if ch < ASCII_ROWS:
+                row = np.int64(ch)
+            else:
+                row = -1
+                for k in range(n_others):
+                    if others[k] == ch:
+                        row = ASCII_ROWS + k
+                        break
+                if row < 0:
+                    others[n_others] = ch
+                    row = ASCII_ROWS + n_others
+                    n_others += 1
             table[row, i // 64] |= _ONE << np.uint64(i % 64)
         for e in range(n):
             ch = completion[e]
             if ch < ASCII_ROWS:
                 rows_of_text[e] = np.int64(ch)
             else:
-                k = np.searchsorted(others, ch)
-                found = k < n_others and others[k] == ch
-                rows_of_text[e] = ASCII_ROWS + (k if found else n_others)
+                row = ASCII_ROWS + n_others  # the all-zero row: a character absent from the target
+                for k in range(n_others):
+                    if others[k] == ch:
+                        row = ASCII_ROWS + k
+                        break
+                rows_of_text[e] = row
         if n <= m:
             _forward_pass(words, table, rows_of_text, 0, n, m, vp, vn, bottom)
             counts[0] += n

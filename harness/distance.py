@@ -68,7 +68,7 @@ def sliding_window_ned_batch(targets: Sequence[str], completions: Sequence[str],
     """`sliding_window_ned(t, c)` for each pair, exactly, but much faster on large batches.
 
     `workers` is the number of threads running the compiled kernel (-1: all cores). The first call in
-    a fresh checkout compiles the kernel (~7 s on this machine, then cached on disk by numba).
+    a fresh checkout compiles the kernel (~5 s on this machine, then cached on disk by numba).
     """
     if len(targets) != len(completions):
         raise ValueError(f"sliding_window_ned_batch: {len(targets)} targets but "
