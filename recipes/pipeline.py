@@ -117,6 +117,7 @@ def order_stages(stages: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def format_value(value: Any) -> str:
+    """A swept value in a directory name, as Python prints the parsed value (3e-6 -> 3e-06)."""
     return str(value)
 
 
@@ -216,6 +217,9 @@ def plan(cfg) -> list[PlannedStage]:
                 settings["fim_family"] = model_preset["fim_family"]
             for key in REFERENCE_KEYS:
                 ref = settings.get(key)
+                if isinstance(ref, str) and ref not in stages and not Path(ref).is_dir():
+                    raise UserError(f"stages.{name}.{key}={ref!r}: neither a stage of this experiment "
+                                    f"({', '.join(stages)}) nor a model directory")
                 if isinstance(ref, str) and ref in model_names:
                     if len(model_names[ref]) != 1:
                         raise UserError(f"stages.{name}.{key}={ref}: that stage is swept into "

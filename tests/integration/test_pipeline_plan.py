@@ -149,3 +149,8 @@ def test_changed_settings_move_the_old_stage_aside_instead_of_mixing_a_resume(tm
     # A finished stage with the same settings is skipped and left alone.
     atomic_write_json(out / "provenance.json", {"settings": {"lr": 0.2}})
     assert prepare_out_dir(tmp_path, _stage({"lr": 0.2})) == "skipped"
+
+
+def test_a_reference_to_nothing_fails_at_planning():
+    with pytest.raises(UserError, match=re.escape("stages.FT.1.init='FT.0': neither a stage")):
+        plan(compose(["experiment=smoke", "stages.FT.1.init=FT.0"]))
