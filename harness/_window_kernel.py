@@ -3,7 +3,8 @@
 Kept in its own module so that `import harness.distance` does not import numba (~0.6 s); the kernel is
 compiled on first use and cached on disk (`cache=True`): about 5 s the very first time on this machine
 (more under load), about 1 s (numba import + cache load) in each later process. Plain loops only:
-np.unique/np.searchsorted for the non-ASCII lookup doubled the compile time.
+np.unique/np.searchsorted for the non-ASCII lookup doubled the compile time; a code-point-indexed
+array (`slot`, 8.9 MB, zero pages until touched) does it in O(1) instead.
 
 Notation: target t of length m, completion c of length n, A[s][e] = Lev(t, c[s:e]), window j is
 c[j:j+m] and d_j = A[j][j+m]. For n > m the kernel returns min_j d_j over j = 0 .. n-m; for n <= m it
@@ -35,7 +36,8 @@ _ZERO = np.uint64(0)
 _ALL_ONES = np.uint64(0xFFFFFFFFFFFFFFFF)
 _HIGH_BIT = np.uint64(1 << 63)
 _SHIFT_TOP = np.uint64(63)
-ASCII_ROWS = 256  # code points < 256 index the match table directly; others go through a short list
+ASCII_ROWS = 256  # code points < 256 index the match table directly; others go through `slot`
+_CODE_POINTS = 0x110000  # every Unicode code point (incl. surrogates): UTF-32 values are below this
 
 
 @nb.njit(cache=True, nogil=True)
@@ -118,25 +120,31 @@ def window_minima(codes, target_start, target_len, completion_start, completion_
     counts[0] += text columns processed, counts[1] += forward passes (work done, load-independent).
     """
     n_pairs = len(target_start)
+    # slot[ch] (ch >= 256): 1 + the row offset of code point ch among the current target's other code
+    # points, 0 if absent; set per pair and reset after it, so lookups are O(1) for any alphabet.
+    slot = np.zeros(_CODE_POINTS, np.int64)
     max_m = 1
     max_n = 1
-    max_other = 0
+    max_other = 0  # most distinct code points >= 256 in one target: the table's extra rows
     for p in range(n_pairs):
         max_m = max(max_m, target_len[p])
         max_n = max(max_n, completion_len[p])
         other = 0
-        for i in range(target_len[p]):
-            if codes[target_start[p] + i] >= ASCII_ROWS:
+        for i in range(target_start[p], target_start[p] + target_len[p]):
+            if codes[i] >= ASCII_ROWS and slot[codes[i]] == 0:
+                slot[codes[i]] = 1
                 other += 1
+        for i in range(target_start[p], target_start[p] + target_len[p]):
+            if codes[i] >= ASCII_ROWS:
+                slot[codes[i]] = 0
         max_other = max(max_other, other)
     max_words = (max_m + 63) // 64
     # Match table (Myers' Peq): row = character, bit i of word w set iff t[64w + i] is that character.
-    # Rows 0..255: code points < 256; then one row per distinct other code point of the target (looked
-    # up linearly: code has few); the row after those stays all-zero and serves every completion
-    # character >= 256 absent from the target (a code point < 256 absent from it has an all-zero row).
+    # Rows 0..255: code points < 256; then one row per distinct other code point of the target; the
+    # row after those stays all-zero and serves every completion character >= 256 absent from the
+    # target (a code point < 256 absent from it has an all-zero row of its own).
     table = np.zeros((ASCII_ROWS + max_other + 1, max_words), np.uint64)
     rows_of_text = np.empty(max_n, np.int64)
-    others = np.empty(max_other + 1, np.uint32)
     vp = np.empty(max_words, np.uint64)
     vn = np.empty(max_words, np.uint64)
     bottom = np.empty(max_n + 1, np.int64)
@@ -148,34 +156,25 @@ def window_minima(codes, target_start, target_len, completion_start, completion_
         words = (m + 63) // 64
         target = codes[target_start[p]:target_start[p] + m]
         completion = codes[completion_start[p]:completion_start[p] + n]
-        # distinct code points >= 256 of the target, in first-seen order (few in code; linear lookups)
         n_others = 0
         for i in range(m):
             ch = target[i]
             if ch < ASCII_ROWS:
                 row = np.int64(ch)
             else:
-                row = -1
-                for k in range(n_others):
-                    if others[k] == ch:
-                        row = ASCII_ROWS + k
-                        break
-                if row < 0:
-                    others[n_others] = ch
-                    row = ASCII_ROWS + n_others
+                if slot[ch] == 0:
                     n_others += 1
+                    slot[ch] = n_others
+                row = ASCII_ROWS + slot[ch] - 1
             table[row, i // 64] |= _ONE << np.uint64(i % 64)
         for e in range(n):
             ch = completion[e]
             if ch < ASCII_ROWS:
                 rows_of_text[e] = np.int64(ch)
+            elif slot[ch] == 0:
+                rows_of_text[e] = ASCII_ROWS + n_others  # the all-zero row: absent from the target
             else:
-                row = ASCII_ROWS + n_others  # the all-zero row: a character absent from the target
-                for k in range(n_others):
-                    if others[k] == ch:
-                        row = ASCII_ROWS + k
-                        break
-                rows_of_text[e] = row
+                rows_of_text[e] = ASCII_ROWS + slot[ch] - 1
         if n <= m:
             _forward_pass(words, table, rows_of_text, 0, n, m, vp, vn, bottom)
             counts[0] += n
@@ -184,10 +183,12 @@ def window_minima(codes, target_start, target_len, completion_start, completion_
         else:
             out[p] = _window_search(words, table, rows_of_text, m, n, vp, vn, bottom, lower, evaluated,
                                     counts)
-        for i in range(m):  # clear the rows this target set (the table is reused by the next pair)
+        for i in range(m):  # clear what this target set (the table and slots serve the next pair)
             ch = target[i]
             if ch < ASCII_ROWS:
                 table[np.int64(ch), i // 64] = _ZERO
+            else:
+                slot[ch] = 0
         for k in range(n_others):
             for w in range(words):
                 table[ASCII_ROWS + k, w] = _ZERO

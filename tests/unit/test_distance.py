@@ -253,6 +253,19 @@ def test_batch_non_ascii_and_surrogates_across_words():
         [_brute_force_sliding(t, c) for t, c in zip(targets, completions)]
 
 
+def test_batch_large_alphabet_of_non_ascii_code_points():
+    # Hundreds of distinct code points >= 256 per target (CJK, astral): one match-table row each.
+    import random
+
+    rng = random.Random(5)
+    alphabet = [chr(0x4E00 + k) for k in range(300)] + [chr(0x1F600 + k) for k in range(40)] + ["a", " "]
+    targets = ["".join(rng.choices(alphabet, k=rng.randint(1, 200))) for _ in range(30)]
+    completions = ["".join(rng.choices(alphabet, k=rng.randint(0, 240))) for _ in range(30)]
+    completions[0] = completions[0][:5] + targets[0][:-1] + "a" + completions[0][5:]   # a near copy
+    assert sliding_window_ned_batch(targets, completions, workers=1) == \
+        [_brute_force_sliding(t, c) for t, c in zip(targets, completions)]
+
+
 def test_batch_two_threads_equal_one_thread_and_brute_force():
     # >= 2 * _MIN_PAIRS_PER_THREAD searched pairs, so workers=2 really runs two kernel threads.
     import random
