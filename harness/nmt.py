@@ -211,7 +211,7 @@ def frequency_substitutes(corpus_sources: Sequence[str], unit: str = "word") -> 
     return substitutes
 
 
-def fill_mask_substitutes(model_dir: str, top_k: int = 10, device: str = "cpu") -> Substitutes:
+def fill_mask_substitutes(model_dir: str, top_k: int = 10, device: str = "cpu", unit: str = "word") -> Substitutes:
     """Substitutes from any HF fill-mask model directory (paper 002 Sec. 4 uses BERT-cased; multilingual
     BERT for non-English sources, Sec. 6). Loads from a local directory only (no hub), safetensors only.
     """
@@ -228,7 +228,7 @@ def fill_mask_substitutes(model_dir: str, top_k: int = 10, device: str = "cpu") 
 
     def substitutes(units: list[str], position: int) -> list[str]:
         masked = units[:position - 1] + [mask] + units[position:]
-        preds = fill(" ".join(masked))
+        preds = fill(join_units(masked, unit))
         words = [p["token_str"].strip() for p in preds]
         return [w for w in words if w and not w.startswith("#") and w not in fill.tokenizer.all_special_tokens]
 

@@ -189,7 +189,8 @@ def run_algorithm1(translate, pairs: list[dict], s: NmtSettings) -> list[dict]:
 
 def make_substitutes(s: NmtSettings, rows: list[dict], device: str):
     if s.fill_mask_model:
-        return nmt.fill_mask_substitutes(s.fill_mask_model, top_k=max(10, 2 * s.neighbourhood_k), device=device), \
+        return nmt.fill_mask_substitutes(s.fill_mask_model, top_k=max(10, 2 * s.neighbourhood_k), device=device,
+                                         unit=s.unit), \
             f"fill-mask model {s.fill_mask_model}"
     return nmt.frequency_substitutes([r["source"] for r in rows], unit=s.unit), \
         ("corpus-frequency fallback (no fill-mask model configured: nmt.fill_mask_model is null); substitutes "
@@ -251,7 +252,9 @@ def _fmt(x, digits: int = 2, pct: bool = False) -> str:
     return f"{x:.{digits}f}" + (" %" if pct else "")
 
 
-def render_figure(path: Path, buckets: dict, per_bucket: dict) -> None:
+def render_figure(path: Path, buckets: dict, per_bucket: dict, noisy_pct: list | None = None) -> None:
+    """Left: Algorithm 1 ratio per repetition bucket (Table 1), with the share of noisy pairs per bucket
+    when the corpus knows it (the most a model can memorize by construction). Right: Algorithm 2."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -264,10 +267,13 @@ def render_figure(path: Path, buckets: dict, per_bucket: dict) -> None:
     for bar, b in zip(bars, buckets["buckets"]):
         ax1.annotate(f"{b['memorized']}/{b['total']}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                      ha="center", va="bottom", fontsize=8)
+    if noisy_pct and any(v is not None for v in noisy_pct):
+        ax1.plot(reps, [v or 0.0 for v in noisy_pct], "k--", marker="_", label="noisy pairs in bucket (%)")
+        ax1.legend(fontsize=8, loc="lower right")
     ax1.set_xlabel("repetitions of the pair in the training data")
     ax1.set_ylabel("memorized (%) - Algorithm 1")
     r = buckets["pearson"]
-    ax1.set_title(f"Memorization by repetition bucket (Pearson r = {_fmt(r)})")
+    ax1.set_title(f"Algorithm 1: memorized by repetitions (Pearson r = {_fmt(r)})", fontsize=10)
     ax1.set_xticks(reps)
     width = 0.27
     for j, (cls, color) in enumerate(zip(nmt.POSITION_CLASSES, ("#DD8452", "#55A868", "#C44E52"))):
@@ -279,7 +285,7 @@ def render_figure(path: Path, buckets: dict, per_bucket: dict) -> None:
                 ax2.annotate("n/a", (x, 1), ha="center", va="bottom", fontsize=6, rotation=90)
     ax2.set_xlabel("repetitions of the pair in the training data")
     ax2.set_ylabel("perturbed sources keeping the memorized output (%)")
-    ax2.set_title("Neighbourhood effect - Algorithm 2")
+    ax2.set_title("Algorithm 2: neighbourhood effect", fontsize=10)
     ax2.set_xticks(reps)
     ax2.set_ylim(0, 105)
     ax2.legend(fontsize=8)
@@ -421,8 +427,9 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
     log(f"[nmt] data: {len(rows)} training rows from {data_dir}")
     train_settings = _strict(Seq2SeqSettings, s.train, "nmt.train")
     ctx = StageContext(run_dir=run_dir, name=MODEL_NAME, seed=seed, device=device)
-    if s.model_dir:
-        model_dir = Path(s.model_dir)
+    model_path = s.model_dir or _seq2seq_pretrained(cfg)
+    if model_path:
+        model_dir = Path(model_path)
         if not model_dir.is_dir():
             raise UserError(f"nmt.model_dir={model_dir}: not a directory; point it at a Marian/T5/BART "
                             "checkpoint directory or leave it null to train the embedded default")
@@ -510,7 +517,13 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
         "provenance": provenance(seed=seed, datasets={DATASET: manifest["sha256"]}, model_dir=str(model_dir),
                                  model_sha256=cache.base["model"], stage="nmt"),
     }
-    render_figure(out / "memorization_by_repetition.png", buckets, per_bucket)
+    noisy_pct = None
+    if kinds:
+        noisy_pct = []
+        for rep in range(1, 6):
+            sel = [r for r in alg1 if r["repetitions"] == rep]
+            noisy_pct.append(100.0 * sum(r.get("kind") == "noisy" for r in sel) / len(sel) if sel else None)
+    render_figure(out / "memorization_by_repetition.png", buckets, per_bucket, noisy_pct)
     atomic_write_text(out / "report.md", render_report(summary))
     atomic_write_json(out / "summary.json", summary)  # written last: a summary means a finished run
     log(f"[nmt] wrote {out / 'summary.json'} and {out / 'report.md'}")
@@ -548,6 +561,21 @@ def _maybe_finetune(ctx, s, model_dir, alg3, rows, memorized, train_settings, se
               "base": measure(translate),
               "finetuned": measure(nmt.hf_translator(ft_model, ft_tok, s.max_new_tokens, s.batch_size))}
     return cache.save("finetune", result, asdict(ft) | {"train": asdict(train_settings)})
+
+
+def _seq2seq_pretrained(cfg) -> str | None:
+    """`model.pretrained=<dir>` also selects the translation model when that directory holds an
+    encoder-decoder checkpoint (so `memaudit nmt ... model.pretrained=/ckpt/opus-mt-en-de` works);
+    `nmt.model_dir` takes precedence."""
+    pretrained = (cfg.get("model") or {}).get("pretrained")
+    config = Path(str(pretrained)) / "config.json" if pretrained else None
+    if config is not None and config.is_file():
+        try:
+            if json.loads(config.read_text(encoding="utf-8")).get("is_encoder_decoder"):
+                return str(pretrained)
+        except json.JSONDecodeError:
+            raise UserError(f"model.pretrained={pretrained}: config.json is not valid JSON") from None
+    return None
 
 
 def main(cfg) -> int:

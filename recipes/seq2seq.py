@@ -33,10 +33,11 @@ class Seq2SeqSettings:
     ffn_dim: int = 256
     dropout: float = 0.1         # more dropout -> less memorization of rare pairs
     max_length: int = 48         # tokens per side; longer pairs are truncated
-    epochs: float = 30.0         # more epochs -> more memorization of noisy pairs
+    epochs: float = 10.0         # more epochs -> more memorization of noisy pairs
     max_steps: int = -1          # > 0 overrides epochs (smoke tests)
     batch_size: int = 32
     learning_rate: float = 1e-3
+    lr_scheduler: str = "linear"  # transformers scheduler name; "constant_with_warmup" keeps learning late
     warmup_steps: int = 100
     save_steps: int = 200        # checkpoint cadence; the resume granularity after a kill
     save_total_limit: int = 2
@@ -131,7 +132,7 @@ def train_seq2seq(ctx: StageContext, rows: list[dict], settings: Seq2SeqSettings
     args = Seq2SeqTrainingArguments(
         output_dir=str(ctx.out_dir), num_train_epochs=settings.epochs, max_steps=settings.max_steps,
         per_device_train_batch_size=settings.batch_size, learning_rate=settings.learning_rate,
-        warmup_steps=settings.warmup_steps, lr_scheduler_type="linear", weight_decay=0.0,
+        warmup_steps=settings.warmup_steps, lr_scheduler_type=settings.lr_scheduler, weight_decay=0.0,
         save_strategy="steps", save_steps=settings.save_steps, save_total_limit=settings.save_total_limit,
         logging_steps=50, seed=ctx.seed, disable_tqdm=True, label_smoothing_factor=0.0,
         **trl_device_kwargs(ctx.device))
