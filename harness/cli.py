@@ -20,7 +20,7 @@ from harness.errors import UserError
 # command -> ("module:function", help). Modules are imported only when their command runs, so
 # `memaudit --help` stays fast and the scorer never imports the recipes.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "audit": ("harness.audit:main", "score checkpoints against a control model (k-approx. counterfactual)"),
+    "audit": ("harness.audit_run:main", "score checkpoints against a control model (k-approx. counterfactual)"),
     "data": ("synthetic_data.build:main", "build the datasets an experiment needs into <run_dir>/data/"),
     "train": ("recipes.pipeline:train_main", "train one stage: memaudit train stage=<name>"),
     "run": ("recipes.pipeline:run_main", "data -> every stage of an experiment -> audit -> report"),

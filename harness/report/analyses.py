@@ -20,6 +20,7 @@ from harness.memorization import summarize_rows
 
 FINAL = "final"
 Key = tuple[str, str, str]  # (model, checkpoint, dataset)
+NOT_ROWS = ("cache", "losses", "shards")  # audit/ subfolders that hold no NED rows
 
 
 def checkpoint_step(checkpoint: str) -> float:
@@ -38,7 +39,7 @@ def load_audit_rows(audit_dir: str | Path) -> dict[Key, list[dict]]:
     grouped: dict[Key, list[dict]] = {}
     for path in sorted(audit_dir.rglob("*.jsonl")):
         rel = path.relative_to(audit_dir)
-        if rel.parts[0] == "cache" or len(rel.parts) < 3:
+        if rel.parts[0] in NOT_ROWS or len(rel.parts) < 3:
             continue
         model = "/".join(rel.parts[:-2])
         checkpoint, dataset = rel.parts[-2], path.stem

@@ -174,6 +174,35 @@ def _sweep_section(entries: list[dict], fig_dir: Path, blocks: list, summary: di
     summary["sweeps"] = out
 
 
+def _loss_section(runs: list[Path], fig_dir: Path, blocks: list, summary: dict) -> None:
+    """Paper 004's recollection / counterfactual / contextual measures and canary exposure, per model,
+    from the `audit.measures=[loss]` outputs under <run_dir>/audit/losses/<model>/."""
+    from harness.report.loss_figures import render_loss_figures
+
+    found = [(run, p) for run in runs for p in sorted((run / "audit" / "losses").rglob("summary.json"))]
+    if not found:
+        return
+    blocks.append(("h", 2, "Loss-based measures (paper 004 Sec. 3-4) and canary exposure"))
+    rows = []
+    for run, path in found:
+        model = str(path.parent.relative_to(run / "audit" / "losses"))
+        loss_summary = json.loads(path.read_text())
+        blocks.append(("p", f"{model}: {loss_summary['variant_note']}"))
+        for fig in render_loss_figures(path.parent, fig_dir / "losses" / _slug(model)):
+            blocks.append(("img", str(fig), f"{model}: {fig.stem}"))
+        for dataset, entry in loss_summary["datasets"].items():
+            row = {"model": model, "dataset": dataset, "variant": loss_summary["variant"]}
+            for measure, m in entry["measures"].items():
+                row[f"{measure}_frac_last"] = m["frac"][-1] if m["frac"] else None
+            if entry.get("exposure"):
+                row["mean_exposure_last"] = entry["exposure"][-1].get("mean")
+            rows.append(row)
+    cols = ["model", "dataset", "variant", "recollection_frac_last", "counterfactual_frac_last",
+            "contextual_frac_last", "mean_exposure_last"]
+    blocks.append(_table(rows, cols))
+    summary["loss_measures"] = rows
+
+
 def _slug(name: str) -> str:
     return name.replace("/", "_").replace("=", "-").replace(",", "_")
 
@@ -246,6 +275,8 @@ def render_report(cfg) -> int:
         for model, per_dataset in sorted(trained.items()):
             path = F.over_training_plot(model, per_dataset, fig_dir / f"over_training_{_slug(model)}.png")
             blocks.append(("img", str(path), f"{model} over training"))
+
+    _loss_section(runs, fig_dir, blocks, summary)
 
     # Sec. 5.4: RLHF vs IPO, grouped by the stage that produced each model (from provenance).
     compare = dict(rcfg.get("compare") or {})

@@ -1,0 +1,239 @@
+"""`memaudit audit experiment=<name>`: audit every model and checkpoint of a run, as its plan says.
+
+The experiment's `audit_plan` lists `{models, control, datasets}` entries (e.g. FT.1, FT.3, RLFT.*
+against the control FT.2 — paper 003 Appendix B — and IPO against the base model, Sec. 5.4). Every
+`checkpoint-*` of every listed model is scored, each sweep point (`RLFT.1/beta=0.1`) as its own
+model. Control completions are generated once per dataset (the completion cache), so adding one
+checkpoint and rerunning generates only that checkpoint's completions.
+
+Multi-process: under `accelerate launch --config_file conf/accelerate/cpu_2proc.yaml -m harness audit
+experiment=...` (or any launcher that sets RANK/WORLD_SIZE, e.g. torchrun or multi_gpu.yaml) each
+process audits every N-th example into its own shard directory (rows and completion caches), then
+process 0 merges the shards into the run's audit directory (keyed by example id: nothing duplicated)
+and writes the summary. The rows are the same as a single-process run's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from harness.audit import META_SUFFIX, AuditJob, AuditSettings, run_audit, write_summary
+from harness.errors import UserError
+from harness.io import RowStore, read_json
+from harness.provenance import provenance
+
+PROVENANCE_FILE = "provenance.json"
+
+
+@dataclass(frozen=True)
+class PlannedAudit:
+    model_name: str       # name under <run_dir>/models/, e.g. "RLFT.1/beta=0.1"
+    model_dir: Path
+    control_name: str
+    control_dir: Path
+    dataset: str
+    examples: Path
+
+
+def _finished_models(models_dir: Path, name: str) -> list[tuple[str, Path]]:
+    """A finished model by name, or every finished sweep point below it (`RLFT.1` -> `RLFT.1/beta=*`)."""
+    root = models_dir / name
+    if (root / PROVENANCE_FILE).is_file():
+        return [(name, root)]
+    points = sorted(p.parent for p in root.glob(f"*/{PROVENANCE_FILE}")) if root.is_dir() else []
+    return [(f"{name}/{p.name}", p) for p in points]
+
+
+def plan_audits(cfg) -> list[PlannedAudit]:
+    """Resolve the experiment's audit_plan against what exists in the run; errors name the key."""
+    run_dir = Path(cfg.run_dir)
+    raw = cfg.get("audit_plan")
+    plan = OmegaConf.to_container(raw, resolve=True) if raw is not None else []
+    if not plan:
+        raise UserError("no audit_plan in this config: pass experiment=<name> (whose audit_plan lists "
+                        "{models, control, datasets}), or audit one model with audit.model_dir=... "
+                        "audit.control_dir=... audit.examples=...")
+    models_dir = run_dir / "models"
+    planned: list[PlannedAudit] = []
+    for i, entry in enumerate(plan):
+        where = f"audit_plan[{i}]"
+        for key in ("models", "control", "datasets"):
+            if not entry.get(key):
+                raise UserError(f"{where}.{key} is missing; each entry needs models, control and datasets")
+        control = _finished_models(models_dir, entry["control"])
+        if len(control) != 1:
+            raise UserError(f"{where}.control={entry['control']!r}: no finished model at "
+                            f"{models_dir / entry['control']}; train it first (memaudit run experiment=...)")
+        control_name, control_dir = control[0]
+        for model in entry["models"]:
+            found = _finished_models(models_dir, model)
+            if not found:
+                raise UserError(f"{where}.models: {model!r} has no finished model under {models_dir}; "
+                                "train it first or remove it from the plan")
+            for dataset in entry["datasets"]:
+                examples = run_dir / "data" / dataset / "rows.jsonl"
+                if not examples.is_file():
+                    raise UserError(f"{where}.datasets: {dataset!r} not built ({examples} missing); run "
+                                    "`memaudit data experiment=...` or fix the dataset name")
+                planned += [PlannedAudit(name, path, control_name, control_dir, dataset, examples)
+                            for name, path in found]
+    return planned
+
+
+def _distributed() -> tuple[int, int]:
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def _barrier() -> None:
+    """Wait for every process (gloo works on CPU and GPU alike; the audit moves no tensors)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    dist.barrier()
+
+
+def _shard_examples(examples: Path, shard_dir: Path, rank: int, world: int) -> Path:
+    """Every world-th example from `rank` on, written to the shard's own examples file."""
+    lines = [line for line in examples.read_text(encoding="utf-8").splitlines() if line.strip()]
+    path = shard_dir / "examples" / examples.parent.name / "rows.jsonl"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(line + "\n" for line in lines[rank::world]), encoding="utf-8")
+        tmp.replace(path)
+    return path
+
+
+def _merge_shards(shards_root: Path, out_dir: Path) -> None:
+    """Fold every shard's rows into the run's audit dir (keyed by id: a rerun merges nothing twice).
+
+    Shard completion caches stay under shards/rank-*/cache: their fingerprints cover the shard's own
+    example file, so a rerun with the same number of processes regenerates nothing."""
+    from harness.io import atomic_write_json
+
+    for shard in sorted(shards_root.glob("rank-*")):
+        shard_audit = shard / "audit"
+        for meta in sorted(shard_audit.rglob(f"*{META_SUFFIX}")):
+            rel = meta.relative_to(shard_audit)
+            rows_file = meta.with_name(meta.name[:-len(META_SUFFIX)] + ".jsonl")
+            merged_meta = out_dir / rel
+            if not merged_meta.exists():
+                m = read_json(meta)
+                m["examples_sha256"] = None  # each shard saw part of the set; the merged rows cover all of it
+                m["merged_from_processes"] = True
+                atomic_write_json(merged_meta, m)
+            RowStore(out_dir / rel.parent / rows_file.name).append(RowStore(rows_file).rows())
+        shutil.rmtree(shard_audit, ignore_errors=True)
+
+
+def audit_run(cfg, log=print) -> int:
+    """Audit every planned (model, dataset) of a run; resumable; multi-process when launched so."""
+    run_dir = Path(cfg.run_dir)
+    base = job_from_config_defaults(cfg)
+    planned = plan_audits(cfg)
+    rank, world = _distributed()
+    log(f"[audit] {len(planned)} (model, dataset) audits in {run_dir} (process {rank + 1}/{world})")
+    out_dir, cache_dir = base.out_dir, base.cache_dir
+    shards_root = out_dir / "shards"
+    for item in planned:
+        job_out, job_cache, examples = out_dir, cache_dir, item.examples
+        if world > 1:
+            shard = shards_root / f"rank-{rank}"
+            examples = _shard_examples(item.examples, shard, rank, world)
+            job_out, job_cache = shard / "audit", shard / "cache"
+        job = AuditJob(model_dir=item.model_dir, model_name=item.model_name, control_dir=item.control_dir,
+                       examples=examples, dataset=item.dataset, all_checkpoints=True, out_dir=job_out,
+                       cache_dir=job_cache, settings=base.settings)
+        run_audit(job, seed=cfg.get("seed"), log=log)
+    if world > 1:
+        _barrier()
+        if rank == 0:
+            _merge_shards(shards_root, out_dir)
+        _barrier()
+    if rank == 0:
+        record = provenance(seed=cfg.get("seed"), datasets={d: read_json(run_dir / "data" / d / "manifest.json")["sha256"]
+                                                            for d in sorted({p.dataset for p in planned})},
+                            audit=asdict(base.settings), processes=world,
+                            plan=[{"model": p.model_name, "control": p.control_name, "dataset": p.dataset}
+                                  for p in planned])
+        path = write_summary(out_dir, record)
+        log(f"[audit] summary of the run: {path}")
+    return 0
+
+
+def job_from_config_defaults(cfg) -> AuditJob:
+    """The audit settings and output dirs of the config, without a single model/control/examples."""
+    a = cfg.audit
+    if a.out_dir in (None, ""):
+        raise UserError("audit.out_dir is not set; pass audit.out_dir=<directory for the results>")
+    out_dir = Path(str(a.out_dir))
+    settings = AuditSettings(
+        k=float(a.k), max_new_tokens=a.max_new_tokens, target_tokens=a.target_tokens,
+        min_target_tokens=a.min_target_tokens, prompt_ned_threshold=float(a.prompt_ned_threshold),
+        batch_size=a.batch_size, fim_family=a.get("fim_family"), device=str(a.get("device") or "auto"),
+        trust_remote_code=bool(a.get("trust_remote_code", False)), progress=a.get("progress"))
+    cache_dir = Path(str(a.cache_dir)) if a.get("cache_dir") else out_dir / "cache"
+    return AuditJob(model_dir=Path("."), model_name="", control_dir=Path("."), examples=Path("."), dataset="",
+                    all_checkpoints=True, out_dir=out_dir, cache_dir=cache_dir, settings=settings)
+
+
+
+def _checkpoint_steps(model_dir: Path) -> list[int]:
+    return sorted(int(p.name.split("-", 1)[1]) for p in model_dir.glob("checkpoint-*")
+                  if p.is_dir() and p.name.split("-", 1)[1].isdigit())
+
+
+def audit_run_losses(cfg, log=print) -> None:
+    """Paper 004's loss-based measures for every planned model (`audit.measures` includes `loss`).
+
+    The control run is the plan's control when its checkpoints sit at the same steps as the audited
+    model's (paper 004 Sec. 3: same schedule, trained without the strings, e.g. FT.1 vs FT.2);
+    otherwise the control's final model serves as the fixed reference of paper 004 Sec. 5, and the
+    output is labelled as that upper-bound variant.
+    """
+    from harness.losses import audit_losses
+
+    run_dir = Path(cfg.run_dir)
+    a = cfg.audit
+    by_model: dict[tuple[str, Path, Path], list[str]] = {}
+    for item in plan_audits(cfg):
+        by_model.setdefault((item.model_name, item.model_dir, item.control_dir), []).append(item.dataset)
+    heldout = a.get("loss_heldout")
+    for (name, model_dir, control_dir), datasets in by_model.items():
+        sets = {d: run_dir / "data" / d for d in datasets}
+        if heldout and (run_dir / "data" / heldout / "rows.jsonl").is_file():
+            sets[heldout] = run_dir / "data" / heldout
+        matched = _checkpoint_steps(model_dir) and _checkpoint_steps(model_dir) == _checkpoint_steps(control_dir)
+        log(f"[audit] loss measures for {name}: "
+            + (f"control run {control_dir.name} (same checkpoint steps)" if matched
+               else f"reference model {control_dir.name} (upper-bound variant: checkpoint steps differ)"))
+        audit_losses(model_dir, sets, Path(a.out_dir) / "losses" / name,
+                     control_dir=control_dir if matched else None,
+                     reference_model=None if matched else control_dir,
+                     tau=float(a.get("tau", 0.2)), heldout=heldout if heldout in sets else None,
+                     batch_size=int(a.batch_size), device=str(a.get("device") or "auto"),
+                     fim_family=a.get("fim_family"), cache_dir=Path(str(a.cache_dir)) / "losses",
+                     seed=cfg.get("seed"))
+
+
+def main(cfg) -> int:
+    """`memaudit audit`: one model (audit.model_dir=...) or every model of a run's audit_plan."""
+    if cfg.audit.get("model_dir"):
+        from harness.audit import main as audit_one
+
+        return audit_one(cfg)
+    measures = list(cfg.audit.get("measures") or ["ned"])
+    unknown = set(measures) - {"ned", "loss"}
+    if unknown:
+        raise UserError(f"audit.measures: unknown {sorted(unknown)}; use [ned], [loss] or [ned, loss]")
+    if "ned" in measures:
+        audit_run(cfg)
+    if "loss" in measures:
+        audit_run_losses(cfg)
+    return 0
