@@ -53,11 +53,12 @@ def sliding_window_ned(target: str, completion: str) -> float:
 #    distance found: then that best distance is the exact minimum.
 #
 # Measured (benchmarks/README.md, Distance): on 10,000 realistic pairs ~5 passes per unmemorized pair
-# instead of ~34 window distances (6.7x fewer text columns overall), ~8x less CPU than the naive loop. Tried and not kept: rapidfuzz's process.cpdist in coarse-to-fine
-# rounds pruned by the triangle bound (the previous version: exact, 2.3-2.5x; ~2.6 us per window
-# distance however rapidfuzz is called, and the triangle bound needs ~12 windows per unmemorized pair);
-# edlib's infix distance as a bound (costs ~6 windows, lies ~14 edits below the minimum); rapidfuzz's
-# score_cutoff (only faster far below the true distance).
+# instead of ~34 window distances (6.7x fewer text columns overall), ~8x less CPU than the naive loop.
+# Tried and not kept: rapidfuzz's process.cpdist in coarse-to-fine rounds pruned by the triangle bound
+# (the previous version: exact, 2.3-2.5x; ~2.6 us per window distance however rapidfuzz is called, and
+# the triangle bound needs ~12 windows per unmemorized pair); edlib's infix distance as a bound (costs
+# ~6 windows, lies ~14 edits below the minimum); rapidfuzz's score_cutoff (only faster far below the
+# true distance); reverse passes, early-stopped passes, other start orders (more columns).
 
 _MIN_PAIRS_PER_THREAD = 1024          # below this a thread costs more than it saves
 _MAX_CHARS_PER_CALL = 1 << 22         # ~4M characters (16 MB of code points) per kernel call
