@@ -164,7 +164,23 @@ def audit_run(cfg, log=print) -> int:
                                   for p in planned])
         path = write_summary(out_dir, record)
         log(f"[audit] summary of the run: {path}")
+        if cfg.audit.get("utility"):
+            audit_run_utility(cfg, planned, base, log)
     return 0
+
+
+def audit_run_utility(cfg, planned: list[PlannedAudit], base: AuditJob, log=print) -> None:
+    """Paper 003 Table 2 analogue for the final model of every planned model and control."""
+    from harness.utility import utility_of_models
+
+    models = {p.model_name: p.model_dir for p in planned}
+    models.update({p.control_name: p.control_dir for p in planned})
+    n = cfg.audit.get("utility_examples")
+    record = utility_of_models(models, Path(cfg.run_dir) / "data", base.out_dir, base.settings, base.cache_dir,
+                               int(n) if n else None, int(cfg.get("seed") or 0))
+    for name, entry in record["results"].items():
+        log(f"[audit] utility {name}: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                                    for k, v in entry.items()))
 
 
 def job_from_config_defaults(cfg) -> AuditJob:

@@ -203,6 +203,26 @@ def _loss_section(runs: list[Path], fig_dir: Path, blocks: list, summary: dict) 
     summary["loss_measures"] = rows
 
 
+def _utility_section(runs: list[Path], blocks: list, summary: dict) -> None:
+    """Paper 003 Table 2 analogue: HumanEval single-line infilling exact match, held-out PD loss."""
+    from harness.utility import load_utility
+
+    rows = []
+    for run in runs:
+        prefix = "" if len(runs) == 1 else f"{run.name}:"
+        record = load_utility(run / "audit")
+        for model, entry in sorted(((record or {}).get("results") or {}).items()):
+            rows.append({"model": prefix + model, **entry})
+    if not rows:
+        return
+    blocks.append(("h", 2, "Utility of the final models (paper 003 Table 2 analogue)"))
+    blocks.append(("p", "HumanEval single-line infilling: exact match of the first generated line (no code is "
+                        "executed); pd_eval: mean target cross-entropy on held-out public code (lower is better)."))
+    blocks.append(_table(rows, ["model", "humaneval_infill_exact_match", "humaneval_infill_n", "pd_eval_loss",
+                                "pd_eval_n"]))
+    summary["utility"] = rows
+
+
 def _slug(name: str) -> str:
     return name.replace("/", "_").replace("=", "-").replace(",", "_")
 
@@ -277,6 +297,7 @@ def render_report(cfg) -> int:
             blocks.append(("img", str(path), f"{model} over training"))
 
     _loss_section(runs, fig_dir, blocks, summary)
+    _utility_section(runs, blocks, summary)
 
     # Sec. 5.4: RLHF vs IPO, grouped by the stage that produced each model (from provenance).
     compare = dict(rcfg.get("compare") or {})

@@ -39,6 +39,10 @@ def run_dir(audit_world, tmp_path_factory):
     shutil.copy(audit_world["examples_path"], data / "rows.jsonl")
     (data / "manifest.json").write_text(json.dumps({"count": len(audit_world["examples"]),
                                                     "sha256": file_sha256(data / "rows.jsonl")}))
+    # Utility sets: the canaries' lines stand in for HumanEval infills and held-out code, so the
+    # trained model must beat the untrained control on both.
+    for name in ("humaneval_infill", "pd_eval"):
+        shutil.copytree(data, root / "data" / name)
     return root
 
 
@@ -57,6 +61,9 @@ def test_whole_run_audit_scores_every_checkpoint_and_reports(run_dir, audit_worl
     summary = json.loads((audit / "summary.json").read_text())
     assert summary["results"]["FT.1"]["final"]["canaries"]["n_memorized"] == len(memorized)
     assert summary["provenance"]["plan"] == [{"model": "FT.1", "control": "FT.2", "dataset": "canaries"}]
+    utility = json.loads((audit / "utility.json").read_text())["results"]
+    assert utility["FT.1"]["humaneval_infill_exact_match"] > utility["FT.2"]["humaneval_infill_exact_match"]
+    assert utility["FT.1"]["pd_eval_loss"] < utility["FT.2"]["pd_eval_loss"]
 
     # The report renders from the stored rows only, and its numbers equal the rows.
     assert run(["report", f"run_dir={run_dir}"]) == 0
@@ -65,6 +72,7 @@ def test_whole_run_audit_scores_every_checkpoint_and_reports(run_dir, audit_worl
         rows = _rows(audit / e["model"] / e["checkpoint"] / f"{e['dataset']}.jsonl")
         assert {k: e[k] for k in ("n_total", "n_excluded", "n_scored", "n_memorized", "rate")} == summarize_rows(rows)
     assert (run_dir / "report" / "report.html").stat().st_size > 10_000
+    assert {u["model"] for u in report["utility"]} == {"FT.1", "FT.2"}
 
 
 def test_adding_a_checkpoint_generates_only_its_completions(run_dir, audit_world, capsys):
