@@ -178,3 +178,24 @@ def test_lora_sft_on_the_micro_model_trains_adapters_and_saves_a_merged_model(sm
     assert (out / "checkpoint-2" / "adapter_model.safetensors").is_file()   # checkpoints hold adapters
     assert torch_dtype(parse_model({"dtype": "auto"}, "model"), "cuda") == torch.bfloat16
     assert torch_dtype(parse_model({"dtype": "auto"}, "model"), "cpu") == torch.float32
+
+
+def test_a_pretrained_model_preset_is_imported_as_pt_not_trained(smoke, tmp_path):
+    """`model.pretrained: <dir or hub id>` (the GPU presets): PT loads it safely and saves it as the run's PT."""
+    import torch
+    from safetensors.torch import load_file
+
+    from recipes import pretrain
+    from recipes.common import StageContext
+
+    run_dir, _ = smoke
+    source = run_dir / "models" / "PT"
+    model = {**read_json(source / "provenance.json")["settings"]["model"], "pretrained": str(source)}
+    pretrain.run_stage({"model": model}, StageContext(tmp_path, "PT", seed=0, device="cpu"))
+    out = tmp_path / "models" / "PT"
+    prov = read_json(out / "provenance.json")
+    assert prov["init_model"] == str(source) and prov["datasets"] == {}
+    assert not list(out.glob("checkpoint-*"))                                 # nothing was trained
+    before, after = load_file(source / "model.safetensors"), load_file(out / "model.safetensors")
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    assert (out / "tokenizer.json").read_text() == (source / "tokenizer.json").read_text()
