@@ -210,6 +210,13 @@ def _greedy_generate(model, input_ids, attention_mask, max_new_tokens: int, eos_
 
     `generate` stops a row at EOS (padding it afterwards) and stops the batch when every row is done;
     with an attention mask it derives position ids from the mask, which left padding needs.
+
+    A *static* (preallocated) KV cache: profiling the 5M-param benchmark model showed the dynamic
+    cache's per-step `torch.cat` of every layer's keys/values taking 55% of a batch-32 decode step;
+    the static cache writes in place and decoded ~1.45x faster, with identical tokens. Models without
+    static-cache support fall back to their default cache (transformers warns and ignores it).
+    `disable_compile`: on CUDA a static cache would otherwise trigger torch.compile, recompiling for
+    every new batch shape.
     """
     import torch
 
@@ -217,6 +224,7 @@ def _greedy_generate(model, input_ids, attention_mask, max_new_tokens: int, eos_
         out = model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=False,
                              num_beams=1, max_new_tokens=max_new_tokens, min_new_tokens=0,
                              eos_token_id=eos_ids or None, pad_token_id=pad_id, use_cache=True,
+                             cache_implementation="static", disable_compile=True,
                              temperature=None, top_p=None, top_k=None)
     return out[:, input_ids.shape[1]:]
 
