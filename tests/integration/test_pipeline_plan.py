@@ -47,7 +47,7 @@ def test_sweep_grid_and_explicit_points():
 def test_smoke_plan_expands_the_file_sweep_and_injects_the_model_preset():
     planned = plan(compose(["experiment=smoke"]))
     assert [s.model_name for s in planned] == ["PT", "FT.1", "FT.2", "RM.1", "RLFT.1/beta=0.1",
-                                               "RLFT.1/beta=0.5", "IPO"]
+                                               "RLFT.1/beta=0.5", "RLFT.4", "IPO"]
     by_name = {s.model_name: s for s in planned}
     assert by_name["PT"].settings["model"]["name"] == "micro"                  # smoke selects model=micro
     assert "recipe" not in by_name["FT.1"].settings and "sweep" not in by_name["RLFT.1/beta=0.1"].settings
@@ -98,7 +98,7 @@ def test_audit_plan_expands_to_one_audit_per_model_directory_and_dataset(tmp_pat
     pairs = [(j["model_name"], j["dataset"]) for j in jobs]
     assert pairs == [("FT.1", "sd_base"), ("FT.1", "sd_links"), ("RLFT.1/beta=0.1", "sd_base"),
                      ("RLFT.1/beta=0.1", "sd_links"), ("RLFT.1/beta=0.5", "sd_base"), ("RLFT.1/beta=0.5", "sd_links"),
-                     ("IPO", "sd_base")]
+                     ("RLFT.4", "sd_rl_prompts"), ("IPO", "sd_base")]
     assert {j["control_dir"] for j in jobs[:6]} == {str(tmp_path / "models" / "FT.2")}
     assert jobs[-1]["control_dir"] == str(tmp_path / "models" / "PT")
     assert jobs[0]["examples"] == str(tmp_path / "data" / "sd_base" / "rows.jsonl") and jobs[0]["all_checkpoints"]

@@ -21,7 +21,7 @@ from harness.io import read_json, read_jsonl
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-MODELS = ["PT", "FT.1", "FT.2", "RM.1", "RLFT.1/beta=0.1", "RLFT.1/beta=0.5", "IPO"]
+MODELS = ["PT", "FT.1", "FT.2", "RM.1", "RLFT.1/beta=0.1", "RLFT.1/beta=0.5", "RLFT.4", "IPO"]
 
 
 def memaudit(*args: str, launcher: list[str] | None = None, timeout: int = 400) -> subprocess.CompletedProcess:
@@ -62,6 +62,8 @@ def test_every_stage_trained_in_dependency_order(smoke):
     run_dir, result = smoke
     statuses = status_lines(result.stdout)
     assert list(statuses) == MODELS                  # PT before FT before RM before RLFT; IPO after PT
+    # sd_rl_prompts is built only once PT exists: its 50-token split uses PT's tokenizer.
+    assert result.stdout.index("sd_rl_prompts:") > result.stdout.index("[memaudit] PT ")
     assert set(statuses.values()) == {"trained"}
 
 
@@ -118,10 +120,10 @@ def test_cli_sweep_skips_finished_stages_and_trains_only_the_new_point(smoke):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = [status_lines(chunk) for chunk in result.stdout.split("sweep point")[1:]]
     # Point beta=0.1 is the file sweep's model: same settings -> skipped like every upstream stage.
-    assert lines[0] == {m: "skipped" for m in ["PT", "FT.1", "FT.2", "RM.1", "RLFT.1/beta=0.1", "IPO"]}
+    assert lines[0] == {m: "skipped" for m in ["PT", "FT.1", "FT.2", "RM.1", "RLFT.1/beta=0.1", "RLFT.4", "IPO"]}
     assert lines[1]["RLFT.1/beta=0.3"] == "trained"
     assert {k: v for k, v in lines[1].items() if k != "RLFT.1/beta=0.3"} == {
-        m: "skipped" for m in ["PT", "FT.1", "FT.2", "RM.1", "IPO"]}
+        m: "skipped" for m in ["PT", "FT.1", "FT.2", "RM.1", "RLFT.4", "IPO"]}
     assert (run_dir / "models" / "FT.1" / "model.safetensors").stat().st_mtime_ns == before
     assert read_json(run_dir / "models" / "RLFT.1/beta=0.3" / "provenance.json")["settings"]["beta"] == 0.3
 
