@@ -33,6 +33,7 @@ from synthetic_data.parallel import ParallelSettings, build_parallel, heldout_pa
 
 MODEL_NAME = "NMT"            # <run_dir>/models/NMT (and NMT.finetuned for Sec. 6)
 DATASET = "parallel"          # <run_dir>/data/parallel
+PIPELINE_VERSION = 2          # bump when a cached step's content changes: stale caches are recomputed
 
 
 @dataclass
@@ -183,7 +184,8 @@ def run_algorithm1(translate, pairs: list[dict], s: NmtSettings) -> list[dict]:
         m = by_index.get(i)
         rows.append({**p, "index": i, "output": d["output"], "in_m1": d["in_m1"], "memorized": m is not None,
                      "prefix_len": d["prefix_len"], "source_len": len(nmt.split_units(p["source"], s.unit)),
-                     "prefix_ratio": m["prefix_ratio"] if m else None, "unit": s.unit})
+                     "prefix_ratio": m["prefix_ratio"] if m else None, "prefix": m["prefix"] if m else None,
+                     "unit": s.unit})
     return rows
 
 
@@ -440,7 +442,8 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
     translate = nmt.hf_translator(model, tokenizer, max_new_tokens=s.max_new_tokens, batch_size=s.batch_size)
 
     analysis = {k: v for k, v in asdict(s).items() if k not in ("train", "finetune", "torch_threads", "batch_size")}
-    cache = StepCache(out, {"model": model_fingerprint(model_dir), "dataset": manifest["sha256"], "settings": analysis})
+    cache = StepCache(out, {"version": PIPELINE_VERSION, "model": model_fingerprint(model_dir),
+                            "dataset": manifest["sha256"], "settings": analysis})
 
     pairs = unique_pairs(rows, s, seed)
     alg1 = cache.load("algorithm1")
@@ -449,7 +452,7 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
         alg1 = cache.save("algorithm1", run_algorithm1(translate, pairs, s))
     lap("algorithm1_s")
     atomic_write_jsonl(out / "memorization.jsonl", alg1)
-    memorized = [dict(r, reference=r["reference"]) for r in alg1 if r["memorized"]]
+    memorized = [r for r in alg1 if r["memorized"]]
     buckets = nmt.repetition_buckets([r["repetitions"] for r in alg1], [r["memorized"] for r in alg1])
     log(f"[nmt] {len(memorized)} memorized of {len(alg1)}; ratio by bucket "
         f"{[b['ratio_pct'] for b in buckets['buckets']]}")
@@ -509,10 +512,7 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
         "memorized_by_kind": kinds, "heldout": heldout, "buckets": buckets, "neighbourhood": neighbourhood,
         "neighbourhood_per_bucket": per_bucket, "substitutes": substitutes_note, "recovery": recovery,
         "quality": quality, "finetune": finetune, "findings": findings(buckets, neighbourhood, recovery),
-        "examples": [{k: m[k] for k in ("source", "reference", "prefix_ratio")} |
-                     {"prefix": " ".join(nmt.split_units(m["source"], s.unit)[:m["prefix_len"]])}
-                     if s.unit == "word" else {k: m[k] for k in ("source", "reference", "prefix_ratio")} |
-                     {"prefix": m["source"][:m["prefix_len"]]} for m in memorized[:8]],
+        "examples": [{k: m[k] for k in ("source", "reference", "prefix", "prefix_ratio")} for m in memorized[:8]],
         "timings": timings,  # wall seconds of this invocation (cached steps take ~0)
         "provenance": provenance(seed=seed, datasets={DATASET: manifest["sha256"]}, model_dir=str(model_dir),
                                  model_sha256=cache.base["model"], stage="nmt"),

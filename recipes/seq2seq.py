@@ -116,18 +116,18 @@ def train_seq2seq(ctx: StageContext, rows: list[dict], settings: Seq2SeqSettings
 
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     resume = latest_checkpoint(ctx.out_dir)
-    if resume is not None:
-        # The vocabulary of a resumed run must be the one its checkpoints were trained with.
-        tokenizer = AutoTokenizer.from_pretrained(str(resume))
-        model = AutoModelForSeq2SeqLM.from_pretrained(str(resume))
-        log(f"[seq2seq] resuming from {resume}")
-    elif init_dir is not None:
+    # The model is always built the way the first attempt built it, so that the optimizer state in a
+    # checkpoint matches its parameter groups; the Trainer then loads the checkpoint's weights.
+    if init_dir is not None:
         tokenizer = AutoTokenizer.from_pretrained(str(init_dir))
         model = AutoModelForSeq2SeqLM.from_pretrained(str(init_dir), use_safetensors=True)
     else:
-        texts = [r["source"] for r in rows] + [r["reference"] for r in rows]
-        tokenizer = train_joint_tokenizer(texts, settings.vocab_size)
+        # A resumed run keeps the vocabulary its checkpoints were trained with.
+        tokenizer = AutoTokenizer.from_pretrained(str(resume)) if resume is not None else \
+            train_joint_tokenizer([r["source"] for r in rows] + [r["reference"] for r in rows], settings.vocab_size)
         model = build_model(tokenizer, settings, ctx.seed)
+    if resume is not None:
+        log(f"[seq2seq] resuming from {resume}")
     train_set = _encode(tokenizer, rows, settings.max_length)
     args = Seq2SeqTrainingArguments(
         output_dir=str(ctx.out_dir), num_train_epochs=settings.epochs, max_steps=settings.max_steps,

@@ -98,3 +98,22 @@ def test_fill_mask_substitutes_from_a_local_model(tmp_path):
     assert 1 <= len(subs) <= 5
     assert all(s in words[5:] for s in subs)          # real vocabulary words, no special tokens
     json.dumps(subs)
+
+
+def test_killed_training_resumes_from_its_last_checkpoint(smoke_run):
+    """Simulate a kill after the first checkpoint: no final model, no provenance, no later checkpoint.
+    The rerun resumes from checkpoint-75 and finishes at the configured step (runs last: it edits the run)."""
+    import shutil
+
+    run_dir, _ = smoke_run
+    model_dir = run_dir / "models" / "NMT"
+    (model_dir / "provenance.json").unlink()
+    (model_dir / "model.safetensors").unlink()
+    shutil.rmtree(model_dir / "checkpoint-150")
+    assert (model_dir / "checkpoint-75").is_dir()
+    assert cli.run(["nmt", "experiment=nmt_smoke", f"run_dir={run_dir}"]) == 0
+    prov = read_json(model_dir / "provenance.json")
+    assert prov["global_step"] == 150 and prov["settings"]["max_steps"] == 150
+    state = read_json(model_dir / "checkpoint-150" / "trainer_state.json")
+    assert state["global_step"] == 150
+    assert read_json(run_dir / "nmt" / "summary.json")["unique_pairs"] == 48
