@@ -149,7 +149,7 @@ class RewardRecipe:
         self.cfg, self.ctx = cfg, ctx
 
     def setup(self) -> None:
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
 
         from harness import fim
 
@@ -159,6 +159,7 @@ class RewardRecipe:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.tokenizer.truncation_side = "left"  # a too-long PSM text keeps its end: the completion + EOS
         self.sentinels = fim.detect_sentinels(self.tokenizer, self.cfg.fim_family, model_name=str(self.init_dir))
+        set_seed(self.ctx.seed)   # the new score head is drawn from the global RNG: make it the run's seed
         self.model = AutoModelForSequenceClassification.from_pretrained(str(self.init_dir), num_labels=1)
         # The head scores the last non-pad token; it finds it through pad_token_id.
         self.model.config.pad_token_id = self.tokenizer.pad_token_id
