@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import InitVar, asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from harness.errors import UserError
@@ -45,11 +46,15 @@ class IPOSettings:
     save_steps: int = 100          # a checkpoint-<step>/ every N optimizer steps (each is audited)
     logging_steps: int = 10        # log train/loss every N steps
     fim_family: str | None = None  # FIM sentinel family (harness.fim); None = detect from the tokenizer
+    deepspeed: str | None = None   # DeepSpeed JSON (conf/accelerate/ds_zero*.json); CUDA only
     stage: InitVar[str] = "IPO"    # stage name for error messages only; not a setting
 
     def __post_init__(self, stage: str) -> None:
         def bad(key: str, fix: str) -> UserError:
             return UserError(f"stages.{stage}.{key}={getattr(self, key)!r}: {fix}")
+
+        if self.deepspeed is not None and not Path(self.deepspeed).is_file():
+            raise bad("deepspeed", "point it at an existing DeepSpeed JSON file or remove the key")
 
         if not self.init:
             raise bad("init", "set it to the model to align (e.g. PT) or a model directory")
@@ -125,7 +130,8 @@ class IPORecipe:
                          save_strategy="steps", save_steps=cfg.save_steps, save_only_model=False,
                          logging_steps=cfg.logging_steps, eval_strategy="steps" if cfg.eval_datasets else "no",
                          eval_steps=cfg.save_steps if cfg.eval_datasets else None,
-                         seed=self.ctx.seed, data_seed=self.ctx.seed, **trl_device_kwargs(self.ctx.device))
+                         seed=self.ctx.seed, data_seed=self.ctx.seed,
+                         **trl_device_kwargs(self.ctx.device, self.cfg.deepspeed))
         self.trainer = DPOTrainer(model=self.policy, ref_model=self.reference, args=args,
                                   train_dataset=self.dataset(cfg.datasets),
                                   eval_dataset=self.dataset(cfg.eval_datasets) if cfg.eval_datasets else None,

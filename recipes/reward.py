@@ -53,11 +53,15 @@ class RewardSettings:
     save_steps: int = 100          # a checkpoint-<step>/ every N optimizer steps (each is audited)
     logging_steps: int = 10        # log train/loss every N steps
     fim_family: str | None = None  # FIM sentinel family (harness.fim); None = detect from the tokenizer
+    deepspeed: str | None = None   # DeepSpeed JSON (conf/accelerate/ds_zero*.json); CUDA only
     stage: InitVar[str] = "RM"     # stage name for error messages only; not a setting
 
     def __post_init__(self, stage: str) -> None:
         def bad(key: str, fix: str) -> UserError:
             return UserError(f"stages.{stage}.{key}={getattr(self, key)!r}: {fix}")
+
+        if self.deepspeed is not None and not Path(self.deepspeed).is_file():
+            raise bad("deepspeed", "point it at an existing DeepSpeed JSON file or remove the key")
 
         if not self.init:
             raise bad("init", "set it to the FT stage (e.g. FT.1) or a model directory to put the reward head on")
@@ -201,7 +205,7 @@ class RewardRecipe:
                     save_strategy="steps", save_steps=cfg.save_steps, save_only_model=False,
                     logging_steps=cfg.logging_steps, eval_strategy="steps" if has_eval else "no",
                     eval_steps=cfg.save_steps if has_eval else None, seed=self.ctx.seed,
-                    data_seed=self.ctx.seed, **trl_device_kwargs(self.ctx.device))
+                    data_seed=self.ctx.seed, **trl_device_kwargs(self.ctx.device, self.cfg.deepspeed))
 
     def train(self) -> None:
         train_ds = self._encode(self._mixture(self.cfg.datasets))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import InitVar, asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from harness.errors import UserError
@@ -51,11 +52,15 @@ class RLSettings:
     save_steps: int = 50           # a checkpoint-<step>/ every N optimizer steps (each is audited)
     logging_steps: int = 1         # log reward / kl / loss every N steps
     fim_family: str | None = None  # FIM sentinel family (harness.fim); None = detect from the tokenizer
+    deepspeed: str | None = None   # DeepSpeed JSON (conf/accelerate/ds_zero*.json); CUDA only
     stage: InitVar[str] = "RLFT"   # stage name for error messages only; not a setting
 
     def __post_init__(self, stage: str) -> None:
         def bad(key: str, fix: str) -> UserError:
             return UserError(f"stages.{stage}.{key}={getattr(self, key)!r}: {fix}")
+
+        if self.deepspeed is not None and not Path(self.deepspeed).is_file():
+            raise bad("deepspeed", "point it at an existing DeepSpeed JSON file or remove the key")
 
         if not self.init:
             raise bad("init", "set it to the FT stage to start from (e.g. FT.1) or a model directory")
@@ -196,7 +201,7 @@ class RLRecipe:
                     max_completion_length=cfg.max_completion_length, temperature=cfg.temperature,
                     save_strategy="steps", save_steps=cfg.save_steps, save_only_model=False,
                     logging_steps=cfg.logging_steps, seed=self.ctx.seed, data_seed=self.ctx.seed,
-                    **trl_device_kwargs(self.ctx.device))
+                    **trl_device_kwargs(self.ctx.device, self.cfg.deepspeed))
         if cfg.algorithm == "grpo":
             from trl import GRPOConfig as Config, GRPOTrainer as Trainer
         else:

@@ -93,7 +93,7 @@ def test_pairwise_rm_trains_with_reward_trainer(world):
 
 @pytest.mark.parametrize("change, key", [({"bogus": 1}, "bogus"), ({"objective": "listwise"}, "objective"),
                                          ({"datasets": []}, "datasets"), ({"lr": 0}, "lr"),
-                                         ({"init": ""}, "init")])
+                                         ({"init": ""}, "init"), ({"deepspeed": "/nonexistent.json"}, "deepspeed")])
 def test_bad_settings_name_the_stage_key(world, change, key):
     with pytest.raises(UserError, match=rf"stages\.RM\.7\.{key}\b"):
         reward.run_stage({**RM_SETTINGS, **change}, StageContext(world["run_dir"], "RM.7"))
