@@ -42,6 +42,7 @@ class RewardSettings:
     init: str = ""                 # model to put the score head on: a stage name (FT.1) or a model directory
     datasets: list[str] = field(default_factory=list)       # training sets, mixed proportionally to size (A.3)
     eval_datasets: list[str] = field(default_factory=list)  # validation sets (eval loss every save_steps)
+    score_datasets: list[str] = field(default_factory=list)  # only scored after training (Fig. 2: RM.1 on rm_sd_links)
     objective: str = "pointwise"   # pointwise: BCE on labelled completions (paper); pairwise: Bradley-Terry
     epochs: float = 1.0            # passes over the mixture; more -> fits (and memorizes) the RM data harder
     max_steps: int = -1            # > 0 stops after this many optimizer steps (overrides epochs)
@@ -65,11 +66,9 @@ class RewardSettings:
 
         if not self.init:
             raise bad("init", "set it to the FT stage (e.g. FT.1) or a model directory to put the reward head on")
-        if isinstance(self.datasets, str):
-            self.datasets = [self.datasets]
-        if isinstance(self.eval_datasets, str):
-            self.eval_datasets = [self.eval_datasets]
-        self.datasets, self.eval_datasets = list(self.datasets), list(self.eval_datasets)
+        for key in ("datasets", "eval_datasets", "score_datasets"):
+            value = getattr(self, key)
+            setattr(self, key, [value] if isinstance(value, str) else list(value))
         if not self.datasets:
             raise bad("datasets", "list at least one reward dataset, e.g. [rm_pd2]")
         if self.objective not in OBJECTIVES:
@@ -170,6 +169,10 @@ class RewardRecipe:
         required = POINTWISE_FIELDS if self.cfg.objective == "pointwise" else PAIRWISE_FIELDS
         self.rows = {name: read_jsonl(self.ctx.data_dir(name) / "rows.jsonl", required=required)
                      for name in dict.fromkeys(self.cfg.datasets + self.cfg.eval_datasets)}
+        for name in self.cfg.score_datasets:   # scored only: pointwise or pairwise rows, whatever the objective
+            if name not in self.rows:
+                self.rows[name] = read_jsonl(self.ctx.data_dir(name) / "rows.jsonl",
+                                             required=("id", "prefix", "suffix"))
         for name, rows in self.rows.items():
             if not rows:
                 raise UserError(f"{self.ctx.data_dir(name)}/rows.jsonl is empty; rebuild dataset {name!r}")
@@ -236,11 +239,7 @@ class RewardRecipe:
         scores_dir = self.ctx.out_dir / "scores"
         summary = {}
         for name, rows in self.rows.items():
-            if self.cfg.objective == "pointwise":
-                items = [(r, r["completion"], int(_label(r)), None) for r in rows]
-            else:  # a pair is a labelled couple: chosen = 1, rejected = 0
-                items = [(r, r[side], label, side) for r in rows
-                         for side, label in (("chosen", 1), ("rejected", 0))]
+            items = [item for r in rows for item in _labelled_completions(r, name)]
             scores = score_texts(self.model, self.tokenizer, [self.psm_text(r, c) for r, c, _, _ in items],
                                  max_length=self.cfg.max_length)
             out = []
@@ -251,8 +250,19 @@ class RewardRecipe:
                 out.append(rec)
             atomic_write_jsonl(scores_dir / f"{name}.jsonl", out)
             summary[name] = _score_summary([r["score"] for r in out], [r["label"] for r in out])
-            summary[name]["split"] = "train" if name in self.cfg.datasets else "eval"
+            summary[name]["split"] = ("train" if name in self.cfg.datasets else
+                                      "eval" if name in self.cfg.eval_datasets else "scored")
         atomic_write_json(scores_dir / "summary.json", summary)
+
+
+def _labelled_completions(row: dict, dataset: str) -> list[tuple[dict, str, int, str | None]]:
+    """(row, completion, label, side) to score: a pointwise row once; a pair as chosen = 1, rejected = 0."""
+    if "completion" in row and "label" in row:
+        return [(row, row["completion"], _label(row), None)]
+    if "chosen" in row and "rejected" in row:
+        return [(row, row["chosen"], 1, "chosen"), (row, row["rejected"], 0, "rejected")]
+    raise UserError(f"dataset {dataset!r}, row {row.get('id')!r}: needs completion + label (pointwise) "
+                    "or chosen + rejected (pairwise) to be scored")
 
 
 def _label(row: dict) -> int:

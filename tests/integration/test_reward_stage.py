@@ -83,12 +83,18 @@ def test_killed_stage_resumes_from_its_checkpoint(world, trained_rm):
 def test_pairwise_rm_trains_with_reward_trainer(world):
     ctx = StageContext(world["run_dir"], "RM.pairs")
     reward.run_stage({"init": "FT", "objective": "pairwise", "datasets": ["pairs_easy"], "lr": 3e-3,
-                      "max_steps": 4, "batch_size": 4, "save_steps": 4, "logging_steps": 1}, ctx)
+                      "max_steps": 4, "batch_size": 4, "save_steps": 4, "logging_steps": 1,
+                      "score_datasets": ["rm_easy_val"]}, ctx)
     losses = [e["loss"] for e in trainer_log(ctx.out_dir / "checkpoint-4") if "loss" in e]
     assert len(losses) == 4 and all(math.isfinite(x) for x in losses)
     rows = read_jsonl(ctx.out_dir / "scores" / "pairs_easy.jsonl")
     assert sorted({r["side"] for r in rows}) == ["chosen", "rejected"] and len(rows) == 16
     assert {r["label"] for r in rows if r["side"] == "chosen"} == {1}
+    # A scored-only pointwise set (the Fig. 2 view of an RM that never trained on it): one row per example.
+    scored = read_jsonl(ctx.out_dir / "scores" / "rm_easy_val.jsonl")
+    assert [(r["id"], r["label"]) for r in scored] == [(r["id"], r["label"]) for r in world["datasets"]["rm_easy_val"]]
+    summary = read_json(ctx.out_dir / "scores" / "summary.json")
+    assert summary["rm_easy_val"]["split"] == "scored" and summary["pairs_easy"]["split"] == "train"
 
 
 @pytest.mark.parametrize("change, key", [({"bogus": 1}, "bogus"), ({"objective": "listwise"}, "objective"),
