@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UserError
-from harness.io import read_jsonl
-from recipes.common import (StageContext, latest_checkpoint, settings_match, trl_device_kwargs,
-                            write_provenance)
+from harness.io import read_json, read_jsonl
+from recipes.common import (PROVENANCE_FILE, StageContext, latest_checkpoint, settings_match,
+                            trl_device_kwargs, write_provenance)
 
 ALGORITHMS = ("rloo", "grpo")   # no "ppo": removed from TRL in 1.13
 
@@ -149,6 +149,14 @@ class PsmRewardModel:
                            max_length=self.max_length)
 
 
+def rm_max_length(rm_dir, default: int = 1024) -> int:
+    """The token budget the RM was trained with (its provenance), so RL truncates its texts the same way."""
+    path = Path(rm_dir) / PROVENANCE_FILE
+    if not path.is_file():            # an RM directory from elsewhere: no record, use the default
+        return default
+    return int((read_json(path).get("hyperparameters") or {}).get("max_length") or default)
+
+
 class RLRecipe:
     """setup -> train -> save for one RLFT stage."""
 
@@ -176,7 +184,7 @@ class RLRecipe:
         if self.ctx.device == "cuda":
             rm.to("cuda")
         rm_sentinels = fim.detect_sentinels(rm_tokenizer, self.cfg.fim_family, model_name=str(self.rm_dir))
-        self.reward = PsmRewardModel(rm, rm_tokenizer, rm_sentinels)
+        self.reward = PsmRewardModel(rm, rm_tokenizer, rm_sentinels, max_length=rm_max_length(self.rm_dir))
         self.rows = []
         for name in self.cfg.prompts:
             rows = read_jsonl(self.ctx.data_dir(name) / "rows.jsonl", required=("id",))

@@ -69,6 +69,7 @@ def test_reward_is_the_rm_score_of_the_psm_text_it_was_trained_on(world, trained
     texts = recipe.reward.texts([r["completion"] for r in rows], [r["prefix"] for r in rows],
                                 [r["suffix"] for r in rows])
     assert all(t.startswith("<fim_prefix>") and t.endswith("<eos>") for t in texts)
+    assert recipe.reward.max_length == 512                   # the RM's own truncation budget, from its provenance
     rewards = recipe.reward(prompts=[""] * 6, completions=[r["completion"] for r in rows],
                             prefix=[r["prefix"] for r in rows], suffix=[r["suffix"] for r in rows])
     stored = {r["id"]: r["score"] for r in read_jsonl(trained_rm / "scores" / "rm_easy.jsonl")}
