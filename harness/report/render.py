@@ -223,6 +223,23 @@ def _utility_section(runs: list[Path], blocks: list, summary: dict) -> None:
     summary["utility"] = rows
 
 
+def _findings_section(cfg, runs: list[Path], blocks: list, summary: dict, out_dir: Path) -> None:
+    """The papers' directional findings (F1-F8, N1-N3, C1) against this run: report/findings.json."""
+    from harness.report.findings import findings, load_loss_rows
+
+    nmt_path = (cfg.get("report") or {}).get("nmt_summary")
+    nmt = json.loads(Path(nmt_path).read_text()) if nmt_path and Path(nmt_path).is_file() else None
+    loss_rows = [r for run in runs for r in load_loss_rows(run)]
+    table = findings(summary["entries"], summary.get("persistence", []), summary.get("comparison", []),
+                     loss_rows, nmt)
+    blocks.append(("h", 2, "Findings of the papers, checked on this run"))
+    blocks.append(("p", "Each finding is decided by the stated rule on this run's stored results; "
+                        "'not measured' means the run has no models or data for it."))
+    blocks.append(_table(table, ["id", "claim", "paper", "ours", "status", "rule"]))
+    summary["findings"] = table
+    atomic_write_json(out_dir / "findings.json", {"findings": table, "nmt_summary": nmt_path})
+
+
 def _slug(name: str) -> str:
     return name.replace("/", "_").replace("=", "-").replace(",", "_")
 
@@ -320,6 +337,8 @@ def render_report(cfg) -> int:
         blocks.append(("img", str(path), "FT vs RLFT vs IPO"))
         blocks.append(_table(comp_rows, ["group", "model", "dataset", "rate", "n_scored", "pii_regurgitation_rate"]))
         summary["comparison"] = comp_rows
+
+    _findings_section(cfg, runs, blocks, summary, out_dir)
 
     blocks.append(("h", 2, "Provenance (paper 003 Table 1, generated from provenance.json)"))
     blocks.append(_table(table, ["model", "stage", "init", "reward_model", "datasets", "hyper_parameters",
