@@ -68,6 +68,28 @@ def per_example_generate(model, tokenizer, prompts, max_new_tokens):
     return out
 
 
+def prefill_floor(model, tokenizer, prompts, batch_size) -> float:
+    """Seconds of one forward pass over every prompt (length-grouped batches, last logits only).
+
+    Every decoding strategy pays at least this much compute to read the prompts, so
+    baseline_time / (this) bounds the speed-up any batching can reach on these prompts.
+    """
+    import torch
+
+    from harness.generation import length_sorted_batches
+
+    enc = encode_prompts(tokenizer, prompts)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for idx in length_sorted_batches([len(e) for e in enc], batch_size):
+            rows = [enc[i] for i in idx]
+            w = max(len(r) for r in rows)
+            ids = torch.tensor([[0] * (w - len(r)) + r for r in rows])
+            mask = torch.tensor([[0] * (w - len(r)) + [1] * len(r) for r in rows])
+            model(input_ids=ids, attention_mask=mask, logits_to_keep=1)
+    return time.perf_counter() - t0
+
+
 def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
@@ -97,20 +119,30 @@ def main() -> None:
           f"tokens (mean {sum(lengths) / len(lengths):.0f}), {args.max_new_tokens} new tokens, "
           f"torch threads {torch.get_num_threads()}", flush=True)
 
-    t0 = time.perf_counter()
+    c0 = time.process_time()
+    t_floor = prefill_floor(model, tok, prompts, args.batch_size)
+    c_floor = time.process_time() - c0
+    print(f"prefill floor (one forward over all prompts): {t_floor:.1f}s = "
+          f"{len(prompts) / t_floor:.1f} ex/s", flush=True)
+    t0, c0 = time.perf_counter(), time.process_time()
     batched = greedy_complete(model, tok, prompts, args.max_new_tokens, args.batch_size, progress=False)
-    t_batched = time.perf_counter() - t0
-    print(f"batched (batch {args.batch_size}): {t_batched:.1f}s = {len(prompts) / t_batched:.1f} ex/s",
-          flush=True)
+    t_batched, c_batched = time.perf_counter() - t0, time.process_time() - c0
+    print(f"batched (batch {args.batch_size}): {t_batched:.1f}s = {len(prompts) / t_batched:.1f} ex/s "
+          f"(CPU {c_batched:.1f}s)", flush=True)
 
     nb = args.baseline_n or len(prompts)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     single = per_example_generate(model, tok, prompts[:nb], args.max_new_tokens)
-    t_single = time.perf_counter() - t0
-    print(f"per-example generate: {t_single:.1f}s for {nb} = {nb / t_single:.2f} ex/s", flush=True)
+    t_single, c_single = time.perf_counter() - t0, time.process_time() - c0
+    print(f"per-example generate: {t_single:.1f}s for {nb} = {nb / t_single:.2f} ex/s (CPU {c_single:.1f}s)",
+          flush=True)
     same = sum(a == b for a, b in zip(batched[:nb], single))
     result = {"batched_ex_per_s": len(prompts) / t_batched, "baseline_ex_per_s": nb / t_single,
-              "speedup": (len(prompts) / t_batched) / (nb / t_single), "identical": f"{same}/{nb}"}
+              "speedup": (len(prompts) / t_batched) / (nb / t_single), "identical": f"{same}/{nb}",
+              "speedup_cpu_time": (len(prompts) / c_batched) / (nb / c_single),
+              "prefill_floor_ex_per_s": len(prompts) / t_floor,
+              "max_speedup_bound": (len(prompts) / t_floor) / (nb / t_single),
+              "max_speedup_bound_cpu_time": (len(prompts) / c_floor) / (nb / c_single)}
     print(json.dumps(result))
     print("load after:", uptime())
 
