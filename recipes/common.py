@@ -74,13 +74,13 @@ class StageContext:
 
     def model_dir(self, name_or_path: str) -> Path:
         """Another stage's finished model (by name) or an explicit model directory."""
+        path = Path(name_or_path)
         candidate = self.run_dir / "models" / name_or_path
-        if candidate.is_dir():
+        if not path.is_absolute() and candidate.is_dir():
             if not is_complete(candidate):
                 raise UserError(f"model {name_or_path!r} at {candidate} is not finished "
                                 f"({PROVENANCE_FILE} missing); train that stage first")
             return candidate
-        path = Path(name_or_path)
         if path.is_dir():
             return path
         raise UserError(f"model {name_or_path!r}: neither a stage of this run ({candidate}) nor a "

@@ -27,6 +27,7 @@ from typing import Any
 
 from harness.errors import UserError
 from harness.io import atomic_write_json, atomic_write_jsonl, read_jsonl
+from harness.report.analyses import roc_auc
 from recipes.common import (StageContext, latest_checkpoint, settings_match, trl_device_kwargs,
                             write_provenance)
 
@@ -102,29 +103,6 @@ def pointwise_reward_loss(scores, labels):
     import torch.nn.functional as F
 
     return F.binary_cross_entropy_with_logits(scores.float(), labels.float())
-
-
-def roc_auc(scores: list[float], labels: list[int]) -> float | None:
-    """Probability that a random positive outscores a random negative (ties count 1/2); None if one class is empty.
-
-    Computed from ranks (Mann-Whitney U) in O(n log n); tests check it against the O(n^2) pair count.
-    """
-    pos = sum(1 for y in labels if y == 1)
-    neg = len(labels) - pos
-    if pos == 0 or neg == 0:
-        return None
-    order = sorted(range(len(scores)), key=lambda i: scores[i])
-    ranks = [0.0] * len(scores)
-    i = 0
-    while i < len(order):              # average ranks over ties
-        j = i
-        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    rank_sum_pos = sum(r for r, y in zip(ranks, labels) if y == 1)
-    return (rank_sum_pos - pos * (pos + 1) / 2) / (pos * neg)
 
 
 def _pointwise_trainer_class():

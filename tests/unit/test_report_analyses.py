@@ -73,9 +73,9 @@ def test_final_entries_prefers_final_over_steps():
 
 
 def test_auc_by_hand():
-    # pairs (p, n): (3,1) win, (3,2) win, (2,1) win, (2,2) tie -> (3 + 0.5) / 4
-    assert A.auc([3, 2], [1, 2]) == pytest.approx(3.5 / 4)
-    assert A.auc([1], []) is None
+    # positives 3, 2; negatives 1, 2: pairs (3,1) win, (3,2) win, (2,1) win, (2,2) tie -> (3 + 0.5) / 4
+    assert A.roc_auc([3, 2, 1, 2], [1, 1, 0, 0]) == pytest.approx(3.5 / 4)
+    assert A.roc_auc([1], [1]) is None
 
 
 def test_reward_score_stats():

@@ -7,7 +7,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recipes.reward import pointwise_reward_loss, roc_auc
+from harness.report.analyses import roc_auc
+from recipes.reward import pointwise_reward_loss
 
 
 def test_pointwise_loss_hand_values():
