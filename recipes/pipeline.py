@@ -243,14 +243,15 @@ def run_directory(cfg) -> Path:
     return run_dir
 
 
-def needed_datasets(stages: list[PlannedStage], cfg) -> list[str]:
+def needed_datasets(stages: list[PlannedStage], cfg, with_audit: bool = True) -> list[str]:
+    """Datasets the stages read, plus (for a whole run) those the audit plan scores."""
     names: dict[str, None] = {}
     for stage in stages:
         for key in DATASET_KEYS:
             value = stage.settings.get(key) or []
             for name in [value] if isinstance(value, str) else value:
                 names[name] = None
-    for entry in audit_plan(cfg):
+    for entry in audit_plan(cfg) if with_audit else []:
         for name in entry.get("datasets") or []:
             names[name] = None
     return list(names)
@@ -539,7 +540,7 @@ def train_main(cfg) -> int:
         for key in REFERENCE_KEYS:       # upstream must be finished: a clear error otherwise
             if isinstance(stage.settings.get(key), str):
                 StageContext(run_dir, stage.model_name).model_dir(stage.settings[key])
-    names = needed_datasets(chosen, cfg)
+    names = needed_datasets(chosen, cfg, with_audit=False)
     tokenizer_stage = rl_prompts_source(planned, run_dir)
     if RL_PROMPTS in names and tokenizer_stage is not None:
         cfg = set_rl_prompts_tokenizer(cfg, tokenizer_stage)

@@ -43,8 +43,10 @@ def test_killed_stage_resumes_from_its_last_checkpoint(tmp_path):
         deadline = time.time() + 240
         while len(whole_checkpoints(out_dir)) < 2 and proc.poll() is None and time.time() < deadline:
             time.sleep(0.2)
+        assert proc.poll() is None, f"the stage exited (code {proc.returncode}) before it could be killed"
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)      # our own child's process group only
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # our own child's process group only
         proc.wait()
     ckpts = whole_checkpoints(out_dir)
     assert ckpts, "no checkpoint was written before the kill"
