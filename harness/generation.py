@@ -10,7 +10,6 @@ Loading is safe by default: safetensors only, `trust_remote_code=False` unless t
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,10 +17,7 @@ from typing import Any
 
 from harness.errors import UserError
 
-log = logging.getLogger(__name__)
-
-# Files that decide what a model computes besides its weights (used by the completion-cache fingerprint
-# in harness/audit.py and by `has_weights`).
+# Weights are loaded from safetensors only (no pickle): a directory without them is not a model to us.
 WEIGHT_GLOB = "*.safetensors"
 
 
