@@ -332,7 +332,8 @@ class AuditedModel:
         self.device = pick_device(settings.device)
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.path),
                                                        trust_remote_code=settings.trust_remote_code)
-        self.sentinels = detect_sentinels(self.tokenizer, family=settings.fim_family, model_name=str(self.path))
+        self.sentinels = detect_sentinels(self.tokenizer, family=settings.fim_family, model_name=str(self.path),
+                                          config_key="audit.fim_family")
         self.fingerprint = model_fingerprint(self.path)
         dtype = str(default_dtype(self.device)).replace("torch.", "")
         fp, covers = completion_fingerprint(self.fingerprint, examples_sha256, fim_family=self.sentinels.family,

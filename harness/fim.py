@@ -82,8 +82,9 @@ def _family_from_vocab(vocab) -> str | None:
     return None
 
 
-def detect_sentinels(tokenizer, family: str | None = None, model_name: str = "") -> FimSentinels:
-    """The FIM sentinels of `tokenizer`: from `family` (config key model.fim_family) or its vocabulary."""
+def detect_sentinels(tokenizer, family: str | None = None, model_name: str = "",
+                     config_key: str = "model.fim_family") -> FimSentinels:
+    """The FIM sentinels of `tokenizer`: from `family` (the config key `config_key`) or its vocabulary."""
     vocab = tokenizer.get_vocab()
     name = model_name or getattr(tokenizer, "name_or_path", "") or "the model"
     known = ", ".join(FAMILIES)
@@ -91,15 +92,15 @@ def detect_sentinels(tokenizer, family: str | None = None, model_name: str = "")
         family = _family_from_vocab(vocab)
         if family is None:
             raise UserError(f"{name}: cannot detect the FIM sentinels from its tokenizer's vocabulary; "
-                            f"set model.fim_family=<one of {known}> (or use a FIM-trained model)")
+                            f"set {config_key}=<one of {known}> (or use a FIM-trained model)")
     family = family.lower()
     if family not in FAMILIES:
-        raise UserError(f"model.fim_family={family!r} is unknown; use one of {known}")
+        raise UserError(f"{config_key}={family!r} is unknown; use one of {known}")
     sentinels = FAMILIES[family]
     missing = [t for t in sentinels.required_tokens() if t not in vocab]
     if missing:
-        raise UserError(f"{name}: model.fim_family={family} but its tokenizer lacks {missing}; "
-                        f"set model.fim_family to the model's real family (one of {known})")
+        raise UserError(f"{name}: {config_key}={family} but its tokenizer lacks {missing}; "
+                        f"set {config_key} to the model's real family (one of {known})")
     return sentinels
 
 

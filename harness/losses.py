@@ -447,7 +447,7 @@ def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], o
     data = {name: load_fim_examples(path) for name, path in example_sets.items()}
 
     first_tok = AutoTokenizer.from_pretrained(str(checkpoints[0]["audited"]))
-    sentinels = detect_sentinels(first_tok, fim_family, str(audited_dir))
+    sentinels = detect_sentinels(first_tok, fim_family, str(audited_dir), config_key="audit.fim_family")
     candidates = exp.load_candidates(pii_candidates or exp.PII_PATHS_FILE) if exposure else []
     pii_rows = {name: exp.exposure_rows(rows) for name, (rows, _) in data.items()} if exposure else {}
     # Batching does not change a loss (tested), so batch_size is not part of the cache key.

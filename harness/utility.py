@@ -68,7 +68,8 @@ def heldout_loss(model_dir: Path, rows: list[dict], settings: AuditSettings, cac
 
     def compute(part):
         model, tok = lazy.get()
-        sentinels = detect_sentinels(tok, family=settings.fim_family, model_name=str(model_dir))
+        sentinels = detect_sentinels(tok, family=settings.fim_family, model_name=str(model_dir),
+                                     config_key="audit.fim_family")
         return target_losses(model, tok, [r["prefix"] for r in part], [r["target"] for r in part],
                              [r["suffix"] for r in part], sentinels, settings.batch_size).tolist()
 
