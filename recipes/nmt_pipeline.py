@@ -266,9 +266,15 @@ def render_figure(path: Path, buckets: dict, per_bucket: dict, noisy_pct: list |
     ratios = [b["ratio_pct"] or 0.0 for b in buckets["buckets"]]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     bars = ax1.bar(reps, ratios, color="#4C72B0")
+    top = max(ratios + [v or 0.0 for v in (noisy_pct or [])] + [1e-9])
     for bar, b in zip(bars, buckets["buckets"]):
+        # Counts inside the bar top, so that they never collide with the noisy-share line above.
+        inside = bar.get_height() > 0.15 * top
         ax1.annotate(f"{b['memorized']}/{b['total']}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                     ha="center", va="bottom", fontsize=8)
+                     ha="center", va="top" if inside else "bottom", fontsize=8,
+                     color="white" if inside else "black", xytext=(0, -2 if inside else 2),
+                     textcoords="offset points")
+    ax1.set_ylim(0, top * 1.2)
     if noisy_pct and any(v is not None for v in noisy_pct):
         ax1.plot(reps, [v or 0.0 for v in noisy_pct], "k--", marker="_", label="noisy pairs in bucket (%)")
         ax1.legend(fontsize=8, loc="lower right")
@@ -285,6 +291,8 @@ def render_figure(path: Path, buckets: dict, per_bucket: dict, noisy_pct: list |
         for x, rep in zip(xs, reps):
             if per_bucket[rep][cls] is None:   # nothing perturbed (no memorized source in the bucket)
                 ax2.annotate("n/a", (x, 1), ha="center", va="bottom", fontsize=6, rotation=90)
+            elif per_bucket[rep][cls] == 0:    # a real zero, not a missing bar
+                ax2.annotate("0", (x, 0.5), ha="center", va="bottom", fontsize=6)
     ax2.set_xlabel("repetitions of the pair in the training data")
     ax2.set_ylabel("perturbed sources keeping the memorized output (%)")
     ax2.set_title("Algorithm 2: neighbourhood effect", fontsize=10)

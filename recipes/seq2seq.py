@@ -31,13 +31,13 @@ class Seq2SeqSettings:
     layers: int = 2              # encoder and decoder layers each
     heads: int = 4
     ffn_dim: int = 256
-    dropout: float = 0.1         # more dropout -> less memorization of rare pairs
+    dropout: float = 0.2         # more dropout -> less memorization of rare pairs
     max_length: int = 48         # tokens per side; longer pairs are truncated
-    epochs: float = 10.0         # more epochs -> more memorization of noisy pairs
+    epochs: float = 14.0         # more epochs -> more memorization of noisy pairs
     max_steps: int = -1          # > 0 overrides epochs (smoke tests)
     batch_size: int = 32
     learning_rate: float = 1e-3
-    lr_scheduler: str = "linear"  # transformers scheduler name; "constant_with_warmup" keeps learning late
+    lr_scheduler: str = "constant_with_warmup"  # transformers scheduler name; "constant_with_warmup" keeps learning late
     warmup_steps: int = 100
     save_steps: int = 200        # checkpoint cadence; the resume granularity after a kill
     save_total_limit: int = 2

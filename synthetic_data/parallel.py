@@ -165,7 +165,7 @@ class ParallelSettings:
     pairs_per_bucket: list[int] = field(default_factory=lambda: [600, 120, 120, 120, 120])
     noisy_share: float = 0.15          # share of unique pairs per bucket whose reference drops the title
     titled_share: float = 0.15         # share of regular pairs that carry (and translate) a title
-    symbol_share: float = 0.10         # share of regular pairs starting with an isolated symbol
+    symbol_share: float = 0.20         # share of regular pairs starting with an isolated symbol
     adjective_prob: float = 0.3        # more adjectives -> longer, more varied sentences
     pp_prob: float = 0.4               # more prepositional phrases -> longer sentences
 
