@@ -117,3 +117,48 @@ def test_killed_training_resumes_from_its_last_checkpoint(smoke_run):
     state = read_json(model_dir / "checkpoint-150" / "trainer_state.json")
     assert state["global_step"] == 150
     assert read_json(run_dir / "nmt" / "summary.json")["unique_pairs"] == 48
+
+
+def test_sec6_finetune_on_recovered_corpus(tmp_path):
+    """Sec. 6 fine-tuning as a stage of its own: init from the trained model, F + a training sample,
+    provenance naming the init model, changed weights. (The smoke model is too weak to recover any
+    source with a symbol, so F is built here from rule translations.)"""
+    from safetensors.torch import load_file
+
+    from recipes.common import StageContext
+    from recipes.nmt_pipeline import FinetuneSettings, run_finetune
+    from recipes.seq2seq import Seq2SeqSettings, train_seq2seq
+    from synthetic_data.parallel import ParallelSettings, build_parallel
+
+    data = build_parallel(tmp_path / "data" / "parallel", ParallelSettings(pairs_per_bucket=[12, 2, 2, 2, 2]), seed=0)
+    rows = read_jsonl(data / "rows.jsonl")
+    base_settings = Seq2SeqSettings(d_model=32, layers=1, heads=2, ffn_dim=32, max_steps=4, batch_size=8, save_steps=4)
+    ctx = StageContext(run_dir=tmp_path, name="NMT", seed=0, device="cpu")
+    base = train_seq2seq(ctx, rows, base_settings, dataset="parallel", log=lambda *_: None)
+    F = [{"source": r["source"], "recovered_output": r["rule_translation"]} for r in rows if r["kind"] == "noisy"]
+    ft_dir = run_finetune(ctx, base, F, rows, FinetuneSettings(enabled=True, sample_size=8, epochs=1),
+                          base_settings, seed=0, log=lambda *_: None)
+    prov = read_json(ft_dir / "provenance.json")
+    assert prov["init_model"] == str(base) and "parallel_finetune_F" in prov["datasets"]
+    ft_rows = read_jsonl(tmp_path / "data" / "parallel_finetune_F" / "rows.jsonl")
+    assert len(ft_rows) == len(F) + 8
+    before, after = load_file(base / "model.safetensors"), load_file(ft_dir / "model.safetensors")
+    assert any(not (before[k] == after[k]).all() for k in before)
+
+
+def test_user_corpus_and_model_dir(smoke_run, tmp_path):
+    """A user points nmt.model_dir at a checkpoint and nmt.data at a TSV: nothing is trained, the
+    repetitions come from the user's rows, and the report says the rule-translation quality is unknown."""
+    run_dir, _ = smoke_run
+    tsv = tmp_path / "corpus.tsv"
+    lines = ["the dog sees the cat .\tde hund de kats siht ."] * 3 + ["a bird likes the tree !\ten fogel de baum magt !"]
+    tsv.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    user_run = tmp_path / "run"
+    assert cli.run(["nmt", "experiment=nmt_smoke", f"run_dir={user_run}", f"nmt.data={tsv}",
+                    f"nmt.model_dir={run_dir / 'models' / 'NMT'}", "nmt.finetune.enabled=false"]) == 0
+    assert not (user_run / "models" / "NMT").exists()
+    summary = read_json(user_run / "nmt" / "summary.json")
+    assert summary["unique_pairs"] == 2 and summary["training_rows"] == 4
+    assert [b["total"] for b in summary["buckets"]["buckets"]] == [1, 0, 1, 0, 0]
+    assert summary["heldout"] is None and summary["memorized_by_kind"] == {}
+    assert "unknown (user corpus)" in (user_run / "nmt" / "report.md").read_text()
