@@ -16,6 +16,13 @@ models (Marian, T5, BART) on top of harness/generation.py; tests pass lookup tab
 
 Every comparison of two translations goes through `same_output` (whitespace-normalized exact match,
 or NED <= k from harness/distance.py for the approximate variant), so the algorithms cannot drift.
+
+Where this module departs from the paper's pseudo-code (the task's signatures win):
+- Alg. 1 decodes only prefixes of <= floor(p * n) units; the memorized set and prefix lengths are the
+  same (a longer smallest prefix fails l / n <= p anyway). Comparison is after whitespace normalization.
+- Alg. 2 returns the kept share per position class (the paper's Table 1 columns) and overall, not one N.
+- Alg. 3 compares the output *after* stripping the symbol with the memorized output (the paper compares
+  the unstripped one, which would count "X + memorized output" as new).
 """
 
 from __future__ import annotations

@@ -445,7 +445,6 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
                             "checkpoint directory or leave it null to train the embedded default")
     else:
         model_dir = train_seq2seq(ctx, rows, train_settings, dataset=DATASET, log=log)
-    lap("data_and_model_s")
     model, tokenizer = load_seq2seq(model_dir, device)
     translate = nmt.hf_translator(model, tokenizer, max_new_tokens=s.max_new_tokens, batch_size=s.batch_size)
 
@@ -454,6 +453,7 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
                             "dataset": manifest["sha256"], "settings": analysis})
 
     pairs = unique_pairs(rows, s, seed)
+    lap("data_and_model_s")
     alg1 = cache.load("algorithm1")
     if alg1 is None:
         log(f"[nmt] Algorithm 1 on {len(pairs)} unique pairs")

@@ -287,3 +287,54 @@ def test_split_units_and_ttr():
     assert split_units("我爱", "char") == ["我", "爱"]
     assert type_token_ratio(["a b a", "b c"]) == pytest.approx(60.0)
     assert type_token_ratio([]) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_neighbourhood_matches_brute_force(data):
+    """Algorithm 2 against a literal loop: every position class, every substitute, one translation each."""
+    vocab = ["a", "b", "c", "d"]
+    n_rows = data.draw(st.integers(1, 3))
+    memorized = []
+    for i in range(n_rows):
+        units = data.draw(st.lists(st.sampled_from(vocab), min_size=1, max_size=5))
+        memorized.append({"index": i, "source": " ".join(units), "reference": "M",
+                          "prefix_len": data.draw(st.integers(1, len(units)))})
+    kept_words = set(data.draw(st.lists(st.sampled_from(vocab), max_size=4)))
+    k = data.draw(st.integers(1, 3))
+
+    def translate(sources):   # keeps the memorized output iff the first word is in kept_words
+        return ["M" if s.split()[0] in kept_words else "other " + s for s in sources]
+
+    def substitutes(units, position):
+        return [w for w in vocab if w != units[position - 1]][::-1]
+
+    got = neighbourhood_effect(translate, memorized, substitutes, k=k)
+    for cls in ("prefix", "suffix", "start"):
+        kept = total = 0
+        for row in memorized:
+            units = row["source"].split()
+            n, L = len(units), row["prefix_len"]
+            positions = {"prefix": range(1, L), "suffix": range(L + 1, n + 1), "start": [1]}[cls]
+            for pos in positions:
+                for sub in substitutes(units, pos)[:k]:
+                    new = units[:pos - 1] + [sub] + units[pos:]
+                    total += 1
+                    kept += translate([" ".join(new)])[0] == "M"
+        assert (got[cls]["kept"], got[cls]["perturbed"]) == (kept, total)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_recovery_matches_brute_force(data):
+    outputs = st.sampled_from(["! M", "! N", "N", "!N", "* N", "M"])
+    memorized = [{"index": i, "source": f"s{i}", "reference": "M"} for i in range(data.draw(st.integers(1, 5)))]
+    table = {f"{sym} s{i}": data.draw(outputs) for sym in ("!", "*") for i in range(len(memorized))}
+    got = recover_non_memorized(TableTranslator(table), memorized, symbols=("!", "*"))
+    for sym in ("!", "*"):
+        expected = 0
+        for row in memorized:
+            out = table[f"{sym} {row['source']}"]
+            # starts with the symbol, and the stripped output is not the memorized one
+            expected += out.startswith(sym) and out[len(sym):].strip() != "M"
+        assert got["per_symbol"][sym]["recovered"] == expected
