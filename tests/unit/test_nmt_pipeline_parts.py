@@ -90,3 +90,26 @@ def test_report_has_table1_and_table4_rows():
     assert "| 1-5 | 10 | 5 | 50.00 | 10.00 % | 50.00 % | – |" in report
     assert "| `!` | 3/5 | 60.0 % |" in report
     assert "| Memorized outputs | 5 | 0.0 | 40.0 |" in report
+
+
+@pytest.mark.parametrize("experiment", ["nmt_quickstart", "nmt_smoke"])
+def test_experiment_configs_compose_and_validate(experiment):
+    from harness.cli import compose
+    from recipes.nmt_pipeline import FinetuneSettings, _strict, settings_from_cfg
+    from recipes.seq2seq import Seq2SeqSettings
+    from synthetic_data.parallel import ParallelSettings
+
+    cfg = compose([f"experiment={experiment}"])
+    assert cfg.experiment_name == experiment
+    s = settings_from_cfg(cfg)
+    _strict(ParallelSettings, s.corpus, "nmt.corpus")
+    _strict(Seq2SeqSettings, s.train, "nmt.train")
+    _strict(FinetuneSettings, s.finetune, "nmt.finetune")
+
+
+def test_unknown_nmt_keys_are_named():
+    from harness.cli import compose
+    from recipes.nmt_pipeline import settings_from_cfg
+
+    with pytest.raises(UserError, match="nmt: unknown key.*prefix_ratios"):
+        settings_from_cfg(compose(["experiment=nmt_smoke", "+nmt.prefix_ratios=0.5"]))
