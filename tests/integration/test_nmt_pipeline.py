@@ -76,27 +76,36 @@ def test_bad_config_is_a_user_error(tmp_path):
     assert not (tmp_path / "nmt" / "summary.json").exists()
 
 
-def test_fill_mask_substitutes_from_a_local_model(tmp_path):
-    """The fill-mask path of Algorithm 2 on a tiny randomly initialised BERT saved to disk (no hub)."""
+MLM_WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "why", "study", "in", "peru", "spanish", "courses",
+             "summer", "short", "the", "dog", "cat", "sees", "."]
+
+
+@pytest.fixture(scope="session")
+def tiny_mlm_dir(tmp_path_factory):
+    """A tiny randomly initialised BERT fill-mask model with a word-level tokenizer, saved locally (no hub)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
 
-    from harness.nmt import fill_mask_substitutes
-
-    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "why", "study", "in", "peru", "spanish", "courses",
-             "summer", "short"]
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    path = tmp_path_factory.mktemp("tiny_mlm")
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(MLM_WORDS)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
                                    sep_token="[SEP]", mask_token="[MASK]")
-    model = BertForMaskedLM(BertConfig(vocab_size=len(words), hidden_size=16, num_hidden_layers=1,
+    model = BertForMaskedLM(BertConfig(vocab_size=len(MLM_WORDS), hidden_size=16, num_hidden_layers=1,
                                        num_attention_heads=2, intermediate_size=32))
-    model.save_pretrained(tmp_path)
-    fast.save_pretrained(tmp_path)
-    substitutes = fill_mask_substitutes(str(tmp_path), top_k=5)
+    model.save_pretrained(path)
+    fast.save_pretrained(path)
+    return path
+
+
+def test_fill_mask_substitutes_from_a_local_model(tiny_mlm_dir):
+    """The fill-mask path of Algorithm 2 (paper Sec. 4 uses BERT) on a local model directory."""
+    from harness.nmt import fill_mask_substitutes
+
+    substitutes = fill_mask_substitutes(str(tiny_mlm_dir), top_k=5)
     subs = substitutes(["why", "study", "in", "peru", "spanish", "courses"], 5)
     assert 1 <= len(subs) <= 5
-    assert all(s in words[5:] for s in subs)          # real vocabulary words, no special tokens
+    assert all(s in MLM_WORDS[5:] for s in subs)          # real vocabulary words, no special tokens
     json.dumps(subs)
 
 
@@ -146,19 +155,29 @@ def test_sec6_finetune_on_recovered_corpus(tmp_path):
     assert any(not (before[k] == after[k]).all() for k in before)
 
 
-def test_user_corpus_and_model_dir(smoke_run, tmp_path):
-    """A user points nmt.model_dir at a checkpoint and nmt.data at a TSV: nothing is trained, the
-    repetitions come from the user's rows, and the report says the rule-translation quality is unknown."""
+def test_user_corpus_and_model_dir(smoke_run, tmp_path, tiny_mlm_dir):
+    """A user points nmt.model_dir at a checkpoint, nmt.data at a TSV and nmt.fill_mask_model at a local
+    MLM: nothing is trained, the repetitions come from the user's rows, Algorithm 2 uses the MLM, and
+    the report says the rule-translation quality is unknown."""
     run_dir, _ = smoke_run
+    # The user's corpus: the pairs the smoke model memorized (so Algorithm 2 has work), the first one twice.
+    memorized = [r for r in read_jsonl(run_dir / "nmt" / "memorization.jsonl") if r["memorized"]]
+    assert memorized, "the smoke model memorized nothing; the smoke config needs more training steps"
+    lines = [f"{r['source']}\t{r['reference']}" for r in memorized]
     tsv = tmp_path / "corpus.tsv"
-    lines = ["the dog sees the cat .\tde hund de kats siht ."] * 3 + ["a bird likes the tree !\ten fogel de baum magt !"]
-    tsv.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tsv.write_text("\n".join(lines + lines[:1]) + "\n", encoding="utf-8")
     user_run = tmp_path / "run"
     assert cli.run(["nmt", "experiment=nmt_smoke", f"run_dir={user_run}", f"nmt.data={tsv}",
-                    f"nmt.model_dir={run_dir / 'models' / 'NMT'}", "nmt.finetune.enabled=false"]) == 0
+                    f"nmt.model_dir={run_dir / 'models' / 'NMT'}", "nmt.finetune.enabled=false",
+                    f"nmt.fill_mask_model={tiny_mlm_dir}"]) == 0
     assert not (user_run / "models" / "NMT").exists()
     summary = read_json(user_run / "nmt" / "summary.json")
-    assert summary["unique_pairs"] == 2 and summary["training_rows"] == 4
-    assert [b["total"] for b in summary["buckets"]["buckets"]] == [1, 0, 1, 0, 0]
+    n = len(memorized)
+    assert summary["unique_pairs"] == n and summary["training_rows"] == n + 1
+    assert [b["total"] for b in summary["buckets"]["buckets"]] == [n - 1, 1, 0, 0, 0]
+    # Same model, same settings: the same pairs are memorized again, and their neighbours come from the MLM.
+    assert summary["memorized"] == n
+    assert sum(summary["neighbourhood"][c]["perturbed"] for c in ("prefix", "suffix", "start")) > 0
     assert summary["heldout"] is None and summary["memorized_by_kind"] == {}
     assert "unknown (user corpus)" in (user_run / "nmt" / "report.md").read_text()
+    assert summary["substitutes"] == f"fill-mask model {tiny_mlm_dir}"
