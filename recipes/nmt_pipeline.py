@@ -4,7 +4,8 @@
     memaudit nmt experiment=nmt_quickstart nmt.model_dir=/ckpt/opus-mt-en-de nmt.data=train.tsv
 
 Steps (each cached under <run_dir>/nmt/ with a fingerprint of model weights, data and settings, so a
-killed run resumes at the first unfinished step and a finished one is not recomputed):
+killed run resumes at the first unfinished step and a finished one is not recomputed; inside a step,
+every decoded chunk is kept in <run_dir>/nmt/cache/translations-*.jsonl, so a kill loses one chunk):
  1. data    synthetic corpus (synthetic_data/parallel.py) or the user's TSV/JSONL (`nmt.data`)
  2. model   train the embedded Marian (recipes/seq2seq.py) unless `nmt.model_dir` is given
  3. alg1    Algorithm 1 on the unique training pairs, grouped into repetition buckets (Table 1)
@@ -137,6 +138,32 @@ def model_fingerprint(model_dir: Path) -> str:
     for f in files:
         h.update(f.name.encode() + file_sha256(f).encode())
     return h.hexdigest()
+
+
+class TranslationCache:
+    """Wraps `translate` with an append-only store of (source -> output) for one model + decoding setup.
+
+    Every chunk of translations is appended (fsync'd) as soon as it is decoded, so a run killed in the
+    middle of Algorithm 1 on a large corpus loses at most one chunk; the rerun decodes only what is
+    missing. Later steps also reuse earlier translations (Alg. 3 re-reads Alg. 1's full sources).
+    """
+
+    def __init__(self, translate, path: Path, chunk: int = 512):
+        from harness.io import RowStore
+
+        self.translate = translate
+        self.chunk = chunk
+        self.store = RowStore(path, key="source")
+        self.table = {r["source"]: r["output"] for r in self.store.rows()}
+
+    def __call__(self, sources: list[str]) -> list[str]:
+        missing = [x for x in dict.fromkeys(sources) if x not in self.table]
+        for i in range(0, len(missing), self.chunk):
+            part = missing[i:i + self.chunk]
+            outputs = self.translate(part)
+            self.store.append({"source": x, "output": o} for x, o in zip(part, outputs))
+            self.table.update(zip(part, outputs))
+        return [self.table[x] for x in sources]
 
 
 # ----------------------------------------------------------------------------- steps
@@ -451,6 +478,9 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
     analysis = {k: v for k, v in asdict(s).items() if k not in ("train", "finetune", "torch_threads", "batch_size")}
     cache = StepCache(out, {"version": PIPELINE_VERSION, "model": model_fingerprint(model_dir),
                             "dataset": manifest["sha256"], "settings": analysis})
+    # Keyed by what decides an output (weights + greedy length cap), not by the analysis settings.
+    decode_key = hashlib.sha256(f"{cache.base['model']}|greedy|{s.max_new_tokens}".encode()).hexdigest()
+    translate = TranslationCache(translate, out / "cache" / f"translations-{decode_key[:16]}.jsonl")
 
     pairs = unique_pairs(rows, s, seed)
     lap("data_and_model_s")

@@ -113,3 +113,25 @@ def test_unknown_nmt_keys_are_named():
 
     with pytest.raises(UserError, match="nmt: unknown key.*prefix_ratios"):
         settings_from_cfg(compose(["experiment=nmt_smoke", "+nmt.prefix_ratios=0.5"]))
+
+
+def test_translation_cache_survives_a_restart_and_decodes_only_missing_sources(tmp_path):
+    from recipes.nmt_pipeline import TranslationCache
+
+    calls: list[list[str]] = []
+
+    def translate(sources):
+        calls.append(list(sources))
+        return [s.upper() for s in sources]
+
+    path = tmp_path / "cache" / "t.jsonl"
+    first = TranslationCache(translate, path, chunk=2)
+    assert first(["a", "b", "a", "c"]) == ["A", "B", "A", "C"]
+    assert calls == [["a", "b"], ["c"]]                      # distinct sources, in chunks of 2
+    # A "killed" run left a torn last line: it is dropped and that source decoded again.
+    with path.open("a", encoding="utf-8") as f:
+        f.write('{"source": "d", "outp')
+    second = TranslationCache(translate, path, chunk=2)
+    assert second(["c", "d", "a"]) == ["C", "D", "A"]
+    assert calls[-1] == ["d"]
+    assert len(second.store.rows()) == 4                      # no duplicates
