@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -216,14 +217,19 @@ def run_algorithm1(translate, pairs: list[dict], s: NmtSettings) -> list[dict]:
     return rows
 
 
+def substitutes_note(s: NmtSettings) -> str:
+    """Where Algorithm 2's substitutes come from, as the summary and report state it."""
+    if s.fill_mask_model:
+        return f"fill-mask model {s.fill_mask_model}"
+    return ("corpus-frequency fallback (no fill-mask model configured: nmt.fill_mask_model is null); substitutes "
+            "are the units that most often follow the previous unit in the training sources")
+
+
 def make_substitutes(s: NmtSettings, rows: list[dict], device: str):
     if s.fill_mask_model:
         return nmt.fill_mask_substitutes(s.fill_mask_model, top_k=max(10, 2 * s.neighbourhood_k), device=device,
-                                         unit=s.unit), \
-            f"fill-mask model {s.fill_mask_model}"
-    return nmt.frequency_substitutes([r["source"] for r in rows], unit=s.unit), \
-        ("corpus-frequency fallback (no fill-mask model configured: nmt.fill_mask_model is null); substitutes "
-         "are the units that most often follow the previous unit in the training sources")
+                                         unit=s.unit)
+    return nmt.frequency_substitutes([r["source"] for r in rows], unit=s.unit)
 
 
 def per_bucket_neighbourhood(perturbations: list[dict], repetitions: dict[int, int]) -> dict[int, dict]:
@@ -449,8 +455,6 @@ def run_nmt(cfg, log=print) -> dict:
 def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, log) -> dict:
     from harness.generation import load_seq2seq
 
-    import time
-
     timings: dict[str, float] = {}
     clock = [time.perf_counter()]
 
@@ -495,10 +499,10 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
     log(f"[nmt] {len(memorized)} memorized of {len(alg1)}; ratio by bucket "
         f"{[b['ratio_pct'] for b in buckets['buckets']]}")
 
-    substitutes, substitutes_note = make_substitutes(s, rows, device)
     alg2 = cache.load("algorithm2")
     if alg2 is None:
-        log(f"[nmt] Algorithm 2 on {len(memorized)} memorized sources")
+        log(f"[nmt] Algorithm 2 on {len(memorized)} memorized sources ({substitutes_note(s)[:40]})")
+        substitutes = make_substitutes(s, rows, device)
         alg2 = cache.save("algorithm2", nmt.neighbourhood_effect(translate, memorized, substitutes,
                                                                  k=s.neighbourhood_k, approx_ned=s.approx_ned))
     lap("algorithm2_s")
@@ -548,7 +552,7 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
         "training_rows": len(rows), "unique_pairs": len(alg1), "settings": analysis,
         "m1_size": sum(r["in_m1"] for r in alg1), "memorized": len(memorized),
         "memorized_by_kind": kinds, "heldout": heldout, "buckets": buckets, "neighbourhood": neighbourhood,
-        "neighbourhood_per_bucket": per_bucket, "substitutes": substitutes_note, "recovery": recovery,
+        "neighbourhood_per_bucket": per_bucket, "substitutes": substitutes_note(s), "recovery": recovery,
         "quality": quality, "finetune": finetune, "findings": findings(buckets, neighbourhood, recovery),
         "examples": [{k: m[k] for k in ("source", "reference", "prefix", "prefix_ratio")} for m in memorized[:8]],
         "timings": timings,  # wall seconds of this invocation (cached steps take ~0)
