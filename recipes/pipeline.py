@@ -44,7 +44,6 @@ from harness.io import atomic_write_json, read_json
 from recipes.common import PROVENANCE_FILE, StageContext, is_complete, latest_checkpoint, resolve_device, settings_match
 
 RECIPES = ("pretrain", "sft", "reward", "rl", "ipo")
-MODEL_PRESET_RECIPES = ("pretrain", "sft")   # take the whole `model` preset (size keys, LoRA, dtype)
 REFERENCE_KEYS = ("init", "reward_model")    # settings that name another stage's model
 DATASET_KEYS = ("datasets", "eval_datasets", "prompts")
 RL_PROMPTS = "sd_rl_prompts"                 # built with the PT tokenizer (50-token prefix/target split)
@@ -210,8 +209,9 @@ def plan(cfg) -> list[PlannedStage]:
         recipe = stage.get("recipe")
         accepted = settings_fields(recipe, name)
         for point_name, settings in expand_stage(name, stage, cli_keys.get(name, [])):
-            if recipe in MODEL_PRESET_RECIPES:
-                # The preset (conf/model/) drives PT's size and FT's LoRA/dtype; a stage may override keys.
+            if "model" in accepted:
+                # Recipes with a `model` key (pretrain, sft) get the whole preset (conf/model/): PT's size,
+                # FT's LoRA/dtype; a stage may override single keys. Others get the FIM family only.
                 settings["model"] = {**model_preset, **dict(settings.get("model") or {})}
             elif "fim_family" in accepted and settings.get("fim_family") is None and model_preset.get("fim_family"):
                 settings["fim_family"] = model_preset["fim_family"]
