@@ -538,7 +538,9 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
                                translate, cache, log)
     lap("finetune_s")
     neighbourhood = {k: v for k, v in alg2.items() if k != "perturbations"}
-    recovery = {"per_symbol": {sym: {k: v for k, v in r.items() if k != "rows"} for sym, r in alg3["per_symbol"].items()},
+    # In the configured order (a cached step comes back with sorted keys).
+    recovery = {"per_symbol": {sym: {k: v for k, v in alg3["per_symbol"][sym].items() if k != "rows"}
+                               for sym in s.recovery_symbols},
                 "best_symbol": alg3["best_symbol"], "best_rate": alg3["best_rate"],
                 "any_symbol_rate": alg3["any_symbol_rate"], "F_size": len(alg3["F"])}
     kinds = {}
