@@ -260,6 +260,26 @@ def exact_match_pct(translate, pairs: list[dict]) -> float | None:
     return 100.0 * sum(nmt.same_output(o, p["reference"]) for o, p in zip(outs, pairs)) / len(pairs)
 
 
+def memorized_by_kind(alg1: list[dict]) -> dict:
+    """{kind: {total, memorized}} for corpora that know each pair's kind (the synthetic one)."""
+    kinds: dict[str, dict] = {}
+    for r in alg1:
+        if r.get("kind"):
+            k = kinds.setdefault(r["kind"], {"total": 0, "memorized": 0})
+            k["total"] += 1
+            k["memorized"] += bool(r["memorized"])
+    return kinds
+
+
+def noisy_share_by_bucket(alg1: list[dict]) -> list[float | None]:
+    """% of noisy pairs per repetition bucket 1..5: the most a model can memorize by construction."""
+    shares = []
+    for rep in range(1, 6):
+        sel = [r for r in alg1 if r["repetitions"] == rep]
+        shares.append(100.0 * sum(r.get("kind") == "noisy" for r in sel) / len(sel) if sel else None)
+    return shares
+
+
 def findings(buckets: dict, neighbourhood: dict, recovery: dict) -> dict:
     """N1-N3 as the quickstart issue checks them: booleans plus the numbers behind them (not forced)."""
     r = buckets["pearson"]
@@ -543,12 +563,7 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
                                for sym in s.recovery_symbols},
                 "best_symbol": alg3["best_symbol"], "best_rate": alg3["best_rate"],
                 "any_symbol_rate": alg3["any_symbol_rate"], "F_size": len(alg3["F"])}
-    kinds = {}
-    for r in alg1:
-        if r.get("kind"):
-            k = kinds.setdefault(r["kind"], {"total": 0, "memorized": 0})
-            k["total"] += 1
-            k["memorized"] += r["memorized"]
+    kinds = memorized_by_kind(alg1)
     summary = {
         "experiment_name": cfg.experiment_name, "model_dir": str(model_dir), "dataset": str(data_dir),
         "training_rows": len(rows), "unique_pairs": len(alg1), "settings": analysis,
@@ -561,13 +576,8 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
         "provenance": provenance(seed=seed, datasets={DATASET: manifest["sha256"]}, model_dir=str(model_dir),
                                  model_sha256=cache.base["model"], stage="nmt"),
     }
-    noisy_pct = None
-    if kinds:
-        noisy_pct = []
-        for rep in range(1, 6):
-            sel = [r for r in alg1 if r["repetitions"] == rep]
-            noisy_pct.append(100.0 * sum(r.get("kind") == "noisy" for r in sel) / len(sel) if sel else None)
-    render_figure(out / "memorization_by_repetition.png", buckets, per_bucket, noisy_pct)
+    render_figure(out / "memorization_by_repetition.png", buckets, per_bucket,
+                  noisy_share_by_bucket(alg1) if kinds else None)
     atomic_write_text(out / "report.md", render_report(summary))
     atomic_write_json(out / "summary.json", summary)  # written last: a summary means a finished run
     log(f"[nmt] wrote {out / 'summary.json'} and {out / 'report.md'}")

@@ -135,3 +135,13 @@ def test_translation_cache_survives_a_restart_and_decodes_only_missing_sources(t
     assert second(["c", "d", "a"]) == ["C", "D", "A"]
     assert calls[-1] == ["d"]
     assert len(second.store.rows()) == 4                      # no duplicates
+
+
+def test_kind_counts_and_noisy_share():
+    from recipes.nmt_pipeline import memorized_by_kind, noisy_share_by_bucket
+
+    alg1 = [{"kind": "noisy", "memorized": True, "repetitions": 1}, {"kind": "regular", "memorized": False, "repetitions": 1},
+            {"kind": "regular", "memorized": False, "repetitions": 1}, {"kind": "noisy", "memorized": False, "repetitions": 2}]
+    assert memorized_by_kind(alg1) == {"noisy": {"total": 2, "memorized": 1}, "regular": {"total": 2, "memorized": 0}}
+    assert noisy_share_by_bucket(alg1) == [pytest.approx(100 / 3), 100.0, None, None, None]
+    assert memorized_by_kind([{"memorized": True, "repetitions": 1}]) == {}
