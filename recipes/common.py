@@ -20,16 +20,10 @@ PROVENANCE_FILE = "provenance.json"
 
 
 def resolve_device(device: str) -> str:
-    """'auto' -> 'cuda' when a CUDA device is present, else 'cpu'."""
-    import torch
+    """'auto' -> 'cuda' when a CUDA device is present, else 'cpu' (one rule, in harness.generation)."""
+    from harness.generation import pick_device
 
-    if device not in ("auto", "cpu", "cuda"):
-        raise UserError(f"device={device!r}: use auto, cpu or cuda")
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UserError("device=cuda but no CUDA device is visible; use device=auto or device=cpu")
-    return device
+    return pick_device(device)
 
 
 def trl_device_kwargs(device: str, deepspeed_config: str | None = None) -> dict[str, Any]:
