@@ -325,19 +325,52 @@ def prepare_out_dir(run_dir: Path, stage: PlannedStage) -> str:
     """'skipped' / 'resumed' / 'trained' for the status line; moves a stale directory aside first."""
     out_dir = run_dir / "models" / stage.model_name
     if settings_match(out_dir, stage.settings):
-        return "skipped"
+        reason = outdated_reason(run_dir, out_dir, stage)
+        if reason is None:
+            return "skipped"
+        target = move_aside(out_dir, run_dir / "stale" / stage.model_name.replace("/", "__"))
+        print(f"[memaudit] {stage.model_name}: {reason}; old directory moved to {target}", flush=True)
     pending = out_dir / PENDING_FILE
     stale = is_complete(out_dir) or (pending.is_file() and not same_settings(read_json(pending), stage.settings))
     if stale:
-        target = run_dir / "stale" / f"{stage.model_name.replace('/', '__')}-{time.strftime('%Y%m%dT%H%M%S')}"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(out_dir), str(target))
+        target = move_aside(out_dir, run_dir / "stale" / stage.model_name.replace("/", "__"))
         print(f"[memaudit] {stage.model_name}: settings changed; old directory moved to {target}", flush=True)
     quarantine_torn_checkpoints(run_dir, out_dir)
     status = "resumed" if latest_checkpoint(out_dir) is not None else "trained"
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(pending, stage.settings)
     return status
+
+
+def move_aside(path: Path, stem: Path) -> Path:
+    """Move `path` to `<stem>-<UTC time>[-n]` (never into an existing directory); returns the target."""
+    base = f"{stem}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+    target, n = Path(base), 1
+    while target.exists():
+        target, n = Path(f"{base}-{n}"), n + 1
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(path), str(target))
+    return target
+
+
+def outdated_reason(run_dir: Path, out_dir: Path, stage: PlannedStage) -> str | None:
+    """Why a finished stage with unchanged settings must still be retrained, or None.
+
+    Settings alone do not identify a model: its datasets may have been rebuilt (other data settings)
+    and the stage it starts from (init / reward_model) may have been retrained since.
+    """
+    prov = read_json(out_dir / PROVENANCE_FILE)
+    for dataset, sha in (prov.get("datasets") or {}).items():
+        manifest = run_dir / "data" / dataset / "manifest.json"
+        if manifest.is_file() and read_json(manifest).get("sha256") != sha:
+            return f"dataset {dataset} was rebuilt"
+    finished = (out_dir / PROVENANCE_FILE).stat().st_mtime_ns
+    for key in REFERENCE_KEYS:
+        ref = stage.settings.get(key)
+        upstream = run_dir / "models" / ref / PROVENANCE_FILE if isinstance(ref, str) else None
+        if upstream is not None and upstream.is_file() and upstream.stat().st_mtime_ns > finished:
+            return f"{key} {ref} was retrained after it"
+    return None
 
 
 def quarantine_torn_checkpoints(run_dir: Path, out_dir: Path) -> None:
@@ -348,10 +381,8 @@ def quarantine_torn_checkpoints(run_dir: Path, out_dir: Path) -> None:
     """
     for ckpt in sorted(out_dir.glob("checkpoint-*")):
         if ckpt.is_dir() and not (ckpt / "trainer_state.json").is_file():
-            target = run_dir / "stale" / f"{out_dir.relative_to(run_dir / 'models')}".replace("/", "__")
-            target = target / f"{ckpt.name}-torn-{time.strftime('%Y%m%dT%H%M%S')}"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(ckpt), str(target))
+            stale = run_dir / "stale" / f"{out_dir.relative_to(run_dir / 'models')}".replace("/", "__")
+            target = move_aside(ckpt, stale / f"{ckpt.name}-torn")
             print(f"[memaudit] {ckpt}: incomplete checkpoint (killed while saving) moved to {target}", flush=True)
 
 
@@ -380,11 +411,10 @@ def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str) -> d
     """
     start, cpu_start = time.time(), time.process_time()
     out_dir = run_dir / "models" / stage.model_name
-    if is_main_process():
-        status = prepare_out_dir(run_dir, stage)
-    else:
+    status = prepare_out_dir(run_dir, stage) if is_main_process() else ""
+    wait_for_everyone()              # the main process has moved stale directories aside by now
+    if not is_main_process():
         status = "skipped" if settings_match(out_dir, stage.settings) else "trained"
-    wait_for_everyone()
     if status != "skipped":
         ctx = StageContext(run_dir, stage.model_name, seed, device)
         recipe_module(stage.recipe, stage.name).run_stage(dict(stage.settings), ctx)

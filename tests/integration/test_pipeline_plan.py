@@ -154,3 +154,27 @@ def test_changed_settings_move_the_old_stage_aside_instead_of_mixing_a_resume(tm
 def test_a_reference_to_nothing_fails_at_planning():
     with pytest.raises(UserError, match=re.escape("stages.FT.1.init='FT.0': neither a stage")):
         plan(compose(["experiment=smoke", "stages.FT.1.init=FT.0"]))
+
+
+def test_a_finished_stage_is_retrained_when_its_data_or_upstream_changed(tmp_path):
+    import os
+
+    from harness.io import atomic_write_json
+    from recipes.pipeline import PlannedStage, prepare_out_dir
+
+    def finish(name, settings, datasets):
+        atomic_write_json(tmp_path / "models" / name / "provenance.json", {"settings": settings, "datasets": datasets})
+
+    atomic_write_json(tmp_path / "data" / "pd_1" / "manifest.json", {"sha256": "aaa"})
+    stage = PlannedStage("FT.2", "FT.2", "sft", {"init": "PT", "datasets": ["pd_1"]})
+    finish("PT", {}, {})
+    finish("FT.2", stage.settings, {"pd_1": "aaa"})
+    assert prepare_out_dir(tmp_path, stage) == "skipped"
+    atomic_write_json(tmp_path / "data" / "pd_1" / "manifest.json", {"sha256": "bbb"})   # data rebuilt
+    assert prepare_out_dir(tmp_path, stage) == "trained"
+    finish("FT.2", stage.settings, {"pd_1": "bbb"})
+    assert prepare_out_dir(tmp_path, stage) == "skipped"
+    later = (tmp_path / "models" / "FT.2" / "provenance.json").stat().st_mtime_ns + 10**9
+    os.utime(tmp_path / "models" / "PT" / "provenance.json", ns=(later, later))           # PT retrained since
+    assert prepare_out_dir(tmp_path, stage) == "trained"
+    assert len(list((tmp_path / "stale").iterdir())) == 2
