@@ -86,11 +86,14 @@ def is_complete(out_dir: Path) -> bool:
 
 
 def latest_checkpoint(out_dir: Path) -> Path | None:
-    """The highest-step `checkpoint-<step>` directory, for resuming a killed stage."""
+    """The highest-step complete `checkpoint-<step>` directory, for resuming a killed stage.
+
+    A trainer writes trainer_state.json last into a checkpoint, so one without it was cut short by a
+    kill and cannot be resumed from."""
     steps = []
     for p in Path(out_dir).glob("checkpoint-*"):
         suffix = p.name.split("-", 1)[1]
-        if p.is_dir() and suffix.isdigit():
+        if p.is_dir() and suffix.isdigit() and (p / "trainer_state.json").is_file():
             steps.append((int(suffix), p))
     return max(steps)[1] if steps else None
 

@@ -45,7 +45,7 @@ from recipes.common import PROVENANCE_FILE, StageContext, is_complete, latest_ch
 
 RECIPES = ("pretrain", "sft", "reward", "rl", "ipo")
 REFERENCE_KEYS = ("init", "reward_model")    # settings that name another stage's model
-DATASET_KEYS = ("datasets", "eval_datasets", "prompts")
+DATASET_KEYS = ("datasets", "eval_datasets", "score_datasets", "prompts")
 RL_PROMPTS = "sd_rl_prompts"                 # built with the PT tokenizer (50-token prefix/target split)
 PENDING_FILE = "pending_settings.json"       # settings of an unfinished stage, to refuse a mixed resume
 
@@ -472,72 +472,28 @@ def train_all(cfg, planned: list[PlannedStage], run_dir: Path) -> list[dict[str,
     return results
 
 
-def audit_jobs(cfg, planned: list[PlannedStage], run_dir: Path) -> list[dict[str, Any]]:
-    """`audit.*` overrides for one `memaudit audit` call per (model directory, dataset) of the audit plan.
-
-    A plan entry names stages (`RLFT.1`); a swept stage expands to each of its model directories
-    (`RLFT.1/beta=0.005`, ...). Every checkpoint of a model is scored (paper 003 Fig. 3-4 follow
-    memorization over training).
-    """
-    dirs: dict[str, list[str]] = {}
-    for stage in planned:
-        dirs.setdefault(stage.name, []).append(stage.model_name)
-    jobs = []
-    for entry in audit_plan(cfg):
-        control = entry.get("control")
-        if control not in dirs or len(dirs[control]) != 1:
-            raise UserError(f"audit_plan: control {control!r} must be one trained, unswept stage of this "
-                            f"experiment (stages: {sorted(dirs)})")
-        for model in entry.get("models") or []:
-            if model not in dirs:
-                raise UserError(f"audit_plan: model {model!r} is not a stage of this experiment ({sorted(dirs)})")
-            for model_name in dirs[model]:
-                for dataset in entry.get("datasets") or []:
-                    jobs.append({"model_dir": str(run_dir / "models" / model_name), "model_name": model_name,
-                                 "control_dir": str(run_dir / "models" / dirs[control][0]),
-                                 "examples": str(run_dir / "data" / dataset / "rows.jsonl"),
-                                 "dataset": dataset, "all_checkpoints": True,
-                                 "out_dir": str(run_dir / "audit"), "cache_dir": str(run_dir / "audit" / "cache")})
-    return jobs
-
-
 def after_training(cfg, planned: list[PlannedStage], run_dir: Path) -> None:
     """Hook: audit, then report (`after_training: [audit, report]` in the experiment).
 
-    `audit` runs `memaudit audit` (harness.audit:main) once per model x dataset of `audit_plan`, each
-    against its control; `report` runs `memaudit report` on the run. Both are the CLI's own functions
-    on the composed config, so a rerun continues where a killed audit stopped. A command whose module
-    is not installed is reported and skipped.
+    `audit` is `memaudit audit` on this run: every model and checkpoint of `audit_plan` against its
+    control (harness/audit_run.py). Under `accelerate launch` every process takes part in the audit
+    (it shards the examples and merges in process 0); the report is rendered once, by process 0.
+    Both are the CLI's own functions on the composed config, so a rerun continues where a killed
+    audit stopped.
     """
-    from omegaconf import open_dict
-
     from harness.cli import load_command
 
-    if not is_main_process():        # under accelerate launch the audit runs once, in the main process
-        return
+    cfg = with_run_dir(cfg, run_dir)
     for command in list(cfg.get("after_training") or []):
-        try:
-            func = load_command(command)
-        except UserError as e:
-            print(f"[memaudit] {command}: skipped ({e})", flush=True)
+        if command != "audit" and not is_main_process():
             continue
-        configs = []
-        if command == "audit":
-            for job in audit_jobs(cfg, planned, run_dir):
-                job_cfg = cfg.copy()
-                with open_dict(job_cfg):
-                    job_cfg.audit.update(job)
-                configs.append(job_cfg)
-        else:
-            configs.append(cfg)
-        for i, command_cfg in enumerate(configs):
-            start = time.time()
-            status = int(func(command_cfg) or 0)
-            what = f"{command_cfg.audit.model_name} on {command_cfg.audit.dataset}" if command == "audit" else ""
-            print(f"[memaudit] {command} {what} ({i + 1}/{len(configs)}) {time.time() - start:.1f} s", flush=True)
-            if status:
-                raise UserError(f"`memaudit {command}` failed with exit code {status}; rerun "
-                                f"`memaudit run experiment={cfg.get('experiment_name')}` to continue")
+        start = time.time()
+        status = int(load_command(command)(cfg) or 0)
+        if is_main_process():
+            print(f"[memaudit] {command:<28} {'':<9} {'done':<8} {time.time() - start:8.1f} s", flush=True)
+        if status:
+            raise UserError(f"`memaudit {command}` failed with exit code {status}; rerun "
+                            f"`memaudit run experiment={cfg.get('experiment_name')}` to continue")
 
 
 def run_main(cfg) -> int:

@@ -8,7 +8,7 @@ import pytest
 
 from harness.cli import compose, expand_sweep
 from harness.errors import UserError
-from recipes.pipeline import (audit_jobs, flatten_stages, order_stages, plan, run_directory, sweep_assignments,
+from recipes.pipeline import (flatten_stages, order_stages, plan, run_directory, sweep_assignments,
                               train_main, with_run_dir)
 
 
@@ -90,21 +90,6 @@ def test_train_one_stage_needs_its_upstream(tmp_path):
         train_main(cfg)
     with pytest.raises(UserError, match=re.escape("stage='FT.9' is not a stage")):
         train_main(compose(["experiment=smoke", "stage=FT.9", f"run_dir={tmp_path}"]))
-
-
-def test_audit_plan_expands_to_one_audit_per_model_directory_and_dataset(tmp_path):
-    cfg = compose(["experiment=smoke"])
-    jobs = audit_jobs(cfg, plan(cfg), tmp_path)
-    pairs = [(j["model_name"], j["dataset"]) for j in jobs]
-    assert pairs == [("FT.1", "sd_base"), ("FT.1", "sd_links"), ("RLFT.1/beta=0.1", "sd_base"),
-                     ("RLFT.1/beta=0.1", "sd_links"), ("RLFT.1/beta=0.5", "sd_base"), ("RLFT.1/beta=0.5", "sd_links"),
-                     ("RLFT.4", "sd_rl_prompts"), ("IPO", "sd_base")]
-    assert {j["control_dir"] for j in jobs[:6]} == {str(tmp_path / "models" / "FT.2")}
-    assert jobs[-1]["control_dir"] == str(tmp_path / "models" / "PT")
-    assert jobs[0]["examples"] == str(tmp_path / "data" / "sd_base" / "rows.jsonl") and jobs[0]["all_checkpoints"]
-    bad = compose(["experiment=smoke", "audit_plan=[{models: [FT.1], control: RLFT.1, datasets: [sd_base]}]"])
-    with pytest.raises(UserError, match="control 'RLFT.1' must be one trained, unswept stage"):
-        audit_jobs(bad, plan(bad), tmp_path)
 
 
 def test_a_later_run_directory_moves_the_report_and_audit_outputs(tmp_path):

@@ -201,3 +201,30 @@ def test_a_pretrained_model_preset_is_imported_as_pt_not_trained(smoke, tmp_path
     before, after = load_file(source / "model.safetensors"), load_file(out / "model.safetensors")
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
     assert (out / "tokenizer.json").read_text() == (source / "tokenizer.json").read_text()
+
+
+def test_run_ends_with_audit_and_report_whose_numbers_equal_the_rows(smoke):
+    """`memaudit run` = data -> stages -> audit (every checkpoint, NED + loss measures) -> report."""
+    from harness.memorization import summarize_rows
+    from harness.report.analyses import load_audit_rows
+
+    run_dir, _ = smoke
+    grouped = load_audit_rows(run_dir / "audit")
+    models = {m for m, _, _ in grouped}
+    assert {"FT.1", "RLFT.1/beta=0.1", "RLFT.1/beta=0.5", "RLFT.4", "IPO"} <= models
+    assert {c for m, c, _ in grouped if m == "FT.1"} == {"checkpoint-4", "checkpoint-8", "final"}
+    report = run_dir / "report"
+    for name in ("report.md", "report.html", "summary.json", "findings.json"):
+        assert (report / name).is_file(), name
+    summary = read_json(report / "summary.json")
+    assert summary["entries"]
+    for e in summary["entries"]:
+        counts = {k: e[k] for k in ("n_total", "n_excluded", "n_scored", "n_memorized", "rate")}
+        assert counts == summarize_rows(grouped[(e["model"], e["checkpoint"], e["dataset"])])
+    # Paper 004's measures ran with FT.2 as the control run (same checkpoint steps as FT.1),
+    # and Lemma 1 holds on every audited string (C1 of the findings table).
+    loss = read_json(run_dir / "audit" / "losses" / "FT.1" / "summary.json")
+    assert loss["variant"] == "control_run"
+    c1 = next(f for f in read_json(report / "findings.json")["findings"] if f["id"] == "C1")
+    assert c1["status"] == "holds"
+    assert {u["model"] for u in summary["utility"]} >= {"FT.1", "FT.2"}
