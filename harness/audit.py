@@ -40,6 +40,7 @@ META_SUFFIX = ".meta.json"
 
 # Files that decide what a model directory computes: weights, architecture, tokenizer.
 MODEL_FILE_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",
+                       "adapter_config.json",   # a LoRA checkpoint: adapters + which base they apply to
                        "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                        "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt", "*.model",
                        "chat_template.*")

@@ -61,6 +61,20 @@ def _check_model_dir(path: str | Path) -> Path:
     return path
 
 
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def _load_lora_checkpoint(path: Path, trust_remote_code: bool, dtype):
+    """A PEFT LoRA checkpoint (adapter_config.json + adapter_model.safetensors, as intermediate
+    checkpoints of LoRA fine-tuning are saved): its base model with the adapters merged in, so every
+    checkpoint of a LoRA run is audited like any model."""
+    from peft import AutoPeftModelForCausalLM
+
+    model = AutoPeftModelForCausalLM.from_pretrained(str(path), use_safetensors=True, dtype=dtype,
+                                                     trust_remote_code=trust_remote_code)
+    return model.merge_and_unload()
+
+
 def _load(auto_cls_name: str, path: str | Path, device: str, trust_remote_code: bool, dtype):
     import torch  # noqa: F401  (imported for dtype objects)
     import transformers
@@ -69,9 +83,12 @@ def _load(auto_cls_name: str, path: str | Path, device: str, trust_remote_code: 
     path = _check_model_dir(path)
     device = pick_device(device)
     dtype = dtype or default_dtype(device)
-    auto_cls = getattr(transformers, auto_cls_name)
-    model = auto_cls.from_pretrained(str(path), use_safetensors=True, trust_remote_code=trust_remote_code,
-                                     dtype=dtype)
+    if (path / ADAPTER_CONFIG).is_file() and auto_cls_name == "AutoModelForCausalLM":
+        model = _load_lora_checkpoint(path, trust_remote_code, dtype)
+    else:
+        auto_cls = getattr(transformers, auto_cls_name)
+        model = auto_cls.from_pretrained(str(path), use_safetensors=True, trust_remote_code=trust_remote_code,
+                                         dtype=dtype)
     model.to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
     return model, tokenizer
