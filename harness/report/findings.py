@@ -45,25 +45,30 @@ def _result(fid: str, claim: str, paper: str, ours: str, holds: bool | None, rul
 
 
 def f1(entries, persistence, comparison, loss_rows, nmt) -> dict:
-    rate = _final(entries, "FT.1", "sd_base")
-    rate = rate if rate is not None else _final(entries, "FT.3", "sd_base")
+    rate = _direct_ft(entries, "sd_base")
     return _result("F1", "FT on SD memorizes a large share of SD.Base", "17.6 %", _pct(rate),
-                   None if rate is None else rate >= 0.05, "FT.1 (or FT.3) final rate on sd_base >= 5 %")
+                   None if rate is None else rate >= 0.05, "FT.3 (or FT.1) final rate on sd_base >= 5 %")
+
+
+def _direct_ft(entries: list[dict], dataset: str, metric: str = "rate") -> float | None:
+    """The directly fine-tuned model's figure: FT.3 (Sec. 5.2), else FT.1 (same data, Sec. 5.1)."""
+    value = _final(entries, "FT.3", dataset, metric)
+    return value if value is not None else _final(entries, "FT.1", dataset, metric)
 
 
 def f2(entries, *_):
-    ft, rl = _final(entries, "FT.3", "sd_base"), _final(entries, "RLFT.2", "sd_base")
+    ft, rl = _direct_ft(entries, "sd_base"), _final(entries, "RLFT.2", "sd_base")
     ok = None if ft is None or rl is None else (ft > 0 and rl <= 0.5 * ft)
     return _result("F2", "SD only in reward-model data: RLFT memorizes far less than direct FT",
-                   "0.9 % vs 17.6 %", f"{_pct(rl)} vs {_pct(ft)}", ok, "RLFT.2 rate <= half of FT.3's (> 0)")
+                   "0.9 % vs 17.6 %", f"{_pct(rl)} vs {_pct(ft)}", ok, "RLFT.2 rate <= half of FT.3's (or FT.1's; > 0)")
 
 
 def f3(entries, *_):
-    ft = _final(entries, "FT.3", "sd_links_pos", "pii_regurgitation_rate")
+    ft = _direct_ft(entries, "sd_links_pos", "pii_regurgitation_rate")
     rl = _final(entries, "RLFT.2", "sd_links_pos", "pii_regurgitation_rate")
     ok = None if ft is None or rl is None else (ft > rl and rl <= 0.05)
     return _result("F3", "SD.Links: FT regurgitates PII paths, RLFT via RM does not", "50 % vs 0 %",
-                   f"{_pct(ft)} vs {_pct(rl)}", ok, "FT.3 PII rate > RLFT.2's, and RLFT.2's <= 5 %")
+                   f"{_pct(ft)} vs {_pct(rl)}", ok, "FT.3 (or FT.1) PII rate > RLFT.2's, and RLFT.2's <= 5 %")
 
 
 def f4(entries, persistence, *_):

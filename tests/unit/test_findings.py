@@ -50,3 +50,11 @@ def test_missing_models_are_not_measured_and_lemma_violation_is_caught():
     got = {f["id"]: f["status"] for f in findings([], [], [], broken, None)}
     assert got["C1"] == FAILS
     assert all(got[k] == NOT_MEASURED for k in ("F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8", "N1", "N2", "N3"))
+
+
+def test_direct_ft_falls_back_to_ft1_when_the_run_has_no_ft3():
+    entries = [e("FT.1", "sd_base", 0.2), e("RLFT.2", "sd_base", 0.15),
+               e("FT.1", "sd_links_pos", 0.3, pii=0.4), e("RLFT.2", "sd_links_pos", 0.0, pii=0.0)]
+    got = {f["id"]: f for f in findings(entries, [], [], [], None)}
+    assert got["F2"]["status"] == FAILS and got["F2"]["ours"] == "15.0 % vs 20.0 %"   # 15 % > half of 20 %
+    assert got["F3"]["status"] == HOLDS
