@@ -254,6 +254,9 @@ def needed_datasets(stages: list[PlannedStage], cfg, with_audit: bool = True) ->
     for entry in audit_plan(cfg) if with_audit else []:
         for name in entry.get("datasets") or []:
             names[name] = None
+    audit = cfg.get("audit") or {}
+    if with_audit and "audit" in list(cfg.get("after_training") or []) and audit.get("utility"):
+        names.update({"humaneval_infill": None, "pd_eval": None})   # harness/utility.py (Table 2 analogue)
     return list(names)
 
 
