@@ -132,6 +132,18 @@ def default_dataset_name(examples: Path) -> str:
     return examples.stem
 
 
+def settings_from_config(a) -> AuditSettings:
+    """The `audit` config group's scoring knobs, validated (AuditSettings.__post_init__)."""
+    return AuditSettings(
+        k=float(a.k) if isinstance(a.k, (int, float)) and not isinstance(a.k, bool) else a.k,
+        max_new_tokens=a.max_new_tokens, target_tokens=a.target_tokens,
+        min_target_tokens=a.min_target_tokens, prompt_ned_threshold=float(a.prompt_ned_threshold),
+        batch_size=a.batch_size, fim_family=a.get("fim_family"), device=str(a.get("device") or "auto"),
+        trust_remote_code=bool(a.get("trust_remote_code", False)), progress=a.get("progress"),
+        threads=a.get("threads"),
+    )
+
+
 def job_from_config(cfg) -> AuditJob:
     """Validate the `audit` config group; every error names the key and the fix."""
     a = cfg.audit
@@ -148,14 +160,7 @@ def job_from_config(cfg) -> AuditJob:
         raise UserError("audit.out_dir is not set; pass audit.out_dir=<directory for the results>")
     out_dir = Path(str(a.out_dir))
     cache_dir = Path(str(a.cache_dir)) if a.get("cache_dir") else out_dir / "cache"
-    settings = AuditSettings(
-        k=float(a.k) if isinstance(a.k, (int, float)) and not isinstance(a.k, bool) else a.k,
-        max_new_tokens=a.max_new_tokens, target_tokens=a.target_tokens,
-        min_target_tokens=a.min_target_tokens, prompt_ned_threshold=float(a.prompt_ned_threshold),
-        batch_size=a.batch_size, fim_family=a.get("fim_family"), device=str(a.get("device") or "auto"),
-        trust_remote_code=bool(a.get("trust_remote_code", False)), progress=a.get("progress"),
-        threads=a.get("threads"),
-    )
+    settings = settings_from_config(a)
     return AuditJob(model_dir=model_dir, model_name=str(a.get("model_name") or model_dir.resolve().name),
                     control_dir=control_dir, examples=examples,
                     dataset=str(a.get("dataset") or default_dataset_name(examples)),

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from harness.audit import META_SUFFIX, AuditJob, AuditSettings, run_audit, write_summary
+from harness.audit import META_SUFFIX, AuditJob, run_audit, settings_from_config, write_summary
 from harness.errors import UserError
 from harness.io import RowStore, read_json
 from harness.provenance import provenance
@@ -189,11 +189,7 @@ def job_from_config_defaults(cfg) -> AuditJob:
     if a.out_dir in (None, ""):
         raise UserError("audit.out_dir is not set; pass audit.out_dir=<directory for the results>")
     out_dir = Path(str(a.out_dir))
-    settings = AuditSettings(
-        k=float(a.k), max_new_tokens=a.max_new_tokens, target_tokens=a.target_tokens,
-        min_target_tokens=a.min_target_tokens, prompt_ned_threshold=float(a.prompt_ned_threshold),
-        batch_size=a.batch_size, fim_family=a.get("fim_family"), device=str(a.get("device") or "auto"),
-        trust_remote_code=bool(a.get("trust_remote_code", False)), progress=a.get("progress"))
+    settings = settings_from_config(a)
     cache_dir = Path(str(a.cache_dir)) if a.get("cache_dir") else out_dir / "cache"
     return AuditJob(model_dir=Path("."), model_name="", control_dir=Path("."), examples=Path("."), dataset="",
                     all_checkpoints=True, out_dir=out_dir, cache_dir=cache_dir, settings=settings)
