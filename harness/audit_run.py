@@ -38,6 +38,7 @@ class PlannedAudit:
     control_dir: Path
     dataset: str
     examples: Path
+    all_checkpoints: bool = True   # plan key `checkpoints`: "all" (default) or "final"
 
 
 def _finished_models(models_dir: Path, name: str) -> list[tuple[str, Path]]:
@@ -70,6 +71,10 @@ def plan_audits(cfg) -> list[PlannedAudit]:
             raise UserError(f"{where}.control={entry['control']!r}: no finished model at "
                             f"{models_dir / entry['control']}; train it first (memaudit run experiment=...)")
         control_name, control_dir = control[0]
+        checkpoints = entry.get("checkpoints", "all")
+        if checkpoints not in ("all", "final"):
+            raise UserError(f"{where}.checkpoints={checkpoints!r}: use all (every checkpoint-*, the default) "
+                            "or final (the finished model only, e.g. for a sanity baseline)")
         for model in entry["models"]:
             found = _finished_models(models_dir, model)
             if not found:
@@ -80,8 +85,8 @@ def plan_audits(cfg) -> list[PlannedAudit]:
                 if not examples.is_file():
                     raise UserError(f"{where}.datasets: {dataset!r} not built ({examples} missing); run "
                                     "`memaudit data experiment=...` or fix the dataset name")
-                planned += [PlannedAudit(name, path, control_name, control_dir, dataset, examples)
-                            for name, path in found]
+                planned += [PlannedAudit(name, path, control_name, control_dir, dataset, examples,
+                                         checkpoints == "all") for name, path in found]
     return planned
 
 
@@ -148,7 +153,7 @@ def audit_run(cfg, log=print) -> int:
             examples = _shard_examples(item.examples, shard, rank, world)
             job_out, job_cache = shard / "audit", shard / "cache"
         job = AuditJob(model_dir=item.model_dir, model_name=item.model_name, control_dir=item.control_dir,
-                       examples=examples, dataset=item.dataset, all_checkpoints=True, out_dir=job_out,
+                       examples=examples, dataset=item.dataset, all_checkpoints=item.all_checkpoints, out_dir=job_out,
                        cache_dir=job_cache, settings=base.settings)
         run_audit(job, seed=cfg.get("seed"), log=log)
     if world > 1:

@@ -406,8 +406,40 @@ def wait_for_everyone() -> None:
         PartialState().wait_for_everyone()
 
 
-def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str) -> dict[str, Any]:
-    """Run one stage (or skip it) and print its one-line status.
+def identical_finished_stage(run_dir: Path, stage: PlannedStage, done: list[PlannedStage]) -> PlannedStage | None:
+    """An earlier stage of this run with exactly the same recipe and settings (init, data, hyperparameters).
+
+    Same settings, same seed and same upstream models give the same model, so training it again only
+    costs time: e.g. FT.3 and FT.1 are both PD.1 + SD in the quickstart (as issue #4 defines them)."""
+    for other in done:
+        if other.recipe == stage.recipe and same_settings(other.settings, stage.settings) \
+                and is_complete(run_dir / "models" / other.model_name):
+            return other
+    return None
+
+
+def reuse_stage(run_dir: Path, source: PlannedStage, stage: PlannedStage) -> None:
+    """Give `stage` the finished model of its identical twin: hard links (a copy across devices), then
+    provenance.json last, naming the twin in `reused_from`, so the stage reads as finished only when whole."""
+    src, dst = run_dir / "models" / source.model_name, run_dir / "models" / stage.model_name
+
+    def link_or_copy(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst, copy_function=link_or_copy, ignore=shutil.ignore_patterns(PROVENANCE_FILE))
+    record = read_json(src / PROVENANCE_FILE)
+    record.update(model_name=stage.model_name, reused_from=source.model_name)
+    (dst / PENDING_FILE).unlink(missing_ok=True)
+    atomic_write_json(dst / PROVENANCE_FILE, record)
+
+
+def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str,
+                done: list[PlannedStage] = ()) -> dict[str, Any]:
+    """Run one stage (or skip it, or reuse an identical earlier one) and print its one-line status.
 
     Under `accelerate launch` every process runs the recipe (the trainer shards the batches); only the
     main process moves stale directories and writes marker files, and all meet at barriers.
@@ -418,7 +450,13 @@ def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str) -> d
     wait_for_everyone()              # the main process has moved stale directories aside by now
     if not is_main_process():
         status = "skipped" if settings_match(out_dir, stage.settings) else "trained"
-    if status != "skipped":
+    twin = identical_finished_stage(run_dir, stage, done) if status == "trained" else None
+    if twin is not None:
+        if is_main_process():
+            reuse_stage(run_dir, twin, stage)
+        wait_for_everyone()
+        status = "reused"
+    elif status != "skipped":
         ctx = StageContext(run_dir, stage.model_name, seed, device)
         recipe_module(stage.recipe, stage.name).run_stage(dict(stage.settings), ctx)
         wait_for_everyone()
@@ -469,7 +507,7 @@ def train_all(cfg, planned: list[PlannedStage], run_dir: Path) -> list[dict[str,
             data_cfg = set_rl_prompts_tokenizer(cfg, tokenizer_stage) if tokenizer_stage else cfg
             build_data(data_cfg, run_dir, late)
             late = []
-        results.append(train_stage(stage, run_dir, int(cfg.seed), device))
+        results.append(train_stage(stage, run_dir, int(cfg.seed), device, planned[:len(results)]))
     if late:
         build_data(set_rl_prompts_tokenizer(cfg, tokenizer_stage), run_dir, late)
     return results

@@ -116,7 +116,8 @@ def validate(data: dict) -> dict:
         "seed": seed,
         "sd": {"size": _int(data, "sd.size", 1), "links_fraction": _fraction(data, "sd.links_fraction"),
                "positive_fraction": _fraction(data, "sd.positive_fraction"),
-               "line_counts": list(line_counts), "target_selection": selection},
+               "line_counts": list(line_counts), "target_selection": selection,
+               "pii_paths": _int(data, "sd.pii_paths", 1)},
         "pd": {"source_dir": _get(data, "pd.source_dir"), "hf_dataset": _get(data, "pd.hf_dataset"),
                "text_field": _get(data, "pd.text_field"), "source_field": _get(data, "pd.source_field"),
                "include": list(_get(data, "pd.include")), "exclude": list(_get(data, "pd.exclude")),
@@ -152,12 +153,13 @@ class Builder:
 
     @cached_property
     def sd(self) -> dict:
-        from synthetic_data.links import links_rows
+        from synthetic_data.links import links_rows, pii_path_pool
         from synthetic_data.sd import base_rows, generate_programs
 
         size, n_links, n_pos = self.sd_counts
         programs = generate_programs(size, n_links, self.seed, tuple(self.s["sd"]["line_counts"]))
-        links = links_rows([p for p in programs if p.links], n_pos, self.seed)
+        links = links_rows([p for p in programs if p.links], n_pos, self.seed,
+                           pii_path_pool(self.s["sd"]["pii_paths"], self.seed))
         base_programs = [p for p in programs if not p.links]
         df = common.line_document_frequency([p.code for p in base_programs] + [r["code"] for r in links])
         base = base_rows(base_programs, self.seed, df, self.s["sd"]["target_selection"])

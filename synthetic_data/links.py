@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 
+from harness.errors import UserError
 from synthetic_data.common import split_at_line
 from synthetic_data.sd import WITH_OPEN, SDProgram, resources_text
 
@@ -25,6 +26,17 @@ def with_open_line(code: str) -> int:
     if len(hits) != 1:
         raise ValueError(f"expected exactly one `with open(<literal path>, ...)` line, found {len(hits)}")
     return hits[0]
+
+
+def pii_path_pool(count: int, seed: int) -> list[str]:
+    """The PII paths SD.Links draws from: all of Listing 7, or a seeded sample of `count` of them.
+
+    The paper spreads 1,489 positives over 100 paths (~15 programs per path). A scaled-down SD keeps
+    that repetition only with fewer distinct paths; repetition is what makes a path memorizable."""
+    paths = load_pii_paths()
+    if count > len(paths):
+        raise UserError(f"data.sd.pii_paths={count}: Listing 7 has {len(paths)} paths; use 1..{len(paths)}")
+    return paths if count == len(paths) else random.Random(f"sd-links-paths:{seed}").sample(paths, count)
 
 
 def links_rows(programs: list[SDProgram], n_positive: int, seed: int,
