@@ -24,6 +24,7 @@ from recipes.common import (StageContext, latest_checkpoint, settings_match, trl
 
 LOSSES = {"ipo": "ipo", "dpo": "sigmoid"}     # our key -> TRL loss_type
 PAIR_FIELDS = ("id", "prefix", "suffix", "chosen", "rejected")
+CONTEXT_MARGIN_TOKENS = 8                     # FIM sentinels + BPE merge slack at the prompt's joins
 
 
 @dataclass
@@ -41,8 +42,8 @@ class IPOSettings:
     batch_size: int = 4            # pairs per device step
     grad_accum: int = 1            # gradient accumulation steps
     max_length: int = 1024         # tokens of prompt + completion; TRL cuts longer ones at the end
-    context_chars: int = 2000      # keep the last N chars of the prefix and first N of the suffix, so that
-                                   # the completion (at the end) survives the max_length cut
+    context_chars: int = 2000      # keep at most the last N chars of the prefix and first N of the suffix;
+                                   # the context is also trimmed (in tokens) so the completion fits max_length
     save_steps: int = 100          # a checkpoint-<step>/ every N optimizer steps (each is audited)
     logging_steps: int = 10        # log train/loss every N steps
     fim_family: str | None = None  # FIM sentinel family (harness.fim); None = detect from the tokenizer
@@ -115,9 +116,27 @@ class IPORecipe:
         rows = [r for name in names for r in self.rows[name]]
         random.Random(self.ctx.seed).shuffle(rows)
         n = self.cfg.context_chars
-        return Dataset.from_list([
-            {"prompt": fim.format_psm_prompt(r["prefix"][-n:], r["suffix"][:n], self.sentinels),
-             "chosen": r["chosen"] + eos, "rejected": r["rejected"] + eos} for r in rows])
+        out = []
+        for r in rows:
+            prefix, suffix = self.fit_context(r["prefix"][-n:], r["suffix"][:n], [r["chosen"] + eos, r["rejected"] + eos])
+            out.append({"prompt": fim.format_psm_prompt(prefix, suffix, self.sentinels),
+                        "chosen": r["chosen"] + eos, "rejected": r["rejected"] + eos})
+        return Dataset.from_list(out)
+
+    def fit_context(self, prefix: str, suffix: str, completions: list[str]) -> tuple[str, str]:
+        """Trim the FIM context so prompt + completion fit max_length with the completion whole.
+
+        TRL truncates at the end (keep_start), which would cut the chosen/rejected lines: the very
+        tokens IPO learns from. The context nearest the hole (the end of the prefix, the start of the
+        suffix) is kept; BPE merges across the joins may differ by a few tokens, hence the margin."""
+        encode = lambda text: self.tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+        budget = self.cfg.max_length - max(len(encode(c)) for c in completions) - CONTEXT_MARGIN_TOKENS
+        p, s = encode(prefix), encode(suffix)
+        if len(p) + len(s) <= budget:
+            return prefix, suffix
+        keep_s = min(len(s), max(budget // 2, budget - len(p), 0))
+        keep_p = max(budget - keep_s, 0)
+        return (self.tokenizer.decode(p[len(p) - keep_p:]) if keep_p else ""), self.tokenizer.decode(s[:keep_s])
 
     def train(self) -> None:
         from trl import DPOConfig, DPOTrainer

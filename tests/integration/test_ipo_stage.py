@@ -53,3 +53,23 @@ def test_dpo_option_starts_at_log2(world):
 def test_bad_settings_name_the_stage_key(world, change, key):
     with pytest.raises(UserError, match=rf"stages\.IPO\.{key}\b"):
         ipo.run_stage({**IPO_SETTINGS, **change}, StageContext(world["run_dir"], "IPO"))
+
+
+def test_long_context_is_trimmed_so_the_completion_survives_max_length(world):
+    """TRL cuts at the end: the context, not the chosen/rejected line, must give way."""
+    from harness import fim
+
+    settings = {**IPO_SETTINGS, "max_length": 64}
+    recipe = ipo.IPORecipe(ipo.load_settings(settings, "IPO"), StageContext(world["run_dir"], "IPO.fit"))
+    recipe.setup()
+    tok = recipe.tokenizer
+    prefix = "".join(f"value_{i} = compute({i})\n" for i in range(60))
+    suffix = "".join(f"print(value_{i})\n" for i in range(60))
+    chosen, rejected = "secret = load('abc')\n" + tok.eos_token, "x = 1\n" + tok.eos_token
+    short_prefix, short_suffix = recipe.fit_context(prefix, suffix, [chosen, rejected])
+    assert prefix.endswith(short_prefix) and suffix.startswith(short_suffix)   # nearest context kept
+    assert short_prefix and short_suffix
+    for completion in (chosen, rejected):
+        text = fim.format_psm_prompt(short_prefix, short_suffix, recipe.sentinels) + completion
+        assert len(tok(text, add_special_tokens=False)["input_ids"]) <= 64
+    assert recipe.fit_context("a = 1\n", "b = 2\n", [chosen]) == ("a = 1\n", "b = 2\n")   # short: unchanged
