@@ -10,6 +10,8 @@ Loading is safe by default: safetensors only, `trust_remote_code=False` unless t
 
 from __future__ import annotations
 
+import contextlib
+
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +77,21 @@ def _load_lora_checkpoint(path: Path, trust_remote_code: bool, dtype):
     return model.merge_and_unload()
 
 
+@contextlib.contextmanager
+def quiet_weight_loading():
+    """No "Loading weights" bar per model: an audit loads dozens of checkpoints, and a bar each would
+    bury the audit's own progress lines. Trainer progress bars are not affected."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
 def _load(auto_cls_name: str, path: str | Path, device: str, trust_remote_code: bool, dtype):
     import torch  # noqa: F401  (imported for dtype objects)
     import transformers
@@ -83,12 +100,13 @@ def _load(auto_cls_name: str, path: str | Path, device: str, trust_remote_code: 
     path = _check_model_dir(path)
     device = pick_device(device)
     dtype = dtype or default_dtype(device)
-    if (path / ADAPTER_CONFIG).is_file() and auto_cls_name == "AutoModelForCausalLM":
-        model = _load_lora_checkpoint(path, trust_remote_code, dtype)
-    else:
-        auto_cls = getattr(transformers, auto_cls_name)
-        model = auto_cls.from_pretrained(str(path), use_safetensors=True, trust_remote_code=trust_remote_code,
-                                         dtype=dtype)
+    with quiet_weight_loading():
+        if (path / ADAPTER_CONFIG).is_file() and auto_cls_name == "AutoModelForCausalLM":
+            model = _load_lora_checkpoint(path, trust_remote_code, dtype)
+        else:
+            auto_cls = getattr(transformers, auto_cls_name)
+            model = auto_cls.from_pretrained(str(path), use_safetensors=True, trust_remote_code=trust_remote_code,
+                                             dtype=dtype)
     model.to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
     return model, tokenizer

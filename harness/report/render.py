@@ -351,6 +351,8 @@ def render_report(cfg) -> int:
     atomic_write_text(out_dir / "report.html", _to_html(blocks, title))
     summary["provenance"] = provenance(seed=cfg.get("seed"), runs=[str(r) for r in runs], k=k)
     atomic_write_json(out_dir / "summary.json", summary)
-    print(f"[memaudit] report written to {out_dir / 'report.html'} (and report.md, summary.json)")
+    for f in summary.get("findings", []):
+        print(f"[memaudit] {f['id']:<3} {f['status']:<15} ours {f['ours']:<28.28} paper {f['paper']}")
+    print(f"[memaudit] report written to {out_dir / 'report.html'} (and report.md, summary.json, findings.json)")
     return 0
 

@@ -43,3 +43,14 @@ def test_missing_key_is_named(run_dir):
     cfg = compose(["experiment=smoke", f"run_dir={run_dir}", "audit_plan=[{models: [FT.1], control: FT.2}]"])
     with pytest.raises(UserError, match=r"audit_plan\[0\]\.datasets is missing"):
         plan_audits(cfg)
+
+
+def test_checkpoints_final_audits_only_the_finished_model(run_dir):
+    cfg = compose(["experiment=smoke", f"run_dir={run_dir}",
+                   "audit_plan=[{models: [FT.1], control: FT.2, datasets: [sd_base]},"
+                   "{models: [FT.1], control: FT.2, datasets: [sd_links_pos], checkpoints: final}]"])
+    assert [(p.dataset, p.all_checkpoints) for p in plan_audits(cfg)] == [("sd_base", True), ("sd_links_pos", False)]
+    bad = compose(["experiment=smoke", f"run_dir={run_dir}",
+                   "audit_plan=[{models: [FT.1], control: FT.2, datasets: [sd_base], checkpoints: last}]"])
+    with pytest.raises(UserError, match=r"audit_plan\[0\]\.checkpoints='last'"):
+        plan_audits(bad)

@@ -76,6 +76,8 @@ def test_rl_prompts_skipped_with_reason_when_no_tokenizer(tmp_path):
     ("data.sd.links_fraction=0.0", "data.sd.links_fraction"),
     ("data.rl_prompts.tokenizer=/nonexistent/tok", "data.rl_prompts.tokenizer"),
     ("data.preference.max_span_lines=0", "data.preference.max_span_lines"),
+    ("data.sd.pii_paths=0", "data.sd.pii_paths"),
+    ("data.sd.pii_paths=101", "data.sd.pii_paths"),
 ])
 def test_bad_settings_name_the_key(tmp_path, override, key):
     names = {"data.pd.source_dir": ["pd_1"], "data.sd.links_fraction": ["sd_links"],
@@ -96,3 +98,15 @@ def test_empty_split_names_its_proportion(tmp_path):
     with pytest.raises(UserError, match=r"data\.pd\.proportions\.pd_\w+: no example fell into"):
         build_datasets(cfg, names=["pd_pt", "pd_1", "pd_2", "pd_2_val", "pd_3", "pd_3_val", "pd_eval"],
                        log=lambda *_: None)
+
+
+def test_pii_paths_limits_the_distinct_paths_and_repeats_them(tmp_path):
+    """data.sd.pii_paths=2: every positive carries one of the same 2 Listing 7 paths (a seeded choice)."""
+    from synthetic_data.links import load_pii_paths, pii_path_pool
+
+    out = build_datasets(cfg_for(tmp_path, "data.sd.pii_paths=2"), names=["sd_links_pos"], log=lambda *_: None)
+    rows = [json.loads(line) for line in (out["sd_links_pos"] / "rows.jsonl").read_text().splitlines()]
+    pool = pii_path_pool(2, 0)
+    assert len(pool) == 2 and set(pool) <= set(load_pii_paths())
+    assert {r["pii_path"] for r in rows} == set(pool) and len(rows) > 2 * 2     # each path repeats
+    assert pii_path_pool(100, 0) == load_pii_paths()                           # the default keeps Listing 7
