@@ -324,11 +324,11 @@ def set_rl_prompts_tokenizer(cfg, tokenizer_dir: Path):
 # --- training ----------------------------------------------------------------------------------------------
 
 
-def prepare_out_dir(run_dir: Path, stage: PlannedStage) -> str:
+def prepare_out_dir(run_dir: Path, stage: PlannedStage, seed: int | None = None) -> str:
     """'skipped' / 'resumed' / 'trained' for the status line; moves a stale directory aside first."""
     out_dir = run_dir / "models" / stage.model_name
     if settings_match(out_dir, stage.settings):
-        reason = outdated_reason(run_dir, out_dir, stage)
+        reason = outdated_reason(run_dir, out_dir, stage, seed)
         if reason is None:
             return "skipped"
         target = move_aside(out_dir, run_dir / "stale" / stage.model_name.replace("/", "__"))
@@ -356,13 +356,16 @@ def move_aside(path: Path, stem: Path) -> Path:
     return target
 
 
-def outdated_reason(run_dir: Path, out_dir: Path, stage: PlannedStage) -> str | None:
+def outdated_reason(run_dir: Path, out_dir: Path, stage: PlannedStage, seed: int | None = None) -> str | None:
     """Why a finished stage with unchanged settings must still be retrained, or None.
 
-    Settings alone do not identify a model: its datasets may have been rebuilt (other data settings)
-    and the stage it starts from (init / reward_model) may have been retrained since.
+    Settings alone do not identify a model: it may have been trained with another seed, its datasets
+    may have been rebuilt (other data settings) and the stage it starts from (init / reward_model)
+    may have been retrained since.
     """
     prov = read_json(out_dir / PROVENANCE_FILE)
+    if seed is not None and prov.get("seed") is not None and int(prov["seed"]) != int(seed):
+        return f"it was trained with seed {prov['seed']}, this run uses seed {seed}"
     for dataset, sha in (prov.get("datasets") or {}).items():
         manifest = run_dir / "data" / dataset / "manifest.json"
         if manifest.is_file() and read_json(manifest).get("sha256") != sha:
@@ -446,7 +449,7 @@ def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str,
     """
     start, cpu_start = time.time(), time.process_time()
     out_dir = run_dir / "models" / stage.model_name
-    status = prepare_out_dir(run_dir, stage) if is_main_process() else ""
+    status = prepare_out_dir(run_dir, stage, seed) if is_main_process() else ""
     wait_for_everyone()              # the main process has moved stale directories aside by now
     if not is_main_process():
         status = "skipped" if settings_match(out_dir, stage.settings) else "trained"

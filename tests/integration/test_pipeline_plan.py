@@ -163,3 +163,14 @@ def test_a_finished_stage_is_retrained_when_its_data_or_upstream_changed(tmp_pat
     os.utime(tmp_path / "models" / "PT" / "provenance.json", ns=(later, later))           # PT retrained since
     assert prepare_out_dir(tmp_path, stage) == "trained"
     assert len(list((tmp_path / "stale").iterdir())) == 2
+
+
+def test_a_finished_stage_of_another_seed_is_retrained_not_skipped(tmp_path):
+    from harness.io import atomic_write_json
+    from recipes.pipeline import prepare_out_dir
+
+    atomic_write_json(tmp_path / "models" / "FT.1" / "provenance.json", {"settings": {"lr": 0.2}, "seed": 0})
+    assert prepare_out_dir(tmp_path, _stage({"lr": 0.2}), seed=0) == "skipped"
+    assert prepare_out_dir(tmp_path, _stage({"lr": 0.2}), seed=1) == "trained"     # same settings, seed 1
+    [old] = (tmp_path / "stale").iterdir()
+    assert (old / "provenance.json").is_file()
