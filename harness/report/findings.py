@@ -118,13 +118,24 @@ def f8(entries, *_):
                    "18.2 % vs 0.9 %", f"{_pct(ipo)} vs {_pct(rl)}", ok, "IPO rate on sd_base > RLFT.2's")
 
 
+def _nmt_numbers(value: Any) -> str:
+    """NMT figures for a table cell: a ratio per bucket as a chain, shares by kind, one rate as a percentage."""
+    if isinstance(value, list):
+        return " → ".join(f"{v:.1f}" if isinstance(v, (int, float)) else str(v) for v in value) + " %"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_pct(v)}" if isinstance(v, (int, float)) else f"{k} {v}" for k, v in value.items())
+    if isinstance(value, (int, float)):
+        return _pct(value)
+    return json.dumps(value)
+
+
 def _nmt(fid: str, keys: tuple[str, ...], numbers: str, claim: str, paper: str) -> Callable:
     """N1-N3 from the NMT run's summary.json `findings` (recipes/nmt_pipeline.py): all `keys` must hold."""
     def check(entries, persistence, comparison, loss_rows, nmt):
         f = (nmt or {}).get("findings") or {}
         if not all(k in f for k in keys):
             return _result(fid, claim, paper, "–", None, " and ".join(keys))
-        return _result(fid, claim, paper, json.dumps(f.get(numbers)), all(bool(f[k]) for k in keys),
+        return _result(fid, claim, paper, _nmt_numbers(f.get(numbers)), all(bool(f[k]) for k in keys),
                        " and ".join(keys))
     return check
 

@@ -58,3 +58,14 @@ def test_direct_ft_falls_back_to_ft1_when_the_run_has_no_ft3():
     got = {f["id"]: f for f in findings(entries, [], [], [], None)}
     assert got["F2"]["status"] == FAILS and got["F2"]["ours"] == "15.0 % vs 20.0 %"   # 15 % > half of 20 %
     assert got["F3"]["status"] == HOLDS
+
+
+def test_nmt_figures_read_as_numbers_not_json():
+    nmt = {"findings": {"N1_memorization_rises_with_repetitions": True, "N1_ratio_pct_by_bucket": [12.0, 14.25],
+                        "N2_suffix_kept_more_than_prefix": True, "N2_start_kept_least": True,
+                        "N2_shares": {"suffix": 0.8375, "prefix": 0.009}, "N3_recovery_for_most_memorized": True,
+                        "N3_best_rate": 0.748}}
+    got = {f["id"]: f["ours"] for f in findings([], [], [], [], nmt)}
+    assert got["N1"] == "12.0 → 14.2 %"
+    assert got["N2"] == "suffix 83.8 %, prefix 0.9 %"
+    assert got["N3"] == "74.8 %"

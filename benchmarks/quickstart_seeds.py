@@ -1,0 +1,61 @@
+"""Findings of several quickstart runs (one per seed) side by side, for the README's spread table.
+
+    memaudit run experiment=quickstart                                   # seed 0 -> runs/quickstart
+    memaudit run experiment=quickstart seed=1 run_dir=runs/quickstart_seed1
+    memaudit run experiment=quickstart seed=2 run_dir=runs/quickstart_seed2
+    python benchmarks/quickstart_seeds.py runs/quickstart runs/quickstart_seed1 runs/quickstart_seed2
+
+Reads each run's report/findings.json (written by `memaudit report`) and run.json (stage times), and
+prints a markdown table: each finding's figure per seed and in how many seeds it holds, then the wall
+seconds of training per run. Nothing is recomputed: the numbers are the reports'.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def load_run(run_dir: Path) -> tuple[int | None, list[dict], float | None]:
+    findings_file = run_dir / "report" / "findings.json"
+    if not findings_file.is_file():
+        raise SystemExit(f"{findings_file}: missing; run `memaudit report run_dir={run_dir}` first")
+    findings = json.loads(findings_file.read_text())["findings"]
+    run = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").is_file() else {}
+    seconds = sum(s.get("seconds", 0) for s in run.get("stages", [])) if run.get("stages") else None
+    return run.get("seed"), findings, seconds
+
+
+def spread_table(runs: list[tuple[str, int | None, list[dict], float | None]]) -> str:
+    ids = [f["id"] for f in runs[0][2]]
+    head = "| id | paper | " + " | ".join(f"seed {seed}" for _, seed, _, _ in runs) + " | holds in |"
+    lines = [head, "|" + "---|" * (len(runs) + 3)]
+    for fid in ids:
+        cells, held, measured, paper = [], 0, 0, ""
+        for _, _, findings, _ in runs:
+            f = next((x for x in findings if x["id"] == fid), None)
+            if f is None:
+                cells.append("–")
+                continue
+            paper = f["paper"]
+            mark = {"holds": "✓", "not reproduced": "✗"}.get(f["status"], "n/m")
+            cells.append(f"{f['ours']} {mark}")
+            measured += f["status"] != "not measured"
+            held += f["status"] == "holds"
+        lines.append(f"| {fid} | {paper} | " + " | ".join(cells) + f" | {held}/{measured} |")
+    times = ", ".join(f"seed {seed}: {secs:.0f} s" for _, seed, _, secs in runs if secs is not None)
+    return "\n".join(lines) + (f"\n\nTraining wall time (stages only): {times}" if times else "")
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__)
+        return 2
+    runs = [(str(p), *load_run(Path(p))) for p in argv]
+    print(spread_table(runs))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
