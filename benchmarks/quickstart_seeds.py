@@ -5,9 +5,9 @@
     memaudit run experiment=quickstart seed=2 run_dir=runs/quickstart_seed2
     python benchmarks/quickstart_seeds.py runs/quickstart runs/quickstart_seed1 runs/quickstart_seed2
 
-Reads each run's report/findings.json (written by `memaudit report`) and run.json (stage times), and
+Reads each run's report/findings.json (written by `memaudit report`) and run.json (wall time), and
 prints a markdown table: each finding's figure per seed and in how many seeds it holds, then the wall
-seconds of training per run. Nothing is recomputed: the numbers are the reports'.
+seconds of each `memaudit run`. Nothing is recomputed: the numbers are the reports'.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def load_run(run_dir: Path) -> tuple[int | None, list[dict], float | None]:
         raise SystemExit(f"{findings_file}: missing; run `memaudit report run_dir={run_dir}` first")
     findings = json.loads(findings_file.read_text())["findings"]
     run = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").is_file() else {}
-    seconds = sum(s.get("seconds", 0) for s in run.get("stages", [])) if run.get("stages") else None
+    seconds = run.get("wall_seconds")          # the whole `memaudit run` (data, training, audit, report)
     return run.get("seed"), findings, seconds
 
 
@@ -45,7 +45,7 @@ def spread_table(runs: list[tuple[str, int | None, list[dict], float | None]]) -
             held += f["status"] == "holds"
         lines.append(f"| {fid} | {paper} | " + " | ".join(cells) + f" | {held}/{measured} |")
     times = ", ".join(f"seed {seed}: {secs:.0f} s" for _, seed, _, secs in runs if secs is not None)
-    return "\n".join(lines) + (f"\n\nTraining wall time (stages only): {times}" if times else "")
+    return "\n".join(lines) + (f"\n\n`memaudit run` wall time: {times}" if times else "")
 
 
 def main(argv: list[str]) -> int:

@@ -477,7 +477,7 @@ def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str,
             "cpu_seconds": round(cpu_seconds, 1)}
 
 
-def write_run_record(cfg, run_dir: Path, stages: list[dict[str, Any]]) -> None:
+def write_run_record(cfg, run_dir: Path, stages: list[dict[str, Any]], **extra: Any) -> None:
     """<run_dir>/run.json: the resolved experiment, git commit, versions, and what each stage did."""
     from omegaconf import OmegaConf
 
@@ -486,7 +486,7 @@ def write_run_record(cfg, run_dir: Path, stages: list[dict[str, Any]]) -> None:
     if not is_main_process():
         return
     record = provenance(seed=cfg.seed, datasets={}, experiment=cfg.get("experiment_name"),
-                        config=OmegaConf.to_container(cfg, resolve=True), stages=stages)
+                        config=OmegaConf.to_container(cfg, resolve=True), stages=stages, **extra)
     atomic_write_json(run_dir / "run.json", record)
 
 
@@ -544,12 +544,19 @@ def run_main(cfg) -> int:
     """`memaudit run`: data -> every stage in dependency order -> audit -> report."""
     planned = plan(cfg)
     run_dir = run_directory(cfg)
+    start = time.time()
     print(f"[memaudit] run {cfg.get('experiment_name')} in {run_dir}: "
           f"{len(planned)} model(s): {', '.join(s.model_name for s in planned)}", flush=True)
     write_run_record(cfg, run_dir, [])
     results = train_all(cfg, planned, run_dir)
     write_run_record(cfg, run_dir, results)
     after_training(with_run_dir(cfg, run_dir), planned, run_dir)
+    seconds = time.time() - start
+    write_run_record(cfg, run_dir, results, wall_seconds=round(seconds, 1))
+    if is_main_process():
+        print(f"[memaudit] run {cfg.get('experiment_name')} finished in {int(seconds // 60)} min {seconds % 60:.0f} s "
+              f"(data, training, {', '.join(cfg.get('after_training') or []) or 'no audit'}); results in {run_dir}",
+              flush=True)
     return 0
 
 

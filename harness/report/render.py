@@ -20,7 +20,10 @@ from harness.provenance import provenance
 from harness.report import analyses as A
 from harness.report import figures as F
 
-STAGE_GROUPS = {"sft": "FT (direct)", "rl": "RLFT via reward model", "ipo": "IPO"}
+# Default groups when report.compare is empty: by the recipe that produced each model. The recipe does not
+# say how SD entered (RLFT.1 inherits it from FT.1, RLFT.2 only saw it through the reward model), so the
+# experiments that make that comparison set report.compare themselves (conf/experiment/quickstart.yaml).
+STAGE_GROUPS = {"sft": "FT", "rl": "RLFT", "ipo": "IPO"}
 
 
 # ---------------------------------------------------------------- document blocks

@@ -67,7 +67,7 @@ def test_report_files_and_numbers_equal_rows(fake_run):
     pers = {(p["target"], p["dataset"]) for p in summary["persistence"]}
     assert ("RLFT.1/beta=0.1", "sd_base") in pers and ("RLFT.1/beta=0.5", "sd_links_pos") in pers
     assert {s["value"] for s in summary["sweeps"]} == {0.1, 0.5}
-    assert {c["group"] for c in summary["comparison"]} == {"FT (direct)", "RLFT via reward model", "IPO"}
+    assert {c["group"] for c in summary["comparison"]} == {"FT", "RLFT", "IPO"}
     assert summary["reward_scores"][0]["auc"] > 0.9
     assert len(summary["provenance_table"]) == 6
     assert summary["provenance"]["git_commit"] is not None
