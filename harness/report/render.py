@@ -326,8 +326,8 @@ def render_report(cfg) -> int:
             group = STAGE_GROUPS.get(p.get("stage"))
             if group and any(e["model"] == model for e in entries):
                 compare.setdefault(group, []).append(model)
-    order = list(STAGE_GROUPS.values())
-    compare = dict(sorted(compare.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+        order = list(STAGE_GROUPS.values())                    # default groups in pipeline order;
+        compare = dict(sorted(compare.items(), key=lambda kv: order.index(kv[0])))   # report.compare keeps its own
     comp_rows = A.rlhf_vs_ipo(entries, compare, sorted({e["dataset"] for e in entries}))
     if len({r["group"] for r in comp_rows}) >= 2:
         blocks.append(("h", 2, "Direct fine-tuning vs RLHF vs IPO (paper 003 Sec. 5.2, 5.4)"))

@@ -67,7 +67,7 @@ def test_report_files_and_numbers_equal_rows(fake_run):
     pers = {(p["target"], p["dataset"]) for p in summary["persistence"]}
     assert ("RLFT.1/beta=0.1", "sd_base") in pers and ("RLFT.1/beta=0.5", "sd_links_pos") in pers
     assert {s["value"] for s in summary["sweeps"]} == {0.1, 0.5}
-    assert {c["group"] for c in summary["comparison"]} == {"FT", "RLFT", "IPO"}
+    assert list(dict.fromkeys(c["group"] for c in summary["comparison"])) == ["FT", "RLFT", "IPO"]   # pipeline order
     assert summary["reward_scores"][0]["auc"] > 0.9
     assert len(summary["provenance_table"]) == 6
     assert summary["provenance"]["git_commit"] is not None
@@ -79,3 +79,11 @@ def test_report_without_audit_is_a_clear_error(tmp_path):
 
     with pytest.raises(UserError, match="memaudit audit"):
         run(["report", f"run_dir={tmp_path}"])
+
+
+def test_report_compare_keeps_the_users_groups_in_their_order(fake_run):
+    groups = "{ipo_pairs: [IPO], rlft_via_rm: ['RLFT.1/beta=0.5'], ft_direct: [FT.1]}"   # not pipeline order
+    assert run(["report", f"run_dir={fake_run}", f"report.compare={groups}"]) == 0
+    summary = json.loads((fake_run / "report" / "summary.json").read_text())
+    assert list(dict.fromkeys(c["group"] for c in summary["comparison"])) == ["ipo_pairs", "rlft_via_rm", "ft_direct"]
+    assert {c["model"] for c in summary["comparison"]} == {"FT.1", "RLFT.1/beta=0.5", "IPO"}
