@@ -554,9 +554,10 @@ def run_main(cfg) -> int:
     seconds = time.time() - start
     write_run_record(cfg, run_dir, results, wall_seconds=round(seconds, 1))
     if is_main_process():
+        report = Path((cfg.get("report") or {}).get("out_dir") or run_dir / "report") / "report.html"
+        where = f"report: {report}" if "report" in list(cfg.get("after_training") or []) else f"results in {run_dir}"
         print(f"[memaudit] run {cfg.get('experiment_name')} finished in {int(seconds // 60)} min {seconds % 60:.0f} s "
-              f"(data, training, {', '.join(cfg.get('after_training') or []) or 'no audit'}); results in {run_dir}",
-              flush=True)
+              f"(data, training, {', '.join(cfg.get('after_training') or []) or 'no audit'}); {where}", flush=True)
     return 0
 
 

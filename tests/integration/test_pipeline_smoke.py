@@ -110,6 +110,14 @@ def test_run_record_has_config_commit_and_stage_statuses(smoke):
     assert record["config"]["audit_plan"][0]["control"] == "FT.2"
     assert [s["model"] for s in record["stages"]] == MODELS
     assert "git_commit" in record and record["packages"]
+    assert record["wall_seconds"] >= sum(s["seconds"] for s in record["stages"])
+
+
+def test_run_ends_saying_how_long_it_took_and_where_the_report_is(smoke):
+    run_dir, result = smoke
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("[memaudit] run smoke finished in ") and "training, audit, report" in last
+    assert last.endswith(f"report: {run_dir / 'report' / 'report.html'}") and (run_dir / "report" / "report.html").is_file()
 
 
 def test_cli_sweep_skips_finished_stages_and_trains_only_the_new_point(smoke):
