@@ -39,11 +39,14 @@ def spread_table(runs: list[tuple[str, int | None, list[dict], float | None]]) -
                 cells.append("–")
                 continue
             paper = f["paper"]
-            mark = {"holds": "✓", "not reproduced": "✗"}.get(f["status"], "n/m")
+            mark = {"holds": "✓", "not reproduced": "✗"}.get(f["status"], "n/m") + ("*" if f.get("note") else "")
             cells.append(f"{f['ours']} {mark}")
             measured += f["status"] != "not measured"
             held += f["status"] == "holds"
         lines.append(f"| {fid} | {paper} | " + " | ".join(cells) + f" | {held}/{measured} |")
+    notes = sorted({f"{f['id']}: {f['note']}" for _, _, findings, _ in runs for f in findings if f.get("note")})
+    if notes:
+        lines += ["", *(f"\\* {n}" for n in notes)]
     times = ", ".join(f"seed {seed}: {secs:.0f} s" for _, seed, _, secs in runs if secs is not None)
     return "\n".join(lines) + (f"\n\n`memaudit run` wall time: {times}" if times else "")
 

@@ -39,9 +39,11 @@ def _pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.1f} %"
 
 
-def _result(fid: str, claim: str, paper: str, ours: str, holds: bool | None, rule: str) -> dict[str, Any]:
+def _result(fid: str, claim: str, paper: str, ours: str, holds: bool | None, rule: str,
+            note: str = "") -> dict[str, Any]:
+    """`note` flags a verdict the numbers reach without the effect itself (e.g. every rate is 0)."""
     return {"id": fid, "claim": claim, "paper": paper, "ours": ours, "rule": rule,
-            "status": NOT_MEASURED if holds is None else (HOLDS if holds else FAILS)}
+            "status": NOT_MEASURED if holds is None else (HOLDS if holds else FAILS), "note": note}
 
 
 def f1(entries, persistence, comparison, loss_rows, nmt) -> dict:
@@ -76,8 +78,10 @@ def f4(entries, persistence, *_):
               and p["target"].startswith("RLFT.1") and p["share"] is not None]
     ok = None if not shares else min(shares) >= 0.3
     ours = ", ".join(_pct(s) for s in shares) or "–"
+    note = ("every memorized example persisted at every α: RL may have left FT.1 unchanged"
+            if shares and min(shares) == 1.0 else "")
     return _result("F4", "Most FT-memorized examples persist through RLFT", "43-47 % of 319", ours, ok,
-                   "every RLFT.1 sweep point keeps >= 30 % of FT.1's memorized SD.Base examples")
+                   "every RLFT.1 sweep point keeps >= 30 % of FT.1's memorized SD.Base examples", note)
 
 
 def f5(entries, *_):
@@ -96,8 +100,9 @@ def f6(entries, *_):
                       if v is not None and "beta" in dict(k) and dict(k).get("lr", 0) == low_lr), key=lambda t: t[0])
     ok = None if len(by_beta) < 2 else (by_beta[0][1] >= by_beta[-1][1] and max(v for _, v in by_beta) < 0.05)
     ours = ", ".join(f"α={b:g}: {_pct(v)}" for b, v in by_beta) or "–"
+    note = "every rate is 0: low, but no rise with falling α was seen" if by_beta and not any(v for _, v in by_beta) else ""
     return _result("F6", "RL-prompt memorization is low and rises as α falls", "< 0.5 %", ours, ok,
-                   "RLFT.4 rate (lowest LR) at the smallest α >= at the largest α, all < 5 %")
+                   "RLFT.4 rate (lowest LR) at the smallest α >= at the largest α, all < 5 %", note)
 
 
 def f7(entries, *_):

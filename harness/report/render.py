@@ -238,7 +238,7 @@ def _findings_section(cfg, runs: list[Path], blocks: list, summary: dict, out_di
     blocks.append(("h", 2, "Findings of the papers, checked on this run"))
     blocks.append(("p", "Each finding is decided by the stated rule on this run's stored results; "
                         "'not measured' means the run has no models or data for it."))
-    blocks.append(_table(table, ["id", "claim", "paper", "ours", "status", "rule"]))
+    blocks.append(_table(table, ["id", "claim", "paper", "ours", "status", "rule", "note"]))
     summary["findings"] = table
     atomic_write_json(out_dir / "findings.json", {"findings": table, "nmt_summary": nmt_path})
 
@@ -355,7 +355,8 @@ def render_report(cfg) -> int:
     summary["provenance"] = provenance(seed=cfg.get("seed"), runs=[str(r) for r in runs], k=k)
     atomic_write_json(out_dir / "summary.json", summary)
     for f in summary.get("findings", []):
-        print(f"[memaudit] {f['id']:<3} {f['status']:<15} ours {f['ours']:<28.28} paper {f['paper']}")
+        print(f"[memaudit] {f['id']:<3} {f['status']:<15} ours {f['ours']:<28.28} paper {f['paper']}"
+              + (f" ({f['note']})" if f.get("note") else ""))
     print(f"[memaudit] report written to {out_dir / 'report.html'} (and report.md, summary.json, findings.json)")
     return 0
 

@@ -69,3 +69,14 @@ def test_nmt_figures_read_as_numbers_not_json():
     assert got["N1"] == "12.0 → 14.2 %"
     assert got["N2"] == "suffix 83.8 %, prefix 0.9 %"
     assert got["N3"] == "74.8 %"
+
+
+def test_trivial_verdicts_carry_a_note():
+    """F4 at 100 % everywhere and F6 at 0 % everywhere hold by the rules, and say why that is weak."""
+    pers = [{"source": "FT.1", "dataset": "sd_base", "target": f"RLFT.1/beta={b}", "share": 1.0} for b in (0.005, 0.5)]
+    rl4 = [e(f"RLFT.4/beta={b},lr=3e-05", "sd_rl_prompts", 0.0) for b in (0.005, 0.5)]
+    got = {f["id"]: f for f in findings(rl4, pers, [], [], None)}
+    assert got["F4"]["status"] == HOLDS and "unchanged" in got["F4"]["note"]
+    assert got["F6"]["status"] == HOLDS and "every rate is 0" in got["F6"]["note"]
+    normal = {f["id"]: f for f in findings(ENTRIES, PERSISTENCE, [], LOSS_ROWS, NMT)}
+    assert normal["F1"]["note"] == "" and normal["F6"]["note"] == ""
