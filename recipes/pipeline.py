@@ -453,7 +453,8 @@ def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str,
     wait_for_everyone()              # the main process has moved stale directories aside by now
     if not is_main_process():
         status = "skipped" if settings_match(out_dir, stage.settings) else "trained"
-    twin = identical_finished_stage(run_dir, stage, done) if status == "trained" else None
+    # "resumed" too: a reuse killed mid-copy leaves whole checkpoints behind, and copying again is cheaper.
+    twin = identical_finished_stage(run_dir, stage, done) if status in ("trained", "resumed") else None
     if twin is not None:
         if is_main_process():
             reuse_stage(run_dir, twin, stage)

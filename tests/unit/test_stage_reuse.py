@@ -58,3 +58,18 @@ def test_a_stage_with_other_settings_is_not_reused(tmp_path):
     assert identical_finished_stage(tmp_path, other, [ft1]) is None
     assert identical_finished_stage(tmp_path, other_recipe, [ft1]) is None
     assert identical_finished_stage(tmp_path, PlannedStage("FT.3", "FT.3", "sft", dict(SETTINGS)), [ft1]) == ft1
+
+
+def test_a_reuse_killed_mid_copy_is_redone_on_rerun(tmp_path):
+    finished_stage(tmp_path, "FT.1", SETTINGS)
+    ft1 = PlannedStage("FT.1", "FT.1", "sft", dict(SETTINGS))
+    ft3 = PlannedStage("FT.3", "FT.3", "sft", dict(SETTINGS))
+    torn = tmp_path / "models" / "FT.3"
+    (torn / "checkpoint-2").mkdir(parents=True)              # the copy stopped after one whole checkpoint
+    (torn / "checkpoint-2" / "trainer_state.json").write_text("{}")
+    (torn / "checkpoint-2" / "model.safetensors").write_bytes(b"partial")
+    result = train_stage(ft3, tmp_path, seed=0, device="cpu", done=[ft1])
+    assert result["status"] == "reused"
+    src = tmp_path / "models" / "FT.1"
+    assert (torn / "checkpoint-2" / "model.safetensors").read_bytes() == (src / "checkpoint-2" / "model.safetensors").read_bytes()
+    assert read_json(torn / "provenance.json")["reused_from"] == "FT.1"
