@@ -153,8 +153,8 @@ def audit_run(cfg, log=print) -> int:
             examples = _shard_examples(item.examples, shard, rank, world)
             job_out, job_cache = shard / "audit", shard / "cache"
         job = AuditJob(model_dir=item.model_dir, model_name=item.model_name, control_dir=item.control_dir,
-                       examples=examples, dataset=item.dataset, all_checkpoints=item.all_checkpoints, out_dir=job_out,
-                       cache_dir=job_cache, settings=base.settings)
+                       examples=examples, dataset=item.dataset, all_checkpoints=item.all_checkpoints,
+                       out_dir=job_out, cache_dir=job_cache, settings=base.settings)
         run_audit(job, seed=cfg.get("seed"), log=log)
     if world > 1:
         _barrier()

@@ -433,10 +433,10 @@ def reuse_stage(run_dir: Path, source: PlannedStage, stage: PlannedStage) -> Non
             shutil.copy2(a, b)
 
     shutil.rmtree(dst, ignore_errors=True)
-    shutil.copytree(src, dst, copy_function=link_or_copy, ignore=shutil.ignore_patterns(PROVENANCE_FILE))
+    shutil.copytree(src, dst, copy_function=link_or_copy,
+                    ignore=shutil.ignore_patterns(PROVENANCE_FILE, PENDING_FILE))
     record = read_json(src / PROVENANCE_FILE)
     record.update(model_name=stage.model_name, reused_from=source.model_name)
-    (dst / PENDING_FILE).unlink(missing_ok=True)
     atomic_write_json(dst / PROVENANCE_FILE, record)
 
 
@@ -555,8 +555,11 @@ def run_main(cfg) -> int:
     seconds = time.time() - start
     write_run_record(cfg, run_dir, results, wall_seconds=round(seconds, 1))
     if is_main_process():
-        report = Path((cfg.get("report") or {}).get("out_dir") or run_dir / "report") / "report.html"
-        where = f"report: {report}" if "report" in list(cfg.get("after_training") or []) else f"results in {run_dir}"
+        where = f"results in {run_dir}"
+        if "report" in list(cfg.get("after_training") or []):
+            from harness.report.render import report_dir
+
+            where = f"report: {report_dir(with_run_dir(cfg, run_dir)) / 'report.html'}"
         print(f"[memaudit] run {cfg.get('experiment_name')} finished in {int(seconds // 60)} min {seconds % 60:.0f} s "
               f"(data, training, {', '.join(cfg.get('after_training') or []) or 'no audit'}); {where}", flush=True)
     return 0

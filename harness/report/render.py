@@ -247,11 +247,16 @@ def _slug(name: str) -> str:
     return name.replace("/", "_").replace("=", "-").replace(",", "_")
 
 
+def report_dir(cfg) -> Path:
+    """Where `memaudit report` writes: report.out_dir, else <run_dir>/report."""
+    return Path((cfg.get("report") or {}).get("out_dir") or Path(cfg.run_dir) / "report")
+
+
 def render_report(cfg) -> int:
     run_dir = Path(cfg.run_dir)
     rcfg = cfg.get("report") or {}
     k = float(rcfg.get("k", 0.1))
-    out_dir = Path(rcfg.get("out_dir") or run_dir / "report")
+    out_dir = report_dir(cfg)
     extra_runs = [Path(p) for p in (rcfg.get("runs") or [])]
     runs = [run_dir] + extra_runs
     fig_dir = out_dir / "figures"
