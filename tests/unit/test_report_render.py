@@ -82,8 +82,9 @@ def test_report_without_audit_is_a_clear_error(tmp_path):
 
 
 def test_report_compare_keeps_the_users_groups_in_their_order(fake_run):
-    groups = "{ipo_pairs: [IPO], rlft_via_rm: ['RLFT.1/beta=0.5'], ft_direct: [FT.1]}"   # not pipeline order
+    # "IPO" is also a default group label: it used to be sorted ahead of the user's other groups.
+    groups = "{rlft_via_rm: ['RLFT.1/beta=0.5'], ft_direct: [FT.1], IPO: [IPO]}"
     assert run(["report", f"run_dir={fake_run}", f"report.compare={groups}"]) == 0
     summary = json.loads((fake_run / "report" / "summary.json").read_text())
-    assert list(dict.fromkeys(c["group"] for c in summary["comparison"])) == ["ipo_pairs", "rlft_via_rm", "ft_direct"]
+    assert list(dict.fromkeys(c["group"] for c in summary["comparison"])) == ["rlft_via_rm", "ft_direct", "IPO"]
     assert {c["model"] for c in summary["comparison"]} == {"FT.1", "RLFT.1/beta=0.5", "IPO"}
