@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 Z95 = 1.959963984540054  # the standard normal's 97.5 % quantile
 
 
-def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float] | None:
-    """95 % Wilson score interval of successes / n; None when n = 0 (no rate, no interval)."""
+def wilson_interval(successes: int, n: int, z: float = Z95) -> list[float] | None:
+    """95 % Wilson score interval [low, high] of successes / n (a list: it is stored as JSON); None when n = 0."""
     if n < 0 or successes < 0 or successes > n:
         raise ValueError(f"wilson_interval: need 0 <= successes <= n, got {successes} of {n}")
     if n == 0:
@@ -30,7 +30,7 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, floa
     # Clamp rounding noise only: at 0 and n the bound is exactly 0 or 1.
     low = 0.0 if successes == 0 else max(0.0, centre - half)
     high = 1.0 if successes == n else min(1.0, centre + half)
-    return (low, high)
+    return [low, high]
 
 
 def rate_with_interval(successes: int, n: int) -> dict:

@@ -229,8 +229,7 @@ def test_run_ends_with_audit_and_report_whose_numbers_equal_the_rows(smoke):
     for e in summary["entries"]:
         keys = ("n_total", "n_excluded", "n_scored", "n_memorized", "rate", "ci95")
         expected = summarize_rows(grouped[(e["model"], e["checkpoint"], e["dataset"])])
-        assert {k: e[k] for k in keys} == {k: (list(v) if isinstance(v, tuple) else v) for k, v in expected.items()
-                                           if k in keys}
+        assert {k: e[k] for k in keys} == {k: v for k, v in expected.items() if k in keys}
     # Paper 004's measures ran with FT.2 as the control run (same checkpoint steps as FT.1); C1 reports on
     # how many of those strings Lemma 1's premise holds, with n = every control-run string.
     loss = read_json(run_dir / "audit" / "losses" / "FT.1" / "summary.json")
