@@ -371,10 +371,11 @@ def _nmt(fid: str, keys: tuple[str, ...], numbers: str, claim: str, paper: str) 
 
 # ---------------------------------------------------------------- C1-C2 (paper 004)
 def _control_run_rows(run: RunResults) -> list[dict]:
-    """Loss rows measured against a real control run (paper 004's D' = D minus the strings); rows of the
-    reference-model proxy (`reference_upper_bound`) have no counterfactual loss per epoch."""
+    """Training strings' loss rows measured against a real control run (paper 004's D' = D minus the
+    strings); rows of the reference-model proxy (`reference_upper_bound`) have no counterfactual loss per
+    epoch, and held-out strings were never in D."""
     return [r for r in run.loss_rows if r.get("variant", VARIANT_CONTROL) == VARIANT_CONTROL
-            and "train_loss" in r and "control_loss" in r]
+            and not r.get("heldout") and "train_loss" in r and "control_loss" in r]
 
 
 def lemma1_premise(row: dict) -> bool:
@@ -427,15 +428,19 @@ CHECKS = [f1, f2, f3, f4, f5, f6, f7, f8,
 
 
 def load_loss_rows(run_dir: Path) -> list[dict]:
-    """Per-string loss rows of the run's loss audit (audit/losses/<model>/<dataset>.jsonl), tagged with
-    the model and dataset they belong to."""
+    """Per-string loss rows of the run's loss audit (audit/losses/<model>/<dataset>.jsonl), tagged with the
+    model and dataset they belong to and whether that dataset is the held-out set (summary.json
+    `heldout`: its strings were never trained on, so paper 004's measures do not apply to them)."""
     rows = []
     losses = run_dir / "audit" / "losses"
     for path in sorted(losses.rglob("*.jsonl")):
         if path.name.endswith(".exposure.jsonl"):
             continue
+        summary = path.parent / "summary.json"
+        heldout = json.loads(summary.read_text(encoding="utf-8")).get("heldout") if summary.is_file() else None
         model = str(path.parent.relative_to(losses))
-        rows += [{"model": model, "dataset": path.stem, **r} for r in read_jsonl(path)]
+        rows += [{"model": model, "dataset": path.stem, "heldout": path.stem == heldout, **r}
+                 for r in read_jsonl(path)]
     return rows
 
 

@@ -282,6 +282,9 @@ def _training_section(evidence: dict, runs: list[Path], fig_dir: Path, blocks: l
                                                       "margin_final", "loss_first", "loss_final")}}
                 for m, ev in evidence.items() if ev["stage"] == "ipo"]
     if ipo_rows:
+        blocks.append(("p", "IPO: preference accuracy (share of pairs whose chosen completion gains more log-"
+                            "probability over the reference than the rejected one), reward margin and loss over "
+                            "the first and last 10 % of logged steps; the IPO loss starts at (1/2β)²."))
         blocks.append(_table(ipo_rows, ["model", "steps_logged", "accuracy_first", "accuracy_final", "margin_final",
                                         "loss_first", "loss_final"]))
         for path in F.ipo_training_plots(_histories(runs, evidence, "ipo"), fig_dir):

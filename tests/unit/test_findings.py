@@ -199,3 +199,19 @@ def test_ipo_evidence_and_the_most_advanced_trainer_state(tmp_path):
     prov = {"IPO": {"stage": "ipo"}, "RM.3": {"stage": "reward"}, "FT.1": {"stage": "sft"}}
     ev = stage_evidence(tmp_path, prov)
     assert set(ev) == {"IPO", "RM.3"} and ev["RM.3"]["auc"]["rm_sd"] == {"auc": 0.85, "split": "train", "n": 40}
+
+
+def test_loss_rows_of_the_heldout_set_are_not_training_strings(tmp_path):
+    from harness.report.findings import load_loss_rows
+
+    losses = tmp_path / "audit" / "losses" / "FT.1"
+    losses.mkdir(parents=True)
+    (losses / "summary.json").write_text(json.dumps({"heldout": "pd_eval"}))
+    never_trained = {"id": "h", "variant": "control_run", "train_loss": [5], "control_loss": [1],
+                     "score": {"recollection": [0], "contextual": [0], "counterfactual": [0]}}
+    (losses / "pd_eval.jsonl").write_text(json.dumps(never_trained) + "\n")
+    (losses / "sd_base.jsonl").write_text("".join(json.dumps(r) + "\n" for r in LOSS_ROWS[:2]))
+    rows = load_loss_rows(tmp_path)
+    assert {(r["dataset"], r["heldout"]) for r in rows} == {("pd_eval", True), ("sd_base", False)}
+    got = verdicts(RunResults({}, {}, rows))
+    assert got["C1"]["n"] == 2 and got["C1"]["status"] == HOLDS     # the held-out string's "failure" is not counted
