@@ -19,6 +19,7 @@ from harness.io import atomic_write_json, atomic_write_text
 from harness.provenance import provenance
 from harness.report import analyses as A
 from harness.report import figures as F
+from harness.stats import wilson_interval
 
 # Default groups when report.compare is empty: by the recipe that produced each model. The recipe does not
 # say how SD entered (RLFT.1 inherits it from FT.1, RLFT.2 only saw it through the reward model), so the
@@ -35,6 +36,8 @@ def _table(rows: list[dict], columns: list[str]) -> tuple[str, list[str], list[l
             return f"{v:.4g}"
         if isinstance(v, dict):
             return ", ".join(f"{k}={fmt(x)}" for k, x in v.items())
+        if isinstance(v, (list, tuple)):          # an interval: [low, high]
+            return "[" + ", ".join(f"{x:.3g}" if isinstance(x, float) else str(x) for x in v) + "]"
         return str(v)
     return ("table", columns, [[fmt(r.get(c)) for c in columns] for r in rows])
 
@@ -138,8 +141,9 @@ def _persistence_section(entries_rows: dict, prov: dict, k: float, fig_dir: Path
         for target, r in sorted(results.items()):
             rows.append({"source": source, "target": target, "dataset": dataset,
                          "memorized_by_source": r.n_source_memorized, "still_memorized": r.n_still_memorized,
-                         "share": r.share})
-    blocks.append(_table(rows, ["source", "target", "dataset", "memorized_by_source", "still_memorized", "share"]))
+                         "share": r.share, "ci95": wilson_interval(r.n_still_memorized, r.n_source_memorized)})
+    blocks.append(_table(rows, ["source", "target", "dataset", "memorized_by_source", "still_memorized", "share",
+                                "ci95"]))
     summary["persistence"] = rows
 
 
