@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UserError
-from harness.io import RowStore, atomic_write_json, file_sha256, iter_jsonl, read_json
+from harness.io import RowStore, atomic_write_json, file_sha256, iter_jsonl_numbered, read_json
 
 EXAMPLE_FIELDS = ("id", "prefix", "target", "suffix")
 FINAL = "final"            # checkpoint name of the model at the root of its directory
@@ -179,11 +179,9 @@ def load_examples(path: str | Path) -> list[dict]:
     (nothing to memorize) and a duplicated id (with both line numbers). `suffix` may be empty.
     """
     path = Path(path)
-    with path.open(encoding="utf-8") as f:
-        linenos = [n for n, line in enumerate(f, start=1) if line.strip()]
     examples: list[dict] = []
     first_line: dict[Any, int] = {}
-    for lineno, row in zip(linenos, iter_jsonl(path, required=("id", "prefix", "target"))):
+    for lineno, row in iter_jsonl_numbered(path, required=("id", "prefix", "target")):
         row.setdefault("suffix", "")
         if not isinstance(row["id"], (str, int)) or isinstance(row["id"], bool):
             raise UserError(f"{path}:{lineno}: field id must be a string or an integer, got {row['id']!r}")

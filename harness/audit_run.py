@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 
 from harness.audit import META_SUFFIX, AuditJob, run_audit, settings_from_config, write_summary
 from harness.errors import UserError
-from harness.io import RowStore, read_json
+from harness.io import RowStore, atomic_write_jsonl, read_json, read_jsonl
 from harness.provenance import provenance
 
 PROVENANCE_FILE = "provenance.json"
@@ -105,13 +105,9 @@ def _barrier() -> None:
 
 def _shard_examples(examples: Path, shard_dir: Path, rank: int, world: int) -> Path:
     """Every world-th example from `rank` on, written to the shard's own examples file."""
-    lines = [line for line in examples.read_text(encoding="utf-8").splitlines() if line.strip()]
     path = shard_dir / "examples" / examples.parent.name / "rows.jsonl"
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(line + "\n" for line in lines[rank::world]), encoding="utf-8")
-        tmp.replace(path)
+        atomic_write_jsonl(path, read_jsonl(examples)[rank::world])
     return path
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.memorization import summarize_rows
+from harness.io import read_jsonl
 
 FINAL = "final"
 Key = tuple[str, str, str]  # (model, checkpoint, dataset)
@@ -43,7 +44,7 @@ def load_audit_rows(audit_dir: str | Path) -> dict[Key, list[dict]]:
             continue
         model = "/".join(rel.parts[:-2])
         checkpoint, dataset = rel.parts[-2], path.stem
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+        rows = read_jsonl(path)
         grouped[(model, checkpoint, dataset)] = rows
     return grouped
 

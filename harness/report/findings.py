@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.io import read_jsonl
 from harness.report import analyses as A
 
 HOLDS, FAILS, NOT_MEASURED = "holds", "not reproduced", "not measured"
@@ -177,7 +178,7 @@ def load_loss_rows(run_dir: Path) -> list[dict]:
     for path in sorted((run_dir / "audit" / "losses").rglob("*.jsonl")):
         if path.name.endswith(".exposure.jsonl"):
             continue
-        rows += [json.loads(line) for line in path.read_text().splitlines() if line]
+        rows += read_jsonl(path)
     return rows
 
 
