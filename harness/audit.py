@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.config import require_bool
 from harness.errors import UserError
 from harness.io import RowStore, atomic_write_json, file_sha256, iter_jsonl_numbered, read_json
 
@@ -139,7 +140,8 @@ def settings_from_config(a) -> AuditSettings:
         max_new_tokens=a.max_new_tokens, target_tokens=a.target_tokens,
         min_target_tokens=a.min_target_tokens, prompt_ned_threshold=float(a.prompt_ned_threshold),
         batch_size=a.batch_size, fim_family=a.get("fim_family"), device=str(a.get("device") or "auto"),
-        trust_remote_code=bool(a.get("trust_remote_code", False)), progress=a.get("progress"),
+        trust_remote_code=require_bool(a.get("trust_remote_code", False), "audit.trust_remote_code"),
+        progress=require_bool(a.get("progress"), "audit.progress", allow_none=True),
         threads=a.get("threads"),
     )
 
@@ -164,7 +166,7 @@ def job_from_config(cfg) -> AuditJob:
     return AuditJob(model_dir=model_dir, model_name=str(a.get("model_name") or model_dir.resolve().name),
                     control_dir=control_dir, examples=examples,
                     dataset=str(a.get("dataset") or default_dataset_name(examples)),
-                    all_checkpoints=bool(a.all_checkpoints),
+                    all_checkpoints=require_bool(a.all_checkpoints, "audit.all_checkpoints"),
                     out_dir=out_dir, cache_dir=cache_dir, settings=settings)
 
 

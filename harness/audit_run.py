@@ -23,6 +23,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from harness.audit import META_SUFFIX, AuditJob, run_audit, settings_from_config, write_summary
+from harness.config import require_bool
 from harness.errors import UserError
 from harness.io import RowStore, atomic_write_jsonl, read_json, read_jsonl
 from harness.provenance import provenance
@@ -165,7 +166,7 @@ def audit_run(cfg, log=print) -> int:
                                   for p in planned])
         path = write_summary(out_dir, record)
         log(f"[audit] summary of the run: {path}")
-        if cfg.audit.get("utility"):
+        if require_bool(cfg.audit.get("utility", False), "audit.utility"):
             audit_run_utility(cfg, planned, base, log)
     return 0
 
