@@ -22,7 +22,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from harness.audit import META_SUFFIX, AuditJob, run_audit, settings_from_config, write_summary
+from harness.audit import (META_SUFFIX, AuditJob, check_scored, require_creatable_dir, run_audit,
+                           settings_from_config, write_summary)
 from harness.config import require_bool
 from harness.errors import UserError
 from harness.io import RowStore, atomic_write_jsonl, read_json, read_jsonl
@@ -152,7 +153,7 @@ def audit_run(cfg, log=print) -> int:
         job = AuditJob(model_dir=item.model_dir, model_name=item.model_name, control_dir=item.control_dir,
                        examples=examples, dataset=item.dataset, all_checkpoints=item.all_checkpoints,
                        out_dir=job_out, cache_dir=job_cache, settings=base.settings)
-        run_audit(job, seed=cfg.get("seed"), log=log)
+        run_audit(job, seed=cfg.get("seed"), log=log, check_empty=False)
     if world > 1:
         _barrier()
         if rank == 0:
@@ -166,6 +167,8 @@ def audit_run(cfg, log=print) -> int:
                                   for p in planned])
         path = write_summary(out_dir, record)
         log(f"[audit] summary of the run: {path}")
+        check_scored(read_json(path)["results"], [(p.model_name, p.dataset) for p in planned],
+                     base.settings.allow_empty, log)
         if require_bool(cfg.audit.get("utility", False), "audit.utility"):
             audit_run_utility(cfg, planned, base, log)
     return 0
@@ -190,9 +193,10 @@ def job_from_config_defaults(cfg) -> AuditJob:
     a = cfg.audit
     if a.out_dir in (None, ""):
         raise UserError("audit.out_dir is not set; pass audit.out_dir=<directory for the results>")
-    out_dir = Path(str(a.out_dir))
+    out_dir = require_creatable_dir("audit.out_dir", Path(str(a.out_dir)))
     settings = settings_from_config(a)
-    cache_dir = Path(str(a.cache_dir)) if a.get("cache_dir") else out_dir / "cache"
+    cache_dir = require_creatable_dir("audit.cache_dir",
+                                      Path(str(a.cache_dir)) if a.get("cache_dir") else out_dir / "cache")
     return AuditJob(model_dir=Path("."), model_name="", control_dir=Path("."), examples=Path("."), dataset="",
                     all_checkpoints=True, out_dir=out_dir, cache_dir=cache_dir, settings=settings)
 
@@ -238,14 +242,19 @@ def audit_run_losses(cfg, log=print) -> None:
 
 def main(cfg) -> int:
     """`memaudit audit`: one model (audit.model_dir=...) or every model of a run's audit_plan."""
+    measures = cfg.audit.get("measures") or ["ned"]
+    measures = [measures] if isinstance(measures, str) else list(measures)
+    unknown = [m for m in measures if m not in ("ned", "loss")]
+    if unknown:
+        raise UserError(f"audit.measures={measures}: unknown {unknown}; use [ned], [loss] or [ned,loss]")
     if cfg.audit.get("model_dir"):
+        if set(measures) != {"ned"}:
+            raise UserError(f"audit.measures={measures}: the single-model audit (audit.model_dir=...) computes "
+                            "ned only; pass audit.measures=[ned], or run the loss measures over a run's plan "
+                            "with `memaudit audit experiment=<name>`")
         from harness.audit import main as audit_one
 
         return audit_one(cfg)
-    measures = list(cfg.audit.get("measures") or ["ned"])
-    unknown = set(measures) - {"ned", "loss"}
-    if unknown:
-        raise UserError(f"audit.measures: unknown {sorted(unknown)}; use [ned], [loss] or [ned, loss]")
     if "ned" in measures:
         audit_run(cfg)
     if "loss" in measures:

@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
         code = run(sys.argv[1:] if argv is None else argv)
     except UserError as e:
         print(f"memaudit: error: {e}", file=sys.stderr)
-        code = 2
+        code = e.exit_code
     except KeyboardInterrupt:
         print("memaudit: interrupted; rerun the same command to continue where it stopped", file=sys.stderr)
         code = 130
