@@ -135,8 +135,10 @@ def _merge_shards(shards_root: Path, out_dir: Path) -> None:
         shutil.rmtree(shard_audit, ignore_errors=True)
 
 
-def audit_run(cfg, log=print) -> int:
-    """Audit every planned (model, dataset) of a run; resumable; multi-process when launched so."""
+def audit_run(cfg, log=print, check_empty: bool = True) -> int:
+    """Audit every planned (model, dataset) of a run; resumable; multi-process when launched so.
+
+    With `check_empty`, ends in `check_run_scored` (main() calls that after the loss measures)."""
     run_dir = Path(cfg.run_dir)
     base = job_from_config_defaults(cfg)
     planned = plan_audits(cfg)
@@ -167,11 +169,20 @@ def audit_run(cfg, log=print) -> int:
                                   for p in planned])
         path = write_summary(out_dir, record)
         log(f"[audit] summary of the run: {path}")
-        check_scored(read_json(path)["results"], [(p.model_name, p.dataset) for p in planned],
-                     base.settings.allow_empty, log)
         if require_bool(cfg.audit.get("utility", False), "audit.utility"):
             audit_run_utility(cfg, planned, base, log)
+        if check_empty:
+            check_run_scored(cfg, log)
     return 0
+
+
+def check_run_scored(cfg, log=print) -> None:
+    """`harness.audit.check_scored` over every planned (model, dataset) of the run's summary."""
+    if _distributed()[0] != 0:
+        return
+    base = job_from_config_defaults(cfg)
+    summary = read_json(base.out_dir / "summary.json")["results"]
+    check_scored(summary, [(p.model_name, p.dataset) for p in plan_audits(cfg)], base.settings.allow_empty, log)
 
 
 def audit_run_utility(cfg, planned: list[PlannedAudit], base: AuditJob, log=print) -> None:
@@ -256,7 +267,9 @@ def main(cfg) -> int:
 
         return audit_one(cfg)
     if "ned" in measures:
-        audit_run(cfg)
+        audit_run(cfg, check_empty=False)
     if "loss" in measures:
         audit_run_losses(cfg)
+    if "ned" in measures:
+        check_run_scored(cfg)    # last: an empty NED audit still gets its loss measures and utility
     return 0

@@ -295,3 +295,23 @@ def test_line_separators_survive_audit_rerun_and_report(audit_world, tmp_path):
     assert report.returncode == 0, report.stderr[-3000:]
     assert load_audit_rows(out)[("FT.1", "final", "seps")] == stored
     assert summary["FT.1"]["final"]["seps"]["control_tokenizer_differs"] is False
+
+
+def test_whole_run_audit_that_scores_nothing_exits_3_after_writing_its_summary(audit_world, tmp_path):
+    from harness.io import file_sha256
+
+    run_dir = tmp_path / "run"
+    for name, src in (("FT.1", audit_world["model_dir"]), ("FT.2", audit_world["control_dir"])):
+        shutil.copytree(src, run_dir / "models" / name, ignore=shutil.ignore_patterns("checkpoint-*"))
+        (run_dir / "models" / name / "provenance.json").write_text(json.dumps({"stage": "sft", "settings": {}}))
+    rows = write_examples(run_dir / "data" / "allshort" / "rows.jsonl", [_short(0), _short(1)])
+    (rows.parent / "manifest.json").write_text(json.dumps({"count": 2, "sha256": file_sha256(rows)}))
+    args = ("audit", f"run_dir={run_dir}", "audit_plan=[{models: [FT.1], control: FT.2, datasets: [allshort]}]",
+            "audit.progress=false", "audit.utility=false", "device=cpu")
+    proc = memaudit(*args, cwd=tmp_path)
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert ("the audit measured nothing: FT.1/final on allshort: 0 of 2 examples scored (excluded: 2 short_target)"
+            in proc.stderr)
+    entry = json.loads((run_dir / "audit" / "summary.json").read_text())["results"]["FT.1"]["final"]["allshort"]
+    assert entry["n_scored"] == 0 and entry["excluded_by_reason"]["short_target"] == 2
+    assert memaudit(*args, "audit.allow_empty=true", cwd=tmp_path).returncode == 0
