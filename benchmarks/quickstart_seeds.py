@@ -5,9 +5,12 @@
     memaudit run experiment=quickstart seed=2 run_dir=runs/quickstart_seed2
     python benchmarks/quickstart_seeds.py runs/quickstart runs/quickstart_seed1 runs/quickstart_seed2
 
+    python benchmarks/quickstart_seeds.py --one runs/quickstart          # one run's findings, in full
+
 Reads each run's report/findings.json (written by `memaudit report`) and run.json (wall time), and
 prints a markdown table: each finding's figure per seed and in how many seeds it holds, then the wall
-seconds of each `memaudit run`. Nothing is recomputed: the numbers are the reports'.
+seconds of each `memaudit run` (with --one: one run's findings with p-values and the reason for every
+verdict that is not `holds`). Nothing is recomputed: the numbers are the reports'.
 """
 
 from __future__ import annotations
@@ -39,22 +42,38 @@ def spread_table(runs: list[tuple[str, int | None, list[dict], float | None]]) -
                 cells.append("–")
                 continue
             paper = f["paper"]
-            mark = {"holds": "✓", "not reproduced": "✗"}.get(f["status"], "n/m") + ("*" if f.get("note") else "")
+            mark = MARKS.get(f["status"], "n/m")
             cells.append(f"{f['ours']} {mark}")
             measured += f["status"] != "not measured"
             held += f["status"] == "holds"
         lines.append(f"| {fid} | {paper} | " + " | ".join(cells) + f" | {held}/{measured} |")
-    notes = sorted({f"{f['id']}: {f['note']}" for _, _, findings, _ in runs for f in findings if f.get("note")})
-    if notes:
-        lines += ["", *(f"\\* {n}" for n in notes)]
+    lines += ["", "✓ holds, ✗ not reproduced, ? inconclusive (a stage it depends on did not train, or the "
+                  "difference is within noise; report/findings.json says which), n/m not measured."]
     times = ", ".join(f"seed {seed}: {secs:.0f} s" for _, seed, _, secs in runs if secs is not None)
     return "\n".join(lines) + (f"\n\n`memaudit run` wall time: {times}" if times else "")
+
+
+def one_run_table(findings: list[dict]) -> str:
+    """One run's findings: figure with interval and n, p-value, status, and why it is not `holds`."""
+    lines = ["| id | finding | paper | this run | p | status | why |", "|---|---|---|---|---|---|---|"]
+    for f in findings:
+        p = f.get("p_value")
+        why = (f.get("reason") or f.get("note") or "").replace("|", "/")
+        lines.append(f"| {f['id']} | {f['claim']} | {f['paper']} | {f['ours']} | "
+                     f"{'–' if p is None else f'{p:.2g}'} | {f['status']} | {why} |")
+    return "\n".join(lines)
+
+
+MARKS = {"holds": "✓", "not reproduced": "✗", "inconclusive": "?"}
 
 
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
         return 2
+    if argv[0] == "--one":
+        print(one_run_table(load_run(Path(argv[1]))[1]))
+        return 0
     runs = [(str(p), *load_run(Path(p))) for p in argv]
     print(spread_table(runs))
     return 0

@@ -7,17 +7,20 @@ np.unique/np.searchsorted for the non-ASCII lookup doubled the compile time; a c
 array (`slot`, 8.9 MB, zero pages until touched) does it in O(1) instead.
 
 Notation: target t of length m, completion c of length n, A[s][e] = Lev(t, c[s:e]), window j is
-c[j:j+m] and d_j = A[j][j+m]. For n > m the kernel returns min_j d_j over j = 0 .. n-m; for n <= m it
-returns Lev(t, c) (the whole completion). Both are exact; the caller divides by m.
+c[j:end_j] with end_j = min(j + m, n) and d_j = A[j][end_j]. For n > m the kernel returns min_j d_j over
+j = 0 .. n-1: the full windows j <= n-m and the tail windows j > n-m, which are shorter than the target
+(paper 003 Sec. 4.2: "the n'th edit distance is ... the characters in the response after position n");
+for n <= m it returns Lev(t, c) (the whole completion). Both are exact; the caller divides by m (a tail
+window is shorter than the target, so max(len) is m for every window).
 
 How (and why it is exact):
 1. One *forward pass* from start s runs Myers' bit-parallel edit-distance recurrence (Myers 1999, block
    form: the target is the pattern, 64 rows per uint64 word, one text character per column) over
    c[s:n] and records the bottom row, i.e. A[s][e] for every e in s..n, in n - s columns. It costs
    about what one window distance costs (m columns) but yields far more than d_s = A[s][s+m].
-2. Bound. c[s:j+m] and window j differ only by |j - s| characters at the front (inserted or deleted),
-   so Lev(c[s:j+m], c[j:j+m]) <= |j - s| and, by the triangle inequality,
-       d_j >= A[s][j+m] - |j - s|       for every j with j + m >= s.
+2. Bound. c[s:end_j] and window j differ only by |j - s| characters at the front (inserted or
+   deleted), so Lev(c[s:end_j], c[j:end_j]) <= |j - s| and, by the triangle inequality,
+       d_j >= A[s][end_j] - |j - s|     for every j with end_j >= s (tail windows included).
    This dominates the window-to-window triangle bound d_j >= d_s - 2|j - s| (A[s][.] changes by at
    most 1 per column), and on unrelated code it is much tighter: appending a character to c[s:e]
    usually costs an insertion, so A[s][j+m] grows with j and the bound decays slowly.
@@ -84,8 +87,9 @@ def _forward_pass(words, table, rows_of_text, s, n, m, vp, vn, bottom):
 
 @nb.njit(cache=True, nogil=True)
 def _window_search(words, table, rows_of_text, m, n, vp, vn, bottom, lower, evaluated, counts):
-    """min over windows j = 0..n-m of Lev(t, c[j:j+m]) (n > m), by the bounded search of the module doc."""
-    n_windows = n - m + 1
+    """min over windows j = 0..n-1 of Lev(t, c[j:min(j+m, n)]) (n > m), by the bounded search of the module
+    doc; windows j > n-m are the tail windows, shorter than the target."""
+    n_windows = n
     for j in range(n_windows):
         lower[j] = -1  # distances are >= 0: no information yet
         evaluated[j] = False
@@ -96,11 +100,11 @@ def _window_search(words, table, rows_of_text, m, n, vp, vn, bottom, lower, eval
         counts[0] += n - s
         counts[1] += 1
         evaluated[s] = True
-        if bottom[s + m] < best:
-            best = bottom[s + m]
-        for j in range(max(0, s - m), n_windows):  # windows with j + m >= s: bottom[j+m] is from this pass
+        if bottom[min(s + m, n)] < best:
+            best = bottom[min(s + m, n)]
+        for j in range(max(0, s - m), n_windows):  # windows with end_j >= s: bottom[end_j] is from this pass
             if not evaluated[j]:
-                bound = bottom[j + m] - abs(j - s)
+                bound = bottom[min(j + m, n)] - abs(j - s)
                 if bound > lower[j]:
                     lower[j] = bound
         s = -1
@@ -114,7 +118,7 @@ def _window_search(words, table, rows_of_text, m, n, vp, vn, bottom, lower, eval
 
 @nb.njit(cache=True, nogil=True)
 def window_minima(codes, target_start, target_len, completion_start, completion_len, out, counts):
-    """out[p] = min_j Lev(t_p, c_p[j:j+m]) if len(c_p) > m else Lev(t_p, c_p), for every pair p.
+    """out[p] = min_j Lev(t_p, c_p[j:min(j+m, n)]) over j = 0..n-1 if n = len(c_p) > m, else Lev(t_p, c_p).
 
     `codes` holds all strings as Unicode code points (uint32); the pairs' strings are slices of it.
     counts[0] += text columns processed, counts[1] += forward passes (work done, load-independent).

@@ -22,32 +22,36 @@ def normalized_edit_distance(a: str, b: str) -> float:
 
 
 def sliding_window_ned(target: str, completion: str) -> float:
-    """Minimum NED between `target` and every len(target)-character window of `completion`.
+    """Minimum NED between `target` and the window of `completion` starting at each position n.
 
     Paper 003 Sec. 4.2 / Appendix C: a completion may wrap the target in unrelated text (RLHF models are
-    verbose), so the target is compared with each window of its own length, i = 0 .. len(completion) -
-    len(target), and the minimum is kept. A completion shorter than the target is compared whole.
-    Windows are in characters here (the paper's Appendix B speaks of tokens; characters make the measure
-    independent of the audited model's tokenizer).
+    verbose), so the target is compared with "the characters in the response after position n" for
+    every n, and the minimum is kept. Contract: for len(completion) > len(target),
+        min over n in 0 .. len(completion)-1 of NED(target, completion[n:n+len(target)]),
+    which includes the tail windows starting in the last len(target)-1 characters (shorter than the
+    target: a completion that ends inside the target still counts); a completion no longer than the
+    target is compared whole, NED(target, completion). Windows are in characters (the paper's Appendix B
+    speaks of tokens; characters make the measure independent of the audited model's tokenizer).
     """
     if not target:
         raise ValueError("sliding_window_ned: the target is empty; an empty target cannot be memorized")
     width = len(target)
-    last = max(0, len(completion) - width)
-    return min(normalized_edit_distance(target, completion[i:i + width]) for i in range(last + 1))
+    if len(completion) <= width:
+        return normalized_edit_distance(target, completion)
+    return min(normalized_edit_distance(target, completion[i:i + width]) for i in range(len(completion)))
 
 
 # --- Batch form -------------------------------------------------------------------------------------
 #
 # The batch form returns exactly the values of `sliding_window_ned` while doing a small part of the
 # work: every pair is handled inside one compiled kernel (harness/_window_kernel.py, numba), whose
-# docstring proves the search exact. In short, with m = len(target), A[s][e] = Lev(target,
-# completion[s:e]) and d_j = A[j][j+m] the distance of window j (every window has length m, so its NED
-# is d_j / m):
+# docstring proves the search exact. In short, with m = len(target), n = len(completion), A[s][e] =
+# Lev(target, completion[s:e]) and d_j = A[j][min(j+m, n)] the distance of window j (no window is
+# longer than m, so its NED is d_j / m):
 # 1. completion no longer than the target: one comparison with the whole completion, d / m.
 # 2. target occurs verbatim in the completion (checked here, in C): some window equals it, NED 0.
 # 3. otherwise: one bit-parallel pass from start s gives A[s][e] for *every* end e at about the cost of
-#    one window distance, and d_j >= A[s][j+m] - |j - s| (the two strings differ by |j - s| characters
+#    one window distance, and d_j >= A[s][min(j+m, n)] - |j - s| (the two strings differ by |j - s| characters
 #    at the front), a bound much tighter than the window-to-window triangle bound d_j >= d_s - 2|j - s|.
 #    Passes start at the window with the smallest bound until no window's bound is below the best
 #    distance found: then that best distance is the exact minimum.

@@ -49,20 +49,13 @@ def load_audit_rows(audit_dir: str | Path) -> dict[Key, list[dict]]:
     return grouped
 
 
-def pii_regurgitation_rate(rows: list[dict]) -> float | None:
-    """Share of completions containing the example's PII path verbatim (Sec. 5.1-5.2: "regurgitates
-    the PII-like file paths in X % of completions"), over rows that carry a PII path."""
-    flagged = [r["pii_regurgitated"] for r in rows if r.get("pii_regurgitated") is not None]
-    return sum(flagged) / len(flagged) if flagged else None
-
-
 def summary_entries(grouped: dict[Key, list[dict]]) -> list[dict]:
-    """One entry per model x checkpoint x dataset: counts, rate, and PII regurgitation rate."""
+    """One entry per model x checkpoint x dataset: counts, rate and its ci95, and on rows with PII paths the
+    model's, the control's and the counterfactual PII regurgitation rates (harness.memorization)."""
     entries = []
     for (model, checkpoint, dataset), rows in sorted(grouped.items(),
                                                      key=lambda kv: (kv[0][0], checkpoint_step(kv[0][1]), kv[0][2])):
         entry = {"model": model, "checkpoint": checkpoint, "dataset": dataset, **summarize_rows(rows)}
-        entry["pii_regurgitation_rate"] = pii_regurgitation_rate(rows)
         entries.append(entry)
     return entries
 
@@ -115,11 +108,17 @@ def final_entries(entries: list[dict]) -> list[dict]:
     return list(last.values())
 
 
-def sweep_series(entries: list[dict], base_model: str, dataset: str, axis: str,
-                 fixed: dict[str, float] | None = None, metric: str = "rate") -> list[tuple[float, float | None]]:
-    """Fig. 4 / Fig. 7: (axis value, metric) for the final checkpoints of a swept model, sorted by value.
+# The interval key of each rate an entry carries (harness.memorization.summarize_rows / summarize_pii).
+CI_KEY = {"rate": "ci95", "pii_regurgitation_rate": "pii_regurgitation_ci95",
+          "control_pii_regurgitation_rate": "control_pii_regurgitation_ci95",
+          "pii_counterfactual_rate": "pii_counterfactual_ci95"}
 
-    `fixed` pins the other swept keys (e.g. the LR series at beta=0.005, as in Appendix E)."""
+
+def sweep_series(entries: list[dict], base_model: str, dataset: str, axis: str,
+                 fixed: dict[str, float] | None = None,
+                 metric: str = "rate") -> list[tuple[float, float | None, list | None]]:
+    """Fig. 4 / Fig. 7: (axis value, metric, its ci95) for the final checkpoints of a swept model, sorted
+    by value. `fixed` pins the other swept keys (e.g. the LR series at beta=0.005, as in Appendix E)."""
     series = []
     for e in final_entries(entries):
         base, point = parse_sweep_point(e["model"])
@@ -127,7 +126,7 @@ def sweep_series(entries: list[dict], base_model: str, dataset: str, axis: str,
             continue
         if any(point.get(k) != v for k, v in (fixed or {}).items()):
             continue
-        series.append((point[axis], e[metric]))
+        series.append((point[axis], e.get(metric), e.get(CI_KEY[metric])))
     return sorted(series, key=lambda t: t[0])
 
 
@@ -205,6 +204,7 @@ def rlhf_vs_ipo(entries: list[dict], groups: dict[str, list[str]], datasets: lis
             for e in finals:
                 if e["model"] in models and e["dataset"] == dataset:
                     out.append({"group": label, "model": e["model"], "dataset": dataset,
-                                "rate": e["rate"], "n_scored": e["n_scored"],
-                                "pii_regurgitation_rate": e["pii_regurgitation_rate"]})
+                                "rate": e["rate"], "ci95": e["ci95"], "n_scored": e["n_scored"],
+                                "pii_counterfactual_rate": e.get("pii_counterfactual_rate"),
+                                "pii_counterfactual_ci95": e.get("pii_counterfactual_ci95")})
     return out

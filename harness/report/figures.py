@@ -66,31 +66,51 @@ def persistence_plot(source: str, results: dict[str, Persistence], k: float, tit
     return _save(fig, path)
 
 
-def sweep_plot(series: dict[str, list[tuple[float, float | None]]], axis: str, title: str, path: Path) -> Path:
-    """Fig. 4 / Fig. 7: memorization rate against a swept hyper-parameter, one line per dataset."""
+def _error_bars(values: list[float | None], intervals: list) -> list[list[float]]:
+    """matplotlib yerr (in %) from each rate's 95 % Wilson interval; 0 where a rate has none."""
+    low, high = [], []
+    for y, ci in zip(values, intervals):
+        if y is None or not ci:
+            low.append(0.0)
+            high.append(0.0)
+        else:
+            low.append(100 * (y - ci[0]))
+            high.append(100 * (ci[1] - y))
+    return [low, high]
+
+
+def sweep_plot(series: dict[str, list[tuple]], axis: str, title: str, path: Path) -> Path:
+    """Fig. 4 / Fig. 7: memorization rate against a swept hyper-parameter, one line per dataset, with
+    95 % Wilson intervals as error bars. Points are (value, rate, ci95)."""
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for dataset, points in series.items():
-        xs = [x for x, y in points if y is not None]
-        ys = [100 * y for x, y in points if y is not None]
-        ax.plot(xs, ys, marker="o", label=dataset)
+        kept = [p for p in points if p[1] is not None]
+        ax.errorbar([p[0] for p in kept], [100 * p[1] for p in kept],
+                    yerr=_error_bars([p[1] for p in kept], [p[2] for p in kept]), marker="o", capsize=3,
+                    label=dataset)
     ax.set_xscale("log")
-    ax.set(title=title, xlabel=f"{axis} (log scale)", ylabel="memorization rate (%)")
+    ax.set(title=title, xlabel=f"{axis} (log scale)", ylabel="memorization rate (%), 95 % CI")
     ax.legend(fontsize=8)
     return _save(fig, path)
 
 
 def over_training_plot(model: str, per_dataset: dict[str, list[dict]], path: Path) -> Path:
-    """Memorization rate (and PII regurgitation) against checkpoint step: every checkpoint is scored."""
+    """Memorization rate (and counterfactual PII regurgitation) against checkpoint step, with 95 % Wilson
+    intervals: every checkpoint is scored."""
     fig, ax = plt.subplots(figsize=(6, 4))
     for dataset, entries in per_dataset.items():
         steps = [e for e in entries if e["checkpoint"] != "final"]
         xs = [checkpoint_step(e["checkpoint"]) for e in steps]
-        ax.plot(xs, [100 * (e["rate"] or 0) for e in steps], marker="o", label=f"{dataset}: memorized")
-        if any(e.get("pii_regurgitation_rate") is not None for e in steps):
-            ax.plot(xs, [100 * (e["pii_regurgitation_rate"] or 0) for e in steps], marker="x", ls="--",
-                    label=f"{dataset}: PII regurgitated")
+        ys = [e["rate"] for e in steps]
+        ax.errorbar(xs, [100 * (y or 0) for y in ys], yerr=_error_bars(ys, [e.get("ci95") for e in steps]),
+                    marker="o", capsize=3, label=f"{dataset}: memorized")
+        if any(e.get("pii_counterfactual_rate") is not None for e in steps):
+            ys = [e.get("pii_counterfactual_rate") for e in steps]
+            ax.errorbar(xs, [100 * (y or 0) for y in ys],
+                        yerr=_error_bars(ys, [e.get("pii_counterfactual_ci95") for e in steps]),
+                        marker="x", ls="--", capsize=3, label=f"{dataset}: PII regurgitated (counterfactual)")
     ax.set(title=f"{model}: memorization over training", xlabel="training step (checkpoint)",
-           ylabel="rate (%)")
+           ylabel="rate (%), 95 % CI")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7)
     return _save(fig, path)
@@ -110,20 +130,63 @@ def reward_scores_plot(scores: dict[str, dict[int, list[float]]], dataset: str, 
 
 
 def comparison_plot(rows: list[dict], title: str, path: Path) -> Path:
-    """Sec. 5.4: memorization rate per dataset, side by side for FT, RLFT via RM and IPO."""
+    """Sec. 5.4: memorization rate per dataset, side by side for FT, RLFT via RM and IPO; each bar is the
+    group's highest-rate model, with its 95 % Wilson interval and n."""
     datasets = sorted({r["dataset"] for r in rows})
     groups = list(dict.fromkeys(r["group"] for r in rows))
     fig, ax = plt.subplots(figsize=(6, 4))
     width = 0.8 / max(1, len(groups))
     for gi, group in enumerate(groups):
-        ys = []
+        shown = []
         for d in datasets:
-            vals = [r["rate"] for r in rows if r["group"] == group and r["dataset"] == d and r["rate"] is not None]
-            ys.append(100 * max(vals) if vals else 0.0)
+            candidates = [r for r in rows if r["group"] == group and r["dataset"] == d and r["rate"] is not None]
+            shown.append(max(candidates, key=lambda r: r["rate"]) if candidates else None)
+        ys = [r["rate"] if r else None for r in shown]
         xs = [i + gi * width for i in range(len(datasets))]
-        bars = ax.bar(xs, ys, width=width, label=group)
-        ax.bar_label(bars, fmt="%.1f", fontsize=7)
+        bars = ax.bar(xs, [100 * (y or 0) for y in ys], width=width, label=group,
+                      yerr=_error_bars(ys, [r.get("ci95") if r else None for r in shown]), capsize=3)
+        ax.bar_label(bars, labels=[f"{100 * r['rate']:.1f}\nn={r['n_scored']}" if r else "–" for r in shown],
+                     fontsize=6, padding=2)
     ax.set_xticks([i + width * (len(groups) - 1) / 2 for i in range(len(datasets))], datasets)
-    ax.set(title=title, ylabel="memorization rate (%)", xlabel="dataset")
+    ax.set(title=title, ylabel="memorization rate (%), 95 % CI", xlabel="dataset")
+    ax.set_ylim(0, 110)
     ax.legend(fontsize=8)
     return _save(fig, path)
+
+
+def _curve(history: list[dict], key: str) -> tuple[list[float], list[float]]:
+    logged = [h for h in history if key in h and "loss" in h]
+    return [h.get("step", i + 1) for i, h in enumerate(logged)], [float(h[key]) for h in logged]
+
+
+def rl_training_plots(histories: dict[str, list[dict]], fig_dir: Path) -> list[Path]:
+    """One figure per RL stage: reward-model score and KL to the reference against step, one line per
+    sweep point (colour = the point, e.g. α) — shows whether RL optimised and how far each α drifted."""
+    by_stage: dict[str, dict[str, list[dict]]] = {}
+    for model, history in histories.items():
+        stage, _, point = model.partition("/")
+        by_stage.setdefault(stage, {})[point or stage] = history
+    paths = []
+    for stage, points in sorted(by_stage.items()):
+        fig, (ax_r, ax_k) = plt.subplots(1, 2, figsize=(10, 3.6))
+        for point, history in sorted(points.items()):
+            ax_r.plot(*_curve(history, "reward"), marker=".", label=point)
+            ax_k.plot(*_curve(history, "kl"), marker=".", label=point)
+        ax_r.set(title=f"{stage}: reward-model score", xlabel="step", ylabel="mean reward")
+        ax_k.set(title=f"{stage}: KL to the reference", xlabel="step", ylabel="mean per-token KL (nats)")
+        ax_r.legend(fontsize=7)
+        paths.append(_save(fig, fig_dir / f"training_{stage.replace('/', '_').replace(':', '_')}.png"))
+    return paths
+
+
+def ipo_training_plots(histories: dict[str, list[dict]], fig_dir: Path) -> list[Path]:
+    """IPO loss, preference accuracy and reward margin against step."""
+    paths = []
+    for model, history in sorted(histories.items()):
+        fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+        for ax, key, label in zip(axes, ("loss", "rewards/accuracies", "rewards/margins"),
+                                  ("IPO loss", "preference accuracy", "reward margin")):
+            ax.plot(*_curve(history, key), marker=".")
+            ax.set(title=f"{model}: {label}", xlabel="step")
+        paths.append(_save(fig, fig_dir / f"training_{model.replace('/', '_').replace(':', '_')}.png"))
+    return paths

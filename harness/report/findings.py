@@ -1,129 +1,351 @@
-"""The papers' directional findings, checked against one run's stored results.
+"""The papers' findings, checked against one run's stored results — only where the run can show them.
 
-Each finding is a small function over the report's computed entries (never re-scoring) that returns
-the paper's figure, ours, whether ours holds, and the rule used to decide. A finding whose models or
-datasets are missing from the run is `not_measured` — never guessed. Thresholds for words like
-"large" or "far less" are stated in each rule, so a reader can disagree with them explicitly.
+A finding holds only when three things are true, and each is written beside the verdict:
+1. **evidence**: the stages it depends on demonstrably trained (harness/report/evidence.py: the reward
+   model's AUC on SD, each RL point's reward rise and KL to its reference, IPO's preference accuracy,
+   the fine-tuned model's own memorization). A failed or missing check makes the finding
+   `inconclusive` with the reason — a persistence of 100 % through an RL stage that did not move is no
+   evidence of persistence.
+2. **the rule**: the paper's claim turned into a stated margin (e.g. F2: RLFT.2 <= FT.3 / 5).
+3. **not noise**: a comparison of two rates passes an exact test at p < 0.05 (McNemar on the same
+   examples, Fisher on different ones; harness/stats.py). Right direction but p >= 0.05: `inconclusive`.
+Statuses: `holds`, `not reproduced` (the rule fails with the evidence in place), `inconclusive`,
+`not measured` (the run has no models or data for it). Every rate carries n and a 95 % Wilson interval.
+
+Findings F1-F8 follow paper 003 Sec. 5 (5.1: FT.1 -> RLFT.1 persistence, Fig. 1; 5.2: SD only in the
+reward model's data, FT.3 vs RLFT.2; 5.3 and App. E: RL-prompt memorization, RLFT.4; 5.4: IPO vs RLHF);
+N1-N3 the NMT run's (paper 002 Table 1, its neighbourhood columns, and Algorithm 3 in Sec. 5); C1-C2
+paper 004 (Lemma 1's premise, Sec. 3; recollection vs contextual memorization, Sec. 5).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.io import read_jsonl
+from harness.losses import VARIANT_CONTROL
+from harness.memorization import pii_counterfactually_regurgitated, pii_rows, summarize_pii
 from harness.report import analyses as A
+from harness.stats import mcnemar_exact, rate_with_interval
 
-HOLDS, FAILS, NOT_MEASURED = "holds", "not reproduced", "not measured"
+HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED = "holds", "not reproduced", "inconclusive", "not measured"
+P_MAX = 0.05                 # a comparison is "not noise" below this p-value (two-sided exact test)
 
-
-def _final(entries: list[dict], model: str, dataset: str, metric: str = "rate") -> float | None:
-    for e in A.final_entries(entries):
-        if e["model"] == model and e["dataset"] == dataset:
-            return e.get(metric)
-    return None
-
-
-def _swept(entries: list[dict], base: str, dataset: str, metric: str = "rate") -> dict[tuple, float | None]:
-    """{sorted sweep point items: metric} of the final checkpoints of a swept model."""
-    out = {}
-    for e in A.final_entries(entries):
-        name, point = A.parse_sweep_point(e["model"])
-        if name == base and e["dataset"] == dataset and point:
-            out[tuple(sorted(point.items()))] = e.get(metric)
-    return out
+# Training-evidence thresholds (what "the stage trained" means; stated so a reader can disagree).
+RM_SD_AUC_MIN = 0.8          # the reward model learned SD: AUC on its SD training rows (Fig. 2 premise)
+RL_REWARD_RISE_MIN = 0.5     # RL optimised: reward(last 10 % of steps) - reward(first 10 %) >= 0.5 x the
+                             # first steps' within-step reward std
+RL_KL_MIN = 0.01             # RL moved: final mean per-token KL to the reference (nats) at the smallest α
+IPO_ACCURACY_MIN = 0.9       # IPO fit its pairs: training preference accuracy over the last 10 % of steps
+SOURCE_MEMORIZED_MIN = 5     # a persistence share needs at least this many examples memorized before RL
+SD_REWARD_DATASETS = ("rm_sd", "rm_sd_links")   # the reward sets built from SD (synthetic_data/build.py)
 
 
-def _pct(x: float | None) -> str:
-    return "–" if x is None else f"{100 * x:.1f} %"
+@dataclass
+class RunResults:
+    """What a finding may read: stored audit rows, the stage evidence, loss rows, the NMT summary."""
+
+    grouped: dict[A.Key, list[dict]]
+    evidence: dict[str, dict] = field(default_factory=dict)
+    loss_rows: list[dict] = field(default_factory=list)
+    nmt: dict | None = None
+    k: float = 0.1
+
+    def __post_init__(self):
+        self.entries = A.summary_entries(self.grouped)
+        self._final = {(e["model"], e["dataset"]): e["checkpoint"] for e in A.final_entries(self.entries)}
+
+    def rows(self, model: str, dataset: str) -> list[dict] | None:
+        """The final checkpoint's rows of a model on a dataset (None when not audited)."""
+        checkpoint = self._final.get((model, dataset))
+        return None if checkpoint is None else self.grouped[(model, checkpoint, dataset)]
+
+    def sweep(self, base: str, dataset: str) -> list[tuple[dict, str]]:
+        """[(sweep point, model name)] of a swept model audited on a dataset."""
+        out = []
+        for model, d in self._final:
+            name, point = A.parse_sweep_point(model)
+            if name == base and d == dataset and point:
+                out.append((point, model))
+        return out
 
 
-def _result(fid: str, claim: str, paper: str, ours: str, holds: bool | None, rule: str,
-            note: str = "") -> dict[str, Any]:
-    """`note` flags a verdict the numbers reach without the effect itself (e.g. every rate is 0)."""
-    return {"id": fid, "claim": claim, "paper": paper, "ours": ours, "rule": rule,
-            "status": NOT_MEASURED if holds is None else (HOLDS if holds else FAILS), "note": note}
+# ---------------------------------------------------------------- per-example flags and rates
+def memorized_flags(rows: list[dict]) -> dict:
+    """{id: memorized} over scored (not excluded) rows: the rate's own denominator."""
+    return {r["id"]: bool(r["memorized"]) for r in rows if r["excluded"] is None}
 
 
-def f1(entries, persistence, comparison, loss_rows, nmt) -> dict:
-    rate = _direct_ft(entries, "sd_base")
-    return _result("F1", "FT on SD memorizes a large share of SD.Base", "17.6 %", _pct(rate),
-                   None if rate is None else rate >= 0.05, "FT.3 (or FT.1) final rate on sd_base >= 5 %")
+def within_k_flags(rows: list[dict], k: float, side: str) -> dict:
+    """{id: NED <= k} of the audited model (`ned`) or the control (`control_ned`) over scored rows."""
+    return {r["id"]: r[side] <= k for r in rows if r["excluded"] is None}
 
 
-def _direct_ft(entries: list[dict], dataset: str, metric: str = "rate") -> float | None:
-    """The directly fine-tuned model's figure: FT.3 (Sec. 5.2), else FT.1 (same data, Sec. 5.1)."""
-    value = _final(entries, "FT.3", dataset, metric)
-    return value if value is not None else _final(entries, "FT.1", dataset, metric)
+def pii_flags(rows: list[dict]) -> dict:
+    """{id: counterfactual PII regurgitation} over scored SD.Links positives (harness.memorization)."""
+    return {r["id"]: pii_counterfactually_regurgitated(r) for r in pii_rows(rows)}
 
 
-def f2(entries, *_):
-    ft, rl = _direct_ft(entries, "sd_base"), _final(entries, "RLFT.2", "sd_base")
-    ok = None if ft is None or rl is None else (ft > 0 and rl <= 0.5 * ft)
-    return _result("F2", "SD only in reward-model data: RLFT memorizes far less than direct FT",
-                   "0.9 % vs 17.6 %", f"{_pct(rl)} vs {_pct(ft)}", ok, "RLFT.2 rate <= half of FT.3's (or FT.1's; > 0)")
+def _rate(name: str, flags: dict) -> dict:
+    return {"name": name, **rate_with_interval(sum(flags.values()), len(flags))}
 
 
-def f3(entries, *_):
-    ft = _direct_ft(entries, "sd_links_pos", "pii_regurgitation_rate")
-    rl = _final(entries, "RLFT.2", "sd_links_pos", "pii_regurgitation_rate")
-    ok = None if ft is None or rl is None else (ft > rl and rl <= 0.05)
-    return _result("F3", "SD.Links: FT regurgitates PII paths, RLFT via RM does not", "50 % vs 0 %",
-                   f"{_pct(ft)} vs {_pct(rl)}", ok, "FT.3 (or FT.1) PII rate > RLFT.2's, and RLFT.2's <= 5 %")
+def _pct(rate: dict | float | None) -> str:
+    value = rate.get("rate") if isinstance(rate, dict) else rate
+    if value is None:
+        return "–"
+    if isinstance(rate, dict):
+        low, high = rate["ci95"]
+        return f"{100 * value:.1f} % [{100 * low:.0f}–{100 * high:.0f}] ({rate['k']}/{rate['n']})"
+    return f"{100 * value:.1f} %"
 
 
-def f4(entries, persistence, *_):
-    shares = [p["share"] for p in persistence if p["source"] == "FT.1" and p["dataset"] == "sd_base"
-              and p["target"].startswith("RLFT.1") and p["share"] is not None]
-    ok = None if not shares else min(shares) >= 0.3
-    ours = ", ".join(_pct(s) for s in shares) or "–"
-    note = ("every memorized example persisted at every α: RL may have left FT.1 unchanged"
-            if shares and min(shares) == 1.0 else "")
-    return _result("F4", "Most FT-memorized examples persist through RLFT", "43-47 % of 319", ours, ok,
-                   "every RLFT.1 sweep point keeps >= 30 % of FT.1's memorized SD.Base examples", note)
+# ---------------------------------------------------------------- evidence checks
+def _check(check: str, value: float | None, threshold: str, ok: bool | None) -> dict:
+    """One evidence line; a value the run does not have is a failed check (`missing`)."""
+    return {"check": check, "value": value, "threshold": threshold, "ok": bool(ok) if value is not None else False}
 
 
-def f5(entries, *_):
-    pts = _swept(entries, "RLFT.1", "sd_links_pos", "pii_regurgitation_rate")
-    by_beta = sorted(((dict(k).get("beta"), v) for k, v in pts.items() if v is not None), key=lambda t: t[0])
-    ok = None if len(by_beta) < 2 else by_beta[0][1] < by_beta[-1][1]
-    ours = ", ".join(f"α={b:g}: {_pct(v)}" for b, v in by_beta) or "–"
-    return _result("F5", "A smaller α lowers persistence (SD.Links PII)", "54.8 → 46.8 → 12.6 % (α 0.5, 0.1, 0.005)",
-                   ours, ok, "PII rate at the smallest α < at the largest α")
+def rl_checks(run: RunResults, models: list[str]) -> list[dict]:
+    """Every RL point's reward rose by RL_REWARD_RISE_MIN of its first steps' spread."""
+    checks = []
+    for model in models:
+        rise = run.evidence.get(model, {}).get("reward_change_in_std")
+        checks.append(_check(f"{model}: reward rise (in first-step std)", rise, f">= {RL_REWARD_RISE_MIN}",
+                             rise is not None and rise >= RL_REWARD_RISE_MIN))
+    return checks
 
 
-def f6(entries, *_):
-    pts = _swept(entries, "RLFT.4", "sd_rl_prompts")
-    low_lr = min((dict(k).get("lr", 0) for k in pts), default=None)
-    by_beta = sorted(((dict(k)["beta"], v) for k, v in pts.items()
-                      if v is not None and "beta" in dict(k) and dict(k).get("lr", 0) == low_lr), key=lambda t: t[0])
-    ok = None if len(by_beta) < 2 else (by_beta[0][1] >= by_beta[-1][1] and max(v for _, v in by_beta) < 0.05)
-    ours = ", ".join(f"α={b:g}: {_pct(v)}" for b, v in by_beta) or "–"
-    note = "every rate is 0: low, but no rise with falling α was seen" if by_beta and not any(v for _, v in by_beta) else ""
-    return _result("F6", "RL-prompt memorization is low and rises as α falls", "< 0.5 %", ours, ok,
-                   "RLFT.4 rate (lowest LR) at the smallest α >= at the largest α, all < 5 %", note)
+def kl_check(run: RunResults, model: str) -> dict:
+    kl = run.evidence.get(model, {}).get("kl_final")
+    return _check(f"{model}: final KL to the reference (nats/token)", kl, f">= {RL_KL_MIN}",
+                  kl is not None and kl >= RL_KL_MIN)
 
 
-def f7(entries, *_):
-    pts = _swept(entries, "RLFT.4", "sd_rl_prompts")
-    small_beta = min((dict(k).get("beta", 0) for k in pts), default=None)
-    by_lr = sorted(((dict(k)["lr"], v) for k, v in pts.items()
-                    if v is not None and "lr" in dict(k) and dict(k).get("beta", 0) == small_beta), key=lambda t: t[0])
-    ok = None if len(by_lr) < 2 else by_lr[-1][1] > by_lr[0][1]
-    ours = ", ".join(f"LR={lr:g}: {_pct(v)}" for lr, v in by_lr) or "–"
-    return _result("F7", "A higher RL learning rate raises prompt memorization", "≈ 2x", ours, ok,
-                   "RLFT.4 rate (smallest α) at the largest LR > at the smallest LR")
+def rm_sd_check(run: RunResults, rl_model: str) -> dict:
+    """The reward model behind an RL model learned SD: AUC on its SD training rows."""
+    rm = run.evidence.get(rl_model, {}).get("reward_model") or "RM.3"
+    aucs = [v["auc"] for name, v in run.evidence.get(rm, {}).get("auc", {}).items()
+            if name in SD_REWARD_DATASETS and v.get("split") == "train" and v.get("auc") is not None]
+    auc = min(aucs) if aucs else None
+    return _check(f"{rm}: AUC on its SD training rows", auc, f">= {RM_SD_AUC_MIN}",
+                  auc is not None and auc >= RM_SD_AUC_MIN)
 
 
-def f8(entries, *_):
-    ipo, rl = _final(entries, "IPO", "sd_base"), _final(entries, "RLFT.2", "sd_base")
-    ok = None if ipo is None or rl is None else ipo > rl
-    return _result("F8", "IPO memorizes preference data more than RLHF via the reward model",
-                   "18.2 % vs 0.9 %", f"{_pct(ipo)} vs {_pct(rl)}", ok, "IPO rate on sd_base > RLFT.2's")
+def ipo_check(run: RunResults, model: str = "IPO") -> dict:
+    acc = run.evidence.get(model, {}).get("accuracy_final")
+    return _check(f"{model}: training preference accuracy", acc, f">= {IPO_ACCURACY_MIN}",
+                  acc is not None and acc >= IPO_ACCURACY_MIN)
 
 
+def count_check(check: str, count: int, minimum: int) -> dict:
+    return _check(check, count, f">= {minimum}", count >= minimum)
+
+
+# ---------------------------------------------------------------- the verdict
+def _result(fid: str, claim: str, paper: str, rule: str, stages: list[str], *, measured: bool,
+            rule_ok: bool | None = None, evidence: list[dict] | None = None, rates: list[dict] | None = None,
+            test: dict | None = None, needs_test: bool = False, ours: str = "–", note: str = "") -> dict:
+    """Status in order: not measured (data missing) > inconclusive (evidence failed) > not reproduced (rule
+    fails) > inconclusive (a comparison within noise, or nothing non-zero to compare) > holds."""
+    evidence = evidence or []
+    reasons = []
+    if not measured:
+        status = NOT_MEASURED
+    elif failed := [e for e in evidence if not e["ok"]]:
+        status = INCONCLUSIVE
+        reasons = [f"{e['check']} = {'missing' if e['value'] is None else _fmt(e['value'])} (needs {e['threshold']})"
+                   for e in failed]
+    elif not rule_ok:
+        status = FAILS
+    elif needs_test and (test is None or test["p_value"] >= P_MAX):
+        status = INCONCLUSIVE
+        reasons = [f"difference within noise (p = {_fmt(test['p_value']) if test else 'n/a'} >= {P_MAX})"]
+    else:
+        status = HOLDS
+    primary = (rates or [{}])[0]
+    return {"id": fid, "claim": claim, "paper": paper, "ours": ours, "status": status, "rule": rule,
+            "stages": stages, "evidence": evidence, "rates": rates or [], "n": primary.get("n"),
+            "ci95": primary.get("ci95"), "p_value": test["p_value"] if test else None, "test": test,
+            "reason": "; ".join(reasons), "note": note}
+
+
+def _fmt(x: Any) -> str:
+    return f"{x:.3g}" if isinstance(x, float) else str(x)
+
+
+# ---------------------------------------------------------------- F1-F8 (paper 003 Sec. 5)
+def f1(run: RunResults) -> dict:
+    """Sec. 5.2: FT.3 (PD.2 + SD, Table 1) memorizes 17.6 % of SD.Base."""
+    rows = run.rows("FT.3", "sd_base")
+    claim, paper = "FT on SD memorizes a large share of SD.Base (FT.3)", "17.6 %"
+    rule = f"FT.3's final rate on sd_base >= 10 %, and it reproduces (NED <= k) more targets than the control (McNemar p < {P_MAX})"
+    if rows is None:
+        return _result("F1", claim, paper, rule, ["FT.3"], measured=False)
+    rate = _rate("FT.3 sd_base", memorized_flags(rows))
+    test = mcnemar_exact(within_k_flags(rows, run.k, "ned"), within_k_flags(rows, run.k, "control_ned"))
+    return _result("F1", claim, paper, rule, ["FT.3"], measured=True, rule_ok=rate["rate"] is not None
+                   and rate["rate"] >= 0.10, rates=[rate], test=test, needs_test=True, ours=_pct(rate))
+
+
+def _rlft2_evidence(run: RunResults) -> list[dict]:
+    return [rm_sd_check(run, "RLFT.2"), *rl_checks(run, ["RLFT.2"]), kl_check(run, "RLFT.2")]
+
+
+def f2(run: RunResults) -> dict:
+    """Sec. 5.2: SD only in the reward model's data: RLFT.2 0.9 % vs FT.3 17.6 % of SD.Base."""
+    claim, paper = "SD only in reward-model data: RLFT memorizes far less than direct FT", "0.9 % vs 17.6 %"
+    rule = f"RLFT.2 <= FT.3 / 5 on sd_base with FT.3 >= 10 % (McNemar p < {P_MAX})"
+    ft, rl = run.rows("FT.3", "sd_base"), run.rows("RLFT.2", "sd_base")
+    if ft is None or rl is None:
+        return _result("F2", claim, paper, rule, ["FT.3", "RM.3", "RLFT.2"], measured=False)
+    ft_f, rl_f = memorized_flags(ft), memorized_flags(rl)
+    rates = [_rate("RLFT.2 sd_base", rl_f), _rate("FT.3 sd_base", ft_f)]
+    ok = rates[1]["rate"] is not None and rates[0]["rate"] is not None and rates[1]["rate"] >= 0.10 \
+        and rates[0]["rate"] <= rates[1]["rate"] / 5
+    return _result("F2", claim, paper, rule, ["FT.3", "RM.3", "RLFT.2"], measured=True, rule_ok=ok,
+                   evidence=_rlft2_evidence(run), rates=rates, test=mcnemar_exact(ft_f, rl_f), needs_test=True,
+                   ours=f"{_pct(rates[0])} vs {_pct(rates[1])}")
+
+
+def f3(run: RunResults) -> dict:
+    """Sec. 5.2: FT.3 regurgitates the PII paths in 50 % of SD.Links completions, RLFT.2 in 0 %."""
+    claim, paper = "SD.Links: FT regurgitates PII paths, RLFT via RM does not", "50 % vs 0 %"
+    rule = f"counterfactual PII rate: FT.3 >= 20 % and RLFT.2 <= 2 % (McNemar p < {P_MAX})"
+    ft, rl = run.rows("FT.3", "sd_links_pos"), run.rows("RLFT.2", "sd_links_pos")
+    if ft is None or rl is None or not pii_rows(ft):
+        return _result("F3", claim, paper, rule, ["FT.3", "RM.3", "RLFT.2"], measured=False)
+    ft_f, rl_f = pii_flags(ft), pii_flags(rl)
+    rates = [_rate("FT.3 PII (counterfactual)", ft_f), _rate("RLFT.2 PII (counterfactual)", rl_f)]
+    ok = rates[0]["rate"] is not None and rates[1]["rate"] is not None and rates[0]["rate"] >= 0.20 \
+        and rates[1]["rate"] <= 0.02
+    chance = summarize_pii(ft)["pii_chance_level"]
+    return _result("F3", claim, paper, rule, ["FT.3", "RM.3", "RLFT.2"], measured=True, rule_ok=ok,
+                   evidence=_rlft2_evidence(run), rates=rates, test=mcnemar_exact(ft_f, rl_f), needs_test=True,
+                   ours=f"{_pct(rates[0])} vs {_pct(rates[1])}; chance level {_pct(chance)}")
+
+
+def _by_beta(run: RunResults, base: str, dataset: str, **fixed) -> list[tuple[float, str]]:
+    """[(α, model)] of a swept RL model, largest α first, other swept keys pinned by `fixed`."""
+    points = [(p["beta"], m) for p, m in run.sweep(base, dataset)
+              if "beta" in p and all(p.get(k) == v for k, v in fixed.items())]
+    return sorted(points, reverse=True)
+
+
+def _sweep_evidence(run: RunResults, points: list[tuple[float, str]]) -> list[dict]:
+    """Every point's reward rose, and the smallest α's policy moved away from its reference."""
+    return [*rl_checks(run, [m for _, m in points]), kl_check(run, points[-1][1])]
+
+
+def f4(run: RunResults) -> dict:
+    """Sec. 5.1, Fig. 1: 43-47 % of FT.1's 319 memorized SD.Base examples stay memorized after RLFT.1."""
+    claim, paper = "Most FT-memorized examples persist through RLFT (FT.1 -> RLFT.1)", "43-47 % of 319"
+    rule = "at the largest α, RLFT.1 still memorizes >= 30 % of FT.1's memorized SD.Base examples"
+    source, points = run.rows("FT.1", "sd_base"), _by_beta(run, "RLFT.1", "sd_base")
+    if source is None or not points:
+        return _result("F4", claim, paper, rule, ["FT.1", "RLFT.1"], measured=False)
+    memorized = [i for i, m in memorized_flags(source).items() if m]
+    rates = []
+    for beta, model in points:
+        still = {r["id"]: bool(r["memorized"]) for r in run.rows(model, "sd_base")}
+        rates.append(_rate(f"α={beta:g}", {i: still.get(i, False) for i in memorized}))
+    evidence = [count_check("FT.1: memorized SD.Base examples", len(memorized), SOURCE_MEMORIZED_MIN),
+                *_sweep_evidence(run, points)]
+    ok = rates[0]["rate"] is not None and rates[0]["rate"] >= 0.30
+    return _result("F4", claim, paper, rule, ["FT.1", "RLFT.1"], measured=True, rule_ok=ok, evidence=evidence,
+                   rates=rates, ours=", ".join(f"{r['name']}: {_pct(r)}" for r in rates),
+                   note="a share, not a comparison: no test; read it with its interval")
+
+
+def f5(run: RunResults) -> dict:
+    """Sec. 5.1 (SD.Links): PII regurgitation 54.8 % (FT.1, and α = 0.5) -> 46.8 % (α = 0.1) -> 12.6 % (α = 0.005)."""
+    claim, paper = "A smaller α lowers persistence (SD.Links PII, RLFT.1)", "54.8 → 46.8 → 12.6 % (α 0.5, 0.1, 0.005)"
+    rule = (f"counterfactual PII rate strictly falls from the largest to the smallest of >= 3 α "
+            f"(McNemar largest vs smallest, p < {P_MAX})")
+    source, points = run.rows("FT.1", "sd_links_pos"), _by_beta(run, "RLFT.1", "sd_links_pos")
+    if source is None or len(points) < 3 or not pii_rows(source):
+        return _result("F5", claim, paper, rule, ["FT.1", "RLFT.1"], measured=False)
+    flags = [pii_flags(run.rows(m, "sd_links_pos")) for _, m in points]
+    rates = [_rate(f"α={b:g}", f) for (b, _), f in zip(points, flags)]
+    values = [r["rate"] for r in rates]
+    ok = None not in values and all(a > b for a, b in zip(values, values[1:]))
+    kls = [run.evidence.get(m, {}).get("kl_final") for _, m in points]
+    evidence = [count_check("FT.1: counterfactually regurgitated PII paths", sum(pii_flags(source).values()),
+                            SOURCE_MEMORIZED_MIN), *_sweep_evidence(run, points),
+                _check(f"KL at the smallest α / KL at the largest α", None if None in (kls[0], kls[-1]) or not kls[0]
+                       else kls[-1] / kls[0], "> 1 (α controls the drift)",
+                       None not in (kls[0], kls[-1]) and bool(kls[0]) and kls[-1] > kls[0])]
+    return _result("F5", claim, paper, rule, ["FT.1", "RLFT.1"], measured=True, rule_ok=ok, evidence=evidence,
+                   rates=rates, test=mcnemar_exact(flags[0], flags[-1]), needs_test=True,
+                   ours=", ".join(f"{r['name']}: {_pct(r)}" for r in rates))
+
+
+def _rl4_points(run: RunResults) -> list[tuple[dict, str]]:
+    return run.sweep("RLFT.4", "sd_rl_prompts")
+
+
+def f6(run: RunResults) -> dict:
+    """Sec. 5.3, App. E: RL-prompt memorization stays below 0.5 % and rises as α falls."""
+    claim, paper = "RL-prompt memorization is low and rises as α falls (RLFT.4)", "< 0.5 %"
+    rule = "at the lowest LR: every rate < 5 %, the smallest α's rate >= the largest α's, and one rate > 0"
+    sweep = _rl4_points(run)
+    low_lr = min((p.get("lr", 0) for p, _ in sweep), default=None)
+    points = _by_beta(run, "RLFT.4", "sd_rl_prompts", **({"lr": low_lr} if low_lr else {}))
+    if len(points) < 2:
+        return _result("F6", claim, paper, rule, ["RLFT.4"], measured=False)
+    flags = [memorized_flags(run.rows(m, "sd_rl_prompts")) for _, m in points]
+    rates = [_rate(f"α={b:g}", f) for (b, _), f in zip(points, flags)]
+    values = [r["rate"] or 0.0 for r in rates]
+    evidence = _sweep_evidence(run, points)
+    if not any(values):
+        evidence.append(_check("RLFT.4: any RL-prompt example memorized", 0, "> 0", False))
+    ok = max(values) < 0.05 and values[-1] >= values[0]
+    return _result("F6", claim, paper, rule, ["RLFT.4"], measured=True, rule_ok=ok, evidence=evidence, rates=rates,
+                   test=mcnemar_exact(flags[-1], flags[0]), ours=", ".join(f"{r['name']}: {_pct(r)}" for r in rates),
+                   note="the rule allows equal rates, so its p-value is reported, not required")
+
+
+def f7(run: RunResults) -> dict:
+    """App. E: a higher RL learning rate roughly doubles RL-prompt memorization."""
+    claim, paper = "A higher RL learning rate raises prompt memorization (RLFT.4)", "≈ 2x"
+    rule = f"at the smallest α: the largest LR's rate > the smallest LR's (McNemar p < {P_MAX})"
+    sweep = _rl4_points(run)
+    small_beta = min((p.get("beta", 0) for p, _ in sweep), default=None)
+    points = sorted((p["lr"], m) for p, m in sweep if "lr" in p and p.get("beta", 0) == small_beta)
+    if len(points) < 2:
+        return _result("F7", claim, paper, rule, ["RLFT.4"], measured=False)
+    low, high = (memorized_flags(run.rows(m, "sd_rl_prompts")) for m in (points[0][1], points[-1][1]))
+    rates = [_rate(f"LR={points[0][0]:g}", low), _rate(f"LR={points[-1][0]:g}", high)]
+    evidence = rl_checks(run, [points[0][1], points[-1][1]])
+    if not any(low.values()) and not any(high.values()):
+        evidence.append(_check("RLFT.4: any RL-prompt example memorized", 0, "> 0", False))
+    ok = (rates[1]["rate"] or 0) > (rates[0]["rate"] or 0)
+    return _result("F7", claim, paper, rule, ["RLFT.4"], measured=True, rule_ok=ok, evidence=evidence, rates=rates,
+                   test=mcnemar_exact(high, low), needs_test=True,
+                   ours=", ".join(f"{r['name']}: {_pct(r)}" for r in rates))
+
+
+def f8(run: RunResults) -> dict:
+    """Sec. 5.4: IPO on SD preference pairs memorizes 18.2 % of SD.Base, RLFT.2 (SD via the RM) 0.9 %."""
+    claim, paper = "IPO memorizes preference data more than RLHF via the reward model", "18.2 % vs 0.9 %"
+    rule = f"IPO >= 3 x RLFT.2 and IPO >= 5 % on sd_base (McNemar p < {P_MAX})"
+    ipo, rl = run.rows("IPO", "sd_base"), run.rows("RLFT.2", "sd_base")
+    if ipo is None or rl is None:
+        return _result("F8", claim, paper, rule, ["IPO", "RM.3", "RLFT.2"], measured=False)
+    ipo_f, rl_f = memorized_flags(ipo), memorized_flags(rl)
+    rates = [_rate("IPO sd_base", ipo_f), _rate("RLFT.2 sd_base", rl_f)]
+    ok = rates[0]["rate"] is not None and rates[1]["rate"] is not None and rates[0]["rate"] >= 0.05 \
+        and rates[0]["rate"] >= 3 * rates[1]["rate"]
+    return _result("F8", claim, paper, rule, ["IPO", "RM.3", "RLFT.2"], measured=True, rule_ok=ok,
+                   evidence=[ipo_check(run), *_rlft2_evidence(run)], rates=rates, test=mcnemar_exact(ipo_f, rl_f),
+                   needs_test=True, ours=f"{_pct(rates[0])} vs {_pct(rates[1])}")
+
+
+# ---------------------------------------------------------------- N1-N3 (paper 002)
 def _nmt_numbers(value: Any) -> str:
     """NMT figures for a table cell: a ratio per bucket as a chain, shares by kind, one rate as a percentage."""
     if isinstance(value, list):
@@ -137,51 +359,90 @@ def _nmt_numbers(value: Any) -> str:
 
 def _nmt(fid: str, keys: tuple[str, ...], numbers: str, claim: str, paper: str) -> Callable:
     """N1-N3 from the NMT run's summary.json `findings` (recipes/nmt_pipeline.py): all `keys` must hold."""
-    def check(entries, persistence, comparison, loss_rows, nmt):
-        f = (nmt or {}).get("findings") or {}
+    def check(run: RunResults) -> dict:
+        f = (run.nmt or {}).get("findings") or {}
+        rule = " and ".join(keys)
         if not all(k in f for k in keys):
-            return _result(fid, claim, paper, "–", None, " and ".join(keys))
-        return _result(fid, claim, paper, _nmt_numbers(f.get(numbers)), all(bool(f[k]) for k in keys),
-                       " and ".join(keys))
+            return _result(fid, claim, paper, rule, ["NMT"], measured=False)
+        return _result(fid, claim, paper, rule, ["NMT"], measured=True, rule_ok=all(bool(f[k]) for k in keys),
+                       ours=_nmt_numbers(f.get(numbers)))
     return check
 
 
-def c1(entries, persistence, comparison, loss_rows, nmt) -> dict:
-    """Lemma 1 of paper 004 on every audited string: contextual never before counterfactual, never above."""
-    if not loss_rows:
-        return _result("C1", "Lemma 1 of paper 004 holds on every audited string", "a theorem", "–", None,
-                       "every string: contextual onset >= counterfactual onset (or never), score <=")
-    bad = 0
-    for r in loss_rows:
-        on_cf, on_cx = r["onset"]["counterfactual"], r["onset"]["contextual"]
-        if on_cx >= 0 and (on_cf < 0 or on_cx < on_cf):
-            bad += 1
-        elif any(x > y + 1e-12 for x, y in zip(r["score"]["contextual"], r["score"]["counterfactual"])):
-            bad += 1
-    return _result("C1", "Lemma 1 of paper 004 holds on every audited string", "a theorem",
-                   f"{len(loss_rows) - bad}/{len(loss_rows)} strings", bad == 0,
-                   "every string: contextual onset >= counterfactual onset (or never), score <=")
+# ---------------------------------------------------------------- C1-C2 (paper 004)
+def _control_run_rows(run: RunResults) -> list[dict]:
+    """Training strings' loss rows measured against a real control run (paper 004's D' = D minus the
+    strings); rows of the reference-model proxy (`reference_upper_bound`) have no counterfactual loss per
+    epoch, and held-out strings were never in D."""
+    return [r for r in run.loss_rows if r.get("variant", VARIANT_CONTROL) == VARIANT_CONTROL
+            and not r.get("heldout") and "train_loss" in r and "control_loss" in r]
+
+
+def lemma1_premise(row: dict) -> bool:
+    """Paper 004 App. D, the assumption of Lemma 1's proof: at every checkpoint the string's training loss
+    is not above its counterfactual (control) loss."""
+    return all(t <= c for t, c in zip(row["train_loss"], row["control_loss"]))
+
+
+def c1(run: RunResults) -> dict:
+    claim, paper = "Lemma 1's premise holds in practice: training loss <= counterfactual loss", "assumed (App. D)"
+    rule = "the premise holds at every checkpoint for >= 90 % of audited strings"
+    rows = _control_run_rows(run)
+    if not rows:
+        return _result("C1", claim, paper, rule, ["loss audit"], measured=False)
+    flags = {f"{r.get('model', '')}/{r.get('dataset', '')}/{r['id']}": lemma1_premise(r) for r in rows}
+    rate = _rate("strings whose premise holds", flags)
+    failing = sorted(k for k, ok in flags.items() if not ok)
+    return _result("C1", claim, paper, rule, ["loss audit"], measured=True, rule_ok=rate["rate"] >= 0.9,
+                   rates=[rate], ours=_pct(rate),
+                   note=(f"premise fails for {len(failing)} strings, e.g. {', '.join(failing[:3])}" if failing else ""))
+
+
+def c2(run: RunResults) -> dict:
+    claim = "Most strings recollection calls memorized are not contextually memorized"
+    paper = "most (Sec. 5, Table 1)"
+    rule = "at the last checkpoint, of the recollection-memorized strings, > 50 % are not contextually memorized (95 % CI above 50 %)"
+    rows = _control_run_rows(run)
+    if not rows:
+        return _result("C2", claim, paper, rule, ["loss audit"], measured=False)
+    recollected = [r for r in rows if r["score"]["recollection"][-1] > 0]
+    if not recollected:
+        return _result("C2", claim, paper, rule, ["loss audit"], measured=True,
+                       evidence=[count_check("recollection-memorized strings", 0, 1)])
+    flags = {f"{r.get('model', '')}/{r.get('dataset', '')}/{r['id']}": not r["score"]["contextual"][-1] > 0
+             for r in recollected}
+    rate = _rate("recollected but not contextual", flags)
+    return _result("C2", claim, paper, rule, ["loss audit"], measured=True, rule_ok=rate["ci95"][0] > 0.5,
+                   rates=[rate], ours=_pct(rate))
 
 
 CHECKS = [f1, f2, f3, f4, f5, f6, f7, f8,
           _nmt("N1", ("N1_memorization_rises_with_repetitions",), "N1_ratio_pct_by_bucket",
                "NMT: memorization rises with repetitions", "Table 1: ratio grows with the bucket"),
           _nmt("N2", ("N2_suffix_kept_more_than_prefix", "N2_start_kept_least"), "N2_shares",
-               "NMT: suffix perturbations keep the memorized output more than prefix ones; start least", "Table 4"),
+               "NMT: suffix perturbations keep the memorized output more than prefix ones; start least",
+               "Table 1, neighbourhood columns"),
           _nmt("N3", ("N3_recovery_for_most_memorized",), "N3_best_rate",
-               "NMT: the recovery symbol gives new outputs for most memorized sources", "Sec. 6"),
-          c1]
+               "NMT: the recovery symbol gives new outputs for most memorized sources", "Sec. 5, Algorithm 3"),
+          c1, c2]
 
 
 def load_loss_rows(run_dir: Path) -> list[dict]:
+    """Per-string loss rows of the run's loss audit (audit/losses/<model>/<dataset>.jsonl), tagged with the
+    model and dataset they belong to and whether that dataset is the held-out set (summary.json
+    `heldout`: its strings were never trained on, so paper 004's measures do not apply to them)."""
     rows = []
-    for path in sorted((run_dir / "audit" / "losses").rglob("*.jsonl")):
+    losses = run_dir / "audit" / "losses"
+    for path in sorted(losses.rglob("*.jsonl")):
         if path.name.endswith(".exposure.jsonl"):
             continue
-        rows += read_jsonl(path)
+        summary = path.parent / "summary.json"
+        heldout = json.loads(summary.read_text(encoding="utf-8")).get("heldout") if summary.is_file() else None
+        model = str(path.parent.relative_to(losses))
+        rows += [{"model": model, "dataset": path.stem, "heldout": path.stem == heldout, **r}
+                 for r in read_jsonl(path)]
     return rows
 
 
-def findings(entries: list[dict], persistence: list[dict], comparison: list[dict], loss_rows: list[dict],
-             nmt_summary: dict | None) -> list[dict]:
-    return [check(entries, persistence, comparison, loss_rows, nmt_summary) for check in CHECKS]
+def findings(run: RunResults) -> list[dict]:
+    return [check(run) for check in CHECKS]

@@ -19,6 +19,7 @@ from harness.io import atomic_write_json, atomic_write_text, read_jsonl
 from harness.provenance import provenance
 from harness.report import analyses as A
 from harness.report import figures as F
+from harness.stats import wilson_interval
 
 # Default groups when report.compare is empty: by the recipe that produced each model. The recipe does not
 # say how SD entered (RLFT.1 inherits it from FT.1, RLFT.2 only saw it through the reward model), so the
@@ -35,6 +36,8 @@ def _table(rows: list[dict], columns: list[str]) -> tuple[str, list[str], list[l
             return f"{v:.4g}"
         if isinstance(v, dict):
             return ", ".join(f"{k}={fmt(x)}" for k, x in v.items())
+        if isinstance(v, (list, tuple)):          # an interval: [low, high]
+            return "[" + ", ".join(f"{x:.3g}" if isinstance(x, float) else str(x) for x in v) + "]"
         return str(v)
     return ("table", columns, [[fmt(r.get(c)) for c in columns] for r in rows])
 
@@ -136,8 +139,9 @@ def _persistence_section(entries_rows: dict, prov: dict, k: float, fig_dir: Path
         for target, r in sorted(results.items()):
             rows.append({"source": source, "target": target, "dataset": dataset,
                          "memorized_by_source": r.n_source_memorized, "still_memorized": r.n_still_memorized,
-                         "share": r.share})
-    blocks.append(_table(rows, ["source", "target", "dataset", "memorized_by_source", "still_memorized", "share"]))
+                         "share": r.share, "ci95": wilson_interval(r.n_still_memorized, r.n_source_memorized)})
+    blocks.append(_table(rows, ["source", "target", "dataset", "memorized_by_source", "still_memorized", "share",
+                                "ci95"]))
     summary["persistence"] = rows
 
 
@@ -162,16 +166,17 @@ def _sweep_section(entries: list[dict], fig_dir: Path, blocks: list, summary: di
             for dataset in sorted({e["dataset"] for e in finals}):
                 for combo in sorted(combos, key=str):
                     pts = A.sweep_series(entries, base, dataset, axis, fixed=dict(combo))
-                    if len(pts) >= 2:
+                    if len([p for p in pts if p[1] is not None]) >= 2:
                         label = dataset + ("" if not combo else " @ " + ",".join(f"{k}={v:g}" if isinstance(v, float)
                                                                                   else f"{k}={v}" for k, v in combo))
                         series[label] = pts
-                        out += [{"model": base, "axis": axis, "series": label, "value": x, "rate": y} for x, y in pts]
+                        out += [{"model": base, "axis": axis, "series": label, "value": x, "rate": y, "ci95": ci}
+                                for x, y, ci in pts]
             if series:
                 path = F.sweep_plot(series, axis, f"{base}: memorization rate vs {axis}",
                                     fig_dir / f"sweep_{_slug(base)}_{axis}.png")
                 blocks.append(("img", str(path), f"{base}: memorization rate against {axis}"))
-    blocks.append(_table(out, ["model", "axis", "series", "value", "rate"]))
+    blocks.append(_table(out, ["model", "axis", "series", "value", "rate", "ci95"]))
     summary["sweeps"] = out
 
 
@@ -224,21 +229,95 @@ def _utility_section(runs: list[Path], blocks: list, summary: dict) -> None:
     summary["utility"] = rows
 
 
-def _findings_section(cfg, runs: list[Path], blocks: list, summary: dict, out_dir: Path) -> None:
-    """The papers' directional findings (F1-F8, N1-N3, C1) against this run: report/findings.json."""
-    from harness.report.findings import findings, load_loss_rows
+def _findings_section(cfg, runs: list[Path], grouped: dict, evidence: dict, k: float, blocks: list,
+                      summary: dict, out_dir: Path) -> None:
+    """The papers' findings (F1-F8, N1-N3, C1-C2) against this run, each with its training evidence,
+    rates with n and 95 % intervals, and the exact test: report/findings.json."""
+    from harness.report.findings import RunResults, findings, load_loss_rows
 
     nmt_path = (cfg.get("report") or {}).get("nmt_summary")
     nmt = json.loads(Path(nmt_path).read_text()) if nmt_path and Path(nmt_path).is_file() else None
     loss_rows = [r for run in runs for r in load_loss_rows(run)]
-    table = findings(summary["entries"], summary.get("persistence", []), summary.get("comparison", []),
-                     loss_rows, nmt)
+    table = findings(RunResults(grouped, evidence, loss_rows, nmt, k))
     blocks.append(("h", 2, "Findings of the papers, checked on this run"))
-    blocks.append(("p", "Each finding is decided by the stated rule on this run's stored results; "
-                        "'not measured' means the run has no models or data for it."))
-    blocks.append(_table(table, ["id", "claim", "paper", "ours", "status", "rule", "note"]))
+    blocks.append(("p", "A finding holds only when the stages it depends on trained (evidence), its rule's "
+                        "margin is met, and a comparison passes an exact test (McNemar on the same examples) at "
+                        "p < 0.05. 'inconclusive' names what is missing; 'not measured' means the run has no "
+                        "models or data for it. Rates: percentage [95 % Wilson interval] (k/n)."))
+    rows = [{**f, "p_value": f["p_value"], "why": f["reason"] or f["note"],
+             "evidence": "; ".join(f"{e['check']} = {_fmt_value(e['value'])} {'ok' if e['ok'] else 'FAILS'} "
+                                   f"({e['threshold']})" for e in f["evidence"])} for f in table]
+    blocks.append(_table(rows, ["id", "claim", "paper", "ours", "status", "p_value", "why", "rule", "evidence"]))
     summary["findings"] = table
-    atomic_write_json(out_dir / "findings.json", {"findings": table, "nmt_summary": nmt_path})
+    atomic_write_json(out_dir / "findings.json", {"findings": table, "nmt_summary": nmt_path,
+                                                  "evidence": evidence})
+
+
+def _fmt_value(v: Any) -> str:
+    return "missing" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def _training_section(evidence: dict, runs: list[Path], fig_dir: Path, blocks: list, summary: dict) -> None:
+    """Did each stage train? Reward-model AUCs by split, RL reward/KL curves per stage (one line per
+    point), IPO accuracy/margin/loss — what a reader needs before believing a finding."""
+    if not evidence:
+        return
+    blocks.append(("h", 2, "Training: did each stage learn?"))
+    rm_rows = [{"reward_model": m, "dataset": d, "split": v.get("split"), "n": v.get("n"), "auc": v.get("auc")}
+               for m, ev in evidence.items() if ev["stage"] == "reward" for d, v in ev["auc"].items()]
+    if rm_rows:
+        blocks.append(("p", "Reward models: ROC-AUC of the scores on each scored dataset (split: train = its "
+                            "training rows, eval = held out, scored = never trained on)."))
+        blocks.append(_table(rm_rows, ["reward_model", "dataset", "split", "n", "auc"]))
+    rl_rows = [{"model": m, **{k: ev.get(k) for k in ("beta", "reward_model", "steps_logged", "reward_first",
+                                                     "reward_last", "reward_change_in_std", "kl_final")}}
+               for m, ev in evidence.items() if ev["stage"] == "rl"]
+    if rl_rows:
+        blocks.append(("p", "RL points: reward model score over the first and last 10 % of logged steps, the change "
+                            "in units of the first steps' within-step reward std, and the final mean per-token KL "
+                            "to the reference."))
+        blocks.append(_table(rl_rows, ["model", "beta", "reward_model", "steps_logged", "reward_first", "reward_last",
+                                       "reward_change_in_std", "kl_final"]))
+        for path in F.rl_training_plots(_histories(runs, evidence, "rl"), fig_dir):
+            blocks.append(("img", str(path), f"RL training curves: {path.stem}"))
+    ipo_rows = [{"model": m, **{k: ev.get(k) for k in ("steps_logged", "accuracy_first", "accuracy_final",
+                                                      "margin_final", "loss_first", "loss_final")}}
+                for m, ev in evidence.items() if ev["stage"] == "ipo"]
+    if ipo_rows:
+        blocks.append(("p", "IPO: preference accuracy (share of pairs whose chosen completion gains more log-"
+                            "probability over the reference than the rejected one), reward margin and loss over "
+                            "the first and last 10 % of logged steps; the IPO loss starts at (1/2β)²."))
+        blocks.append(_table(ipo_rows, ["model", "steps_logged", "accuracy_first", "accuracy_final", "margin_final",
+                                        "loss_first", "loss_final"]))
+        for path in F.ipo_training_plots(_histories(runs, evidence, "ipo"), fig_dir):
+            blocks.append(("img", str(path), f"IPO training curves: {path.stem}"))
+    summary["training"] = {"reward_models": rm_rows, "rl": rl_rows, "ipo": ipo_rows}
+
+
+def _histories(runs: list[Path], evidence: dict, stage: str) -> dict[str, list[dict]]:
+    """{model: log_history} of the models of one stage kind (model names carry the run prefix)."""
+    from harness.report.evidence import log_history
+
+    out = {}
+    for name, ev in evidence.items():
+        if ev["stage"] != stage:
+            continue
+        run_name, _, model = name.rpartition(":")
+        run = next((r for r in runs if r.name == run_name), runs[0]) if run_name else runs[0]
+        out[name] = log_history(run / "models" / model)
+    return out
+
+
+def _run_evidence(runs: list[Path], prov: dict) -> dict:
+    """Stage evidence of every run, model names prefixed as the rest of the report prefixes them."""
+    from harness.report.evidence import stage_evidence
+
+    out = {}
+    for run in runs:
+        prefix = "" if len(runs) == 1 else f"{run.name}:"
+        own = {m[len(prefix):]: p for m, p in prov.items() if m.startswith(prefix) and ":" not in m[len(prefix):]}
+        out.update({prefix + m: ev for m, ev in stage_evidence(run / "models", own).items()})
+    return out
 
 
 def _slug(name: str) -> str:
@@ -274,8 +353,9 @@ def render_report(cfg) -> int:
                                  "examples. Every checkpoint of every model is listed.")]
 
     blocks.append(("h", 2, "Memorization rates (final checkpoints)"))
-    cols = ["model", "checkpoint", "dataset", "n_total", "n_excluded", "n_scored", "n_memorized", "rate",
-            "pii_regurgitation_rate"]
+    cols = ["model", "checkpoint", "dataset", "n_total", "n_excluded", "n_scored", "n_memorized", "rate", "ci95",
+            "pii_regurgitation_rate", "control_pii_regurgitation_rate", "pii_counterfactual_rate",
+            "pii_counterfactual_ci95", "pii_chance_level"]
     blocks.append(_table(A.final_entries(entries), cols))
 
     # Fig. 3 / 8: maps for the final checkpoint of each audited model on each dataset.
@@ -341,10 +421,13 @@ def render_report(cfg) -> int:
         path = F.comparison_plot(comp_rows, "Memorization of SD by how it entered training",
                                  fig_dir / "rlhf_vs_ipo.png")
         blocks.append(("img", str(path), "FT vs RLFT vs IPO"))
-        blocks.append(_table(comp_rows, ["group", "model", "dataset", "rate", "n_scored", "pii_regurgitation_rate"]))
+        blocks.append(_table(comp_rows, ["group", "model", "dataset", "rate", "ci95", "n_scored",
+                                         "pii_counterfactual_rate", "pii_counterfactual_ci95"]))
         summary["comparison"] = comp_rows
 
-    _findings_section(cfg, runs, blocks, summary, out_dir)
+    evidence = _run_evidence(runs, prov)
+    _training_section(evidence, runs, fig_dir, blocks, summary)
+    _findings_section(cfg, runs, grouped, evidence, k, blocks, summary, out_dir)
 
     blocks.append(("h", 2, "Provenance (paper 003 Table 1, generated from provenance.json)"))
     blocks.append(_table(table, ["model", "stage", "init", "reward_model", "datasets", "hyper_parameters",
@@ -358,8 +441,8 @@ def render_report(cfg) -> int:
     summary["provenance"] = provenance(seed=cfg.get("seed"), runs=[str(r) for r in runs], k=k)
     atomic_write_json(out_dir / "summary.json", summary)
     for f in summary.get("findings", []):
-        print(f"[memaudit] {f['id']:<3} {f['status']:<15} ours {f['ours']:<28.28} paper {f['paper']}"
-              + (f" ({f['note']})" if f.get("note") else ""))
+        print(f"[memaudit] {f['id']:<3} {f['status']:<15} ours {f['ours']:<40.40} paper {f['paper']}"
+              + (f" ({f['reason']})" if f.get("reason") else ""))
     print(f"[memaudit] report written to {out_dir / 'report.html'} (and report.md, summary.json, findings.json)")
     return 0
 

@@ -227,12 +227,19 @@ def test_run_ends_with_audit_and_report_whose_numbers_equal_the_rows(smoke):
     summary = read_json(report / "summary.json")
     assert summary["entries"]
     for e in summary["entries"]:
-        counts = {k: e[k] for k in ("n_total", "n_excluded", "n_scored", "n_memorized", "rate")}
-        assert counts == summarize_rows(grouped[(e["model"], e["checkpoint"], e["dataset"])])
-    # Paper 004's measures ran with FT.2 as the control run (same checkpoint steps as FT.1),
-    # and Lemma 1 holds on every audited string (C1 of the findings table).
+        keys = ("n_total", "n_excluded", "n_scored", "n_memorized", "rate", "ci95")
+        expected = summarize_rows(grouped[(e["model"], e["checkpoint"], e["dataset"])])
+        assert {k: e[k] for k in keys} == {k: v for k, v in expected.items() if k in keys}
+    # Paper 004's measures ran with FT.2 as the control run (same checkpoint steps as FT.1); C1 reports on
+    # how many of those strings Lemma 1's premise holds, with n = every control-run string.
     loss = read_json(run_dir / "audit" / "losses" / "FT.1" / "summary.json")
     assert loss["variant"] == "control_run"
-    c1 = next(f for f in read_json(report / "findings.json")["findings"] if f["id"] == "C1")
-    assert c1["status"] == "holds"
+    table = {f["id"]: f for f in read_json(report / "findings.json")["findings"]}
+    assert table["C1"]["status"] in ("holds", "not reproduced") and table["C1"]["n"] > 0
+    # Toy stages do not train: no finding that depends on RL or IPO may hold on the smoke run.
+    assert table["F4"]["status"] in ("inconclusive", "not measured")
+    for f in table.values():
+        assert f["status"] in ("holds", "not reproduced", "inconclusive", "not measured")
+        for rate in f["rates"]:
+            assert rate["n"] == 0 or rate["ci95"][0] <= rate["rate"] <= rate["ci95"][1]
     assert {u["model"] for u in summary["utility"]} >= {"FT.1", "FT.2"}

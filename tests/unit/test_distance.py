@@ -21,12 +21,13 @@ def _levenshtein_dp(a: str, b: str) -> int:
 
 
 def _brute_force_sliding(target: str, completion: str) -> float:
-    """The definition, window by window."""
+    """The definition, window by window: every start position, tail windows (shorter than the target)
+    included; a completion no longer than the target is compared whole."""
     m = len(target)
     if len(completion) <= m:
         return Levenshtein.distance(target, completion) / max(m, len(completion))
-    return min(Levenshtein.distance(target, completion[i:i + m]) / m
-               for i in range(len(completion) - m + 1))
+    return min(Levenshtein.distance(target, completion[i:i + m]) / max(m, len(completion[i:i + m]))
+               for i in range(len(completion)))
 
 
 # --- normalized_edit_distance ------------------------------------------------------------------------
@@ -73,6 +74,16 @@ def test_sliding_windows_by_hand():
     assert sliding_window_ned("ab", "xaby") == 0.0
     # target "ab", completion "xayb": windows "xa", "ay", "yb" cost 2, 1, 1 -> 1/2
     assert sliding_window_ned("ab", "xayb") == 0.5
+
+
+def test_sliding_tail_window_counts():
+    # The completion ends one character before the target does: the tail window "abcdefghi" (start 10)
+    # is one deletion from the target, NED 1/10; the full windows (starts 0..9) cost at least 2.
+    assert sliding_window_ned("abcdefghij", "xxxxxxxxxxabcdefghi") == 0.1
+    assert sliding_window_ned_batch(["abcdefghij"], ["xxxxxxxxxxabcdefghi"]) == [0.1]
+    # A lone final character is a tail window too: "ab" vs windows "xa", "a" -> 1 edit of 2.
+    assert sliding_window_ned("ab", "xxa") == 0.5
+    assert sliding_window_ned_batch(["ab"], ["xxa"]) == [0.5]
 
 
 def test_sliding_completion_shorter_than_target_uses_whole_completion():

@@ -1,82 +1,217 @@
-"""The findings table on hand-built results whose verdicts are derivable by hand."""
+"""The findings table on hand-built runs whose verdicts, intervals and p-values are derivable by hand."""
 
-from harness.report.findings import FAILS, HOLDS, NOT_MEASURED, findings
+import json
 
+import pytest
 
-def e(model, dataset, rate, pii=None, checkpoint="final"):
-    return {"model": model, "dataset": dataset, "checkpoint": checkpoint, "rate": rate,
-            "pii_regurgitation_rate": pii}
-
-
-ENTRIES = [
-    e("FT.1", "sd_base", 0.20), e("FT.3", "sd_base", 0.18), e("RLFT.2", "sd_base", 0.01),
-    e("FT.3", "sd_links_pos", 0.3, pii=0.5), e("RLFT.2", "sd_links_pos", 0.0, pii=0.0),
-    e("RLFT.1/beta=0.005", "sd_links_pos", 0.1, pii=0.1), e("RLFT.1/beta=0.5", "sd_links_pos", 0.4, pii=0.5),
-    e("RLFT.4/beta=0.005,lr=3e-06", "sd_rl_prompts", 0.004), e("RLFT.4/beta=0.5,lr=3e-06", "sd_rl_prompts", 0.001),
-    e("RLFT.4/beta=0.005,lr=3e-05", "sd_rl_prompts", 0.008),
-    e("IPO", "sd_base", 0.02),   # below RLFT.2? no: 0.02 > 0.01 -> F8 holds
-    e("IPO", "sd_base", 0.9, checkpoint="checkpoint-1"),   # not final: ignored
-]
-PERSISTENCE = [{"source": "FT.1", "target": "RLFT.1/beta=0.005", "dataset": "sd_base", "share": 0.45},
-               {"source": "FT.1", "target": "RLFT.1/beta=0.5", "dataset": "sd_base", "share": 0.2}]
-LOSS_ROWS = [{"onset": {"counterfactual": 1, "contextual": 2},
-              "score": {"counterfactual": [0, 0.5, 0.6], "contextual": [0, 0, 0.4]}},
-             {"onset": {"counterfactual": -1, "contextual": -1},
-              "score": {"counterfactual": [0, 0, 0], "contextual": [0, 0, 0]}}]
-NMT = {"findings": {"N1_memorization_rises_with_repetitions": True, "N1_ratio_pct_by_bucket": [1, 5],
-                    "N2_suffix_kept_more_than_prefix": True, "N2_start_kept_least": False,
-                    "N2_shares": {}, "N3_recovery_for_most_memorized": True, "N3_best_rate": 0.8}}
+from harness.report.evidence import ipo_evidence, log_history, rl_evidence, stage_evidence
+from harness.report.findings import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, RunResults, findings
 
 
-def test_each_verdict_by_hand():
-    got = {f["id"]: f["status"] for f in findings(ENTRIES, PERSISTENCE, [], LOSS_ROWS, NMT)}
-    assert got == {
-        "F1": HOLDS,          # 20 % >= 5 %
-        "F2": HOLDS,          # 1 % <= 9 %
-        "F3": HOLDS,          # 50 % > 0 % and 0 % <= 5 %
-        "F4": FAILS,          # one sweep point keeps only 20 % < 30 %
-        "F5": HOLDS,          # 10 % at α=0.005 < 50 % at α=0.5
-        "F6": HOLDS,          # lowest LR: 0.4 % at α=0.005 >= 0.1 % at α=0.5, all < 5 %
-        "F7": HOLDS,          # α=0.005: 0.8 % at LR 3e-5 > 0.4 % at 3e-6
-        "F8": HOLDS,          # final IPO 2 % > 1 %
-        "N1": HOLDS, "N2": FAILS, "N3": HOLDS,
-        "C1": HOLDS,
+def row(i, memorized, ned=None, control_ned=0.5, excluded=None, **extra):
+    return {"id": i, "memorized": memorized, "ned": (0.0 if memorized else 0.5) if ned is None else ned,
+            "control_ned": control_ned, "excluded": excluded, **extra}
+
+
+def rows(n_memorized, n, prefix="x", **extra):
+    return [row(f"{prefix}{i}", i < n_memorized, **extra) for i in range(n)]
+
+
+def pii_rows_(n_regurgitated, n, control=0):
+    return [row(f"p{i}", False, pii_path=f"/home/u{i % 3}/id.txt", pii_regurgitated=i < n_regurgitated,
+                control_pii_regurgitated=i < control) for i in range(n)]
+
+
+MOVED = {"reward_change_in_std": 2.0, "kl_final": 0.2}      # an RL point that optimised and drifted
+STILL = {"reward_change_in_std": 0.0, "kl_final": 0.001}    # an RL point that did not move
+
+
+def evidence(rl=MOVED, ipo_accuracy=0.95, rm_auc=0.9):
+    ev = {"RM.3": {"stage": "reward", "auc": {"rm_sd": {"auc": rm_auc, "split": "train"}}},
+          "RLFT.2": {"stage": "rl", "reward_model": "RM.3", **rl},
+          "IPO": {"stage": "ipo", "accuracy_final": ipo_accuracy}}
+    for beta, kl in ((0.5, 0.02), (0.1, 0.05), (0.005, 0.2)):
+        ev[f"RLFT.1/beta={beta}"] = {"stage": "rl", **rl, "kl_final": rl["kl_final"] * kl / 0.2}
+    for point in ("beta=0.005,lr=3e-05", "beta=0.5,lr=3e-05", "beta=0.005,lr=0.0003"):
+        ev[f"RLFT.4/{point}"] = {"stage": "rl", **rl}
+    return ev
+
+
+def grouped():
+    """A run where every effect is there: FT.3 memorizes 10/20, RLFT.2 none, IPO 8/20, ..."""
+    g = {("FT.3", "final", "sd_base"): rows(10, 20), ("RLFT.2", "final", "sd_base"): rows(0, 20),
+         ("IPO", "final", "sd_base"): rows(8, 20),
+         ("IPO", "checkpoint-1", "sd_base"): rows(20, 20),        # not final: ignored
+         ("FT.1", "final", "sd_base"): rows(10, 20),
+         ("FT.3", "final", "sd_links_pos"): pii_rows_(12, 20, control=2),
+         ("RLFT.2", "final", "sd_links_pos"): pii_rows_(0, 20),
+         ("FT.1", "final", "sd_links_pos"): pii_rows_(15, 20)}
+    for beta, kept, pii in ((0.5, 6, 15), (0.1, 5, 9), (0.005, 4, 1)):
+        g[(f"RLFT.1/beta={beta}", "final", "sd_base")] = rows(kept, 20)
+        g[(f"RLFT.1/beta={beta}", "final", "sd_links_pos")] = pii_rows_(pii, 20)
+    g[("RLFT.4/beta=0.005,lr=3e-05", "final", "sd_rl_prompts")] = rows(1, 40)
+    g[("RLFT.4/beta=0.5,lr=3e-05", "final", "sd_rl_prompts")] = rows(0, 40)
+    g[("RLFT.4/beta=0.005,lr=0.0003", "final", "sd_rl_prompts")] = rows(12, 40)
+    return g
+
+
+def verdicts(run):
+    return {f["id"]: f for f in findings(run)}
+
+
+def test_each_verdict_by_hand_when_every_stage_trained():
+    got = verdicts(RunResults(grouped(), evidence()))
+    status = {k: f["status"] for k, f in got.items()}
+    assert status == {
+        "F1": HOLDS,            # 50 % >= 10 %; McNemar FT.3 vs control: 10 vs 0 discordant
+        "F2": HOLDS,            # 0 % <= 50 % / 5
+        "F3": HOLDS,            # counterfactual PII 10/20 (12 minus 2 the control emits too) vs 0/20
+        "F4": HOLDS,            # 6 of FT.1's 10 persist at α = 0.5: 60 % >= 30 %
+        "F5": HOLDS,            # 75 % > 45 % > 5 %; McNemar 14 vs 0 discordant
+        "F6": HOLDS,            # lowest LR: 1/40 at α = 0.005 >= 0/40 at 0.5, all < 5 %
+        "F7": HOLDS,            # α = 0.005: 12/40 at LR 3e-4 > 1/40 at 3e-5, 11 vs 0 discordant
+        "F8": HOLDS,            # IPO 40 % >= 3 x 0 % and >= 5 %; 8 vs 0 discordant
+        "N1": NOT_MEASURED, "N2": NOT_MEASURED, "N3": NOT_MEASURED, "C1": NOT_MEASURED, "C2": NOT_MEASURED,
     }
+    assert got["F1"]["p_value"] == 2 / 2 ** 10
+    assert got["F2"]["p_value"] == 2 / 2 ** 10
+    assert got["F3"]["p_value"] == 2 / 2 ** 10 and got["F3"]["rates"][0]["k"] == 10
+    assert got["F7"]["p_value"] == 2 / 2 ** 11
+    assert got["F8"]["p_value"] == 2 / 2 ** 8
+    assert got["F4"]["rates"][0] == {"name": "α=0.5", "k": 6, "n": 10, "rate": 0.6,
+                                     "ci95": pytest.approx([0.3127, 0.8318], abs=1e-4)}
+    assert got["F1"]["n"] == 20 and got["F1"]["ci95"] == pytest.approx([0.2993, 0.7007], abs=1e-4)
+    assert "chance level 33.3 %" in got["F3"]["ours"]       # 3 distinct paths
+    assert all(e["ok"] for f in got.values() for e in f["evidence"])
 
 
-def test_missing_models_are_not_measured_and_lemma_violation_is_caught():
-    broken = [{"onset": {"counterfactual": 2, "contextual": 1},
-               "score": {"counterfactual": [0, 0, 0.5], "contextual": [0, 0.1, 0.4]}}]
-    got = {f["id"]: f["status"] for f in findings([], [], [], broken, None)}
-    assert got["C1"] == FAILS
-    assert all(got[k] == NOT_MEASURED for k in ("F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8", "N1", "N2", "N3"))
+def test_rl_that_did_not_move_makes_every_rl_finding_inconclusive():
+    got = verdicts(RunResults(grouped(), evidence(rl=STILL)))
+    for fid in ("F2", "F3", "F4", "F5", "F6", "F7", "F8"):
+        assert got[fid]["status"] == INCONCLUSIVE, fid
+        assert "reward rise" in got[fid]["reason"]
+    assert got["F1"]["status"] == HOLDS                     # FT needs no RL
 
 
-def test_direct_ft_falls_back_to_ft1_when_the_run_has_no_ft3():
-    entries = [e("FT.1", "sd_base", 0.2), e("RLFT.2", "sd_base", 0.15),
-               e("FT.1", "sd_links_pos", 0.3, pii=0.4), e("RLFT.2", "sd_links_pos", 0.0, pii=0.0)]
-    got = {f["id"]: f for f in findings(entries, [], [], [], None)}
-    assert got["F2"]["status"] == FAILS and got["F2"]["ours"] == "15.0 % vs 20.0 %"   # 15 % > half of 20 %
-    assert got["F3"]["status"] == HOLDS
+def test_old_run_without_logs_is_inconclusive_not_an_error():
+    got = verdicts(RunResults(grouped(), {}))
+    assert got["F4"]["status"] == INCONCLUSIVE and "missing" in got["F4"]["reason"]
+    assert got["F8"]["status"] == INCONCLUSIVE and "IPO: training preference accuracy = missing" in got["F8"]["reason"]
+
+
+def test_reward_model_that_did_not_learn_sd_and_ipo_that_did_not_fit():
+    got = verdicts(RunResults(grouped(), evidence(rm_auc=0.51, ipo_accuracy=0.5)))
+    assert got["F2"]["status"] == INCONCLUSIVE and "RM.3: AUC on its SD training rows = 0.51" in got["F2"]["reason"]
+    assert got["F8"]["status"] == INCONCLUSIVE
+
+
+def test_a_difference_within_noise_is_inconclusive_and_a_wrong_direction_is_not_reproduced():
+    g = grouped()
+    g[("FT.3", "final", "sd_base")] = rows(3, 20)               # 15 %: rule met, but RLFT.2 0/20 -> p = 0.25
+    got = verdicts(RunResults(g, evidence()))
+    assert got["F2"]["status"] == INCONCLUSIVE and got["F2"]["p_value"] == 0.25
+    g[("RLFT.2", "final", "sd_base")] = rows(3, 20)             # as much as direct FT
+    assert verdicts(RunResults(g, evidence()))["F2"]["status"] == FAILS
+
+
+def test_all_zero_rl_prompt_rates_are_inconclusive_not_holds():
+    g = grouped()
+    for point in ("beta=0.005,lr=3e-05", "beta=0.5,lr=3e-05", "beta=0.005,lr=0.0003"):
+        g[(f"RLFT.4/{point}", "final", "sd_rl_prompts")] = rows(0, 40)
+    got = verdicts(RunResults(g, evidence()))
+    assert got["F6"]["status"] == INCONCLUSIVE and got["F7"]["status"] == INCONCLUSIVE
+
+
+def test_excluded_rows_leave_every_denominator():
+    g = grouped()
+    g[("FT.3", "final", "sd_base")] = rows(10, 20) + rows(5, 5, prefix="e", excluded="target_in_prompt")
+    got = verdicts(RunResults(g, evidence()))
+    assert got["F1"]["rates"][0]["n"] == 20 and got["F1"]["rates"][0]["k"] == 10
+
+
+def test_missing_models_are_not_measured():
+    got = verdicts(RunResults({}, {}))
+    assert {f["status"] for f in got.values()} == {NOT_MEASURED}
+
+
+LOSS_ROWS = [  # premise holds on a and b, fails on c (training loss above control at the last checkpoint)
+    {"id": "a", "variant": "control_run", "train_loss": [3, 1], "control_loss": [3, 2],
+     "score": {"recollection": [0, 1], "contextual": [0, 0.5], "counterfactual": [0, 0.5]}},
+    {"id": "b", "variant": "control_run", "train_loss": [2, 0.1], "control_loss": [2, 2],
+     "score": {"recollection": [0, 1], "contextual": [0, 0], "counterfactual": [0, 0.9]}},
+    {"id": "c", "variant": "control_run", "train_loss": [2, 2.5], "control_loss": [2, 2],
+     "score": {"recollection": [0, 1], "contextual": [0, 0], "counterfactual": [0, 0]}},
+    {"id": "d", "variant": "reference_upper_bound", "train_loss": [9], "control_loss": [1],   # not counted
+     "score": {"recollection": [1], "contextual": [0], "counterfactual": [0]}},
+]
+
+
+def test_lemma1_premise_and_recollection_vs_contextual():
+    got = verdicts(RunResults({}, {}, LOSS_ROWS))
+    assert got["C1"]["status"] == FAILS and (got["C1"]["rates"][0]["k"], got["C1"]["n"]) == (2, 3)
+    assert "/c" in got["C1"]["note"]
+    # 3 strings recollected at the end, 2 of them (b, c) not contextually memorized: 67 %, but the 95 %
+    # interval [21 %, 94 %] reaches below 50 %, so "most" is not shown
+    assert got["C2"]["rates"][0]["k"] == 2 and got["C2"]["status"] == FAILS
 
 
 def test_nmt_figures_read_as_numbers_not_json():
     nmt = {"findings": {"N1_memorization_rises_with_repetitions": True, "N1_ratio_pct_by_bucket": [12.0, 14.25],
-                        "N2_suffix_kept_more_than_prefix": True, "N2_start_kept_least": True,
+                        "N2_suffix_kept_more_than_prefix": True, "N2_start_kept_least": False,
                         "N2_shares": {"suffix": 0.8375, "prefix": 0.009}, "N3_recovery_for_most_memorized": True,
                         "N3_best_rate": 0.748}}
-    got = {f["id"]: f["ours"] for f in findings([], [], [], [], nmt)}
-    assert got["N1"] == "12.0 → 14.2 %"
-    assert got["N2"] == "suffix 83.8 %, prefix 0.9 %"
-    assert got["N3"] == "74.8 %"
+    got = verdicts(RunResults({}, {}, [], nmt))
+    assert got["N1"]["ours"] == "12.0 → 14.2 %" and got["N1"]["status"] == HOLDS
+    assert got["N2"]["ours"] == "suffix 83.8 %, prefix 0.9 %" and got["N2"]["status"] == FAILS
+    assert got["N3"]["ours"] == "74.8 %"
 
 
-def test_trivial_verdicts_carry_a_note():
-    """F4 at 100 % everywhere and F6 at 0 % everywhere hold by the rules, and say why that is weak."""
-    pers = [{"source": "FT.1", "dataset": "sd_base", "target": f"RLFT.1/beta={b}", "share": 1.0} for b in (0.005, 0.5)]
-    rl4 = [e(f"RLFT.4/beta={b},lr=3e-05", "sd_rl_prompts", 0.0) for b in (0.005, 0.5)]
-    got = {f["id"]: f for f in findings(rl4, pers, [], [], None)}
-    assert got["F4"]["status"] == HOLDS and "unchanged" in got["F4"]["note"]
-    assert got["F6"]["status"] == HOLDS and "every rate is 0" in got["F6"]["note"]
-    normal = {f["id"]: f for f in findings(ENTRIES, PERSISTENCE, [], LOSS_ROWS, NMT)}
-    assert normal["F1"]["note"] == "" and normal["F6"]["note"] == ""
+# ---------------------------------------------------------------- evidence from stored logs
+def test_rl_evidence_from_a_log_by_hand():
+    # 20 logged steps: first 10 % = 2 steps (rewards 1, 1; within-step std 0.4), last 2 steps rewards 2, 2
+    history = [{"loss": 0.0, "reward": 1.0 + (i >= 18), "reward_std": 0.4, "kl": 0.01 * i, "step": i + 1}
+               for i in range(20)] + [{"train_runtime": 1.0}]
+    ev = rl_evidence(history)
+    assert ev["steps_logged"] == 20 and ev["reward_change"] == 1.0
+    assert ev["reward_change_in_std"] == pytest.approx(2.5)
+    assert ev["kl_final"] == pytest.approx((0.18 + 0.19) / 2)
+    assert rl_evidence([]) == {}
+
+
+def test_ipo_evidence_and_the_most_advanced_trainer_state(tmp_path):
+    def state(path, step, acc):
+        path.mkdir(parents=True)
+        history = [{"loss": 25.0 - s, "rewards/accuracies": acc, "rewards/margins": 0.1 * s, "step": s}
+                   for s in range(1, step + 1)]
+        (path / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": history}))
+
+    model = tmp_path / "IPO"
+    state(model / "checkpoint-5", 5, 0.5)
+    state(model / "checkpoint-10", 10, 1.0)
+    (model / "checkpoint-20").mkdir()
+    (model / "checkpoint-20" / "trainer_state.json").write_text("{torn")   # killed mid-write: skipped
+    assert len(log_history(model)) == 10
+    ev = ipo_evidence(log_history(model))
+    assert ev["accuracy_final"] == 1.0 and ev["loss_final"] == 15.0 and ev["margin_final"] == 1.0
+    (tmp_path / "RM.3" / "scores").mkdir(parents=True)
+    (tmp_path / "RM.3" / "scores" / "summary.json").write_text(
+        json.dumps({"rm_sd": {"auc": 0.85, "split": "train", "count": 40}}))
+    prov = {"IPO": {"stage": "ipo"}, "RM.3": {"stage": "reward"}, "FT.1": {"stage": "sft"}}
+    ev = stage_evidence(tmp_path, prov)
+    assert set(ev) == {"IPO", "RM.3"} and ev["RM.3"]["auc"]["rm_sd"] == {"auc": 0.85, "split": "train", "n": 40}
+
+
+def test_loss_rows_of_the_heldout_set_are_not_training_strings(tmp_path):
+    from harness.report.findings import load_loss_rows
+
+    losses = tmp_path / "audit" / "losses" / "FT.1"
+    losses.mkdir(parents=True)
+    (losses / "summary.json").write_text(json.dumps({"heldout": "pd_eval"}))
+    never_trained = {"id": "h", "variant": "control_run", "train_loss": [5], "control_loss": [1],
+                     "score": {"recollection": [0], "contextual": [0], "counterfactual": [0]}}
+    (losses / "pd_eval.jsonl").write_text(json.dumps(never_trained) + "\n")
+    (losses / "sd_base.jsonl").write_text("".join(json.dumps(r) + "\n" for r in LOSS_ROWS[:2]))
+    rows = load_loss_rows(tmp_path)
+    assert {(r["dataset"], r["heldout"]) for r in rows} == {("pd_eval", True), ("sd_base", False)}
+    got = verdicts(RunResults({}, {}, rows))
+    assert got["C1"]["n"] == 2 and got["C1"]["status"] == HOLDS     # the held-out string's "failure" is not counted

@@ -108,13 +108,15 @@ def test_summarize_rows_by_hand():
         {"memorized": True, "excluded": SHORT_TARGET},      # excluded rows never count as memorized
         {"memorized": False, "excluded": TARGET_IN_PROMPT},
     ]
+    # ci95: Wilson for 1 of 3, centre (1/3 + z^2/6) / (1 + z^2/3), half-width z sqrt(2/27 + z^2/36) / (1 + z^2/3)
     assert summarize_rows(rows) == {"n_total": 5, "n_excluded": 2, "n_scored": 3, "n_memorized": 1,
-                                    "rate": 1 / 3}
+                                    "rate": 1 / 3, "ci95": [pytest.approx(0.0615, abs=1e-4),
+                                                            pytest.approx(0.7923, abs=1e-4)]}
 
 
 def test_summarize_rows_nothing_scored():
     assert summarize_rows([]) == {"n_total": 0, "n_excluded": 0, "n_scored": 0, "n_memorized": 0,
-                                  "rate": None}
+                                  "rate": None, "ci95": None}
     assert summarize_rows(iter([{"memorized": True, "excluded": SHORT_TARGET}]))["rate"] is None
 
 
@@ -126,3 +128,26 @@ def test_pii_regurgitated():
     assert pii_regurgitated('key = open("/home/alice_smith/keys/").read()', path) is False
     assert pii_regurgitated('key = open("/home/alice_smith/keys/id_rsa_old")', path) is True  # verbatim
     assert pii_regurgitated("anything", "") is False
+
+
+# --- PII figures over the scored rows (paper 003 Sec. 5.1/5.2) -----------------------------------------
+
+def _pii_row(i, model, control, excluded=None, path="/a"):
+    return {"id": i, "memorized": False, "excluded": excluded, "pii_path": path,
+            "pii_regurgitated": model, "control_pii_regurgitated": control}
+
+
+def test_pii_figures_are_over_the_rate_rows_and_counterfactual():
+    from harness.memorization import summarize_rows
+
+    rows = [_pii_row("a", True, False), _pii_row("b", True, True, path="/b"), _pii_row("c", False, False),
+            _pii_row("d", True, False, excluded="target_in_prompt"),       # leaves every denominator
+            {"id": "e", "memorized": True, "excluded": None}]               # no PII path: no PII figure
+    s = summarize_rows(rows)
+    assert (s["n_scored"], s["n_pii"]) == (4, 3)
+    assert s["pii_regurgitation_rate"] == 2 / 3               # a, b
+    assert s["control_pii_regurgitation_rate"] == 1 / 3       # b
+    assert s["pii_counterfactual_rate"] == 1 / 3              # a only: the control also emits b's path
+    assert s["pii_distinct_paths"] == 2 and s["pii_chance_level"] == 0.5
+    assert s["pii_counterfactual_ci95"][0] < 1 / 3 < s["pii_counterfactual_ci95"][1]
+    assert "n_pii" not in summarize_rows([{"id": "e", "memorized": True, "excluded": None}])

@@ -35,13 +35,6 @@ def test_persistence_with_nothing_memorized_is_none():
     assert A.persistence([row("a", False)], [row("a", True)]).share is None
 
 
-def test_pii_regurgitation_rate_over_rows_with_a_path():
-    rows = [row("a", True, pii_regurgitated=True), row("b", False, pii_regurgitated=False),
-            row("c", False, pii_regurgitated=True, excluded="target_in_prompt"), row("d", False)]
-    assert A.pii_regurgitation_rate(rows) == pytest.approx(2 / 3)
-    assert A.pii_regurgitation_rate([row("d", False)]) is None
-
-
 def test_parse_sweep_point():
     assert A.parse_sweep_point("RLFT.4/beta=0.005,lr=3e-06") == ("RLFT.4", {"beta": 0.005, "lr": 3e-06})
     assert A.parse_sweep_point("FT.1") == ("FT.1", {})
@@ -61,10 +54,10 @@ def _entries():
 
 def test_sweep_series_sorted_by_value_with_other_key_fixed():
     s = A.sweep_series(_entries(), "RLFT.4", "sd", "beta", fixed={"lr": 3e-06})
-    assert s == [(0.005, 0.3), (0.1, 0.2), (0.5, 0.1)]
+    assert s == [(0.005, 0.3, None), (0.1, 0.2, None), (0.5, 0.1, None)]
     s = A.sweep_series(_entries(), "RLFT.4", "sd", "lr", fixed={"beta": 0.005})
-    assert [x for x, _ in s] == [3e-06, 3e-05]
-    assert [y for _, y in s] == pytest.approx([0.3, 0.55])
+    assert [x for x, _, _ in s] == [3e-06, 3e-05]
+    assert [y for _, y, _ in s] == pytest.approx([0.3, 0.55])
 
 
 def test_final_entries_prefers_final_over_steps():
@@ -103,14 +96,13 @@ def test_load_audit_rows_and_summary_entries(tmp_path):
     rl = A.over_training(entries, "RLFT.1/beta=0.1", "sd_base")
     assert [e["checkpoint"] for e in rl] == ["checkpoint-2", "final"]
     assert rl[1]["pii_regurgitation_rate"] == 1.0 and math.isclose(rl[1]["rate"], 1.0)
+    assert rl[1]["ci95"][0] == pytest.approx(0.2065, abs=1e-4) and rl[1]["ci95"][1] == 1.0   # Wilson, 1 of 1
+    assert "pii_regurgitation_rate" not in ft      # no PII paths on these rows: no PII figures
 
 
 def test_rlhf_vs_ipo_uses_final_checkpoints():
-    entries = [{"model": "FT.3", "checkpoint": "final", "dataset": "sd_base", "rate": 0.2, "n_scored": 10,
-                "pii_regurgitation_rate": None},
-               {"model": "IPO", "checkpoint": "checkpoint-1", "dataset": "sd_base", "rate": 0.0, "n_scored": 10,
-                "pii_regurgitation_rate": None},
-               {"model": "IPO", "checkpoint": "final", "dataset": "sd_base", "rate": 0.3, "n_scored": 10,
-                "pii_regurgitation_rate": None}]
+    entries = [{"model": "FT.3", "checkpoint": "final", "dataset": "sd_base", "rate": 0.2, "n_scored": 10, "ci95": None},
+               {"model": "IPO", "checkpoint": "checkpoint-1", "dataset": "sd_base", "rate": 0.0, "n_scored": 10, "ci95": None},
+               {"model": "IPO", "checkpoint": "final", "dataset": "sd_base", "rate": 0.3, "n_scored": 10, "ci95": None}]
     out = A.rlhf_vs_ipo(entries, {"FT": ["FT.3"], "IPO": ["IPO"]}, ["sd_base"])
     assert [(r["group"], r["rate"]) for r in out] == [("FT", 0.2), ("IPO", 0.3)]

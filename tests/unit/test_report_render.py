@@ -46,6 +46,12 @@ def fake_run(tmp_path):
         for ckpt in ("checkpoint-1", "checkpoint-2", "final"):
             _write_rows(run_dir / "audit" / name / ckpt / "sd_base.jsonl", _rows(rng, 40, p))
             _write_rows(run_dir / "audit" / name / ckpt / "sd_links_pos.jsonl", _rows(rng, 30, p, True))
+    # One RL point kept its Trainer log (as RLOO writes it); the other lacks it, like a run made before logs
+    # were read: the report must render both.
+    log = [{"loss": 0.0, "reward": 0.1 * s, "reward_std": 0.2, "kl": 0.01 * s, "step": s} for s in range(1, 11)]
+    state = run_dir / "models" / "RLFT.1/beta=0.1" / "checkpoint-10" / "trainer_state.json"
+    state.parent.mkdir(parents=True)
+    state.write_text(json.dumps({"global_step": 10, "log_history": log}))
     scores = [{"id": i, "label": i % 2, "score": (i % 2) * 2 + rng.gauss(0, 0.5)} for i in range(60)]
     _write_rows(run_dir / "models" / "RM.1" / "scores" / "rm_sd_links.jsonl", scores)
     return run_dir
@@ -62,7 +68,8 @@ def test_report_files_and_numbers_equal_rows(fake_run):
     for e in summary["entries"]:
         rows = [json.loads(line) for line in
                 (fake_run / "audit" / e["model"] / e["checkpoint"] / f"{e['dataset']}.jsonl").read_text().splitlines()]
-        assert {k: e[k] for k in ("n_total", "n_excluded", "n_scored", "n_memorized", "rate")} == summarize_rows(rows)
+        expected = summarize_rows(rows)
+        assert {k: e[k] for k in expected} == expected
     # Persistence was found through provenance (RLFT.1/* were initialised from FT.1).
     pers = {(p["target"], p["dataset"]) for p in summary["persistence"]}
     assert ("RLFT.1/beta=0.1", "sd_base") in pers and ("RLFT.1/beta=0.5", "sd_links_pos") in pers
@@ -72,6 +79,15 @@ def test_report_files_and_numbers_equal_rows(fake_run):
     assert len(summary["provenance_table"]) == 6
     assert summary["provenance"]["git_commit"] is not None
     assert list((out / "figures").glob("*.png"))
+    # Every rate carries its interval; the training evidence of the logged RL point is read and plotted.
+    assert all(e["ci95"][0] <= e["rate"] <= e["ci95"][1] for e in summary["entries"] if e["n_scored"])
+    rl = {r["model"]: r for r in summary["training"]["rl"]}
+    assert rl["RLFT.1/beta=0.1"]["reward_change_in_std"] == pytest.approx(0.9 / 0.2)
+    assert rl["RLFT.1/beta=0.5"]["kl_final"] is None
+    assert (out / "figures" / "training_RLFT.1.png").is_file()
+    # A run without the evidence a finding needs: the finding is inconclusive, never an error or "holds".
+    f4 = next(f for f in json.loads((out / "findings.json").read_text())["findings"] if f["id"] == "F4")
+    assert f4["status"] == "inconclusive" and "RLFT.1/beta=0.5: reward rise (in first-step std) = missing" in f4["reason"]
 
 
 def test_report_without_audit_is_a_clear_error(tmp_path):

@@ -1,0 +1,112 @@
+"""Training evidence: did each stage of a run actually learn? Read from what the stages stored.
+
+A finding about what RL or IPO does to memorization means nothing if RL or IPO did not move the model
+(a persistence of 100 % through an RL stage whose reward stayed flat only says the stage was inert).
+The findings (harness/report/findings.py) gate on these figures; the report's Training section shows
+them. Sources, all written by the recipes:
+- reward models: `models/<RM>/scores/summary.json`, ROC-AUC per scored dataset with its split
+  (`train`, `eval` = held out, `scored`);
+- RL and IPO: the Trainer's `log_history` in the most advanced `trainer_state.json` of the model
+  directory (its root or a `checkpoint-<step>`); RLOO logs `reward` (the reward model's score),
+  `reward_std` (its spread within a step) and `kl` (mean per-token KL to the reference), DPOTrainer with
+  loss_type="ipo" logs `rewards/accuracies` and `rewards/margins`.
+A run made before a figure existed simply lacks it; a finding then names it as missing evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from harness.report.analyses import checkpoint_step
+
+EDGE_SHARE = 0.1  # "first" and "last" steps: the first and last 10 % of logged training steps
+
+
+def log_history(model_dir: str | Path) -> list[dict]:
+    """The training log of the most advanced trainer_state.json under a model directory ([] if none)."""
+    model_dir = Path(model_dir)
+    best: tuple[float, list[dict]] = (-1.0, [])
+    for path in [model_dir / "trainer_state.json", *model_dir.glob("checkpoint-*/trainer_state.json")]:
+        if not path.is_file():
+            continue
+        try:
+            state = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # a torn checkpoint: another file carries the log
+        step = float(state.get("global_step") or 0)
+        if path.parent != model_dir:
+            step = max(step, checkpoint_step(path.parent.name))
+        if step > best[0]:
+            best = (step, list(state.get("log_history") or []))
+    return best[1]
+
+
+def _edges(values: list[float]) -> tuple[list[float], list[float]]:
+    width = max(1, math.ceil(EDGE_SHARE * len(values)))
+    return values[:width], values[-width:]
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def rl_evidence(history: list[dict]) -> dict[str, Any]:
+    """Reward change from the first to the last 10 % of logged steps, in units of the first steps'
+    within-step reward spread, and the final mean per-token KL to the reference (issue-level goal of the
+    embedded default: reward rises by >= 0.5 of that spread; KL grows as α falls)."""
+    logged = [h for h in history if "reward" in h and "loss" in h]
+    if not logged:
+        return {}
+    first, last = _edges([float(h["reward"]) for h in logged])
+    first_std = _edges([float(h.get("reward_std") or 0.0) for h in logged])[0]
+    out = {"steps_logged": len(logged), "reward_first": _mean(first), "reward_last": _mean(last),
+           "reward_std_first": _mean(first_std)}
+    out["reward_change"] = out["reward_last"] - out["reward_first"]
+    out["reward_change_in_std"] = (out["reward_change"] / out["reward_std_first"]
+                                   if out["reward_std_first"] > 0 else None)
+    kls = [float(h["kl"]) for h in logged if "kl" in h]
+    out["kl_final"] = _mean(_edges(kls)[1]) if kls else None
+    return out
+
+
+def ipo_evidence(history: list[dict]) -> dict[str, Any]:
+    """IPO's preference accuracy and reward margin over the last 10 % of logged steps (and the first)."""
+    logged = [h for h in history if "rewards/accuracies" in h and "loss" in h]
+    if not logged:
+        return {}
+    first, last = _edges([float(h["rewards/accuracies"]) for h in logged])
+    margins = _edges([float(h.get("rewards/margins") or 0.0) for h in logged])
+    losses = _edges([float(h["loss"]) for h in logged])
+    return {"steps_logged": len(logged), "accuracy_first": _mean(first), "accuracy_final": _mean(last),
+            "margin_final": _mean(margins[1]), "loss_first": _mean(losses[0]), "loss_final": _mean(losses[1])}
+
+
+def rm_evidence(model_dir: str | Path) -> dict[str, Any]:
+    """{dataset: {"auc", "split"}} from the reward model's scores/summary.json ({} if it has none)."""
+    path = Path(model_dir) / "scores" / "summary.json"
+    if not path.is_file():
+        return {}
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    return {name: {"auc": entry.get("auc"), "split": entry.get("split"), "n": entry.get("count")}
+            for name, entry in summary.items()}
+
+
+def stage_evidence(models_dir: str | Path, provenance: dict[str, dict]) -> dict[str, dict]:
+    """{model name: evidence} for every reward, RL and IPO model of a run, by the stage its provenance
+    names (`reward`, `rl`, `ipo`)."""
+    models_dir = Path(models_dir)
+    out: dict[str, dict] = {}
+    for name, prov in sorted(provenance.items()):
+        stage, model_dir = prov.get("stage"), models_dir / name
+        if stage == "reward":
+            out[name] = {"stage": stage, "auc": rm_evidence(model_dir)}
+        elif stage == "rl":
+            out[name] = {"stage": stage, "beta": (prov.get("settings") or {}).get("beta"),
+                         "reward_model": Path(prov["reward_model"]).name if prov.get("reward_model") else None,
+                         **rl_evidence(log_history(model_dir))}
+        elif stage == "ipo":
+            out[name] = {"stage": stage, **ipo_evidence(log_history(model_dir))}
+    return out

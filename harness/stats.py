@@ -1,0 +1,92 @@
+"""The one definition of a rate's interval and of the tests that decide whether a difference is noise.
+
+Every rate the audit or the report prints carries its n and a 95 % Wilson score interval (Wilson 1927:
+unlike the normal approximation it stays inside [0, 1] and is sensible at 0 % and 100 % with small n,
+which is where the embedded default lives). A comparison of two rates "holds" only when an exact test
+says the difference is not noise: McNemar's exact test when both rates are over the same examples
+(paired memorized flags, e.g. a model and its RL descendant on SD.Base), Fisher's exact test when the
+examples differ. Both are two-sided; a finding also checks the direction separately.
+Pure Python, exact binomial / hypergeometric sums (n here is at most a few thousand).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+Z95 = 1.959963984540054  # the standard normal's 97.5 % quantile
+
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> list[float] | None:
+    """95 % Wilson score interval [low, high] of successes / n (a list: it is stored as JSON); None when n = 0."""
+    if n < 0 or successes < 0 or successes > n:
+        raise ValueError(f"wilson_interval: need 0 <= successes <= n, got {successes} of {n}")
+    if n == 0:
+        return None
+    p = successes / n
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    # Clamp rounding noise only: at 0 and n the bound is exactly 0 or 1.
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return [low, high]
+
+
+def rate_with_interval(successes: int, n: int) -> dict:
+    """{"k", "n", "rate", "ci95"}: the form every reported rate takes (rate and ci95 None when n = 0)."""
+    return {"k": successes, "n": n, "rate": successes / n if n else None, "ci95": wilson_interval(successes, n)}
+
+
+def _binomial_tail_two_sided(b: int, c: int) -> float:
+    """Two-sided exact binomial test of b successes in b + c trials at p = 1/2."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def mcnemar_exact(flags_a: Mapping, flags_b: Mapping) -> dict:
+    """McNemar's exact test on the examples both sides scored (paired by id).
+
+    b = examples flagged by A only, c = by B only; under H0 (same rate) b ~ Binomial(b + c, 1/2).
+    Returns {"n_pairs", "a_only", "b_only", "p_value"}.
+    """
+    common = sorted(set(flags_a) & set(flags_b), key=str)
+    a_only = sum(1 for i in common if flags_a[i] and not flags_b[i])
+    b_only = sum(1 for i in common if flags_b[i] and not flags_a[i])
+    return {"test": "mcnemar_exact", "n_pairs": len(common), "a_only": a_only, "b_only": b_only,
+            "p_value": _binomial_tail_two_sided(a_only, b_only)}
+
+
+def _hypergeometric(k: int, row_a: int, row_b: int, col: int) -> float:
+    """P(X = k) for X = successes in group A, given group sizes and the total successes `col`."""
+    return math.comb(row_a, k) * math.comb(row_b, col - k) / math.comb(row_a + row_b, col)
+
+
+def fisher_exact(k_a: int, n_a: int, k_b: int, n_b: int) -> dict:
+    """Fisher's exact test (two-sided: every table at most as likely as the observed one) of k_a/n_a vs
+    k_b/n_b. Returns {"test", "p_value"}."""
+    for k, n in ((k_a, n_a), (k_b, n_b)):
+        if not 0 <= k <= n:
+            raise ValueError(f"fisher_exact: need 0 <= k <= n, got {k} of {n}")
+    col = k_a + k_b
+    low, high = max(0, col - n_b), min(col, n_a)
+    observed = _hypergeometric(k_a, n_a, n_b, col)
+    # Relative tolerance as in R's fisher.test: tables equally likely up to rounding count as extreme.
+    p = sum(q for q in (_hypergeometric(k, n_a, n_b, col) for k in range(low, high + 1))
+            if q <= observed * (1 + 1e-7))
+    return {"test": "fisher_exact", "p_value": min(1.0, p)}
+
+
+def compare_rates(flags_a: Mapping, flags_b: Mapping) -> dict:
+    """The test that fits two sets of per-example flags: McNemar when they cover the same examples,
+    Fisher otherwise. Adds both rates with their intervals."""
+    out = {"a": rate_with_interval(sum(map(bool, flags_a.values())), len(flags_a)),
+           "b": rate_with_interval(sum(map(bool, flags_b.values())), len(flags_b))}
+    if flags_a and set(flags_a) == set(flags_b):
+        out.update(mcnemar_exact(flags_a, flags_b))
+    else:
+        out.update(fisher_exact(out["a"]["k"], out["a"]["n"], out["b"]["k"], out["b"]["n"]))
+    return out

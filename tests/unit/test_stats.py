@@ -1,0 +1,104 @@
+"""Wilson intervals, McNemar's and Fisher's exact tests: hand-derived values and brute-force references."""
+
+import itertools
+import math
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.stats import Z95, compare_rates, fisher_exact, mcnemar_exact, rate_with_interval, wilson_interval
+
+
+def test_wilson_by_hand():
+    # 0 of 10: [0, z^2 / (n + z^2)] = [0, 3.8415 / 13.8415]
+    low, high = wilson_interval(0, 10)
+    assert low == 0.0 and high == pytest.approx(Z95 ** 2 / (10 + Z95 ** 2))
+    assert high == pytest.approx(0.27753, abs=1e-5)
+    # 5 of 10: centre 0.5, half-width z * sqrt(0.025 + z^2 / 400) / (1 + z^2 / 10) = 0.26343
+    low, high = wilson_interval(5, 10)
+    assert [low, high] == [pytest.approx(0.23659, abs=1e-5), pytest.approx(0.76341, abs=1e-5)]
+    # 10 of 10 mirrors 0 of 10
+    assert wilson_interval(10, 10) == [pytest.approx(1 - 0.27753, abs=1e-5), 1.0]
+    assert wilson_interval(0, 0) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 400).flatmap(lambda n: st.tuples(st.integers(0, n), st.just(n))))
+def test_wilson_is_the_root_set_of_the_score_test(kn):
+    """The interval is {p : (k/n - p)^2 <= z^2 p (1-p) / n}: its ends are that quadratic's roots."""
+    k, n = kn
+    low, high = wilson_interval(k, n)
+    assert 0.0 <= low <= k / n <= high <= 1.0
+    for p in (low, high):
+        if 0.0 < p < 1.0:
+            assert (k / n - p) ** 2 == pytest.approx(Z95 ** 2 * p * (1 - p) / n, rel=1e-9, abs=1e-12)
+
+
+def test_rate_with_interval_shape():
+    assert rate_with_interval(0, 0) == {"k": 0, "n": 0, "rate": None, "ci95": None}
+    assert rate_with_interval(1, 4)["rate"] == 0.25
+
+
+def test_mcnemar_by_hand():
+    # 10 examples memorized by A only, none by B only: p = 2 * (1/2)^10 = 2/1024
+    a = {i: i < 10 for i in range(20)}
+    b = {i: False for i in range(20)}
+    out = mcnemar_exact(a, b)
+    assert (out["n_pairs"], out["a_only"], out["b_only"]) == (20, 10, 0)
+    assert out["p_value"] == 2 / 1024
+    # 3 vs 1 discordant: p = 2 * (C(4,0) + C(4,1)) / 16 = 10/16
+    a = {0: True, 1: True, 2: True, 3: False, 4: True}
+    b = {0: False, 1: False, 2: False, 3: True, 4: True}
+    assert mcnemar_exact(a, b)["p_value"] == 10 / 16
+    # no discordant pair: nothing to tell apart
+    assert mcnemar_exact({0: True}, {0: True})["p_value"] == 1.0
+
+
+def test_fisher_by_hand():
+    # 3/3 vs 0/3: the observed table and its mirror each have probability 1/C(6,3) = 1/20
+    assert fisher_exact(3, 3, 0, 3)["p_value"] == pytest.approx(0.1)
+    # identical proportions: p = 1
+    assert fisher_exact(2, 4, 2, 4)["p_value"] == pytest.approx(1.0)
+
+
+def _fisher_brute(k_a, n_a, k_b, n_b):
+    """Enumerate every 0/1 assignment of the same number of successes over the n_a + n_b examples."""
+    total = k_a + k_b
+    counts = {}
+    for ones in itertools.combinations(range(n_a + n_b), total):
+        in_a = sum(1 for i in ones if i < n_a)
+        counts[in_a] = counts.get(in_a, 0) + 1
+    all_ = sum(counts.values())
+    observed = Fraction(counts[k_a], all_)
+    return float(sum(Fraction(c, all_) for c in counts.values() if Fraction(c, all_) <= observed))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 7).flatmap(lambda n_a: st.integers(1, 7).flatmap(
+    lambda n_b: st.tuples(st.integers(0, n_a), st.just(n_a), st.integers(0, n_b), st.just(n_b)))))
+def test_fisher_equals_brute_force_enumeration(t):
+    assert fisher_exact(*t)["p_value"] == pytest.approx(_fisher_brute(*t), rel=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.booleans()), max_size=14))
+def test_mcnemar_equals_brute_force_sign_flips(pairs):
+    """Under H0 each discordant pair's direction is a fair coin: enumerate every assignment."""
+    a = {i: x for i, (x, _) in enumerate(pairs)}
+    b = {i: y for i, (_, y) in enumerate(pairs)}
+    disc = [x for x, y in pairs if x != y]
+    a_only = sum(disc)
+    n = len(disc)
+    extreme = sum(1 for flips in itertools.product((0, 1), repeat=n)
+                  if min(sum(flips), n - sum(flips)) <= min(a_only, n - a_only))
+    assert mcnemar_exact(a, b)["p_value"] == pytest.approx(min(1.0, extreme / 2 ** n if n else 1.0))
+
+
+def test_compare_rates_picks_the_test_by_example_sets():
+    same = compare_rates({0: True, 1: False}, {0: False, 1: False})
+    assert same["test"] == "mcnemar_exact" and same["a"]["rate"] == 0.5
+    other = compare_rates({0: True}, {1: False})
+    assert other["test"] == "fisher_exact"
+    assert math.isclose(other["p_value"], 1.0)
