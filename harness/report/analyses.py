@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.memorization import summarize_rows
 from harness.io import read_jsonl
+from harness.memorization import summarize_rows
 
 FINAL = "final"
 Key = tuple[str, str, str]  # (model, checkpoint, dataset)
