@@ -391,9 +391,10 @@ class AuditedModel:
             self.tokenizer = AutoTokenizer.from_pretrained(str(self.path),
                                                            trust_remote_code=settings.trust_remote_code)
         except (OSError, ValueError) as e:
-            raise UserError(f"{self.path}: cannot load its tokenizer ({(str(e).splitlines() or [type(e).__name__])[0]}); save the "
-                            "tokenizer beside the weights (tokenizer.save_pretrained) or point the audit at a "
-                            "complete model directory") from None
+            reason = (str(e).strip().split("\n") or [""])[0] or type(e).__name__
+            raise UserError(f"{self.path}: cannot load its tokenizer ({reason}); save the tokenizer beside the "
+                            "weights (tokenizer.save_pretrained) or point the audit at a complete model "
+                            "directory") from None
         self.sentinels = detect_sentinels(self.tokenizer, family=settings.fim_family, model_name=str(self.path),
                                           config_key="audit.fim_family")
         self.fingerprint = model_fingerprint(self.path)
