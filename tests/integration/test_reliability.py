@@ -315,3 +315,16 @@ def test_whole_run_audit_that_scores_nothing_exits_3_after_writing_its_summary(a
     entry = json.loads((run_dir / "audit" / "summary.json").read_text())["results"]["FT.1"]["final"]["allshort"]
     assert entry["n_scored"] == 0 and entry["excluded_by_reason"]["short_target"] == 2
     assert memaudit(*args, "audit.allow_empty=true", cwd=tmp_path).returncode == 0
+
+
+def test_rows_of_other_settings_are_not_mixed_into_an_audit_dir(audit_world, tmp_path):
+    examples = write_examples(tmp_path / "data" / "two.jsonl", audit_world["examples"][:2])
+    out = tmp_path / "out"
+    args = audit_overrides({**audit_world, "examples_path": examples}, out)
+    assert memaudit("audit", *args, cwd=tmp_path).returncode == 0
+    rows_file = out / "FT.1" / "final" / "two.jsonl"
+    before = rows_file.read_bytes()
+    refused(memaudit("audit", *args, "audit.k=0.2", cwd=tmp_path),
+            rf"{rows_file} holds rows computed with a different settings; delete that directory to recompute it, "
+            r"or set audit\.out_dir to a new directory")
+    assert rows_file.read_bytes() == before
