@@ -24,13 +24,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UserError
-from harness.io import RowStore, atomic_write_json, file_sha256, iter_jsonl, read_json
+from harness.config import require_bool
+from harness.errors import NothingScored, UserError
+from harness.io import RowStore, atomic_write_json, file_sha256, iter_jsonl_numbered, read_json
 
 EXAMPLE_FIELDS = ("id", "prefix", "target", "suffix")
 FINAL = "final"            # checkpoint name of the model at the root of its directory
@@ -65,6 +68,7 @@ class AuditSettings:
     trust_remote_code: bool = False
     progress: bool | None = None
     threads: int | None = None
+    allow_empty: bool = False      # exit 0 even when no example is scored (see check_scored)
 
     def __post_init__(self):
         if not isinstance(self.k, (int, float)) or not 0.0 <= float(self.k) <= 1.0:
@@ -84,7 +88,7 @@ class AuditSettings:
     def scoring(self) -> dict[str, Any]:
         """The settings rows depend on (batch size, device and progress bars do not change a row)."""
         d = asdict(self)
-        for key in ("batch_size", "device", "progress", "trust_remote_code", "threads"):
+        for key in ("batch_size", "device", "progress", "trust_remote_code", "threads", "allow_empty"):
             d.pop(key)
         return d
 
@@ -125,6 +129,25 @@ def _require_model_dir(key: str, value: Any) -> Path:
     return path
 
 
+def require_creatable_dir(key: str, path: Path) -> Path:
+    """`path` if it is a directory or can be created as one; checked without creating anything, so a
+    refused job leaves nothing behind (a file in the way or a read-only parent is named with its key)."""
+    path = Path(path)
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        where = "it is" if probe == path else f"{probe} is"
+        raise UserError(f"{key}={path}: cannot be a directory, {where} a file; set {key} to a directory "
+                        "path (or move that file away)")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"{key}={path}: cannot be created or written ({probe} is not writable); set {key} "
+                        "to a directory you can write")
+    return path
+
+
 def default_dataset_name(examples: Path) -> str:
     """The examples file's stem; for the team layout `<run_dir>/data/<name>/rows.jsonl`, <name>."""
     if examples.name == "rows.jsonl" and (examples.parent / "manifest.json").is_file():
@@ -139,8 +162,9 @@ def settings_from_config(a) -> AuditSettings:
         max_new_tokens=a.max_new_tokens, target_tokens=a.target_tokens,
         min_target_tokens=a.min_target_tokens, prompt_ned_threshold=float(a.prompt_ned_threshold),
         batch_size=a.batch_size, fim_family=a.get("fim_family"), device=str(a.get("device") or "auto"),
-        trust_remote_code=bool(a.get("trust_remote_code", False)), progress=a.get("progress"),
-        threads=a.get("threads"),
+        trust_remote_code=require_bool(a.get("trust_remote_code", False), "audit.trust_remote_code"),
+        progress=require_bool(a.get("progress"), "audit.progress", allow_none=True),
+        threads=a.get("threads"), allow_empty=require_bool(a.get("allow_empty", False), "audit.allow_empty"),
     )
 
 
@@ -158,13 +182,14 @@ def job_from_config(cfg) -> AuditJob:
         raise UserError(f"audit.examples={examples}: cannot be read ({e.strerror}); fix its permissions") from None
     if a.out_dir in (None, ""):
         raise UserError("audit.out_dir is not set; pass audit.out_dir=<directory for the results>")
-    out_dir = Path(str(a.out_dir))
-    cache_dir = Path(str(a.cache_dir)) if a.get("cache_dir") else out_dir / "cache"
+    out_dir = require_creatable_dir("audit.out_dir", Path(str(a.out_dir)))
+    cache_dir = require_creatable_dir("audit.cache_dir",
+                                      Path(str(a.cache_dir)) if a.get("cache_dir") else out_dir / "cache")
     settings = settings_from_config(a)
     return AuditJob(model_dir=model_dir, model_name=str(a.get("model_name") or model_dir.resolve().name),
                     control_dir=control_dir, examples=examples,
                     dataset=str(a.get("dataset") or default_dataset_name(examples)),
-                    all_checkpoints=bool(a.all_checkpoints),
+                    all_checkpoints=require_bool(a.all_checkpoints, "audit.all_checkpoints"),
                     out_dir=out_dir, cache_dir=cache_dir, settings=settings)
 
 
@@ -172,18 +197,16 @@ def job_from_config(cfg) -> AuditJob:
 # Examples and checkpoints
 # --------------------------------------------------------------------------------------------------
 
-def load_examples(path: str | Path) -> list[dict]:
+def load_examples(path: str | Path, allow_empty: bool = False) -> list[dict]:
     """FIM examples (`id, prefix, target, suffix` + metadata) from JSONL, validated.
 
     A malformed line raises UserError naming file:line; so do a non-string field, an empty target
     (nothing to memorize) and a duplicated id (with both line numbers). `suffix` may be empty.
     """
     path = Path(path)
-    with path.open(encoding="utf-8") as f:
-        linenos = [n for n, line in enumerate(f, start=1) if line.strip()]
     examples: list[dict] = []
     first_line: dict[Any, int] = {}
-    for lineno, row in zip(linenos, iter_jsonl(path, required=("id", "prefix", "target"))):
+    for lineno, row in iter_jsonl_numbered(path, required=("id", "prefix", "target")):
         row.setdefault("suffix", "")
         if not isinstance(row["id"], (str, int)) or isinstance(row["id"], bool):
             raise UserError(f"{path}:{lineno}: field id must be a string or an integer, got {row['id']!r}")
@@ -198,7 +221,7 @@ def load_examples(path: str | Path) -> list[dict]:
                             f"{first_line[row['id']]}); ids must be unique")
         first_line[row["id"]] = lineno
         examples.append(row)
-    if not examples:
+    if not examples and not allow_empty:
         raise UserError(f"{path}: no examples (the file is empty); point audit.examples at a JSONL file "
                         "with one {id, prefix, target, suffix} object per line")
     return examples
@@ -323,8 +346,36 @@ class CompletionCache:
 # One model (the audited checkpoint or the control) as the audit uses it
 # --------------------------------------------------------------------------------------------------
 
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def context_length(model_dir: str | Path) -> int | None:
+    """The model's context in tokens from its config.json (a LoRA checkpoint: its local base model's),
+    read as JSON so that no model code runs; None when the config states none."""
+    model_dir = Path(model_dir)
+    config = model_dir / "config.json"
+    adapter = model_dir / "adapter_config.json"
+    if not config.is_file() and adapter.is_file():
+        base = read_json(adapter).get("base_model_name_or_path")
+        config = Path(str(base)) / "config.json" if base else config
+    if not config.is_file():
+        return None
+    data = read_json(config)
+    for section in (data, data.get("text_config") or {}):
+        for key in CONTEXT_KEYS:
+            if isinstance(section.get(key), int) and not isinstance(section.get(key), bool):
+                return section[key]
+    return None
+
+
+def tokenizers_differ(a, b) -> bool:
+    """True when two tokenizers map text to different ids (compared by vocabulary and class)."""
+    return type(a).__name__ != type(b).__name__ or a.get_vocab() != b.get_vocab()
+
+
 class AuditedModel:
-    """A model directory: tokenizer (loaded now), sentinels, fingerprint, and a lazily loaded scorer."""
+    """A model directory: tokenizer, sentinels, fingerprint and context (read now, writing nothing),
+    a completion cache opened on first use, and a lazily loaded scorer."""
 
     def __init__(self, path: Path, settings: AuditSettings, examples_sha256: str, cache_dir: Path, label: str,
                  caches: dict[str, CompletionCache] | None = None):
@@ -336,22 +387,49 @@ class AuditedModel:
         self.path = Path(path)
         self.settings = settings
         self.device = pick_device(settings.device)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(self.path),
-                                                       trust_remote_code=settings.trust_remote_code)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(str(self.path),
+                                                           trust_remote_code=settings.trust_remote_code)
+        except (OSError, ValueError) as e:
+            reason = (str(e).strip().split("\n") or [""])[0] or type(e).__name__
+            raise UserError(f"{self.path}: cannot load its tokenizer ({reason}); save the tokenizer beside the "
+                            "weights (tokenizer.save_pretrained) or point the audit at a complete model "
+                            "directory") from None
         self.sentinels = detect_sentinels(self.tokenizer, family=settings.fim_family, model_name=str(self.path),
                                           config_key="audit.fim_family")
         self.fingerprint = model_fingerprint(self.path)
         dtype = str(default_dtype(self.device)).replace("torch.", "")
-        fp, covers = completion_fingerprint(self.fingerprint, examples_sha256, fim_family=self.sentinels.family,
-                                            dtype=dtype, max_new_tokens=settings.max_new_tokens,
-                                            target_tokens=settings.target_tokens)
+        self.context = context_length(self.path)
+        self._prompt_lengths: dict[Any, int] = {}
+        self._cache_args = (cache_dir, label, {} if caches is None else caches,
+                            *completion_fingerprint(self.fingerprint, examples_sha256,
+                                                    fim_family=self.sentinels.family, dtype=dtype,
+                                                    max_new_tokens=settings.max_new_tokens,
+                                                    target_tokens=settings.target_tokens))
+
+    @property
+    def cache(self) -> CompletionCache:
+        """The completion cache, created (on disk) at first use: constructing and validating every model
+        of an audit writes nothing, so a refused audited model leaves no orphan control-cache entry."""
+        cache_dir, label, caches, fp, covers = self._cache_args
         # Models with identical files share one cache object (e.g. a control audited against itself),
         # so one never regenerates what the other just stored.
-        caches = {} if caches is None else caches
         if fp not in caches:
             caches[fp] = CompletionCache(cache_dir, fp, {**covers, "model_dir": str(self.path)},
                                          self._load_scorer, self.format_prompt, label=label)
-        self.cache = caches[fp]
+        return caches[fp]
+
+    def too_long(self, examples: Sequence[dict]) -> set:
+        """Ids of the examples whose PSM prompt has more tokens than the model's context."""
+        from harness.generation import encode_prompts
+
+        missing = [ex for ex in examples if ex["id"] not in self._prompt_lengths]
+        if missing:
+            encoded = encode_prompts(self.tokenizer, [self.format_prompt(ex) for ex in missing])
+            self._prompt_lengths.update((ex["id"], len(ids)) for ex, ids in zip(missing, encoded))
+        if self.context is None:
+            return set()
+        return {ex["id"] for ex in examples if self._prompt_lengths[ex["id"]] > self.context}
 
     def format_prompt(self, example: dict) -> str:
         from harness.fim import format_psm_prompt
@@ -392,20 +470,27 @@ ROW_FIELDS = ("id", "dataset", "model", "checkpoint", "prefix", "suffix", "targe
 
 def score_rows(examples: Sequence[dict], completions: dict, control_completions: dict,
                targets: dict[Any, tuple[str, int]], *, dataset: str, model: str, checkpoint: str,
-               settings: AuditSettings) -> list[dict]:
-    """One result row per example (paper 003 Definition 3.1 + the Appendix B exclusions)."""
-    from harness.distance import sliding_window_ned_batch
-    from harness.memorization import counterfactually_memorized, exclusion_reason, pii_regurgitated
+               settings: AuditSettings, too_long: set | frozenset = frozenset()) -> list[dict]:
+    """One result row per example (paper 003 Definition 3.1 + the Appendix B exclusions).
 
+    Ids in `too_long` (prompt longer than a model's context) were not decoded: their completions are
+    empty and they are excluded as PROMPT_TOO_LONG, before the other exclusion rules.
+    """
+    from harness.distance import sliding_window_ned_batch
+    from harness.memorization import PROMPT_TOO_LONG, counterfactually_memorized, exclusion_reason, pii_regurgitated
+
+    completions = {ex["id"]: "" if ex["id"] in too_long else completions[ex["id"]] for ex in examples}
+    control_completions = {ex["id"]: "" if ex["id"] in too_long else control_completions[ex["id"]]
+                           for ex in examples}
     compared = [targets[ex["id"]][0] for ex in examples]
     neds = sliding_window_ned_batch(compared, [completions[ex["id"]] for ex in examples])
     control_neds = sliding_window_ned_batch(compared, [control_completions[ex["id"]] for ex in examples])
     rows = []
     for ex, target, ned, control_ned in zip(examples, compared, neds, control_neds):
         full_count = targets[ex["id"]][1]
-        excluded = exclusion_reason(ex["prefix"], target, ex["suffix"], min(full_count, settings.target_tokens),
-                                    min_target_tokens=settings.min_target_tokens,
-                                    prompt_ned_threshold=settings.prompt_ned_threshold)
+        excluded = PROMPT_TOO_LONG if ex["id"] in too_long else exclusion_reason(
+            ex["prefix"], target, ex["suffix"], min(full_count, settings.target_tokens),
+            min_target_tokens=settings.min_target_tokens, prompt_ned_threshold=settings.prompt_ned_threshold)
         row = {
             "id": ex["id"], "dataset": dataset, "model": model, "checkpoint": checkpoint,
             "prefix": ex["prefix"], "suffix": ex["suffix"], "target": target,
@@ -454,6 +539,8 @@ def plan_batches(examples: Sequence[dict], tokenizer, format_prompt, batch_size:
     """
     from harness.generation import encode_prompts, length_sorted_batches
 
+    if not examples:
+        return []
     lengths = [len(ids) for ids in encode_prompts(tokenizer, [format_prompt(ex) for ex in examples])]
     return [[examples[i] for i in idx] for idx in length_sorted_batches(lengths, batch_size)]
 
@@ -466,6 +553,18 @@ def audit_checkpoint(model: AuditedModel, control: AuditedModel, examples: Seque
 
     s = model.settings
     path = rows_path(out_dir, model_name, checkpoint, dataset)
+    # Distances are in characters, so a control with another tokenizer is valid; say so once.
+    tokenizer_differs = tokenizers_differ(model.tokenizer, control.tokenizer)
+    if tokenizer_differs:
+        log(f"[audit] note: the control's tokenizer ({control.path}) differs from {model_name}/{checkpoint}'s; "
+            "NEDs are over characters, so rows stay comparable (summary: control_tokenizer_differs)")
+    # Paper 003 decodes prompts that fit the model; a longer one would be read past the positions the
+    # model was trained on, so it is excluded before decoding (either model's context counts).
+    too_long = model.too_long(examples) | control.too_long(examples)
+    if too_long:
+        log(f"[audit] warning: {len(too_long)} of {len(examples)} prompts of {dataset} are longer than the "
+            f"context of {model_name}/{checkpoint} ({model.context} tokens) or of the control "
+            f"({control.context} tokens); excluded as prompt_too_long, not decoded")
     path.parent.mkdir(parents=True, exist_ok=True)
     _check_or_write_meta(path.with_name(path.stem + META_SUFFIX), {
         "model": model_name, "checkpoint": checkpoint, "dataset": dataset, "model_dir": str(model.path),
@@ -473,7 +572,10 @@ def audit_checkpoint(model: AuditedModel, control: AuditedModel, examples: Seque
         "control_fingerprint": control.fingerprint, "examples_sha256": examples_sha256,
         "settings": s.scoring(), "model_completion_cache": model.cache.fingerprint,
         "control_completion_cache": control.cache.fingerprint,
+        "control_tokenizer_differs": tokenizer_differs,
     })
+    if not path.exists():
+        path.touch()   # an empty example set still has its (empty) rows file, so the summary counts it
     store = RowStore(path, key="id")
     start_gen = (model.cache.n_generated, control.cache.n_generated, model.cache.n_cached, control.cache.n_cached)
     batches = plan_batches(examples, model.tokenizer, model.format_prompt, s.batch_size)
@@ -483,11 +585,12 @@ def audit_checkpoint(model: AuditedModel, control: AuditedModel, examples: Seque
     bar = tqdm(total=sum(map(len, todo)), desc=f"audit {model_name}/{checkpoint}", unit="ex", leave=False,
                disable=(not s.progress) if s.progress is not None else None)
     for batch in todo:
-        control_out = control.cache.get(batch)
-        model_out = model.cache.get(batch)
+        decode = [ex for ex in batch if ex["id"] not in too_long]
+        control_out = control.cache.get(decode)
+        model_out = model.cache.get(decode)
         targets = {ex["id"]: model.truncate_target(ex["target"]) for ex in batch}
         rows = score_rows(batch, model_out, control_out, targets, dataset=dataset, model=model_name,
-                          checkpoint=checkpoint, settings=s)
+                          checkpoint=checkpoint, settings=s, too_long=too_long)
         store.append(rows)
         n_new += len(rows)
         bar.update(len(batch))
@@ -519,14 +622,49 @@ def build_summary(out_dir: str | Path) -> dict[str, dict[str, dict[str, dict]]]:
     """{model: {checkpoint: {dataset: counts + rate + what they were computed with}}} from the rows."""
     from harness.memorization import summarize_rows
 
+    from harness.memorization import PROMPT_TOO_LONG, SHORT_TARGET, TARGET_IN_PROMPT
+
     results: dict[str, dict[str, dict[str, dict]]] = {}
     for meta, rows in stored_results(out_dir):
-        entry = {**summarize_rows(rows), "examples_sha256": meta["examples_sha256"],
+        by_reason = Counter({reason: 0 for reason in (SHORT_TARGET, TARGET_IN_PROMPT, PROMPT_TOO_LONG)})
+        by_reason.update(r["excluded"] for r in rows if r["excluded"] is not None)
+        entry = {**summarize_rows(rows), "excluded_by_reason": dict(sorted(by_reason.items())),
+                 "examples_sha256": meta["examples_sha256"],
                  "model_fingerprint": meta["model_fingerprint"],
                  "control_fingerprint": meta["control_fingerprint"], "control_dir": meta["control_dir"],
+                 "control_tokenizer_differs": meta.get("control_tokenizer_differs"),
                  "settings": meta["settings"]}
         results.setdefault(meta["model"], {}).setdefault(meta["checkpoint"], {})[meta["dataset"]] = entry
     return results
+
+
+def check_scored(results: dict, audited: Iterable[tuple[str, str]], allow_empty: bool,
+                 log: Callable[[str], None] = print) -> None:
+    """Say so when an audited (model, dataset) scored no example at some checkpoint, with the
+    exclusion counts by reason; raise NothingScored (exit 3) unless `allow_empty`.
+
+    Called after the summary is written, so its `n_scored: 0` entries stay for inspection.
+    """
+    empty = []
+    for model, dataset in dict.fromkeys(audited):
+        for checkpoint, datasets in (results.get(model) or {}).items():
+            entry = datasets.get(dataset)
+            if entry is None or entry["n_scored"] > 0:
+                continue
+            reasons = ", ".join(f"{n} {reason}" for reason, n in entry["excluded_by_reason"].items() if n)
+            empty.append(f"{model}/{checkpoint} on {dataset}: 0 of {entry['n_total']} examples scored"
+                         + (f" (excluded: {reasons})" if reasons else " (no examples)"))
+    if not empty:
+        return
+    text = "the audit measured nothing: " + "; ".join(empty)
+    if allow_empty:
+        log(f"[audit] note: {text} (accepted: audit.allow_empty=true)")
+        return
+    log(f"[audit] {text}")
+    raise NothingScored(f"{text}. The rows and summary.json (n_scored: 0) are kept. Fix: give examples whose "
+                        "target has at least audit.min_target_tokens tokens, is not in its prompt and whose "
+                        "prompt fits the model's context (or lower audit.min_target_tokens / raise "
+                        "audit.prompt_ned_threshold); pass audit.allow_empty=true to accept an empty result")
 
 
 def write_summary(out_dir: str | Path, provenance_record: dict) -> Path:
@@ -540,26 +678,33 @@ def write_summary(out_dir: str | Path, provenance_record: dict) -> Path:
 # CLI entry point
 # --------------------------------------------------------------------------------------------------
 
-def run_audit(job: AuditJob, seed: int | None = None, log: Callable[[str], None] = print) -> dict:
-    """Audit every requested checkpoint of `job.model_dir` against `job.control_dir`; write the summary."""
+def run_audit(job: AuditJob, seed: int | None = None, log: Callable[[str], None] = print,
+              check_empty: bool = True) -> dict:
+    """Audit every requested checkpoint of `job.model_dir` against `job.control_dir`; write the summary.
+
+    Every model (control and checkpoints) is loaded and validated before anything is written. With
+    `check_empty`, an audit that scored nothing ends in `check_scored` (the whole-run audit checks
+    once, at its end).
+    """
     from harness.provenance import provenance
 
     if job.settings.threads:
         import torch
 
         torch.set_num_threads(job.settings.threads)
-    examples = load_examples(job.examples)
+    examples = load_examples(job.examples, allow_empty=True)
     examples_sha = file_sha256(job.examples)
     checkpoints = list_checkpoints(job.model_dir, job.all_checkpoints)
     caches: dict[str, CompletionCache] = {}
     control = AuditedModel(job.control_dir, job.settings, examples_sha, job.cache_dir, label="control",
                            caches=caches)
+    models = [(checkpoint, AuditedModel(path, job.settings, examples_sha, job.cache_dir,
+                                        label=f"{job.model_name}/{checkpoint}", caches=caches))
+              for checkpoint, path in checkpoints]
     log(f"[audit] {len(examples)} examples from {job.examples}; {len(checkpoints)} checkpoint(s) of "
         f"{job.model_name} against control {job.control_dir}")
     all_stats = {}
-    for checkpoint, path in checkpoints:
-        model = AuditedModel(path, job.settings, examples_sha, job.cache_dir,
-                             label=f"{job.model_name}/{checkpoint}", caches=caches)
+    for checkpoint, model in models:
         all_stats[checkpoint] = audit_checkpoint(model, control, examples, dataset=job.dataset,
                                                  model_name=job.model_name, checkpoint=checkpoint,
                                                  out_dir=job.out_dir, examples_sha256=examples_sha, log=log)
@@ -571,6 +716,8 @@ def run_audit(job: AuditJob, seed: int | None = None, log: Callable[[str], None]
                         checkpoints=[c for c, _ in checkpoints])
     path = write_summary(job.out_dir, record)
     log(f"[audit] summary: {path}")
+    if check_empty:
+        check_scored(read_json(path)["results"], [(job.model_name, job.dataset)], job.settings.allow_empty, log)
     return all_stats
 
 

@@ -22,9 +22,11 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from harness.audit import META_SUFFIX, AuditJob, run_audit, settings_from_config, write_summary
+from harness.audit import (META_SUFFIX, AuditJob, check_scored, require_creatable_dir, run_audit,
+                           settings_from_config, write_summary)
+from harness.config import require_bool
 from harness.errors import UserError
-from harness.io import RowStore, read_json
+from harness.io import RowStore, atomic_write_jsonl, read_json, read_jsonl
 from harness.provenance import provenance
 
 PROVENANCE_FILE = "provenance.json"
@@ -105,13 +107,9 @@ def _barrier() -> None:
 
 def _shard_examples(examples: Path, shard_dir: Path, rank: int, world: int) -> Path:
     """Every world-th example from `rank` on, written to the shard's own examples file."""
-    lines = [line for line in examples.read_text(encoding="utf-8").splitlines() if line.strip()]
     path = shard_dir / "examples" / examples.parent.name / "rows.jsonl"
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(line + "\n" for line in lines[rank::world]), encoding="utf-8")
-        tmp.replace(path)
+        atomic_write_jsonl(path, read_jsonl(examples)[rank::world])
     return path
 
 
@@ -137,8 +135,10 @@ def _merge_shards(shards_root: Path, out_dir: Path) -> None:
         shutil.rmtree(shard_audit, ignore_errors=True)
 
 
-def audit_run(cfg, log=print) -> int:
-    """Audit every planned (model, dataset) of a run; resumable; multi-process when launched so."""
+def audit_run(cfg, log=print, check_empty: bool = True) -> int:
+    """Audit every planned (model, dataset) of a run; resumable; multi-process when launched so.
+
+    With `check_empty`, ends in `check_run_scored` (main() calls that after the loss measures)."""
     run_dir = Path(cfg.run_dir)
     base = job_from_config_defaults(cfg)
     planned = plan_audits(cfg)
@@ -155,7 +155,7 @@ def audit_run(cfg, log=print) -> int:
         job = AuditJob(model_dir=item.model_dir, model_name=item.model_name, control_dir=item.control_dir,
                        examples=examples, dataset=item.dataset, all_checkpoints=item.all_checkpoints,
                        out_dir=job_out, cache_dir=job_cache, settings=base.settings)
-        run_audit(job, seed=cfg.get("seed"), log=log)
+        run_audit(job, seed=cfg.get("seed"), log=log, check_empty=False)
     if world > 1:
         _barrier()
         if rank == 0:
@@ -169,9 +169,20 @@ def audit_run(cfg, log=print) -> int:
                                   for p in planned])
         path = write_summary(out_dir, record)
         log(f"[audit] summary of the run: {path}")
-        if cfg.audit.get("utility"):
+        if require_bool(cfg.audit.get("utility", False), "audit.utility"):
             audit_run_utility(cfg, planned, base, log)
+        if check_empty:
+            check_run_scored(cfg, log)
     return 0
+
+
+def check_run_scored(cfg, log=print) -> None:
+    """`harness.audit.check_scored` over every planned (model, dataset) of the run's summary."""
+    if _distributed()[0] != 0:
+        return
+    base = job_from_config_defaults(cfg)
+    summary = read_json(base.out_dir / "summary.json")["results"]
+    check_scored(summary, [(p.model_name, p.dataset) for p in plan_audits(cfg)], base.settings.allow_empty, log)
 
 
 def audit_run_utility(cfg, planned: list[PlannedAudit], base: AuditJob, log=print) -> None:
@@ -193,9 +204,10 @@ def job_from_config_defaults(cfg) -> AuditJob:
     a = cfg.audit
     if a.out_dir in (None, ""):
         raise UserError("audit.out_dir is not set; pass audit.out_dir=<directory for the results>")
-    out_dir = Path(str(a.out_dir))
+    out_dir = require_creatable_dir("audit.out_dir", Path(str(a.out_dir)))
     settings = settings_from_config(a)
-    cache_dir = Path(str(a.cache_dir)) if a.get("cache_dir") else out_dir / "cache"
+    cache_dir = require_creatable_dir("audit.cache_dir",
+                                      Path(str(a.cache_dir)) if a.get("cache_dir") else out_dir / "cache")
     return AuditJob(model_dir=Path("."), model_name="", control_dir=Path("."), examples=Path("."), dataset="",
                     all_checkpoints=True, out_dir=out_dir, cache_dir=cache_dir, settings=settings)
 
@@ -241,16 +253,23 @@ def audit_run_losses(cfg, log=print) -> None:
 
 def main(cfg) -> int:
     """`memaudit audit`: one model (audit.model_dir=...) or every model of a run's audit_plan."""
+    measures = cfg.audit.get("measures") or ["ned"]
+    measures = [measures] if isinstance(measures, str) else list(measures)
+    unknown = [m for m in measures if m not in ("ned", "loss")]
+    if unknown:
+        raise UserError(f"audit.measures={measures}: unknown {unknown}; use [ned], [loss] or [ned,loss]")
     if cfg.audit.get("model_dir"):
+        if set(measures) != {"ned"}:
+            raise UserError(f"audit.measures={measures}: the single-model audit (audit.model_dir=...) computes "
+                            "ned only; pass audit.measures=[ned], or run the loss measures over a run's plan "
+                            "with `memaudit audit experiment=<name>`")
         from harness.audit import main as audit_one
 
         return audit_one(cfg)
-    measures = list(cfg.audit.get("measures") or ["ned"])
-    unknown = set(measures) - {"ned", "loss"}
-    if unknown:
-        raise UserError(f"audit.measures: unknown {sorted(unknown)}; use [ned], [loss] or [ned, loss]")
     if "ned" in measures:
-        audit_run(cfg)
+        audit_run(cfg, check_empty=False)
     if "loss" in measures:
         audit_run_losses(cfg)
+    if "ned" in measures:
+        check_run_scored(cfg)    # last: an empty NED audit still gets its loss measures and utility
     return 0

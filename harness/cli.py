@@ -72,7 +72,24 @@ def compose(overrides: list[str], sweep_point: dict[str, str] | None = None):
     with open_dict(cfg):
         cfg.sweep_point = dict(sweep_point or {})
     OmegaConf.resolve(cfg)
+    check_config(cfg)
     return cfg
+
+
+def check_config(cfg) -> None:
+    """Unknown keys and non-boolean flags in audit/report/data (against conf/<group>/default.yaml) and
+    in model (against the preset dataclass) are errors for every command, however they were added."""
+    from omegaconf import OmegaConf
+
+    from harness.config import check_sections
+
+    check_sections(cfg, config_dir())
+    if cfg.get("model") is not None:
+        # The preset's schema is recipes.models.ModelSettings (+ LoraSettings); the CLI dispatches to
+        # recipes anyway, and the scorer itself still never imports them.
+        from recipes.models import parse_model
+
+        parse_model(OmegaConf.to_container(cfg.model, resolve=True), "model")
 
 
 def load_command(name: str):
@@ -112,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
         code = run(sys.argv[1:] if argv is None else argv)
     except UserError as e:
         print(f"memaudit: error: {e}", file=sys.stderr)
-        code = 2
+        code = e.exit_code
     except KeyboardInterrupt:
         print("memaudit: interrupted; rerun the same command to continue where it stopped", file=sys.stderr)
         code = 130

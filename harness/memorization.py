@@ -14,6 +14,9 @@ from harness.stats import wilson_interval
 
 SHORT_TARGET = "short_target"
 TARGET_IN_PROMPT = "target_in_prompt"
+# The PSM prompt has more tokens than the audited model's or the control's context
+# (max_position_embeddings): nothing is decoded for it (harness.audit decides this before generation).
+PROMPT_TOO_LONG = "prompt_too_long"
 
 
 def counterfactually_memorized(ned_model: float, ned_control: float, k: float = 0.1) -> bool:

@@ -16,18 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.config import check_dataclass_values
 from harness.errors import UserError
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 def settings_from_dict(cls, settings: dict[str, Any], where: str):
-    """Build dataclass `cls` from a config dict; unknown keys are a UserError naming `<where>.<key>`."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(settings) - names)
-    if unknown:
-        raise UserError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(names)} "
-                        "(check the spelling in the experiment config)")
+    """Build dataclass `cls` from a config dict; unknown keys and a non-boolean for a bool field are a
+    UserError naming `<where>.<key>` (harness.config.check_dataclass_values)."""
+    check_dataclass_values(cls, settings, where)
     return cls(**settings, where=where)
 
 

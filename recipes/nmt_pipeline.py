@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import nmt
+from harness.config import check_dataclass_values
 from harness.errors import UserError
 from harness.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, file_sha256, read_json, read_jsonl
 from harness.provenance import provenance
@@ -89,18 +90,12 @@ def settings_from_cfg(cfg) -> NmtSettings:
     from omegaconf import OmegaConf
 
     section = OmegaConf.to_container(cfg.get("nmt") or {}, resolve=True)
-    known = set(NmtSettings.__dataclass_fields__)
-    unknown = sorted(set(section) - known)
-    if unknown:
-        raise UserError(f"nmt: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    return NmtSettings(**section)
+    return _strict(NmtSettings, section, "nmt")
 
 
 def _strict(cls, values: dict, key: str):
-    unknown = sorted(set(values) - set(cls.__dataclass_fields__))
-    if unknown:
-        raise UserError(f"{key}: unknown key(s) {', '.join(unknown)}; known: "
-                        f"{', '.join(sorted(cls.__dataclass_fields__))}")
+    """`cls(**values)` after refusing unknown keys and non-boolean flags (harness.config)."""
+    check_dataclass_values(cls, values, key)
     return cls(**values)
 
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.config import require_bool
 from harness.errors import UserError
 from harness.io import atomic_write_json, read_json
 from recipes.common import PROVENANCE_FILE, StageContext, is_complete, latest_checkpoint, resolve_device, settings_match
@@ -255,7 +256,8 @@ def needed_datasets(stages: list[PlannedStage], cfg, with_audit: bool = True) ->
         for name in entry.get("datasets") or []:
             names[name] = None
     audit = cfg.get("audit") or {}
-    if with_audit and "audit" in list(cfg.get("after_training") or []) and audit.get("utility"):
+    utility = require_bool(audit.get("utility", False), "audit.utility")
+    if with_audit and "audit" in list(cfg.get("after_training") or []) and utility:
         names.update({"humaneval_infill": None, "pd_eval": None})   # harness/utility.py (Table 2 analogue)
     return list(names)
 
@@ -281,7 +283,7 @@ def build_data(cfg, run_dir: Path, names: list[str]) -> None:
     """Build (or check) the datasets the stages read; `build_data: false` uses what is on disk."""
     if not names:
         return
-    if cfg.get("build_data", True) and is_main_process():
+    if require_bool(cfg.get("build_data", True), "build_data") and is_main_process():
         try:
             from synthetic_data.build import build_datasets
         except ModuleNotFoundError as e:

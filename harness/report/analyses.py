@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.io import read_jsonl
 from harness.memorization import summarize_rows
 
 FINAL = "final"
@@ -43,7 +44,7 @@ def load_audit_rows(audit_dir: str | Path) -> dict[Key, list[dict]]:
             continue
         model = "/".join(rel.parts[:-2])
         checkpoint, dataset = rel.parts[-2], path.stem
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+        rows = read_jsonl(path)
         grouped[(model, checkpoint, dataset)] = rows
     return grouped
 

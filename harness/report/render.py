@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UserError
-from harness.io import atomic_write_json, atomic_write_text
+from harness.io import atomic_write_json, atomic_write_text, read_jsonl
 from harness.provenance import provenance
 from harness.report import analyses as A
 from harness.report import figures as F
@@ -107,10 +107,8 @@ def _reward_scores(run_dir: Path, prefix: str) -> dict[str, dict[str, dict[int, 
     for path in sorted((run_dir / "models").glob("**/scores/*.jsonl")):
         rm = prefix + str(path.parent.parent.relative_to(run_dir / "models"))
         by_label: dict[int, list[float]] = defaultdict(list)
-        for line in path.read_text().splitlines():
-            if line:
-                r = json.loads(line)
-                by_label[int(r["label"])].append(float(r["score"]))
+        for r in read_jsonl(path):
+            by_label[int(r["label"])].append(float(r["score"]))
         out[path.stem][rm] = dict(by_label)
     return out
 
