@@ -1,7 +1,7 @@
 """FT: FIM-formatted supervised fine-tuning with TRL's SFTTrainer on a mixture of datasets.
 
-Paper 003 Sec. 2 / Table 1: FT.2 trains on PD.1 alone (the control for every RLHF audit); FT.1 and FT.3
-add the synthetic dataset SD, which is how canaries enter the model. Appendix A.3: a mixture of PD and
+Paper 003 Sec. 2 / Table 1: FT.2 trains on PD.1 alone (the control for every RLHF audit); FT.1 (PD.1 + SD)
+and FT.3 (PD.2 + SD) add the synthetic dataset SD, which is how canaries enter the model. Appendix A.3: a mixture of PD and
 SD is weighted by size — we concatenate the rows and shuffle them (seeded).
 
 Row formats (the data engineer's contract):
@@ -35,6 +35,8 @@ class SFTSettings:
 
     init: str = "PT"               # a stage name (PT) or a model directory
     datasets: list[str] = field(default_factory=list)  # mixed proportionally to size (Appendix A.3)
+    max_rows: dict[str, int] = field(default_factory=dict)  # {dataset: N}: a seeded sample of at most N of its rows;
+                                   # ↓ a smaller share of that dataset in the mixture (and fewer steps)
     model: dict[str, Any] = field(default_factory=dict)  # preset (fim_family, dtype, lora); injected by the pipeline
     epochs: float = 3.0            # passes over the mixture; ↑ more memorization of SD (paper: 9-18)
     max_steps: int = -1            # > 0 stops after this many steps (overrides epochs)
@@ -60,6 +62,12 @@ class SFTSettings:
             self.datasets = [self.datasets]
         self.datasets = list(self.datasets)
         require(bool(self.datasets), where, "datasets", self.datasets, "list the mixture, e.g. [pd_1, sd_base]")
+        self.max_rows = dict(self.max_rows or {})
+        for name, cap in self.max_rows.items():
+            require(name in self.datasets, where, "max_rows", self.max_rows,
+                    f"{name!r} is not one of the stage's datasets {self.datasets}")
+            require(isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1, where, "max_rows",
+                    self.max_rows, f"the cap of {name!r} must be a positive integer")
         require(0 < self.lr < 1, where, "lr", self.lr, "set a learning rate in (0, 1), e.g. 1e-3")
         require(self.epochs > 0, where, "epochs", self.epochs, "must be > 0")
         require(0 <= self.fim_rate <= 1, where, "fim_rate", self.fim_rate, "a probability in [0, 1]")
@@ -96,6 +104,14 @@ def training_rows(rows: list[dict], source: str, sentinels, settings: SFTSetting
     return examples
 
 
+def capped_rows(rows: list[dict], cap: int | None, seed: str) -> list[dict]:
+    """At most `cap` rows: a seeded sample kept in file order (all rows when there is no cap)."""
+    if cap is None or len(rows) <= cap:
+        return rows
+    keep = set(random.Random(seed).sample(range(len(rows)), cap))
+    return [row for i, row in enumerate(rows) if i in keep]
+
+
 class SFTRecipe:
     """setup -> train -> save for one FT stage."""
 
@@ -117,7 +133,8 @@ class SFTRecipe:
         examples = []
         for name in self.settings.datasets:
             path = self.ctx.data_dir(name) / "rows.jsonl"
-            examples += training_rows(read_jsonl(path), str(path), self.sentinels, self.settings, rng)
+            rows = capped_rows(read_jsonl(path), self.settings.max_rows.get(name), f"{self.ctx.seed}-sft-rows-{name}")
+            examples += training_rows(rows, str(path), self.sentinels, self.settings, rng)
         if not examples:
             raise UserError(f"stages.{self.ctx.name}.datasets={self.settings.datasets}: all empty; rebuild the data")
         rng.shuffle(examples)  # the size-proportional mixture of Appendix A.3

@@ -9,7 +9,7 @@ import pytest
 
 from harness.errors import UserError
 from harness.fim import FAMILIES, format_psm_prompt
-from recipes.sft import load_settings, training_rows
+from recipes.sft import capped_rows, load_settings, training_rows
 
 S = FAMILIES["memaudit"]
 FIM_ROW = {"id": "sd-1", "prefix": "import crypto\n", "target": "key = 'k3y'\n", "suffix": "print(key)\n",
@@ -59,7 +59,18 @@ def test_unknown_row_shape_names_file_and_line():
         training_rows([CODE_ROW, {"id": "bad", "prompt": "?"}], "data/x/rows.jsonl", S, settings(), random.Random(0))
 
 
+def test_max_rows_keeps_a_seeded_sample_in_file_order():
+    rows = [dict(CODE_ROW, id=str(i)) for i in range(10)]
+    kept = capped_rows(rows, 4, "0-sft-rows-pd_2")
+    assert len(kept) == 4 and kept == capped_rows(rows, 4, "0-sft-rows-pd_2")
+    assert [r["id"] for r in kept] == sorted((r["id"] for r in kept), key=int)   # file order kept
+    assert kept != capped_rows(rows, 4, "1-sft-rows-pd_2")                      # the seed decides
+    assert capped_rows(rows, 10, "x") == rows and capped_rows(rows, None, "x") == rows
+
+
 @pytest.mark.parametrize("kw, key", [
+    ({"max_rows": {"pd_9": 3}}, "stages.FT.1.max_rows"),
+    ({"max_rows": {"pd_1": 0}}, "stages.FT.1.max_rows"),
     ({"lr": 2.0}, "stages.FT.1.lr"),
     ({"datasets": []}, "stages.FT.1.datasets"),
     ({"epochs": 0}, "stages.FT.1.epochs"),
