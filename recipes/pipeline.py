@@ -46,7 +46,7 @@ from recipes.common import PROVENANCE_FILE, StageContext, is_complete, latest_ch
 RECIPES = ("pretrain", "sft", "reward", "rl", "ipo")
 REFERENCE_KEYS = ("init", "reward_model")    # settings that name another stage's model
 DATASET_KEYS = ("datasets", "eval_datasets", "score_datasets", "prompts")
-RL_PROMPTS = "sd_rl_prompts"                 # built with the PT tokenizer (50-token prefix/target split)
+RL_PROMPTS = "sd_rl_prompts"                 # built with the PT tokenizer (50 + 50 tokens of each RL prompt)
 PENDING_FILE = "pending_settings.json"       # settings of an unfinished stage, to refuse a mixed resume
 
 

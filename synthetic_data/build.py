@@ -327,9 +327,9 @@ class Builder:
             rows, info = rl_prompt_rows(sd_rows, OffsetTokenizer(rp["tokenizer"]), rp["prompt_tokens"],
                                         rp["target_tokens"])
             if not rows:
-                raise UserError(f"data.rl_prompts.prompt_tokens: no SD example has "
+                raise UserError(f"data.rl_prompts.prompt_tokens: no SD example's prompt has "
                                 f"{rp['prompt_tokens'] + rp['target_tokens']} tokens; lower the token counts")
-            return rows, {"too_short_skipped": info["too_short_skipped"],
+            return rows, {"too_short_skipped": info["too_short_skipped"], "spans_hole": info["spans_hole"],
                           "sd_prompt_tokens": common.distribution(info["prompt_token_lengths"]),
                           "sd_target_tokens": common.distribution(info["target_token_lengths"]),
                           "token_counts_in": rp["tokenizer"]}
