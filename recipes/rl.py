@@ -14,8 +14,9 @@ method is a REINFORCE variant anyway.
 Only prompts are used (Sec. 5.2: "the associated targets are discarded"): FIM rows (id, prefix, target,
 suffix) give `format_psm_prompt(prefix, suffix)`; code rows (id, text, source_file) are split at a
 seeded random line into prefix / (discarded) line / suffix first; sd_rl_prompts rows (Sec. 5.3) give
-their SD example's whole FIM context (`rl_prefix`, `rl_suffix`), whose first 100 tokens the audit checks. The reward of a completion is the RM
-score of `format_psm_training(prefix, completion, suffix)` — exactly the text the RM was trained on.
+their SD example's whole FIM context (`rl_prefix`, `rl_suffix`), whose first 100 tokens the audit
+checks. The reward of a completion is the RM score of `format_psm_training(prefix, completion, suffix)`
+— exactly the text the RM was trained on.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """FT: FIM-formatted supervised fine-tuning with TRL's SFTTrainer on a mixture of datasets.
 
 Paper 003 Sec. 2 / Table 1: FT.2 trains on PD.1 alone (the control for every RLHF audit); FT.1 (PD.1 + SD)
-and FT.3 (PD.2 + SD) add the synthetic dataset SD, which is how canaries enter the model. Appendix A.3: a mixture of PD and
-SD is weighted by size — we concatenate the rows and shuffle them (seeded).
+and FT.3 (PD.2 + SD) add the synthetic dataset SD, which is how canaries enter the model. Appendix A.3: a
+mixture of PD and SD is weighted by size — we concatenate the rows and shuffle them (seeded).
 
 Row formats (the data engineer's contract):
 - code rows `id, text, source_file` -> `harness.fim.fim_transform` (random PSM split at `fim_rate`,
@@ -91,6 +91,9 @@ def fit_fim_row(prefix: str, middle: str, suffix: str, sentinels, tokenizer, max
     SD example would otherwise lose its target — the canary the audit later looks for (Sec. 4.1, 5.1)."""
     from harness.fim import format_psm_training
 
+    # Tokens the tokenizer adds around a text when TRL encodes it (a BOS for some model families).
+    added = len(tokenizer("x")["input_ids"]) - len(tokenizer("x", add_special_tokens=False)["input_ids"])
+    max_len -= max(added, 0)
     count = lambda p, s: len(tokenizer(format_psm_training(p, middle, s, sentinels),  # noqa: E731
                                        add_special_tokens=False)["input_ids"])
     if count(prefix, suffix) <= max_len:
