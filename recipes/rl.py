@@ -11,7 +11,7 @@ sum_t log pi(y_t) - log pi_ref(y_t) of each completion is subtracted from its re
 reference model is loaded). PPO is not offered: TRL removed it in 1.13 (we pin 1.16) and the paper's
 method is a REINFORCE variant anyway.
 
-Only prompts are used (Sec. 5.2: "the associated targets are discarded"): FIM rows (id, prefix, target,
+Only prompts are used (Sec. 2.1: "the associated targets are discarded"): FIM rows (id, prefix, target,
 suffix) give `format_psm_prompt(prefix, suffix)`; code rows (id, text, source_file) are split at a
 seeded random line into prefix / (discarded) line / suffix first; sd_rl_prompts rows (Sec. 5.3) give
 their SD example's whole FIM context (`rl_prefix`, `rl_suffix`), whose first 100 tokens the audit
