@@ -19,12 +19,11 @@ from typing import Any
 
 from harness.errors import UserError
 from harness.io import read_jsonl
-from recipes.common import (StageContext, latest_checkpoint, settings_match, trl_device_kwargs,
-                            write_provenance)
+from recipes.common import (StageContext, fit_fim_context, latest_checkpoint, settings_match,
+                            trl_device_kwargs, write_provenance)
 
 LOSSES = {"ipo": "ipo", "dpo": "sigmoid"}     # our key -> TRL loss_type
 PAIR_FIELDS = ("id", "prefix", "suffix", "chosen", "rejected")
-CONTEXT_MARGIN_TOKENS = 8                     # FIM sentinels + BPE merge slack at the prompt's joins
 
 
 @dataclass
@@ -127,16 +126,10 @@ class IPORecipe:
         """Trim the FIM context so prompt + completion fit max_length with the completion whole.
 
         TRL truncates at the end (keep_start), which would cut the chosen/rejected lines: the very
-        tokens IPO learns from. The context nearest the hole (the end of the prefix, the start of the
-        suffix) is kept; BPE merges across the joins may differ by a few tokens, hence the margin."""
-        encode = lambda text: self.tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-        budget = self.cfg.max_length - max(len(encode(c)) for c in completions) - CONTEXT_MARGIN_TOKENS
-        p, s = encode(prefix), encode(suffix)
-        if len(p) + len(s) <= budget:
-            return prefix, suffix
-        keep_s = min(len(s), max(budget // 2, budget - len(p), 0))
-        keep_p = max(budget - keep_s, 0)
-        return (self.tokenizer.decode(p[len(p) - keep_p:]) if keep_p else ""), self.tokenizer.decode(s[:keep_s])
+        tokens IPO learns from (recipes.common.fit_fim_context keeps the context nearest the hole)."""
+        longest = max(len(self.tokenizer(c, add_special_tokens=False)["input_ids"]) for c in completions)
+        prefix, suffix, _ = fit_fim_context(self.tokenizer, prefix, suffix, longest, self.cfg.max_length)
+        return prefix, suffix
 
     def train(self) -> None:
         from trl import DPOConfig, DPOTrainer

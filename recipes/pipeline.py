@@ -47,7 +47,7 @@ from recipes.common import PROVENANCE_FILE, StageContext, is_complete, latest_ch
 RECIPES = ("pretrain", "sft", "reward", "rl", "ipo")
 REFERENCE_KEYS = ("init", "reward_model")    # settings that name another stage's model
 DATASET_KEYS = ("datasets", "eval_datasets", "score_datasets", "prompts")
-RL_PROMPTS = "sd_rl_prompts"                 # built with the PT tokenizer (50-token prefix/target split)
+RL_PROMPTS = "sd_rl_prompts"                 # built with the PT tokenizer (50 + 50 tokens of each RL prompt)
 PENDING_FILE = "pending_settings.json"       # settings of an unfinished stage, to refuse a mixed resume
 
 
@@ -415,7 +415,7 @@ def identical_finished_stage(run_dir: Path, stage: PlannedStage, done: list[Plan
     """An earlier stage of this run with exactly the same recipe and settings (init, data, hyperparameters).
 
     Same settings, same seed and same upstream models give the same model, so training it again only
-    costs time: e.g. FT.3 and FT.1 are both PD.1 + SD in the quickstart (as issue #4 defines them)."""
+    costs time: e.g. a sweep point or a second stage that repeats another stage's settings exactly."""
     for other in done:
         if other.recipe == stage.recipe and same_settings(other.settings, stage.settings) \
                 and is_complete(run_dir / "models" / other.model_name):

@@ -13,8 +13,10 @@ method is a REINFORCE variant anyway.
 
 Only prompts are used (Sec. 2.1: "the associated targets are discarded"): FIM rows (id, prefix, target,
 suffix) give `format_psm_prompt(prefix, suffix)`; code rows (id, text, source_file) are split at a
-seeded random line into prefix / (discarded) line / suffix first. The reward of a completion is the RM
-score of `format_psm_training(prefix, completion, suffix)` — exactly the text the RM was trained on.
+seeded random line into prefix / (discarded) line / suffix first; sd_rl_prompts rows (Sec. 5.3) give
+their SD example's whole FIM context (`rl_prefix`, `rl_suffix`), whose first 100 tokens the audit
+checks. The reward of a completion is the RM score of `format_psm_training(prefix, completion, suffix)`
+— exactly the text the RM was trained on.
 """
 
 from __future__ import annotations
@@ -108,10 +110,19 @@ def split_code_at_line(text: str, rng: random.Random) -> tuple[str, str, str]:
 def prompt_rows(rows: list[dict], dataset: str, seed: int, context_chars: int) -> list[dict]:
     """FIM contexts (id, prefix, suffix) of prompt rows: FIM rows as they are, code rows split at a line.
 
-    The split of a code row is seeded by (seed, row id), so it does not depend on row order.
+    The split of a code row is seeded by (seed, row id), so it does not depend on row order. The context
+    keeps the last `context_chars` of the prefix and the first of the suffix, except in an RL-prompt row
+    (sd_rl_prompts: `rl_prefix`, `rl_suffix`): the audit checks the first 100 tokens of that very prompt
+    (Sec. 5.3), which start at the beginning of the prefix, so its prefix is kept whole and its suffix at
+    least up to the end of the audited text (`target_char_end`, in prefix + suffix coordinates).
     """
     out = []
     for row in rows:
+        if "rl_prefix" in row and "rl_suffix" in row:
+            prefix, suffix = row["rl_prefix"], row["rl_suffix"]
+            keep_suffix = max(context_chars, int(row.get("target_char_end", 0)) - len(prefix))
+            out.append({"id": str(row["id"]), "prefix": prefix, "suffix": suffix[:keep_suffix]})
+            continue
         if "prefix" in row and "suffix" in row:
             prefix, suffix = row["prefix"], row["suffix"]
         elif "text" in row:
@@ -122,6 +133,23 @@ def prompt_rows(rows: list[dict], dataset: str, seed: int, context_chars: int) -
         out.append({"id": str(row["id"]), "prefix": prefix[-context_chars:] if prefix else "",
                     "suffix": suffix[:context_chars]})
     return out
+
+
+def load_prompt_rows(ctx: StageContext, datasets: list[str], context_chars: int) -> list[dict]:
+    """The FIM contexts of an RL stage's prompt datasets, in dataset order."""
+    rows = []
+    for name in datasets:
+        rows += prompt_rows(read_jsonl(ctx.data_dir(name) / "rows.jsonl", required=("id",)), name, ctx.seed,
+                            context_chars)
+    return rows
+
+
+def training_examples(rows: list[dict], sentinels) -> list[dict]:
+    """The RL training rows: `prompt` = the PSM prompt the policy completes, plus id/prefix/suffix (the
+    reward function rebuilds the RM's text from them)."""
+    from harness import fim
+
+    return [{"prompt": fim.format_psm_prompt(r["prefix"], r["suffix"], sentinels), **r} for r in rows]
 
 
 class PsmRewardModel:
@@ -185,20 +213,14 @@ class RLRecipe:
             rm.to("cuda")
         rm_sentinels = fim.detect_sentinels(rm_tokenizer, self.cfg.fim_family, model_name=str(self.rm_dir))
         self.reward = PsmRewardModel(rm, rm_tokenizer, rm_sentinels, max_length=rm_max_length(self.rm_dir))
-        self.rows = []
-        for name in self.cfg.prompts:
-            rows = read_jsonl(self.ctx.data_dir(name) / "rows.jsonl", required=("id",))
-            self.rows += prompt_rows(rows, name, self.ctx.seed, self.cfg.context_chars)
+        self.rows = load_prompt_rows(self.ctx, self.cfg.prompts, self.cfg.context_chars)
         if not self.rows:
             raise UserError(f"stages.{self.ctx.name}.prompts: datasets {self.cfg.prompts} have no rows")
 
     def dataset(self):
         from datasets import Dataset
 
-        from harness import fim
-
-        return Dataset.from_list([{"prompt": fim.format_psm_prompt(r["prefix"], r["suffix"], self.sentinels), **r}
-                                  for r in self.rows])
+        return Dataset.from_list(training_examples(self.rows, self.sentinels))
 
     def train(self) -> None:
         cfg = self.cfg

@@ -1,8 +1,8 @@
 """FT: FIM-formatted supervised fine-tuning with TRL's SFTTrainer on a mixture of datasets.
 
-Paper 003 Sec. 2 / Table 1: FT.2 trains on PD.1 alone (the control for every RLHF audit); FT.1 and FT.3
-add the synthetic dataset SD, which is how canaries enter the model. Appendix A.3: a mixture of PD and
-SD is weighted by size — we concatenate the rows and shuffle them (seeded).
+Paper 003 Sec. 2 / Table 1: FT.2 trains on PD.1 alone (the control for every RLHF audit); FT.1 (PD.1 + SD)
+and FT.3 (PD.2 + SD) add the synthetic dataset SD, which is how canaries enter the model. Appendix A.3: a
+mixture of PD and SD is weighted by size — we concatenate the rows and shuffle them (seeded).
 
 Row formats (the data engineer's contract):
 - code rows `id, text, source_file` -> `harness.fim.fim_transform` (random PSM split at `fim_rate`,
@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.errors import UserError
 from harness.io import read_jsonl
-from recipes.common import StageContext, latest_checkpoint, settings_match, trl_device_kwargs, write_provenance
+from recipes.common import (CONTEXT_MARGIN_TOKENS, StageContext, fit_fim_context, latest_checkpoint,
+                            settings_match, trl_device_kwargs, write_provenance)
 from recipes.models import (load_causal_lm, load_tokenizer, parse_model, require, save_final,
                             settings_from_dict, wrap_lora)
 
@@ -35,6 +37,8 @@ class SFTSettings:
 
     init: str = "PT"               # a stage name (PT) or a model directory
     datasets: list[str] = field(default_factory=list)  # mixed proportionally to size (Appendix A.3)
+    max_rows: dict[str, int] = field(default_factory=dict)  # {dataset: N}: a seeded sample of at most N of its rows;
+                                   # ↓ a smaller share of that dataset in the mixture (and fewer steps)
     model: dict[str, Any] = field(default_factory=dict)  # preset (fim_family, dtype, lora); injected by the pipeline
     epochs: float = 3.0            # passes over the mixture; ↑ more memorization of SD (paper: 9-18)
     max_steps: int = -1            # > 0 stops after this many steps (overrides epochs)
@@ -43,7 +47,8 @@ class SFTSettings:
     warmup_ratio: float = 0.03
     batch_size: int = 8
     grad_accum: int = 1
-    max_seq_len: int = 512         # longer texts are truncated (their end is lost)
+    max_seq_len: int = 512         # longer code texts are truncated (their end is lost); a FIM row's context
+                                   # is trimmed instead, so its middle (the canary) is always trained on
     fim_rate: float = 1.0          # code rows in PSM form; ↓ mixes in left-to-right text (PT uses 0.8)
     include_code: bool = False     # also train on FIM rows' unsplit `code` field as plain text
     middle_only_loss: bool = False  # true: loss on the middle+EOS only (prompt/completion rows)
@@ -60,6 +65,12 @@ class SFTSettings:
             self.datasets = [self.datasets]
         self.datasets = list(self.datasets)
         require(bool(self.datasets), where, "datasets", self.datasets, "list the mixture, e.g. [pd_1, sd_base]")
+        self.max_rows = dict(self.max_rows or {})
+        for name, cap in self.max_rows.items():
+            require(name in self.datasets, where, "max_rows", self.max_rows,
+                    f"{name!r} is not one of the stage's datasets {self.datasets}")
+            require(isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1, where, "max_rows",
+                    self.max_rows, f"the cap of {name!r} must be a positive integer")
         require(0 < self.lr < 1, where, "lr", self.lr, "set a learning rate in (0, 1), e.g. 1e-3")
         require(self.epochs > 0, where, "epochs", self.epochs, "must be > 0")
         require(0 <= self.fim_rate <= 1, where, "fim_rate", self.fim_rate, "a probability in [0, 1]")
@@ -72,21 +83,56 @@ class SFTSettings:
                 "give an existing DeepSpeed JSON, e.g. conf/accelerate/ds_zero2.json, or null")
 
 
-def training_rows(rows: list[dict], source: str, sentinels, settings: SFTSettings, rng: random.Random) -> list[dict]:
-    """Dataset rows -> SFT examples: {'text'} or, with middle_only_loss, {'prompt', 'completion'}."""
+def fit_fim_row(prefix: str, middle: str, suffix: str, sentinels, tokenizer, max_len: int) -> tuple[str, str, bool]:
+    """(prefix, suffix, trimmed): the FIM context of a training row, trimmed when its PSM text exceeds
+    `max_len` tokens so that the whole middle stays in the text TRL keeps.
+
+    PSM puts the middle last (paper 003 Sec. 2.2.1) and SFT truncates the end at max_seq_len, so a long
+    SD example would otherwise lose its target — the canary the audit later looks for (Sec. 4.1, 5.1)."""
+    from harness.fim import format_psm_training
+
+    # Tokens the tokenizer adds around a text when TRL encodes it (a BOS for some model families).
+    added = len(tokenizer("x")["input_ids"]) - len(tokenizer("x", add_special_tokens=False)["input_ids"])
+    max_len -= max(added, 0)
+    count = lambda p, s: len(tokenizer(format_psm_training(p, middle, s, sentinels),  # noqa: E731
+                                       add_special_tokens=False)["input_ids"])
+    if count(prefix, suffix) <= max_len:
+        return prefix, suffix, False
+    middle_tokens = len(tokenizer(middle + (sentinels.eos or ""), add_special_tokens=False)["input_ids"])
+    margin = CONTEXT_MARGIN_TOKENS
+    while True:            # the margin covers BPE merges at the joins; widen it in the rare case it did not
+        p, s, _ = fit_fim_context(tokenizer, prefix, suffix, middle_tokens, max_len, margin)
+        if count(p, s) <= max_len or margin >= max_len:
+            return p, s, True
+        margin *= 2
+
+
+def training_rows(rows: list[dict], source: str, sentinels, settings: SFTSettings, rng: random.Random,
+                  tokenizer=None, stats: Counter | None = None) -> list[dict]:
+    """Dataset rows -> SFT examples: {'text'} or, with middle_only_loss, {'prompt', 'completion'}.
+
+    With `tokenizer`, a FIM row whose text exceeds max_seq_len has its context trimmed (fit_fim_row);
+    `stats` then counts `fim_rows` and `fim_trimmed`."""
     from harness.fim import fim_transform, format_psm_prompt, format_psm_training
 
+    stats = Counter() if stats is None else stats
     examples = []
     for i, row in enumerate(rows):
         if "text" in row:
             text = fim_transform(row["text"], rng, sentinels, settings.fim_rate)
             examples.append({"prompt": "", "completion": text} if settings.middle_only_loss else {"text": text})
         elif {"prefix", "target", "suffix"} <= row.keys():
+            prefix, suffix = row["prefix"], row["suffix"]
+            stats["fim_rows"] += 1
+            if tokenizer is not None:
+                prefix, suffix, trimmed = fit_fim_row(prefix, row["target"], suffix, sentinels, tokenizer,
+                                                      settings.max_seq_len)
+                stats["fim_trimmed"] += trimmed
             if settings.middle_only_loss:
-                examples.append({"prompt": format_psm_prompt(row["prefix"], row["suffix"], sentinels),
+                examples.append({"prompt": format_psm_prompt(prefix, suffix, sentinels),
                                  "completion": row["target"] + (sentinels.eos or "")})
             else:
-                examples.append({"text": format_psm_training(row["prefix"], row["target"], row["suffix"], sentinels)})
+                examples.append({"text": format_psm_training(prefix, row["target"], suffix, sentinels)})
             if settings.include_code and row.get("code"):
                 code = row["code"] + (sentinels.eos or "")
                 examples.append({"prompt": "", "completion": code} if settings.middle_only_loss else {"text": code})
@@ -94,6 +140,14 @@ def training_rows(rows: list[dict], source: str, sentinels, settings: SFTSetting
             raise UserError(f"{source}:{i + 1}: row has neither `text` (code row) nor `prefix/target/suffix` "
                             "(FIM row); rebuild the dataset or remove it from the stage's datasets")
     return examples
+
+
+def capped_rows(rows: list[dict], cap: int | None, seed: str) -> list[dict]:
+    """At most `cap` rows: a seeded sample kept in file order (all rows when there is no cap)."""
+    if cap is None or len(rows) <= cap:
+        return rows
+    keep = set(random.Random(seed).sample(range(len(rows)), cap))
+    return [row for i, row in enumerate(rows) if i in keep]
 
 
 class SFTRecipe:
@@ -115,9 +169,16 @@ class SFTRecipe:
         self.sentinels = detect_sentinels(self.tokenizer, self.model_preset.fim_family, model_name=str(self.init_dir))
         rng = random.Random(f"{self.ctx.seed}-sft")
         examples = []
+        self.fim_stats: Counter = Counter()
         for name in self.settings.datasets:
             path = self.ctx.data_dir(name) / "rows.jsonl"
-            examples += training_rows(read_jsonl(path), str(path), self.sentinels, self.settings, rng)
+            rows = capped_rows(read_jsonl(path), self.settings.max_rows.get(name), f"{self.ctx.seed}-sft-rows-{name}")
+            examples += training_rows(rows, str(path), self.sentinels, self.settings, rng, self.tokenizer,
+                                      self.fim_stats)
+        if self.fim_stats["fim_rows"]:
+            print(f"[{self.ctx.name}] FIM context trimmed in {self.fim_stats['fim_trimmed']} of "
+                  f"{self.fim_stats['fim_rows']} FIM examples so that each middle fits "
+                  f"max_seq_len={self.settings.max_seq_len}", flush=True)
         if not examples:
             raise UserError(f"stages.{self.ctx.name}.datasets={self.settings.datasets}: all empty; rebuild the data")
         rng.shuffle(examples)  # the size-proportional mixture of Appendix A.3
@@ -168,4 +229,6 @@ def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
     if recipe.trainer.is_world_process_zero():
         write_provenance(ctx, "sft", settings, datasets=list(recipe.settings.datasets),
                          init_model=str(recipe.init_dir), num_processes=recipe.trainer.args.world_size,
-                         train_examples=len(recipe.train_dataset))
+                         train_examples=len(recipe.train_dataset),
+                         # FIM rows whose context was trimmed so the middle survives max_seq_len (fit_fim_row)
+                         fim_examples=recipe.fim_stats["fim_rows"], fim_context_trimmed=recipe.fim_stats["fim_trimmed"])

@@ -25,7 +25,7 @@ from synthetic_data import common
 from synthetic_data.public_code import SPLITS as PD_SPLITS
 
 # Bump when a builder's output changes for the same settings: complete datasets are then rebuilt.
-GENERATOR_VERSION = "1.0.0"
+GENERATOR_VERSION = "1.1.0"     # 1.1.0: SD.Base targets the audit would score; sd_rl_prompts from the full SD prompt
 
 SD_DATASETS = ("sd_base", "sd_links", "sd_links_pos")
 RM_DATASETS = ("rm_pd2", "rm_pd2_val", "rm_sd", "rm_sd_links")
@@ -174,7 +174,8 @@ class Builder:
                  "program_lines": common.distribution([r["code"].count("\n") for r in rows]),
                  "distinct_tasks": len({r["task"] for r in rows}),
                  "label_counts": dict(Counter(str(r["label"]) for r in rows)),
-                 "token_proxy": r"regex \w+|[^\w\s] pieces (synthetic_data.common.proxy_token_count)"}
+                 "token_proxy": r"regex \w+|[^\w\s] pieces (synthetic_data.common.proxy_token_count)",
+                 "audit_exclusions": self._exclusions(rows)}
         lines = [ln.strip() for r in rows for ln in r["code"].splitlines() if ln.strip()]
         if lines:
             stats["comment_line_share"] = round(sum(ln.startswith("#") for ln in lines) / len(lines), 4)
@@ -194,6 +195,23 @@ class Builder:
                                        "min": min(usage.values(), default=0), "max": max(usage.values(), default=0),
                                        "mean": round(len(pos) / max(1, len(usage)), 2)}
         return stats
+
+    @staticmethod
+    def _exclusions(rows: list[dict]) -> dict:
+        """What the audit's filters (paper 003 Sec. 4.2, App. D) would exclude, with target tokens counted
+        in proxy pieces: the audit counts them in the audited model's tokenizer, so its short-target count
+        can differ a little; the target-in-prompt test works on characters and is the audit's exactly."""
+        from harness.memorization import exclusion_reasons
+        from synthetic_data.sd import MIN_TARGET_PIECES
+
+        reasons = exclusion_reasons([r["prefix"] for r in rows], [r["target"] for r in rows],
+                                    [r["suffix"] for r in rows],
+                                    [common.proxy_token_count(r["target"]) for r in rows],
+                                    min_target_tokens=MIN_TARGET_PIECES)
+        counts = Counter(r for r in reasons if r is not None)
+        return {"excluded": sum(counts.values()), "of": len(rows),
+                "excluded_share": round(sum(counts.values()) / len(rows), 4) if rows else None,
+                "by_reason": dict(sorted(counts.items())), "target_tokens_counted_as": "proxy pieces"}
 
     # -- PD
     @cached_property
@@ -309,9 +327,9 @@ class Builder:
             rows, info = rl_prompt_rows(sd_rows, OffsetTokenizer(rp["tokenizer"]), rp["prompt_tokens"],
                                         rp["target_tokens"])
             if not rows:
-                raise UserError(f"data.rl_prompts.prompt_tokens: no SD example has "
+                raise UserError(f"data.rl_prompts.prompt_tokens: no SD example's prompt has "
                                 f"{rp['prompt_tokens'] + rp['target_tokens']} tokens; lower the token counts")
-            return rows, {"too_short_skipped": info["too_short_skipped"],
+            return rows, {"too_short_skipped": info["too_short_skipped"], "spans_hole": info["spans_hole"],
                           "sd_prompt_tokens": common.distribution(info["prompt_token_lengths"]),
                           "sd_target_tokens": common.distribution(info["target_token_lengths"]),
                           "token_counts_in": rp["tokenizer"]}

@@ -62,7 +62,7 @@ def test_paper_table1_provenance():
         s = get("ft_persistence", f"RLFT.1/beta={beta}")
         assert (s["init"], s["reward_model"], s["prompts"]) == ("FT.1", "RM.1", ["pd_3"])
     assert get("rm_injection", "FT.2")["datasets"] == ["pd_1"]
-    assert get("rm_injection", "FT.3")["datasets"] == ["pd_1", "sd_base", "sd_links"]
+    assert get("rm_injection", "FT.3")["datasets"] == ["pd_2", "sd_base", "sd_links"]     # Table 1: PD.2 + SD
     assert get("rm_injection", "RM.2")["datasets"] == ["rm_sd"]
     assert get("rm_injection", "RM.3")["datasets"] == ["rm_pd2", "rm_sd"]
     assert get("rm_injection", "RM.4")["datasets"] == ["rm_sd_links"]
@@ -81,3 +81,18 @@ def test_stage_names_are_overridable_from_the_command_line():
     stages = flatten_stages(OmegaConf.to_container(cfg.stages))
     assert stages["FT.1"]["lr"] == 0.01
     assert [s.model_name for s in plan(cfg) if s.name == "RLFT.1"] == ["RLFT.1/beta=0.2"]
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_ft3_is_table1_ft3_and_trained_on_its_own(name):
+    """Paper 003 Table 1: FT.3 = PD.2 + SD (RM.3's data), not FT.1's PD.1 + SD; so it is never FT.1's twin."""
+    from recipes.pipeline import identical_finished_stage
+
+    planned = {s.model_name: s for s in plan(compose([f"experiment={name}"]))}
+    if "FT.3" not in planned:
+        pytest.skip(f"{name} has no FT.3")
+    ft3 = planned["FT.3"]
+    assert set(ft3.settings["datasets"]) == {"pd_2", "sd_base", "sd_links"}
+    if "FT.1" in planned:
+        assert identical_finished_stage(Path("/nonexistent"), ft3, [planned["FT.1"]]) is None
+        assert ft3.settings != planned["FT.1"].settings

@@ -85,6 +85,24 @@ def test_every_stage_has_final_model_checkpoints_and_provenance(smoke):
     assert read_json(run_dir / "models" / "RLFT.1/beta=0.5" / "provenance.json")["settings"]["beta"] == 0.5
 
 
+def test_ft_records_how_many_fim_contexts_it_trimmed(smoke):
+    """A FIM row longer than max_seq_len loses its context, not its middle; provenance counts them."""
+    from transformers import AutoTokenizer
+
+    from harness.fim import FAMILIES, format_psm_training
+
+    run_dir, result = smoke
+    prov = read_json(run_dir / "models" / "FT.1" / "provenance.json")
+    rows = [r for d in ("sd_base", "sd_links") for r in read_jsonl(run_dir / "data" / d / "rows.jsonl")]
+    tok = AutoTokenizer.from_pretrained(str(run_dir / "models" / "PT"))
+    too_long = sum(len(tok(format_psm_training(r["prefix"], r["target"], r["suffix"], FAMILIES["memaudit"]),
+                           add_special_tokens=False)["input_ids"]) > prov["settings"]["max_seq_len"] for r in rows)
+    assert prov["fim_examples"] == len(rows)
+    assert prov["fim_context_trimmed"] == too_long
+    assert f"[FT.1] FIM context trimmed in {too_long} of {len(rows)} FIM examples" in result.stdout
+    assert read_json(run_dir / "models" / "FT.2" / "provenance.json")["fim_examples"] == 0   # PD.1 only
+
+
 def test_losses_are_finite_and_fall(smoke):
     run_dir, _ = smoke
     for name in MODELS:

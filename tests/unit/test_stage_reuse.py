@@ -1,7 +1,8 @@
 """A stage whose recipe and settings equal an earlier finished stage's is given that model, not retrained.
 
-Same settings + same seed + same upstream models give the same model (FT.3 = FT.1 = PD.1 + SD in the
-quickstart, as issue #4 defines them), so the run links the finished files and records where they came from.
+Same settings + same seed + same upstream models give the same model, so the run links the finished files
+and records where they came from. The stage names below only label two stages with equal settings (the
+experiments' FT.3 trains on PD.2 + SD, FT.1 on PD.1 + SD: they are not twins there).
 """
 
 from __future__ import annotations

@@ -30,7 +30,9 @@ def tokenizer_dir(tmp_path_factory):
     return out
 
 
-def test_rl_prompt_rows_cut_at_50_and_100_tokens(tokenizer_dir):
+def test_rl_prompt_rows_cut_the_rl_prompt_at_50_and_100_tokens(tokenizer_dir):
+    """Sec. 5.3: examples with >= 100 tokens in the prompt (prefix + suffix, App. D / Fig. 11) give an audit
+    prompt of the prompt's first 50 tokens and a target of the next 50."""
     from transformers import AutoTokenizer
 
     data = default_data(size=120)
@@ -41,17 +43,59 @@ def test_rl_prompt_rows_cut_at_50_and_100_tokens(tokenizer_dir):
     hf = AutoTokenizer.from_pretrained(str(tokenizer_dir))          # the same tokenizer, via transformers
     by_id = {r["id"]: r for r in sd_rows}
     assert len(rows) + info["too_short_skipped"] == len(sd_rows) and len(rows) > 60
+    assert 0 < info["spans_hole"] < len(rows) and info["spans_hole"] == sum(r["spans_hole"] for r in rows)
     for row in rows:
-        code = by_id[row["source_id"]]["code"]
-        assert row["suffix"] == "" and row["prefix"] + row["target"] == code[:row["target_char_end"]]
-        assert row["prefix"] == code[:row["prompt_char_end"]]
-        offsets = hf(code, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-        assert len(offsets) >= 100
-        # re-derive the cuts from the char offsets in the HF tokenizer
-        assert sum(end <= row["prompt_char_end"] for _, end in offsets) == 50
-        assert sum(end <= row["target_char_end"] for _, end in offsets) == 100
-    short = [r for r in sd_rows if len(hf(r["code"], add_special_tokens=False)["input_ids"]) < 100]
+        sd = by_id[row["source_id"]]
+        assert (row["rl_prefix"], row["rl_suffix"]) == (sd["prefix"], sd["suffix"])   # the target is not in it
+        prompt = sd["prefix"] + sd["suffix"]
+        assert row["suffix"] == "" and row["prefix"] + row["target"] == prompt[:row["target_char_end"]]
+        assert row["prefix"] == prompt[:row["prompt_char_end"]]
+        assert row["spans_hole"] == (0 < len(sd["prefix"]) < row["target_char_end"])
+        # Re-derive the cuts in the HF tokenizer, prefix and suffix tokenized apart as the policy reads them.
+        ends = [b for _, b in hf(sd["prefix"], add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]]
+        ends += [len(sd["prefix"]) + b for _, b in
+                 hf(sd["suffix"], add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]]
+        assert len(ends) >= 100
+        assert sum(end <= row["prompt_char_end"] for end in ends) == 50
+        assert sum(end <= row["target_char_end"] for end in ends) == 100
+    n_tokens = lambda t: len(hf(t, add_special_tokens=False)["input_ids"])  # noqa: E731
+    short = [r for r in sd_rows if n_tokens(r["prefix"]) + n_tokens(r["suffix"]) < 100]
     assert len(short) == info["too_short_skipped"]
+
+
+def test_every_audited_target_is_in_the_prompt_the_policy_trained_on(tokenizer_dir, tmp_path):
+    """Issue #12 / Sec. 5.3: RLFT.4 trains on each example's whole RL prompt; the audit's target is the
+    50 tokens after the audit prompt inside that very prompt, even with the quickstart's 600-char contexts."""
+    from omegaconf import OmegaConf
+
+    from harness.fim import FAMILIES
+    from harness.io import read_jsonl
+    from recipes.common import StageContext
+    from recipes.rl import load_prompt_rows, training_examples
+    from synthetic_data.build import build_datasets
+
+    s = FAMILIES["memaudit"]
+    data = default_data(size=60, line_counts=[30, 50])      # long programs: prefixes beyond 600 characters
+    data["rl_prompts"]["tokenizer"] = str(tokenizer_dir)
+    run_dir = tmp_path / "run"
+    build_datasets(OmegaConf.create({"run_dir": str(run_dir), "data": data}), names=["sd_rl_prompts"],
+                   log=lambda *_: None)
+    audit_rows = read_jsonl(run_dir / "data" / "sd_rl_prompts" / "rows.jsonl")
+    # Exactly as the RL stage builds its training set (RLRecipe.setup + dataset), at quickstart's context_chars.
+    examples = training_examples(load_prompt_rows(StageContext(run_dir, "RLFT.4"), ["sd_rl_prompts"], 600), s)
+    prompts = {e["id"]: e["prompt"] for e in examples}
+    assert set(prompts) == {r["id"] for r in audit_rows}
+    assert any(len(r["rl_prefix"]) > 600 for r in audit_rows)            # a 600-char cut would lose the start
+    assert any(r["spans_hole"] for r in audit_rows) and not all(r["spans_hole"] for r in audit_rows)
+    for row in audit_rows:
+        prompt = prompts[row["id"]]
+        assert prompt.startswith(s.prefix) and prompt.endswith(s.middle) and row["target"]
+        seen_prefix, seen_suffix = prompt[len(s.prefix):-len(s.middle)].split(s.suffix)
+        # The audit prompt, then the audit target, open what the policy read (prefix, then suffix).
+        assert (seen_prefix + seen_suffix).startswith(row["prefix"] + row["target"])
+        if not row["spans_hole"]:                      # one side of the hole: a substring of the prompt itself
+            at = prompt.index(row["prefix"] + row["target"])
+            assert prompt.index(row["target"], at) == at + len(row["prefix"])
 
 
 def test_build_sd_rl_prompts_dataset(tokenizer_dir, tmp_path):
@@ -71,3 +115,5 @@ def test_build_sd_rl_prompts_dataset(tokenizer_dir, tmp_path):
     assert manifest["count"] == len(rows) > 0 and {r["subset"] for r in rows} == {"SD.Links"}
     assert manifest["settings"]["rl_prompts"]["tokenizer_sha256"]
     assert manifest["sd_prompt_tokens"]["count"] == 27          # round(60 * 0.4565) SD.Links programs
+    assert manifest["too_short_skipped"] + manifest["count"] == 27
+    assert manifest["spans_hole"] == sum(r["spans_hole"] for r in rows)
