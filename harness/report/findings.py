@@ -37,6 +37,8 @@ P_MAX = 0.05                 # a comparison is "not noise" below this p-value (t
 
 # Training-evidence thresholds (what "the stage trained" means; stated so a reader can disagree).
 RM_SD_AUC_MIN = 0.8          # the reward model learned SD: AUC on its SD training rows (Fig. 2 premise)
+RM_HELDOUT_AUC_MIN = 0.75    # the reward model behind an RL sweep ranks held-out rows of its task (its
+                             # eval_datasets) well enough that rising reward means better code, not noise
 RL_REWARD_RISE_MIN = 0.5     # RL optimised: reward(last 10 % of steps) - reward(first 10 %) >= 0.5 x the
                              # first steps' within-step reward std
 RL_KL_MIN = 0.01             # RL moved: final mean per-token KL to the reference (nats) at the smallest α
@@ -134,6 +136,16 @@ def rm_sd_check(run: RunResults, rl_model: str) -> dict:
     auc = min(aucs) if aucs else None
     return _check(f"{rm}: AUC on its SD training rows", auc, f">= {RM_SD_AUC_MIN}",
                   auc is not None and auc >= RM_SD_AUC_MIN)
+
+
+def rm_heldout_check(run: RunResults, rl_model: str) -> dict:
+    """The reward model behind an RL model generalises: AUC on its held-out (eval) rows."""
+    rm = run.evidence.get(rl_model, {}).get("reward_model") or "RM.1"
+    aucs = [v["auc"] for v in run.evidence.get(rm, {}).get("auc", {}).values()
+            if v.get("split") == "eval" and v.get("auc") is not None]
+    auc = min(aucs) if aucs else None
+    return _check(f"{rm}: AUC on its held-out rows", auc, f">= {RM_HELDOUT_AUC_MIN}",
+                  auc is not None and auc >= RM_HELDOUT_AUC_MIN)
 
 
 def ipo_check(run: RunResults, model: str = "IPO") -> dict:
@@ -237,8 +249,10 @@ def _by_beta(run: RunResults, base: str, dataset: str, **fixed) -> list[tuple[fl
 
 
 def _sweep_evidence(run: RunResults, points: list[tuple[float, str]]) -> list[dict]:
-    """Every point's reward rose, and the smallest α's policy moved away from its reference."""
-    return [*rl_checks(run, [m for _, m in points]), kl_check(run, points[-1][1])]
+    """The reward model generalises, every point's reward rose, and the smallest α's policy moved away
+    from its reference."""
+    return [rm_heldout_check(run, points[0][1]), *rl_checks(run, [m for _, m in points]),
+            kl_check(run, points[-1][1])]
 
 
 def f4(run: RunResults) -> dict:
@@ -320,7 +334,7 @@ def f7(run: RunResults) -> dict:
         return _result("F7", claim, paper, rule, ["RLFT.4"], measured=False)
     low, high = (memorized_flags(run.rows(m, "sd_rl_prompts")) for m in (points[0][1], points[-1][1]))
     rates = [_rate(f"LR={points[0][0]:g}", low), _rate(f"LR={points[-1][0]:g}", high)]
-    evidence = rl_checks(run, [points[0][1], points[-1][1]])
+    evidence = [rm_heldout_check(run, points[0][1]), *rl_checks(run, [points[0][1], points[-1][1]])]
     if not any(low.values()) and not any(high.values()):
         evidence.append(_check("RLFT.4: any RL-prompt example memorized", 0, "> 0", False))
     ok = (rates[1]["rate"] or 0) > (rates[0]["rate"] or 0)

@@ -26,8 +26,10 @@ MOVED = {"reward_change_in_std": 2.0, "kl_final": 0.2}      # an RL point that o
 STILL = {"reward_change_in_std": 0.0, "kl_final": 0.001}    # an RL point that did not move
 
 
-def evidence(rl=MOVED, ipo_accuracy=0.95, rm_auc=0.9):
+def evidence(rl=MOVED, ipo_accuracy=0.95, rm_auc=0.9, rm1_heldout_auc=0.8):
     ev = {"RM.3": {"stage": "reward", "auc": {"rm_sd": {"auc": rm_auc, "split": "train"}}},
+          "RM.1": {"stage": "reward", "auc": {"rm_pd2": {"auc": 0.95, "split": "train"},
+                                              "rm_pd2_val": {"auc": rm1_heldout_auc, "split": "eval"}}},
           "RLFT.2": {"stage": "rl", "reward_model": "RM.3", **rl},
           "IPO": {"stage": "ipo", "accuracy_final": ipo_accuracy}}
     for beta, kl in ((0.5, 0.02), (0.1, 0.05), (0.005, 0.2)):
@@ -103,6 +105,14 @@ def test_reward_model_that_did_not_learn_sd_and_ipo_that_did_not_fit():
     got = verdicts(RunResults(grouped(), evidence(rm_auc=0.51, ipo_accuracy=0.5)))
     assert got["F2"]["status"] == INCONCLUSIVE and "RM.3: AUC on its SD training rows = 0.51" in got["F2"]["reason"]
     assert got["F8"]["status"] == INCONCLUSIVE
+
+
+def test_rl_findings_need_a_reward_model_that_ranks_held_out_rows():
+    got = verdicts(RunResults(grouped(), evidence(rm1_heldout_auc=0.6)))
+    for fid in ("F4", "F5", "F7"):
+        assert got[fid]["status"] == INCONCLUSIVE
+        assert "RM.1: AUC on its held-out rows = 0.6 (needs >= 0.75)" in got[fid]["reason"]
+    assert got["F2"]["status"] == HOLDS          # RLFT.2's reward model is RM.3, judged on its SD rows
 
 
 def test_a_difference_within_noise_is_inconclusive_and_a_wrong_direction_is_not_reproduced():
