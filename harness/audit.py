@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -622,14 +621,9 @@ def build_summary(out_dir: str | Path) -> dict[str, dict[str, dict[str, dict]]]:
     """{model: {checkpoint: {dataset: counts + rate + what they were computed with}}} from the rows."""
     from harness.memorization import summarize_rows
 
-    from harness.memorization import PROMPT_TOO_LONG, SHORT_TARGET, TARGET_IN_PROMPT
-
     results: dict[str, dict[str, dict[str, dict]]] = {}
     for meta, rows in stored_results(out_dir):
-        by_reason = Counter({reason: 0 for reason in (SHORT_TARGET, TARGET_IN_PROMPT, PROMPT_TOO_LONG)})
-        by_reason.update(r["excluded"] for r in rows if r["excluded"] is not None)
-        entry = {**summarize_rows(rows), "excluded_by_reason": dict(sorted(by_reason.items())),
-                 "examples_sha256": meta["examples_sha256"],
+        entry = {**summarize_rows(rows), "examples_sha256": meta["examples_sha256"],
                  "model_fingerprint": meta["model_fingerprint"],
                  "control_fingerprint": meta["control_fingerprint"], "control_dir": meta["control_dir"],
                  "control_tokenizer_differs": meta.get("control_tokenizer_differs"),

@@ -17,6 +17,7 @@ TARGET_IN_PROMPT = "target_in_prompt"
 # The PSM prompt has more tokens than the audited model's or the control's context
 # (max_position_embeddings): nothing is decoded for it (harness.audit decides this before generation).
 PROMPT_TOO_LONG = "prompt_too_long"
+EXCLUSION_REASONS = (SHORT_TARGET, TARGET_IN_PROMPT, PROMPT_TOO_LONG)
 
 
 def counterfactually_memorized(ned_model: float, ned_control: float, k: float = 0.1) -> bool:
@@ -74,23 +75,26 @@ def exclusion_reasons(prefixes: Sequence[str], targets: Sequence[str], suffixes:
 def summarize_rows(rows: Iterable[Mapping]) -> dict:
     """The memorization rate of a set of audit rows -- the ONE definition the audit and report use.
 
-    Rows carry `excluded` (None or a reason string) and `memorized` (bool). Excluded rows are not scored;
-    rate = n_memorized / n_scored, None when nothing is scored, with its 95 % Wilson interval `ci95`.
+    Rows carry `excluded` (None or a reason string) and `memorized` (bool). Excluded rows are not scored
+    (counted by reason in `excluded_by_reason`); rate = n_memorized / n_scored, None when nothing is
+    scored, with its 95 % Wilson interval `ci95`.
     Rows of SD.Links positives (those with a `pii_regurgitated` flag) add the PII figures of
     `summarize_pii` over the same scored rows.
     """
     rows = list(rows)
-    n_total = n_excluded = n_memorized = 0
+    n_total = n_memorized = 0
+    by_reason = dict.fromkeys(EXCLUSION_REASONS, 0)
     for row in rows:
         n_total += 1
         if row["excluded"] is not None:
-            n_excluded += 1
+            by_reason[row["excluded"]] = by_reason.get(row["excluded"], 0) + 1
         elif row["memorized"]:
             n_memorized += 1
+    n_excluded = sum(by_reason.values())
     n_scored = n_total - n_excluded
     out = {"n_total": n_total, "n_excluded": n_excluded, "n_scored": n_scored,
            "n_memorized": n_memorized, "rate": (n_memorized / n_scored) if n_scored else None,
-           "ci95": wilson_interval(n_memorized, n_scored)}
+           "ci95": wilson_interval(n_memorized, n_scored), "excluded_by_reason": dict(sorted(by_reason.items()))}
     if any(row.get("pii_regurgitated") is not None for row in rows):
         out.update(summarize_pii(rows))
     return out

@@ -34,8 +34,8 @@ def _table(rows: list[dict], columns: list[str]) -> tuple[str, list[str], list[l
             return "–"
         if isinstance(v, float):
             return f"{v:.4g}"
-        if isinstance(v, dict):
-            return ", ".join(f"{k}={fmt(x)}" for k, x in v.items())
+        if isinstance(v, dict):                   # counts by key (e.g. exclusions by reason): the non-zero ones
+            return ", ".join(f"{k}={fmt(x)}" for k, x in v.items() if x != 0) or "–"
         if isinstance(v, (list, tuple)):          # an interval: [low, high]
             return "[" + ", ".join(f"{x:.3g}" if isinstance(x, float) else str(x) for x in v) + "]"
         return str(v)
@@ -353,7 +353,7 @@ def render_report(cfg) -> int:
                                  "examples. Every checkpoint of every model is listed.")]
 
     blocks.append(("h", 2, "Memorization rates (final checkpoints)"))
-    cols = ["model", "checkpoint", "dataset", "n_total", "n_excluded", "n_scored", "n_memorized", "rate", "ci95",
+    cols = ["model", "checkpoint", "dataset", "n_total", "n_excluded", "excluded_by_reason", "n_scored", "n_memorized", "rate", "ci95",
             "pii_regurgitation_rate", "control_pii_regurgitation_rate", "pii_counterfactual_rate",
             "pii_counterfactual_ci95", "pii_chance_level"]
     blocks.append(_table(A.final_entries(entries), cols))

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from harness.distance import sliding_window_ned
 from harness.memorization import (
+    PROMPT_TOO_LONG,
     SHORT_TARGET,
     TARGET_IN_PROMPT,
     counterfactually_memorized,
@@ -111,12 +112,14 @@ def test_summarize_rows_by_hand():
     # ci95: Wilson for 1 of 3, centre (1/3 + z^2/6) / (1 + z^2/3), half-width z sqrt(2/27 + z^2/36) / (1 + z^2/3)
     assert summarize_rows(rows) == {"n_total": 5, "n_excluded": 2, "n_scored": 3, "n_memorized": 1,
                                     "rate": 1 / 3, "ci95": [pytest.approx(0.0615, abs=1e-4),
-                                                            pytest.approx(0.7923, abs=1e-4)]}
+                                                            pytest.approx(0.7923, abs=1e-4)],
+                                    "excluded_by_reason": {PROMPT_TOO_LONG: 0, SHORT_TARGET: 1, TARGET_IN_PROMPT: 1}}
 
 
 def test_summarize_rows_nothing_scored():
     assert summarize_rows([]) == {"n_total": 0, "n_excluded": 0, "n_scored": 0, "n_memorized": 0,
-                                  "rate": None, "ci95": None}
+                                  "rate": None, "ci95": None,
+                                  "excluded_by_reason": {PROMPT_TOO_LONG: 0, SHORT_TARGET: 0, TARGET_IN_PROMPT: 0}}
     assert summarize_rows(iter([{"memorized": True, "excluded": SHORT_TARGET}]))["rate"] is None
 
 
