@@ -204,6 +204,15 @@ def f1(run: RunResults) -> dict:
                    and rate["rate"] >= 0.10, rates=[rate], test=test, needs_test=True, ours=_pct(rate))
 
 
+def _two_models(run: RunResults, first: str, second: str, dataset: str = "sd_base"):
+    """((flags of first, flags of second), their rates) on one dataset's final rows; None if either is missing."""
+    rows = run.rows(first, dataset), run.rows(second, dataset)
+    if None in rows:
+        return None
+    flags = tuple(memorized_flags(r) for r in rows)
+    return flags, [_rate(f"{name} {dataset}", f) for name, f in zip((first, second), flags)]
+
+
 def _rlft2_evidence(run: RunResults) -> list[dict]:
     return [rm_sd_check(run, "RLFT.2"), *rl_checks(run, ["RLFT.2"]), kl_check(run, "RLFT.2")]
 
@@ -212,11 +221,10 @@ def f2(run: RunResults) -> dict:
     """Sec. 5.2: SD only in the reward model's data: RLFT.2 0.9 % vs FT.3 17.6 % of SD.Base."""
     claim, paper = "SD only in reward-model data: RLFT memorizes far less than direct FT", "0.9 % vs 17.6 %"
     rule = f"RLFT.2 <= FT.3 / 5 on sd_base with FT.3 >= 10 % (McNemar p < {P_MAX})"
-    ft, rl = run.rows("FT.3", "sd_base"), run.rows("RLFT.2", "sd_base")
-    if ft is None or rl is None:
+    pair = _two_models(run, "RLFT.2", "FT.3")
+    if pair is None:
         return _result("F2", claim, paper, rule, ["FT.3", "RM.3", "RLFT.2"], measured=False)
-    ft_f, rl_f = memorized_flags(ft), memorized_flags(rl)
-    rates = [_rate("RLFT.2 sd_base", rl_f), _rate("FT.3 sd_base", ft_f)]
+    (rl_f, ft_f), rates = pair
     ok = rates[1]["rate"] is not None and rates[0]["rate"] is not None and rates[1]["rate"] >= 0.10 \
         and rates[0]["rate"] <= rates[1]["rate"] / 5
     return _result("F2", claim, paper, rule, ["FT.3", "RM.3", "RLFT.2"], measured=True, rule_ok=ok,
@@ -347,11 +355,10 @@ def f8(run: RunResults) -> dict:
     """Sec. 5.4: IPO on SD preference pairs memorizes 18.2 % of SD.Base, RLFT.2 (SD via the RM) 0.9 %."""
     claim, paper = "IPO memorizes preference data more than RLHF via the reward model", "18.2 % vs 0.9 %"
     rule = f"IPO >= 3 x RLFT.2 and IPO >= 5 % on sd_base (McNemar p < {P_MAX})"
-    ipo, rl = run.rows("IPO", "sd_base"), run.rows("RLFT.2", "sd_base")
-    if ipo is None or rl is None:
+    pair = _two_models(run, "IPO", "RLFT.2")
+    if pair is None:
         return _result("F8", claim, paper, rule, ["IPO", "RM.3", "RLFT.2"], measured=False)
-    ipo_f, rl_f = memorized_flags(ipo), memorized_flags(rl)
-    rates = [_rate("IPO sd_base", ipo_f), _rate("RLFT.2 sd_base", rl_f)]
+    (ipo_f, rl_f), rates = pair
     ok = rates[0]["rate"] is not None and rates[1]["rate"] is not None and rates[0]["rate"] >= 0.05 \
         and rates[0]["rate"] >= 3 * rates[1]["rate"]
     return _result("F8", claim, paper, rule, ["IPO", "RM.3", "RLFT.2"], measured=True, rule_ok=ok,

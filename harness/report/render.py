@@ -269,29 +269,32 @@ def _training_section(evidence: dict, runs: list[Path], fig_dir: Path, blocks: l
         blocks.append(("p", "Reward models: ROC-AUC of the scores on each scored dataset (split: train = its "
                             "training rows, eval = held out, scored = never trained on)."))
         blocks.append(_table(rm_rows, ["reward_model", "dataset", "split", "n", "auc"]))
-    rl_rows = [{"model": m, **{k: ev.get(k) for k in ("beta", "reward_model", "steps_logged", "reward_first",
-                                                     "reward_last", "reward_change_in_std", "kl_final")}}
-               for m, ev in evidence.items() if ev["stage"] == "rl"]
+    rl_rows = _stage_table(evidence, "rl", ["beta", "reward_model", "steps_logged", "reward_first", "reward_last",
+                                            "reward_change_in_std", "kl_final"], blocks,
+                           "RL points: reward model score over the first and last 10 % of logged steps, the change "
+                           "in units of the first steps' within-step reward std, and the final mean per-token KL "
+                           "to the reference.")
     if rl_rows:
-        blocks.append(("p", "RL points: reward model score over the first and last 10 % of logged steps, the change "
-                            "in units of the first steps' within-step reward std, and the final mean per-token KL "
-                            "to the reference."))
-        blocks.append(_table(rl_rows, ["model", "beta", "reward_model", "steps_logged", "reward_first", "reward_last",
-                                       "reward_change_in_std", "kl_final"]))
         for path in F.rl_training_plots(_histories(runs, evidence, "rl"), fig_dir):
             blocks.append(("img", str(path), f"RL training curves: {path.stem}"))
-    ipo_rows = [{"model": m, **{k: ev.get(k) for k in ("steps_logged", "accuracy_first", "accuracy_final",
-                                                      "margin_final", "loss_first", "loss_final")}}
-                for m, ev in evidence.items() if ev["stage"] == "ipo"]
-    if ipo_rows:
-        blocks.append(("p", "IPO: preference accuracy (share of pairs whose chosen completion gains more log-"
+    ipo_rows = _stage_table(evidence, "ipo", ["steps_logged", "accuracy_first", "accuracy_final", "margin_final",
+                                              "loss_first", "loss_final"], blocks,
+                            "IPO: preference accuracy (share of pairs whose chosen completion gains more log-"
                             "probability over the reference than the rejected one), reward margin and loss over "
-                            "the first and last 10 % of logged steps; the IPO loss starts at (1/2β)²."))
-        blocks.append(_table(ipo_rows, ["model", "steps_logged", "accuracy_first", "accuracy_final", "margin_final",
-                                        "loss_first", "loss_final"]))
+                            "the first and last 10 % of logged steps; the IPO loss starts at (1/2β)².")
+    if ipo_rows:
         for path in F.ipo_training_plots(_histories(runs, evidence, "ipo"), fig_dir):
             blocks.append(("img", str(path), f"IPO training curves: {path.stem}"))
     summary["training"] = {"reward_models": rm_rows, "rl": rl_rows, "ipo": ipo_rows}
+
+
+def _stage_table(evidence: dict, stage: str, columns: list[str], blocks: list, caption: str) -> list[dict]:
+    """The evidence of every model of one stage kind as a table (with its caption); [] if there is none."""
+    rows = [{"model": m, **{k: ev.get(k) for k in columns}} for m, ev in evidence.items() if ev["stage"] == stage]
+    if rows:
+        blocks.append(("p", caption))
+        blocks.append(_table(rows, ["model", *columns]))
+    return rows
 
 
 def _histories(runs: list[Path], evidence: dict, stage: str) -> dict[str, list[dict]]:
