@@ -30,7 +30,7 @@ from harness.io import read_jsonl
 from harness.losses import VARIANT_CONTROL
 from harness.memorization import pii_counterfactually_regurgitated, pii_rows, summarize_pii
 from harness.report import analyses as A
-from harness.stats import mcnemar_exact, rate_with_interval
+from harness.stats import fisher_exact, mcnemar_exact, rate_with_interval
 
 HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED = "holds", "not reproduced", "inconclusive", "not measured"
 P_MAX = 0.05                 # a comparison is "not noise" below this p-value (two-sided exact test)
@@ -378,16 +378,29 @@ def _nmt_numbers(value: Any) -> str:
     return json.dumps(value)
 
 
-def _nmt(fid: str, keys: tuple[str, ...], numbers: str, claim: str, paper: str) -> Callable:
-    """N1-N3 from the NMT run's summary.json `findings` (recipes/nmt_pipeline.py): all `keys` must hold."""
+def _nmt(fid: str, keys: tuple[str, ...], numbers: str, claim: str, paper: str,
+         test: Callable[[dict], dict | None] | None = None) -> Callable:
+    """N1-N3 from the NMT run's summary.json `findings` (recipes/nmt_pipeline.py): all `keys` must hold,
+    and where the finding is a comparison, `test(summary)` must put it below P_MAX."""
     def check(run: RunResults) -> dict:
         f = (run.nmt or {}).get("findings") or {}
-        rule = " and ".join(keys)
+        rule = " and ".join(keys) + (f" (Fisher p < {P_MAX}, fewest vs most repetitions)" if test else "")
         if not all(k in f for k in keys):
             return _result(fid, claim, paper, rule, ["NMT"], measured=False)
         return _result(fid, claim, paper, rule, ["NMT"], measured=True, rule_ok=all(bool(f[k]) for k in keys),
-                       ours=_nmt_numbers(f.get(numbers)))
+                       ours=_nmt_numbers(f.get(numbers)), test=test(run.nmt) if test else None,
+                       needs_test=test is not None)
     return check
+
+
+def repetition_test(nmt_summary: dict) -> dict | None:
+    """N1 as a comparison: memorized share of the most-repeated bucket vs the least-repeated one (different
+    pairs: Fisher's exact test). None when the summary has no per-bucket counts (an older run)."""
+    buckets = ((nmt_summary.get("buckets") or {}).get("buckets")) or []
+    if len(buckets) < 2 or not all("memorized" in b and "total" in b for b in buckets):
+        return None
+    low, high = min(buckets, key=lambda b: b["repetitions"]), max(buckets, key=lambda b: b["repetitions"])
+    return fisher_exact(high["memorized"], high["total"], low["memorized"], low["total"])
 
 
 # ---------------------------------------------------------------- C1-C2 (paper 004)
@@ -439,7 +452,7 @@ def c2(run: RunResults) -> dict:
 
 CHECKS = [f1, f2, f3, f4, f5, f6, f7, f8,
           _nmt("N1", ("N1_memorization_rises_with_repetitions",), "N1_ratio_pct_by_bucket",
-               "NMT: memorization rises with repetitions", "Table 1: ratio grows with the bucket"),
+               "NMT: memorization rises with repetitions", "Table 1: ratio grows with the bucket", repetition_test),
           _nmt("N2", ("N2_suffix_kept_more_than_prefix", "N2_start_kept_least"), "N2_shares",
                "NMT: suffix perturbations keep the memorized output more than prefix ones; start least",
                "Table 1, neighbourhood columns"),

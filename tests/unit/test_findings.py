@@ -171,9 +171,25 @@ def test_nmt_figures_read_as_numbers_not_json():
                         "N2_shares": {"suffix": 0.8375, "prefix": 0.009}, "N3_recovery_for_most_memorized": True,
                         "N3_best_rate": 0.748}}
     got = verdicts(RunResults({}, {}, [], nmt))
-    assert got["N1"]["ours"] == "12.0 → 14.2 %" and got["N1"]["status"] == HOLDS
+    assert got["N1"]["ours"] == "12.0 → 14.2 %"
+    assert got["N1"]["status"] == INCONCLUSIVE        # no per-bucket counts (an older run): no test, no "holds"
     assert got["N2"]["ours"] == "suffix 83.8 %, prefix 0.9 %" and got["N2"]["status"] == FAILS
     assert got["N3"]["ours"] == "74.8 %"
+
+
+def _nmt_with_buckets(low: tuple[int, int], high: tuple[int, int]) -> dict:
+    return {"findings": {"N1_memorization_rises_with_repetitions": True, "N1_ratio_pct_by_bucket": [1.0, 2.0]},
+            "buckets": {"buckets": [{"repetitions": 1, "memorized": low[0], "total": low[1]},
+                                    {"repetitions": 5, "memorized": high[0], "total": high[1]}]}}
+
+
+def test_n1_needs_the_most_repeated_bucket_to_differ_beyond_noise():
+    # The quickstart's NMT run: 81/600 once-seen vs 17/120 five-times-seen rises, but within noise.
+    flat = verdicts(RunResults({}, {}, [], _nmt_with_buckets((81, 600), (17, 120))))["N1"]
+    assert flat["status"] == INCONCLUSIVE and flat["p_value"] > 0.5 and flat["test"]["test"] == "fisher_exact"
+    # 10/100 vs 30/100: a real rise (p ~ 6e-4)
+    rise = verdicts(RunResults({}, {}, [], _nmt_with_buckets((10, 100), (30, 100))))["N1"]
+    assert rise["status"] == HOLDS and rise["p_value"] < 0.001
 
 
 # ---------------------------------------------------------------- evidence from stored logs
