@@ -52,6 +52,9 @@ MODEL_FILE_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "config.json
 # Settings
 # --------------------------------------------------------------------------------------------------
 
+DRAFT_CHOICES = ("target", "none")
+
+
 @dataclass(frozen=True)
 class AuditSettings:
     """The knobs that decide every number of the audit (recorded in each .meta.json and the summary)."""
@@ -68,6 +71,7 @@ class AuditSettings:
     progress: bool | None = None
     threads: int | None = None
     allow_empty: bool = False      # exit 0 even when no example is scored (see check_scored)
+    draft: str = "target"          # verify the target as a speculative draft first (harness/draft.py)
 
     def __post_init__(self):
         if not isinstance(self.k, (int, float)) or not 0.0 <= float(self.k) <= 1.0:
@@ -81,13 +85,17 @@ class AuditSettings:
                 raise UserError(f"audit.{key}={value!r}: must be a positive integer")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
             raise UserError(f"audit.threads={self.threads!r}: must be null (torch default) or a positive integer")
+        if self.draft not in DRAFT_CHOICES:
+            raise UserError(f"audit.draft={self.draft!r}: use one of {', '.join(DRAFT_CHOICES)} (target: verify "
+                            "the target as a draft first, same completions, faster; none: plain greedy decoding)")
         if not isinstance(self.min_target_tokens, int) or self.min_target_tokens < 0:
             raise UserError(f"audit.min_target_tokens={self.min_target_tokens!r}: must be an integer >= 0")
 
     def scoring(self) -> dict[str, Any]:
         """The settings rows depend on (batch size, device and progress bars do not change a row)."""
         d = asdict(self)
-        for key in ("batch_size", "device", "progress", "trust_remote_code", "threads", "allow_empty"):
+        # The draft changes how fast, not what, greedy decoding outputs (harness/draft.py).
+        for key in ("batch_size", "device", "progress", "trust_remote_code", "threads", "allow_empty", "draft"):
             d.pop(key)
         return d
 
@@ -164,6 +172,7 @@ def settings_from_config(a) -> AuditSettings:
         trust_remote_code=require_bool(a.get("trust_remote_code", False), "audit.trust_remote_code"),
         progress=require_bool(a.get("progress"), "audit.progress", allow_none=True),
         threads=a.get("threads"), allow_empty=require_bool(a.get("allow_empty", False), "audit.allow_empty"),
+        draft=str(a.get("draft", "target")),
     )
 
 
@@ -306,13 +315,15 @@ class CompletionCache:
     """
 
     def __init__(self, cache_dir: str | Path, fingerprint: str, covers: dict,
-                 load_scorer: Callable[[], Any], format_prompt: Callable[[dict], str], label: str = ""):
+                 load_scorer: Callable[[], Any], format_prompt: Callable[[dict], str], label: str = "",
+                 use_target_drafts: bool = True):
         self.path = Path(cache_dir) / f"{fingerprint}.jsonl"
         self.fingerprint = fingerprint
         self.label = label
         self._load_scorer = load_scorer
         self._scorer = None
         self._format_prompt = format_prompt
+        self._use_target_drafts = use_target_drafts
         self.path.parent.mkdir(parents=True, exist_ok=True)
         describe = self.path.with_suffix(".json")
         if not describe.exists():
@@ -329,7 +340,8 @@ class CompletionCache:
             if self._scorer is None:
                 self._scorer = self._load_scorer()
             prompts = [self._format_prompt(ex) for ex in missing]
-            for idx, texts in self._scorer.iter_complete(prompts):
+            drafts = [ex["target"] for ex in missing] if self._use_target_drafts else None
+            for idx, texts in self._scorer.iter_complete(prompts, drafts):
                 fresh = [{"id": missing[i]["id"], "completion": t} for i, t in zip(idx, texts)]
                 self.store.append(fresh)
                 self.completions.update((r["id"], r["completion"]) for r in fresh)
@@ -415,7 +427,8 @@ class AuditedModel:
         # so one never regenerates what the other just stored.
         if fp not in caches:
             caches[fp] = CompletionCache(cache_dir, fp, {**covers, "model_dir": str(self.path)},
-                                         self._load_scorer, self.format_prompt, label=label)
+                                         self._load_scorer, self.format_prompt, label=label,
+                                         use_target_drafts=self.settings.draft == "target")
         return caches[fp]
 
     def too_long(self, examples: Sequence[dict]) -> set:

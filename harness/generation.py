@@ -205,22 +205,38 @@ def _progress(total: int, desc: str, enabled: bool | None):
 
 def iter_greedy_complete(model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 64,
                          batch_size: int = 32, eos_token_id: int | list[int] | None = None,
-                         progress: bool | None = None) -> Iterator[tuple[list[int], list[str]]]:
+                         progress: bool | None = None, drafts: Sequence[str] | None = None,
+                         stats: dict | None = None) -> Iterator[tuple[list[int], list[str]]]:
     """Yield (indices into `prompts`, their completions) one batch at a time.
 
     Lets a caller persist each batch as soon as it is done (the completion cache does), so a killed
     job loses at most one batch. Batches come in length-sorted order, not in `prompts` order.
+
+    `drafts` (one text per prompt, e.g. the audit's targets): decode with each draft verified first
+    (harness/draft.py) — the same greedy completions, faster when they follow the drafts. `stats`
+    then counts rows settled by the draft alone.
     """
     import torch
 
+    from harness.draft import draft_greedy_generate, draft_ids
+
+    if drafts is not None and len(drafts) != len(prompts):
+        raise ValueError(f"{len(drafts)} drafts for {len(prompts)} prompts: give one draft per prompt")
     eos_ids = _eos_ids(tokenizer, model, eos_token_id)
     pad_id = _pad_id(tokenizer, eos_ids)
     encoded = encode_prompts(tokenizer, prompts)
+    drafted = draft_ids(tokenizer, drafts, eos_ids) if drafts is not None else None
     device = next(model.parameters()).device
     bar = _progress(len(prompts), "greedy", progress)
     try:
         for idx in length_sorted_batches([len(e) for e in encoded], batch_size):
             rows = [encoded[i] for i in idx]
+            if drafted is not None:
+                new_ids = draft_greedy_generate(model, rows, [drafted[i] for i in idx], max_new_tokens,
+                                                eos_ids, pad_id, stats)
+                bar.update(len(idx))
+                yield idx, tokenizer.batch_decode(new_ids, skip_special_tokens=True)
+                continue
             width = max(len(r) for r in rows)
             # LEFT padding: every row ends in the last column, so one decode step extends them all.
             input_ids = torch.tensor([[pad_id] * (width - len(r)) + r for r in rows], device=device)
@@ -262,11 +278,12 @@ def _greedy_generate(model, input_ids, attention_mask, max_new_tokens: int, eos_
 
 def greedy_complete(model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 64,
                     batch_size: int = 32, eos_token_id: int | list[int] | None = None,
-                    progress: bool | None = None) -> list[str]:
+                    progress: bool | None = None, drafts: Sequence[str] | None = None,
+                    stats: dict | None = None) -> list[str]:
     """Greedy completions of `prompts` (new text only, cut at EOS, special tokens skipped), in order."""
     out: list[str | None] = [None] * len(prompts)
     for idx, texts in iter_greedy_complete(model, tokenizer, prompts, max_new_tokens, batch_size,
-                                           eos_token_id, progress):
+                                           eos_token_id, progress, drafts, stats):
         for i, t in zip(idx, texts):
             out[i] = t
     return out  # type: ignore[return-value]
@@ -331,6 +348,7 @@ class CausalLMScorer:
     max_new_tokens: int = 64
     progress: bool | None = None   # per-call bar; the audit turns it off (it shows its own)
     n_generated: int = field(default=0, init=False)
+    draft_stats: dict = field(default_factory=dict, init=False)   # rows settled by their draft alone
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto", *, trust_remote_code: bool = False,
@@ -343,15 +361,18 @@ class CausalLMScorer:
     def dtype(self) -> str:
         return str(next(self.model.parameters()).dtype).replace("torch.", "")
 
-    def iter_complete(self, prompts: Sequence[str]) -> Iterator[tuple[list[int], list[str]]]:
+    def iter_complete(self, prompts: Sequence[str], drafts: Sequence[str] | None = None
+                      ) -> Iterator[tuple[list[int], list[str]]]:
+        """(indices, completions) per batch; `drafts` (e.g. the targets) only make it faster."""
         for idx, texts in iter_greedy_complete(self.model, self.tokenizer, prompts, self.max_new_tokens,
-                                               self.batch_size, progress=self.progress):
+                                               self.batch_size, progress=self.progress, drafts=drafts,
+                                               stats=self.draft_stats):
             self.n_generated += len(idx)
             yield idx, texts
 
-    def complete(self, prompts: Sequence[str]) -> list[str]:
+    def complete(self, prompts: Sequence[str], drafts: Sequence[str] | None = None) -> list[str]:
         out: list[str | None] = [None] * len(prompts)
-        for idx, texts in self.iter_complete(prompts):
+        for idx, texts in self.iter_complete(prompts, drafts):
             for i, t in zip(idx, texts):
                 out[i] = t
         return out  # type: ignore[return-value]

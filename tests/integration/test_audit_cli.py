@@ -105,6 +105,17 @@ def test_rerun_against_the_same_control_generates_nothing(audit_world, first_aud
     assert len([n for n in cache_files if n.endswith(".json")]) == 4   # what each fingerprint covers
 
 
+def test_decoding_without_the_target_draft_gives_the_same_rows(audit_world, first_audit, capsys):
+    """audit.draft=none (plain greedy) and the default target draft: the same completions, so the same
+    rows (a separate cache, else the rerun would be served from the first run's completions)."""
+    root = first_audit["root"]
+    out = _audit(capsys, *audit_overrides(audit_world, root / "no_draft", "audit.all_checkpoints=true",
+                                          f"audit.cache_dir={root / 'cache_no_draft'}", BATCH, "audit.draft=none"))
+    assert "model completions: 13 generated, 0 cached" in out
+    for checkpoint in CHECKPOINTS:
+        assert _rows(root / "no_draft", "FT.1", checkpoint) == _rows(first_audit["out_dir"], "FT.1", checkpoint)
+
+
 def test_control_against_itself_memorizes_nothing(audit_world, first_audit, capsys):
     out_dir = first_audit["root"] / "self"
     out = _audit(capsys, f"audit.model_dir={audit_world['control_dir']}",

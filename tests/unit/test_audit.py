@@ -107,7 +107,8 @@ def test_target_is_cut_to_its_first_n_tokens_as_an_exact_prefix(tmp_path):
 @pytest.mark.parametrize("kwargs, key", [({"k": -0.1}, "audit.k"), ({"k": 1.01}, "audit.k"),
                                          ({"batch_size": 0}, "audit.batch_size"),
                                          ({"prompt_ned_threshold": 2.0}, "audit.prompt_ned_threshold"),
-                                         ({"threads": 0}, "audit.threads")])
+                                         ({"threads": 0}, "audit.threads"),
+                                         ({"draft": "prompt"}, "audit.draft")])
 def test_settings_reject_out_of_range_values_naming_the_key(kwargs, key):
     with pytest.raises(UserError, match=key.replace(".", r"\.")):
         AuditSettings(**kwargs)
