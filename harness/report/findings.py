@@ -217,19 +217,30 @@ def _rlft2_evidence(run: RunResults) -> list[dict]:
     return [rm_sd_check(run, "RLFT.2"), *rl_checks(run, ["RLFT.2"]), kl_check(run, "RLFT.2")]
 
 
+def _times_higher(run: RunResults, fid: str, texts: tuple[str, str, str], stages: list[str], evidence,
+                  first: str, second: str, high: str, factor: float, floor: float) -> dict:
+    """A finding that one model memorizes sd_base at least `factor` times the other's rate and at least
+    `floor`, tested with McNemar on the paired flags; `evidence(run)` is read only when both were audited.
+    The rates are listed as (first, second); `high` names the model expected to memorize more."""
+    claim, paper, rule = texts
+    pair = _two_models(run, first, second)
+    if pair is None:
+        return _result(fid, claim, paper, rule, stages, measured=False)
+    flags, rates = pair
+    hi, lo = (0, 1) if high == first else (1, 0)
+    h, low = rates[hi]["rate"], rates[lo]["rate"]
+    ok = h is not None and low is not None and h >= floor and h >= factor * low
+    return _result(fid, claim, paper, rule, stages, measured=True, rule_ok=ok, evidence=evidence(run),
+                   rates=rates, test=mcnemar_exact(flags[hi], flags[lo]), needs_test=True,
+                   ours=f"{_pct(rates[0])} vs {_pct(rates[1])}")
+
+
 def f2(run: RunResults) -> dict:
     """Sec. 5.2: SD only in the reward model's data: RLFT.2 0.9 % vs FT.3 17.6 % of SD.Base."""
-    claim, paper = "SD only in reward-model data: RLFT memorizes far less than direct FT", "0.9 % vs 17.6 %"
-    rule = f"RLFT.2 <= FT.3 / 5 on sd_base with FT.3 >= 10 % (McNemar p < {P_MAX})"
-    pair = _two_models(run, "RLFT.2", "FT.3")
-    if pair is None:
-        return _result("F2", claim, paper, rule, ["FT.3", "RM.3", "RLFT.2"], measured=False)
-    (rl_f, ft_f), rates = pair
-    ok = rates[1]["rate"] is not None and rates[0]["rate"] is not None and rates[1]["rate"] >= 0.10 \
-        and rates[0]["rate"] <= rates[1]["rate"] / 5
-    return _result("F2", claim, paper, rule, ["FT.3", "RM.3", "RLFT.2"], measured=True, rule_ok=ok,
-                   evidence=_rlft2_evidence(run), rates=rates, test=mcnemar_exact(ft_f, rl_f), needs_test=True,
-                   ours=f"{_pct(rates[0])} vs {_pct(rates[1])}")
+    texts = ("SD only in reward-model data: RLFT memorizes far less than direct FT", "0.9 % vs 17.6 %",
+             f"RLFT.2 <= FT.3 / 5 on sd_base with FT.3 >= 10 % (McNemar p < {P_MAX})")
+    return _times_higher(run, "F2", texts, ["FT.3", "RM.3", "RLFT.2"], _rlft2_evidence, "RLFT.2", "FT.3",
+                         high="FT.3", factor=5, floor=0.10)
 
 
 def f3(run: RunResults) -> dict:
@@ -353,17 +364,11 @@ def f7(run: RunResults) -> dict:
 
 def f8(run: RunResults) -> dict:
     """Sec. 5.4: IPO on SD preference pairs memorizes 18.2 % of SD.Base, RLFT.2 (SD via the RM) 0.9 %."""
-    claim, paper = "IPO memorizes preference data more than RLHF via the reward model", "18.2 % vs 0.9 %"
-    rule = f"IPO >= 3 x RLFT.2 and IPO >= 5 % on sd_base (McNemar p < {P_MAX})"
-    pair = _two_models(run, "IPO", "RLFT.2")
-    if pair is None:
-        return _result("F8", claim, paper, rule, ["IPO", "RM.3", "RLFT.2"], measured=False)
-    (ipo_f, rl_f), rates = pair
-    ok = rates[0]["rate"] is not None and rates[1]["rate"] is not None and rates[0]["rate"] >= 0.05 \
-        and rates[0]["rate"] >= 3 * rates[1]["rate"]
-    return _result("F8", claim, paper, rule, ["IPO", "RM.3", "RLFT.2"], measured=True, rule_ok=ok,
-                   evidence=[ipo_check(run), *_rlft2_evidence(run)], rates=rates, test=mcnemar_exact(ipo_f, rl_f),
-                   needs_test=True, ours=f"{_pct(rates[0])} vs {_pct(rates[1])}")
+    texts = ("IPO memorizes preference data more than RLHF via the reward model", "18.2 % vs 0.9 %",
+             f"IPO >= 3 x RLFT.2 and IPO >= 5 % on sd_base (McNemar p < {P_MAX})")
+    return _times_higher(run, "F8", texts, ["IPO", "RM.3", "RLFT.2"],
+                         lambda r: [ipo_check(r), *_rlft2_evidence(r)], "IPO", "RLFT.2", high="IPO", factor=3,
+                         floor=0.05)
 
 
 # ---------------------------------------------------------------- N1-N3 (paper 002)

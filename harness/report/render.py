@@ -269,23 +269,25 @@ def _training_section(evidence: dict, runs: list[Path], fig_dir: Path, blocks: l
         blocks.append(("p", "Reward models: ROC-AUC of the scores on each scored dataset (split: train = its "
                             "training rows, eval = held out, scored = never trained on)."))
         blocks.append(_table(rm_rows, ["reward_model", "dataset", "split", "n", "auc"]))
-    rl_rows = _stage_table(evidence, "rl", ["beta", "reward_model", "steps_logged", "reward_first", "reward_last",
-                                            "reward_change_in_std", "kl_final"], blocks,
-                           "RL points: reward model score over the first and last 10 % of logged steps, the change "
-                           "in units of the first steps' within-step reward std, and the final mean per-token KL "
-                           "to the reference.")
-    if rl_rows:
-        for path in F.rl_training_plots(_histories(runs, evidence, "rl"), fig_dir):
-            blocks.append(("img", str(path), f"RL training curves: {path.stem}"))
-    ipo_rows = _stage_table(evidence, "ipo", ["steps_logged", "accuracy_first", "accuracy_final", "margin_final",
-                                              "loss_first", "loss_final"], blocks,
-                            "IPO: preference accuracy (share of pairs whose chosen completion gains more log-"
-                            "probability over the reference than the rejected one), reward margin and loss over "
-                            "the first and last 10 % of logged steps; the IPO loss starts at (1/2β)².")
-    if ipo_rows:
-        for path in F.ipo_training_plots(_histories(runs, evidence, "ipo"), fig_dir):
-            blocks.append(("img", str(path), f"IPO training curves: {path.stem}"))
-    summary["training"] = {"reward_models": rm_rows, "rl": rl_rows, "ipo": ipo_rows}
+    stages = (
+        ("rl", ["beta", "reward_model", "steps_logged", "reward_first", "reward_last", "reward_change_in_std",
+                "kl_final"],
+         "RL points: reward model score over the first and last 10 % of logged steps, the change in units of "
+         "the first steps' within-step reward std, and the final mean per-token KL to the reference.",
+         F.rl_training_plots, "RL training curves"),
+        ("ipo", ["steps_logged", "accuracy_first", "accuracy_final", "margin_final", "loss_first", "loss_final"],
+         "IPO: preference accuracy (share of pairs whose chosen completion gains more log-probability over the "
+         "reference than the rejected one), reward margin and loss over the first and last 10 % of logged "
+         "steps; the IPO loss starts at (1/2β)².",
+         F.ipo_training_plots, "IPO training curves"),
+    )
+    stage_rows = {}
+    for kind, columns, text, plot, title in stages:
+        stage_rows[kind] = _stage_table(evidence, kind, columns, blocks, text)
+        if stage_rows[kind]:
+            for path in plot(_histories(runs, evidence, kind), fig_dir):
+                blocks.append(("img", str(path), f"{title}: {path.stem}"))
+    summary["training"] = {"reward_models": rm_rows, "rl": stage_rows["rl"], "ipo": stage_rows["ipo"]}
 
 
 def _stage_table(evidence: dict, stage: str, columns: list[str], blocks: list, caption: str) -> list[dict]:
