@@ -37,6 +37,7 @@ from harness.fim import detect_sentinels, format_psm_prompt  # noqa: E402
 from harness.generation import (_eos_ids, _pad_id, encode_prompts, greedy_complete,  # noqa: E402
                                 length_sorted_batches, load_causal_lm)
 from harness.io import read_jsonl  # noqa: E402
+from benchmarks.bench_audit import prefill_floor  # noqa: E402
 
 DATASETS = ("sd_base", "sd_links_pos", "pd_eval")
 MODELS = ("FT.1/checkpoint-150", "FT.1/checkpoint-450", "FT.1", "FT.2")
@@ -67,21 +68,6 @@ def batched_generate(model, tok, prompts, max_new_tokens, batch_size):
             row = row[:next((j for j, t in enumerate(row) if t in eos), len(row))]
             out[i] = tok.decode(row, skip_special_tokens=True)
     return out
-
-
-def prefill_floor(model, tok, prompts, batch_size):
-    """One forward pass over every prompt on the same batches, last logits only: what any decoder
-    must pay to read the prompts, so t_generate / t_prefill bounds every speed-up over `generate`."""
-    import torch
-
-    enc = encode_prompts(tok, prompts)
-    with torch.inference_mode():
-        for idx in length_sorted_batches([len(e) for e in enc], batch_size):
-            rows = [enc[i] for i in idx]
-            w = max(len(r) for r in rows)
-            model(input_ids=torch.tensor([[0] * (w - len(r)) + r for r in rows]),
-                  attention_mask=torch.tensor([[0] * (w - len(r)) + [1] * len(r) for r in rows]),
-                  logits_to_keep=1)
 
 
 def per_example_loop(model, tok, prompts, max_new_tokens):
@@ -126,7 +112,8 @@ def bench_model(name, model, tok, prompts, targets, args) -> dict:
     stats: dict = {}
     draft, t_draft = timed(lambda: greedy_complete(model, tok, prompts, mnt, bs, progress=False,
                                                    drafts=targets, stats=stats))
-    _, t_prefill = timed(prefill_floor, model, tok, prompts, bs)
+    t_prefill = prefill_floor(model, tok, prompts, bs)   # same batches; t_generate / t_prefill bounds any speed-up
+    print(f"  prefill_floor: {t_prefill:.1f}s", flush=True)
     sub = list(range(0, len(prompts), args.loop_every))
     _, t_loop = timed(per_example_loop, model, tok, [prompts[i] for i in sub], mnt)
     diffs = [i for i, (a, b) in enumerate(zip(gen, draft)) if a != b]

@@ -48,11 +48,11 @@ def accepted_length(draft: Sequence[int], greedy: Sequence[int]) -> int:
 
 def finish(tokens: list[int], eos_ids: Sequence[int], max_new_tokens: int) -> tuple[list[int], bool]:
     """(the tokens cut at the first EOS and at max_new_tokens, whether the row is done)."""
-    eos = set(eos_ids)
-    for i, t in enumerate(tokens[:max_new_tokens]):
-        if t in eos:
-            return tokens[:i], True
-    return tokens[:max_new_tokens], len(tokens) >= max_new_tokens
+    from harness.generation import cut_at_eos
+
+    allowed = tokens[:max_new_tokens]
+    kept = cut_at_eos(allowed, eos_ids)
+    return kept, len(kept) < len(allowed) or len(tokens) >= max_new_tokens
 
 
 def _new_static_cache(model, max_cache_len: int):
@@ -72,10 +72,9 @@ def _keep_rows(cache, keep) -> None:
             layer.batch_size = int(keep.numel())
 
 
-def _forward(model, input_ids, attention_mask, position_ids, cache, cache_position, keep_logits: int):
-    kwargs = {}
-    if _accepts_logits_to_keep(model):
-        kwargs["logits_to_keep"] = keep_logits
+def _forward(model, input_ids, attention_mask, position_ids, cache, cache_position, keep_logits: int,
+             takes_logits_to_keep: bool):
+    kwargs = {"logits_to_keep": keep_logits} if takes_logits_to_keep else {}
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                 past_key_values=cache, cache_position=cache_position, use_cache=True, **kwargs)
     return out.logits[:, -keep_logits:, :]
@@ -105,8 +104,10 @@ def draft_greedy_generate(model, prompts: Sequence[Sequence[int]], drafts: Seque
     # Positions as `generate` counts them under left padding: over the unmasked tokens.
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
     cache = _new_static_cache(model, width + max_new_tokens)
+    takes_keep = _accepts_logits_to_keep(model)   # read once: the decode loop calls forward every step
     with torch.inference_mode():
-        logits = _forward(model, input_ids, mask, positions, cache, torch.arange(width, device=device), keep)
+        logits = _forward(model, input_ids, mask, positions, cache, torch.arange(width, device=device), keep,
+                          takes_keep)
         greedy = logits.float().argmax(-1).tolist()
     outputs, running, next_pos = [], [], []
     for r, d in enumerate(drafts):
@@ -123,12 +124,12 @@ def draft_greedy_generate(model, prompts: Sequence[Sequence[int]], drafts: Seque
             running.append(r)
             next_pos.append(len(prompts[r]) + accepted)   # where the greedy token after the draft sits
     _decode_rest(model, cache, mask, running, next_pos, [outputs[r] for r in running], width,
-                 max_new_tokens, eos_ids)
+                 max_new_tokens, eos_ids, takes_keep)
     return outputs
 
 
 def _decode_rest(model, cache, mask, running: list[int], next_pos: list[int], outputs: list[list[int]],
-                 width: int, max_new_tokens: int, eos_ids: Sequence[int]) -> None:
+                 width: int, max_new_tokens: int, eos_ids: Sequence[int], takes_logits_to_keep: bool) -> None:
     """Greedy steps for the rows still running, one token each, appending to `outputs` in place; a row
     leaves the batch (and the cache) as soon as it emits EOS or reaches `max_new_tokens`."""
     import torch
@@ -148,7 +149,7 @@ def _decode_rest(model, cache, mask, running: list[int], next_pos: list[int], ou
         while live:
             mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)
             logits = _forward(model, last, mask, pos[:, None], cache,
-                              torch.tensor([column], device=device), 1)
+                              torch.tensor([column], device=device), 1, takes_logits_to_keep)
             tokens = logits[:, -1].float().argmax(-1).tolist()
             column += 1
             still = []

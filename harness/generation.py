@@ -348,7 +348,6 @@ class CausalLMScorer:
     max_new_tokens: int = 64
     progress: bool | None = None   # per-call bar; the audit turns it off (it shows its own)
     n_generated: int = field(default=0, init=False)
-    draft_stats: dict = field(default_factory=dict, init=False)   # rows settled by their draft alone
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto", *, trust_remote_code: bool = False,
@@ -365,8 +364,7 @@ class CausalLMScorer:
                       ) -> Iterator[tuple[list[int], list[str]]]:
         """(indices, completions) per batch; `drafts` (e.g. the targets) only make it faster."""
         for idx, texts in iter_greedy_complete(self.model, self.tokenizer, prompts, self.max_new_tokens,
-                                               self.batch_size, progress=self.progress, drafts=drafts,
-                                               stats=self.draft_stats):
+                                               self.batch_size, progress=self.progress, drafts=drafts):
             self.n_generated += len(idx)
             yield idx, texts
 
