@@ -270,7 +270,9 @@ def audit_plan(cfg) -> list[dict[str, Any]]:
     """
     from omegaconf import OmegaConf
 
-    plan_ = OmegaConf.to_container(cfg.get("audit_plan") or [], resolve=True)
+    # An empty ListConfig is falsy, so `or []` would hand to_container a plain list, which it refuses.
+    raw = cfg.get("audit_plan")
+    plan_ = [] if raw is None else OmegaConf.to_container(raw, resolve=True)
     if not isinstance(plan_, list) or not all(isinstance(e, dict) for e in plan_):
         raise UserError("audit_plan: expected a list of {models: [...], control: <model>, datasets: [...]}")
     return plan_

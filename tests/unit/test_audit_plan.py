@@ -54,3 +54,10 @@ def test_checkpoints_final_audits_only_the_finished_model(run_dir):
                    "audit_plan=[{models: [FT.1], control: FT.2, datasets: [sd_base], checkpoints: last}]"])
     with pytest.raises(UserError, match=r"audit_plan\[0\]\.checkpoints='last'"):
         plan_audits(bad)
+
+
+def test_an_experiment_without_an_audit_plan_plans_nothing():
+    # The default config's `audit_plan: []` composes to an empty ListConfig, which is falsy.
+    from recipes.pipeline import audit_plan
+
+    assert audit_plan(compose(["experiment=base"])) == []
