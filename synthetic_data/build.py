@@ -23,6 +23,7 @@ from harness.io import atomic_write_json, atomic_write_jsonl, file_sha256
 from harness.provenance import provenance
 from synthetic_data import common
 from synthetic_data.public_code import SPLITS as PD_SPLITS
+from synthetic_data.public_code import USE_FILES
 
 # Bump when a builder's output changes for the same settings: complete datasets are then rebuilt.
 GENERATOR_VERSION = "1.1.0"     # 1.1.0: SD.Base targets the audit would score; sd_rl_prompts from the full SD prompt
@@ -108,6 +109,13 @@ def validate(data: dict) -> dict:
     for key in ("pd.include", "pd.exclude"):
         if not isinstance(_get(data, key), list):
             raise UserError(f"data.{key}: must be a list of fnmatch patterns")
+    use_files = _get(data, "pd.use_files")
+    if use_files not in USE_FILES:
+        raise UserError(f"data.pd.use_files={use_files!r}: use one of {', '.join(USE_FILES)}")
+    base_pool_share = _fraction(data, "pd.base_pool_share")
+    if use_files != "all" and not 0 < base_pool_share < 1:
+        raise UserError(f"data.pd.base_pool_share={base_pool_share}: with use_files={use_files} the pool must be "
+                        "a share strictly between 0 and 1, e.g. 0.6")
     seed = _get(data, "seed")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise UserError(f"data.seed={seed!r}: must be an integer")
@@ -122,6 +130,7 @@ def validate(data: dict) -> dict:
                "text_field": _get(data, "pd.text_field"), "source_field": _get(data, "pd.source_field"),
                "include": list(_get(data, "pd.include")), "exclude": list(_get(data, "pd.exclude")),
                "max_files": _int(data, "pd.max_files", 1, allow_none=True),
+               "use_files": use_files, "base_pool_share": base_pool_share,
                "max_chunk_chars": _int(data, "pd.max_chunk_chars", 1),
                "min_chunk_chars": _int(data, "pd.min_chunk_chars", 0),
                "window_lines": _int(data, "pd.window_lines", 1),
@@ -229,7 +238,8 @@ class Builder:
                                     for q in parts if q.is_file()])
             return None, None, f"{p.resolve()}#{fp}"
         root = Path(pd["source_dir"]).expanduser() if pd["source_dir"] is not None else pc.default_source_dir()
-        rels = pc.list_source_files(root, pd["include"], pd["exclude"], pd["max_files"], self.seed)
+        rels = pc.list_source_files(root, pd["include"], pd["exclude"], pd["max_files"], self.seed,
+                                    pd["use_files"], pd["base_pool_share"])
         if not rels:
             raise UserError(f"data.pd.include: no file under {root} matches include={pd['include']} "
                             f"minus exclude={pd['exclude']}; fix the patterns or data.pd.source_dir")
@@ -243,7 +253,7 @@ class Builder:
         root, rels, _ = self.pd_source
         if root is None:
             corpus = pc.load_hf_dataset(pd["hf_dataset"], pd["text_field"], pd["source_field"], pd["max_files"],
-                                        self.seed)
+                                        self.seed, pd["use_files"], pd["base_pool_share"])
         else:
             corpus = pc.load_directory(root, rels)
         if not corpus.files:

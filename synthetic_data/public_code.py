@@ -25,6 +25,9 @@ from harness.errors import UserError
 from synthetic_data.common import nonblank_line_indices, seeded_rng, split_at_line, unit_hash
 
 SPLITS = ("pd_pt", "pd_1", "pd_2", "pd_2_val", "pd_3", "pd_3_val", "pd_eval")
+# Which source files an experiment may use (data.pd.use_files): every file, only the shipped base model's
+# pre-training pool, or only the files outside it (every experiment that starts from the shipped base).
+USE_FILES = ("all", "base_pool", "outside_base_pool")
 
 
 @dataclass
@@ -45,8 +48,27 @@ def _matches(rel: str, patterns) -> bool:
     return any(fnmatch.fnmatchcase(rel, p) for p in patterns)
 
 
-def list_source_files(root: Path, include, exclude, max_files: int | None, seed: int) -> list[str]:
-    """Relative POSIX paths under `root` matching include and not exclude; a seeded sample if capped."""
+def in_base_pool(name: str, share: float) -> bool:
+    """Whether a source file belongs to the shipped base model's pre-training pool.
+
+    The hash ignores the seed on purpose: one shipped base serves every seed, so no seed of an
+    experiment that starts from it may fine-tune, reward or audit on a file the base was trained on.
+    """
+    return unit_hash("pd-base-pool", name) < share
+
+
+def select_files(names: list[str], use_files: str, base_pool_share: float) -> list[str]:
+    """The names an experiment may use under data.pd.use_files (see USE_FILES)."""
+    if use_files == "all":
+        return list(names)
+    want_pool = use_files == "base_pool"
+    return [n for n in names if in_base_pool(n, base_pool_share) == want_pool]
+
+
+def list_source_files(root: Path, include, exclude, max_files: int | None, seed: int, use_files: str = "all",
+                      base_pool_share: float = 0.0) -> list[str]:
+    """Relative POSIX paths under `root` matching include and not exclude, restricted to `use_files`;
+    a seeded sample if capped."""
     if not root.is_dir() or not os.access(root, os.R_OK | os.X_OK):
         raise UserError(f"data.pd.source_dir: {root} is not a readable directory; point it at a folder "
                         "of .py files or set it to null for the Python standard library")
@@ -61,6 +83,7 @@ def list_source_files(root: Path, include, exclude, max_files: int | None, seed:
             rel = Path(dirpath, name).relative_to(root).as_posix()
             if _matches(rel, include) and not _matches(rel, exclude):
                 rels.append(rel)
+    rels = select_files(rels, use_files, base_pool_share)
     if max_files is not None and len(rels) > max_files:
         # A seeded sample rather than the first N, which would be alphabetically biased.
         rels = sorted(sorted(rels, key=lambda r: unit_hash("pd-sample", seed, r))[:max_files])
@@ -86,7 +109,7 @@ def load_directory(root: Path, rels: list[str]) -> Corpus:
 
 
 def load_hf_dataset(path: str, text_field: str, source_field: str | None, max_files: int | None,
-                    seed: int) -> Corpus:
+                    seed: int, use_files: str = "all", base_pool_share: float = 0.0) -> Corpus:
     """A local `datasets` dataset: a save_to_disk folder, or local json/jsonl/parquet/csv files."""
     import datasets
 
@@ -114,7 +137,8 @@ def load_hf_dataset(path: str, text_field: str, source_field: str | None, max_fi
     names = [str(ds[i][source_field]) if source_field else f"row-{i:07d}" for i in range(len(ds))]
     texts = ds[text_field]
     files, skipped = [], []
-    order = list(range(len(ds)))
+    allowed = set(select_files(names, use_files, base_pool_share))
+    order = [i for i in range(len(ds)) if names[i] in allowed]
     if max_files is not None and len(order) > max_files:
         order = sorted(sorted(order, key=lambda i: unit_hash("pd-sample", seed, names[i]))[:max_files])
     for i in order:

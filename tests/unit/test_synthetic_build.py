@@ -78,12 +78,18 @@ def test_rl_prompts_skipped_with_reason_when_no_tokenizer(tmp_path):
     ("data.preference.max_span_lines=0", "data.preference.max_span_lines"),
     ("data.sd.pii_paths=0", "data.sd.pii_paths"),
     ("data.sd.pii_paths=101", "data.sd.pii_paths"),
+    ("data.pd.use_files=pool", "data.pd.use_files"),
+    ("data.pd.base_pool_share=1.0", "data.pd.base_pool_share"),
 ])
 def test_bad_settings_name_the_key(tmp_path, override, key):
+    if key == "data.pd.base_pool_share":   # a share of 1 is only wrong when a pool is in use
+        override = f"{override} data.pd.use_files=base_pool".split()
+    else:
+        override = [override]
     names = {"data.pd.source_dir": ["pd_1"], "data.sd.links_fraction": ["sd_links"],
              "data.rl_prompts.tokenizer": ["sd_rl_prompts"]}.get(key, ["sd_base"])
     with pytest.raises(UserError, match=key.replace(".", r"\.")):
-        build_datasets(cfg_for(tmp_path, override), names=None if key == "data.datasets" else names,
+        build_datasets(cfg_for(tmp_path, *override), names=None if key == "data.datasets" else names,
                        log=lambda *_: None)
     assert not (tmp_path / "data").exists() or not any((tmp_path / "data").rglob("manifest.json"))
 

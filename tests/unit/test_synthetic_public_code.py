@@ -142,3 +142,31 @@ def test_hf_dataset_from_local_jsonl(tmp_path):
     assert sorted(name for name, _ in corpus.files) == [f"repo/f{i}.py" for i in range(6)]
     with pytest.raises(UserError, match=r"data\.pd\.text_field"):
         pc.load_hf_dataset(str(path), "text", None, max_files=None, seed=0)
+
+
+def test_base_pool_and_its_complement_partition_the_files_whatever_the_seed(tmp_path):
+    # The shipped base's pool ignores the seed: no seed of an experiment that starts from the base may
+    # select a file the base was pre-trained on.
+    for i in range(60):
+        (tmp_path / f"m{i:02d}.py").write_text(f"def f{i}():\n    return {i}\n")
+    every = pc.list_source_files(tmp_path, ["*.py"], [], None, 0)
+    pool = pc.list_source_files(tmp_path, ["*.py"], [], None, 0, "base_pool", 0.6)
+    for seed in (0, 1, 7):
+        rest = pc.list_source_files(tmp_path, ["*.py"], [], 20, seed, "outside_base_pool", 0.6)
+        assert len(rest) == 20 and not set(rest) & set(pool)
+    assert set(pool) | set(pc.list_source_files(tmp_path, ["*.py"], [], None, 3, "outside_base_pool", 0.6)) \
+        == set(every)
+    assert 20 <= len(pool) <= 52          # ~0.6 of 60 (a hash, not an exact count)
+    assert pool == [n for n in every if pc.in_base_pool(n, 0.6)]
+
+
+def test_base_pool_applies_to_a_local_dataset_too(tmp_path):
+    import json
+
+    path = tmp_path / "code.jsonl"
+    path.write_text("".join(json.dumps({"content": f"x = {i}\n", "path": f"f{i}.py"}) + "\n" for i in range(40)))
+    pool = pc.load_hf_dataset(str(path), "content", "path", None, 0, "base_pool", 0.5)
+    rest = pc.load_hf_dataset(str(path), "content", "path", None, 0, "outside_base_pool", 0.5)
+    names = lambda corpus: {n for n, _ in corpus.files}  # noqa: E731
+    assert names(pool).isdisjoint(names(rest)) and len(names(pool) | names(rest)) == 40
+    assert names(pool) == {f"f{i}.py" for i in range(40) if pc.in_base_pool(f"f{i}.py", 0.5)}
