@@ -20,6 +20,16 @@ from harness.config import check_dataclass_values
 from harness.errors import UserError
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def resolve_pretrained(name: str | None) -> str | None:
+    """A hub id or a path; a relative path that exists under the project root (the shipped base,
+    conf/model/tiny_base.yaml) is made absolute, so that the preset works from any working directory."""
+    if name is None or Path(name).is_absolute():
+        return name
+    shipped = PROJECT_ROOT / name
+    return str(shipped) if shipped.exists() else name
 
 
 def settings_from_dict(cls, settings: dict[str, Any], where: str):
@@ -83,6 +93,7 @@ class ModelSettings:
         require(self.vocab_size >= 300, where, "vocab_size", self.vocab_size,
                 "byte-level BPE needs >= 256 byte tokens + specials; use e.g. 1024 or 4096")
         self.lora_settings = settings_from_dict(LoraSettings, dict(self.lora or {}), f"{where}.lora")
+        self.pretrained = resolve_pretrained(self.pretrained)
 
 
 def parse_model(preset: dict[str, Any] | None, where: str) -> ModelSettings:

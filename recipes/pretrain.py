@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UserError
-from harness.io import read_jsonl
-from recipes.common import StageContext, latest_checkpoint, settings_match, trl_device_kwargs, write_provenance
+from harness.io import file_sha256, read_json, read_jsonl
+from recipes.common import (PROVENANCE_FILE, StageContext, latest_checkpoint, settings_match, trl_device_kwargs,
+                            write_provenance)
 from recipes.models import (build_llama, load_causal_lm, load_tokenizer, parse_model, require, save_final,
                             settings_from_dict)
 
@@ -165,6 +166,17 @@ class PretrainRecipe:
         self.trainer.save_model(str(self.ctx.out_dir))   # weights + tokenizer (gathers ZeRO-3 shards)
 
 
+def shipped_base_record(source: str) -> dict[str, Any]:
+    """A shipped base (recipes/ship_base.py) carries its own provenance; the PT stage that imports it
+    records that and the weights' hash, so a run traces back to the command that built its base."""
+    prov = Path(source) / PROVENANCE_FILE
+    if not prov.is_file():
+        return {}
+    record = read_json(prov)
+    weights = Path(source) / record.get("weights", {}).get("file", "model.safetensors")
+    return {"base_provenance": record, "base_weights_sha256": file_sha256(weights) if weights.is_file() else None}
+
+
 def load_settings(settings: dict[str, Any], stage: str) -> PretrainSettings:
     """Validate `stages.<stage>` (unknown keys are an error), as every recipe module does."""
     return settings_from_dict(PretrainSettings, settings, f"stages.{stage}")
@@ -177,7 +189,8 @@ def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
     recipe = PretrainRecipe(parsed, ctx)
     if parsed.model_settings.pretrained:
         recipe.import_pretrained()
-        write_provenance(ctx, "pretrain", settings, datasets=[], init_model=parsed.model_settings.pretrained)
+        write_provenance(ctx, "pretrain", settings, datasets=[], init_model=parsed.model_settings.pretrained,
+                         **shipped_base_record(parsed.model_settings.pretrained))
         return
     recipe.setup()
     recipe.train()

@@ -1,0 +1,136 @@
+"""Ship a PT stage's model as the project's embedded base (`conf/model/tiny_base.yaml`), with provenance.
+
+    memaudit train stage=PT experiment=base run_dir=runs/base
+    python -m recipes.ship_base runs/base assets/base_tiny
+
+Paper 003 (App. A.3) fine-tunes a base pre-trained once on public code; the quickstart cannot afford a
+long pre-training on 2 CPU cores, so `experiment=base` trains one and this module stores it: weights in
+bf16 safetensors (half the size of fp32; the held-out loss of both is measured and recorded, and every
+stage loads them back into its own dtype), the tokenizer, and `provenance.json` with the command, the
+commit, the corpus hash, the token budget, the final training loss and the weights' hash, so that the
+shipped file can be traced to what produced it and rebuilt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import sys
+from pathlib import Path
+
+from harness.errors import UserError
+from harness.io import atomic_write_json, file_sha256, read_json
+from recipes.common import PROVENANCE_FILE
+
+WEIGHTS_FILE = "model.safetensors"
+HELD_OUT_CHUNKS = 300       # public-code chunks outside the base pool scored for the held-out loss
+HELD_OUT_SEED = 0
+
+
+def final_training_loss(pt_dir: Path) -> float | None:
+    """Mean of the last logged training losses (the last 5 logging points) in trainer_state.json."""
+    state = pt_dir / "trainer_state.json"
+    if not state.is_file():
+        return None
+    losses = [e["loss"] for e in read_json(state).get("log_history", []) if "loss" in e]
+    return round(sum(losses[-5:]) / len(losses[-5:]), 4) if losses else None
+
+
+def held_out_chunks(pd: dict, n: int) -> list[str]:
+    """Chunks of the base's corpus source from files outside the base pool: code the base never saw.
+    `pd` is the data.pd settings the base's pd_pt was built with (its manifest)."""
+    from synthetic_data import public_code as pc
+
+    root = Path(pd["source_dir"]) if pd["source_dir"] is not None else pc.default_source_dir()
+    rels = pc.list_source_files(root, pd["include"], pd["exclude"], None, HELD_OUT_SEED, "outside_base_pool",
+                                pd["base_pool_share"])
+    chunks = [c for _, text in pc.load_directory(root, rels).files
+              for c in pc.chunk_source(text, pd["max_chunk_chars"], pd["min_chunk_chars"], pd["window_lines"])]
+    step = max(len(chunks) // n, 1)
+    return chunks[::step][:n]
+
+
+def mean_token_loss(model, tokenizer, texts: list[str], max_length: int = 512) -> float:
+    """Token-weighted mean next-token loss (nats) of `texts`, each followed by EOS, cut at max_length."""
+    import torch
+
+    total, count = 0.0, 0
+    model.eval()
+    with torch.no_grad():
+        for text in texts:
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"][:max_length - 1] + [tokenizer.eos_token_id]
+            x = torch.tensor([ids])
+            logits = model(input_ids=x).logits[0, :-1].float()
+            loss = torch.nn.functional.cross_entropy(logits, x[0, 1:], reduction="sum")
+            total, count = total + loss.item(), count + len(ids) - 1
+    return total / count
+
+
+def ship(run_dir: Path, out_dir: Path, command: str) -> dict:
+    """Write the bf16 weights, tokenizer and provenance of `run_dir/models/PT` into `out_dir`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    pt_dir = run_dir / "models" / "PT"
+    if not (pt_dir / PROVENANCE_FILE).is_file():
+        raise UserError(f"{pt_dir}: no finished PT stage ({PROVENANCE_FILE} missing); train it first with "
+                        f"`memaudit train stage=PT experiment=base run_dir={run_dir}`")
+    pt_prov = read_json(pt_dir / PROVENANCE_FILE)
+    data_manifest = run_dir / "data" / "pd_pt" / "manifest.json"
+    pd_settings = read_json(data_manifest)["settings"]["pd"] if data_manifest.is_file() else {}
+    if pd_settings.get("use_files") != "base_pool" or pd_settings.get("hf_dataset") is not None:
+        raise UserError(f"{data_manifest}: the PT corpus was not the base pool (data.pd.use_files="
+                        f"{pd_settings.get('use_files')!r}); train with experiment=base so that experiments "
+                        "starting from the shipped base can exclude every file it saw")
+    tokenizer = AutoTokenizer.from_pretrained(str(pt_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(pt_dir), dtype=torch.float32, use_safetensors=True)
+    texts = held_out_chunks(pd_settings, HELD_OUT_CHUNKS)
+    loss_fp32 = mean_token_loss(model, tokenizer, texts)
+    model = model.to(torch.bfloat16)
+    loss_bf16 = mean_token_loss(model.float(), tokenizer, texts)   # the bf16-rounded weights, computed in fp32
+
+    # Written beside out_dir and renamed at the end: a killed run leaves the old base (or none), never half.
+    staging = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    model.to(torch.bfloat16).save_pretrained(str(staging))
+    tokenizer.save_pretrained(str(staging))
+    record = {
+        "what": "the embedded default's base model (conf/model/tiny_base.yaml), pre-trained by experiment=base",
+        "rebuild": ["memaudit train stage=PT experiment=base run_dir=runs/base", command],
+        "git_commit": pt_prov.get("git_commit"), "packages": pt_prov.get("packages"), "seed": pt_prov.get("seed"),
+        "corpus": {"dataset": "pd_pt", "sha256": (pt_prov.get("datasets") or {}).get("pd_pt"),
+                   "use_files": "base_pool", "base_pool_share": pd_settings["base_pool_share"],
+                   "source_files": read_json(data_manifest).get("source_files")},
+        "settings": pt_prov.get("settings"), "parameters": pt_prov.get("parameters"),
+        "training_tokens": (pt_prov.get("settings") or {}).get("max_tokens"),
+        "final_training_loss": final_training_loss(pt_dir),
+        "held_out": {"chunks": len(texts), "what": "stdlib chunks outside the base pool, mean token loss (nats)",
+                     "loss_fp32": round(loss_fp32, 4), "loss_bf16_weights": round(loss_bf16, 4),
+                     "perplexity_bf16_weights": round(math.exp(loss_bf16), 2)},
+        "weights": {"file": WEIGHTS_FILE, "dtype": "bfloat16", "sha256": file_sha256(staging / WEIGHTS_FILE)},
+    }
+    atomic_write_json(staging / PROVENANCE_FILE, record)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    staging.rename(out_dir)
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m recipes.ship_base", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path, help="the experiment=base run directory (holds models/PT)")
+    parser.add_argument("out_dir", type=Path, help="where to write the shipped base, e.g. assets/base_tiny")
+    args = parser.parse_args(argv)
+    try:
+        record = ship(args.run_dir, args.out_dir, "python -m recipes.ship_base " + " ".join(argv or sys.argv[1:]))
+    except UserError as e:
+        print(f"ship_base: error: {e}", file=sys.stderr)
+        return 2
+    print(f"shipped {args.out_dir}: {record['training_tokens']} tokens, final training loss "
+          f"{record['final_training_loss']}, held-out loss {record['held_out']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
