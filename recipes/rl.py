@@ -290,13 +290,13 @@ class RLRecipe:
         set_seed(self.ctx.seed)
         load = lambda: load_causal_lm(self.init_dir, preset, self.ctx.device).to(self.ctx.device)  # noqa: E731
         self.policy, reference = load(), load()
-        if len(self.reward.tokenizer) != len(self.tokenizer):
-            raise UserError(f"stages.{self.ctx.name}.reward_model={self.cfg.reward_model!r}: its tokenizer differs "
-                            "from the policy's; PPO's value model starts from the RM and reads the policy's "
-                            "tokens, so train the RM from the same base as `init`")
         value = AutoModelForSequenceClassification.from_pretrained(
             str(self.rm_dir), num_labels=1, dtype=torch_dtype(preset, self.ctx.device),
             use_safetensors=True).to(self.ctx.device)
+        if value.config.vocab_size != self.policy.config.vocab_size:
+            raise UserError(f"stages.{self.ctx.name}.reward_model={self.cfg.reward_model!r}: its vocabulary differs "
+                            "from the policy's; PPO's value model starts from the RM and reads the policy's "
+                            "tokens, so train the RM from the same base model as `init`")
         value.config.pad_token_id = self.tokenizer.pad_token_id
         self.trainer = ppo.PPOTrainer(self.cfg, self.policy, reference, value, self.tokenizer, self.reward,
                                       training_examples(self.rows, self.sentinels), self.ctx.out_dir,
