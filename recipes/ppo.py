@@ -175,6 +175,17 @@ class PPOTrainer:
         self.total_steps = (cfg.max_steps if cfg.max_steps > 0
                             else max(1, math.ceil(cfg.epochs * steps_per_epoch)))
 
+    def mixed_precision(self):
+        """bf16 autocast on CUDA over fp32 master weights (what a Trainer does with bf16=True); none on CPU,
+        where bf16 is slower."""
+        import contextlib
+
+        import torch
+
+        if self.device != "cuda":
+            return contextlib.nullcontext()
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+
     # prompts of a step: a seeded permutation per epoch, so a resumed run draws the same ones
     def step_examples(self, step: int) -> list[dict]:
         n, per = len(self.examples), self.cfg.prompts_per_step
@@ -195,7 +206,7 @@ class PPOTrainer:
         enc = tok([ex["prompt"] for ex in examples], return_tensors="pt", padding=True,
                   add_special_tokens=False).to(self.device)
         prompt_len = enc["input_ids"].shape[1]
-        with torch.no_grad():
+        with torch.no_grad(), self.mixed_precision():
             self.policy.eval()
             seq = self.policy.generate(**enc, do_sample=True, temperature=cfg.temperature, top_k=0, top_p=1.0,
                                        max_new_tokens=cfg.max_completion_length,
@@ -230,9 +241,10 @@ class PPOTrainer:
         for _ in range(cfg.ppo_epochs):
             for idx in torch.randperm(n).chunk(min(cfg.ppo_minibatches, n)):
                 pick = {k: v[idx] for k, v in batch.items() if torch.is_tensor(v) and v.dim() and k != "scores"}
-                logp, entropy = token_logprobs(self.policy, pick["seq"], pick["attention"], batch["prompt_len"],
-                                               cfg.temperature, with_entropy=True)
-                values = token_values(self.value, pick["seq"], pick["attention"], batch["prompt_len"])
+                with self.mixed_precision():
+                    logp, entropy = token_logprobs(self.policy, pick["seq"], pick["attention"], batch["prompt_len"],
+                                                   cfg.temperature, with_entropy=True)
+                    values = token_values(self.value, pick["seq"], pick["attention"], batch["prompt_len"])
                 out = ppo_losses(logp, pick["logp"], pick["advantages"], values, pick["values"], pick["returns"],
                                  pick["mask"], cfg.clip_range, cfg.value_clip)
                 loss = out["policy_loss"] + cfg.vf_coef * out["value_loss"]
@@ -248,8 +260,11 @@ class PPOTrainer:
         return {key: value / updates for key, value in sums.items()}
 
     def train(self) -> None:
+        import time
+
         from tqdm.auto import tqdm
 
+        start = time.perf_counter()
         for step in tqdm(range(self.step, self.total_steps), initial=self.step, total=self.total_steps,
                          desc="ppo", disable=None):
             batch = self.rollout(self.step_examples(step))
@@ -265,6 +280,7 @@ class PPOTrainer:
                     "beta": self.kl_ctl.alpha, **{f"ppo/{k}": v for k, v in stats.items() if k != "loss"}})
             if self.step % self.cfg.save_steps == 0 or self.step == self.total_steps:   # as a Trainer does
                 self.save_checkpoint(self.out_dir / f"checkpoint-{self.step}")
+        self.train_seconds = time.perf_counter() - start     # read by benchmarks/bench_rl_step.py
 
     # --- checkpoints --------------------------------------------------------------------------------------
 

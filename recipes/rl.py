@@ -286,10 +286,12 @@ class RLRecipe:
         from recipes import ppo
         from recipes.models import ModelSettings, load_causal_lm, torch_dtype
 
-        preset = ModelSettings()          # dtype auto: bf16 on CUDA, fp32 on CPU; safetensors only
+        # Trained weights stay fp32 (bf16 autocast on CUDA, ppo.PPOTrainer.mixed_precision); the frozen
+        # reference is loaded in the device's dtype (bf16 on CUDA). Safetensors only.
+        preset, frozen = ModelSettings(dtype="float32"), ModelSettings()
         set_seed(self.ctx.seed)
-        load = lambda: load_causal_lm(self.init_dir, preset, self.ctx.device).to(self.ctx.device)  # noqa: E731
-        self.policy, reference = load(), load()
+        self.policy = load_causal_lm(self.init_dir, preset, self.ctx.device).to(self.ctx.device)
+        reference = load_causal_lm(self.init_dir, frozen, self.ctx.device).to(self.ctx.device)
         value = AutoModelForSequenceClassification.from_pretrained(
             str(self.rm_dir), num_labels=1, dtype=torch_dtype(preset, self.ctx.device),
             use_safetensors=True).to(self.ctx.device)

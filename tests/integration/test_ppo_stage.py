@@ -159,7 +159,8 @@ def test_killed_ppo_stage_resumes_to_the_uninterrupted_weights(world, trained_rm
         a, b = weights(killed_dir / sub), weights(whole_dir / sub)
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), sub
     assert trainer_log(killed_dir) == trainer_log(whole_dir)
-    assert weights(killed_dir)["model.embed_tokens.weight"].ne(weights(world["init_dir"])["model.embed_tokens.weight"]).any()
+    embeddings = "model.embed_tokens.weight"      # and training did move the policy
+    assert not torch.equal(weights(killed_dir)[embeddings], weights(world["init_dir"])[embeddings])
 
 
 @pytest.mark.parametrize("change, key, hint", [
