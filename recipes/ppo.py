@@ -202,9 +202,10 @@ class PPOTrainer:
 
         cfg, tok = self.cfg, self.tokenizer
         examples = [ex for ex in examples for _ in range(cfg.num_generations)]
-        tok.padding_side = "left"
+        side, tok.padding_side = tok.padding_side, "left"     # prompts end where sampling starts
         enc = tok([ex["prompt"] for ex in examples], return_tensors="pt", padding=True,
                   add_special_tokens=False).to(self.device)
+        tok.padding_side = side                                # the saved tokenizer keeps its own side
         prompt_len = enc["input_ids"].shape[1]
         with torch.no_grad(), self.mixed_precision():
             self.policy.eval()

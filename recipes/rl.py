@@ -25,6 +25,7 @@ checks. The reward of a completion is the RM score of `format_psm_training(prefi
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import InitVar, asdict, dataclass, field, fields
 from pathlib import Path
@@ -36,6 +37,8 @@ from recipes.common import (PROVENANCE_FILE, StageContext, latest_checkpoint, se
                             trl_device_kwargs, write_provenance)
 
 ALGORITHMS = ("rloo", "grpo", "ppo")   # ppo: ours (recipes/ppo.py), TRL has none since 1.13
+PPO_KEYS = ("ppo_epochs", "ppo_minibatches", "clip_range", "vf_coef", "value_clip", "gamma", "gae_lambda",
+            "target_kl", "kl_horizon")
 
 
 @dataclass
@@ -133,6 +136,10 @@ def load_settings(settings: dict[str, Any], stage: str) -> RLSettings:
     if unknown:
         raise UserError(f"stages.{stage}.{unknown[0]}: unknown key for recipe rl; "
                         f"remove it or use one of {', '.join(sorted(known))}")
+    ppo_only = sorted(set(settings) & set(PPO_KEYS))
+    if ppo_only and settings.get("algorithm", "rloo") != "ppo":
+        raise UserError(f"stages.{stage}.{ppo_only[0]}: a PPO setting, but the stage's algorithm is "
+                        f"{settings.get('algorithm', 'rloo')!r}; set algorithm: ppo or remove the key")
     return RLSettings(**settings, stage=stage)
 
 
@@ -286,6 +293,9 @@ class RLRecipe:
         from recipes import ppo
         from recipes.models import ModelSettings, load_causal_lm, torch_dtype
 
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:   # every process would train and write the same stage
+            raise UserError(f"stages.{self.ctx.name}.algorithm='ppo' runs in one process; launch this stage "
+                            "without accelerate/torchrun or use algorithm: rloo")
         # Trained weights stay fp32 (bf16 autocast on CUDA, ppo.PPOTrainer.mixed_precision); the frozen
         # reference is loaded in the device's dtype (bf16 on CUDA). Safetensors only.
         preset, frozen = ModelSettings(dtype="float32"), ModelSettings()
