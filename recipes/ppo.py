@@ -280,38 +280,30 @@ class PPOTrainer:
                     "reward_std": scores.std().item() if scores.numel() > 1 else 0.0, "kl": batch["kl"],
                     "beta": self.kl_ctl.alpha, **{f"ppo/{k}": v for k, v in stats.items() if k != "loss"}})
             if self.step % self.cfg.save_steps == 0 or self.step == self.total_steps:   # as a Trainer does
-                self.save_checkpoint(self.out_dir / f"checkpoint-{self.step}")
+                self.save_models(self.out_dir / f"checkpoint-{self.step}", resumable=True)
         self.train_seconds = time.perf_counter() - start     # read by benchmarks/bench_rl_step.py
 
     # --- checkpoints --------------------------------------------------------------------------------------
 
-    def save_models(self, directory: Path) -> None:
-        from recipes.models import save_final
-
-        save_final(self.policy, self.tokenizer, directory)
-        self.value.save_pretrained(str(directory / VALUE_DIR))
-        self.write_state(directory)
-
-    def write_state(self, directory: Path) -> None:
-        atomic_write_json(directory / TRAINER_STATE, {
-            "global_step": self.step, "max_steps": self.total_steps, "log_history": self.log_history,
-            "kl_coef": self.kl_ctl.alpha})
-
-    def save_checkpoint(self, directory: Path) -> None:
-        """Models, both optimizers and every RNG the loop draws from; trainer_state.json last, the marker
-        of a complete checkpoint (recipes.common.latest_checkpoint)."""
+    def save_models(self, directory: Path, resumable: bool = False) -> None:
+        """Policy (a loadable causal LM + tokenizer) and `value/`; with `resumable`, also both optimizers and
+        every RNG the loop draws from. trainer_state.json goes last: the marker of a complete checkpoint
+        (recipes.common.latest_checkpoint)."""
         import torch
 
         from recipes.models import save_final
 
         save_final(self.policy, self.tokenizer, directory)
         self.value.save_pretrained(str(directory / VALUE_DIR))
-        torch.save({"policy": self.policy_opt.state_dict(), "value": self.value_opt.state_dict()},
-                   directory / "optimizer.pt")
-        torch.save({"torch": torch.get_rng_state(), "python": random.getstate(),
-                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
-                   directory / "rng_state.pth")
-        self.write_state(directory)
+        if resumable:
+            torch.save({"policy": self.policy_opt.state_dict(), "value": self.value_opt.state_dict()},
+                       directory / "optimizer.pt")
+            torch.save({"torch": torch.get_rng_state(), "python": random.getstate(),
+                        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+                       directory / "rng_state.pth")
+        atomic_write_json(directory / TRAINER_STATE, {
+            "global_step": self.step, "max_steps": self.total_steps, "log_history": self.log_history,
+            "kl_coef": self.kl_ctl.alpha})
 
     def resume(self, directory: Path) -> None:
         """Continue from a checkpoint exactly: weights of both models, optimizer moments, RNG, α, logs."""
@@ -335,7 +327,9 @@ class PPOTrainer:
     def load_weights(model, directory: Path) -> None:
         from safetensors.torch import load_file
 
-        state = load_file(str(Path(directory) / "model.safetensors"))
+        state = {}
+        for shard in sorted(Path(directory).glob("model*.safetensors")):   # one file, or save_pretrained's shards
+            state.update(load_file(str(shard)))
         missing, unexpected = model.load_state_dict(state, strict=False)
         # tied embeddings are saved once; anything else missing means a different architecture
         if unexpected or any("lm_head" not in k for k in missing):
