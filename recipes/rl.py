@@ -111,13 +111,16 @@ class RLSettings:
             if int(getattr(self, key)) < 1:
                 raise bad(key, "must be a positive integer")
 
-
     def check_ppo_keys(self, bad) -> None:
         if self.algorithm == "ppo" and self.deepspeed is not None:
             raise bad("deepspeed", "the compact PPO (algorithm: ppo) runs on one device; remove the key")
         for key in ("ppo_epochs", "ppo_minibatches", "kl_horizon"):
             if int(getattr(self, key)) < 1:
                 raise bad(key, "must be a positive integer")
+        rollout = int(self.prompts_per_step) * int(self.num_generations)
+        if int(self.ppo_minibatches) > rollout:
+            raise bad("ppo_minibatches", f"at most prompts_per_step * num_generations = {rollout} completions "
+                      "are sampled per step; use fewer minibatches")
         for key in ("clip_range", "value_clip"):
             if not float(getattr(self, key)) > 0:
                 raise bad(key, "must be > 0 (PPO uses 0.2)")

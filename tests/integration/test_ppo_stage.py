@@ -166,7 +166,7 @@ def test_killed_ppo_stage_resumes_to_the_uninterrupted_weights(world, trained_rm
 @pytest.mark.parametrize("change, key, hint", [
     ({"gae_lambda": 1.5}, "gae_lambda", r"\[0, 1\]"), ({"clip_range": 0}, "clip_range", "> 0"),
     ({"ppo_epochs": 0}, "ppo_epochs", "positive"), ({"target_kl": -1.0}, "target_kl", "null for a fixed"),
-    ({"num_generations": 0}, "num_generations", "1..64"),
+    ({"num_generations": 0}, "num_generations", "1..64"), ({"ppo_minibatches": 5}, "ppo_minibatches", "= 4"),
     ({"algorithm": "rloo", "gae_lambda": 0.9}, "gae_lambda", "set algorithm: ppo")])
 def test_bad_ppo_settings_name_the_stage_key(world, change, key, hint):
     with pytest.raises(UserError, match=rf"stages\.RLFT\.3\.{key}\b.*{hint}"):
