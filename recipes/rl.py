@@ -8,8 +8,12 @@ regularization term towards the initial model" (A.3), α being the KL coefficien
 TRL's RLOOTrainer (REINFORCE Leave-One-Out). Its `beta` is α: the k1 estimate
 sum_t log pi(y_t) - log pi_ref(y_t) of each completion is subtracted from its reward, scaled by beta.
 `algorithm: grpo` uses GRPOTrainer instead (per-token k3 KL in the loss; beta must be > 0 so a
-reference model is loaded). PPO is not offered: TRL removed it in 1.13 (we pin 1.16) and the paper's
-method is a REINFORCE variant anyway.
+reference model is loaded). `algorithm: ppo` runs our own compact PPO (recipes/ppo.py; TRL removed its
+PPOTrainer in 1.13) in the form of Ziegler et al. 2019 and InstructGPT: per-token reward
+-beta * (log pi - log pi_ref) plus the RM score at the last token, GAE advantages on a value model
+initialised from the RM, clipped surrogate; the `ppo_*`, `gamma`, `gae_lambda`, `clip_range`, `vf_coef`,
+`value_clip`, `target_kl`, `kl_horizon` keys apply to it only. The three share prompts, reward,
+checkpoints (checkpoint-<step>/ every save_steps), resume and provenance.
 
 Only prompts are used (Sec. 2.1: "the associated targets are discarded"): FIM rows (id, prefix, target,
 suffix) give `format_psm_prompt(prefix, suffix)`; code rows (id, text, source_file) are split at a
@@ -21,6 +25,7 @@ checks. The reward of a completion is the RM score of `format_psm_training(prefi
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import InitVar, asdict, dataclass, field, fields
 from pathlib import Path
@@ -31,7 +36,9 @@ from harness.io import read_json, read_jsonl
 from recipes.common import (PROVENANCE_FILE, StageContext, latest_checkpoint, settings_match,
                             trl_device_kwargs, write_provenance)
 
-ALGORITHMS = ("rloo", "grpo")   # no "ppo": removed from TRL in 1.13
+ALGORITHMS = ("rloo", "grpo", "ppo")   # ppo: ours (recipes/ppo.py), TRL has none since 1.13
+PPO_KEYS = ("ppo_epochs", "ppo_minibatches", "clip_range", "vf_coef", "value_clip", "gamma", "gae_lambda",
+            "target_kl", "kl_horizon")
 
 
 @dataclass
@@ -42,6 +49,7 @@ class RLSettings:
     reward_model: str = ""         # the RM stage (or directory) whose score is the reward
     prompts: list[str] = field(default_factory=list)  # prompt datasets: FIM rows (sd_*) or code rows (pd_3)
     algorithm: str = "rloo"        # rloo (REINFORCE leave-one-out, KL in the reward) | grpo (KL in the loss)
+                                   # | ppo (per-token KL in the reward, GAE, clipped surrogate; recipes/ppo.py)
     beta: float = 0.1              # KL coefficient α; smaller -> policy drifts further from init (Sec. 5.1)
     lr: float = 3e-6               # AdamW learning rate; larger -> more drift/memorization (Appendix E, Fig. 7)
     epochs: float = 1.0            # passes over the prompts (the paper's RLFT.4 runs 14)
@@ -54,7 +62,18 @@ class RLSettings:
     save_steps: int = 50           # a checkpoint-<step>/ every N optimizer steps (each is audited)
     logging_steps: int = 1         # log reward / kl / loss every N steps
     fim_family: str | None = None  # FIM sentinel family (harness.fim); None = detect from the tokenizer
-    deepspeed: str | None = None   # DeepSpeed JSON (conf/accelerate/ds_zero*.json); CUDA only
+    deepspeed: str | None = None   # DeepSpeed JSON (conf/accelerate/ds_zero*.json); CUDA only (not ppo)
+    # algorithm: ppo only (Ziegler et al. 2019; Schulman et al. 2016/2017 for GAE and clipping)
+    ppo_epochs: int = 4            # optimisation passes over each rollout batch; more -> faster drift, less stable
+    ppo_minibatches: int = 1       # minibatches per pass (one optimizer step each)
+    clip_range: float = 0.2        # PPO ratio clip ε; smaller -> smaller policy steps
+    vf_coef: float = 0.1           # weight of the value loss
+    value_clip: float = 0.2        # clip of the value prediction's change per rollout
+    gamma: float = 1.0             # GAE discount (1: the score at the end counts fully for every token)
+    gae_lambda: float = 0.95       # GAE λ; lower -> less variance, more bias from the value model
+    target_kl: float | None = None  # adaptive α (Ziegler et al. Sec. 2.2) towards this KL in nats per
+                                   # completion (they use 6 for style tasks); null: α = beta, fixed
+    kl_horizon: int = 10000        # adaptive α's horizon in samples; larger -> slower adaptation
     stage: InitVar[str] = "RLFT"   # stage name for error messages only; not a setting
 
     def __post_init__(self, stage: str) -> None:
@@ -74,14 +93,16 @@ class RLSettings:
         if not self.prompts:
             raise bad("prompts", "name the prompt dataset(s), e.g. pd_3 or [sd_base, sd_links]")
         if self.algorithm not in ALGORITHMS:
-            fix = "PPO is not in trl 1.16 (removed in 1.13); " if self.algorithm == "ppo" else ""
-            raise bad("algorithm", fix + f"use one of {', '.join(ALGORITHMS)}")
+            raise bad("algorithm", f"use one of {', '.join(ALGORITHMS)}")
         if not float(self.beta) >= 0:
             raise bad("beta", "the KL coefficient must be >= 0")
         if self.algorithm == "grpo" and not float(self.beta) > 0:
             raise bad("beta", "GRPO without a KL term has no reference model; set beta > 0 (e.g. 0.1)")
-        if not 2 <= int(self.num_generations) <= 64:
-            raise bad("num_generations", "the leave-one-out baseline needs 2 or more completions per prompt")
+        fewest = 1 if self.algorithm == "ppo" else 2     # PPO's baseline is its value model, not the group
+        if not fewest <= int(self.num_generations) <= 64:
+            raise bad("num_generations", f"use {fewest}..64 completions per prompt"
+                      + ("" if fewest == 1 else " (the leave-one-out baseline needs 2 or more)"))
+        self.check_ppo_keys(bad)
         for key in ("lr", "epochs", "temperature"):
             if not float(getattr(self, key)) > 0:
                 raise bad(key, "must be > 0")
@@ -90,6 +111,27 @@ class RLSettings:
             if int(getattr(self, key)) < 1:
                 raise bad(key, "must be a positive integer")
 
+    def check_ppo_keys(self, bad) -> None:
+        if self.algorithm == "ppo" and self.deepspeed is not None:
+            raise bad("deepspeed", "the compact PPO (algorithm: ppo) runs on one device; remove the key")
+        for key in ("ppo_epochs", "ppo_minibatches", "kl_horizon"):
+            if int(getattr(self, key)) < 1:
+                raise bad(key, "must be a positive integer")
+        rollout = int(self.prompts_per_step) * int(self.num_generations)
+        if int(self.ppo_minibatches) > rollout:
+            raise bad("ppo_minibatches", f"at most prompts_per_step * num_generations = {rollout} completions "
+                      "are sampled per step; use fewer minibatches")
+        for key in ("clip_range", "value_clip"):
+            if not float(getattr(self, key)) > 0:
+                raise bad(key, "must be > 0 (PPO uses 0.2)")
+        if not float(self.vf_coef) >= 0:
+            raise bad("vf_coef", "must be >= 0 (e.g. 0.1)")
+        for key in ("gamma", "gae_lambda"):
+            if not 0 <= float(getattr(self, key)) <= 1:
+                raise bad(key, "must be in [0, 1] (defaults: gamma 1.0, gae_lambda 0.95)")
+        if self.target_kl is not None and not float(self.target_kl) > 0:
+            raise bad("target_kl", "set a positive KL target (e.g. 6.0 as in Ziegler et al.) or null for a fixed α")
+
 
 def load_settings(settings: dict[str, Any], stage: str) -> RLSettings:
     known = {f.name for f in fields(RLSettings)}
@@ -97,6 +139,10 @@ def load_settings(settings: dict[str, Any], stage: str) -> RLSettings:
     if unknown:
         raise UserError(f"stages.{stage}.{unknown[0]}: unknown key for recipe rl; "
                         f"remove it or use one of {', '.join(sorted(known))}")
+    ppo_only = sorted(set(settings) & set(PPO_KEYS))
+    if ppo_only and settings.get("algorithm", "rloo") != "ppo":
+        raise UserError(f"stages.{stage}.{ppo_only[0]}: a PPO setting, but the stage's algorithm is "
+                        f"{settings.get('algorithm', 'rloo')!r}; set algorithm: ppo or remove the key")
     return RLSettings(**settings, stage=stage)
 
 
@@ -223,6 +269,8 @@ class RLRecipe:
         return Dataset.from_list(training_examples(self.rows, self.sentinels))
 
     def train(self) -> None:
+        if self.cfg.algorithm == "ppo":
+            return self.train_ppo()
         cfg = self.cfg
         per_step = cfg.prompts_per_step * cfg.num_generations
         args = dict(output_dir=str(self.ctx.out_dir), learning_rate=cfg.lr, beta=cfg.beta,
@@ -241,7 +289,41 @@ class RLRecipe:
         resume = latest_checkpoint(self.ctx.out_dir)
         self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
 
+    def train_ppo(self) -> None:
+        """Our PPO (recipes/ppo.py): policy and frozen reference from the init model, value model from the RM."""
+        from transformers import AutoModelForSequenceClassification, set_seed
+
+        from recipes import ppo
+        from recipes.models import ModelSettings, load_causal_lm, torch_dtype
+
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:   # every process would train and write the same stage
+            raise UserError(f"stages.{self.ctx.name}.algorithm='ppo' runs in one process; launch this stage "
+                            "without accelerate/torchrun or use algorithm: rloo")
+        # Trained weights stay fp32 (bf16 autocast on CUDA, ppo.PPOTrainer.mixed_precision); the frozen
+        # reference is loaded in the device's dtype (bf16 on CUDA). Safetensors only.
+        preset, frozen = ModelSettings(dtype="float32"), ModelSettings()
+        set_seed(self.ctx.seed)
+        self.policy = load_causal_lm(self.init_dir, preset, self.ctx.device).to(self.ctx.device)
+        reference = load_causal_lm(self.init_dir, frozen, self.ctx.device).to(self.ctx.device)
+        value = AutoModelForSequenceClassification.from_pretrained(
+            str(self.rm_dir), num_labels=1, dtype=torch_dtype(preset, self.ctx.device),
+            use_safetensors=True).to(self.ctx.device)
+        if value.config.vocab_size != self.policy.config.vocab_size:
+            raise UserError(f"stages.{self.ctx.name}.reward_model={self.cfg.reward_model!r}: its vocabulary differs "
+                            "from the policy's; PPO's value model starts from the RM and reads the policy's "
+                            "tokens, so train the RM from the same base model as `init`")
+        value.config.pad_token_id = self.tokenizer.pad_token_id
+        self.trainer = ppo.PPOTrainer(self.cfg, self.policy, reference, value, self.tokenizer, self.reward,
+                                      training_examples(self.rows, self.sentinels), self.ctx.out_dir,
+                                      self.ctx.seed, self.ctx.device)
+        resume = latest_checkpoint(self.ctx.out_dir)
+        if resume:
+            self.trainer.resume(resume)
+        self.trainer.train()
+
     def save(self) -> None:
+        if self.cfg.algorithm == "ppo":
+            return self.trainer.save_models(self.ctx.out_dir)
         self.trainer.save_model(str(self.ctx.out_dir))
         self.tokenizer.save_pretrained(str(self.ctx.out_dir))
 

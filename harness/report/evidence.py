@@ -8,7 +8,8 @@ them. Sources, all written by the recipes:
   (`train`, `eval` = held out, `scored`);
 - RL and IPO: the Trainer's `log_history` in the most advanced `trainer_state.json` of the model
   directory (its root or a `checkpoint-<step>`); RLOO logs `reward` (the reward model's score),
-  `reward_std` (its spread within a step) and `kl` (mean per-token KL to the reference), DPOTrainer with
+  `reward_std` (its spread within a step) and `kl` (mean per-token KL to the reference), and so does the
+  RL stage's PPO (its own figures under `ppo/`); DPOTrainer with
   loss_type="ipo" logs `rewards/accuracies` and `rewards/margins`.
 A run made before a figure existed simply lacks it; a finding then names it as missing evidence.
 """

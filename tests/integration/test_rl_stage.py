@@ -98,7 +98,7 @@ def test_grpo_alternative_runs_with_a_reference(world, trained_rm):
 
 
 @pytest.mark.parametrize("change, key, hint", [
-    ({"bogus": 1}, "bogus", "unknown key"), ({"algorithm": "ppo"}, "algorithm", "PPO is not in trl"),
+    ({"bogus": 1}, "bogus", "unknown key"), ({"algorithm": "a2c"}, "algorithm", "rloo, grpo, ppo"),
     ({"algorithm": "grpo", "beta": 0.0}, "beta", "beta > 0"), ({"num_generations": 1}, "num_generations", ""),
     ({"reward_model": ""}, "reward_model", ""), ({"prompts": []}, "prompts", "")])
 def test_bad_settings_name_the_stage_key(world, change, key, hint):

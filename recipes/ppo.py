@@ -1,0 +1,337 @@
+"""PPO with a per-token KL penalty, the RL stage's `algorithm: ppo` (recipes/rl.py keeps the stage).
+
+The form of Ziegler et al. 2019 ("Fine-Tuning Language Models from Human Preferences", Sec. 2.2) and
+InstructGPT (Ouyang et al. 2022, Sec. 3.5): the reward of a sampled completion y is
+
+    R(x, y) = r(x, y) - α · log(π(y|x) / π_ref(y|x)),
+
+spread over tokens as r_t = -α (log π(y_t) - log π_ref(y_t)) at every token, plus the reward-model score
+r(x, y) at the last real token (EOS or truncation). Advantages come from GAE (Schulman et al. 2016,
+"High-Dimensional Continuous Control Using Generalized Advantage Estimation", Eq. 16) on a learned
+value model, and the policy follows PPO's clipped surrogate (Schulman et al. 2017, Eq. 7) with a
+clipped value loss. TRL 1.13 removed its PPOTrainer, so this is our own, kept small; the reference is
+the frozen initial model and the value model is initialised from the reward model (common practice,
+as in InstructGPT Sec. 3.5 and TRL's former trainer).
+
+On disk a PPO stage looks like an RLOO one: `checkpoint-<step>/` (a loadable causal LM + tokenizer,
+plus `value/`, `optimizer.pt`, `rng_state.pth` and, written last, `trainer_state.json` whose
+`log_history` uses RLOO's keys `reward`, `reward_std`, `kl`, `loss`), and the final model at the root.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+from harness.io import atomic_write_json, read_json
+
+TRAINER_STATE = "trainer_state.json"
+VALUE_DIR = "value"
+
+
+# --- the math: each piece small enough to check on paper ------------------------------------------------------
+
+
+def completion_mask(completion_ids, eos_token_id: int):
+    """1 for the real tokens of each sampled completion: up to and including its first EOS (generate
+    pads finished rows afterwards), all of them when the completion was cut at max_completion_length."""
+    import torch
+
+    is_eos = completion_ids == eos_token_id
+    after_first_eos = (torch.cumsum(is_eos.long(), dim=1) - is_eos.long()) > 0
+    return (~after_first_eos).long()
+
+
+def kl_shaped_rewards(logprobs, ref_logprobs, scores, mask, alpha: float):
+    """Per-token rewards r_t = -α (log π(y_t) - log π_ref(y_t)), plus the RM score at the last real token
+    (Ziegler et al. Sec. 2.2: the KL penalty makes each token pay for its drift; the score arrives once).
+    Padding gets 0."""
+    import torch
+
+    rewards = -alpha * (logprobs - ref_logprobs) * mask
+    last = mask.sum(dim=1).long().clamp(min=1) - 1     # real tokens are a prefix of each row
+    rows = torch.arange(mask.shape[0], device=mask.device)
+    rewards[rows, last] += scores.to(rewards.dtype)
+    return rewards
+
+
+def gae(rewards, values, mask, gamma: float, lam: float):
+    """(advantages, returns) by GAE: δ_t = r_t + γ V_{t+1} - V_t, A_t = δ_t + γλ A_{t+1} (Schulman et al.
+    2016, Eq. 16), with V = 0 after the last real token, so the episode ends there; returns = A + V."""
+    import torch
+
+    values = values * mask
+    rewards = rewards * mask
+    advantages = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(rewards.shape[1])):
+        next_value = values[:, t + 1] if t + 1 < rewards.shape[1] else torch.zeros_like(running)
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        running = delta + gamma * lam * running
+        advantages[:, t] = running
+    advantages = advantages * mask
+    return advantages, advantages + values
+
+
+def masked_mean(x, mask):
+    return (x * mask).sum() / mask.sum().clamp(min=1)
+
+
+def whiten(x, mask, eps: float = 1e-8):
+    """(x - mean) / std over the real tokens of the batch (the advantage normalisation PPO uses)."""
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean) ** 2, mask)
+    return (x - mean) * (var + eps).rsqrt() * mask
+
+
+def ppo_losses(logprobs, old_logprobs, advantages, values, old_values, returns, mask, clip_range: float,
+               value_clip: float) -> dict[str, Any]:
+    """PPO's clipped surrogate (Schulman et al. 2017, Eq. 7) and the clipped value loss of the PPO
+    baselines, each a mean over real tokens; plus clipfrac and approx_kl for the logs."""
+    import torch
+
+    log_ratio = (logprobs - old_logprobs) * mask
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1 - clip_range, 1 + clip_range)
+    policy_loss = masked_mean(torch.maximum(unclipped, clipped), mask)
+    values_clipped = old_values + torch.clamp(values - old_values, -value_clip, value_clip)
+    value_loss = 0.5 * masked_mean(torch.maximum((values - returns) ** 2, (values_clipped - returns) ** 2), mask)
+    return {"policy_loss": policy_loss, "value_loss": value_loss,
+            "clipfrac": masked_mean(((ratio - 1).abs() > clip_range).float(), mask),
+            "approx_kl": 0.5 * masked_mean(log_ratio ** 2, mask)}
+
+
+class AdaptiveKLController:
+    """Ziegler et al. 2019, Sec. 2.2: α_{t+1} = α_t (1 + K_β e_t), e_t = clip(KL_t / KL_target - 1, ±0.2),
+    with K_β = (samples this step) / horizon and KL_t the mean KL per completion. Off unless `target_kl`
+    is set."""
+
+    def __init__(self, alpha: float, target_kl: float | None, horizon: int):
+        self.alpha, self.target_kl, self.horizon = alpha, target_kl, horizon
+
+    def update(self, kl: float, n_samples: int) -> None:
+        if self.target_kl is None:
+            return
+        error = min(max(kl / self.target_kl - 1, -0.2), 0.2)
+        self.alpha *= 1 + error * n_samples / self.horizon
+
+
+# --- forward passes -------------------------------------------------------------------------------------------
+
+
+def position_ids(attention_mask):
+    """Positions that skip the left padding of the prompts, as generate() uses them."""
+    return (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+
+
+def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperature: float,
+                   with_entropy: bool = False):
+    """log π(y_t) of each completion token (and the entropy of π at each), from one forward pass over
+    prompt + completion; logits are divided by the sampling temperature, so π is the distribution sampled."""
+    import torch
+
+    logits = model(input_ids=input_ids, attention_mask=attention_mask,
+                   position_ids=position_ids(attention_mask)).logits
+    logits = logits[:, prompt_len - 1:-1].float() / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, input_ids[:, prompt_len:].unsqueeze(-1)).squeeze(-1)
+    if not with_entropy:
+        return logp
+    return logp, -(logp_all.exp() * logp_all).sum(-1)
+
+
+def token_values(value_model, input_ids, attention_mask, prompt_len: int):
+    """V(s_t) for each completion token: the value head (the RM's score layer) on the hidden state that
+    precedes the token, i.e. the state in which the token is chosen."""
+    backbone = value_model.base_model
+    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask,
+                      position_ids=position_ids(attention_mask)).last_hidden_state
+    return value_model.score(hidden[:, prompt_len - 1:-1]).squeeze(-1).float()
+
+
+# --- the loop ---------------------------------------------------------------------------------------------------
+
+
+class PPOTrainer:
+    """Rollout -> rewards -> GAE -> `ppo_epochs` passes of clipped updates, one optimizer step per minibatch
+    of each pass; checkpoints and resume like a transformers Trainer's."""
+
+    def __init__(self, cfg, policy, ref_policy, value_model, tokenizer, reward_fn, examples: list[dict],
+                 out_dir: Path, seed: int, device: str):
+        import torch
+
+        self.cfg, self.policy, self.ref, self.value = cfg, policy, ref_policy, value_model
+        self.tokenizer, self.reward_fn, self.examples = tokenizer, reward_fn, examples
+        self.out_dir, self.seed, self.device = Path(out_dir), seed, device
+        self.ref.requires_grad_(False).eval()
+        self.policy_opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr)
+        self.value_opt = torch.optim.AdamW(self.value.parameters(), lr=cfg.lr)
+        self.kl_ctl = AdaptiveKLController(float(cfg.beta), cfg.target_kl, int(cfg.kl_horizon))
+        self.step, self.log_history = 0, []
+        steps_per_epoch = math.ceil(len(examples) / cfg.prompts_per_step)
+        self.total_steps = (cfg.max_steps if cfg.max_steps > 0
+                            else max(1, math.ceil(cfg.epochs * steps_per_epoch)))
+
+    def mixed_precision(self):
+        """bf16 autocast on CUDA over fp32 master weights (what a Trainer does with bf16=True); none on CPU,
+        where bf16 is slower."""
+        import contextlib
+
+        import torch
+
+        if self.device != "cuda":
+            return contextlib.nullcontext()
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+
+    # prompts of a step: a seeded permutation per epoch, so a resumed run draws the same ones
+    def step_examples(self, step: int) -> list[dict]:
+        n, per = len(self.examples), self.cfg.prompts_per_step
+        out = []
+        for k in range(step * per, (step + 1) * per):
+            epoch, i = divmod(k, n)
+            order = list(range(n))
+            random.Random(f"{self.seed}:ppo-epoch-{epoch}").shuffle(order)
+            out.append(self.examples[order[i]])
+        return out
+
+    def rollout(self, examples: list[dict]) -> dict[str, Any]:
+        import torch
+
+        cfg, tok = self.cfg, self.tokenizer
+        examples = [ex for ex in examples for _ in range(cfg.num_generations)]
+        side, tok.padding_side = tok.padding_side, "left"     # prompts end where sampling starts
+        enc = tok([ex["prompt"] for ex in examples], return_tensors="pt", padding=True,
+                  add_special_tokens=False).to(self.device)
+        tok.padding_side = side                                # the saved tokenizer keeps its own side
+        prompt_len = enc["input_ids"].shape[1]
+        with torch.no_grad(), self.mixed_precision():
+            self.policy.eval()
+            seq = self.policy.generate(**enc, do_sample=True, temperature=cfg.temperature, top_k=0, top_p=1.0,
+                                       max_new_tokens=cfg.max_completion_length,
+                                       pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+            completion = seq[:, prompt_len:]
+            mask = completion_mask(completion, tok.eos_token_id)
+            attention = torch.cat([enc["attention_mask"], mask], dim=1)
+            logp = token_logprobs(self.policy, seq, attention, prompt_len, cfg.temperature)
+            ref_logp = token_logprobs(self.ref, seq, attention, prompt_len, cfg.temperature)
+            values = token_values(self.value, seq, attention, prompt_len)
+            texts = tok.batch_decode(completion * mask + tok.pad_token_id * (1 - mask), skip_special_tokens=True)
+            scores = torch.tensor(self.reward_fn(prompts=[ex["prompt"] for ex in examples], completions=texts,
+                                                 prefix=[ex["prefix"] for ex in examples],
+                                                 suffix=[ex["suffix"] for ex in examples]),
+                                  dtype=torch.float32, device=self.device)
+        mask = mask.float()
+        rewards = kl_shaped_rewards(logp, ref_logp, scores, mask, self.kl_ctl.alpha)
+        advantages, returns = gae(rewards, values, mask, cfg.gamma, cfg.gae_lambda)
+        return {"seq": seq, "attention": attention, "prompt_len": prompt_len, "mask": mask, "logp": logp,
+                "values": values * mask, "advantages": whiten(advantages, mask), "returns": returns,
+                "scores": scores, "kl": masked_mean(logp - ref_logp, mask).item(),
+                "kl_per_completion": ((logp - ref_logp) * mask).sum(dim=1).mean().item()}
+
+    def update(self, batch: dict[str, Any]) -> dict[str, float]:
+        import torch
+
+        cfg, n = self.cfg, batch["seq"].shape[0]
+        self.policy.train()
+        self.value.train()
+        sums: dict[str, float] = {}
+        updates = 0
+        for _ in range(cfg.ppo_epochs):
+            for idx in torch.randperm(n).chunk(min(cfg.ppo_minibatches, n)):
+                pick = {k: v[idx] for k, v in batch.items() if torch.is_tensor(v) and v.dim() and k != "scores"}
+                with self.mixed_precision():
+                    logp, entropy = token_logprobs(self.policy, pick["seq"], pick["attention"], batch["prompt_len"],
+                                                   cfg.temperature, with_entropy=True)
+                    values = token_values(self.value, pick["seq"], pick["attention"], batch["prompt_len"])
+                out = ppo_losses(logp, pick["logp"], pick["advantages"], values, pick["values"], pick["returns"],
+                                 pick["mask"], cfg.clip_range, cfg.value_clip)
+                loss = out["policy_loss"] + cfg.vf_coef * out["value_loss"]
+                self.policy_opt.zero_grad()
+                self.value_opt.zero_grad()
+                loss.backward()
+                self.policy_opt.step()
+                self.value_opt.step()
+                out["entropy"], out["loss"] = masked_mean(entropy, pick["mask"]), loss
+                for key, value in out.items():
+                    sums[key] = sums.get(key, 0.0) + float(value.detach())
+                updates += 1
+        return {key: value / updates for key, value in sums.items()}
+
+    def train(self) -> None:
+        import time
+
+        from tqdm.auto import tqdm
+
+        start = time.perf_counter()
+        for step in tqdm(range(self.step, self.total_steps), initial=self.step, total=self.total_steps,
+                         desc="ppo", disable=None):
+            batch = self.rollout(self.step_examples(step))
+            stats = self.update(batch)
+            self.step = step + 1
+            self.kl_ctl.update(batch["kl_per_completion"], batch["seq"].shape[0])
+            if self.step % self.cfg.logging_steps == 0 or self.step == self.total_steps:
+                scores = batch["scores"]
+                # RLOO's names for what harness/report/evidence.py reads; PPO's own under ppo/.
+                self.log_history.append({
+                    "step": self.step, "loss": stats["loss"], "reward": scores.mean().item(),
+                    "reward_std": scores.std().item() if scores.numel() > 1 else 0.0, "kl": batch["kl"],
+                    "beta": self.kl_ctl.alpha, **{f"ppo/{k}": v for k, v in stats.items() if k != "loss"}})
+            if self.step % self.cfg.save_steps == 0 or self.step == self.total_steps:   # as a Trainer does
+                self.save_models(self.out_dir / f"checkpoint-{self.step}", resumable=True)
+        self.train_seconds = time.perf_counter() - start     # read by benchmarks/bench_rl_step.py
+
+    # --- checkpoints --------------------------------------------------------------------------------------
+
+    def save_models(self, directory: Path, resumable: bool = False) -> None:
+        """Policy (a loadable causal LM + tokenizer) and `value/`; with `resumable`, also both optimizers and
+        every RNG the loop draws from. trainer_state.json goes last: the marker of a complete checkpoint
+        (recipes.common.latest_checkpoint)."""
+        import torch
+
+        from recipes.models import save_final
+
+        save_final(self.policy, self.tokenizer, directory)
+        self.value.save_pretrained(str(directory / VALUE_DIR))
+        if resumable:
+            torch.save({"policy": self.policy_opt.state_dict(), "value": self.value_opt.state_dict()},
+                       directory / "optimizer.pt")
+            torch.save({"torch": torch.get_rng_state(), "python": random.getstate(),
+                        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+                       directory / "rng_state.pth")
+        atomic_write_json(directory / TRAINER_STATE, {
+            "global_step": self.step, "max_steps": self.total_steps, "log_history": self.log_history,
+            "kl_coef": self.kl_ctl.alpha})
+
+    def resume(self, directory: Path) -> None:
+        """Continue from a checkpoint exactly: weights of both models, optimizer moments, RNG, α, logs."""
+        import torch
+
+        self.load_weights(self.policy, directory)
+        self.load_weights(self.value, directory / VALUE_DIR)
+        opt = torch.load(directory / "optimizer.pt", weights_only=False)
+        self.policy_opt.load_state_dict(opt["policy"])
+        self.value_opt.load_state_dict(opt["value"])
+        rng = torch.load(directory / "rng_state.pth", weights_only=False)
+        torch.set_rng_state(rng["torch"])
+        random.setstate(rng["python"])
+        if rng.get("cuda") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        state = read_json(directory / TRAINER_STATE)
+        self.step, self.log_history = int(state["global_step"]), list(state["log_history"])
+        self.kl_ctl.alpha = float(state["kl_coef"])
+
+    @staticmethod
+    def load_weights(model, directory: Path) -> None:
+        from safetensors.torch import load_file
+
+        state = {}
+        for shard in sorted(Path(directory).glob("model*.safetensors")):   # one file, or save_pretrained's shards
+            state.update(load_file(str(shard)))
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        # tied embeddings are saved once; anything else missing means a different architecture
+        if unexpected or any("lm_head" not in k for k in missing):
+            raise RuntimeError(f"{directory}: checkpoint does not match the model (missing {missing[:3]}, "
+                               f"unexpected {unexpected[:3]})")
