@@ -45,6 +45,7 @@ RL_KL_MIN = 0.01             # RL moved: final mean per-token KL to the referenc
 IPO_ACCURACY_MIN = 0.9       # IPO fit its pairs: training preference accuracy over the last 10 % of steps
 SOURCE_MEMORIZED_MIN = 5     # a persistence share needs at least this many examples memorized before RL
 SD_REWARD_DATASETS = ("rm_sd", "rm_sd_links")   # the reward sets built from SD (synthetic_data/build.py)
+PAPER_RL_ALGORITHM = "rloo"  # App. A.3: "a variant of REINFORCE with a KL regularization term" (TRL's RLOO)
 
 
 @dataclass
@@ -67,11 +68,14 @@ class RunResults:
         return None if checkpoint is None else self.grouped[(model, checkpoint, dataset)]
 
     def sweep(self, base: str, dataset: str) -> list[tuple[dict, str]]:
-        """[(sweep point, model name)] of a swept model audited on a dataset."""
+        """[(sweep point, model name)] of a swept model audited on a dataset. When the sweep runs several RL
+        algorithms (`algorithm=rloo,ppo`), only the paper's is judged (PAPER_RL_ALGORITHM); the report's sweep
+        figures show the others beside it."""
         out = []
         for model, d in self._final:
             name, point = A.parse_sweep_point(model)
-            if name == base and d == dataset and point:
+            if name == base and d == dataset and point \
+                    and point.get("algorithm", PAPER_RL_ALGORITHM) == PAPER_RL_ALGORITHM:
                 out.append((point, model))
         return out
 

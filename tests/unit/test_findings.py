@@ -87,6 +87,22 @@ def test_each_verdict_by_hand_when_every_stage_trained():
     assert all(e["ok"] for f in got.values() for e in f["evidence"])
 
 
+def test_an_algorithm_sweep_is_judged_on_the_papers_reinforce_points_only():
+    # `memaudit run -m ... +stages.RLFT.1.algorithm=rloo,ppo` names the points RLFT.1/algorithm=<a>,beta=<α>.
+    # The RLOO points are the hand-built run's; the PPO points keep nothing and would flip F4 to a failure.
+    g, ev = {}, evidence()
+    for (model, checkpoint, dataset), value in grouped().items():
+        if model.startswith("RLFT.1/"):
+            for algorithm in ("rloo", "ppo"):
+                name = model.replace("RLFT.1/", f"RLFT.1/algorithm={algorithm},")
+                g[(name, checkpoint, dataset)] = value if algorithm == "rloo" else rows(0, 20)
+                ev[name] = ev[model]
+        else:
+            g[(model, checkpoint, dataset)] = value
+    assert verdicts(RunResults(g, ev))["F4"]["rates"] == verdicts(RunResults(grouped(), evidence()))["F4"]["rates"]
+    assert verdicts(RunResults(g, ev))["F4"]["status"] == HOLDS
+
+
 def test_rl_that_did_not_move_makes_every_rl_finding_inconclusive():
     got = verdicts(RunResults(grouped(), evidence(rl=STILL)))
     for fid in ("F2", "F3", "F4", "F5", "F6", "F7", "F8"):
