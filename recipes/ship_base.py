@@ -67,7 +67,7 @@ def mean_token_loss(model, tokenizer, texts: list[str], max_length: int = 512) -
     return total / count
 
 
-def ship(run_dir: Path, out_dir: Path, command: str) -> dict:
+def ship(run_dir: Path, out_dir: Path, command: str, code_note: str | None = None) -> dict:
     """Write the bf16 weights, tokenizer and provenance of `run_dir/models/PT` into `out_dir`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -98,8 +98,8 @@ def ship(run_dir: Path, out_dir: Path, command: str) -> dict:
     tokenizer.save_pretrained(str(staging))
     record = {
         "what": "the embedded default's base model (conf/model/tiny_base.yaml), pre-trained by experiment=base",
-        "rebuild": ["memaudit train stage=PT experiment=base run_dir=runs/base", command],
-        "git_commit": pt_prov.get("git_commit"), "packages": pt_prov.get("packages"), "seed": pt_prov.get("seed"),
+        "rebuild": "bash scripts/build_base.sh", "shipped_with": command,
+        "git_commit": pt_prov.get("git_commit"), "code_note": code_note, "packages": pt_prov.get("packages"), "seed": pt_prov.get("seed"),
         "corpus": {"dataset": "pd_pt", "sha256": (pt_prov.get("datasets") or {}).get("pd_pt"),
                    "use_files": "base_pool", "base_pool_share": pd_settings["base_pool_share"],
                    "source_files": read_json(data_manifest).get("source_files")},
@@ -121,9 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m recipes.ship_base", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="the experiment=base run directory (holds models/PT)")
     parser.add_argument("out_dir", type=Path, help="where to write the shipped base, e.g. assets/base_tiny")
+    parser.add_argument("--code-note", default=None,
+                        help="what the recorded git_commit does not say (e.g. the code ran from a dirty tree)")
     args = parser.parse_args(argv)
     try:
-        record = ship(args.run_dir, args.out_dir, "python -m recipes.ship_base " + " ".join(argv or sys.argv[1:]))
+        record = ship(args.run_dir, args.out_dir, "python -m recipes.ship_base " + " ".join(argv or sys.argv[1:]),
+                      args.code_note)
     except UserError as e:
         print(f"ship_base: error: {e}", file=sys.stderr)
         return 2

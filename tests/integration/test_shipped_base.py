@@ -81,3 +81,11 @@ def test_a_relative_pretrained_path_resolves_against_the_project_root(tmp_path, 
     assert resolve_pretrained("bigcode/starcoder2-3b") == "bigcode/starcoder2-3b"   # a hub id stays one
     assert resolve_pretrained(str(tmp_path)) == str(tmp_path)
 
+
+
+def test_the_shipped_base_in_the_repository_matches_its_provenance():
+    base = PROJECT_ROOT / "assets" / "base_tiny"
+    record = read_json(base / "provenance.json")
+    assert file_sha256(base / record["weights"]["file"]) == record["weights"]["sha256"]
+    assert record["corpus"]["use_files"] == "base_pool" and record["training_tokens"] >= 1_000_000
+    assert Path(resolve_pretrained("assets/base_tiny")) == base
