@@ -169,11 +169,13 @@ class PretrainRecipe:
 def shipped_base_record(source: str) -> dict[str, Any]:
     """A shipped base (recipes/ship_base.py) carries its own provenance; the PT stage that imports it
     records that and the weights' hash, so a run traces back to the command that built its base."""
+    from recipes.ship_base import WEIGHTS_FILE
+
     prov = Path(source) / PROVENANCE_FILE
     if not prov.is_file():
         return {}
     record = read_json(prov)
-    weights = Path(source) / record.get("weights", {}).get("file", "model.safetensors")
+    weights = Path(source) / record.get("weights", {}).get("file", WEIGHTS_FILE)
     return {"base_provenance": record, "base_weights_sha256": file_sha256(weights) if weights.is_file() else None}
 
 

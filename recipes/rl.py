@@ -303,7 +303,7 @@ class RLRecipe:
         # reference is loaded in the device's dtype (bf16 on CUDA). Safetensors only.
         preset, frozen = ModelSettings(dtype="float32"), ModelSettings()
         set_seed(self.ctx.seed)
-        self.policy = load_causal_lm(self.init_dir, preset, self.ctx.device).to(self.ctx.device)
+        self.policy = self.policy.to(device=self.ctx.device, dtype=torch_dtype(preset, self.ctx.device))  # setup's
         reference = load_causal_lm(self.init_dir, frozen, self.ctx.device).to(self.ctx.device)
         value = AutoModelForSequenceClassification.from_pretrained(
             str(self.rm_dir), num_labels=1, dtype=torch_dtype(preset, self.ctx.device),

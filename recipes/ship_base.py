@@ -52,19 +52,15 @@ def held_out_chunks(pd: dict, n: int) -> list[str]:
 
 
 def mean_token_loss(model, tokenizer, texts: list[str], max_length: int = 512) -> float:
-    """Token-weighted mean next-token loss (nats) of `texts`, each followed by EOS, cut at max_length."""
-    import torch
+    """Token-weighted mean next-token loss (nats) of `texts`, each followed by EOS, cut at max_length:
+    every token but the first is a target of harness.losses.token_losses_batched (summed per text)."""
+    from harness.losses import token_losses_batched
 
-    total, count = 0.0, 0
-    model.eval()
-    with torch.no_grad():
-        for text in texts:
-            ids = tokenizer(text, add_special_tokens=False)["input_ids"][:max_length - 1] + [tokenizer.eos_token_id]
-            x = torch.tensor([ids])
-            logits = model(input_ids=x).logits[0, :-1].float()
-            loss = torch.nn.functional.cross_entropy(logits, x[0, 1:], reduction="sum")
-            total, count = total + loss.item(), count + len(ids) - 1
-    return total / count
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"][:max_length - 1] + [tokenizer.eos_token_id]
+           for t in texts]
+    sums = token_losses_batched(model, [(x[:1], x[1:]) for x in ids], pad_id=tokenizer.pad_token_id,
+                                reduction="sum")
+    return float(sums.sum()) / sum(len(x) - 1 for x in ids)
 
 
 def ship(run_dir: Path, out_dir: Path, command: str, code_note: str | None = None) -> dict:
@@ -78,7 +74,8 @@ def ship(run_dir: Path, out_dir: Path, command: str, code_note: str | None = Non
                         f"`memaudit train stage=PT experiment=base run_dir={run_dir}`")
     pt_prov = read_json(pt_dir / PROVENANCE_FILE)
     data_manifest = run_dir / "data" / "pd_pt" / "manifest.json"
-    pd_settings = read_json(data_manifest)["settings"]["pd"] if data_manifest.is_file() else {}
+    manifest = read_json(data_manifest) if data_manifest.is_file() else {}
+    pd_settings = manifest.get("settings", {}).get("pd", {})
     if pd_settings.get("use_files") != "base_pool" or pd_settings.get("hf_dataset") is not None:
         raise UserError(f"{data_manifest}: the PT corpus was not the base pool (data.pd.use_files="
                         f"{pd_settings.get('use_files')!r}); train with experiment=base so that experiments "
@@ -102,7 +99,7 @@ def ship(run_dir: Path, out_dir: Path, command: str, code_note: str | None = Non
         "git_commit": pt_prov.get("git_commit"), "code_note": code_note, "packages": pt_prov.get("packages"), "seed": pt_prov.get("seed"),
         "corpus": {"dataset": "pd_pt", "sha256": (pt_prov.get("datasets") or {}).get("pd_pt"),
                    "use_files": "base_pool", "base_pool_share": pd_settings["base_pool_share"],
-                   "source_files": read_json(data_manifest).get("source_files")},
+                   "source_files": manifest.get("source_files")},
         "settings": pt_prov.get("settings"), "parameters": pt_prov.get("parameters"),
         "training_tokens": (pt_prov.get("settings") or {}).get("max_tokens"),
         "final_training_loss": final_training_loss(pt_dir),
