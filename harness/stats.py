@@ -47,6 +47,12 @@ def _binomial_tail_two_sided(b: int, c: int) -> float:
     return min(1.0, 2 * tail)
 
 
+def sign_test(diffs) -> dict:
+    """Exact two-sided sign test of paired differences (zeros dropped): {"up", "down", "p_value"}."""
+    up, down = sum(1 for d in diffs if d > 0), sum(1 for d in diffs if d < 0)
+    return {"test": "sign_exact", "up": up, "down": down, "p_value": _binomial_tail_two_sided(up, down)}
+
+
 def mcnemar_exact(flags_a: Mapping, flags_b: Mapping) -> dict:
     """McNemar's exact test on the examples both sides scored (paired by id).
 

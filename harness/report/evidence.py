@@ -6,6 +6,8 @@ The findings (harness/report/findings.py) gate on these figures; the report's Tr
 them. Sources, all written by the recipes:
 - reward models: `models/<RM>/scores/summary.json`, ROC-AUC per scored dataset with its split
   (`train`, `eval` = held out, `scored`);
+- RL: `models/<RL>/reward_eval.json` (recipes/rl_eval.py): the RM score of the initial and the trained
+  policy's completions on the same fixed prompts, paired — the evidence that the reward rose;
 - RL and IPO: the Trainer's `log_history` in the most advanced `trainer_state.json` of the model
   directory (its root or a `checkpoint-<step>`); RLOO logs `reward` (the reward model's score),
   `reward_std` (its spread within a step) and `kl` (mean per-token KL to the reference), and so does the
@@ -73,6 +75,18 @@ def rl_evidence(history: list[dict]) -> dict[str, Any]:
     return out
 
 
+def rl_eval_evidence(model_dir: str | Path) -> dict[str, Any]:
+    """The fixed-prompt reward change of an RL model (recipes/rl_eval.py), {} when it has none."""
+    path = Path(model_dir) / "reward_eval.json"
+    if not path.is_file():
+        return {}
+    record = json.loads(path.read_text(encoding="utf-8"))
+    return {"eval_prompts": record.get("n_prompts"), "eval_reward_initial": record.get("mean_initial"),
+            "eval_reward_final": record.get("mean_final"), "eval_change": record.get("change"),
+            "eval_change_ci95": record.get("change_ci95"), "eval_change_in_sd": record.get("change_in_sd"),
+            "eval_up": record.get("up"), "eval_down": record.get("down"), "eval_p_value": record.get("p_value")}
+
+
 def ipo_evidence(history: list[dict]) -> dict[str, Any]:
     """IPO's preference accuracy and reward margin over the last 10 % of logged steps (and the first)."""
     logged = [h for h in history if "rewards/accuracies" in h and "loss" in h]
@@ -107,7 +121,7 @@ def stage_evidence(models_dir: str | Path, provenance: dict[str, dict]) -> dict[
         elif stage == "rl":
             out[name] = {"stage": stage, "beta": (prov.get("settings") or {}).get("beta"),
                          "reward_model": Path(prov["reward_model"]).name if prov.get("reward_model") else None,
-                         **rl_evidence(log_history(model_dir))}
+                         **rl_evidence(log_history(model_dir)), **rl_eval_evidence(model_dir)}
         elif stage == "ipo":
             out[name] = {"stage": stage, **ipo_evidence(log_history(model_dir))}
     return out

@@ -39,8 +39,10 @@ P_MAX = 0.05                 # a comparison is "not noise" below this p-value (t
 RM_SD_AUC_MIN = 0.8          # the reward model learned SD: AUC on its SD training rows (Fig. 2 premise)
 RM_HELDOUT_AUC_MIN = 0.75    # the reward model behind an RL sweep ranks held-out rows of its task (its
                              # eval_datasets) well enough that rising reward means better code, not noise
-RL_REWARD_RISE_MIN = 0.5     # RL optimised: reward(last 10 % of steps) - reward(first 10 %) >= 0.5 x the
-                             # first steps' within-step reward std
+RL_REWARD_RISE_MIN = 0.5     # RL optimised: on fixed prompts (recipes/rl_eval.py) the trained policy's mean RM
+                             # score exceeds the initial policy's by >= 0.5 x the initial spread across prompts,
+                             # and more prompts rise than fall (sign test p < P_MAX). Not the training log's
+                             # first vs last steps: those draw different prompts, and the reward follows them
 RL_KL_MIN = 0.01             # RL moved: final mean per-token KL to the reference (nats) at the smallest α
 IPO_ACCURACY_MIN = 0.9       # IPO fit its pairs: training preference accuracy over the last 10 % of steps
 SOURCE_MEMORIZED_MIN = 5     # a persistence share needs at least this many examples memorized before RL
@@ -117,12 +119,15 @@ def _check(check: str, value: float | None, threshold: str, ok: bool | None) -> 
 
 
 def rl_checks(run: RunResults, models: list[str]) -> list[dict]:
-    """Every RL point's reward rose by RL_REWARD_RISE_MIN of its first steps' spread."""
+    """Every RL point's reward rose on fixed prompts: by RL_REWARD_RISE_MIN of the initial spread, beyond noise."""
     checks = []
     for model in models:
-        rise = run.evidence.get(model, {}).get("reward_change_in_std")
-        checks.append(_check(f"{model}: reward rise (in first-step std)", rise, f">= {RL_REWARD_RISE_MIN}",
-                             rise is not None and rise >= RL_REWARD_RISE_MIN))
+        ev = run.evidence.get(model, {})
+        rise, p = ev.get("eval_change_in_sd"), ev.get("eval_p_value")
+        checks.append(_check(f"{model}: reward rise on fixed prompts (in initial sd)", rise,
+                             f">= {RL_REWARD_RISE_MIN}", rise is not None and rise >= RL_REWARD_RISE_MIN))
+        checks.append(_check(f"{model}: prompts whose reward rose vs fell (sign test p)", p, f"< {P_MAX}",
+                             p is not None and p < P_MAX and (ev.get("eval_up") or 0) > (ev.get("eval_down") or 0)))
     return checks
 
 

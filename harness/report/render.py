@@ -270,10 +270,14 @@ def _training_section(evidence: dict, runs: list[Path], fig_dir: Path, blocks: l
                             "training rows, eval = held out, scored = never trained on)."))
         blocks.append(_table(rm_rows, ["reward_model", "dataset", "split", "n", "auc"]))
     stages = (
-        ("rl", ["beta", "reward_model", "steps_logged", "reward_first", "reward_last", "reward_change_in_std",
-                "kl_final"],
-         "RL points: reward model score over the first and last 10 % of logged steps, the change in units of "
-         "the first steps' within-step reward std, and the final mean per-token KL to the reference.",
+        ("rl", ["beta", "reward_model", "eval_prompts", "eval_reward_initial", "eval_reward_final", "eval_change_ci95",
+                "eval_change_in_sd", "eval_up", "eval_down", "eval_p_value", "reward_change_in_std", "kl_final"],
+         "RL points. eval_*: the reward model's score of the initial and the trained policy's sampled completions "
+         "on the same fixed prompts (eval_prompts of the stage's own, 4 samples each), the mean change with its "
+         "95 % interval and in units of the initial spread across prompts, prompts up/down and the sign test's p "
+         "— the evidence that the reward rose. reward_change_in_std: the training log's last 10 % of steps vs "
+         "the first, in first-step std (each step draws other prompts, so it also measures their difficulty). "
+         "kl_final: final mean per-token KL to the reference.",
          F.rl_training_plots, "RL training curves"),
         ("ipo", ["steps_logged", "accuracy_first", "accuracy_final", "margin_final", "loss_first", "loss_final"],
          "IPO: preference accuracy (share of pairs whose chosen completion gains more log-probability over the "

@@ -61,6 +61,31 @@ def test_checkpoints_load_and_provenance_names_init_and_rm(world, rloo_run):
     assert set(prov["datasets"]) == {"sd_prompts", "pd_code"} and prov["hyperparameters"]["beta"] == 0.1
 
 
+def test_reward_evaluation_pairs_the_init_and_trained_policy_on_fixed_prompts(world, rloo_run):
+    from transformers import AutoModelForCausalLM
+
+    from recipes import rl_eval
+
+    record = read_json(rloo_run / rl_eval.EVAL_FILE)
+    recipe = rl.RLRecipe(rl.load_settings(RL_SETTINGS, "RLFT.1"), StageContext(world["run_dir"], "RLFT.eval"))
+    recipe.setup()
+    examples = rl.training_examples(recipe.rows, recipe.sentinels)
+    assert record["n_prompts"] == min(24, len(examples)) == len(record["initial"]) == len(record["final"])
+    assert record["prompt_ids"] == [e["id"] for e in rl_eval.eval_examples(examples, 24, 0)]
+    # "initial" is the init model's reward, reproducibly: the same seed draws the same completions.
+    init = AutoModelForCausalLM.from_pretrained(str(world["init_dir"]))
+    chosen = rl_eval.eval_examples(examples, 24, 0)
+    kwargs = dict(samples=4, max_new_tokens=16, temperature=1.0, seed=0)
+    again = rl_eval.prompt_rewards(init, recipe.tokenizer, recipe.reward, chosen, **kwargs)
+    assert again == pytest.approx(record["initial"], abs=1e-5)
+    # A policy compared with itself changes by exactly 0 on every prompt (common random numbers).
+    same = rl_eval.evaluate(init, init, recipe.tokenizer, recipe.reward, examples, n_prompts=6,
+                            out_dir=recipe.ctx.out_dir, **kwargs)
+    assert same["change"] == 0.0 and (same["up"], same["down"]) == (0, 0)
+    # The trained policy's reward was measured, not copied: it differs on some prompt.
+    assert record["final"] != pytest.approx(record["initial"], abs=1e-6)
+
+
 def test_reward_is_the_rm_score_of_the_psm_text_it_was_trained_on(world, trained_rm):
     """The RL reward of (prefix, completion, suffix) equals the RM stage's own score of that example."""
     recipe = rl.RLRecipe(rl.load_settings(RL_SETTINGS, "RLFT.1"), StageContext(world["run_dir"], "RLFT.x"))

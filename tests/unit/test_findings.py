@@ -22,8 +22,9 @@ def pii_rows_(n_regurgitated, n, control=0):
                 control_pii_regurgitated=i < control) for i in range(n)]
 
 
-MOVED = {"reward_change_in_std": 2.0, "kl_final": 0.2}      # an RL point that optimised and drifted
-STILL = {"reward_change_in_std": 0.0, "kl_final": 0.001}    # an RL point that did not move
+# An RL point that optimised and drifted, and one that did not move (recipes/rl_eval.py's fixed-prompt figures).
+MOVED = {"eval_change_in_sd": 2.0, "eval_up": 20, "eval_down": 4, "eval_p_value": 0.0015, "kl_final": 0.2}
+STILL = {"eval_change_in_sd": 0.0, "eval_up": 12, "eval_down": 12, "eval_p_value": 1.0, "kl_final": 0.001}
 
 
 def evidence(rl=MOVED, ipo_accuracy=0.95, rm_auc=0.9, rm1_heldout_auc=0.8):
@@ -257,3 +258,14 @@ def test_loss_rows_of_the_heldout_set_are_not_training_strings(tmp_path):
     assert {(r["dataset"], r["heldout"]) for r in rows} == {("pd_eval", True), ("sd_base", False)}
     got = verdicts(RunResults({}, {}, rows))
     assert got["C1"]["n"] == 2 and got["C1"]["status"] == HOLDS     # the held-out string's "failure" is not counted
+
+
+def test_a_reward_rise_within_noise_is_not_evidence():
+    # Large mean rise (one prompt jumped) but as many prompts fell as rose: the sign test says noise.
+    noisy = {**MOVED, "eval_up": 12, "eval_down": 12, "eval_p_value": 1.0}
+    got = verdicts(RunResults(grouped(), evidence(rl=noisy)))
+    assert got["F2"]["status"] == INCONCLUSIVE and "(sign test p) = 1 " in got["F2"]["reason"]
+    # Beyond noise but below half the initial spread: not enough either.
+    small = {**MOVED, "eval_change_in_sd": 0.3}
+    got = verdicts(RunResults(grouped(), evidence(rl=small)))
+    assert got["F2"]["status"] == INCONCLUSIVE and "in initial sd) = 0.3" in got["F2"]["reason"]

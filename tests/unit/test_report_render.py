@@ -52,6 +52,10 @@ def fake_run(tmp_path):
     state = run_dir / "models" / "RLFT.1/beta=0.1" / "checkpoint-10" / "trainer_state.json"
     state.parent.mkdir(parents=True)
     state.write_text(json.dumps({"global_step": 10, "log_history": log}))
+    # ... and its fixed-prompt reward evaluation (recipes/rl_eval.py writes it this way).
+    (state.parent.parent / "reward_eval.json").write_text(json.dumps(
+        {"n_prompts": 4, "mean_initial": 0.5, "mean_final": 1.5, "change": 1.0, "change_ci95": [0.2, 1.8],
+         "change_in_sd": 2.0, "up": 4, "down": 0, "p_value": 0.125}))
     scores = [{"id": i, "label": i % 2, "score": (i % 2) * 2 + rng.gauss(0, 0.5)} for i in range(60)]
     _write_rows(run_dir / "models" / "RM.1" / "scores" / "rm_sd_links.jsonl", scores)
     return run_dir
@@ -84,10 +88,12 @@ def test_report_files_and_numbers_equal_rows(fake_run):
     rl = {r["model"]: r for r in summary["training"]["rl"]}
     assert rl["RLFT.1/beta=0.1"]["reward_change_in_std"] == pytest.approx(0.9 / 0.2)
     assert rl["RLFT.1/beta=0.5"]["kl_final"] is None
+    assert rl["RLFT.1/beta=0.1"]["eval_change_in_sd"] == 2.0 and rl["RLFT.1/beta=0.1"]["eval_change_ci95"] == [0.2, 1.8]
+    assert rl["RLFT.1/beta=0.5"]["eval_change_in_sd"] is None
     assert (out / "figures" / "training_RLFT.1.png").is_file()
     # A run without the evidence a finding needs: the finding is inconclusive, never an error or "holds".
     f4 = next(f for f in json.loads((out / "findings.json").read_text())["findings"] if f["id"] == "F4")
-    assert f4["status"] == "inconclusive" and "RLFT.1/beta=0.5: reward rise (in first-step std) = missing" in f4["reason"]
+    assert f4["status"] == "inconclusive" and "RLFT.1/beta=0.5: reward rise on fixed prompts (in initial sd) = missing" in f4["reason"]
 
 
 def test_report_without_audit_is_a_clear_error(tmp_path):

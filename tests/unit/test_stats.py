@@ -102,3 +102,23 @@ def test_compare_rates_picks_the_test_by_example_sets():
     other = compare_rates({0: True}, {1: False})
     assert other["test"] == "fisher_exact"
     assert math.isclose(other["p_value"], 1.0)
+
+
+def test_sign_test_by_hand():
+    from harness.stats import sign_test
+
+    # 6 of 6 up: p = 2 * (1/2)^6; zeros are dropped; 2 up 1 down: 2 * P(X <= 1 | n=3) = 2 * 4/8, capped at 1.
+    assert sign_test([0.5] * 6 + [0.0]) == {"test": "sign_exact", "up": 6, "down": 0, "p_value": 2 / 64}
+    assert sign_test([1, 2, -1, 0])["p_value"] == 1.0
+    assert sign_test([])["p_value"] == 1.0
+
+
+def test_paired_reward_change_by_hand():
+    from recipes.rl_eval import paired_change
+
+    # diffs 1, 1, 3: mean 5/3, sd sqrt(4/3), SE sqrt(4/9) = 2/3; initial 0, 1, 2 has sd 1.
+    out = paired_change([0.0, 1.0, 2.0], [1.0, 2.0, 5.0])
+    assert out["change"] == pytest.approx(5 / 3) and out["change_in_sd"] == pytest.approx(5 / 3)
+    assert out["change_ci95"] == pytest.approx([5 / 3 - 1.96 * 2 / 3, 5 / 3 + 1.96 * 2 / 3])
+    assert (out["up"], out["down"], out["n_prompts"]) == (3, 0, 3)
+    assert out["mean_initial"] == 1.0 and out["mean_final"] == pytest.approx(8 / 3)
