@@ -5,7 +5,8 @@
 The reward model is the FT checkpoint with a one-unit sequence-classification head
 (`AutoModelForSequenceClassification(num_labels=1)`: the LM backbone is reused, only `score.weight`
 is new), loaded in the model preset's dtype. With `model.lora.enabled`, only LoRA adapters and the head
-train, and the saved RM is merged into a plain model (checkpoints hold the adapters). It scores a completion *in its FIM context*: the input is the PSM training text
+train, and the saved RM is merged into a plain model (checkpoints hold the adapters). It scores a
+completion *in its FIM context*: the input is the PSM training text
 `<fim_prefix>prefix<fim_suffix>suffix<fim_middle>completion<eos>`, the same text the RL stage scores.
 
 Objectives:
