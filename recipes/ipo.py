@@ -7,7 +7,9 @@ DPOTrainer with `loss_type="ipo"`: loss = (Δ - 1/(2β))² where Δ is the diffe
 reference log-ratios of chosen and rejected (TRL averages log-probs per token for IPO). `loss: dpo`
 switches to the sigmoid (DPO) loss. The prompt is the FIM context `format_psm_prompt(prefix, suffix)`;
 chosen / rejected are the completions followed by EOS, as in PSM training text. The reference is the
-initial model, loaded explicitly from the init directory.
+initial model, loaded explicitly from the init directory; with `model.lora.enabled` the policy trains
+LoRA adapters and the reference is the same model with its adapters disabled (no second copy), and the
+saved model is merged into a plain one.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from harness.errors import UserError
 from harness.io import read_jsonl
 from recipes.common import (StageContext, fit_fim_context, latest_checkpoint, settings_match,
                             trl_device_kwargs, write_provenance)
+from recipes.models import load_causal_lm, load_tokenizer, lora_config, parse_model, save_final
 
 LOSSES = {"ipo": "ipo", "dpo": "sigmoid"}     # our key -> TRL loss_type
 PAIR_FIELDS = ("id", "prefix", "suffix", "chosen", "rejected")
@@ -45,7 +48,8 @@ class IPOSettings:
                                    # the context is also trimmed (in tokens) so the completion fits max_length
     save_steps: int = 100          # a checkpoint-<step>/ every N optimizer steps (each is audited)
     logging_steps: int = 10        # log train/loss every N steps
-    fim_family: str | None = None  # FIM sentinel family (harness.fim); None = detect from the tokenizer
+    fim_family: str | None = None  # FIM sentinel family (harness.fim); None = the preset's, else detected
+    model: dict[str, Any] = field(default_factory=dict)  # preset (dtype, lora, fim_family); injected by the pipeline
     deepspeed: str | None = None   # DeepSpeed JSON (conf/accelerate/ds_zero*.json); CUDA only
     stage: InitVar[str] = "IPO"    # stage name for error messages only; not a setting
 
@@ -73,6 +77,9 @@ class IPOSettings:
         for key in ("batch_size", "grad_accum", "max_length", "context_chars", "save_steps", "logging_steps"):
             if int(getattr(self, key)) < 1:
                 raise bad(key, "must be a positive integer")
+        self.model_settings = parse_model(self.model, f"stages.{stage}.model")
+        if self.fim_family is None:
+            self.fim_family = self.model_settings.fim_family
 
 
 def load_settings(settings: dict[str, Any], stage: str) -> IPOSettings:
@@ -91,17 +98,17 @@ class IPORecipe:
         self.cfg, self.ctx = cfg, ctx
 
     def setup(self) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         from harness import fim
 
         self.init_dir = self.ctx.model_dir(self.cfg.init)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(self.init_dir))
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.preset = self.cfg.model_settings
+        self.tokenizer = load_tokenizer(self.init_dir, self.preset)
         self.sentinels = fim.detect_sentinels(self.tokenizer, self.cfg.fim_family, model_name=str(self.init_dir))
-        self.policy = AutoModelForCausalLM.from_pretrained(str(self.init_dir))
-        self.reference = AutoModelForCausalLM.from_pretrained(str(self.init_dir)).eval()
+        self.policy = load_causal_lm(self.init_dir, self.preset, self.ctx.device)
+        # With LoRA, DPOTrainer gets a peft_config and no ref_model: it then computes the reference
+        # log-probs with the adapters disabled (`use_adapter(model, None)`), i.e. with the frozen initial model.
+        self.reference = (None if self.preset.lora_settings.enabled
+                          else load_causal_lm(self.init_dir, self.preset, self.ctx.device).eval())
         self.rows = {name: read_jsonl(self.ctx.data_dir(name) / "rows.jsonl", required=PAIR_FIELDS)
                      for name in dict.fromkeys(self.cfg.datasets + self.cfg.eval_datasets)}
 
@@ -147,11 +154,16 @@ class IPORecipe:
         self.trainer = DPOTrainer(model=self.policy, ref_model=self.reference, args=args,
                                   train_dataset=self.dataset(cfg.datasets),
                                   eval_dataset=self.dataset(cfg.eval_datasets) if cfg.eval_datasets else None,
-                                  processing_class=self.tokenizer)
+                                  processing_class=self.tokenizer, peft_config=lora_config(self.preset))
         resume = latest_checkpoint(self.ctx.out_dir)
         self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
 
     def save(self) -> None:
+        if self.preset.lora_settings.enabled:
+            # Merged, so the audit loads a plain model at the stage root, as after full fine-tuning.
+            if self.trainer.is_world_process_zero():
+                save_final(self.trainer.model, self.tokenizer, self.ctx.out_dir)
+            return
         self.trainer.save_model(str(self.ctx.out_dir))
         self.tokenizer.save_pretrained(str(self.ctx.out_dir))
 

@@ -123,17 +123,33 @@ def build_llama(model: ModelSettings, tokenizer):
     return LlamaForCausalLM(config)
 
 
-def load_causal_lm(path: str | Path, model: ModelSettings, device: str):
-    """A causal LM from a stage directory or hub id: safetensors only, remote code only if allowed."""
-    from transformers import AutoModelForCausalLM
-
+def _from_pretrained(auto_class, path: str | Path, model: ModelSettings, device: str, **kwargs):
+    """`auto_class.from_pretrained` in the preset's dtype: safetensors only, remote code only if allowed."""
     try:
-        return AutoModelForCausalLM.from_pretrained(
+        return auto_class.from_pretrained(
             str(path), dtype=torch_dtype(model, device), use_safetensors=True,
-            trust_remote_code=model.trust_remote_code)
+            trust_remote_code=model.trust_remote_code, **kwargs)
     except OSError as e:
         raise UserError(f"cannot load model {path}: {e}\nfix: point init/model.pretrained at a directory "
                         "with safetensors weights (or a hub id already in the local HF cache)") from None
+
+
+def load_causal_lm(path: str | Path, model: ModelSettings, device: str):
+    """A causal LM from a stage directory or hub id (the policy of FT, RL and IPO)."""
+    from transformers import AutoModelForCausalLM
+
+    return _from_pretrained(AutoModelForCausalLM, path, model, device)
+
+
+def load_sequence_classifier(path: str | Path, model: ModelSettings, device: str, pad_token_id: int):
+    """A one-unit sequence classifier (a reward or value model) from a stage directory: the LM backbone
+    with a `score` head, new (drawn from the global torch RNG) unless the directory is a reward model."""
+    from transformers import AutoModelForSequenceClassification
+
+    classifier = _from_pretrained(AutoModelForSequenceClassification, path, model, device, num_labels=1)
+    # The head scores the last non-pad token; it finds it through pad_token_id.
+    classifier.config.pad_token_id = pad_token_id
+    return classifier
 
 
 def load_tokenizer(path: str | Path, model: ModelSettings):
@@ -146,22 +162,36 @@ def load_tokenizer(path: str | Path, model: ModelSettings):
     return tokenizer
 
 
-def wrap_lora(causal_lm, model: ModelSettings):
-    """Wrap in PEFT LoRA adapters when the preset enables them; otherwise return the model unchanged."""
+def lora_config(model: ModelSettings, task_type: str = "CAUSAL_LM"):
+    """The preset's PEFT LoraConfig, or None when LoRA is off. With task_type SEQ_CLS, PEFT also trains
+    (and saves) the classifier's `score` head in full (modules_to_save): a new head must learn."""
     lora = model.lora_settings
     if not lora.enabled:
-        return causal_lm
-    from peft import LoraConfig, get_peft_model
+        return None
+    from peft import LoraConfig
 
-    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                        target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
-    return get_peft_model(causal_lm, config)
+    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                      target_modules=list(lora.target_modules), task_type=task_type)
 
 
-def save_final(causal_lm, tokenizer, out_dir: Path) -> None:
-    """Save a plain HF model at the stage root. LoRA adapters are merged first so that every
-    downstream stage and the audit load the final model the same way, whatever the training method."""
-    if hasattr(causal_lm, "merge_and_unload"):
-        causal_lm = causal_lm.merge_and_unload()
-    causal_lm.save_pretrained(str(out_dir))
-    tokenizer.save_pretrained(str(out_dir))
+def wrap_lora(pretrained, model: ModelSettings, task_type: str = "CAUSAL_LM"):
+    """Wrap in PEFT LoRA adapters when the preset enables them (only adapters, and a SEQ_CLS model's
+    head, then train); otherwise return the model unchanged."""
+    config = lora_config(model, task_type)
+    if config is None:
+        return pretrained
+    from peft import get_peft_model
+
+    return get_peft_model(pretrained, config)
+
+
+def save_final(pretrained, tokenizer, out_dir: Path):
+    """Save a plain HF model (causal LM or sequence classifier) at `out_dir` and return it. LoRA adapters
+    are merged first so that every downstream stage and the audit load the final model the same way,
+    whatever the training method. Merging changes the PEFT model in place: train no further with it."""
+    if hasattr(pretrained, "merge_and_unload"):
+        pretrained = pretrained.merge_and_unload()
+    pretrained.save_pretrained(str(out_dir))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(out_dir))
+    return pretrained

@@ -211,11 +211,10 @@ def plan(cfg) -> list[PlannedStage]:
         accepted = settings_fields(recipe, name)
         for point_name, settings in expand_stage(name, stage, cli_keys.get(name, [])):
             if "model" in accepted:
-                # Recipes with a `model` key (pretrain, sft) get the whole preset (conf/model/): PT's size,
-                # FT's LoRA/dtype; a stage may override single keys. Others get the FIM family only.
+                # Every recipe's settings have a `model` key and get the whole preset (conf/model/): PT's
+                # size, the dtype/LoRA every later stage loads its models with, the FIM family; a stage
+                # may override single keys.
                 settings["model"] = {**model_preset, **dict(settings.get("model") or {})}
-            elif "fim_family" in accepted and settings.get("fim_family") is None and model_preset.get("fim_family"):
-                settings["fim_family"] = model_preset["fim_family"]
             for key in REFERENCE_KEYS:
                 ref = settings.get(key)
                 if isinstance(ref, str) and ref not in stages and not Path(ref).is_dir():

@@ -11,11 +11,13 @@ r(x, y) at the last real token (EOS or truncation). Advantages come from GAE (Sc
 value model, and the policy follows PPO's clipped surrogate (Schulman et al. 2017, Eq. 7) with a
 clipped value loss. TRL 1.13 removed its PPOTrainer, so this is our own, kept small; the reference is
 the frozen initial model and the value model is initialised from the reward model (common practice,
-as in InstructGPT Sec. 3.5 and TRL's former trainer).
+as in InstructGPT Sec. 3.5 and TRL's former trainer). With LoRA (a PEFT policy and value model), only
+adapters and the value head train, and the reference is the policy with its adapters disabled.
 
-On disk a PPO stage looks like an RLOO one: `checkpoint-<step>/` (a loadable causal LM + tokenizer,
-plus `value/`, `optimizer.pt`, `rng_state.pth` and, written last, `trainer_state.json` whose
-`log_history` uses RLOO's keys `reward`, `reward_std`, `kl`, `loss`), and the final model at the root.
+On disk a PPO stage looks like an RLOO one: `checkpoint-<step>/` (a loadable causal LM + tokenizer, or
+with LoRA its adapters, plus `value/`, `optimizer.pt`, `rng_state.pth` and, written last,
+`trainer_state.json` whose `log_history` uses RLOO's keys `reward`, `reward_std`, `kl`, `loss`), and the
+final model (LoRA merged) with its `value/` at the root.
 """
 
 from __future__ import annotations
@@ -143,13 +145,18 @@ def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperatur
     return logp, -(logp_all.exp() * logp_all).sum(-1)
 
 
+def is_peft(model) -> bool:
+    return hasattr(model, "peft_config")
+
+
 def token_values(value_model, input_ids, attention_mask, prompt_len: int):
     """V(s_t) for each completion token: the value head (the RM's score layer) on the hidden state that
     precedes the token, i.e. the state in which the token is chosen."""
-    backbone = value_model.base_model
-    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask,
-                      position_ids=position_ids(attention_mask)).last_hidden_state
-    return value_model.score(hidden[:, prompt_len - 1:-1]).squeeze(-1).float()
+    # A PEFT model's `base_model` is its adapter layer, not the transformer: reach the classifier first.
+    classifier = value_model.get_base_model() if is_peft(value_model) else value_model
+    hidden = classifier.base_model(input_ids=input_ids, attention_mask=attention_mask,
+                                   position_ids=position_ids(attention_mask)).last_hidden_state
+    return classifier.score(hidden[:, prompt_len - 1:-1]).squeeze(-1).float()
 
 
 # --- the loop ---------------------------------------------------------------------------------------------------
@@ -161,14 +168,19 @@ class PPOTrainer:
 
     def __init__(self, cfg, policy, ref_policy, value_model, tokenizer, reward_fn, examples: list[dict],
                  out_dir: Path, seed: int, device: str):
+        """`ref_policy` None: `policy` is a PEFT model whose adapter-disabled base is the reference."""
         import torch
 
         self.cfg, self.policy, self.ref, self.value = cfg, policy, ref_policy, value_model
         self.tokenizer, self.reward_fn, self.examples = tokenizer, reward_fn, examples
         self.out_dir, self.seed, self.device = Path(out_dir), seed, device
-        self.ref.requires_grad_(False).eval()
-        self.policy_opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr)
-        self.value_opt = torch.optim.AdamW(self.value.parameters(), lr=cfg.lr)
+        if self.ref is None and not is_peft(policy):
+            raise ValueError("PPOTrainer needs a reference model unless the policy is a PEFT model")
+        if self.ref is not None:
+            self.ref.requires_grad_(False).eval()
+        # Only what trains (everything without LoRA; adapters and the value head with it).
+        self.policy_opt = torch.optim.AdamW([p for p in self.policy.parameters() if p.requires_grad], lr=cfg.lr)
+        self.value_opt = torch.optim.AdamW([p for p in self.value.parameters() if p.requires_grad], lr=cfg.lr)
         self.kl_ctl = AdaptiveKLController(float(cfg.beta), cfg.target_kl, int(cfg.kl_horizon))
         self.step, self.log_history = 0, []
         steps_per_epoch = math.ceil(len(examples) / cfg.prompts_per_step)
@@ -216,7 +228,11 @@ class PPOTrainer:
             mask = completion_mask(completion, tok.eos_token_id)
             attention = torch.cat([enc["attention_mask"], mask], dim=1)
             logp = token_logprobs(self.policy, seq, attention, prompt_len, cfg.temperature)
-            ref_logp = token_logprobs(self.ref, seq, attention, prompt_len, cfg.temperature)
+            if self.ref is not None:
+                ref_logp = token_logprobs(self.ref, seq, attention, prompt_len, cfg.temperature)
+            else:
+                with self.policy.disable_adapter():   # the frozen base: the initial model
+                    ref_logp = token_logprobs(self.policy, seq, attention, prompt_len, cfg.temperature)
             values = token_values(self.value, seq, attention, prompt_len)
             texts = tok.batch_decode(completion * mask + tok.pad_token_id * (1 - mask), skip_special_tokens=True)
             scores = torch.tensor(self.reward_fn(prompts=[ex["prompt"] for ex in examples], completions=texts,
@@ -293,9 +309,16 @@ class PPOTrainer:
 
         from recipes.models import save_final
 
-        save_final(self.policy, self.tokenizer, directory)
-        self.value.save_pretrained(str(directory / VALUE_DIR))
-        if resumable:
+        if not resumable:
+            # The stage root: plain models (LoRA merged, in place), loadable like any other stage's.
+            self.policy = save_final(self.policy, self.tokenizer, directory)
+            self.value = save_final(self.value, None, directory / VALUE_DIR)
+        else:
+            # Training goes on from here, so LoRA adapters are saved unmerged (harness.generation loads
+            # such a checkpoint merged onto its base for the audit).
+            self.policy.save_pretrained(str(directory))
+            self.tokenizer.save_pretrained(str(directory))
+            self.value.save_pretrained(str(directory / VALUE_DIR))
             torch.save({"policy": self.policy_opt.state_dict(), "value": self.value_opt.state_dict()},
                        directory / "optimizer.pt")
             torch.save({"torch": torch.get_rng_state(), "python": random.getstate(),
@@ -327,6 +350,15 @@ class PPOTrainer:
     def load_weights(model, directory: Path) -> None:
         from safetensors.torch import load_file
 
+        if is_peft(model):
+            # Only the adapters (and a value head) trained; the frozen base was loaded from the init model.
+            from peft import set_peft_model_state_dict
+
+            result = set_peft_model_state_dict(model, load_file(str(Path(directory) / "adapter_model.safetensors")))
+            if result.unexpected_keys:
+                raise RuntimeError(f"{directory}: adapters do not match the model (unexpected "
+                                   f"{result.unexpected_keys[:3]})")
+            return
         state = {}
         for shard in sorted(Path(directory).glob("model*.safetensors")):   # one file, or save_pretrained's shards
             state.update(load_file(str(shard)))

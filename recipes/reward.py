@@ -4,7 +4,9 @@
 
 The reward model is the FT checkpoint with a one-unit sequence-classification head
 (`AutoModelForSequenceClassification(num_labels=1)`: the LM backbone is reused, only `score.weight`
-is new). It scores a completion *in its FIM context*: the input is the PSM training text
+is new), loaded in the model preset's dtype. With `model.lora.enabled`, only LoRA adapters and the head
+train, and the saved RM is merged into a plain model (checkpoints hold the adapters). It scores a
+completion *in its FIM context*: the input is the PSM training text
 `<fim_prefix>prefix<fim_suffix>suffix<fim_middle>completion<eos>`, the same text the RL stage scores.
 
 Objectives:
@@ -30,6 +32,7 @@ from harness.io import atomic_write_json, atomic_write_jsonl, read_jsonl
 from harness.report.analyses import roc_auc
 from recipes.common import (StageContext, latest_checkpoint, settings_match, trl_device_kwargs,
                             write_provenance)
+from recipes.models import load_sequence_classifier, load_tokenizer, parse_model, save_final, wrap_lora
 
 OBJECTIVES = ("pointwise", "pairwise")
 POINTWISE_FIELDS = ("id", "prefix", "suffix", "completion", "label")
@@ -54,7 +57,8 @@ class RewardSettings:
                                    # is kept); pairwise: TRL RewardTrainer drops longer pairs
     save_steps: int = 100          # a checkpoint-<step>/ every N optimizer steps (each is audited)
     logging_steps: int = 10        # log train/loss every N steps
-    fim_family: str | None = None  # FIM sentinel family (harness.fim); None = detect from the tokenizer
+    fim_family: str | None = None  # FIM sentinel family (harness.fim); None = the preset's, else detected
+    model: dict[str, Any] = field(default_factory=dict)  # preset (dtype, lora, fim_family); injected by the pipeline
     deepspeed: str | None = None   # DeepSpeed JSON (conf/accelerate/ds_zero*.json); CUDA only
     stage: InitVar[str] = "RM"     # stage name for error messages only; not a setting
 
@@ -80,6 +84,9 @@ class RewardSettings:
         for key in ("batch_size", "grad_accum", "max_length", "save_steps", "logging_steps"):
             if int(getattr(self, key)) < 1:
                 raise bad(key, "must be a positive integer")
+        self.model_settings = parse_model(self.model, f"stages.{stage}.model")
+        if self.fim_family is None:
+            self.fim_family = self.model_settings.fim_family
 
 
 def load_settings(settings: dict[str, Any], stage: str) -> RewardSettings:
@@ -130,20 +137,18 @@ class RewardRecipe:
         self.cfg, self.ctx = cfg, ctx
 
     def setup(self) -> None:
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
+        from transformers import set_seed
 
         from harness import fim
 
         self.init_dir = self.ctx.model_dir(self.cfg.init)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(self.init_dir))
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
+        preset = self.cfg.model_settings
+        self.tokenizer = load_tokenizer(self.init_dir, preset)
         self.tokenizer.truncation_side = "left"  # a too-long PSM text keeps its end: the completion + EOS
         self.sentinels = fim.detect_sentinels(self.tokenizer, self.cfg.fim_family, model_name=str(self.init_dir))
         set_seed(self.ctx.seed)   # the new score head is drawn from the global RNG: make it the run's seed
-        self.model = AutoModelForSequenceClassification.from_pretrained(str(self.init_dir), num_labels=1)
-        # The head scores the last non-pad token; it finds it through pad_token_id.
-        self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        self.model = wrap_lora(load_sequence_classifier(self.init_dir, preset, self.ctx.device,
+                                                        self.tokenizer.pad_token_id), preset, task_type="SEQ_CLS")
         required = POINTWISE_FIELDS if self.cfg.objective == "pointwise" else PAIRWISE_FIELDS
         self.rows = {name: read_jsonl(self.ctx.data_dir(name) / "rows.jsonl", required=required)
                      for name in dict.fromkeys(self.cfg.datasets + self.cfg.eval_datasets)}
@@ -208,8 +213,14 @@ class RewardRecipe:
         self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
 
     def save(self) -> None:
-        self.trainer.save_model(str(self.ctx.out_dir))
-        self.tokenizer.save_pretrained(str(self.ctx.out_dir))
+        if self.cfg.model_settings.lora_settings.enabled:
+            # Merged, so the RL stage and the audit load a plain sequence classifier; the scores below are
+            # then those of the saved model.
+            if self.trainer.is_world_process_zero():
+                self.model = save_final(self.trainer.model, self.tokenizer, self.ctx.out_dir)
+        else:
+            self.trainer.save_model(str(self.ctx.out_dir))
+            self.tokenizer.save_pretrained(str(self.ctx.out_dir))
         self.write_scores()
 
     def write_scores(self) -> None:

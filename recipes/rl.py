@@ -23,10 +23,16 @@ seeded random line into prefix / (discarded) line / suffix first; sd_rl_prompts 
 their SD example's whole FIM context (`rl_prefix`, `rl_suffix`), whose first 100 tokens the audit
 checks. The reward of a completion is the RM score of `format_psm_training(prefix, completion, suffix)`
 — exactly the text the RM was trained on.
+
+Models load in the model preset's dtype (recipes/models.py). With `model.lora.enabled` the policy trains
+LoRA adapters (RLOO/GRPO through TRL's `peft_config`; PPO's value model also its score head), the KL
+reference is the initial model, and the policy saved at the stage root is merged into a plain model;
+checkpoints hold the adapters. The reward model is frozen and never gets adapters.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 from dataclasses import InitVar, asdict, dataclass, field, fields
@@ -37,6 +43,8 @@ from harness.errors import UserError
 from harness.io import read_json, read_jsonl
 from recipes.common import (PROVENANCE_FILE, StageContext, latest_checkpoint, settings_match,
                             trl_device_kwargs, write_provenance)
+from recipes.models import (load_causal_lm, load_sequence_classifier, load_tokenizer, lora_config, parse_model,
+                            save_final, wrap_lora)
 
 ALGORITHMS = ("rloo", "grpo", "ppo")   # ppo: ours (recipes/ppo.py), TRL has none since 1.13
 PPO_KEYS = ("ppo_epochs", "ppo_minibatches", "clip_range", "vf_coef", "value_clip", "gamma", "gae_lambda",
@@ -67,7 +75,8 @@ class RLSettings:
                                    # prompts and the RM scores both (recipes/rl_eval.py; the findings' evidence
                                    # that the reward rose); 0 skips it. ↑ tighter interval, ~1 s per prompt on CPU
     eval_samples: int = 4          # sampled completions per evaluation prompt
-    fim_family: str | None = None  # FIM sentinel family (harness.fim); None = detect from the tokenizer
+    fim_family: str | None = None  # FIM sentinel family (harness.fim); None = the preset's, else detected
+    model: dict[str, Any] = field(default_factory=dict)  # preset (dtype, lora, fim_family); injected by the pipeline
     deepspeed: str | None = None   # DeepSpeed JSON (conf/accelerate/ds_zero*.json); CUDA only (not ppo)
     # algorithm: ppo only (Ziegler et al. 2019; Schulman et al. 2016/2017 for GAE and clipping)
     ppo_epochs: int = 4            # optimisation passes over each rollout batch; more -> faster drift, less stable
@@ -118,6 +127,9 @@ class RLSettings:
                     "logging_steps", "eval_samples"):
             if int(getattr(self, key)) < 1:
                 raise bad(key, "must be a positive integer")
+        self.model_settings = parse_model(self.model, f"stages.{stage}.model")
+        if self.fim_family is None:
+            self.fim_family = self.model_settings.fim_family
 
     def check_ppo_keys(self, bad) -> None:
         if self.algorithm == "ppo" and self.deepspeed is not None:
@@ -246,22 +258,20 @@ class RLRecipe:
         self.cfg, self.ctx = cfg, ctx
 
     def setup(self) -> None:
-        from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
-
         from harness import fim
 
         self.init_dir = self.ctx.model_dir(self.cfg.init)
         self.rm_dir = self.ctx.model_dir(self.cfg.reward_model)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(self.init_dir))
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.preset = self.cfg.model_settings
+        self.tokenizer = load_tokenizer(self.init_dir, self.preset)
         self.sentinels = fim.detect_sentinels(self.tokenizer, self.cfg.fim_family, model_name=str(self.init_dir))
-        # Loaded from its directory so that config._name_or_path points there: TRL rebuilds the KL
-        # reference from that path, which makes the reference the initial model (Sec. 2.1).
-        self.policy = AutoModelForCausalLM.from_pretrained(str(self.init_dir))
-        rm_tokenizer = AutoTokenizer.from_pretrained(str(self.rm_dir))
+        # Loaded from its directory so that config._name_or_path points there: without LoRA, TRL rebuilds
+        # the KL reference from that path, which makes the reference the initial model (Sec. 2.1).
+        self.policy = load_causal_lm(self.init_dir, self.preset, self.ctx.device)
+        rm_tokenizer = load_tokenizer(self.rm_dir, self.preset)
         rm_tokenizer.truncation_side = "left"   # a too-long text keeps the completion
-        rm = AutoModelForSequenceClassification.from_pretrained(str(self.rm_dir), num_labels=1).eval()
+        # Frozen: the reward only scores, so it takes the preset's dtype and no adapters.
+        rm = load_sequence_classifier(self.rm_dir, self.preset, self.ctx.device, rm_tokenizer.pad_token_id).eval()
         rm.requires_grad_(False)
         if self.ctx.device == "cuda":
             rm.to("cuda")
@@ -292,35 +302,47 @@ class RLRecipe:
             from trl import GRPOConfig as Config, GRPOTrainer as Trainer
         else:
             from trl import RLOOConfig as Config, RLOOTrainer as Trainer
+        # With a peft_config TRL wraps the policy in fresh LoRA adapters and, having no ref_model then,
+        # computes the KL reference with the adapters disabled (`use_adapter(model, None)` in RLOOTrainer and
+        # GRPOTrainer): the frozen base weights, i.e. the initial model the paper's KL term points to (A.3).
         self.trainer = Trainer(model=self.policy, reward_funcs=[self.reward], args=Config(**args),
-                               train_dataset=self.dataset(), processing_class=self.tokenizer)
+                               train_dataset=self.dataset(), processing_class=self.tokenizer,
+                               peft_config=lora_config(self.preset))
         resume = latest_checkpoint(self.ctx.out_dir)
         self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
 
     def train_ppo(self) -> None:
         """Our PPO (recipes/ppo.py): policy and frozen reference from the init model, value model from the RM."""
-        from transformers import AutoModelForSequenceClassification, set_seed
+        import torch
+        from transformers import set_seed
 
         from recipes import ppo
-        from recipes.models import ModelSettings, load_causal_lm, torch_dtype
 
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:   # every process would train and write the same stage
             raise UserError(f"stages.{self.ctx.name}.algorithm='ppo' runs in one process; launch this stage "
                             "without accelerate/torchrun or use algorithm: rloo")
-        # Trained weights stay fp32 (bf16 autocast on CUDA, ppo.PPOTrainer.mixed_precision); the frozen
-        # reference is loaded in the device's dtype (bf16 on CUDA). Safetensors only.
-        preset, frozen = ModelSettings(dtype="float32"), ModelSettings()
         set_seed(self.ctx.seed)
-        self.policy = self.policy.to(device=self.ctx.device, dtype=torch_dtype(preset, self.ctx.device))  # setup's
-        reference = load_causal_lm(self.init_dir, frozen, self.ctx.device).to(self.ctx.device)
-        value = AutoModelForSequenceClassification.from_pretrained(
-            str(self.rm_dir), num_labels=1, dtype=torch_dtype(preset, self.ctx.device),
-            use_safetensors=True).to(self.ctx.device)
+        if self.preset.lora_settings.enabled:
+            # Frozen bases in the preset's dtype, adapters (fp32, PEFT's default) and the value head train.
+            # The reference is the policy with its adapters disabled (ppo.PPOTrainer): the base weights never
+            # change, so that is exactly the initial model, without a second copy of it in memory.
+            self.policy = wrap_lora(self.policy.to(self.ctx.device), self.preset)
+            reference = None
+            value = wrap_lora(load_sequence_classifier(self.rm_dir, self.preset, self.ctx.device,
+                                                       self.tokenizer.pad_token_id).to(self.ctx.device),
+                              self.preset, task_type="SEQ_CLS")
+        else:
+            # Weights trained in full stay fp32 (bf16 autocast on CUDA, ppo.PPOTrainer.mixed_precision); the
+            # frozen reference is loaded in the preset's dtype (bf16 on CUDA).
+            full = dataclasses.replace(self.preset, dtype="float32")
+            self.policy = self.policy.to(device=self.ctx.device, dtype=torch.float32)   # setup's
+            reference = load_causal_lm(self.init_dir, self.preset, self.ctx.device).to(self.ctx.device)
+            value = load_sequence_classifier(self.rm_dir, full, self.ctx.device,
+                                             self.tokenizer.pad_token_id).to(self.ctx.device)
         if value.config.vocab_size != self.policy.config.vocab_size:
             raise UserError(f"stages.{self.ctx.name}.reward_model={self.cfg.reward_model!r}: its vocabulary differs "
                             "from the policy's; PPO's value model starts from the RM and reads the policy's "
                             "tokens, so train the RM from the same base model as `init`")
-        value.config.pad_token_id = self.tokenizer.pad_token_id
         self.trainer = ppo.PPOTrainer(self.cfg, self.policy, reference, value, self.tokenizer, self.reward,
                                       training_examples(self.rows, self.sentinels), self.ctx.out_dir,
                                       self.ctx.seed, self.ctx.device)
@@ -332,13 +354,13 @@ class RLRecipe:
     def evaluate_reward(self) -> None:
         """The reward of the initial and of the saved policy on the same fixed prompts (recipes/rl_eval.py)."""
         from recipes import rl_eval
-        from recipes.models import ModelSettings, load_causal_lm
+        from recipes.models import load_causal_lm
 
         if int(os.environ.get("RANK", "0")) != 0:   # one process scores; the others would repeat it
             return
-        frozen = ModelSettings()                     # the device's dtype; nothing trains here
-        initial = load_causal_lm(self.init_dir, frozen, self.ctx.device).to(self.ctx.device)
-        final = load_causal_lm(self.ctx.out_dir, frozen, self.ctx.device).to(self.ctx.device)
+        # The preset's dtype, no adapters: both are plain saved models (LoRA is merged at save).
+        initial = load_causal_lm(self.init_dir, self.preset, self.ctx.device).to(self.ctx.device)
+        final = load_causal_lm(self.ctx.out_dir, self.preset, self.ctx.device).to(self.ctx.device)
         rl_eval.evaluate(initial, final, self.tokenizer, self.reward, training_examples(self.rows, self.sentinels),
                          n_prompts=self.cfg.eval_prompts, samples=self.cfg.eval_samples,
                          max_new_tokens=self.cfg.max_completion_length, temperature=self.cfg.temperature,
@@ -347,6 +369,11 @@ class RLRecipe:
     def save(self) -> None:
         if self.cfg.algorithm == "ppo":
             return self.trainer.save_models(self.ctx.out_dir)
+        if self.preset.lora_settings.enabled:
+            # Merged, so the audit loads a plain model at the stage root, as after full fine-tuning.
+            if self.trainer.is_world_process_zero():
+                save_final(self.trainer.model, self.tokenizer, self.ctx.out_dir)
+            return
         self.trainer.save_model(str(self.ctx.out_dir))
         self.tokenizer.save_pretrained(str(self.ctx.out_dir))
 

@@ -52,7 +52,10 @@ def test_smoke_plan_expands_the_file_sweep_and_injects_the_model_preset():
     assert by_name["PT"].settings["model"]["name"] == "micro"                  # smoke selects model=micro
     assert "recipe" not in by_name["FT.1"].settings and "sweep" not in by_name["RLFT.1/beta=0.1"].settings
     assert by_name["RLFT.1/beta=0.5"].settings["beta"] == 0.5
-    assert by_name["RM.1"].settings["fim_family"] == "memaudit"               # from model.fim_family
+    # Every later stage gets the whole preset too: the dtype/LoRA it loads its models with, the FIM family.
+    for name in ("RM.1", "RLFT.4", "IPO"):
+        assert by_name[name].settings["model"] == by_name["PT"].settings["model"], name
+    assert by_name["RM.1"].settings["model"]["fim_family"] == "memaudit"
 
 
 def test_cli_multirun_names_model_dirs_by_the_swept_keys():

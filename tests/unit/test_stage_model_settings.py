@@ -1,0 +1,44 @@
+"""The `model` key of the RM, RL and IPO stages (the preset the pipeline injects): checked like SFT's, with
+errors that name `stages.<NAME>.model...` and the valid keys."""
+
+import re
+
+import pytest
+
+from harness.errors import UserError
+from recipes import ipo, reward, rl
+
+MINIMAL = {reward: {"init": "FT.1", "datasets": ["rm_pd2"]},
+           rl: {"init": "FT.1", "reward_model": "RM.1", "prompts": ["pd_3"]},
+           ipo: {"init": "PT", "datasets": ["pairs_sd_base"]}}
+RECIPES = [pytest.param(module, id=module.__name__.split(".")[-1]) for module in MINIMAL]
+
+
+@pytest.mark.parametrize("module", RECIPES)
+@pytest.mark.parametrize("model, message", [
+    ({"bogus": 1}, "stages.S.1.model: unknown key(s) ['bogus']; valid keys are ["),
+    ({"lora": {"enabled": True, "rank": 8}}, "stages.S.1.model.lora: unknown key(s) ['rank']; valid keys are ["),
+    ({"lora": {"enabled": True, "r": 0}}, "stages.S.1.model.lora.r=0"),
+    ({"lora": {"enabled": "yes"}}, "stages.S.1.model.lora.enabled='yes'"),
+    ({"dtype": "fp8"}, "stages.S.1.model.dtype='fp8'"),
+])
+def test_bad_model_key_names_the_stage_and_the_key(module, model, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        module.load_settings({**MINIMAL[module], "model": model}, "S.1")
+
+
+@pytest.mark.parametrize("module", RECIPES)
+def test_unknown_stage_key_still_names_it_and_the_valid_keys(module):
+    with pytest.raises(UserError, match=r"stages\.S\.1\.modle: unknown key .*use one of .*\bmodel\b"):
+        module.load_settings({**MINIMAL[module], "modle": {}}, "S.1")
+
+
+@pytest.mark.parametrize("module", RECIPES)
+def test_fim_family_comes_from_the_preset_unless_the_stage_names_one(module):
+    preset = {"fim_family": "starcoder2", "dtype": "bfloat16", "lora": {"enabled": True}}
+    settings = module.load_settings({**MINIMAL[module], "model": preset}, "S.1")
+    assert settings.fim_family == "starcoder2" and settings.model_settings.lora_settings.enabled
+    assert settings.model_settings.dtype == "bfloat16"
+    own = module.load_settings({**MINIMAL[module], "model": preset, "fim_family": "memaudit"}, "S.1")
+    assert own.fim_family == "memaudit"
+    assert module.load_settings(dict(MINIMAL[module]), "S.1").model_settings.lora_settings.enabled is False
