@@ -354,7 +354,6 @@ class RLRecipe:
     def evaluate_reward(self) -> None:
         """The reward of the initial and of the saved policy on the same fixed prompts (recipes/rl_eval.py)."""
         from recipes import rl_eval
-        from recipes.models import load_causal_lm
 
         if int(os.environ.get("RANK", "0")) != 0:   # one process scores; the others would repeat it
             return
