@@ -70,11 +70,12 @@ def test_reward_evaluation_pairs_the_init_and_trained_policy_on_fixed_prompts(wo
     recipe = rl.RLRecipe(rl.load_settings(RL_SETTINGS, "RLFT.1"), StageContext(world["run_dir"], "RLFT.eval"))
     recipe.setup()
     examples = rl.training_examples(recipe.rows, recipe.sentinels)
-    assert record["n_prompts"] == min(24, len(examples)) == len(record["initial"]) == len(record["final"])
-    assert record["prompt_ids"] == [e["id"] for e in rl_eval.eval_examples(examples, 24, 0)]
+    n = recipe.cfg.eval_prompts
+    assert record["n_prompts"] == min(n, len(examples)) == len(record["initial"]) == len(record["final"])
+    assert record["prompt_ids"] == [e["id"] for e in rl_eval.eval_examples(examples, n, 0)]
     # "initial" is the init model's reward, reproducibly: the same seed draws the same completions.
     init = AutoModelForCausalLM.from_pretrained(str(world["init_dir"]))
-    chosen = rl_eval.eval_examples(examples, 24, 0)
+    chosen = rl_eval.eval_examples(examples, n, 0)
     kwargs = dict(samples=4, max_new_tokens=16, temperature=1.0, seed=0)
     again = rl_eval.prompt_rewards(init, recipe.tokenizer, recipe.reward, chosen, **kwargs)
     assert again == pytest.approx(record["initial"], abs=1e-5)
