@@ -358,13 +358,21 @@ class RLRecipe:
 
         if int(os.environ.get("RANK", "0")) != 0:   # one process scores; the others would repeat it
             return
+        from harness.audit import model_fingerprint
+
         # The preset's dtype, no adapters: both are plain saved models (LoRA is merged at save).
-        initial = load_causal_lm(self.init_dir, self.preset, self.ctx.device).to(self.ctx.device)
-        final = load_causal_lm(self.ctx.out_dir, self.preset, self.ctx.device).to(self.ctx.device)
-        rl_eval.evaluate(initial, final, self.tokenizer, self.reward, training_examples(self.rows, self.sentinels),
+        def load(model_dir: Path):
+            return load_causal_lm(model_dir, self.preset, self.ctx.device).to(self.ctx.device)
+
+        # What the initial policy's rewards depend on besides the prompts and sampling settings (rl_eval adds those).
+        models = {"init_model": model_fingerprint(self.init_dir), "reward_model": model_fingerprint(self.rm_dir),
+                  "rm_max_length": self.reward.max_length, "dtype": self.preset.dtype, "device": self.ctx.device}
+        rl_eval.evaluate(lambda: load(self.init_dir), load(self.ctx.out_dir), self.tokenizer, self.reward,
+                         training_examples(self.rows, self.sentinels),
                          n_prompts=self.cfg.eval_prompts, samples=self.cfg.eval_samples,
                          max_new_tokens=self.cfg.max_completion_length, temperature=self.cfg.temperature,
-                         seed=self.ctx.seed, out_dir=self.ctx.out_dir)
+                         seed=self.ctx.seed, out_dir=self.ctx.out_dir,
+                         cache_dir=self.ctx.run_dir / rl_eval.CACHE_SUBDIR, cache_models=models)
 
     def save(self) -> None:
         if self.cfg.algorithm == "ppo":

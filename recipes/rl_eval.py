@@ -9,20 +9,29 @@ change is read per prompt (paired), so prompt difficulty cancels.
 
 The result, `reward_eval.json` in the stage directory, is written before provenance.json (the finished
 marker) and read by harness/report/evidence.py.
+
+The initial policy's rewards depend only on the initial policy, the RM and the evaluation's own settings, so
+sweep points of one stage (same `init`, same RM, same prompts) compute them once: they are stored under
+`<run_dir>/cache/rl_reward_eval/<fingerprint>.json`, the fingerprint covering the weights and tokenizer files of
+both models (harness.audit.model_fingerprint), the chosen prompts' text and every sampling setting.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import random
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from harness.io import atomic_write_json
+from harness.io import atomic_write_json, read_json
 from harness.stats import sign_test
 
 EVAL_FILE = "reward_eval.json"
+CACHE_SUBDIR = Path("cache") / "rl_reward_eval"   # under the run directory
+CACHE_VERSION = 1                                  # bump when prompt_rewards computes something else
 
 
 def eval_examples(examples: list[dict], n_prompts: int, seed: int) -> list[dict]:
@@ -84,15 +93,46 @@ def paired_change(initial: list[float], final: list[float]) -> dict[str, Any]:
             **sign_test(diffs)}
 
 
-def evaluate(initial_model, final_model, tokenizer, reward_fn, examples: list[dict], *, n_prompts: int,
-             samples: int, max_new_tokens: int, temperature: float, seed: int, out_dir: Path) -> dict[str, Any]:
-    """Score both policies on the same seeded prompts and write EVAL_FILE into out_dir (atomically)."""
+def initial_cache_path(cache_dir: Path, models: dict[str, Any], chosen: list[dict],
+                       settings: dict[str, Any]) -> Path:
+    """Where the initial policy's rewards for these models, prompts and settings are stored."""
+    covers = {"cache_version": CACHE_VERSION, **models, **settings,
+              "prompts": [[e["id"], e["prompt"], e["prefix"], e["suffix"]] for e in chosen]}
+    digest = hashlib.sha256(json.dumps(covers, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+    return Path(cache_dir) / f"{digest[:32]}.json"
+
+
+def cached_initial_rewards(path: Path | None, chosen: list[dict]) -> list[float] | None:
+    """The stored rewards if `path` holds them for exactly these prompt ids, else None."""
+    if path is None or not path.is_file():
+        return None
+    record = read_json(path)
+    if record.get("prompt_ids") != [e["id"] for e in chosen]:
+        return None
+    return [float(x) for x in record["initial"]]
+
+
+def evaluate(load_initial: Callable[[], Any], final_model, tokenizer, reward_fn, examples: list[dict], *,
+             n_prompts: int, samples: int, max_new_tokens: int, temperature: float, seed: int, out_dir: Path,
+             cache_dir: Path | None = None, cache_models: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Score both policies on the same seeded prompts and write EVAL_FILE into out_dir (atomically).
+
+    `load_initial()` returns the initial policy; it is not called when the cache (`cache_dir`, keyed by
+    `cache_models`, the identity of the initial policy and the RM) already holds its rewards."""
     chosen = eval_examples(examples, n_prompts, seed)
     kwargs = dict(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
-    initial = prompt_rewards(initial_model, tokenizer, reward_fn, chosen, **kwargs)
+    cache = initial_cache_path(cache_dir, cache_models or {}, chosen, kwargs) if cache_dir else None
+    initial = cached_initial_rewards(cache, chosen)
+    initial_cached = initial is not None
+    if initial is None:
+        initial = prompt_rewards(load_initial(), tokenizer, reward_fn, chosen, **kwargs)
+        if cache is not None:
+            atomic_write_json(cache, {"what": "initial policy's per-prompt mean reward (recipes/rl_eval.py)",
+                                      **(cache_models or {}), **kwargs,
+                                      "prompt_ids": [e["id"] for e in chosen], "initial": initial})
     final = prompt_rewards(final_model, tokenizer, reward_fn, chosen, **kwargs)
     record = {"what": "RM score of sampled completions on fixed prompts: initial vs trained policy (paired)",
               **kwargs, "prompt_ids": [e["id"] for e in chosen], "initial": initial, "final": final,
-              **paired_change(initial, final)}
+              "initial_from_cache": initial_cached, **paired_change(initial, final)}
     atomic_write_json(Path(out_dir) / EVAL_FILE, record)
     return record

@@ -80,9 +80,12 @@ def test_reward_evaluation_pairs_the_init_and_trained_policy_on_fixed_prompts(wo
     again = rl_eval.prompt_rewards(init, recipe.tokenizer, recipe.reward, chosen, **kwargs)
     assert again == pytest.approx(record["initial"], abs=1e-5)
     # A policy compared with itself changes by exactly 0 on every prompt (common random numbers).
-    same = rl_eval.evaluate(init, init, recipe.tokenizer, recipe.reward, examples, n_prompts=6,
+    same = rl_eval.evaluate(lambda: init, init, recipe.tokenizer, recipe.reward, examples, n_prompts=6,
                             out_dir=recipe.ctx.out_dir, **kwargs)
     assert same["change"] == 0.0 and (same["up"], same["down"]) == (0, 0)
+    # The stage stored the initial policy's rewards for the next sweep point with the same init and RM.
+    stored = list((world["run_dir"] / rl_eval.CACHE_SUBDIR).glob("*.json"))
+    assert [read_json(p)["initial"] for p in stored] == [record["initial"]] and not record["initial_from_cache"]
     # The trained policy's reward was measured, not copied: it differs on some prompt.
     assert record["final"] != pytest.approx(record["initial"], abs=1e-6)
 
@@ -130,3 +133,35 @@ def test_grpo_alternative_runs_with_a_reference(world, trained_rm):
 def test_bad_settings_name_the_stage_key(world, change, key, hint):
     with pytest.raises(UserError, match=rf"stages\.RLFT\.3\.{key}\b.*{hint}"):
         rl.run_stage({**RL_SETTINGS, **change}, StageContext(world["run_dir"], "RLFT.3/beta=0.5"))
+
+
+def test_reward_evaluation_reuses_the_initial_policys_rewards_only_for_the_same_models(world, tmp_path):
+    """A second sweep point of a stage (same init, RM, prompts, settings) does not load or sample the
+    initial policy again; another RM (or any other setting) computes afresh."""
+    from transformers import AutoModelForCausalLM
+
+    from recipes import rl_eval
+
+    recipe = rl.RLRecipe(rl.load_settings(RL_SETTINGS, "RLFT.1"), StageContext(world["run_dir"], "RLFT.cache"))
+    recipe.setup()
+    init = AutoModelForCausalLM.from_pretrained(str(world["init_dir"]))
+    examples = rl.training_examples(recipe.rows, recipe.sentinels)
+    loads = []
+
+    def load_initial():
+        loads.append(1)
+        return init
+
+    common = dict(n_prompts=5, samples=2, max_new_tokens=8, temperature=1.0, seed=3, cache_dir=tmp_path)
+    first = rl_eval.evaluate(load_initial, init, recipe.tokenizer, recipe.reward, examples,
+                             out_dir=tmp_path / "a", cache_models={"init_model": "x", "reward_model": "r1"}, **common)
+    second = rl_eval.evaluate(load_initial, init, recipe.tokenizer, recipe.reward, examples,
+                              out_dir=tmp_path / "b", cache_models={"init_model": "x", "reward_model": "r1"}, **common)
+    assert len(loads) == 1 and second["initial_from_cache"] and not first["initial_from_cache"]
+    assert second["initial"] == first["initial"] and second["change"] == 0.0
+    other = rl_eval.evaluate(load_initial, init, recipe.tokenizer, recipe.reward, examples,
+                             out_dir=tmp_path / "c", cache_models={"init_model": "x", "reward_model": "r2"}, **common)
+    assert len(loads) == 2 and not other["initial_from_cache"]
+    reseeded = rl_eval.evaluate(load_initial, init, recipe.tokenizer, recipe.reward, examples, out_dir=tmp_path / "d",
+                                cache_models={"init_model": "x", "reward_model": "r1"}, **{**common, "seed": 4})
+    assert len(loads) == 3 and not reseeded["initial_from_cache"]
