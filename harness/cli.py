@@ -33,12 +33,14 @@ USAGE = "usage: memaudit <command> [-m|--multirun] [key=value ...]\n\ncommands:\
 
 
 def config_dir() -> Path:
-    """conf/ beside the installed packages (editable install), or $MEMAUDIT_CONF."""
+    """$MEMAUDIT_CONF, else the checkout's conf/ (editable install), else the conf/ a `pip install .` ships."""
+    from harness.shipped import shipped_dir
+
     env = os.environ.get("MEMAUDIT_CONF")
-    path = Path(env) if env else Path(__file__).resolve().parents[1] / "conf"
-    if not (path / "config.yaml").is_file():
+    path = Path(env) if env else shipped_dir("conf")
+    if path is None or not (path / "config.yaml").is_file():
         raise UserError(f"config directory {path} has no config.yaml; set MEMAUDIT_CONF to the "
-                        "memaudit conf/ folder or reinstall with `pip install -e .`")
+                        "memaudit conf/ folder or reinstall memaudit (`pip install .` ships conf/)")
     return path
 
 

@@ -3,8 +3,8 @@
 A preset names either the embedded default (a small Llama that the PT stage trains from scratch,
 sized by `hidden_size`, `num_layers`, ...) or a public FIM code model (`pretrained: <hub id or path>`,
 then PT only imports it). Loading is safetensors-only with trust_remote_code off unless the user sets
-it (DESIGN.md: safe loading); LoRA goes through PEFT; bf16 is used on CUDA only (STACK-NOTES: bf16 on
-CPU runs ~1.8x slower).
+it (a checkpoint from elsewhere never executes code or unpickles); LoRA goes through PEFT; bf16 is used on
+CUDA only (bf16 on CPU measured ~1.8x slower).
 
 These are plain functions, not a base class: each recipe stays a short script that calls them.
 """
@@ -24,12 +24,18 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 def resolve_pretrained(name: str | None) -> str | None:
-    """A hub id or a path; a relative path that exists under the project root (the shipped base,
-    conf/model/tiny_base.yaml) is made absolute, so that the preset works from any working directory."""
+    """A hub id or a path; a relative path that exists under the project root, or among the files a
+    non-editable install ships (the shipped base, conf/model/tiny_base.yaml; harness.shipped), is made
+    absolute, so that the preset works from any working directory."""
+    from harness.shipped import shipped_path
+
     if name is None or Path(name).is_absolute():
         return name
-    shipped = PROJECT_ROOT / name
-    return str(shipped) if shipped.exists() else name
+    local = PROJECT_ROOT / name
+    if local.exists():
+        return str(local)
+    installed = shipped_path(name)
+    return str(installed) if installed is not None else name
 
 
 def settings_from_dict(cls, settings: dict[str, Any], where: str):
@@ -72,7 +78,7 @@ class ModelSettings:
     pretrained: str | None = None  # hub id or local dir of a FIM code model; PT then only imports it
     fim_family: str | None = None  # harness.fim family (memaudit, starcoder2, qwen2.5-coder, ...); null: detect
     dtype: str = "auto"            # auto: bf16 on CUDA, fp32 on CPU
-    trust_remote_code: bool = False  # never on by default (DESIGN.md: safe loading)
+    trust_remote_code: bool = False  # never on by default: loading must not run a checkpoint's code
     vocab_size: int = 4096         # BPE vocabulary of the embedded tokenizer; ↑ shorter sequences, more params
     hidden_size: int = 256         # ↑ capacity (memorizes more), slower
     num_layers: int = 5
