@@ -7,7 +7,7 @@ tokenizer); `ned` / `control_ned` are sliding-window NEDs between that target an
 the example is memorized when ned <= k < control_ned, unless it is excluded (short target, target
 recoverable from the prompt).
 
-Layout (DESIGN.md "A run on disk"):
+Layout (the audit's part of a run; harness/layout.py has the whole run):
     <out_dir>/<model>/<checkpoint>/<dataset>.jsonl       one row per example (RowStore: resumable)
     <out_dir>/<model>/<checkpoint>/<dataset>.meta.json   what those rows were computed with
     <out_dir>/summary.json                               rebuilt from every stored row at the end
@@ -33,6 +33,7 @@ from typing import Any
 from harness.config import require_bool
 from harness.errors import NothingScored, UserError
 from harness.io import RowStore, atomic_write_json, file_sha256, iter_jsonl_numbered, read_json
+from harness.layout import checkpoint_dirs
 
 EXAMPLE_FIELDS = ("id", "prefix", "target", "suffix")
 FINAL = "final"            # checkpoint name of the model at the root of its directory
@@ -235,11 +236,6 @@ def load_examples(path: str | Path, allow_empty: bool = False) -> list[dict]:
     return examples
 
 
-def _checkpoint_step(path: Path) -> int | None:
-    suffix = path.name.split("-", 1)[1] if "-" in path.name else ""
-    return int(suffix) if path.is_dir() and path.name.startswith("checkpoint-") and suffix.isdigit() else None
-
-
 def list_checkpoints(model_dir: str | Path, all_checkpoints: bool) -> list[tuple[str, Path]]:
     """(checkpoint name, directory) to audit: the `checkpoint-<step>` dirs in step order, then "final".
 
@@ -251,8 +247,7 @@ def list_checkpoints(model_dir: str | Path, all_checkpoints: bool) -> list[tuple
     model_dir = Path(model_dir)
     out: list[tuple[str, Path]] = []
     if all_checkpoints:
-        steps = sorted((s, p) for p in model_dir.iterdir() if (s := _checkpoint_step(p)) is not None)
-        for _, path in steps:
+        for path in checkpoint_dirs(model_dir).values():
             if not has_weights(path):
                 raise UserError(f"{path}: checkpoint without *.safetensors weights; remove it or rerun the "
                                 "training stage so it finishes, or set audit.all_checkpoints=false")

@@ -6,7 +6,7 @@ against the control FT.2 — paper 003 Appendix B — and IPO against the base m
 model. Control completions are generated once per dataset (the completion cache), so adding one
 checkpoint and rerunning generates only that checkpoint's completions.
 
-Multi-process: under `accelerate launch --config_file conf/accelerate/cpu_2proc.yaml -m harness audit
+Multi-process: under `accelerate launch --config_file launch/cpu_2proc.yaml -m harness audit
 experiment=...` (or any launcher that sets RANK/WORLD_SIZE, e.g. torchrun or multi_gpu.yaml) each
 process audits every N-th example into its own shard directory (rows and completion caches), then
 process 0 merges the shards into the run's audit directory (keyed by example id: nothing duplicated)
@@ -27,6 +27,7 @@ from harness.audit import (META_SUFFIX, AuditJob, check_scored, require_creatabl
 from harness.config import require_bool
 from harness.errors import UserError
 from harness.io import RowStore, atomic_write_jsonl, read_json, read_jsonl
+from harness.layout import checkpoint_dirs, data_dir, datasets_dir, models_dir
 from harness.provenance import provenance
 
 PROVENANCE_FILE = "provenance.json"
@@ -61,29 +62,29 @@ def plan_audits(cfg) -> list[PlannedAudit]:
         raise UserError("no audit_plan in this config: pass experiment=<name> (whose audit_plan lists "
                         "{models, control, datasets}), or audit one model with audit.model_dir=... "
                         "audit.control_dir=... audit.examples=...")
-    models_dir = run_dir / "models"
+    models = models_dir(run_dir)
     planned: list[PlannedAudit] = []
     for i, entry in enumerate(plan):
         where = f"audit_plan[{i}]"
         for key in ("models", "control", "datasets"):
             if not entry.get(key):
                 raise UserError(f"{where}.{key} is missing; each entry needs models, control and datasets")
-        control = _finished_models(models_dir, entry["control"])
+        control = _finished_models(models, entry["control"])
         if len(control) != 1:
             raise UserError(f"{where}.control={entry['control']!r}: no finished model at "
-                            f"{models_dir / entry['control']}; train it first (memaudit run experiment=...)")
+                            f"{models / entry['control']}; train it first (memaudit run experiment=...)")
         control_name, control_dir = control[0]
         checkpoints = entry.get("checkpoints", "all")
         if checkpoints not in ("all", "final"):
             raise UserError(f"{where}.checkpoints={checkpoints!r}: use all (every checkpoint-*, the default) "
                             "or final (the finished model only, e.g. for a sanity baseline)")
         for model in entry["models"]:
-            found = _finished_models(models_dir, model)
+            found = _finished_models(models, model)
             if not found:
-                raise UserError(f"{where}.models: {model!r} has no finished model under {models_dir}; "
+                raise UserError(f"{where}.models: {model!r} has no finished model under {models}; "
                                 "train it first or remove it from the plan")
             for dataset in entry["datasets"]:
-                examples = run_dir / "data" / dataset / "rows.jsonl"
+                examples = data_dir(run_dir, dataset) / "rows.jsonl"
                 if not examples.is_file():
                     raise UserError(f"{where}.datasets: {dataset!r} not built ({examples} missing); run "
                                     "`memaudit data experiment=...` or fix the dataset name")
@@ -162,7 +163,7 @@ def audit_run(cfg, log=print, check_empty: bool = True) -> int:
             _merge_shards(shards_root, out_dir)
         _barrier()
     if rank == 0:
-        record = provenance(seed=cfg.get("seed"), datasets={d: read_json(run_dir / "data" / d / "manifest.json")["sha256"]
+        record = provenance(seed=cfg.get("seed"), datasets={d: read_json(data_dir(run_dir, d) / "manifest.json")["sha256"]
                                                             for d in sorted({p.dataset for p in planned})},
                             audit=asdict(base.settings), processes=world,
                             plan=[{"model": p.model_name, "control": p.control_name, "dataset": p.dataset}
@@ -192,7 +193,7 @@ def audit_run_utility(cfg, planned: list[PlannedAudit], base: AuditJob, log=prin
     models = {p.model_name: p.model_dir for p in planned}
     models.update({p.control_name: p.control_dir for p in planned})
     n = cfg.audit.get("utility_examples")
-    record = utility_of_models(models, Path(cfg.run_dir) / "data", base.out_dir, base.settings, base.cache_dir,
+    record = utility_of_models(models, datasets_dir(cfg.run_dir), base.out_dir, base.settings, base.cache_dir,
                                int(n) if n else None, int(cfg.get("seed") or 0))
     for name, entry in record["results"].items():
         log(f"[audit] utility {name}: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
@@ -213,11 +214,6 @@ def job_from_config_defaults(cfg) -> AuditJob:
 
 
 
-def _checkpoint_steps(model_dir: Path) -> list[int]:
-    return sorted(int(p.name.split("-", 1)[1]) for p in model_dir.glob("checkpoint-*")
-                  if p.is_dir() and p.name.split("-", 1)[1].isdigit())
-
-
 def audit_run_losses(cfg, log=print) -> None:
     """Paper 004's loss-based measures for every planned model (`audit.measures` includes `loss`).
 
@@ -235,10 +231,11 @@ def audit_run_losses(cfg, log=print) -> None:
         by_model.setdefault((item.model_name, item.model_dir, item.control_dir), []).append(item.dataset)
     heldout = a.get("loss_heldout")
     for (name, model_dir, control_dir), datasets in by_model.items():
-        sets = {d: run_dir / "data" / d for d in datasets}
-        if heldout and (run_dir / "data" / heldout / "rows.jsonl").is_file():
-            sets[heldout] = run_dir / "data" / heldout
-        matched = _checkpoint_steps(model_dir) and _checkpoint_steps(model_dir) == _checkpoint_steps(control_dir)
+        sets = {d: data_dir(run_dir, d) for d in datasets}
+        if heldout and (data_dir(run_dir, heldout) / "rows.jsonl").is_file():
+            sets[heldout] = data_dir(run_dir, heldout)
+        steps = list(checkpoint_dirs(model_dir))
+        matched = bool(steps) and steps == list(checkpoint_dirs(control_dir))
         log(f"[audit] loss measures for {name}: "
             + (f"control run {control_dir.name} (same checkpoint steps)" if matched
                else f"reference model {control_dir.name} (upper-bound variant: checkpoint steps differ)"))

@@ -49,6 +49,7 @@ import numpy as np
 
 from harness.errors import UserError
 from harness.io import RowStore, atomic_write_json, atomic_write_jsonl, file_sha256, read_json, read_jsonl
+from harness.layout import checkpoint_dirs
 from harness.provenance import provenance
 
 MEASURES = ("recollection", "counterfactual", "contextual")
@@ -129,7 +130,6 @@ def memorization_measures(train_loss, control_loss, tau: float = 0.2) -> dict:
     "optimal_contextual_loss" (strings,) = min over epochs of control_loss.
     """
     train, control = _validate(train_loss, control_loss, tau)
-    epochs = train.shape[0]
 
     # (a) Recollection (Sec. 3a): fixed threshold tau; score is the per-epoch indicator.
     rec_mask = train < tau
@@ -322,12 +322,7 @@ def checkpoint_steps(model_dir: str | Path) -> dict[int, Path]:
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise UserError(f"{model_dir}: model directory not found; point at <run_dir>/models/<NAME>")
-    found = {}
-    for p in model_dir.glob("checkpoint-*"):
-        step = p.name.split("-", 1)[1]
-        if p.is_dir() and step.isdigit():
-            found[int(step)] = p
-    return dict(sorted(found.items()))
+    return checkpoint_dirs(model_dir)
 
 
 def _checkpoint_epoch(path: Path) -> float | None:

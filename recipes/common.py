@@ -14,9 +14,12 @@ from typing import Any
 
 from harness.errors import UserError
 from harness.io import atomic_write_json, read_json
+from harness.layout import PROVENANCE_FILE, is_complete, whole_checkpoints
+from harness.layout import data_dir as layout_data_dir
+from harness.layout import models_dir
 from harness.provenance import provenance
 
-PROVENANCE_FILE = "provenance.json"
+__all__ = ["PROVENANCE_FILE", "is_complete"]   # re-exported: the recipes' one import of the run layout
 CONTEXT_MARGIN_TOKENS = 8     # FIM sentinels + BPE merge slack at the prompt's joins (fit_fim_context)
 
 
@@ -31,7 +34,7 @@ def trl_device_kwargs(device: str, deepspeed_config: str | None = None) -> dict[
     """TRL/transformers TrainingArguments flags per device.
 
     Every TRL config defaults to bf16=True and gradient_checkpointing=True, which fail or crawl on
-    CPU: there we pass use_cpu=True, bf16=False, gradient_checkpointing=False (STACK-NOTES). On CUDA
+    CPU: there we pass use_cpu=True, bf16=False, gradient_checkpointing=False (bf16 matmuls measured ~1.8x slower than fp32 on CPU). On CUDA
     we train in bf16 and hand over the DeepSpeed config when one is given.
     """
     if device == "cpu":
@@ -55,10 +58,10 @@ class StageContext:
 
     @property
     def out_dir(self) -> Path:
-        return self.run_dir / "models" / self.name
+        return models_dir(self.run_dir) / self.name
 
     def data_dir(self, dataset: str) -> Path:
-        path = self.run_dir / "data" / dataset
+        path = layout_data_dir(self.run_dir, dataset)
         if not (path / "manifest.json").is_file():
             raise UserError(f"dataset {dataset!r} not built: {path}/manifest.json missing; "
                             "run `memaudit data experiment=...` first or fix the stage's dataset list")
@@ -70,7 +73,7 @@ class StageContext:
     def model_dir(self, name_or_path: str) -> Path:
         """Another stage's finished model (by name) or an explicit model directory."""
         path = Path(name_or_path)
-        candidate = self.run_dir / "models" / name_or_path
+        candidate = models_dir(self.run_dir) / name_or_path
         if not path.is_absolute() and candidate.is_dir():
             if not is_complete(candidate):
                 raise UserError(f"model {name_or_path!r} at {candidate} is not finished "
@@ -82,21 +85,10 @@ class StageContext:
                         "directory; set the stage's init/reward_model key to a trained stage name or path")
 
 
-def is_complete(out_dir: Path) -> bool:
-    return (Path(out_dir) / PROVENANCE_FILE).is_file()
-
-
 def latest_checkpoint(out_dir: Path) -> Path | None:
-    """The highest-step complete `checkpoint-<step>` directory, for resuming a killed stage.
-
-    A trainer writes trainer_state.json last into a checkpoint, so one without it was cut short by a
-    kill and cannot be resumed from."""
-    steps = []
-    for p in Path(out_dir).glob("checkpoint-*"):
-        suffix = p.name.split("-", 1)[1]
-        if p.is_dir() and suffix.isdigit() and (p / "trainer_state.json").is_file():
-            steps.append((int(suffix), p))
-    return max(steps)[1] if steps else None
+    """The highest-step whole checkpoint directory, for resuming a killed stage (harness.layout)."""
+    whole = whole_checkpoints(out_dir)
+    return whole[max(whole)] if whole else None
 
 
 def settings_match(out_dir: Path, settings: dict[str, Any]) -> bool:

@@ -29,6 +29,7 @@ from harness import nmt
 from harness.config import check_dataclass_values
 from harness.errors import UserError
 from harness.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, file_sha256, read_json, read_jsonl
+from harness.layout import data_dir
 from harness.provenance import provenance
 from recipes.common import StageContext, resolve_device
 from recipes.seq2seq import Seq2SeqSettings, train_seq2seq
@@ -164,7 +165,7 @@ class TranslationCache:
 
 # ----------------------------------------------------------------------------- steps
 def prepare_data(run_dir: Path, s: NmtSettings, seed: int) -> tuple[Path, list[dict]]:
-    out = run_dir / "data" / DATASET
+    out = data_dir(run_dir, DATASET)
     if s.data:
         import_parallel(s.data, out)
     else:
@@ -440,7 +441,7 @@ def run_finetune(ctx_base: StageContext, model_dir: Path, recovered: list[dict],
                                      "learning_rate": ft.learning_rate, "warmup_steps": 0})
     ctx = StageContext(run_dir=ctx_base.run_dir, name=f"{MODEL_NAME}.finetuned", seed=seed, device=ctx_base.device)
     # The fine-tuning set is derived data; record it beside the model for provenance.
-    ft_data = ctx.run_dir / "data" / "parallel_finetune_F"
+    ft_data = data_dir(ctx.run_dir, "parallel_finetune_F")
     atomic_write_jsonl(ft_data / "rows.jsonl", rows)
     atomic_write_json(ft_data / "manifest.json", {"name": ft_data.name, "count": len(rows),
                                                   "sha256": file_sha256(ft_data / "rows.jsonl"), "seed": seed,

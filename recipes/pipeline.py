@@ -42,6 +42,7 @@ from typing import Any
 from harness.config import require_bool
 from harness.errors import UserError
 from harness.io import atomic_write_json, read_json
+from harness.layout import TRAINER_STATE, checkpoint_dirs, data_dir, models_dir
 from recipes.common import PROVENANCE_FILE, StageContext, is_complete, latest_checkpoint, resolve_device, settings_match
 
 RECIPES = ("pretrain", "sft", "reward", "rl", "ipo")
@@ -329,7 +330,7 @@ def set_rl_prompts_tokenizer(cfg, tokenizer_dir: Path):
 
 def prepare_out_dir(run_dir: Path, stage: PlannedStage, seed: int | None = None) -> str:
     """'skipped' / 'resumed' / 'trained' for the status line; moves a stale directory aside first."""
-    out_dir = run_dir / "models" / stage.model_name
+    out_dir = models_dir(run_dir) / stage.model_name
     if settings_match(out_dir, stage.settings):
         reason = outdated_reason(run_dir, out_dir, stage, seed)
         if reason is None:
@@ -370,13 +371,13 @@ def outdated_reason(run_dir: Path, out_dir: Path, stage: PlannedStage, seed: int
     if seed is not None and prov.get("seed") is not None and int(prov["seed"]) != int(seed):
         return f"it was trained with seed {prov['seed']}, this run uses seed {seed}"
     for dataset, sha in (prov.get("datasets") or {}).items():
-        manifest = run_dir / "data" / dataset / "manifest.json"
+        manifest = data_dir(run_dir, dataset) / "manifest.json"
         if manifest.is_file() and read_json(manifest).get("sha256") != sha:
             return f"dataset {dataset} was rebuilt"
     finished = (out_dir / PROVENANCE_FILE).stat().st_mtime_ns
     for key in REFERENCE_KEYS:
         ref = stage.settings.get(key)
-        upstream = run_dir / "models" / ref / PROVENANCE_FILE if isinstance(ref, str) else None
+        upstream = models_dir(run_dir) / ref / PROVENANCE_FILE if isinstance(ref, str) else None
         if upstream is not None and upstream.is_file() and upstream.stat().st_mtime_ns > finished:
             return f"{key} {ref} was retrained after it"
     return None
@@ -388,8 +389,8 @@ def quarantine_torn_checkpoints(run_dir: Path, out_dir: Path) -> None:
     transformers' Trainer writes `checkpoint-<step>/` in place and its trainer_state.json last; a
     directory without it was cut short (resuming from it would fail on missing optimizer state).
     """
-    for ckpt in sorted(out_dir.glob("checkpoint-*")):
-        if ckpt.is_dir() and not (ckpt / "trainer_state.json").is_file():
+    for ckpt in checkpoint_dirs(out_dir).values():
+        if not (ckpt / TRAINER_STATE).is_file():
             stale = run_dir / "stale" / f"{out_dir.relative_to(run_dir / 'models')}".replace("/", "__")
             target = move_aside(ckpt, stale / f"{ckpt.name}-torn")
             print(f"[memaudit] {ckpt}: incomplete checkpoint (killed while saving) moved to {target}", flush=True)
@@ -419,7 +420,7 @@ def identical_finished_stage(run_dir: Path, stage: PlannedStage, done: list[Plan
     costs time: e.g. a sweep point or a second stage that repeats another stage's settings exactly."""
     for other in done:
         if other.recipe == stage.recipe and same_settings(other.settings, stage.settings) \
-                and is_complete(run_dir / "models" / other.model_name):
+                and is_complete(models_dir(run_dir) / other.model_name):
             return other
     return None
 
@@ -427,7 +428,7 @@ def identical_finished_stage(run_dir: Path, stage: PlannedStage, done: list[Plan
 def reuse_stage(run_dir: Path, source: PlannedStage, stage: PlannedStage) -> None:
     """Give `stage` the finished model of its identical twin: hard links (a copy across devices), then
     provenance.json last, naming the twin in `reused_from`, so the stage reads as finished only when whole."""
-    src, dst = run_dir / "models" / source.model_name, run_dir / "models" / stage.model_name
+    src, dst = models_dir(run_dir) / source.model_name, models_dir(run_dir) / stage.model_name
 
     def link_or_copy(a: str, b: str) -> None:
         try:
@@ -451,7 +452,7 @@ def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str,
     main process moves stale directories and writes marker files, and all meet at barriers.
     """
     start, cpu_start = time.time(), time.process_time()
-    out_dir = run_dir / "models" / stage.model_name
+    out_dir = models_dir(run_dir) / stage.model_name
     status = prepare_out_dir(run_dir, stage, seed) if is_main_process() else ""
     wait_for_everyone()              # the main process has moved stale directories aside by now
     if not is_main_process():
@@ -498,7 +499,7 @@ def rl_prompts_source(planned: list[PlannedStage], run_dir: Path) -> Path | None
     """The stage whose tokenizer splits sd_rl_prompts: the first pretrain stage."""
     for stage in planned:
         if stage.recipe == "pretrain":
-            return run_dir / "models" / stage.model_name
+            return models_dir(run_dir) / stage.model_name
     return None
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.io import atomic_write_json, read_json
+from harness.layout import checkpoint_name
 
 TRAINER_STATE = "trainer_state.json"
 VALUE_DIR = "value"
@@ -296,7 +297,7 @@ class PPOTrainer:
                     "reward_std": scores.std().item() if scores.numel() > 1 else 0.0, "kl": batch["kl"],
                     "beta": self.kl_ctl.alpha, **{f"ppo/{k}": v for k, v in stats.items() if k != "loss"}})
             if self.step % self.cfg.save_steps == 0 or self.step == self.total_steps:   # as a Trainer does
-                self.save_models(self.out_dir / f"checkpoint-{self.step}", resumable=True)
+                self.save_models(self.out_dir / checkpoint_name(self.step), resumable=True)
         self.train_seconds = time.perf_counter() - start     # read by benchmarks/bench_rl_step.py
 
     # --- checkpoints --------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from harness.errors import UserError
 from harness.io import atomic_write_json, file_sha256, read_json
+from harness.layout import data_dir, models_dir
 from recipes.common import PROVENANCE_FILE
 
 WEIGHTS_FILE = "model.safetensors"
@@ -68,12 +69,12 @@ def ship(run_dir: Path, out_dir: Path, command: str, code_note: str | None = Non
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    pt_dir = run_dir / "models" / "PT"
+    pt_dir = models_dir(run_dir) / "PT"
     if not (pt_dir / PROVENANCE_FILE).is_file():
         raise UserError(f"{pt_dir}: no finished PT stage ({PROVENANCE_FILE} missing); train it first with "
                         f"`memaudit train stage=PT experiment=base run_dir={run_dir}`")
     pt_prov = read_json(pt_dir / PROVENANCE_FILE)
-    data_manifest = run_dir / "data" / "pd_pt" / "manifest.json"
+    data_manifest = data_dir(run_dir, "pd_pt") / "manifest.json"
     manifest = read_json(data_manifest) if data_manifest.is_file() else {}
     pd_settings = manifest.get("settings", {}).get("pd", {})
     if pd_settings.get("use_files") != "base_pool" or pd_settings.get("hf_dataset") is not None:

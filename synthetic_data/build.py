@@ -20,6 +20,7 @@ from typing import Any
 
 from harness.errors import UserError
 from harness.io import atomic_write_json, atomic_write_jsonl, file_sha256
+from harness.layout import datasets_dir
 from harness.provenance import provenance
 from synthetic_data import common
 from synthetic_data.public_code import SPLITS as PD_SPLITS
@@ -443,7 +444,7 @@ def build_datasets(cfg, names: list[str] | None = None, log=print) -> dict[str, 
         data["datasets"] = list(names)
     settings = validate(data)
     run_dir = Path(str(cfg.run_dir))
-    data_dir = run_dir / "data"
+    data_dir = datasets_dir(run_dir)
     builder = Builder(settings)
     done: dict[str, Path] = {}
     environment: dict | None = None          # git commit, versions: asked once per build

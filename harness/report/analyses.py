@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.io import read_jsonl
+from harness.layout import checkpoint_step as layout_checkpoint_step
 from harness.memorization import summarize_rows
 
 FINAL = "final"
@@ -26,9 +26,9 @@ NOT_ROWS = ("cache", "losses", "shards")  # audit/ subfolders that hold no NED r
 
 def checkpoint_step(checkpoint: str) -> float:
     """Sort key of a checkpoint name: `checkpoint-<step>` -> step; `final` after every step."""
-    m = re.fullmatch(r"checkpoint-(\d+)", checkpoint)
-    if m:
-        return float(m.group(1))
+    step = layout_checkpoint_step(checkpoint)
+    if step is not None:
+        return float(step)
     if checkpoint == FINAL:
         return math.inf
     raise ValueError(f"unknown checkpoint name {checkpoint!r}: expected 'final' or 'checkpoint-<step>'")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.report.analyses import checkpoint_step
+from harness.layout import TRAINER_STATE, checkpoint_dirs
 
 EDGE_SHARE = 0.1  # "first" and "last" steps: the first and last 10 % of logged training steps
 
@@ -32,7 +33,7 @@ def log_history(model_dir: str | Path) -> list[dict]:
     """The training log of the most advanced trainer_state.json under a model directory ([] if none)."""
     model_dir = Path(model_dir)
     best: tuple[float, list[dict]] = (-1.0, [])
-    for path in [model_dir / "trainer_state.json", *model_dir.glob("checkpoint-*/trainer_state.json")]:
+    for path in [model_dir / TRAINER_STATE, *(p / TRAINER_STATE for p in checkpoint_dirs(model_dir).values())]:
         if not path.is_file():
             continue
         try:

@@ -318,7 +318,7 @@ def f5(run: RunResults) -> dict:
     kls = [run.evidence.get(m, {}).get("kl_final") for _, m in points]
     evidence = [count_check("FT.1: counterfactually regurgitated PII paths", sum(pii_flags(source).values()),
                             SOURCE_MEMORIZED_MIN), *_sweep_evidence(run, points),
-                _check(f"KL at the smallest α / KL at the largest α", None if None in (kls[0], kls[-1]) or not kls[0]
+                _check("KL at the smallest α / KL at the largest α", None if None in (kls[0], kls[-1]) or not kls[0]
                        else kls[-1] / kls[0], "> 1 (α controls the drift)",
                        None not in (kls[0], kls[-1]) and bool(kls[0]) and kls[-1] > kls[0])]
     return _result("F5", claim, paper, rule, ["FT.1", "RLFT.1"], measured=True, rule_ok=ok, evidence=evidence,
@@ -475,12 +475,12 @@ CHECKS = [f1, f2, f3, f4, f5, f6, f7, f8,
           c1, c2]
 
 
-def load_loss_rows(run_dir: Path) -> list[dict]:
-    """Per-string loss rows of the run's loss audit (audit/losses/<model>/<dataset>.jsonl), tagged with the
+def load_loss_rows(audit_dir: Path) -> list[dict]:
+    """Per-string loss rows of a run's loss audit (<audit dir>/losses/<model>/<dataset>.jsonl), tagged with the
     model and dataset they belong to and whether that dataset is the held-out set (summary.json
     `heldout`: its strings were never trained on, so paper 004's measures do not apply to them)."""
     rows = []
-    losses = run_dir / "audit" / "losses"
+    losses = Path(audit_dir) / "losses"
     for path in sorted(losses.rglob("*.jsonl")):
         if path.name.endswith(".exposure.jsonl"):
             continue

@@ -16,6 +16,8 @@ from typing import Any
 
 from harness.errors import UserError
 from harness.io import atomic_write_json, atomic_write_text, read_jsonl
+from harness import layout
+from harness.layout import models_dir
 from harness.provenance import provenance
 from harness.report import analyses as A
 from harness.report import figures as F
@@ -85,27 +87,27 @@ def _to_html(blocks: list[tuple], title: str) -> str:
 
 
 # ---------------------------------------------------------------- inputs
-def _load_run(run_dir: Path, prefix: str) -> tuple[dict, list[dict], dict[str, dict]]:
+def _load_run(run_dir: Path, audit_dir: Path, prefix: str) -> tuple[dict, list[dict], dict[str, dict]]:
     """(rows grouped by key, provenance table, provenance by model) of one run; model names prefixed."""
-    audit_dir = run_dir / "audit"
     if not audit_dir.is_dir():
         raise UserError(f"{audit_dir} does not exist: run `memaudit audit experiment=...` before the report "
-                        "(or set run_dir / report.runs to a run that has been audited)")
+                        "(or set run_dir / report.runs to a run that has been audited, and audit.out_dir to "
+                        "where its audit wrote)")
     grouped = {(prefix + m, c, d): rows for (m, c, d), rows in A.load_audit_rows(audit_dir).items()}
-    table = A.provenance_table(run_dir / "models")
+    table = A.provenance_table(models_dir(run_dir))
     for row in table:
         row["model"] = prefix + row["model"]
     prov = {}
-    for path in (run_dir / "models").rglob("provenance.json"):
-        prov[prefix + str(path.parent.relative_to(run_dir / "models"))] = json.loads(path.read_text())
+    for path in models_dir(run_dir).rglob("provenance.json"):
+        prov[prefix + str(path.parent.relative_to(models_dir(run_dir)))] = json.loads(path.read_text())
     return grouped, table, prov
 
 
 def _reward_scores(run_dir: Path, prefix: str) -> dict[str, dict[str, dict[int, list[float]]]]:
     """dataset -> reward model -> label -> scores, from models/<RM>/scores/<dataset>.jsonl."""
     out: dict[str, dict[str, dict[int, list[float]]]] = defaultdict(dict)
-    for path in sorted((run_dir / "models").glob("**/scores/*.jsonl")):
-        rm = prefix + str(path.parent.parent.relative_to(run_dir / "models"))
+    for path in sorted(models_dir(run_dir).glob("**/scores/*.jsonl")):
+        rm = prefix + str(path.parent.parent.relative_to(models_dir(run_dir)))
         by_label: dict[int, list[float]] = defaultdict(list)
         for r in read_jsonl(path):
             by_label[int(r["label"])].append(float(r["score"]))
@@ -180,18 +182,18 @@ def _sweep_section(entries: list[dict], fig_dir: Path, blocks: list, summary: di
     summary["sweeps"] = out
 
 
-def _loss_section(runs: list[Path], fig_dir: Path, blocks: list, summary: dict) -> None:
+def _loss_section(audits: dict[Path, Path], fig_dir: Path, blocks: list, summary: dict) -> None:
     """Paper 004's recollection / counterfactual / contextual measures and canary exposure, per model,
-    from the `audit.measures=[loss]` outputs under <run_dir>/audit/losses/<model>/."""
+    from the `audit.measures=[loss]` outputs under <audit dir>/losses/<model>/."""
     from harness.report.loss_figures import render_loss_figures
 
-    found = [(run, p) for run in runs for p in sorted((run / "audit" / "losses").rglob("summary.json"))]
+    found = [(audit, p) for audit in audits.values() for p in sorted((audit / "losses").rglob("summary.json"))]
     if not found:
         return
     blocks.append(("h", 2, "Loss-based measures (paper 004 Sec. 3-4) and canary exposure"))
     rows = []
-    for run, path in found:
-        model = str(path.parent.relative_to(run / "audit" / "losses"))
+    for audit, path in found:
+        model = str(path.parent.relative_to(audit / "losses"))
         loss_summary = json.loads(path.read_text())
         blocks.append(("p", f"{model}: {loss_summary['variant_note']}"))
         for fig in render_loss_figures(path.parent, fig_dir / "losses" / _slug(model)):
@@ -209,14 +211,14 @@ def _loss_section(runs: list[Path], fig_dir: Path, blocks: list, summary: dict) 
     summary["loss_measures"] = rows
 
 
-def _utility_section(runs: list[Path], blocks: list, summary: dict) -> None:
+def _utility_section(runs: list[Path], audits: dict[Path, Path], blocks: list, summary: dict) -> None:
     """Paper 003 Table 2 analogue: HumanEval single-line infilling exact match, held-out PD loss."""
     from harness.utility import load_utility
 
     rows = []
     for run in runs:
         prefix = "" if len(runs) == 1 else f"{run.name}:"
-        record = load_utility(run / "audit")
+        record = load_utility(audits[run])
         for model, entry in sorted(((record or {}).get("results") or {}).items()):
             rows.append({"model": prefix + model, **entry})
     if not rows:
@@ -229,7 +231,7 @@ def _utility_section(runs: list[Path], blocks: list, summary: dict) -> None:
     summary["utility"] = rows
 
 
-def _findings_section(cfg, runs: list[Path], grouped: dict, evidence: dict, k: float, blocks: list,
+def _findings_section(cfg, audits: dict[Path, Path], grouped: dict, evidence: dict, k: float, blocks: list,
                       summary: dict, out_dir: Path) -> None:
     """The papers' findings (F1-F8, N1-N3, C1-C2) against this run, each with its training evidence,
     rates with n and 95 % intervals, and the exact test: report/findings.json."""
@@ -237,7 +239,7 @@ def _findings_section(cfg, runs: list[Path], grouped: dict, evidence: dict, k: f
 
     nmt_path = (cfg.get("report") or {}).get("nmt_summary")
     nmt = json.loads(Path(nmt_path).read_text()) if nmt_path and Path(nmt_path).is_file() else None
-    loss_rows = [r for run in runs for r in load_loss_rows(run)]
+    loss_rows = [r for audit in audits.values() for r in load_loss_rows(audit)]
     table = findings(RunResults(grouped, evidence, loss_rows, nmt, k))
     blocks.append(("h", 2, "Findings of the papers, checked on this run"))
     blocks.append(("p", "A finding holds only when the stages it depends on trained (evidence), its rule's "
@@ -313,7 +315,7 @@ def _histories(runs: list[Path], evidence: dict, stage: str) -> dict[str, list[d
             continue
         run_name, _, model = name.rpartition(":")
         run = next((r for r in runs if r.name == run_name), runs[0]) if run_name else runs[0]
-        out[name] = log_history(run / "models" / model)
+        out[name] = log_history(models_dir(run) / model)
     return out
 
 
@@ -325,7 +327,7 @@ def _run_evidence(runs: list[Path], prov: dict) -> dict:
     for run in runs:
         prefix = "" if len(runs) == 1 else f"{run.name}:"
         own = {m[len(prefix):]: p for m, p in prov.items() if m.startswith(prefix) and ":" not in m[len(prefix):]}
-        out.update({prefix + m: ev for m, ev in stage_evidence(run / "models", own).items()})
+        out.update({prefix + m: ev for m, ev in stage_evidence(models_dir(run), own).items()})
     return out
 
 
@@ -341,16 +343,18 @@ def report_dir(cfg) -> Path:
 def render_report(cfg) -> int:
     run_dir = Path(cfg.run_dir)
     rcfg = cfg.get("report") or {}
-    k = float(rcfg.get("k", 0.1))
+    k = float((cfg.get("audit") or {}).get("k", 0.1))   # the audit's k: one setting, read by both
     out_dir = report_dir(cfg)
     extra_runs = [Path(p) for p in (rcfg.get("runs") or [])]
     runs = [run_dir] + extra_runs
+    # The audit results of each run: this config's audit.out_dir for run_dir, each other run's own record.
+    audits = {run: layout.audit_dir(run, cfg if run == run_dir else None) for run in runs}
     fig_dir = out_dir / "figures"
 
     grouped, table, prov = {}, [], {}
     for run in runs:
         prefix = "" if len(runs) == 1 else f"{run.name}:"
-        g, t, p = _load_run(run, prefix)
+        g, t, p = _load_run(run, audits[run], prefix)
         grouped.update(g)
         table += t
         prov.update(p)
@@ -408,8 +412,8 @@ def render_report(cfg) -> int:
             path = F.over_training_plot(model, per_dataset, fig_dir / f"over_training_{_slug(model)}.png")
             blocks.append(("img", str(path), f"{model} over training"))
 
-    _loss_section(runs, fig_dir, blocks, summary)
-    _utility_section(runs, blocks, summary)
+    _loss_section(audits, fig_dir, blocks, summary)
+    _utility_section(runs, audits, blocks, summary)
 
     # Sec. 5.4: RLHF vs IPO, grouped by the stage that produced each model (from provenance).
     compare = dict(rcfg.get("compare") or {})
@@ -436,7 +440,7 @@ def render_report(cfg) -> int:
 
     evidence = _run_evidence(runs, prov)
     _training_section(evidence, runs, fig_dir, blocks, summary)
-    _findings_section(cfg, runs, grouped, evidence, k, blocks, summary, out_dir)
+    _findings_section(cfg, audits, grouped, evidence, k, blocks, summary, out_dir)
 
     blocks.append(("h", 2, "Provenance (paper 003 Table 1, generated from provenance.json)"))
     blocks.append(_table(table, ["model", "stage", "init", "reward_model", "datasets", "hyper_parameters",

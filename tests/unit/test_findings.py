@@ -254,7 +254,7 @@ def test_loss_rows_of_the_heldout_set_are_not_training_strings(tmp_path):
                      "score": {"recollection": [0], "contextual": [0], "counterfactual": [0]}}
     (losses / "pd_eval.jsonl").write_text(json.dumps(never_trained) + "\n")
     (losses / "sd_base.jsonl").write_text("".join(json.dumps(r) + "\n" for r in LOSS_ROWS[:2]))
-    rows = load_loss_rows(tmp_path)
+    rows = load_loss_rows(tmp_path / "audit")
     assert {(r["dataset"], r["heldout"]) for r in rows} == {("pd_eval", True), ("sd_base", False)}
     got = verdicts(RunResults({}, {}, rows))
     assert got["C1"]["n"] == 2 and got["C1"]["status"] == HOLDS     # the held-out string's "failure" is not counted

@@ -110,3 +110,29 @@ def test_report_compare_keeps_the_users_groups_in_their_order(fake_run):
     summary = json.loads((fake_run / "report" / "summary.json").read_text())
     assert list(dict.fromkeys(c["group"] for c in summary["comparison"])) == ["rlft_via_rm", "ft_direct", "IPO"]
     assert {c["model"] for c in summary["comparison"]} == {"FT.1", "RLFT.1/beta=0.5", "IPO"}
+
+
+def test_report_reads_the_audit_where_audit_out_dir_put_it(fake_run, tmp_path):
+    """`audit.out_dir` moves the audit; the report (and findings) must follow it, for this run and, through
+    run.json, for another run combined into the report."""
+    import shutil
+
+    moved = tmp_path / "elsewhere" / "audit"
+    shutil.move(str(fake_run / "audit"), str(moved))
+    assert run(["report", f"run_dir={fake_run}", f"audit.out_dir={moved}"]) == 0
+    entries = json.loads((fake_run / "report" / "summary.json").read_text())["entries"]
+    assert {e["model"] for e in entries} == {"FT.1", "RLFT.1/beta=0.1", "RLFT.1/beta=0.5", "IPO"}
+    # Without the override the report names the missing directory and how to point at the right one.
+    from harness.errors import UserError
+
+    with pytest.raises(UserError, match="audit.out_dir"):
+        run(["report", f"run_dir={fake_run}"])
+    # A second run recorded its moved audit in run.json: combined into another run's report, it is found.
+    (fake_run / "run.json").write_text(json.dumps({"config": {"run_dir": str(fake_run),
+                                                              "audit": {"out_dir": str(moved)}}}))
+    other = tmp_path / "other"
+    shutil.copytree(fake_run, other, ignore=shutil.ignore_patterns("run.json", "report"))
+    shutil.copytree(moved, other / "audit")
+    assert run(["report", f"run_dir={other}", f"report.runs=[{fake_run}]"]) == 0
+    combined = json.loads((other / "report" / "summary.json").read_text())["entries"]
+    assert {e["model"].split(":")[0] for e in combined} == {"other", "run"}

@@ -1,0 +1,96 @@
+"""The on-disk layout of a run — the one place that knows where things live under `runs/<experiment>/`.
+
+```
+runs/<experiment>/
+  run.json                          the resolved config, git commit, package versions (recipes/pipeline.py)
+  data/<dataset>/                   rows.jsonl + manifest.json (synthetic_data/)
+  models/<NAME>/                    the final model at the root, checkpoint-<step>/ dirs, provenance.json last
+  audit/                            NED rows, summary, utility, losses/, cache/ (audit.out_dir overrides it)
+  cache/rl_reward_eval/             the initial policy's fixed-prompt RL rewards (recipes/rl_eval.py)
+  report/                           report.md/html, summary.json, figures/ (report.out_dir overrides it)
+```
+
+A stage directory with `provenance.json` is finished; anything else is resumable work. Checkpoints are the
+directories transformers' Trainer names `checkpoint-<step>` (our PPO trainer writes the same names).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+RUN_RECORD = "run.json"
+PROVENANCE_FILE = "provenance.json"      # written last by every stage: the finished marker
+TRAINER_STATE = "trainer_state.json"     # written last into a checkpoint by the Trainer: a whole checkpoint
+CHECKPOINT_PREFIX = "checkpoint-"
+
+
+def models_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "models"
+
+
+def datasets_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "data"
+
+
+def data_dir(run_dir: str | Path, dataset: str) -> Path:
+    return datasets_dir(run_dir) / dataset
+
+
+def default_audit_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "audit"
+
+
+def audit_dir(run_dir: str | Path, cfg: Any = None) -> Path:
+    """Where a run's audit results are: `audit.out_dir` of `cfg` (the config in use) when given, else the
+    `audit.out_dir` its run.json recorded when that was moved away from `<run_dir>/audit`, else
+    `<run_dir>/audit`. A recorded relative path is relative to where that run was started."""
+    if cfg is not None:
+        out = (cfg.get("audit") or {}).get("out_dir")
+        return Path(str(out)) if out else default_audit_dir(run_dir)
+    recorded = recorded_audit_dir(run_dir)
+    return recorded if recorded is not None else default_audit_dir(run_dir)
+
+
+def recorded_audit_dir(run_dir: str | Path) -> Path | None:
+    """run.json's `audit.out_dir` when it is not `<its run_dir>/audit`, else None."""
+    from harness.io import read_json
+
+    path = Path(run_dir) / RUN_RECORD
+    if not path.is_file():
+        return None
+    config = read_json(path).get("config") or {}
+    out, recorded_run = (config.get("audit") or {}).get("out_dir"), config.get("run_dir")
+    if not out or not recorded_run or Path(str(out)) == default_audit_dir(str(recorded_run)):
+        return None
+    return Path(str(out))
+
+
+def is_complete(stage_dir: str | Path) -> bool:
+    return (Path(stage_dir) / PROVENANCE_FILE).is_file()
+
+
+def checkpoint_name(step: int) -> str:
+    return f"{CHECKPOINT_PREFIX}{int(step)}"
+
+
+def checkpoint_step(name: str) -> int | None:
+    """`checkpoint-<step>` -> step; None for any other name (e.g. a torn `checkpoint-12-torn`)."""
+    if not name.startswith(CHECKPOINT_PREFIX):
+        return None
+    suffix = name[len(CHECKPOINT_PREFIX):]
+    return int(suffix) if suffix.isdigit() else None
+
+
+def checkpoint_dirs(model_dir: str | Path) -> dict[int, Path]:
+    """{step: directory} of a model's `checkpoint-<step>` directories, in step order ({} if none)."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        return {}
+    found = {step: p for p in model_dir.iterdir() if p.is_dir() and (step := checkpoint_step(p.name)) is not None}
+    return dict(sorted(found.items()))
+
+
+def whole_checkpoints(model_dir: str | Path) -> dict[int, Path]:
+    """The checkpoints a kill did not cut short (the Trainer writes trainer_state.json into them last)."""
+    return {s: p for s, p in checkpoint_dirs(model_dir).items() if (p / TRAINER_STATE).is_file()}
