@@ -12,7 +12,7 @@ Pure Python, exact binomial / hypergeometric sums (n here is at most a few thous
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 Z95 = 1.959963984540054  # the standard normal's 97.5 % quantile
 

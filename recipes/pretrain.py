@@ -49,7 +49,7 @@ class PretrainSettings:
     save_steps: int = 100          # checkpoint interval (resume granularity)
     save_total_limit: int | None = 2  # PT checkpoints are for resuming only; the audit scores later stages
     logging_steps: int = 10
-    deepspeed: str | None = None   # DeepSpeed JSON (conf/accelerate/ds_zero*.json); CUDA only
+    deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); CUDA only
     where: dataclasses.InitVar[str] = "stages.PT"
 
     def __post_init__(self, where: str) -> None:
@@ -63,7 +63,7 @@ class PretrainSettings:
         require(self.save_steps >= 1, where, "save_steps", self.save_steps, "use >= 1")
         self.model_settings = parse_model(self.model, f"{where}.model")
         require(self.deepspeed is None or Path(self.deepspeed).is_file(), where, "deepspeed", self.deepspeed,
-                "give an existing DeepSpeed JSON, e.g. conf/accelerate/ds_zero2.json, or null")
+                "give an existing DeepSpeed JSON, e.g. launch/ds_zero2.json, or null")
         require(self.model_settings.max_position_embeddings >= self.max_seq_len, where, "max_seq_len",
                 self.max_seq_len, "must not exceed model.max_position_embeddings")
 

@@ -59,7 +59,7 @@ class RewardSettings:
     logging_steps: int = 10        # log train/loss every N steps
     fim_family: str | None = None  # FIM sentinel family (harness.fim); None = the preset's, else detected
     model: dict[str, Any] = field(default_factory=dict)  # preset (dtype, lora, fim_family); injected by the pipeline
-    deepspeed: str | None = None   # DeepSpeed JSON (conf/accelerate/ds_zero*.json); CUDA only
+    deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); CUDA only
     stage: InitVar[str] = "RM"     # stage name for error messages only; not a setting
 
     def __post_init__(self, stage: str) -> None:

@@ -78,7 +78,7 @@ class RLSettings:
     eval_samples: int = 4          # sampled completions per evaluation prompt
     fim_family: str | None = None  # FIM sentinel family (harness.fim); None = the preset's, else detected
     model: dict[str, Any] = field(default_factory=dict)  # preset (dtype, lora, fim_family); injected by the pipeline
-    deepspeed: str | None = None   # DeepSpeed JSON (conf/accelerate/ds_zero*.json); CUDA only (not ppo)
+    deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); CUDA only (not ppo)
     # algorithm: ppo only (Ziegler et al. 2019; Schulman et al. 2016/2017 for GAE and clipping)
     ppo_epochs: int = 4            # optimisation passes over each rollout batch; more -> faster drift, less stable
     ppo_minibatches: int = 1       # minibatches per pass (one optimizer step each)

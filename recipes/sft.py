@@ -56,7 +56,7 @@ class SFTSettings:
     save_steps: int = 50           # a checkpoint-<step>/ every N steps (each is audited)
     save_total_limit: int | None = None  # keep all: the audit scores every checkpoint
     logging_steps: int = 10
-    deepspeed: str | None = None   # DeepSpeed JSON (conf/accelerate/ds_zero*.json); CUDA only
+    deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); CUDA only
     where: dataclasses.InitVar[str] = "stages.FT"
 
     def __post_init__(self, where: str) -> None:
@@ -80,7 +80,7 @@ class SFTSettings:
                 "packing mixes rows into one context; turn it off when middle_only_loss is true")
         self.model_settings = parse_model(self.model, f"{where}.model")
         require(self.deepspeed is None or Path(self.deepspeed).is_file(), where, "deepspeed", self.deepspeed,
-                "give an existing DeepSpeed JSON, e.g. conf/accelerate/ds_zero2.json, or null")
+                "give an existing DeepSpeed JSON, e.g. launch/ds_zero2.json, or null")
 
 
 def fit_fim_row(prefix: str, middle: str, suffix: str, sentinels, tokenizer, max_len: int) -> tuple[str, str, bool]:

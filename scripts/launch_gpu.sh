@@ -5,7 +5,7 @@
 #
 #   scripts/launch_gpu.sh <experiment> <model preset> [num_gpus] [extra overrides...]
 #   scripts/launch_gpu.sh ft_persistence qwen2.5_coder_1.5b 8
-#   scripts/launch_gpu.sh rm_injection starcoder2_3b 8 stages.FT.3.deepspeed=$PWD/conf/accelerate/ds_zero3.json
+#   scripts/launch_gpu.sh rm_injection starcoder2_3b 8 stages.FT.3.deepspeed=$PWD/launch/ds_zero3.json
 #
 # What happens:
 # 1. The weights must already be on disk: `huggingface-cli download <hub id>` once (nothing in memaudit
@@ -14,7 +14,7 @@
 # 3. `accelerate launch` starts one process per GPU (DDP, bf16). Stage PT imports the public model into
 #    runs/<experiment>/models/PT; FT trains LoRA adapters (model.lora.*, merged at save); RM/RLFT/IPO run
 #    with the TRL trainers of recipes/{reward,rl,ipo}.py.
-# 4. DeepSpeed: add `stages.<NAME>.deepspeed=$PWD/conf/accelerate/ds_zero2.json` (or ds_zero3.json for full
+# 4. DeepSpeed: add `stages.<NAME>.deepspeed=$PWD/launch/ds_zero2.json` (or ds_zero3.json for full
 #    fine-tuning of 2-3 B models with model.lora.enabled=false) — the JSON goes to the Trainer config.
 #    Requires `pip install -e .[deepspeed]`.
 # 5. Audit then report follow in the main process (after_training in the experiment).
@@ -28,5 +28,5 @@ shift $(( $# >= 3 ? 3 : $# ))
 
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/memaudit data "experiment=$experiment" "model=$preset" "$@"
-.venv/bin/accelerate launch --config_file conf/accelerate/multi_gpu.yaml --num_processes "$gpus" \
+.venv/bin/accelerate launch --config_file launch/multi_gpu.yaml --num_processes "$gpus" \
     -m harness run "experiment=$experiment" "model=$preset" device=cuda "$@"

@@ -600,7 +600,7 @@ def _op_kdf(w: Writer, task: str) -> list[Op]:
 
 
 def _op_encode(w: Writer, task: str) -> list[Op]:
-    rng, s = w.rng, w.s
+    rng = w.rng
     pre: list[Step] = []
     b64 = "base64" in task
     decode = "decode" in task or ("hexadecimal string to a binary" in task)

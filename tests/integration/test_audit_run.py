@@ -107,10 +107,10 @@ def test_adding_a_checkpoint_generates_only_its_completions(run_dir, audit_world
 def test_two_processes_give_the_same_rows(run_dir, tmp_path):
     """accelerate launch with 2 CPU processes: examples sharded, rows merged, same as one process.
 
-    conf/accelerate/cpu_2proc.yaml: accelerate 1.15's `--cpu --num_processes 2` starts one process."""
+    launch/cpu_2proc.yaml: accelerate 1.15's `--cpu --num_processes 2` starts one process."""
     out = tmp_path / "audit2"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    config = Path(__file__).resolve().parents[2] / "conf" / "accelerate" / "cpu_2proc.yaml"
+    config = Path(__file__).resolve().parents[2] / "launch" / "cpu_2proc.yaml"
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), "-m", "harness", "audit", f"run_dir={run_dir}", PLAN, f"audit.out_dir={out}",
            "audit.progress=false", "device=cpu"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)

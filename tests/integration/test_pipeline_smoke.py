@@ -163,7 +163,7 @@ def test_ft_under_accelerate_launch_with_two_cpu_processes(smoke, tmp_path):
     """
     run_dir, _ = smoke
     launcher = [sys.executable, "-m", "accelerate.commands.launch",
-                "--config_file", str(REPO / "conf" / "accelerate" / "cpu_2proc.yaml")]
+                "--config_file", str(REPO / "launch" / "cpu_2proc.yaml")]
     out_dir = tmp_path / "run"
     (out_dir / "models").mkdir(parents=True)
     os.symlink(run_dir / "data", out_dir / "data")
