@@ -8,10 +8,11 @@ last: a directory with provenance.json is a finished stage, anything else is res
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.config import check_dataclass_values
 from harness.errors import UserError
 from harness.io import atomic_write_json, read_json
 from harness.layout import PROVENANCE_FILE, is_complete, whole_checkpoints
@@ -44,6 +45,35 @@ def trl_device_kwargs(device: str, deepspeed_config: str | None = None) -> dict[
     if deepspeed_config:
         kwargs["deepspeed"] = deepspeed_config
     return kwargs
+
+
+@dataclass
+class StageSettings:
+    """What every recipe's settings share, as TRL's configs share TrainingArguments: one strict loader
+    (an unknown key, or a non-boolean for a bool field, is an error naming it and the valid keys) and one
+    form for a bad value, `stages.<NAME>.<key>=<value>: <fix>`. Subclasses are dataclasses whose fields all
+    have defaults; their __post_init__ receives `where` (e.g. "stages.RLFT.1") and calls this one first."""
+
+    where: InitVar[str] = "stages"   # where the settings came from, for error messages only; not a setting
+
+    def __post_init__(self, where: str) -> None:
+        self._where = where
+
+    @classmethod
+    def load(cls, settings: dict[str, Any], stage: str):
+        """The settings of stage `stage` from its config mapping (`stages.<stage>`)."""
+        where = f"stages.{stage}"
+        check_dataclass_values(cls, settings, where)
+        return cls(**settings, where=where)
+
+    def bad(self, key: str, fix: str) -> UserError:
+        """The error for a bad value of `key`, naming it, its value and the fix."""
+        return UserError(f"{self._where}.{key}={getattr(self, key)!r}: {fix}")
+
+    def require(self, ok: bool, key: str, fix: str) -> None:
+        """Raise `bad(key, fix)` unless `ok`."""
+        if not ok:
+            raise self.bad(key, fix)
 
 
 @dataclass

@@ -15,13 +15,12 @@ saved model is merged into a plain one.
 from __future__ import annotations
 
 import random
-from dataclasses import InitVar, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UserError
 from harness.io import read_jsonl
-from recipes.common import (StageContext, fit_fim_context, latest_checkpoint, settings_match,
+from recipes.common import (StageContext, StageSettings, fit_fim_context, latest_checkpoint, settings_match,
                             trl_device_kwargs, write_provenance)
 from recipes.models import load_causal_lm, load_tokenizer, lora_config, parse_model, save_final
 
@@ -30,7 +29,7 @@ PAIR_FIELDS = ("id", "prefix", "suffix", "chosen", "rejected")
 
 
 @dataclass
-class IPOSettings:
+class IPOSettings(StageSettings):
     """Keys of a `recipe: ipo` stage (conf/experiment/*.yaml, `stages.<NAME>`)."""
 
     init: str = ""                 # model to align and KL reference: a stage name (PT) or a model directory
@@ -51,44 +50,36 @@ class IPOSettings:
     fim_family: str | None = None  # FIM sentinel family (harness.fim); None = the preset's, else detected
     model: dict[str, Any] = field(default_factory=dict)  # preset (dtype, lora, fim_family); injected by the pipeline
     deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); CUDA only
-    stage: InitVar[str] = "IPO"    # stage name for error messages only; not a setting
 
-    def __post_init__(self, stage: str) -> None:
-        def bad(key: str, fix: str) -> UserError:
-            return UserError(f"stages.{stage}.{key}={getattr(self, key)!r}: {fix}")
-
+    def __post_init__(self, where: str) -> None:
+        super().__post_init__(where)
         if self.deepspeed is not None and not Path(self.deepspeed).is_file():
-            raise bad("deepspeed", "point it at an existing DeepSpeed JSON file or remove the key")
+            raise self.bad("deepspeed", "point it at an existing DeepSpeed JSON file or remove the key")
 
         if not self.init:
-            raise bad("init", "set it to the model to align (e.g. PT) or a model directory")
+            raise self.bad("init", "set it to the model to align (e.g. PT) or a model directory")
         if isinstance(self.datasets, str):
             self.datasets = [self.datasets]
         if isinstance(self.eval_datasets, str):
             self.eval_datasets = [self.eval_datasets]
         self.datasets, self.eval_datasets = list(self.datasets), list(self.eval_datasets)
         if not self.datasets:
-            raise bad("datasets", "list at least one pairwise dataset, e.g. [pairs_sd_base, pairs_sd_links]")
+            raise self.bad("datasets", "list at least one pairwise dataset, e.g. [pairs_sd_base, pairs_sd_links]")
         if self.loss not in LOSSES:
-            raise bad("loss", f"use one of {', '.join(LOSSES)}")
+            raise self.bad("loss", f"use one of {', '.join(LOSSES)}")
         for key in ("beta", "lr", "epochs"):
             if not float(getattr(self, key)) > 0:
-                raise bad(key, "must be > 0")
+                raise self.bad(key, "must be > 0")
         for key in ("batch_size", "grad_accum", "max_length", "context_chars", "save_steps", "logging_steps"):
             if int(getattr(self, key)) < 1:
-                raise bad(key, "must be a positive integer")
-        self.model_settings = parse_model(self.model, f"stages.{stage}.model")
+                raise self.bad(key, "must be a positive integer")
+        self.model_settings = parse_model(self.model, f"{where}.model")
         if self.fim_family is None:
             self.fim_family = self.model_settings.fim_family
 
 
 def load_settings(settings: dict[str, Any], stage: str) -> IPOSettings:
-    known = {f.name for f in fields(IPOSettings)}
-    unknown = sorted(set(settings) - known)
-    if unknown:
-        raise UserError(f"stages.{stage}.{unknown[0]}: unknown key for recipe ipo; "
-                        f"remove it or use one of {', '.join(sorted(known))}")
-    return IPOSettings(**settings, stage=stage)
+    return IPOSettings.load(settings, stage)
 
 
 class IPORecipe:

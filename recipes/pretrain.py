@@ -16,7 +16,6 @@ padding-free attention, which adds nothing here. Packing is a dozen lines below.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import random
 from dataclasses import dataclass, field
@@ -25,14 +24,13 @@ from typing import Any
 
 from harness.errors import UserError
 from harness.io import file_sha256, read_json, read_jsonl
-from recipes.common import (PROVENANCE_FILE, StageContext, latest_checkpoint, settings_match, trl_device_kwargs,
-                            write_provenance)
-from recipes.models import (build_llama, load_causal_lm, load_tokenizer, parse_model, require, save_final,
-                            settings_from_dict)
+from recipes.common import (PROVENANCE_FILE, StageContext, StageSettings, latest_checkpoint, settings_match,
+                            trl_device_kwargs, write_provenance)
+from recipes.models import build_llama, load_causal_lm, load_tokenizer, parse_model, save_final
 
 
 @dataclass
-class PretrainSettings:
+class PretrainSettings(StageSettings):
     """`stages.PT` keys. Defaults are the quickstart's tiny-model choices."""
 
     datasets: list[str] = field(default_factory=lambda: ["pd_pt"])  # code corpora (id, text, source_file)
@@ -50,22 +48,22 @@ class PretrainSettings:
     save_total_limit: int | None = 2  # PT checkpoints are for resuming only; the audit scores later stages
     logging_steps: int = 10
     deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); CUDA only
-    where: dataclasses.InitVar[str] = "stages.PT"
 
     def __post_init__(self, where: str) -> None:
-        require(bool(self.datasets), where, "datasets", self.datasets, "name at least one code corpus, e.g. [pd_pt]")
-        require(self.max_tokens >= self.max_seq_len, where, "max_tokens", self.max_tokens,
-                f"the budget must cover at least one block of max_seq_len={self.max_seq_len} tokens")
-        require(self.max_seq_len >= 16, where, "max_seq_len", self.max_seq_len, "use >= 16, e.g. 256")
-        require(self.batch_size >= 1, where, "batch_size", self.batch_size, "use >= 1")
-        require(0 < self.lr < 1, where, "lr", self.lr, "set a learning rate in (0, 1), e.g. 2e-3")
-        require(0 <= self.fim_rate <= 1, where, "fim_rate", self.fim_rate, "a probability in [0, 1] (paper: 0.8)")
-        require(self.save_steps >= 1, where, "save_steps", self.save_steps, "use >= 1")
+        super().__post_init__(where)
+        self.require(bool(self.datasets), "datasets", "name at least one code corpus, e.g. [pd_pt]")
+        self.require(self.max_tokens >= self.max_seq_len, "max_tokens",
+                     f"the budget must cover at least one block of max_seq_len={self.max_seq_len} tokens")
+        self.require(self.max_seq_len >= 16, "max_seq_len", "use >= 16, e.g. 256")
+        self.require(self.batch_size >= 1, "batch_size", "use >= 1")
+        self.require(0 < self.lr < 1, "lr", "set a learning rate in (0, 1), e.g. 2e-3")
+        self.require(0 <= self.fim_rate <= 1, "fim_rate", "a probability in [0, 1] (paper: 0.8)")
+        self.require(self.save_steps >= 1, "save_steps", "use >= 1")
         self.model_settings = parse_model(self.model, f"{where}.model")
-        require(self.deepspeed is None or Path(self.deepspeed).is_file(), where, "deepspeed", self.deepspeed,
-                "give an existing DeepSpeed JSON, e.g. launch/ds_zero2.json, or null")
-        require(self.model_settings.max_position_embeddings >= self.max_seq_len, where, "max_seq_len",
-                self.max_seq_len, "must not exceed model.max_position_embeddings")
+        self.require(self.deepspeed is None or Path(self.deepspeed).is_file(), "deepspeed",
+                     "give an existing DeepSpeed JSON, e.g. launch/ds_zero2.json, or null")
+        self.require(self.model_settings.max_position_embeddings >= self.max_seq_len, "max_seq_len",
+                     "must not exceed model.max_position_embeddings")
 
 
 def packed_blocks(texts: list[str], tokenizer, sentinels, settings: PretrainSettings, seed: int) -> list[list[int]]:
@@ -181,7 +179,7 @@ def shipped_base_record(source: str) -> dict[str, Any]:
 
 def load_settings(settings: dict[str, Any], stage: str) -> PretrainSettings:
     """Validate `stages.<stage>` (unknown keys are an error), as every recipe module does."""
-    return settings_from_dict(PretrainSettings, settings, f"stages.{stage}")
+    return PretrainSettings.load(settings, stage)
 
 
 def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:

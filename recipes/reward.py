@@ -23,14 +23,14 @@ AUC) — the data of the paper's Fig. 2 (reward scores on SD.Links by label, per
 from __future__ import annotations
 
 import random
-from dataclasses import InitVar, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.errors import UserError
 from harness.io import atomic_write_json, atomic_write_jsonl, read_jsonl
 from harness.report.analyses import roc_auc
-from recipes.common import (StageContext, latest_checkpoint, settings_match, trl_device_kwargs,
+from recipes.common import (StageContext, StageSettings, latest_checkpoint, settings_match, trl_device_kwargs,
                             write_provenance)
 from recipes.models import load_sequence_classifier, load_tokenizer, parse_model, save_final, wrap_lora
 
@@ -40,7 +40,7 @@ PAIRWISE_FIELDS = ("id", "prefix", "suffix", "chosen", "rejected")
 
 
 @dataclass
-class RewardSettings:
+class RewardSettings(StageSettings):
     """Keys of a `recipe: reward` stage (conf/experiment/*.yaml, `stages.<NAME>`)."""
 
     init: str = ""                 # model to put the score head on: a stage name (FT.1) or a model directory
@@ -60,42 +60,34 @@ class RewardSettings:
     fim_family: str | None = None  # FIM sentinel family (harness.fim); None = the preset's, else detected
     model: dict[str, Any] = field(default_factory=dict)  # preset (dtype, lora, fim_family); injected by the pipeline
     deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); CUDA only
-    stage: InitVar[str] = "RM"     # stage name for error messages only; not a setting
 
-    def __post_init__(self, stage: str) -> None:
-        def bad(key: str, fix: str) -> UserError:
-            return UserError(f"stages.{stage}.{key}={getattr(self, key)!r}: {fix}")
-
+    def __post_init__(self, where: str) -> None:
+        super().__post_init__(where)
         if self.deepspeed is not None and not Path(self.deepspeed).is_file():
-            raise bad("deepspeed", "point it at an existing DeepSpeed JSON file or remove the key")
+            raise self.bad("deepspeed", "point it at an existing DeepSpeed JSON file or remove the key")
 
         if not self.init:
-            raise bad("init", "set it to the FT stage (e.g. FT.1) or a model directory to put the reward head on")
+            raise self.bad("init", "set it to the FT stage (e.g. FT.1) or a model directory to put the reward head on")
         for key in ("datasets", "eval_datasets", "score_datasets"):
             value = getattr(self, key)
             setattr(self, key, [value] if isinstance(value, str) else list(value))
         if not self.datasets:
-            raise bad("datasets", "list at least one reward dataset, e.g. [rm_pd2]")
+            raise self.bad("datasets", "list at least one reward dataset, e.g. [rm_pd2]")
         if self.objective not in OBJECTIVES:
-            raise bad("objective", f"use one of {', '.join(OBJECTIVES)}")
+            raise self.bad("objective", f"use one of {', '.join(OBJECTIVES)}")
         for key in ("lr", "epochs"):
             if not float(getattr(self, key)) > 0:
-                raise bad(key, "must be > 0")
+                raise self.bad(key, "must be > 0")
         for key in ("batch_size", "grad_accum", "max_length", "save_steps", "logging_steps"):
             if int(getattr(self, key)) < 1:
-                raise bad(key, "must be a positive integer")
-        self.model_settings = parse_model(self.model, f"stages.{stage}.model")
+                raise self.bad(key, "must be a positive integer")
+        self.model_settings = parse_model(self.model, f"{where}.model")
         if self.fim_family is None:
             self.fim_family = self.model_settings.fim_family
 
 
 def load_settings(settings: dict[str, Any], stage: str) -> RewardSettings:
-    known = {f.name for f in fields(RewardSettings)}
-    unknown = sorted(set(settings) - known)
-    if unknown:
-        raise UserError(f"stages.{stage}.{unknown[0]}: unknown key for recipe reward; "
-                        f"remove it or use one of {', '.join(sorted(known))}")
-    return RewardSettings(**settings, stage=stage)
+    return RewardSettings.load(settings, stage)
 
 
 # --- the pointwise loss: the one piece TRL does not have --------------------------------------------------

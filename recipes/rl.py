@@ -35,13 +35,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
-from dataclasses import InitVar, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.errors import UserError
 from harness.io import read_json, read_jsonl
-from recipes.common import (PROVENANCE_FILE, StageContext, latest_checkpoint, settings_match,
+from recipes.common import (PROVENANCE_FILE, StageContext, StageSettings, latest_checkpoint, settings_match,
                             trl_device_kwargs, write_provenance)
 from recipes.models import (load_causal_lm, load_sequence_classifier, load_tokenizer, lora_config, parse_model,
                             save_final, wrap_lora)
@@ -52,7 +52,7 @@ PPO_KEYS = ("ppo_epochs", "ppo_minibatches", "clip_range", "vf_coef", "value_cli
 
 
 @dataclass
-class RLSettings:
+class RLSettings(StageSettings):
     """Keys of a `recipe: rl` stage (conf/experiment/*.yaml, `stages.<NAME>`)."""
 
     init: str = ""                 # policy start and KL reference: an FT stage name or a model directory
@@ -90,81 +90,73 @@ class RLSettings:
     target_kl: float | None = None  # adaptive α (Ziegler et al. Sec. 2.2) towards this KL in nats per
                                    # completion (they use 6 for style tasks); null: α = beta, fixed
     kl_horizon: int = 10000        # adaptive α's horizon in samples; larger -> slower adaptation
-    stage: InitVar[str] = "RLFT"   # stage name for error messages only; not a setting
 
-    def __post_init__(self, stage: str) -> None:
-        def bad(key: str, fix: str) -> UserError:
-            return UserError(f"stages.{stage}.{key}={getattr(self, key)!r}: {fix}")
-
+    def __post_init__(self, where: str) -> None:
+        super().__post_init__(where)
         if self.deepspeed is not None and not Path(self.deepspeed).is_file():
-            raise bad("deepspeed", "point it at an existing DeepSpeed JSON file or remove the key")
+            raise self.bad("deepspeed", "point it at an existing DeepSpeed JSON file or remove the key")
 
         if not self.init:
-            raise bad("init", "set it to the FT stage to start from (e.g. FT.1) or a model directory")
+            raise self.bad("init", "set it to the FT stage to start from (e.g. FT.1) or a model directory")
         if not self.reward_model:
-            raise bad("reward_model", "set it to the RM stage that scores completions (e.g. RM.1)")
+            raise self.bad("reward_model", "set it to the RM stage that scores completions (e.g. RM.1)")
         if isinstance(self.prompts, str):
             self.prompts = [self.prompts]
         self.prompts = list(self.prompts)
         if not self.prompts:
-            raise bad("prompts", "name the prompt dataset(s), e.g. pd_3 or [sd_base, sd_links]")
+            raise self.bad("prompts", "name the prompt dataset(s), e.g. pd_3 or [sd_base, sd_links]")
         if self.algorithm not in ALGORITHMS:
-            raise bad("algorithm", f"use one of {', '.join(ALGORITHMS)}")
+            raise self.bad("algorithm", f"use one of {', '.join(ALGORITHMS)}")
         if not float(self.beta) >= 0:
-            raise bad("beta", "the KL coefficient must be >= 0")
+            raise self.bad("beta", "the KL coefficient must be >= 0")
         if self.algorithm == "grpo" and not float(self.beta) > 0:
-            raise bad("beta", "GRPO without a KL term has no reference model; set beta > 0 (e.g. 0.1)")
+            raise self.bad("beta", "GRPO without a KL term has no reference model; set beta > 0 (e.g. 0.1)")
         fewest = 1 if self.algorithm == "ppo" else 2     # PPO's baseline is its value model, not the group
         if not fewest <= int(self.num_generations) <= 64:
-            raise bad("num_generations", f"use {fewest}..64 completions per prompt"
-                      + ("" if fewest == 1 else " (the leave-one-out baseline needs 2 or more)"))
-        self.check_ppo_keys(bad)
+            raise self.bad("num_generations", f"use {fewest}..64 completions per prompt"
+                           + ("" if fewest == 1 else " (the leave-one-out baseline needs 2 or more)"))
+        self.check_ppo_keys()
         for key in ("lr", "epochs", "temperature"):
             if not float(getattr(self, key)) > 0:
-                raise bad(key, "must be > 0")
+                raise self.bad(key, "must be > 0")
         if int(self.eval_prompts) < 0:
-            raise bad("eval_prompts", "use 0 (no reward evaluation) or a positive number of prompts, e.g. 24")
+            raise self.bad("eval_prompts", "use 0 (no reward evaluation) or a positive number of prompts, e.g. 24")
         for key in ("prompts_per_step", "max_completion_length", "context_chars", "save_steps",
                     "logging_steps", "eval_samples"):
             if int(getattr(self, key)) < 1:
-                raise bad(key, "must be a positive integer")
-        self.model_settings = parse_model(self.model, f"stages.{stage}.model")
+                raise self.bad(key, "must be a positive integer")
+        self.model_settings = parse_model(self.model, f"{where}.model")
         if self.fim_family is None:
             self.fim_family = self.model_settings.fim_family
 
-    def check_ppo_keys(self, bad) -> None:
+    def check_ppo_keys(self) -> None:
         if self.algorithm == "ppo" and self.deepspeed is not None:
-            raise bad("deepspeed", "the compact PPO (algorithm: ppo) runs on one device; remove the key")
+            raise self.bad("deepspeed", "the compact PPO (algorithm: ppo) runs on one device; remove the key")
         for key in ("ppo_epochs", "ppo_minibatches", "kl_horizon"):
             if int(getattr(self, key)) < 1:
-                raise bad(key, "must be a positive integer")
+                raise self.bad(key, "must be a positive integer")
         rollout = int(self.prompts_per_step) * int(self.num_generations)
         if int(self.ppo_minibatches) > rollout:
-            raise bad("ppo_minibatches", f"at most prompts_per_step * num_generations = {rollout} completions "
-                      "are sampled per step; use fewer minibatches")
+            raise self.bad("ppo_minibatches", f"at most prompts_per_step * num_generations = {rollout} completions "
+                           "are sampled per step; use fewer minibatches")
         for key in ("clip_range", "value_clip"):
             if not float(getattr(self, key)) > 0:
-                raise bad(key, "must be > 0 (PPO uses 0.2)")
+                raise self.bad(key, "must be > 0 (PPO uses 0.2)")
         if not float(self.vf_coef) >= 0:
-            raise bad("vf_coef", "must be >= 0 (e.g. 0.1)")
+            raise self.bad("vf_coef", "must be >= 0 (e.g. 0.1)")
         for key in ("gamma", "gae_lambda"):
             if not 0 <= float(getattr(self, key)) <= 1:
-                raise bad(key, "must be in [0, 1] (defaults: gamma 1.0, gae_lambda 0.95)")
+                raise self.bad(key, "must be in [0, 1] (defaults: gamma 1.0, gae_lambda 0.95)")
         if self.target_kl is not None and not float(self.target_kl) > 0:
-            raise bad("target_kl", "set a positive KL target (e.g. 6.0 as in Ziegler et al.) or null for a fixed α")
+            raise self.bad("target_kl", "set a positive KL target (e.g. 6.0 as in Ziegler et al.) or null for a fixed α")
 
 
 def load_settings(settings: dict[str, Any], stage: str) -> RLSettings:
-    known = {f.name for f in fields(RLSettings)}
-    unknown = sorted(set(settings) - known)
-    if unknown:
-        raise UserError(f"stages.{stage}.{unknown[0]}: unknown key for recipe rl; "
-                        f"remove it or use one of {', '.join(sorted(known))}")
     ppo_only = sorted(set(settings) & set(PPO_KEYS))
     if ppo_only and settings.get("algorithm", "rloo") != "ppo":
         raise UserError(f"stages.{stage}.{ppo_only[0]}: a PPO setting, but the stage's algorithm is "
                         f"{settings.get('algorithm', 'rloo')!r}; set algorithm: ppo or remove the key")
-    return RLSettings(**settings, stage=stage)
+    return RLSettings.load(settings, stage)
 
 
 def split_code_at_line(text: str, rng: random.Random) -> tuple[str, str, str]:

@@ -16,7 +16,6 @@ Row formats (the data engineer's contract):
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from collections import Counter
 from dataclasses import dataclass, field
@@ -25,14 +24,13 @@ from typing import Any
 
 from harness.errors import UserError
 from harness.io import read_jsonl
-from recipes.common import (CONTEXT_MARGIN_TOKENS, StageContext, fit_fim_context, latest_checkpoint,
-                            settings_match, trl_device_kwargs, write_provenance)
-from recipes.models import (load_causal_lm, load_tokenizer, parse_model, require, save_final,
-                            settings_from_dict, wrap_lora)
+from recipes.common import (CONTEXT_MARGIN_TOKENS, StageContext, StageSettings, fit_fim_context,
+                            latest_checkpoint, settings_match, trl_device_kwargs, write_provenance)
+from recipes.models import load_causal_lm, load_tokenizer, parse_model, save_final, wrap_lora
 
 
 @dataclass
-class SFTSettings:
+class SFTSettings(StageSettings):
     """Keys of a `recipe: sft` stage (conf/experiment/*.yaml, `stages.<NAME>`)."""
 
     init: str = "PT"               # a stage name (PT) or a model directory
@@ -57,30 +55,30 @@ class SFTSettings:
     save_total_limit: int | None = None  # keep all: the audit scores every checkpoint
     logging_steps: int = 10
     deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); CUDA only
-    where: dataclasses.InitVar[str] = "stages.FT"
 
     def __post_init__(self, where: str) -> None:
-        require(bool(self.init), where, "init", self.init, "set it to PT or a model directory")
+        super().__post_init__(where)
+        self.require(bool(self.init), "init", "set it to PT or a model directory")
         if isinstance(self.datasets, str):
             self.datasets = [self.datasets]
         self.datasets = list(self.datasets)
-        require(bool(self.datasets), where, "datasets", self.datasets, "list the mixture, e.g. [pd_1, sd_base]")
+        self.require(bool(self.datasets), "datasets", "list the mixture, e.g. [pd_1, sd_base]")
         self.max_rows = dict(self.max_rows or {})
         for name, cap in self.max_rows.items():
-            require(name in self.datasets, where, "max_rows", self.max_rows,
-                    f"{name!r} is not one of the stage's datasets {self.datasets}")
-            require(isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1, where, "max_rows",
-                    self.max_rows, f"the cap of {name!r} must be a positive integer")
-        require(0 < self.lr < 1, where, "lr", self.lr, "set a learning rate in (0, 1), e.g. 1e-3")
-        require(self.epochs > 0, where, "epochs", self.epochs, "must be > 0")
-        require(0 <= self.fim_rate <= 1, where, "fim_rate", self.fim_rate, "a probability in [0, 1]")
+            self.require(name in self.datasets, "max_rows",
+                         f"{name!r} is not one of the stage's datasets {self.datasets}")
+            self.require(isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1, "max_rows",
+                         f"the cap of {name!r} must be a positive integer")
+        self.require(0 < self.lr < 1, "lr", "set a learning rate in (0, 1), e.g. 1e-3")
+        self.require(self.epochs > 0, "epochs", "must be > 0")
+        self.require(0 <= self.fim_rate <= 1, "fim_rate", "a probability in [0, 1]")
         for key in ("batch_size", "grad_accum", "max_seq_len", "save_steps", "logging_steps"):
-            require(int(getattr(self, key)) >= 1, where, key, getattr(self, key), "use a positive integer")
-        require(not (self.packing and self.middle_only_loss), where, "packing", self.packing,
-                "packing mixes rows into one context; turn it off when middle_only_loss is true")
+            self.require(int(getattr(self, key)) >= 1, key, "use a positive integer")
+        self.require(not (self.packing and self.middle_only_loss), "packing",
+                     "packing mixes rows into one context; turn it off when middle_only_loss is true")
         self.model_settings = parse_model(self.model, f"{where}.model")
-        require(self.deepspeed is None or Path(self.deepspeed).is_file(), where, "deepspeed", self.deepspeed,
-                "give an existing DeepSpeed JSON, e.g. launch/ds_zero2.json, or null")
+        self.require(self.deepspeed is None or Path(self.deepspeed).is_file(), "deepspeed",
+                     "give an existing DeepSpeed JSON, e.g. launch/ds_zero2.json, or null")
 
 
 def fit_fim_row(prefix: str, middle: str, suffix: str, sentinels, tokenizer, max_len: int) -> tuple[str, str, bool]:
@@ -216,7 +214,7 @@ class SFTRecipe:
 
 def load_settings(settings: dict[str, Any], stage: str) -> SFTSettings:
     """Validate `stages.<stage>` (unknown keys are an error), as every recipe module does."""
-    return settings_from_dict(SFTSettings, settings, f"stages.{stage}")
+    return SFTSettings.load(settings, stage)
 
 
 def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
