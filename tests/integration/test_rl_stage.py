@@ -83,11 +83,14 @@ def test_reward_evaluation_pairs_the_init_and_trained_policy_on_fixed_prompts(wo
     same = rl_eval.evaluate(lambda: init, init, recipe.tokenizer, recipe.reward, examples, n_prompts=6,
                             out_dir=recipe.ctx.out_dir, **kwargs)
     assert same["change"] == 0.0 and (same["up"], same["down"]) == (0, 0)
-    # The stage stored the initial policy's rewards for the next sweep point with the same init and RM (other
-    # RL stages of this module's world store theirs beside it).
+    # The stage stored the initial policy's rewards for the next sweep point with the same init, RM and
+    # sampling settings (other RL stages of this module's world store theirs beside it, under other identities).
+    from harness.audit import model_fingerprint
+
+    identity = {"init_model": model_fingerprint(world["init_dir"]), "reward_model": model_fingerprint(recipe.rm_dir),
+                "prompt_ids": record["prompt_ids"], **{k: record[k] for k in ("samples", "max_new_tokens", "temperature", "seed")}}
     stored = [read_json(p) for p in (world["run_dir"] / rl_eval.CACHE_SUBDIR).glob("*.json")]
-    assert [r["initial"] for r in stored if r["prompt_ids"] == record["prompt_ids"]] == [record["initial"]]
-    assert not record["initial_from_cache"]
+    assert [r["initial"] for r in stored if all(r[k] == v for k, v in identity.items())] == [record["initial"]]
     # The trained policy's reward was measured, not copied: it differs on some prompt.
     assert record["final"] != pytest.approx(record["initial"], abs=1e-6)
 
