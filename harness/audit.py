@@ -22,7 +22,6 @@ The functions below are the pieces a whole-run audit reuses: `load_examples`, `l
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -32,7 +31,7 @@ from typing import Any
 
 from harness.config import require_bool
 from harness.errors import NothingScored, UserError
-from harness.io import RowStore, atomic_write_json, file_sha256, iter_jsonl_numbered, read_json
+from harness.io import RowStore, atomic_write_json, file_sha256, iter_jsonl_numbered, read_json, sha256_json
 from harness.layout import checkpoint_dirs
 
 EXAMPLE_FIELDS = ("id", "prefix", "target", "suffix")
@@ -260,10 +259,6 @@ def list_checkpoints(model_dir: str | Path, all_checkpoints: bool) -> list[tuple
 # Fingerprints and the completion cache
 # --------------------------------------------------------------------------------------------------
 
-def _sha256_json(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode("utf-8")).hexdigest()
-
-
 _FILE_HASHES: dict[tuple[str, int, int], str] = {}
 
 
@@ -288,7 +283,7 @@ def model_fingerprint(model_dir: str | Path) -> str:
     files = model_files(model_dir)
     if not any(name.endswith(".safetensors") for name in files):
         raise UserError(f"{model_dir}: no *.safetensors weights; point at a saved HF model or checkpoint dir")
-    return _sha256_json(files)
+    return sha256_json(files)
 
 
 def completion_fingerprint(model_fp: str, examples_sha256: str, *, fim_family: str, dtype: str,
@@ -297,7 +292,7 @@ def completion_fingerprint(model_fp: str, examples_sha256: str, *, fim_family: s
     covers = {"cache_version": CACHE_VERSION, "model": model_fp, "examples_sha256": examples_sha256,
               "fim_family": fim_family, "prompt_format": "psm", "dtype": dtype, "decoding": "greedy",
               "max_new_tokens": max_new_tokens, "target_tokens": target_tokens}
-    return _sha256_json(covers)[:32], covers
+    return sha256_json(covers)[:32], covers
 
 
 class CompletionCache:

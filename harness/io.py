@@ -119,6 +119,11 @@ def read_jsonl(path: str | os.PathLike, required: Sequence[str] = ()) -> list[di
     return list(iter_jsonl(path, required))
 
 
+def sha256_json(obj: Any) -> str:
+    """sha256 of an object's canonical JSON (sorted keys): the fingerprint of what a cached result covers."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+
+
 def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -18,15 +18,13 @@ both models (harness.audit.model_fingerprint), the chosen prompts' text and ever
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import random
 import statistics
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.io import atomic_write_json, read_json
+from harness.io import atomic_write_json, read_json, sha256_json
 from harness.stats import sign_test
 
 EVAL_FILE = "reward_eval.json"
@@ -98,8 +96,7 @@ def initial_cache_path(cache_dir: Path, models: dict[str, Any], chosen: list[dic
     """Where the initial policy's rewards for these models, prompts and settings are stored."""
     covers = {"cache_version": CACHE_VERSION, **models, **settings,
               "prompts": [[e["id"], e["prompt"], e["prefix"], e["suffix"]] for e in chosen]}
-    digest = hashlib.sha256(json.dumps(covers, sort_keys=True, default=str).encode("utf-8")).hexdigest()
-    return Path(cache_dir) / f"{digest[:32]}.json"
+    return Path(cache_dir) / f"{sha256_json(covers)[:32]}.json"
 
 
 def cached_initial_rewards(path: Path | None, chosen: list[dict]) -> list[float] | None:
