@@ -244,7 +244,7 @@ def audit_run_losses(cfg, log=print) -> None:
                      reference_model=None if matched else control_dir,
                      tau=float(a.get("tau", 0.2)), heldout=heldout if heldout in sets else None,
                      batch_size=int(a.batch_size), device=str(a.get("device") or "auto"),
-                     fim_family=a.get("fim_family"), cache_dir=Path(str(a.cache_dir)) / "losses",
+                     fim_family=a.get("fim_family"), cache_dir=Path(str(a.cache_dir)),
                      seed=cfg.get("seed"))
 
 

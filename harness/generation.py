@@ -333,7 +333,7 @@ def greedy_translate(model, tokenizer, sources: Sequence[str], max_new_tokens: i
 
 @dataclass
 class CausalLMScorer:
-    """A decoder-only model as the audit sees it: greedy completions (and, later, per-example losses).
+    """A decoder-only model as the audit sees it: greedy completions and per-example target losses.
 
     Like lm-evaluation-harness's `LM` (generate_until / loglikelihood), the audit talks to a model only
     through this object. `n_generated` counts prompts actually decoded by this instance, so callers
@@ -375,6 +375,11 @@ class CausalLMScorer:
                 out[i] = t
         return out  # type: ignore[return-value]
 
-    # Per-example loss (paper 004's recollection / counterfactual / contextual measures) goes here:
-    #   def target_loss(self, prompts, targets) -> list[float]: mean token NLL of target given prompt,
-    # computed by harness/losses.py from one teacher-forced forward pass per length-sorted batch.
+    def target_losses(self, examples: Sequence[dict], sentinels) -> list[float]:
+        """Mean token cross-entropy of each example's `target` given its PSM prompt (prefix, suffix):
+        paper 004 Sec. 3's loss(M, s), one teacher-forced pass per length-sorted batch."""
+        from harness.losses import target_losses
+
+        return target_losses(self.model, self.tokenizer, [e["prefix"] for e in examples],
+                             [e["target"] for e in examples], [e["suffix"] for e in examples], sentinels,
+                             self.batch_size, progress=self.progress).tolist()

@@ -274,21 +274,52 @@ def cache_key(**parts: Any) -> str:
                                      default=str).encode()).hexdigest()[:32]
 
 
-class _LazyModel:
-    """Loads a checkpoint only when a loss is actually missing from the cache (a rerun loads nothing)."""
+class LazyScorer:
+    """The audit's model interface (harness.generation.CausalLMScorer) for one checkpoint, loaded only
+    when a value is actually missing from the cache (a rerun loads nothing)."""
 
-    def __init__(self, path: Path, device: str):
-        self.path, self.device, self._pair = path, device, None
+    def __init__(self, path: Path, device: str, batch_size: int = 16, trust_remote_code: bool = False):
+        self.path, self.device, self.batch_size = Path(path), device, batch_size
+        self.trust_remote_code = trust_remote_code
+        self._scorer = None
 
     def get(self):
-        if self._pair is None:
-            from harness.generation import load_causal_lm
+        if self._scorer is None:
+            from harness.generation import CausalLMScorer
 
-            self._pair = load_causal_lm(self.path, self.device)
-        return self._pair
+            self._scorer = CausalLMScorer.load(self.path, self.device, trust_remote_code=self.trust_remote_code,
+                                               batch_size=self.batch_size)
+        return self._scorer
 
     def release(self) -> None:
-        self._pair = None
+        self._scorer = None
+
+
+def loss_store(cache_dir: Path, **identity: Any) -> Path:
+    """Where the losses of one (kind, weights, examples, settings) identity are cached: every loss the
+    audit computes (paper 004's target losses, exposure's candidate losses, the utility's held-out
+    loss) lives under <cache_dir>/losses/, so one identity is computed once whoever asks for it."""
+    return Path(cache_dir) / "losses" / f"{cache_key(**identity)}.jsonl"
+
+
+def cached_target_losses(scorer: LazyScorer, fingerprint: str, rows: Sequence[dict], sentinels,
+                         cache_dir: Path) -> dict[str, float]:
+    """{id: mean target loss} of `rows` under one model (its weights' `fingerprint`), computed only for
+    ids missing from the cache. Batching does not change a loss (tested), so the batch size is not
+    part of the key; the device is (CPU and CUDA kernels differ in the last bits)."""
+    store = loss_store(cache_dir, kind="target_loss_mean", model=fingerprint, examples=examples_fingerprint(rows),
+                       sentinels=sentinels.family, device=scorer.device)
+    return cached_row_losses(store, rows, lambda part: scorer.get().target_losses(part, sentinels))
+
+
+def model_sentinels(model_dir: Path, fim_family: str | None):
+    """The FIM sentinels of a model directory, from its tokenizer alone (no weights loaded)."""
+    from transformers import AutoTokenizer
+
+    from harness.fim import detect_sentinels
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    return detect_sentinels(tokenizer, fim_family, str(model_dir), config_key="audit.fim_family")
 
 
 def cached_row_losses(store_path: Path, rows: Sequence[dict], compute, chunk: int = 256) -> dict[str, Any]:
@@ -415,14 +446,11 @@ def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], o
     Writes into out_dir, atomically: <set>.jsonl (per string: losses, onsets, per-epoch scores),
     <set>.exposure.jsonl (per positive: rank and exposure per checkpoint) and summary.json
     (per-epoch frac/weighted per measure, exposure distribution, provenance). Losses are cached under
-    cache_dir (default out_dir/cache) per (weights, examples, settings) fingerprint, so a killed run
-    resumes where it stopped. Returns the summary.
+    <cache_dir>/losses/ (cache_dir: the audit's cache, default out_dir/cache) per (weights, examples,
+    settings) fingerprint, so a killed run resumes where it stopped. Returns the summary.
     """
-    from transformers import AutoTokenizer
-
     from harness import exposure as exp
     from harness.audit import model_fingerprint
-    from harness.fim import detect_sentinels
     from harness.generation import pick_device
 
     audited_dir, out_dir = Path(audited_dir), Path(out_dir)
@@ -441,40 +469,30 @@ def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], o
     variant = VARIANT_CONTROL if control_dir is not None else VARIANT_REFERENCE
     data = {name: load_fim_examples(path) for name, path in example_sets.items()}
 
-    first_tok = AutoTokenizer.from_pretrained(str(checkpoints[0]["audited"]))
-    sentinels = detect_sentinels(first_tok, fim_family, str(audited_dir), config_key="audit.fim_family")
+    sentinels = model_sentinels(checkpoints[0]["audited"], fim_family)
     candidates = exp.load_candidates(pii_candidates or exp.PII_PATHS_FILE) if exposure else []
     pii_rows = {name: exp.exposure_rows(rows) for name, (rows, _) in data.items()} if exposure else {}
-    # Batching does not change a loss (tested), so batch_size is not part of the cache key.
-    settings = {"sentinels": sentinels.family, "device": device}
 
     def losses_of(model_dir: Path, with_exposure: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """Mean target loss per set, and (rows, candidates) exposure losses per set, of one model dir."""
-        lazy = _LazyModel(model_dir, device)
+        scorer = LazyScorer(model_dir, device, batch_size)
         fp = model_fingerprint(model_dir)
 
-        def mean_loss(rows):
-            model, tok = lazy.get()
-            return target_losses(model, tok, [r["prefix"] for r in rows], [r["target"] for r in rows],
-                                 [r["suffix"] for r in rows], sentinels, batch_size).tolist()
-
         def cand_loss(rows):
-            model, tok = lazy.get()
-            return exp.candidate_losses(model, tok, rows, candidates, sentinels, batch_size).tolist()
+            s = scorer.get()
+            return exp.candidate_losses(s.model, s.tokenizer, rows, candidates, sentinels, batch_size).tolist()
 
         target, cands = {}, {}
         for name, (rows, _) in data.items():
-            key = cache_key(kind="target_loss_mean", model=fp, examples=examples_fingerprint(rows), **settings)
-            got = cached_row_losses(cache_dir / "losses" / f"{key}.jsonl", rows, mean_loss)
+            got = cached_target_losses(scorer, fp, rows, sentinels, cache_dir)
             target[name] = np.array([got[r["id"]] for r in rows])
             if with_exposure and pii_rows.get(name):
-                key = cache_key(kind="exposure_sum", model=fp, candidates=candidates,
-                                examples=examples_fingerprint(pii_rows[name], FIM_FIELDS + ("pii_path",)),
-                                **settings)
-                got = cached_row_losses(cache_dir / "losses" / f"{key}.jsonl", pii_rows[name], cand_loss,
-                                        chunk=max(1, 2048 // len(candidates)))
+                store = loss_store(cache_dir, kind="exposure_sum", model=fp, candidates=candidates,
+                                   examples=examples_fingerprint(pii_rows[name], FIM_FIELDS + ("pii_path",)),
+                                   sentinels=sentinels.family, device=device)
+                got = cached_row_losses(store, pii_rows[name], cand_loss, chunk=max(1, 2048 // len(candidates)))
                 cands[name] = np.array([got[r["id"]] for r in pii_rows[name]])
-        lazy.release()
+        scorer.release()
         return target, cands
 
     train = {name: [] for name in data}

@@ -56,27 +56,18 @@ def humaneval_exact_match(model_dir: Path, rows: list[dict], examples_sha256: st
 
 
 def heldout_loss(model_dir: Path, rows: list[dict], settings: AuditSettings, cache_dir: Path) -> float | None:
-    """Mean per-example target loss on held-out FIM rows (cached per model fingerprint and rows)."""
-    from harness.fim import detect_sentinels
+    """Mean per-example target loss on held-out FIM rows, through the audit's one loss cache
+    (harness.losses.cached_target_losses: paper 004's losses of the same model and rows are the same
+    entries)."""
     from harness.generation import pick_device
-    from harness.losses import (_LazyModel, cache_key, cached_row_losses, examples_fingerprint,
-                                target_losses)
+    from harness.losses import LazyScorer, cached_target_losses, model_sentinels
 
     if not rows:
         return None
-    lazy = _LazyModel(model_dir, pick_device(settings.device))
-
-    def compute(part):
-        model, tok = lazy.get()
-        sentinels = detect_sentinels(tok, family=settings.fim_family, model_name=str(model_dir),
-                                     config_key="audit.fim_family")
-        return target_losses(model, tok, [r["prefix"] for r in part], [r["target"] for r in part],
-                             [r["suffix"] for r in part], sentinels, settings.batch_size).tolist()
-
-    key = cache_key(kind="target_loss_mean", model=model_fingerprint(model_dir),
-                    examples=examples_fingerprint(rows), fim_family=settings.fim_family)
-    values = cached_row_losses(cache_dir / "losses" / f"{key}.jsonl", rows, compute)
-    lazy.release()
+    scorer = LazyScorer(model_dir, pick_device(settings.device), settings.batch_size, settings.trust_remote_code)
+    values = cached_target_losses(scorer, model_fingerprint(model_dir), rows,
+                                  model_sentinels(model_dir, settings.fim_family), cache_dir)
+    scorer.release()
     return sum(values[r["id"]] for r in rows) / len(rows)
 
 

@@ -159,6 +159,20 @@ def test_audit_losses_outputs(world, audited):
     assert 0 <= summary["best_epoch"] < len(STEPS)
 
 
+def test_utility_heldout_loss_reads_the_audits_loss_cache(world, audited):
+    """One loss cache: the utility's held-out loss of a checkpoint the loss audit already scored is the
+    same cache entry (no new file, no change), and equals the audit's mean loss there."""
+    from harness.audit import AuditSettings
+    from harness.utility import heldout_loss
+
+    out, summary, _ = audited
+    caches = {p: p.read_bytes() for p in (out / "cache" / "losses").glob("*.jsonl")}
+    last = world["dirs"]["FT.1"] / f"checkpoint-{STEPS[-1]}"
+    got = heldout_loss(last, world["sets"]["heldout"], AuditSettings(device="cpu", batch_size=3), out / "cache")
+    assert {p: p.read_bytes() for p in (out / "cache" / "losses").glob("*.jsonl")} == caches
+    assert got == pytest.approx(summary["datasets"]["heldout"]["mean_train_loss"][-1], rel=1e-9)
+
+
 def test_rerun_after_kill_reuses_cache_without_duplicates(world, audited):
     out, summary, sets = audited
     caches = sorted((out / "cache" / "losses").glob("*.jsonl"))
