@@ -29,7 +29,7 @@ from typing import Any
 
 from harness.errors import UserError
 from harness.io import atomic_write_json, atomic_write_jsonl, read_jsonl
-from harness.report.analyses import roc_auc
+from harness.report.analyses import reward_score_stats
 from recipes.common import (StageContext, StageSettings, latest_checkpoint, settings_match, trl_device_kwargs,
                             write_provenance)
 from recipes.models import load_sequence_classifier, load_tokenizer, parse_model, save_final, wrap_lora
@@ -230,7 +230,8 @@ class RewardRecipe:
                     rec["side"] = side
                 out.append(rec)
             atomic_write_jsonl(scores_dir / f"{name}.jsonl", out)
-            summary[name] = _score_summary([r["score"] for r in out], [r["label"] for r in out])
+            # Fig. 2's statistics, defined once (harness.report.analyses.reward_score_stats)
+            summary[name] = {**reward_score_stats(out), "n": len(out)}
             summary[name]["split"] = ("train" if name in self.cfg.datasets else
                                       "eval" if name in self.cfg.eval_datasets else "scored")
         atomic_write_json(scores_dir / "summary.json", summary)
@@ -250,14 +251,6 @@ def _label(row: dict) -> int:
     if row["label"] in (0, 1, True, False):
         return int(row["label"])
     raise UserError(f"reward row {row.get('id')!r}: label={row['label']!r}; pointwise labels must be 1 or 0")
-
-
-def _score_summary(scores: list[float], labels: list[int]) -> dict[str, Any]:
-    by_label = {}
-    for y in (0, 1):
-        s = [x for x, lab in zip(scores, labels) if lab == y]
-        by_label[str(y)] = {"count": len(s), "mean_score": sum(s) / len(s) if s else None}
-    return {"by_label": by_label, "auc": roc_auc(scores, labels), "count": len(scores)}
 
 
 def score_texts(model, tokenizer, texts: list[str], batch_size: int = 32, max_length: int = 512) -> list[float]:

@@ -106,7 +106,7 @@ def rm_evidence(model_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     summary = json.loads(path.read_text(encoding="utf-8"))
-    return {name: {"auc": entry.get("auc"), "split": entry.get("split"), "n": entry.get("count")}
+    return {name: {"auc": entry.get("auc"), "split": entry.get("split"), "n": entry.get("n")}
             for name, entry in summary.items()}
 
 

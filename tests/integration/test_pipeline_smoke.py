@@ -118,7 +118,7 @@ def test_reward_model_separates_its_training_labels(smoke):
     run_dir, _ = smoke
     summary = read_json(run_dir / "models" / "RM.1" / "scores" / "summary.json")["rm_pd2"]
     assert summary["auc"] > 0.5
-    assert summary["by_label"]["1"]["mean_score"] > summary["by_label"]["0"]["mean_score"]
+    assert summary["by_label"]["1"]["mean"] > summary["by_label"]["0"]["mean"]
 
 
 def test_run_record_has_config_commit_and_stage_statuses(smoke):

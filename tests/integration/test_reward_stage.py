@@ -16,7 +16,7 @@ def test_pointwise_rm_separates_labels_on_its_training_data(world, trained_rm):
     summary = read_json(trained_rm / "scores" / "summary.json")
     train = summary["rm_easy"]
     assert train["split"] == "train" and summary["rm_easy_val"]["split"] == "eval"
-    assert train["by_label"]["1"]["mean_score"] > train["by_label"]["0"]["mean_score"]
+    assert train["by_label"]["1"]["mean"] > train["by_label"]["0"]["mean"]
     assert train["auc"] > 0.8
     rows = read_jsonl(trained_rm / "scores" / "rm_easy.jsonl", required=("id", "label", "score", "source"))
     expected = {r["id"]: r["label"] for r in world["datasets"]["rm_easy"]}

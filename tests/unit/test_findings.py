@@ -238,7 +238,7 @@ def test_ipo_evidence_and_the_most_advanced_trainer_state(tmp_path):
     assert ev["accuracy_final"] == 1.0 and ev["loss_final"] == 15.0 and ev["margin_final"] == 1.0
     (tmp_path / "RM.3" / "scores").mkdir(parents=True)
     (tmp_path / "RM.3" / "scores" / "summary.json").write_text(
-        json.dumps({"rm_sd": {"auc": 0.85, "split": "train", "count": 40}}))
+        json.dumps({"rm_sd": {"auc": 0.85, "split": "train", "n": 40}}))
     prov = {"IPO": {"stage": "ipo"}, "RM.3": {"stage": "reward"}, "FT.1": {"stage": "sft"}}
     ev = stage_evidence(tmp_path, prov)
     assert set(ev) == {"IPO", "RM.3"} and ev["RM.3"]["auc"]["rm_sd"] == {"auc": 0.85, "split": "train", "n": 40}
