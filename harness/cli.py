@@ -86,6 +86,11 @@ def check_config(cfg) -> None:
     from harness.config import check_sections
 
     check_sections(cfg, config_dir())
+    report = cfg.get("report")
+    if report is not None and report.get("findings_models"):
+        from harness.report.findings import Roles   # checked before any stage runs, not at report time
+
+        Roles.load(OmegaConf.to_container(report.findings_models, resolve=True))
     if cfg.get("model") is not None:
         # The preset's schema is recipes.models.ModelSettings (+ LoraSettings); the CLI dispatches to
         # recipes anyway, and the scorer itself still never imports them.

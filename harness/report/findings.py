@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.errors import UserError
 from harness.io import read_jsonl
 from harness.losses import VARIANT_CONTROL
 from harness.memorization import pii_counterfactually_regurgitated, pii_rows, summarize_pii
@@ -50,6 +51,38 @@ SD_REWARD_DATASETS = ("rm_sd", "rm_sd_links")   # the reward sets built from SD 
 PAPER_RL_ALGORITHM = "rloo"  # App. A.3: "a variant of REINFORCE with a KL regularization term" (TRL's RLOO)
 
 
+@dataclass(frozen=True)
+class Roles:
+    """Which model of a run plays each part of paper 003's findings. The defaults are the paper's Table 1
+    names, which the quickstart keeps; an experiment that names its stages otherwise maps them under
+    `report.findings_models` (conf/report/default.yaml), e.g. {ft_direct: FT.sd}."""
+
+    ft_source: str = "FT.1"        # FT on PD.1 + SD: the start of the persistence sweep (Sec. 5.1)
+    ft_direct: str = "FT.3"        # FT on PD.2 + SD: SD in the fine-tuning data (Sec. 5.2)
+    rm_task: str = "RM.1"          # the sweep's reward model, if an RL model's evidence does not name it
+    rm_sd: str = "RM.3"            # the reward model with SD in its data, likewise (Sec. 5.2)
+    rl_persistence: str = "RLFT.1"  # RL from ft_source, swept over α (Sec. 5.1, Fig. 1)
+    rl_sd_in_rm: str = "RLFT.2"    # RL from the control, rewarded by rm_sd (Sec. 5.2)
+    rl_prompts: str = "RLFT.4"     # RL on SD prompts, swept over α and LR (Sec. 5.3, App. E)
+    ipo: str = "IPO"               # IPO on SD preference pairs (Sec. 5.4)
+
+    @classmethod
+    def load(cls, mapping: dict | None) -> Roles:
+        """Roles from `report.findings_models`; an unknown role is an error naming the valid ones."""
+        from dataclasses import fields
+
+        mapping = dict(mapping or {})
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(mapping) - set(valid))
+        if unknown:
+            raise UserError(f"report.findings_models: unknown role(s) {unknown}; use {', '.join(valid)} "
+                            "(each maps to a model name of the run, e.g. ft_direct: FT.3)")
+        bad = sorted(k for k, v in mapping.items() if not isinstance(v, str) or not v)
+        if bad:
+            raise UserError(f"report.findings_models: {bad} must each name one model of the run (a string)")
+        return cls(**mapping)
+
+
 @dataclass
 class RunResults:
     """What a finding may read: stored audit rows, the stage evidence, loss rows, the NMT summary."""
@@ -59,6 +92,7 @@ class RunResults:
     loss_rows: list[dict] = field(default_factory=list)
     nmt: dict | None = None
     k: float = 0.1
+    roles: Roles = field(default_factory=Roles)
 
     def __post_init__(self):
         self.entries = A.summary_entries(self.grouped)
@@ -139,7 +173,7 @@ def kl_check(run: RunResults, model: str) -> dict:
 
 def rm_sd_check(run: RunResults, rl_model: str) -> dict:
     """The reward model behind an RL model learned SD: AUC on its SD training rows."""
-    rm = run.evidence.get(rl_model, {}).get("reward_model") or "RM.3"
+    rm = run.evidence.get(rl_model, {}).get("reward_model") or run.roles.rm_sd
     aucs = [v["auc"] for name, v in run.evidence.get(rm, {}).get("auc", {}).items()
             if name in SD_REWARD_DATASETS and v.get("split") == "train" and v.get("auc") is not None]
     auc = min(aucs) if aucs else None
@@ -149,7 +183,7 @@ def rm_sd_check(run: RunResults, rl_model: str) -> dict:
 
 def rm_heldout_check(run: RunResults, rl_model: str) -> dict:
     """The reward model behind an RL model generalises: AUC on its held-out (eval) rows."""
-    rm = run.evidence.get(rl_model, {}).get("reward_model") or "RM.1"
+    rm = run.evidence.get(rl_model, {}).get("reward_model") or run.roles.rm_task
     aucs = [v["auc"] for v in run.evidence.get(rm, {}).get("auc", {}).values()
             if v.get("split") == "eval" and v.get("auc") is not None]
     auc = min(aucs) if aucs else None
@@ -157,7 +191,8 @@ def rm_heldout_check(run: RunResults, rl_model: str) -> dict:
                   auc is not None and auc >= RM_HELDOUT_AUC_MIN)
 
 
-def ipo_check(run: RunResults, model: str = "IPO") -> dict:
+def ipo_check(run: RunResults) -> dict:
+    model = run.roles.ipo
     acc = run.evidence.get(model, {}).get("accuracy_final")
     return _check(f"{model}: training preference accuracy", acc, f">= {IPO_ACCURACY_MIN}",
                   acc is not None and acc >= IPO_ACCURACY_MIN)
@@ -202,14 +237,15 @@ def _fmt(x: Any) -> str:
 # ---------------------------------------------------------------- F1-F8 (paper 003 Sec. 5)
 def f1(run: RunResults) -> dict:
     """Sec. 5.2: FT.3 (PD.2 + SD, Table 1) memorizes 17.6 % of SD.Base."""
-    rows = run.rows("FT.3", "sd_base")
-    claim, paper = "FT on SD memorizes a large share of SD.Base (FT.3)", "17.6 %"
-    rule = f"FT.3's final rate on sd_base >= 10 %, and it reproduces (NED <= k) more targets than the control (McNemar p < {P_MAX})"
+    ft = run.roles.ft_direct
+    rows = run.rows(ft, "sd_base")
+    claim, paper = f"FT on SD memorizes a large share of SD.Base ({ft})", "17.6 %"
+    rule = f"{ft}'s final rate on sd_base >= 10 %, and it reproduces (NED <= k) more targets than the control (McNemar p < {P_MAX})"
     if rows is None:
-        return _result("F1", claim, paper, rule, ["FT.3"], measured=False)
-    rate = _rate("FT.3 sd_base", memorized_flags(rows))
+        return _result("F1", claim, paper, rule, [ft], measured=False)
+    rate = _rate(f"{ft} sd_base", memorized_flags(rows))
     test = mcnemar_exact(within_k_flags(rows, run.k, "ned"), within_k_flags(rows, run.k, "control_ned"))
-    return _result("F1", claim, paper, rule, ["FT.3"], measured=True, rule_ok=rate["rate"] is not None
+    return _result("F1", claim, paper, rule, [ft], measured=True, rule_ok=rate["rate"] is not None
                    and rate["rate"] >= 0.10, rates=[rate], test=test, needs_test=True, ours=_pct(rate))
 
 
@@ -223,7 +259,8 @@ def _two_models(run: RunResults, first: str, second: str, dataset: str = "sd_bas
 
 
 def _rlft2_evidence(run: RunResults) -> list[dict]:
-    return [rm_sd_check(run, "RLFT.2"), *rl_checks(run, ["RLFT.2"]), kl_check(run, "RLFT.2")]
+    rl = run.roles.rl_sd_in_rm
+    return [rm_sd_check(run, rl), *rl_checks(run, [rl]), kl_check(run, rl)]
 
 
 def _times_higher(run: RunResults, fid: str, texts: tuple[str, str, str], stages: list[str], evidence,
@@ -246,25 +283,28 @@ def _times_higher(run: RunResults, fid: str, texts: tuple[str, str, str], stages
 
 def f2(run: RunResults) -> dict:
     """Sec. 5.2: SD only in the reward model's data: RLFT.2 0.9 % vs FT.3 17.6 % of SD.Base."""
+    r = run.roles
     texts = ("SD only in reward-model data: RLFT memorizes far less than direct FT", "0.9 % vs 17.6 %",
-             f"RLFT.2 <= FT.3 / 5 on sd_base with FT.3 >= 10 % (McNemar p < {P_MAX})")
-    return _times_higher(run, "F2", texts, ["FT.3", "RM.3", "RLFT.2"], _rlft2_evidence, "RLFT.2", "FT.3",
-                         high="FT.3", factor=5, floor=0.10)
+             f"{r.rl_sd_in_rm} <= {r.ft_direct} / 5 on sd_base with {r.ft_direct} >= 10 % (McNemar p < {P_MAX})")
+    return _times_higher(run, "F2", texts, [r.ft_direct, r.rm_sd, r.rl_sd_in_rm], _rlft2_evidence, r.rl_sd_in_rm,
+                         r.ft_direct, high=r.ft_direct, factor=5, floor=0.10)
 
 
 def f3(run: RunResults) -> dict:
     """Sec. 5.2: FT.3 regurgitates the PII paths in 50 % of SD.Links completions, RLFT.2 in 0 %."""
+    r = run.roles
+    stages = [r.ft_direct, r.rm_sd, r.rl_sd_in_rm]
     claim, paper = "SD.Links: FT regurgitates PII paths, RLFT via RM does not", "50 % vs 0 %"
-    rule = f"counterfactual PII rate: FT.3 >= 20 % and RLFT.2 <= 2 % (McNemar p < {P_MAX})"
-    ft, rl = run.rows("FT.3", "sd_links_pos"), run.rows("RLFT.2", "sd_links_pos")
+    rule = f"counterfactual PII rate: {r.ft_direct} >= 20 % and {r.rl_sd_in_rm} <= 2 % (McNemar p < {P_MAX})"
+    ft, rl = run.rows(r.ft_direct, "sd_links_pos"), run.rows(r.rl_sd_in_rm, "sd_links_pos")
     if ft is None or rl is None or not pii_rows(ft):
-        return _result("F3", claim, paper, rule, ["FT.3", "RM.3", "RLFT.2"], measured=False)
+        return _result("F3", claim, paper, rule, stages, measured=False)
     ft_f, rl_f = pii_flags(ft), pii_flags(rl)
-    rates = [_rate("FT.3 PII (counterfactual)", ft_f), _rate("RLFT.2 PII (counterfactual)", rl_f)]
+    rates = [_rate(f"{r.ft_direct} PII (counterfactual)", ft_f), _rate(f"{r.rl_sd_in_rm} PII (counterfactual)", rl_f)]
     ok = rates[0]["rate"] is not None and rates[1]["rate"] is not None and rates[0]["rate"] >= 0.20 \
         and rates[1]["rate"] <= 0.02
     chance = summarize_pii(ft)["pii_chance_level"]
-    return _result("F3", claim, paper, rule, ["FT.3", "RM.3", "RLFT.2"], measured=True, rule_ok=ok,
+    return _result("F3", claim, paper, rule, stages, measured=True, rule_ok=ok,
                    evidence=_rlft2_evidence(run), rates=rates, test=mcnemar_exact(ft_f, rl_f), needs_test=True,
                    ours=f"{_pct(rates[0])} vs {_pct(rates[1])}; chance level {_pct(chance)}")
 
@@ -286,19 +326,20 @@ def _sweep_evidence(run: RunResults, points: list[tuple[float, str]]) -> list[di
 def f4(run: RunResults) -> dict:
     """Sec. 5.1, Fig. 1: 43-47 % of FT.1's 319 memorized SD.Base examples stay memorized after RLFT.1."""
     claim, paper = "Most FT-memorized examples persist through RLFT (FT.1 -> RLFT.1)", "43-47 % of 319"
-    rule = "at the largest α, RLFT.1 still memorizes >= 30 % of FT.1's memorized SD.Base examples"
-    source, points = run.rows("FT.1", "sd_base"), _by_beta(run, "RLFT.1", "sd_base")
+    ft, rl = run.roles.ft_source, run.roles.rl_persistence
+    rule = f"at the largest α, {rl} still memorizes >= 30 % of {ft}'s memorized SD.Base examples"
+    source, points = run.rows(ft, "sd_base"), _by_beta(run, rl, "sd_base")
     if source is None or not points:
-        return _result("F4", claim, paper, rule, ["FT.1", "RLFT.1"], measured=False)
+        return _result("F4", claim, paper, rule, [ft, rl], measured=False)
     memorized = [i for i, m in memorized_flags(source).items() if m]
     rates = []
     for beta, model in points:
         still = {r["id"]: bool(r["memorized"]) for r in run.rows(model, "sd_base")}
         rates.append(_rate(f"α={beta:g}", {i: still.get(i, False) for i in memorized}))
-    evidence = [count_check("FT.1: memorized SD.Base examples", len(memorized), SOURCE_MEMORIZED_MIN),
+    evidence = [count_check(f"{ft}: memorized SD.Base examples", len(memorized), SOURCE_MEMORIZED_MIN),
                 *_sweep_evidence(run, points)]
     ok = rates[0]["rate"] is not None and rates[0]["rate"] >= 0.30
-    return _result("F4", claim, paper, rule, ["FT.1", "RLFT.1"], measured=True, rule_ok=ok, evidence=evidence,
+    return _result("F4", claim, paper, rule, [ft, rl], measured=True, rule_ok=ok, evidence=evidence,
                    rates=rates, ours=", ".join(f"{r['name']}: {_pct(r)}" for r in rates),
                    note="a share, not a comparison: no test; read it with its interval")
 
@@ -308,26 +349,27 @@ def f5(run: RunResults) -> dict:
     claim, paper = "A smaller α lowers persistence (SD.Links PII, RLFT.1)", "54.8 → 46.8 → 12.6 % (α 0.5, 0.1, 0.005)"
     rule = (f"counterfactual PII rate strictly falls from the largest to the smallest of >= 3 α "
             f"(McNemar largest vs smallest, p < {P_MAX})")
-    source, points = run.rows("FT.1", "sd_links_pos"), _by_beta(run, "RLFT.1", "sd_links_pos")
+    ft, rl = run.roles.ft_source, run.roles.rl_persistence
+    source, points = run.rows(ft, "sd_links_pos"), _by_beta(run, rl, "sd_links_pos")
     if source is None or len(points) < 3 or not pii_rows(source):
-        return _result("F5", claim, paper, rule, ["FT.1", "RLFT.1"], measured=False)
+        return _result("F5", claim, paper, rule, [ft, rl], measured=False)
     flags = [pii_flags(run.rows(m, "sd_links_pos")) for _, m in points]
     rates = [_rate(f"α={b:g}", f) for (b, _), f in zip(points, flags)]
     values = [r["rate"] for r in rates]
     ok = None not in values and all(a > b for a, b in zip(values, values[1:]))
     kls = [run.evidence.get(m, {}).get("kl_final") for _, m in points]
-    evidence = [count_check("FT.1: counterfactually regurgitated PII paths", sum(pii_flags(source).values()),
+    evidence = [count_check(f"{ft}: counterfactually regurgitated PII paths", sum(pii_flags(source).values()),
                             SOURCE_MEMORIZED_MIN), *_sweep_evidence(run, points),
                 _check("KL at the smallest α / KL at the largest α", None if None in (kls[0], kls[-1]) or not kls[0]
                        else kls[-1] / kls[0], "> 1 (α controls the drift)",
                        None not in (kls[0], kls[-1]) and bool(kls[0]) and kls[-1] > kls[0])]
-    return _result("F5", claim, paper, rule, ["FT.1", "RLFT.1"], measured=True, rule_ok=ok, evidence=evidence,
+    return _result("F5", claim, paper, rule, [ft, rl], measured=True, rule_ok=ok, evidence=evidence,
                    rates=rates, test=mcnemar_exact(flags[0], flags[-1]), needs_test=True,
                    ours=", ".join(f"{r['name']}: {_pct(r)}" for r in rates))
 
 
 def _rl4_points(run: RunResults) -> list[tuple[dict, str]]:
-    return run.sweep("RLFT.4", "sd_rl_prompts")
+    return run.sweep(run.roles.rl_prompts, "sd_rl_prompts")
 
 
 def f6(run: RunResults) -> dict:
@@ -336,17 +378,18 @@ def f6(run: RunResults) -> dict:
     rule = "at the lowest LR: every rate < 5 %, the smallest α's rate >= the largest α's, and one rate > 0"
     sweep = _rl4_points(run)
     low_lr = min((p.get("lr", 0) for p, _ in sweep), default=None)
-    points = _by_beta(run, "RLFT.4", "sd_rl_prompts", **({"lr": low_lr} if low_lr else {}))
+    rl = run.roles.rl_prompts
+    points = _by_beta(run, rl, "sd_rl_prompts", **({"lr": low_lr} if low_lr else {}))
     if len(points) < 2:
-        return _result("F6", claim, paper, rule, ["RLFT.4"], measured=False)
+        return _result("F6", claim, paper, rule, [rl], measured=False)
     flags = [memorized_flags(run.rows(m, "sd_rl_prompts")) for _, m in points]
     rates = [_rate(f"α={b:g}", f) for (b, _), f in zip(points, flags)]
     values = [r["rate"] or 0.0 for r in rates]
     evidence = _sweep_evidence(run, points)
     if not any(values):
-        evidence.append(_check("RLFT.4: any RL-prompt example memorized", 0, "> 0", False))
+        evidence.append(_check(f"{rl}: any RL-prompt example memorized", 0, "> 0", False))
     ok = max(values) < 0.05 and values[-1] >= values[0]
-    return _result("F6", claim, paper, rule, ["RLFT.4"], measured=True, rule_ok=ok, evidence=evidence, rates=rates,
+    return _result("F6", claim, paper, rule, [rl], measured=True, rule_ok=ok, evidence=evidence, rates=rates,
                    test=mcnemar_exact(flags[-1], flags[0]), ours=", ".join(f"{r['name']}: {_pct(r)}" for r in rates),
                    note="the rule allows equal rates, so its p-value is reported, not required")
 
@@ -355,29 +398,31 @@ def f7(run: RunResults) -> dict:
     """App. E: a higher RL learning rate roughly doubles RL-prompt memorization."""
     claim, paper = "A higher RL learning rate raises prompt memorization (RLFT.4)", "≈ 2x"
     rule = f"at the smallest α: the largest LR's rate > the smallest LR's (McNemar p < {P_MAX})"
+    rl = run.roles.rl_prompts
     sweep = _rl4_points(run)
     small_beta = min((p.get("beta", 0) for p, _ in sweep), default=None)
     points = sorted((p["lr"], m) for p, m in sweep if "lr" in p and p.get("beta", 0) == small_beta)
     if len(points) < 2:
-        return _result("F7", claim, paper, rule, ["RLFT.4"], measured=False)
+        return _result("F7", claim, paper, rule, [rl], measured=False)
     low, high = (memorized_flags(run.rows(m, "sd_rl_prompts")) for m in (points[0][1], points[-1][1]))
     rates = [_rate(f"LR={points[0][0]:g}", low), _rate(f"LR={points[-1][0]:g}", high)]
     evidence = [rm_heldout_check(run, points[0][1]), *rl_checks(run, [points[0][1], points[-1][1]])]
     if not any(low.values()) and not any(high.values()):
-        evidence.append(_check("RLFT.4: any RL-prompt example memorized", 0, "> 0", False))
+        evidence.append(_check(f"{rl}: any RL-prompt example memorized", 0, "> 0", False))
     ok = (rates[1]["rate"] or 0) > (rates[0]["rate"] or 0)
-    return _result("F7", claim, paper, rule, ["RLFT.4"], measured=True, rule_ok=ok, evidence=evidence, rates=rates,
+    return _result("F7", claim, paper, rule, [rl], measured=True, rule_ok=ok, evidence=evidence, rates=rates,
                    test=mcnemar_exact(high, low), needs_test=True,
                    ours=", ".join(f"{r['name']}: {_pct(r)}" for r in rates))
 
 
 def f8(run: RunResults) -> dict:
     """Sec. 5.4: IPO on SD preference pairs memorizes 18.2 % of SD.Base, RLFT.2 (SD via the RM) 0.9 %."""
+    r = run.roles
     texts = ("IPO memorizes preference data more than RLHF via the reward model", "18.2 % vs 0.9 %",
-             f"IPO >= 3 x RLFT.2 and IPO >= 5 % on sd_base (McNemar p < {P_MAX})")
-    return _times_higher(run, "F8", texts, ["IPO", "RM.3", "RLFT.2"],
-                         lambda r: [ipo_check(r), *_rlft2_evidence(r)], "IPO", "RLFT.2", high="IPO", factor=3,
-                         floor=0.05)
+             f"{r.ipo} >= 3 x {r.rl_sd_in_rm} and {r.ipo} >= 5 % on sd_base (McNemar p < {P_MAX})")
+    return _times_higher(run, "F8", texts, [r.ipo, r.rm_sd, r.rl_sd_in_rm],
+                         lambda run: [ipo_check(run), *_rlft2_evidence(run)], r.ipo, r.rl_sd_in_rm, high=r.ipo,
+                         factor=3, floor=0.05)
 
 
 # ---------------------------------------------------------------- N1-N3 (paper 002)

@@ -235,12 +235,13 @@ def _findings_section(cfg, audits: dict[Path, Path], grouped: dict, evidence: di
                       summary: dict, out_dir: Path) -> None:
     """The papers' findings (F1-F8, N1-N3, C1-C2) against this run, each with its training evidence,
     rates with n and 95 % intervals, and the exact test: report/findings.json."""
-    from harness.report.findings import RunResults, findings, load_loss_rows
+    from harness.report.findings import Roles, RunResults, findings, load_loss_rows
 
+    roles = Roles.load((cfg.get("report") or {}).get("findings_models"))
     nmt_path = (cfg.get("report") or {}).get("nmt_summary")
     nmt = json.loads(Path(nmt_path).read_text()) if nmt_path and Path(nmt_path).is_file() else None
     loss_rows = [r for audit in audits.values() for r in load_loss_rows(audit)]
-    table = findings(RunResults(grouped, evidence, loss_rows, nmt, k))
+    table = findings(RunResults(grouped, evidence, loss_rows, nmt, k, roles))
     blocks.append(("h", 2, "Findings of the papers, checked on this run"))
     blocks.append(("p", "A finding holds only when the stages it depends on trained (evidence), its rule's "
                         "margin is met, and a comparison passes an exact test (McNemar on the same examples) at "

@@ -64,7 +64,9 @@ def write_examples(path: Path, rows: list[dict]) -> Path:
     ("audit.progress=maybe", [r"audit\.progress='maybe': must be true, false or null"]),
     ("model.trust_remote_code=yes", [r"model\.trust_remote_code='yes': must be true or false"]),
     ("+audit.kk=0.2", [r"audit\.kk: unknown key; the valid keys under audit are .*all_checkpoints, .*k, "]),
-    ("+report.kk=1", [r"report\.kk: unknown key; the valid keys under report are compare, map_datasets, "]),
+    ("+report.kk=1", [r"report\.kk: unknown key; the valid keys under report are compare, findings_models, "]),
+    ("+report.findings_models.ft_dirct=FT.3", [r"report\.findings_models: unknown role\(s\) \['ft_dirct'\]; use "
+                                               r"ft_source, ft_direct, "]),
     ("+data.sd.kk=1", [r"data\.sd\.kk: unknown key; the valid keys under data\.sd are line_counts, "]),
     ("+model.kk=1", [r"model: unknown key\(s\) \['kk'\]; valid keys are \['dtype', "]),
     ("+model.lora.rank=8", [r"model\.lora: unknown key\(s\) \['rank'\]; valid keys are \['alpha', "]),

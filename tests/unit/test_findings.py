@@ -5,7 +5,8 @@ import json
 import pytest
 
 from harness.report.evidence import ipo_evidence, log_history, rl_evidence, stage_evidence
-from harness.report.findings import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, RunResults, findings
+from harness.errors import UserError
+from harness.report.findings import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, Roles, RunResults, findings
 
 
 def row(i, memorized, ned=None, control_ned=0.5, excluded=None, **extra):
@@ -102,6 +103,41 @@ def test_an_algorithm_sweep_is_judged_on_the_papers_reinforce_points_only():
             g[(model, checkpoint, dataset)] = value
     assert verdicts(RunResults(g, ev))["F4"]["rates"] == verdicts(RunResults(grouped(), evidence()))["F4"]["rates"]
     assert verdicts(RunResults(g, ev))["F4"]["status"] == HOLDS
+
+
+RENAMED = {"FT.1": "sft_canaries", "FT.3": "sft_direct", "RM.1": "rm_task", "RM.3": "rm_with_sd",
+           "RLFT.1": "rl_sweep", "RLFT.2": "rl_via_rm", "RLFT.4": "rl_on_prompts", "IPO": "ipo_pairs"}
+
+
+def _renamed(name: str) -> str:
+    base, _, point = name.partition("/")
+    return RENAMED.get(base, base) + (f"/{point}" if point else "")
+
+
+def test_findings_follow_the_roles_not_the_papers_stage_names():
+    """An experiment that names its stages otherwise maps them (report.findings_models) and gets the same
+    verdicts, rates and tests; without the map its models are simply not the findings' (not measured)."""
+    g = {(_renamed(m), c, d): v for (m, c, d), v in grouped().items()}
+    ev = {_renamed(m): ({**e, "reward_model": _renamed(e["reward_model"])} if "reward_model" in e else e)
+          for m, e in evidence().items()}
+    roles = Roles.load({"ft_source": "sft_canaries", "ft_direct": "sft_direct", "rm_task": "rm_task",
+                        "rm_sd": "rm_with_sd", "rl_persistence": "rl_sweep", "rl_sd_in_rm": "rl_via_rm",
+                        "rl_prompts": "rl_on_prompts", "ipo": "ipo_pairs"})
+    paper, mapped = verdicts(RunResults(grouped(), evidence())), verdicts(RunResults(g, ev, roles=roles))
+    for fid in ("F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8"):
+        assert (mapped[fid]["status"], mapped[fid]["rates"] and [r["k"] for r in mapped[fid]["rates"]],
+                mapped[fid]["p_value"]) == (paper[fid]["status"], [r["k"] for r in paper[fid]["rates"]],
+                                            paper[fid]["p_value"]), fid
+    assert mapped["F2"]["stages"] == ["sft_direct", "rm_with_sd", "rl_via_rm"]
+    assert "rl_via_rm <= sft_direct / 5" in mapped["F2"]["rule"]
+    assert all(f["status"] == NOT_MEASURED for k, f in verdicts(RunResults(g, ev)).items() if k.startswith("F"))
+
+
+def test_an_unknown_role_is_refused_with_the_valid_ones():
+    with pytest.raises(UserError, match=r"findings_models: unknown role\(s\) \['ft_dirct'\]; use ft_source, ft_direct"):
+        Roles.load({"ft_dirct": "FT.3"})
+    with pytest.raises(UserError, match=r"\['ipo'\] must each name one model"):
+        Roles.load({"ipo": ["IPO"]})
 
 
 def test_rl_that_did_not_move_makes_every_rl_finding_inconclusive():
