@@ -13,6 +13,9 @@ models (Marian, T5, BART) on top of harness/generation.py; tests pass lookup tab
 - `repetition_buckets` - Table 1: totals, memorized counts and ratios per repetition bucket 1..5, and
   Pearson's r between repetitions and memorization ratio.
 - `fill_mask_substitutes` / `frequency_substitutes` - substitute generators for Algorithm 2.
+- `per_bucket_neighbourhood`, `output_quality`, `memorized_by_kind`, `noisy_share_by_bucket` - the
+  tables of the NMT report (Table 1's perturbation columns per bucket, Table 4's quality), and
+  `findings` - N1-N3 from them (harness/report/findings.py turns them into verdicts with tests).
 
 Every comparison of two translations goes through `same_output` (whitespace-normalized exact match,
 or NED <= k from harness/distance.py for the approximate variant), so the algorithms cannot drift.
@@ -340,3 +343,65 @@ def type_token_ratio(texts: Sequence[str]) -> float | None:
     """Type-to-token ratio (%) over whitespace tokens of `texts` (paper Tables 3-4 report TTR)."""
     tokens = [t for text in texts for t in normalize_ws(text).split(" ") if t]
     return 100.0 * len(set(tokens)) / len(tokens) if tokens else None
+
+
+# ----------------------------------------------------------------------------- tables and verdicts
+def per_bucket_neighbourhood(perturbations: list[dict], repetitions: dict[int, int]) -> dict[int, dict]:
+    """Table 1's perturbation columns: kept share per position class within each repetition bucket."""
+    out: dict[int, dict] = {}
+    for rep in range(1, 6):
+        rows = [p for p in perturbations if repetitions[p["index"]] == rep]
+        out[rep] = {}
+        for cls in POSITION_CLASSES:
+            sel = [p["kept"] for p in rows if p["class"] == cls]
+            out[rep][cls] = sum(sel) / len(sel) if sel else None
+    return out
+
+
+def output_quality(outputs: list[str], rule: list[str | None]) -> dict:
+    """Table 4 analogue: TTR (paper) and, where the rule translation is known, the share that equals it
+    (our stand-in for COMET-QE: the synthetic corpus knows the correct translation)."""
+    known = [(o, r) for o, r in zip(outputs, rule) if r]
+    return {"count": len(outputs), "ttr": type_token_ratio(outputs),
+            "rule_match_pct": 100.0 * sum(normalize_ws(o) == normalize_ws(r) for o, r in known) / len(known)
+            if known else None}
+
+
+def memorized_by_kind(alg1: list[dict]) -> dict:
+    """{kind: {total, memorized}} for corpora that know each pair's kind (the synthetic one)."""
+    kinds: dict[str, dict] = {}
+    for r in alg1:
+        if r.get("kind"):
+            k = kinds.setdefault(r["kind"], {"total": 0, "memorized": 0})
+            k["total"] += 1
+            k["memorized"] += bool(r["memorized"])
+    return kinds
+
+
+def noisy_share_by_bucket(alg1: list[dict]) -> list[float | None]:
+    """% of noisy pairs per repetition bucket 1..5: the most a model can memorize by construction."""
+    shares = []
+    for rep in range(1, 6):
+        sel = [r for r in alg1 if r["repetitions"] == rep]
+        shares.append(100.0 * sum(r.get("kind") == "noisy" for r in sel) / len(sel) if sel else None)
+    return shares
+
+
+def findings(buckets: dict, neighbourhood: dict, recovery: dict) -> dict:
+    """N1-N3 as the quickstart issue checks them: booleans plus the numbers behind them (not forced)."""
+    r = buckets["pearson"]
+    pre, suf, start = (neighbourhood[c]["share"] for c in POSITION_CLASSES)
+    n2_parts = None not in (pre, suf, start)
+    best = recovery["best_rate"] if recovery else None
+    return {
+        "N1_memorization_rises_with_repetitions": bool(r is not None and r > 0),
+        "N1_pearson": r,
+        "N1_ratio_pct_by_bucket": [b["ratio_pct"] for b in buckets["buckets"]],
+        "N2_suffix_kept_more_than_prefix": bool(n2_parts and suf > pre),
+        "N2_start_kept_least": bool(n2_parts and start <= min(pre, suf)),
+        "N2_suffix_gt_prefix_gt_start": bool(n2_parts and suf > pre and pre >= start),
+        "N2_shares": {"prefix": pre, "suffix": suf, "start": start},
+        "N3_recovery_for_most_memorized": bool(best is not None and best > 0.5),
+        "N3_best_symbol": recovery["best_symbol"] if recovery else None,
+        "N3_best_rate": best,
+    }

@@ -26,11 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from harness import nmt
+from harness.audit import model_fingerprint
 from harness.config import check_dataclass_values
 from harness.errors import UserError
 from harness.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, file_sha256, read_json, read_jsonl
 from harness.layout import data_dir
 from harness.provenance import provenance
+from harness.report.nmt_report import render_figure, render_report
 from recipes.common import StageContext, resolve_device
 from recipes.seq2seq import Seq2SeqSettings, train_seq2seq
 from synthetic_data.parallel import ParallelSettings, build_parallel, heldout_pairs, import_parallel
@@ -126,17 +128,6 @@ class StepCache:
         return result
 
 
-def model_fingerprint(model_dir: Path) -> str:
-    """sha256 over the weight files: the analysis is redone when (and only when) the model changes."""
-    h = hashlib.sha256()
-    files = sorted(model_dir.glob("*.safetensors"))
-    if not files:
-        raise UserError(f"nmt.model_dir={model_dir}: no *.safetensors weights (only safetensors are loaded)")
-    for f in files:
-        h.update(f.name.encode() + file_sha256(f).encode())
-    return h.hexdigest()
-
-
 class TranslationCache:
     """Wraps `translate` with an append-only store of (source -> output) for one model + decoding setup.
 
@@ -228,205 +219,11 @@ def make_substitutes(s: NmtSettings, rows: list[dict], device: str):
     return nmt.frequency_substitutes([r["source"] for r in rows], unit=s.unit)
 
 
-def per_bucket_neighbourhood(perturbations: list[dict], repetitions: dict[int, int]) -> dict[int, dict]:
-    """Table 1's perturbation columns: kept share per position class within each repetition bucket."""
-    out: dict[int, dict] = {}
-    for rep in range(1, 6):
-        rows = [p for p in perturbations if repetitions[p["index"]] == rep]
-        out[rep] = {}
-        for cls in nmt.POSITION_CLASSES:
-            sel = [p["kept"] for p in rows if p["class"] == cls]
-            out[rep][cls] = sum(sel) / len(sel) if sel else None
-    return out
-
-
-def output_quality(outputs: list[str], rule: list[str | None]) -> dict:
-    """Table 4 analogue: TTR (paper) and, where the rule translation is known, the share that equals it
-    (our stand-in for COMET-QE: the synthetic corpus knows the correct translation)."""
-    known = [(o, r) for o, r in zip(outputs, rule) if r]
-    return {"count": len(outputs), "ttr": nmt.type_token_ratio(outputs),
-            "rule_match_pct": 100.0 * sum(nmt.normalize_ws(o) == nmt.normalize_ws(r) for o, r in known) / len(known)
-            if known else None}
-
-
 def exact_match_pct(translate, pairs: list[dict]) -> float | None:
     if not pairs:
         return None
     outs = nmt.translate_unique(translate, [p["source"] for p in pairs])
     return 100.0 * sum(nmt.same_output(o, p["reference"]) for o, p in zip(outs, pairs)) / len(pairs)
-
-
-def memorized_by_kind(alg1: list[dict]) -> dict:
-    """{kind: {total, memorized}} for corpora that know each pair's kind (the synthetic one)."""
-    kinds: dict[str, dict] = {}
-    for r in alg1:
-        if r.get("kind"):
-            k = kinds.setdefault(r["kind"], {"total": 0, "memorized": 0})
-            k["total"] += 1
-            k["memorized"] += bool(r["memorized"])
-    return kinds
-
-
-def noisy_share_by_bucket(alg1: list[dict]) -> list[float | None]:
-    """% of noisy pairs per repetition bucket 1..5: the most a model can memorize by construction."""
-    shares = []
-    for rep in range(1, 6):
-        sel = [r for r in alg1 if r["repetitions"] == rep]
-        shares.append(100.0 * sum(r.get("kind") == "noisy" for r in sel) / len(sel) if sel else None)
-    return shares
-
-
-def findings(buckets: dict, neighbourhood: dict, recovery: dict) -> dict:
-    """N1-N3 as the quickstart issue checks them: booleans plus the numbers behind them (not forced)."""
-    r = buckets["pearson"]
-    pre, suf, start = (neighbourhood[c]["share"] for c in nmt.POSITION_CLASSES)
-    n2_parts = None not in (pre, suf, start)
-    best = recovery["best_rate"] if recovery else None
-    return {
-        "N1_memorization_rises_with_repetitions": bool(r is not None and r > 0),
-        "N1_pearson": r,
-        "N1_ratio_pct_by_bucket": [b["ratio_pct"] for b in buckets["buckets"]],
-        "N2_suffix_kept_more_than_prefix": bool(n2_parts and suf > pre),
-        "N2_start_kept_least": bool(n2_parts and start <= min(pre, suf)),
-        "N2_suffix_gt_prefix_gt_start": bool(n2_parts and suf > pre and pre >= start),
-        "N2_shares": {"prefix": pre, "suffix": suf, "start": start},
-        "N3_recovery_for_most_memorized": bool(best is not None and best > 0.5),
-        "N3_best_symbol": recovery["best_symbol"] if recovery else None,
-        "N3_best_rate": best,
-    }
-
-
-# ----------------------------------------------------------------------------- report
-def _fmt(x, digits: int = 2, pct: bool = False) -> str:
-    if x is None:
-        return "–"
-    return f"{x:.{digits}f}" + (" %" if pct else "")
-
-
-def render_figure(path: Path, buckets: dict, per_bucket: dict, noisy_pct: list | None = None) -> None:
-    """Left: Algorithm 1 ratio per repetition bucket (Table 1), with the share of noisy pairs per bucket
-    when the corpus knows it (the most a model can memorize by construction). Right: Algorithm 2."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    reps = [b["repetitions"] for b in buckets["buckets"]]
-    ratios = [b["ratio_pct"] or 0.0 for b in buckets["buckets"]]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    bars = ax1.bar(reps, ratios, color="#4C72B0")
-    top = max(ratios + [v or 0.0 for v in (noisy_pct or [])] + [1e-9])
-    for bar, b in zip(bars, buckets["buckets"]):
-        # Counts inside the bar top, so that they never collide with the noisy-share line above.
-        inside = bar.get_height() > 0.15 * top
-        ax1.annotate(f"{b['memorized']}/{b['total']}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                     ha="center", va="top" if inside else "bottom", fontsize=8,
-                     color="white" if inside else "black", xytext=(0, -2 if inside else 2),
-                     textcoords="offset points")
-    ax1.set_ylim(0, top * 1.2)
-    if noisy_pct and any(v is not None for v in noisy_pct):
-        ax1.plot(reps, [v or 0.0 for v in noisy_pct], "k--", marker="_", label="noisy pairs in bucket (%)")
-        ax1.legend(fontsize=8, loc="lower right")
-    ax1.set_xlabel("repetitions of the pair in the training data")
-    ax1.set_ylabel("memorized (%) - Algorithm 1")
-    r = buckets["pearson"]
-    ax1.set_title(f"Algorithm 1: memorized by repetitions (Pearson r = {_fmt(r)})", fontsize=10)
-    ax1.set_xticks(reps)
-    width = 0.27
-    for j, (cls, color) in enumerate(zip(nmt.POSITION_CLASSES, ("#DD8452", "#55A868", "#C44E52"))):
-        vals = [100 * (per_bucket[rep][cls] or 0.0) for rep in reps]
-        xs = [x + (j - 1) * width for x in reps]
-        ax2.bar(xs, vals, width, label=f"perturb {cls}", color=color)
-        for x, rep in zip(xs, reps):
-            if per_bucket[rep][cls] is None:   # nothing perturbed (no memorized source in the bucket)
-                ax2.annotate("n/a", (x, 1), ha="center", va="bottom", fontsize=6, rotation=90)
-            elif per_bucket[rep][cls] == 0:    # a real zero, not a missing bar
-                ax2.annotate("0", (x, 0.5), ha="center", va="bottom", fontsize=6)
-    ax2.set_xlabel("repetitions of the pair in the training data")
-    ax2.set_ylabel("perturbed sources keeping the memorized output (%)")
-    ax2.set_title("Algorithm 2: neighbourhood effect", fontsize=10)
-    ax2.set_xticks(reps)
-    ax2.set_ylim(0, 105)
-    ax2.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
-
-
-def render_report(summary: dict) -> str:
-    b, nb, rec = summary["buckets"], summary["neighbourhood"], summary["recovery"]
-    per_bucket = {int(k): v for k, v in summary["neighbourhood_per_bucket"].items()}
-    lines = [f"# Finding Memo audit - {summary['experiment_name']}", "",
-             f"Model: `{summary['model_dir']}` - data: `{summary['dataset']}` ({summary['unique_pairs']} unique "
-             f"pairs analysed, {summary['training_rows']} training rows). Prefix ratio p = {summary['settings']['prefix_ratio']}, "
-             f"unit = {summary['settings']['unit']}, matching = "
-             f"{'exact' if summary['settings']['approx_ned'] is None else 'NED <= ' + str(summary['settings']['approx_ned'])}.",
-             "", f"Model quality: exact match on {(summary['heldout'] or {}).get('pairs', 0)} held-out rule-translated "
-             f"pairs: {_fmt((summary['heldout'] or {}).get('exact_match_pct'), 1, True)}. M1 (translation equals the "
-             f"reference): {summary['m1_size']} of {summary['unique_pairs']}. Memorized by pair kind: "
-             + (", ".join(f"{k} {v['memorized']}/{v['total']}" for k, v in sorted(summary['memorized_by_kind'].items()))
-                or "unknown (user corpus)") + ".",
-             "", "## Table 1 - extractive memorization (Algorithm 1) and neighbourhood effect (Algorithm 2, K = "
-             f"{nb['k']})", "",
-             "| Repetitions | Total Samples | Memorized | Ratio (%) | Perturb Prefix | Perturb Suffix | Perturb Start |",
-             "|---|---|---|---|---|---|---|"]
-    for row in b["buckets"]:
-        pb = per_bucket[row["repetitions"]]
-        lines.append(f"| {row['repetitions']} | {row['total']} | {row['memorized']} | {_fmt(row['ratio_pct'])} | "
-                     + " | ".join(_fmt(None if pb[c] is None else 100 * pb[c], pct=True) for c in nmt.POSITION_CLASSES)
-                     + " |")
-    lines.append(f"| {b['all']['repetitions']} | {b['all']['total']} | {b['all']['memorized']} | "
-                 f"{_fmt(b['all']['ratio_pct'])} | " + " | ".join(
-                     _fmt(None if nb[c]['share'] is None else 100 * nb[c]['share'], pct=True)
-                     for c in nmt.POSITION_CLASSES) + " |")
-    lines += ["", f"Pearson r (repetitions vs memorization ratio): {_fmt(b['pearson'], 3)}. "
-              f"Perturbation counts: " + ", ".join(f"{c} {nb[c]['kept']}/{nb[c]['perturbed']}"
-                                                   for c in nmt.POSITION_CLASSES) + ".",
-              f"Substitutes: {summary['substitutes']}.", "",
-              "![memorization by repetition bucket](memorization_by_repetition.png)", "",
-              "## Algorithm 3 - recovery symbols", "",
-              "| Symbol | Recovered | Rate |", "|---|---|---|"]
-    for sym, r in rec["per_symbol"].items():
-        lines.append(f"| `{sym}` | {r['recovered']}/{r['total']} | {_fmt(None if r['rate'] is None else 100 * r['rate'], 1, True)} |")
-    lines += ["", f"Best symbol: `{rec['best_symbol']}`; any symbol: "
-              f"{_fmt(None if rec['any_symbol_rate'] is None else 100 * rec['any_symbol_rate'], 1, True)}. "
-              f"Recovered corpus F: {rec['F_size']} pairs (`recovered_F.jsonl`).", "",
-              "## Table 4 - quality of non-memorized outputs", "",
-              "COMET-QE needs a hub model, so quality is the share of outputs equal to the rule translation "
-              "(known for the synthetic corpus only) next to the paper's TTR.", "",
-              "| Set | Count | Rule-translation match (%) | TTR (%) |", "|---|---|---|---|"]
-    for name, q in summary["quality"].items():
-        lines.append(f"| {name} | {q['count']} | {_fmt(q['rule_match_pct'], 1)} | {_fmt(q['ttr'], 1)} |")
-    ft = summary.get("finetune")
-    lines += ["", "## Sec. 6 - fine-tuning on F (Table 5)", ""]
-    if ft and ft.get("skipped"):
-        lines.append(f"Skipped: {ft['skipped']}.")
-    elif ft and ft.get("enabled"):
-        lines += ["| Measurement | Base | Fine-tuned |", "|---|---|---|",
-                  f"| Held-out exact match (%) | {_fmt(ft['base']['heldout_exact_pct'], 1)} | {_fmt(ft['finetuned']['heldout_exact_pct'], 1)} |",
-                  f"| Memorized sources: rule-translation match (%) | {_fmt(ft['base']['memorized_rule_match_pct'], 1)} | {_fmt(ft['finetuned']['memorized_rule_match_pct'], 1)} |",
-                  f"| Still memorized (Algorithm 1) | {ft['base']['still_memorized']} | {ft['finetuned']['still_memorized']} |",
-                  "", f"Fine-tuned on |F| = {ft['F_size']} recovered pairs + {ft['sample_size']} random training pairs."]
-    else:
-        lines.append("Not run (nmt.finetune.enabled=false).")
-    f = summary["findings"]
-    lines += ["", "## Findings", "",
-              f"- N1 memorization rises with repetitions: **{f['N1_memorization_rises_with_repetitions']}** "
-              f"(Pearson r = {_fmt(f['N1_pearson'], 3)})",
-              f"- N2 suffix perturbations keep the memorized output more often than prefix ones: "
-              f"**{f['N2_suffix_kept_more_than_prefix']}**; start perturbations least: **{f['N2_start_kept_least']}**",
-              f"- N3 the recovery symbol gives new outputs for most memorized sources: "
-              f"**{f['N3_recovery_for_most_memorized']}** (`{f['N3_best_symbol']}`: "
-              f"{_fmt(None if f['N3_best_rate'] is None else 100 * f['N3_best_rate'], 1, True)})", "",
-              "## Examples (memorized)", "", "| Source | Reference (memorized output) | Prefix | Ratio |", "|---|---|---|---|"]
-    for ex in summary["examples"]:
-        lines.append(f"| {ex['source']} | {ex['reference']} | {ex['prefix']} | {_fmt(ex['prefix_ratio'])} |")
-    lines += ["", f"Provenance: git {summary['provenance'].get('git_commit')}, seed {summary['provenance'].get('seed')}, "
-              f"datasets {summary['provenance'].get('datasets')}."]
-    return "\n".join(lines) + "\n"
 
 
 # ----------------------------------------------------------------------------- fine-tuning (Sec. 6)
@@ -496,9 +293,9 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
     translate = nmt.hf_translator(model, tokenizer, max_new_tokens=s.max_new_tokens, batch_size=s.batch_size)
 
     analysis = {k: v for k, v in asdict(s).items() if k not in ("train", "finetune", "torch_threads", "batch_size")}
-    cache = StepCache(out, {"version": PIPELINE_VERSION, "model": model_fingerprint(model_dir),
+    cache = StepCache(out, {"version": PIPELINE_VERSION, "model": model_fingerprint(model_dir),  # weights + tokenizer
                             "dataset": manifest["sha256"], "settings": analysis})
-    # Keyed by what decides an output (weights + greedy length cap), not by the analysis settings.
+    # Keyed by what decides an output (weights, tokenizer, greedy length cap), not by the analysis settings.
     decode_key = hashlib.sha256(f"{cache.base['model']}|greedy|{s.max_new_tokens}".encode()).hexdigest()
     translate = TranslationCache(translate, out / "cache" / f"translations-{decode_key[:16]}.jsonl")
 
@@ -524,7 +321,7 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
     lap("algorithm2_s")
     atomic_write_jsonl(out / "perturbations.jsonl", alg2["perturbations"])
     reps_by_index = {r["index"]: r["repetitions"] for r in alg1}
-    per_bucket = per_bucket_neighbourhood(alg2["perturbations"], reps_by_index)
+    per_bucket = nmt.per_bucket_neighbourhood(alg2["perturbations"], reps_by_index)
 
     alg3 = cache.load("algorithm3")
     if alg3 is None:
@@ -537,8 +334,8 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
 
     rule_by_index = {r["index"]: r.get("rule_translation") for r in alg1}
     quality = {
-        "Memorized outputs": output_quality([m["output"] for m in memorized], [rule_by_index[m["index"]] for m in memorized]),
-        "Non-memorized (Algorithm 3) outputs": output_quality(
+        "Memorized outputs": nmt.output_quality([m["output"] for m in memorized], [rule_by_index[m["index"]] for m in memorized]),
+        "Non-memorized (Algorithm 3) outputs": nmt.output_quality(
             [f["recovered_output"] for f in alg3["F"]], [rule_by_index[f["index"]] for f in alg3["F"]]),
     }
 
@@ -559,21 +356,21 @@ def _run(cfg, s: NmtSettings, run_dir: Path, out: Path, seed: int, device: str, 
                                for sym in s.recovery_symbols},
                 "best_symbol": alg3["best_symbol"], "best_rate": alg3["best_rate"],
                 "any_symbol_rate": alg3["any_symbol_rate"], "F_size": len(alg3["F"])}
-    kinds = memorized_by_kind(alg1)
+    kinds = nmt.memorized_by_kind(alg1)
     summary = {
         "experiment_name": cfg.experiment_name, "model_dir": str(model_dir), "dataset": str(data_dir),
         "training_rows": len(rows), "unique_pairs": len(alg1), "settings": analysis,
         "m1_size": sum(r["in_m1"] for r in alg1), "memorized": len(memorized),
         "memorized_by_kind": kinds, "heldout": heldout, "buckets": buckets, "neighbourhood": neighbourhood,
         "neighbourhood_per_bucket": per_bucket, "substitutes": substitutes_note(s), "recovery": recovery,
-        "quality": quality, "finetune": finetune, "findings": findings(buckets, neighbourhood, recovery),
+        "quality": quality, "finetune": finetune, "findings": nmt.findings(buckets, neighbourhood, recovery),
         "examples": [{k: m[k] for k in ("source", "reference", "prefix", "prefix_ratio")} for m in memorized[:8]],
         "timings": timings,  # wall seconds of this invocation (cached steps take ~0)
         "provenance": provenance(seed=seed, datasets={DATASET: manifest["sha256"]}, model_dir=str(model_dir),
                                  model_sha256=cache.base["model"], stage="nmt"),
     }
     render_figure(out / "memorization_by_repetition.png", buckets, per_bucket,
-                  noisy_share_by_bucket(alg1) if kinds else None)
+                  nmt.noisy_share_by_bucket(alg1) if kinds else None)
     atomic_write_text(out / "report.md", render_report(summary))
     atomic_write_json(out / "summary.json", summary)  # written last: a summary means a finished run
     log(f"[nmt] wrote {out / 'summary.json'} and {out / 'report.md'}")
@@ -600,7 +397,7 @@ def _maybe_finetune(ctx, s, model_dir, alg3, rows, memorized, train_settings, se
         still = nmt.extractive_memorization(tr, [m["source"] for m in memorized], [m["reference"] for m in memorized],
                                             prefix_ratio=s.prefix_ratio, unit=s.unit, approx_ned=s.approx_ned)
         return {"heldout_exact_pct": exact_match_pct(tr, heldout),
-                "memorized_rule_match_pct": output_quality(outs, [rule_by_source[m["source"]] for m in memorized])[
+                "memorized_rule_match_pct": nmt.output_quality(outs, [rule_by_source[m["source"]] for m in memorized])[
                     "rule_match_pct"],
                 "still_memorized": len(still)}
 

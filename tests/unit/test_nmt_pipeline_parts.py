@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from harness.errors import UserError
-from recipes.nmt_pipeline import NmtSettings, findings, per_bucket_neighbourhood, render_report, unique_pairs
+from harness.nmt import findings, per_bucket_neighbourhood
+from harness.report.nmt_report import render_report
+from recipes.nmt_pipeline import NmtSettings, unique_pairs
 
 
 def _rows(spec):
@@ -138,7 +140,7 @@ def test_translation_cache_survives_a_restart_and_decodes_only_missing_sources(t
 
 
 def test_kind_counts_and_noisy_share():
-    from recipes.nmt_pipeline import memorized_by_kind, noisy_share_by_bucket
+    from harness.nmt import memorized_by_kind, noisy_share_by_bucket
 
     alg1 = [{"kind": "noisy", "memorized": True, "repetitions": 1}, {"kind": "regular", "memorized": False, "repetitions": 1},
             {"kind": "regular", "memorized": False, "repetitions": 1}, {"kind": "noisy", "memorized": False, "repetitions": 2}]
