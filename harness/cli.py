@@ -59,6 +59,18 @@ def expand_sweep(overrides: list[str]) -> list[tuple[list[str], dict[str, str]]]
     return points
 
 
+def sweep_run_suffix(sweep_point: dict[str, str]) -> str:
+    """`<key>=<value>,...` of the swept keys outside `stages.` ("" when there are none): the run directory
+    of one multirun point below run_dir. Swept stage keys name model directories instead
+    (recipes/pipeline.py)."""
+    other = {}
+    for key, value in sweep_point.items():
+        key = str(key).lstrip("+~")
+        if not key.startswith("stages."):
+            other[key] = value
+    return ",".join(f"{k}={v}" for k, v in sorted(other.items()))
+
+
 def compose(overrides: list[str], sweep_point: dict[str, str] | None = None):
     """Compose conf/config.yaml with `overrides`; errors name the key and the fix."""
     from hydra import compose as hydra_compose
@@ -73,6 +85,11 @@ def compose(overrides: list[str], sweep_point: dict[str, str] | None = None):
         raise UserError(f"bad config override: {e}") from None
     with open_dict(cfg):
         cfg.sweep_point = dict(sweep_point or {})
+        # A multirun point that sweeps keys outside `stages.` (e.g. seed=0,1) runs in its own directory;
+        # set before resolving, so every ${run_dir} path (audit.out_dir, report.out_dir, ...) follows it.
+        suffix = sweep_run_suffix(cfg.sweep_point)
+        if suffix:
+            cfg.run_dir = f"{cfg.run_dir}/{suffix}"
     OmegaConf.resolve(cfg)
     check_config(cfg)
     return cfg

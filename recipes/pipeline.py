@@ -233,15 +233,13 @@ def plan(cfg) -> list[PlannedStage]:
 
 
 def run_directory(cfg) -> Path:
-    """cfg.run_dir, plus `<key>=<value>,...` when a multirun sweeps keys outside `stages.`."""
+    """cfg.run_dir: a multirun point's own directory is already in it (harness.cli.compose), and so in
+    every path resolved from ${run_dir}. Swept stage keys must name stages of this experiment."""
     from omegaconf import OmegaConf
 
     raw = OmegaConf.to_container(cfg.get("stages") or {}, resolve=True)
-    _, other = split_sweep_point(cfg, list(flatten_stages(raw)) if raw else [])
-    run_dir = Path(cfg.run_dir)
-    if other:
-        run_dir = run_dir / ",".join(f"{k}={v}" for k, v in sorted(other.items()))
-    return run_dir
+    split_sweep_point(cfg, list(flatten_stages(raw)) if raw else [])
+    return Path(cfg.run_dir)
 
 
 def needed_datasets(stages: list[PlannedStage], cfg, with_audit: bool = True) -> list[str]:
@@ -291,28 +289,11 @@ def build_data(cfg, run_dir: Path, names: list[str]) -> None:
         except ModuleNotFoundError as e:
             raise UserError(f"cannot build datasets ({e}); set build_data=false and put them under "
                             f"{run_dir}/data/<name>/ yourself") from None
-        build_datasets(with_run_dir(cfg, run_dir), names=names)
+        build_datasets(cfg, names=names)
     wait_for_everyone()
     ctx = StageContext(run_dir, "data")
     for name in names:
         ctx.data_dir(name)   # raises a UserError naming the missing dataset
-
-
-def with_run_dir(cfg, run_dir: Path):
-    from omegaconf import open_dict
-
-    old = str(cfg.run_dir)
-    cfg = cfg.copy()
-    with open_dict(cfg):
-        cfg.run_dir = str(run_dir)
-        # Keys resolved from ${run_dir} at compose time follow a run directory chosen later (sweeps).
-        for group in ("audit", "report"):
-            section = cfg.get(group)
-            for key in ("out_dir", "cache_dir"):
-                value = section.get(key) if section is not None else None
-                if isinstance(value, str) and value.startswith(old) and old != str(run_dir):
-                    section[key] = str(run_dir) + value[len(old):]
-    return cfg
 
 
 def set_rl_prompts_tokenizer(cfg, tokenizer_dir: Path):
@@ -532,7 +513,6 @@ def after_training(cfg, planned: list[PlannedStage], run_dir: Path) -> None:
     """
     from harness.cli import load_command
 
-    cfg = with_run_dir(cfg, run_dir)
     for command in list(cfg.get("after_training") or []):
         if command != "audit" and not is_main_process():
             continue
@@ -555,7 +535,7 @@ def run_main(cfg) -> int:
     write_run_record(cfg, run_dir, [])
     results = train_all(cfg, planned, run_dir)
     write_run_record(cfg, run_dir, results)
-    after_training(with_run_dir(cfg, run_dir), planned, run_dir)
+    after_training(cfg, planned, run_dir)
     seconds = time.time() - start
     write_run_record(cfg, run_dir, results, wall_seconds=round(seconds, 1))
     if is_main_process():
@@ -563,7 +543,7 @@ def run_main(cfg) -> int:
         if "report" in list(cfg.get("after_training") or []):
             from harness.report.render import report_dir
 
-            where = f"report: {report_dir(with_run_dir(cfg, run_dir)) / 'report.html'}"
+            where = f"report: {report_dir(cfg) / 'report.html'}"
         print(f"[memaudit] run {cfg.get('experiment_name')} finished in {int(seconds // 60)} min {seconds % 60:.0f} s "
               f"(data, training, {', '.join(cfg.get('after_training') or []) or 'no audit'}); {where}", flush=True)
     return 0

@@ -8,8 +8,7 @@ import pytest
 
 from harness.cli import compose, expand_sweep
 from harness.errors import UserError
-from recipes.pipeline import (flatten_stages, order_stages, plan, run_directory, sweep_assignments,
-                              train_main, with_run_dir)
+from recipes.pipeline import flatten_stages, order_stages, plan, run_directory, sweep_assignments, train_main
 
 
 def compose_point(overrides: list[str], multirun: bool = False):
@@ -95,10 +94,17 @@ def test_train_one_stage_needs_its_upstream(tmp_path):
         train_main(compose(["experiment=smoke", "stage=FT.9", f"run_dir={tmp_path}"]))
 
 
-def test_a_later_run_directory_moves_the_report_and_audit_outputs(tmp_path):
-    cfg = with_run_dir(compose(["experiment=smoke"]), tmp_path / "seed=1")
-    assert cfg.report.out_dir == str(tmp_path / "seed=1" / "report")
-    assert cfg.audit.out_dir == str(tmp_path / "seed=1" / "audit")
+def test_a_sweep_points_run_directory_carries_its_audit_report_and_cache_paths(tmp_path):
+    """The point's directory is set before ${run_dir} is resolved: every path built from it follows, and a
+    path set outright stays where the user put it."""
+    [a, b] = compose_point(["experiment=smoke", "seed=0,1", f"run_dir={tmp_path}",
+                            f"audit.cache_dir={tmp_path / 'shared_cache'}"], multirun=True)
+    assert b.run_dir == str(tmp_path / "seed=1") and run_directory(b) == tmp_path / "seed=1"
+    assert b.report.out_dir == str(tmp_path / "seed=1" / "report")
+    assert b.audit.out_dir == str(tmp_path / "seed=1" / "audit")
+    assert a.audit.cache_dir == b.audit.cache_dir == str(tmp_path / "shared_cache")
+    [c] = compose_point(["experiment=smoke", f"run_dir={tmp_path}"])
+    assert c.run_dir == str(tmp_path) and c.audit.out_dir == str(tmp_path / "audit")
 
 
 def _stage(settings):
