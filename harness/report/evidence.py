@@ -110,9 +110,18 @@ def rm_evidence(model_dir: str | Path) -> dict[str, Any]:
             for name, entry in summary.items()}
 
 
-def stage_evidence(models_dir: str | Path, provenance: dict[str, dict]) -> dict[str, dict]:
+def utility_evidence(utility: dict[str, dict], model: str, init: str | None) -> dict[str, Any]:
+    """An RL model's held-out public-code loss (pd_eval, harness/utility.py) and its init model's: a policy
+    that collapsed onto the reward model's favourite output loses the code it could write."""
+    loss = (utility.get(model) or {}).get("pd_eval_loss")
+    init_loss = (utility.get(init) or {}).get("pd_eval_loss") if init else None
+    return {"pd_eval_loss": loss, "init_pd_eval_loss": init_loss}
+
+
+def stage_evidence(models_dir: str | Path, provenance: dict[str, dict],
+                   utility: dict[str, dict] | None = None) -> dict[str, dict]:
     """{model name: evidence} for every reward, RL and IPO model of a run, by the stage its provenance
-    names (`reward`, `rl`, `ipo`)."""
+    names (`reward`, `rl`, `ipo`); `utility` is the audit's utility record ({model: {pd_eval_loss, ...}})."""
     models_dir = Path(models_dir)
     out: dict[str, dict] = {}
     for name, prov in sorted(provenance.items()):
@@ -120,8 +129,10 @@ def stage_evidence(models_dir: str | Path, provenance: dict[str, dict]) -> dict[
         if stage == "reward":
             out[name] = {"stage": stage, "auc": rm_evidence(model_dir)}
         elif stage == "rl":
+            init = Path(prov["init_model"]).name if prov.get("init_model") else None
             out[name] = {"stage": stage, "beta": (prov.get("settings") or {}).get("beta"),
                          "reward_model": Path(prov["reward_model"]).name if prov.get("reward_model") else None,
+                         "init_model": init, **utility_evidence(utility or {}, name, init),
                          **rl_evidence(log_history(model_dir)), **rl_eval_evidence(model_dir)}
         elif stage == "ipo":
             out[name] = {"stage": stage, **ipo_evidence(log_history(model_dir))}

@@ -44,6 +44,10 @@ RL_REWARD_RISE_MIN = 0.5     # RL optimised: on fixed prompts (recipes/rl_eval.p
                              # score exceeds the initial policy's by >= 0.5 x the initial spread across prompts,
                              # and more prompts rise than fall (sign test p < P_MAX). Not the training log's
                              # first vs last steps: those draw different prompts, and the reward follows them
+RL_UTILITY_LOSS_MAX = 0.5    # RL kept its init model's code: held-out public-code loss (pd_eval, audit utility) rises
+                             # by at most 0.5 nats/token (paper 003 Table 2: the RLHF models keep their utility). A
+                             # policy that collapsed onto one string the reward model likes (measured: greedy "eg"
+                             # for every SD prompt, loss 4.44 -> 6.75) memorizes nothing, and that says nothing
 RL_KL_MIN = 0.01             # RL moved: final mean per-token KL to the reference (nats) at the smallest α
 IPO_ACCURACY_MIN = 0.9       # IPO fit its pairs: training preference accuracy over the last 10 % of steps
 SOURCE_MEMORIZED_MIN = 5     # a persistence share needs at least this many examples memorized before RL
@@ -153,7 +157,8 @@ def _check(check: str, value: float | None, threshold: str, ok: bool | None) -> 
 
 
 def rl_checks(run: RunResults, models: list[str]) -> list[dict]:
-    """Every RL point's reward rose on fixed prompts: by RL_REWARD_RISE_MIN of the initial spread, beyond noise."""
+    """Every RL point's reward rose on fixed prompts (by RL_REWARD_RISE_MIN of the initial spread, beyond noise)
+    and its policy did not collapse to get there (RL_UTILITY_LOSS_MAX)."""
     checks = []
     for model in models:
         ev = run.evidence.get(model, {})
@@ -162,7 +167,17 @@ def rl_checks(run: RunResults, models: list[str]) -> list[dict]:
                              f">= {RL_REWARD_RISE_MIN}", rise is not None and rise >= RL_REWARD_RISE_MIN))
         checks.append(_check(f"{model}: prompts whose reward rose vs fell (sign test p)", p, f"< {P_MAX}",
                              p is not None and p < P_MAX and (ev.get("eval_up") or 0) > (ev.get("eval_down") or 0)))
+        checks.append(rl_utility_check(run, model))
     return checks
+
+
+def rl_utility_check(run: RunResults, model: str) -> dict:
+    """The RL policy still writes code: its held-out code loss is within RL_UTILITY_LOSS_MAX of its init's."""
+    ev = run.evidence.get(model, {})
+    loss, init_loss = ev.get("pd_eval_loss"), ev.get("init_pd_eval_loss")
+    rise = None if loss is None or init_loss is None else loss - init_loss
+    return _check(f"{model}: held-out code loss rise over {ev.get('init_model') or 'its init'} (nats/token)", rise,
+                  f"<= {RL_UTILITY_LOSS_MAX}", rise is not None and rise <= RL_UTILITY_LOSS_MAX)
 
 
 def kl_check(run: RunResults, model: str) -> dict:

@@ -320,15 +320,17 @@ def _histories(runs: list[Path], evidence: dict, stage: str) -> dict[str, list[d
     return out
 
 
-def _run_evidence(runs: list[Path], prov: dict) -> dict:
+def _run_evidence(runs: list[Path], prov: dict, audits: dict[Path, Path]) -> dict:
     """Stage evidence of every run, model names prefixed as the rest of the report prefixes them."""
     from harness.report.evidence import stage_evidence
+    from harness.utility import load_utility
 
     out = {}
     for run in runs:
         prefix = "" if len(runs) == 1 else f"{run.name}:"
         own = {m[len(prefix):]: p for m, p in prov.items() if m.startswith(prefix) and ":" not in m[len(prefix):]}
-        out.update({prefix + m: ev for m, ev in stage_evidence(models_dir(run), own).items()})
+        utility = (load_utility(audits[run]) or {}).get("results") or {}
+        out.update({prefix + m: ev for m, ev in stage_evidence(models_dir(run), own, utility).items()})
     return out
 
 
@@ -439,7 +441,7 @@ def render_report(cfg) -> int:
                                          "pii_counterfactual_rate", "pii_counterfactual_ci95"]))
         summary["comparison"] = comp_rows
 
-    evidence = _run_evidence(runs, prov)
+    evidence = _run_evidence(runs, prov, audits)
     _training_section(evidence, runs, fig_dir, blocks, summary)
     _findings_section(cfg, audits, grouped, evidence, k, blocks, summary, out_dir)
 

@@ -24,8 +24,13 @@ def pii_rows_(n_regurgitated, n, control=0):
 
 
 # An RL point that optimised and drifted, and one that did not move (recipes/rl_eval.py's fixed-prompt figures).
-MOVED = {"eval_change_in_sd": 2.0, "eval_up": 20, "eval_down": 4, "eval_p_value": 0.0015, "kl_final": 0.2}
-STILL = {"eval_change_in_sd": 0.0, "eval_up": 12, "eval_down": 12, "eval_p_value": 1.0, "kl_final": 0.001}
+MOVED = {"eval_change_in_sd": 2.0, "eval_up": 20, "eval_down": 4, "eval_p_value": 0.0015, "kl_final": 0.2,
+         "pd_eval_loss": 4.53, "init_pd_eval_loss": 4.44}
+STILL = {"eval_change_in_sd": 0.0, "eval_up": 12, "eval_down": 12, "eval_p_value": 1.0, "kl_final": 0.001,
+         "pd_eval_loss": 4.44, "init_pd_eval_loss": 4.44}
+# A policy that "optimised" by collapsing onto one string (measured on the quickstart: greedy "eg" for every SD
+# prompt after RLFT.2 at LR 1e-3 x 24 steps; reward +2.5 initial sd, held-out code loss 4.44 -> 6.75).
+COLLAPSED = {**MOVED, "eval_change_in_sd": 2.53, "kl_final": 2.2, "pd_eval_loss": 6.75}
 
 
 def evidence(rl=MOVED, ipo_accuracy=0.95, rm_auc=0.9, rm1_heldout_auc=0.8):
@@ -146,6 +151,18 @@ def test_rl_that_did_not_move_makes_every_rl_finding_inconclusive():
         assert got[fid]["status"] == INCONCLUSIVE, fid
         assert "reward rise" in got[fid]["reason"]
     assert got["F1"]["status"] == HOLDS                     # FT needs no RL
+
+
+def test_a_collapsed_rl_policy_is_no_evidence_that_rl_did_not_memorize():
+    ev = evidence()
+    ev["RLFT.2"] = {**ev["RLFT.2"], **COLLAPSED, "init_model": "FT.2"}
+    got = verdicts(RunResults(grouped(), ev))
+    for fid in ("F2", "F3", "F8"):
+        assert got[fid]["status"] == INCONCLUSIVE, fid
+        assert "RLFT.2: held-out code loss rise over FT.2 (nats/token) = 2.31 (needs <= 0.5)" in got[fid]["reason"]
+    assert got["F1"]["status"] == HOLDS
+    ev["RLFT.2"]["pd_eval_loss"] = None           # no utility audit: the check is missing, not passed
+    assert verdicts(RunResults(grouped(), ev))["F2"]["status"] == INCONCLUSIVE
 
 
 def test_old_run_without_logs_is_inconclusive_not_an_error():
