@@ -122,11 +122,11 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def split_sweep_point(cfg, stage_names: list[str]) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """cfg.sweep_point -> ({stage: [swept keys]}, {other key: value}) for directory naming."""
+def split_sweep_point(cfg, stage_names: list[str]) -> dict[str, list[str]]:
+    """cfg.sweep_point -> {stage: [swept keys]} for model directory names. Swept keys outside `stages.`
+    name the run directory instead (harness.cli.sweep_run_suffix, applied when the config is composed)."""
     per_stage: dict[str, list[str]] = {}
-    other: dict[str, str] = {}
-    for key, value in dict(cfg.get("sweep_point") or {}).items():
+    for key in dict(cfg.get("sweep_point") or {}):
         key = key.lstrip("+~")
         if key.startswith("stages."):
             rest = key[len("stages."):]
@@ -135,9 +135,7 @@ def split_sweep_point(cfg, stage_names: list[str]) -> tuple[dict[str, list[str]]
                 raise UserError(f"sweep key {key}: no stage of this experiment is called that; "
                                 f"stages are {stage_names}")
             per_stage.setdefault(owner, []).append(rest[len(owner) + 1:])
-        else:
-            other[key] = value
-    return per_stage, other
+    return per_stage
 
 
 def nested_get(settings: dict[str, Any], dotted: str) -> Any:
@@ -203,7 +201,7 @@ def plan(cfg) -> list[PlannedStage]:
                         "or define `stages:` in your config")
     stages = flatten_stages(raw)
     model_preset = OmegaConf.to_container(cfg.model, resolve=True) if cfg.get("model") else {}
-    cli_keys, _ = split_sweep_point(cfg, list(stages))
+    cli_keys = split_sweep_point(cfg, list(stages))
     planned: list[PlannedStage] = []
     model_names: dict[str, list[str]] = {}
     for name in order_stages(stages):
@@ -234,11 +232,7 @@ def plan(cfg) -> list[PlannedStage]:
 
 def run_directory(cfg) -> Path:
     """cfg.run_dir: a multirun point's own directory is already in it (harness.cli.compose), and so in
-    every path resolved from ${run_dir}. Swept stage keys must name stages of this experiment."""
-    from omegaconf import OmegaConf
-
-    raw = OmegaConf.to_container(cfg.get("stages") or {}, resolve=True)
-    split_sweep_point(cfg, list(flatten_stages(raw)) if raw else [])
+    every path resolved from ${run_dir}."""
     return Path(cfg.run_dir)
 
 
