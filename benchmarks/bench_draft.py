@@ -1,5 +1,5 @@
 """Audit decoding with the target as a draft (harness/draft.py) against batched `generate` and a
-per-example loop, on the real audit mix of a finished quickstart run.
+per-example loop, on the real audit mix of a finished findings run (experiment=findings, which trains FT.1).
 
 Workload: every model named by --models (default: two FT.1 checkpoints, FT.1, and the control
 FT.2) on the audit's own PSM prompts of sd_base + sd_links_pos + pd_eval (memorized, near-miss and
@@ -18,7 +18,7 @@ Prints ex/s per path and model, the speed-ups, how many draft completions equal 
 speed-up over `generate`), and for every difference the first differing token with the gap between the top two
 logits there (a floating-point near-tie is < 1e-4; anything else would be a bug).
 
-    .venv/bin/python benchmarks/bench_draft.py --run runs/quickstart --threads 2
+    .venv/bin/python benchmarks/bench_draft.py --run runs/findings --threads 2
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def total(rows, key_s) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--run", required=True, help="a finished quickstart run directory (runs/quickstart)")
+    ap.add_argument("--run", required=True, help="a finished run of experiment=findings (runs/findings), which trains FT.1")
     ap.add_argument("--models", nargs="+", default=list(MODELS))
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--batch-size", type=int, default=32)

@@ -1,9 +1,9 @@
-"""Seconds per RL step, PPO (recipes/ppo.py) against RLOO (TRL), on the quickstart's RL workload shape.
+"""Seconds per RL step, PPO (recipes/ppo.py) against RLOO (TRL), on the embedded default's RL workload shape.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_rl_step.py [--steps 6] [--out /tmp/bench_rl_step]
 
 Run it on an otherwise idle machine: both algorithms share the CPU with nothing else, or the numbers mean
-nothing. The shape is RLFT.1 of conf/experiment/quickstart.yaml: the ≈5 M-parameter embedded model
+nothing. The shape is RLFT.1 of conf/experiment/findings.yaml: the ≈5 M-parameter embedded model
 (conf/model/tiny.yaml), 2 prompts x 4 completions x 48 sampled tokens per step, FIM contexts of up to 600
 characters per side, scored by a pointwise RM trained for a few steps on the same model (its values are
 irrelevant: this measures speed, not learning). Each algorithm runs through the real `rl.run_stage` for

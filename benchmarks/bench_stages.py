@@ -1,7 +1,7 @@
 """Per-stage wall and CPU time of an experiment, and the tiny model's pre-training throughput.
 
     .venv/bin/python benchmarks/bench_stages.py --experiment smoke                # every stage, toy size
-    .venv/bin/python benchmarks/bench_stages.py --experiment quickstart           # the full chain (~12 min)
+    .venv/bin/python benchmarks/bench_stages.py --experiment findings             # the full chain (~35 min)
     .venv/bin/python benchmarks/bench_stages.py --pretrain-tokens 200000          # PT of model=tiny only
 
 Runs the real CLI (`memaudit run` / `memaudit train`) in a fresh run directory and reads the stage

@@ -1,4 +1,4 @@
-"""Findings of several quickstart runs (one per seed) side by side, for the README's spread table.
+"""Findings of several runs of one experiment (one per seed) side by side, for the README's spread tables.
 
     memaudit run experiment=quickstart                                   # seed 0 -> runs/quickstart
     memaudit run experiment=quickstart seed=1 run_dir=runs/quickstart_seed1
@@ -6,6 +6,7 @@
     python benchmarks/quickstart_seeds.py runs/quickstart runs/quickstart_seed1 runs/quickstart_seed2
 
     python benchmarks/quickstart_seeds.py --one runs/quickstart          # one run's findings, in full
+    python benchmarks/quickstart_seeds.py --one runs/findings            # the same for experiment=findings
 
 Reads each run's report/findings.json (written by `memaudit report`) and run.json (wall time), and
 prints a markdown table: each finding's figure per seed and in how many seeds it holds, then the wall

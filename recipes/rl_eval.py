@@ -1,11 +1,11 @@
 """Did an RL stage raise its reward? The RM score of the initial and the trained policy on the same prompts.
 
 Why not the training log: each RL step samples a few new prompts, and the reward of a step follows how
-hard those prompts are. In the reference quickstart (12 steps of 2 prompts) RLFT.1's per-step reward
-curve was the same at every α because every α drew the same prompts, so "last steps vs first steps"
-measured the prompts, not the policy. Here both policies complete one fixed, seeded set of the stage's
-own prompts, `samples` completions each, with the same random stream (common random numbers), and the
-change is read per prompt (paired), so prompt difficulty cancels.
+hard those prompts are. In a reference run of the whole chain (experiment=findings, 12 steps of 2
+prompts) RLFT.1's per-step reward curve was the same at every α because every α drew the same prompts,
+so "last steps vs first steps" measured the prompts, not the policy. Here both policies complete one
+fixed, seeded set of the stage's own prompts, `samples` completions each, with the same random stream
+(common random numbers), and the change is read per prompt (paired), so prompt difficulty cancels.
 
 The result, `reward_eval.json` in the stage directory, is written before provenance.json (the finished
 marker) and read by harness/report/evidence.py.

@@ -58,8 +58,8 @@ PAPER_RL_ALGORITHM = "rloo"  # App. A.3: "a variant of REINFORCE with a KL regul
 @dataclass(frozen=True)
 class Roles:
     """Which model of a run plays each part of paper 003's findings. The defaults are the paper's Table 1
-    names, which the quickstart keeps; an experiment that names its stages otherwise maps them under
-    `report.findings_models` (conf/report/default.yaml), e.g. {ft_direct: FT.sd}."""
+    names, which the quickstart and findings experiments keep; an experiment that names its stages otherwise
+    maps them under `report.findings_models` (conf/report/default.yaml), e.g. {ft_direct: FT.sd}."""
 
     ft_source: str = "FT.1"        # FT on PD.1 + SD: the start of the persistence sweep (Sec. 5.1)
     ft_direct: str = "FT.3"        # FT on PD.2 + SD: SD in the fine-tuning data (Sec. 5.2)
