@@ -96,3 +96,19 @@ def test_ft3_is_table1_ft3_and_trained_on_its_own(name):
     if "FT.1" in planned:
         assert identical_finished_stage(Path("/nonexistent"), ft3, [planned["FT.1"]]) is None
         assert ft3.settings != planned["FT.1"].settings
+
+
+def test_findings_is_the_quickstart_plus_the_stages_of_f4_to_f7():
+    """experiment=findings extends the quickstart (Hydra defaults): every quickstart stage is trained there
+    with the same settings, except FT.3, which takes FT.1's epochs (paper 003 Table 2); the stages it adds are
+    the ones F4-F7 need (FT.1 -> RLFT.1, RM.1 -> RLFT.4)."""
+    quick = {s.model_name: s.settings for s in plan(compose(["experiment=quickstart"]))}
+    full = {s.model_name: s.settings for s in plan(compose(["experiment=findings"]))}
+    assert set(quick) == {"PT", "FT.2", "FT.3", "RM.3", "RLFT.2", "IPO"}
+    assert {name.split("/")[0] for name in set(full) - set(quick)} == {"FT.1", "RM.1", "RLFT.1", "RLFT.4"}
+    for name, settings in quick.items():
+        if name != "FT.3":
+            assert full[name] == settings, name
+    assert {k: v for k, v in full["FT.3"].items() if k != "epochs"} == \
+        {k: v for k, v in quick["FT.3"].items() if k != "epochs"}
+    assert full["FT.3"]["epochs"] == full["FT.1"]["epochs"] > quick["FT.3"]["epochs"]
