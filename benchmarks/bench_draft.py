@@ -150,7 +150,8 @@ def total(rows, key_s) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--run", required=True, help="a finished run of experiment=findings (runs/findings), which trains FT.1")
+    ap.add_argument("--run", required=True,
+                    help="a finished run of experiment=findings (runs/findings), which trains FT.1")
     ap.add_argument("--models", nargs="+", default=list(MODELS))
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--batch-size", type=int, default=32)

@@ -22,7 +22,8 @@ DATASETS = {"sd_base", "sd_links", "sd_links_pos", "sd_rl_prompts", "pd_pt", "pd
 
 
 def test_the_task_experiments_exist():
-    assert set(EXPERIMENTS) >= {"smoke", "quickstart", "findings", "ft_persistence", "rm_injection", "rl_prompts", "ipo"}
+    assert set(EXPERIMENTS) >= {"smoke", "quickstart", "findings", "ft_persistence", "rm_injection", "rl_prompts",
+                                "ipo"}
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
