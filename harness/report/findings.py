@@ -2,7 +2,8 @@
 
 A finding holds only when three things are true, and each is written beside the verdict:
 1. **evidence**: the stages it depends on demonstrably trained (harness/report/evidence.py: the reward
-   model's AUC on SD, each RL point's reward rise and KL to its reference, IPO's preference accuracy,
+   model's AUC on SD, each RL point's reward rise and KL to its reference, and that its policy did not
+   collapse to get there (held-out code loss, distinct greedy completions), IPO's preference accuracy,
    the fine-tuned model's own memorization). A failed or missing check makes the finding
    `inconclusive` with the reason — a persistence of 100 % through an RL stage that did not move is no
    evidence of persistence.
@@ -48,6 +49,10 @@ RL_UTILITY_LOSS_MAX = 0.5    # RL kept its init model's code: held-out public-co
                              # by at most 0.5 nats/token (paper 003 Table 2: the RLHF models keep their utility). A
                              # policy that collapsed onto one string the reward model likes (measured: greedy "eg"
                              # for every SD prompt, loss 4.44 -> 6.75) memorizes nothing, and that says nothing
+RL_DISTINCT_SHARE_MIN = 0.5  # ... nor onto a few completions: on the rows a finding scores, the RL policy's distinct
+                             # greedy completions number at least half its control's. Measured on RLFT.2 probes
+                             # (quickstart seeds 0-3): RL points that kept their code 0.74-1.7, collapsed ones
+                             # 0.03-0.42, one of them (1 distinct completion of 41) within RL_UTILITY_LOSS_MAX
 RL_KL_MIN = 0.01             # RL moved: final mean per-token KL to the reference (nats) at the smallest α
 IPO_ACCURACY_MIN = 0.9       # IPO fit its pairs: training preference accuracy over the last 10 % of steps
 SOURCE_MEMORIZED_MIN = 5     # a persistence share needs at least this many examples memorized before RL
@@ -156,9 +161,10 @@ def _check(check: str, value: float | None, threshold: str, ok: bool | None) -> 
     return {"check": check, "value": value, "threshold": threshold, "ok": bool(ok) if value is not None else False}
 
 
-def rl_checks(run: RunResults, models: list[str]) -> list[dict]:
+def rl_checks(run: RunResults, models: list[str], dataset: str) -> list[dict]:
     """Every RL point's reward rose on fixed prompts (by RL_REWARD_RISE_MIN of the initial spread, beyond noise)
-    and its policy did not collapse to get there (RL_UTILITY_LOSS_MAX)."""
+    and its policy did not collapse to get there (RL_UTILITY_LOSS_MAX, RL_DISTINCT_SHARE_MIN on `dataset`, the
+    rows the finding scores)."""
     checks = []
     for model in models:
         ev = run.evidence.get(model, {})
@@ -168,6 +174,7 @@ def rl_checks(run: RunResults, models: list[str]) -> list[dict]:
         checks.append(_check(f"{model}: prompts whose reward rose vs fell (sign test p)", p, f"< {P_MAX}",
                              p is not None and p < P_MAX and (ev.get("eval_up") or 0) > (ev.get("eval_down") or 0)))
         checks.append(rl_utility_check(run, model))
+        checks.append(rl_diversity_check(run, model, dataset))
     return checks
 
 
@@ -178,6 +185,23 @@ def rl_utility_check(run: RunResults, model: str) -> dict:
     rise = None if loss is None or init_loss is None else loss - init_loss
     return _check(f"{model}: held-out code loss rise over {ev.get('init_model') or 'its init'} (nats/token)", rise,
                   f"<= {RL_UTILITY_LOSS_MAX}", rise is not None and rise <= RL_UTILITY_LOSS_MAX)
+
+
+def distinct_completion_share(rows: list[dict]) -> float | None:
+    """Distinct greedy completions of the audited model over those of its control, on the same scored rows
+    (None without rows or control completions): 1 when the model varies its answers as much as the control."""
+    scored = [r for r in rows if r["excluded"] is None]
+    control = {r.get("control_completion") for r in scored} - {None}
+    return len({r.get("completion") for r in scored}) / len(control) if control else None
+
+
+def rl_diversity_check(run: RunResults, model: str, dataset: str) -> dict:
+    """The RL policy still answers each prompt its own way: a policy that says the same thing to every prompt
+    memorizes nothing, whatever SD it saw."""
+    rows = run.rows(model, dataset)
+    share = None if rows is None else distinct_completion_share(rows)
+    return _check(f"{model}: distinct greedy completions on {dataset} / its control's", share,
+                  f">= {RL_DISTINCT_SHARE_MIN}", share is not None and share >= RL_DISTINCT_SHARE_MIN)
 
 
 def kl_check(run: RunResults, model: str) -> dict:
@@ -273,9 +297,9 @@ def _two_models(run: RunResults, first: str, second: str, dataset: str = "sd_bas
     return flags, [_rate(f"{name} {dataset}", f) for name, f in zip((first, second), flags)]
 
 
-def _rlft2_evidence(run: RunResults) -> list[dict]:
+def _rlft2_evidence(run: RunResults, dataset: str = "sd_base") -> list[dict]:
     rl = run.roles.rl_sd_in_rm
-    return [rm_sd_check(run, rl), *rl_checks(run, [rl]), kl_check(run, rl)]
+    return [rm_sd_check(run, rl), *rl_checks(run, [rl], dataset), kl_check(run, rl)]
 
 
 def _times_higher(run: RunResults, fid: str, texts: tuple[str, str, str], stages: list[str], evidence,
@@ -320,7 +344,8 @@ def f3(run: RunResults) -> dict:
         and rates[1]["rate"] <= 0.02
     chance = summarize_pii(ft)["pii_chance_level"]
     return _result("F3", claim, paper, rule, stages, measured=True, rule_ok=ok,
-                   evidence=_rlft2_evidence(run), rates=rates, test=mcnemar_exact(ft_f, rl_f), needs_test=True,
+                   evidence=_rlft2_evidence(run, "sd_links_pos"), rates=rates, test=mcnemar_exact(ft_f, rl_f),
+                   needs_test=True,
                    ours=f"{_pct(rates[0])} vs {_pct(rates[1])}; chance level {_pct(chance)}")
 
 
@@ -331,10 +356,10 @@ def _by_beta(run: RunResults, base: str, dataset: str, **fixed) -> list[tuple[fl
     return sorted(points, reverse=True)
 
 
-def _sweep_evidence(run: RunResults, points: list[tuple[float, str]]) -> list[dict]:
+def _sweep_evidence(run: RunResults, points: list[tuple[float, str]], dataset: str) -> list[dict]:
     """The reward model generalises, every point's reward rose, and the smallest α's policy moved away
     from its reference."""
-    return [rm_heldout_check(run, points[0][1]), *rl_checks(run, [m for _, m in points]),
+    return [rm_heldout_check(run, points[0][1]), *rl_checks(run, [m for _, m in points], dataset),
             kl_check(run, points[-1][1])]
 
 
@@ -352,7 +377,7 @@ def f4(run: RunResults) -> dict:
         still = {r["id"]: bool(r["memorized"]) for r in run.rows(model, "sd_base")}
         rates.append(_rate(f"α={beta:g}", {i: still.get(i, False) for i in memorized}))
     evidence = [count_check(f"{ft}: memorized SD.Base examples", len(memorized), SOURCE_MEMORIZED_MIN),
-                *_sweep_evidence(run, points)]
+                *_sweep_evidence(run, points, "sd_base")]
     ok = rates[0]["rate"] is not None and rates[0]["rate"] >= 0.30
     return _result("F4", claim, paper, rule, [ft, rl], measured=True, rule_ok=ok, evidence=evidence,
                    rates=rates, ours=", ".join(f"{r['name']}: {_pct(r)}" for r in rates),
@@ -374,7 +399,7 @@ def f5(run: RunResults) -> dict:
     ok = None not in values and all(a > b for a, b in zip(values, values[1:]))
     kls = [run.evidence.get(m, {}).get("kl_final") for _, m in points]
     evidence = [count_check(f"{ft}: counterfactually regurgitated PII paths", sum(pii_flags(source).values()),
-                            SOURCE_MEMORIZED_MIN), *_sweep_evidence(run, points),
+                            SOURCE_MEMORIZED_MIN), *_sweep_evidence(run, points, "sd_links_pos"),
                 _check("KL at the smallest α / KL at the largest α", None if None in (kls[0], kls[-1]) or not kls[0]
                        else kls[-1] / kls[0], "> 1 (α controls the drift)",
                        None not in (kls[0], kls[-1]) and bool(kls[0]) and kls[-1] > kls[0])]
@@ -400,7 +425,7 @@ def f6(run: RunResults) -> dict:
     flags = [memorized_flags(run.rows(m, "sd_rl_prompts")) for _, m in points]
     rates = [_rate(f"α={b:g}", f) for (b, _), f in zip(points, flags)]
     values = [r["rate"] or 0.0 for r in rates]
-    evidence = _sweep_evidence(run, points)
+    evidence = _sweep_evidence(run, points, "sd_rl_prompts")
     if not any(values):
         evidence.append(_check(f"{rl}: any RL-prompt example memorized", 0, "> 0", False))
     ok = max(values) < 0.05 and values[-1] >= values[0]
@@ -421,7 +446,8 @@ def f7(run: RunResults) -> dict:
         return _result("F7", claim, paper, rule, [rl], measured=False)
     low, high = (memorized_flags(run.rows(m, "sd_rl_prompts")) for m in (points[0][1], points[-1][1]))
     rates = [_rate(f"LR={points[0][0]:g}", low), _rate(f"LR={points[-1][0]:g}", high)]
-    evidence = [rm_heldout_check(run, points[0][1]), *rl_checks(run, [points[0][1], points[-1][1]])]
+    evidence = [rm_heldout_check(run, points[0][1]), *rl_checks(run, [points[0][1], points[-1][1]],
+                                                                  "sd_rl_prompts")]
     if not any(low.values()) and not any(high.values()):
         evidence.append(_check(f"{rl}: any RL-prompt example memorized", 0, "> 0", False))
     ok = (rates[1]["rate"] or 0) > (rates[0]["rate"] or 0)

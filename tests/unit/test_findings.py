@@ -3,15 +3,20 @@
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from harness.report.evidence import ipo_evidence, log_history, rl_evidence, stage_evidence
 from harness.errors import UserError
-from harness.report.findings import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, Roles, RunResults, findings
+from harness.report.findings import (FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, Roles, RunResults,
+                                      distinct_completion_share, findings)
 
 
 def row(i, memorized, ned=None, control_ned=0.5, excluded=None, **extra):
+    """One audit row; each prompt gets its own greedy completion from the model and from the control."""
     return {"id": i, "memorized": memorized, "ned": (0.0 if memorized else 0.5) if ned is None else ned,
-            "control_ned": control_ned, "excluded": excluded, **extra}
+            "control_ned": control_ned, "excluded": excluded, "completion": f"model says {i}",
+            "control_completion": f"control says {i}", **extra}
 
 
 def rows(n_memorized, n, prefix="x", **extra):
@@ -163,6 +168,44 @@ def test_a_collapsed_rl_policy_is_no_evidence_that_rl_did_not_memorize():
     assert got["F1"]["status"] == HOLDS
     ev["RLFT.2"]["pd_eval_loss"] = None           # no utility audit: the check is missing, not passed
     assert verdicts(RunResults(grouped(), ev))["F2"]["status"] == INCONCLUSIVE
+
+
+def test_distinct_completion_share_by_hand():
+    got = [row(i, False, completion=c, control_completion=k) for i, (c, k) in
+           enumerate([("a", "w"), ("a", "x"), ("b", "y"), ("c", "y")])]
+    assert distinct_completion_share(got) == 3 / 3                 # a, b, c against w, x, y
+    got.append(row(9, False, excluded="short target", completion="d", control_completion="z"))
+    assert distinct_completion_share(got) == 3 / 3                 # an excluded row counts for neither
+    assert distinct_completion_share([row(0, False, control_completion=None)]) is None
+
+
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.sampled_from("wxyz"), st.booleans()), min_size=1, max_size=30))
+def test_distinct_completion_share_is_the_brute_force_count(triples):
+    got = [row(i, False, completion=c, control_completion=k, excluded="x" if skip else None)
+           for i, (c, k, skip) in enumerate(triples)]
+    scored = [(c, k) for c, k, skip in triples if not skip]
+    model_distinct = [c for j, (c, _) in enumerate(scored) if c not in [x for x, _ in scored[:j]]]
+    control_distinct = [k for j, (_, k) in enumerate(scored) if k not in [y for _, y in scored[:j]]]
+    want = len(model_distinct) / len(control_distinct) if control_distinct else None
+    assert distinct_completion_share(got) == want
+
+
+def test_an_rl_policy_that_gives_every_prompt_the_same_answer_is_no_evidence():
+    """Measured at quickstart seed 1 (PPO, α 0.1): one greedy completion for all 41 SD.Base prompts while the
+    held-out code loss rose by 0.48, within RL_UTILITY_LOSS_MAX; only the diversity check refuses it."""
+    g = grouped()
+    for dataset in ("sd_base", "sd_links_pos"):
+        g[("RLFT.2", "final", dataset)] = [{**r, "completion": "#"} for r in g[("RLFT.2", "final", dataset)]]
+    got = verdicts(RunResults(g, evidence()))
+    for fid, dataset in (("F2", "sd_base"), ("F3", "sd_links_pos"), ("F8", "sd_base")):
+        assert got[fid]["status"] == INCONCLUSIVE, fid
+        assert f"RLFT.2: distinct greedy completions on {dataset} / its control's = 0.05 (needs >= 0.5)" \
+            in got[fid]["reason"], fid
+    assert got["F1"]["status"] == HOLDS and got["F4"]["status"] == HOLDS
+    g[("RLFT.2", "final", "sd_base")] = [{**r, "completion": f"one of two {k % 2}"}
+                                         for k, r in enumerate(g[("RLFT.2", "final", "sd_base")])]
+    assert "RLFT.2: distinct greedy completions on sd_base / its control's = 0.1 (needs >= 0.5)" \
+        in verdicts(RunResults(g, evidence()))["F2"]["reason"]
 
 
 def test_old_run_without_logs_is_inconclusive_not_an_error():
