@@ -1,0 +1,79 @@
+"""Every pipeline experiment runs end to end through `memaudit run` at toy size.
+
+As lightning-hydra-template's test_sweeps.py runs each experiment for a step: the experiment's own stages,
+sweeps, datasets, audit plan and report, on the micro model with every stage cut to a few optimizer steps
+and the data to the smoke run's sizes. It proves an experiment's wiring (which stage feeds which, the
+datasets it names, its audit plan against the models it trains), not memorization. The smoke experiment
+is the toy size already (tests/integration/test_pipeline_smoke.py). The nmt_* experiments belong to
+`memaudit nmt`: nmt_smoke runs in tests/integration/test_nmt_pipeline.py, and nmt_quickstart is its settings
+at full size (tests/unit/test_nmt_pipeline_parts.py composes both). All seven take ~3 min on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.cli import compose
+from recipes.pipeline import plan
+
+from tests.integration.test_experiment_configs import EXPERIMENTS
+from tests.integration.test_pipeline_smoke import memaudit
+
+pytestmark = pytest.mark.slow
+
+# A few optimizer steps per recipe, at the smoke experiment's sequence lengths.
+TOY_STAGE = {
+    "pretrain": {"max_tokens": 16384, "max_seq_len": 128, "batch_size": 8, "save_steps": 8,
+                 "tokenizer_chars": 300000},
+    "sft": {"max_steps": 4, "save_steps": 2, "batch_size": 8, "max_seq_len": 256},
+    "reward": {"max_steps": 4, "save_steps": 2, "batch_size": 8, "max_length": 256},
+    "rl": {"max_steps": 2, "save_steps": 1, "num_generations": 2, "prompts_per_step": 2,
+           "max_completion_length": 8, "eval_prompts": 4, "eval_samples": 2},
+    "ipo": {"max_steps": 2, "save_steps": 1, "batch_size": 4, "max_length": 256},
+}
+# The smoke experiment's data and decoding budget (conf/experiment/smoke.yaml).
+TOY_RUN = ["model=micro", "data.sd.size=40", "data.sd.line_counts=[10,20]", "data.pd.max_files=100",
+           "data.pd.proportions={pd_pt:0.4,pd_1:0.15,pd_2:0.15,pd_2_val:0.06,pd_3:0.1,pd_3_val:0.04,pd_eval:0.1}",
+           "audit.max_new_tokens=16", "audit.target_tokens=16", "audit.min_target_tokens=4",
+           "audit.utility_examples=8", "device=cpu"]
+TOY_EXPERIMENTS = [name for name in EXPERIMENTS if name != "smoke"]
+
+
+def toy_overrides(name: str) -> list[str]:
+    """The experiment's composed stages, each cut to TOY_STAGE for its recipe (`++` adds a key it lacks)."""
+    stages = {s.name: s.recipe for s in plan(compose([f"experiment={name}", *TOY_RUN]))}
+    return [f"++stages.{stage}.{key}={value}" for stage, recipe in stages.items()
+            for key, value in TOY_STAGE[recipe].items()]
+
+
+def test_the_toy_runs_cover_every_pipeline_experiment():
+    assert set(TOY_EXPERIMENTS) | {"smoke"} == set(EXPERIMENTS)
+    assert {"base", "quickstart", "findings", "ft_persistence", "rm_injection", "rl_prompts", "ipo"} \
+        <= set(TOY_EXPERIMENTS)
+
+
+def test_toy_overrides_cut_every_stage_of_an_experiment():
+    cfg = compose(["experiment=findings", *TOY_RUN, *toy_overrides("findings")])
+    for stage in plan(cfg):
+        for key, value in TOY_STAGE[stage.recipe].items():
+            assert stage.settings[key] == value, (stage.model_name, key)
+
+
+@pytest.mark.parametrize("name", TOY_EXPERIMENTS)
+def test_experiment_runs_end_to_end_at_toy_size(name, tmp_path):
+    run_dir = tmp_path / "run"
+    result = memaudit("run", f"experiment={name}", f"run_dir={run_dir}", *TOY_RUN, *toy_overrides(name),
+                      timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    cfg = compose([f"experiment={name}", *TOY_RUN])
+    for stage in plan(cfg):                                    # every model it plans was trained and finished
+        assert (run_dir / "models" / stage.model_name / "provenance.json").is_file(), stage.model_name
+    if "audit" in cfg.after_training:                          # its audit plan scored what it names
+        summary = json.loads((run_dir / "audit" / "summary.json").read_text())
+        planned = {m for entry in cfg.audit_plan for m in entry["models"]}
+        audited = {m.split("/")[0] for m in summary["results"]}
+        assert planned <= audited, planned - audited
+    if "report" in cfg.after_training:
+        assert (run_dir / "report" / "findings.json").is_file()
