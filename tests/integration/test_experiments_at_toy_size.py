@@ -33,11 +33,21 @@ TOY_STAGE = {
            "max_completion_length": 8, "eval_prompts": 4, "eval_samples": 2},
     "ipo": {"max_steps": 2, "save_steps": 1, "batch_size": 4, "max_length": 256},
 }
-# The smoke experiment's data and decoding budget (conf/experiment/smoke.yaml).
-TOY_RUN = ["model=micro", "data.sd.size=40", "data.sd.line_counts=[10,20]", "data.pd.max_files=100",
-           "data.pd.proportions={pd_pt:0.4,pd_1:0.15,pd_2:0.15,pd_2_val:0.06,pd_3:0.1,pd_3_val:0.04,pd_eval:0.1}",
-           "audit.max_new_tokens=16", "audit.target_tokens=16", "audit.min_target_tokens=4",
-           "audit.utility_examples=8", "device=cpu"]
+# The smoke experiment's model, data and decoding budget, read from conf/experiment/smoke.yaml.
+SMOKE_KEYS = ("data.sd.size", "data.sd.line_counts", "data.pd.max_files", "data.pd.proportions",
+              "audit.max_new_tokens", "audit.target_tokens", "audit.min_target_tokens", "audit.utility_examples")
+
+
+def smoke_overrides() -> list[str]:
+    """`key=value` overrides (Hydra's grammar: unquoted dict keys) carrying smoke's values of SMOKE_KEYS."""
+    from omegaconf import OmegaConf
+
+    smoke = compose(["experiment=smoke"])
+    return [f"model={smoke.model.name}", "device=cpu",
+            *(f"{key}={OmegaConf.select(smoke, key)}".replace(" ", "").replace("'", "") for key in SMOKE_KEYS)]
+
+
+TOY_RUN = smoke_overrides()
 TOY_EXPERIMENTS = [name for name in EXPERIMENTS if name != "smoke"]
 
 
