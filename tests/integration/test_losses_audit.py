@@ -170,7 +170,8 @@ def test_utility_heldout_loss_reads_the_audits_loss_cache(world, audited):
     last = world["dirs"]["FT.1"] / f"checkpoint-{STEPS[-1]}"
     got = heldout_loss(last, world["sets"]["heldout"], AuditSettings(device="cpu", batch_size=3), out / "cache")
     assert {p: p.read_bytes() for p in (out / "cache" / "losses").glob("*.jsonl")} == caches
-    assert got == pytest.approx(summary["datasets"]["heldout"]["mean_train_loss"][-1], rel=1e-9)
+    # The summary stores 8 decimals (harness.losses._jsonable): agreement is to half a unit of the last one.
+    assert got == pytest.approx(summary["datasets"]["heldout"]["mean_train_loss"][-1], abs=5e-9)
 
 
 def test_rerun_after_kill_reuses_cache_without_duplicates(world, audited):
