@@ -26,7 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.fim import FAMILIES, format_psm_prompt  # noqa: E402
-from harness.generation import encode_prompts, greedy_complete  # noqa: E402
+from harness.encode import encode_texts  # noqa: E402
+from harness.generation import greedy_complete  # noqa: E402
 from tests.tiny import tiny_llama, tiny_tokenizer  # noqa: E402
 
 
@@ -55,7 +56,7 @@ def per_example_generate(model, tokenizer, prompts, max_new_tokens):
     import torch
 
     out = []
-    for ids in encode_prompts(tokenizer, prompts):
+    for ids in encode_texts(tokenizer, prompts):
         x = torch.tensor([ids])
         with torch.inference_mode():
             g = model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=False,
@@ -78,7 +79,7 @@ def prefill_floor(model, tokenizer, prompts, batch_size) -> float:
 
     from harness.generation import length_sorted_batches
 
-    enc = encode_prompts(tokenizer, prompts)
+    enc = encode_texts(tokenizer, prompts)
     t0 = time.perf_counter()
     with torch.inference_mode():
         for idx in length_sorted_batches([len(e) for e in enc], batch_size):
@@ -114,7 +115,7 @@ def main() -> None:
     model = tiny_llama(tok, hidden=256, layers=5, heads=4, ffn=688, max_positions=2048)
     n_params = sum(p.numel() for p in model.parameters())
     prompts = fim_prompts(texts, args.n)
-    lengths = [len(e) for e in encode_prompts(tok, prompts)]
+    lengths = [len(e) for e in encode_texts(tok, prompts)]
     print(f"model {n_params / 1e6:.2f}M params, {len(prompts)} prompts of {min(lengths)}-{max(lengths)} "
           f"tokens (mean {sum(lengths) / len(lengths):.0f}), {args.max_new_tokens} new tokens, "
           f"torch threads {torch.get_num_threads()}", flush=True)

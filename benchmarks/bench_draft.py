@@ -33,8 +33,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.draft import draft_greedy_generate, draft_ids  # noqa: E402
+from harness.encode import encode_texts  # noqa: E402
 from harness.fim import detect_sentinels, format_psm_prompt  # noqa: E402
-from harness.generation import (_eos_ids, _pad_id, encode_prompts, greedy_complete,  # noqa: E402
+from harness.generation import (_eos_ids, _pad_id, greedy_complete,  # noqa: E402
                                 length_sorted_batches, load_causal_lm)
 from harness.io import read_jsonl  # noqa: E402
 from benchmarks.bench_audit import prefill_floor  # noqa: E402
@@ -53,7 +54,7 @@ def batched_generate(model, tok, prompts, max_new_tokens, batch_size):
 
     eos = _eos_ids(tok, model, None)
     pad = _pad_id(tok, eos)
-    enc = encode_prompts(tok, prompts)
+    enc = encode_texts(tok, prompts)
     out = [None] * len(prompts)
     for idx in length_sorted_batches([len(e) for e in enc], batch_size):
         rows = [enc[i] for i in idx]
@@ -80,7 +81,7 @@ def near_tie(model, tok, prompt, draft, max_new_tokens):
     import torch
 
     eos = _eos_ids(tok, model, None)
-    ids = encode_prompts(tok, [prompt])[0]
+    ids = encode_texts(tok, [prompt])[0]
     x = torch.tensor([ids])
     with torch.inference_mode():
         g = model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=False,

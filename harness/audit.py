@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import require_bool
+from harness.encode import encode_texts
 from harness.errors import NothingScored, UserError
 from harness.io import RowStore, atomic_write_json, file_sha256, iter_jsonl_numbered, read_json, sha256_json
 from harness.layout import checkpoint_dirs
@@ -287,11 +288,12 @@ def model_fingerprint(model_dir: str | Path) -> str:
 
 
 def completion_fingerprint(model_fp: str, examples_sha256: str, *, fim_family: str, dtype: str,
-                           max_new_tokens: int, target_tokens: int) -> tuple[str, dict]:
-    """(fingerprint, what it covers): same fingerprint <=> the cached completions can be reused."""
+                           max_new_tokens: int, target_tokens: int, stop_tokens: Sequence[str]) -> tuple[str, dict]:
+    """(fingerprint, what it covers): same fingerprint <=> the cached completions can be reused. The stop
+    tokens are part of it: a completion is cut where the first of them appears (harness.fim)."""
     covers = {"cache_version": CACHE_VERSION, "model": model_fp, "examples_sha256": examples_sha256,
               "fim_family": fim_family, "prompt_format": "psm", "dtype": dtype, "decoding": "greedy",
-              "max_new_tokens": max_new_tokens, "target_tokens": target_tokens}
+              "max_new_tokens": max_new_tokens, "target_tokens": target_tokens, "stop_tokens": list(stop_tokens)}
     return sha256_json(covers)[:32], covers
 
 
@@ -389,7 +391,7 @@ class AuditedModel:
         self.settings = settings
         self.device = pick_device(settings.device)
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(str(self.path),
+            self.tokenizer = AutoTokenizer.from_pretrained(str(self.path), local_files_only=True,
                                                            trust_remote_code=settings.trust_remote_code)
         except (OSError, ValueError) as e:
             reason = (str(e).strip().split("\n") or [""])[0] or type(e).__name__
@@ -406,7 +408,8 @@ class AuditedModel:
                             *completion_fingerprint(self.fingerprint, examples_sha256,
                                                     fim_family=self.sentinels.family, dtype=dtype,
                                                     max_new_tokens=settings.max_new_tokens,
-                                                    target_tokens=settings.target_tokens))
+                                                    target_tokens=settings.target_tokens,
+                                                    stop_tokens=self.sentinels.stop_tokens()))
 
     @property
     def cache(self) -> CompletionCache:
@@ -423,11 +426,10 @@ class AuditedModel:
 
     def too_long(self, examples: Sequence[dict]) -> set:
         """Ids of the examples whose PSM prompt has more tokens than the model's context."""
-        from harness.generation import encode_prompts
 
         missing = [ex for ex in examples if ex["id"] not in self._prompt_lengths]
         if missing:
-            encoded = encode_prompts(self.tokenizer, [self.format_prompt(ex) for ex in missing])
+            encoded = encode_texts(self.tokenizer, [self.format_prompt(ex) for ex in missing])
             self._prompt_lengths.update((ex["id"], len(ids)) for ex, ids in zip(missing, encoded))
         if self.context is None:
             return set()
@@ -443,7 +445,8 @@ class AuditedModel:
 
         s = self.settings
         return CausalLMScorer.load(self.path, self.device, trust_remote_code=s.trust_remote_code,
-                                   batch_size=s.batch_size, max_new_tokens=s.max_new_tokens, progress=False)
+                                   batch_size=s.batch_size, max_new_tokens=s.max_new_tokens, progress=False,
+                                   sentinels=self.sentinels)
 
     def truncate_target(self, target: str) -> tuple[str, int]:
         """(the first `target_tokens` tokens of `target` as text, the full target's token count).
@@ -539,11 +542,11 @@ def plan_batches(examples: Sequence[dict], tokenizer, format_prompt, batch_size:
     Fixed by the example set alone, so a rerun after a kill decodes the same batches as an
     uninterrupted run (padding changes fp results in the last bits; same batches, same bits).
     """
-    from harness.generation import encode_prompts, length_sorted_batches
+    from harness.generation import length_sorted_batches
 
     if not examples:
         return []
-    lengths = [len(ids) for ids in encode_prompts(tokenizer, [format_prompt(ex) for ex in examples])]
+    lengths = [len(ids) for ids in encode_texts(tokenizer, [format_prompt(ex) for ex in examples])]
     return [[examples[i] for i in idx] for idx in length_sorted_batches(lengths, batch_size)]
 
 

@@ -26,7 +26,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("recipes.pipeline:run_main", "data -> every stage of an experiment -> audit -> report"),
     "report": ("harness.report:main", "render figures and report.md/html from stored audit results"),
     "nmt": ("recipes.nmt_pipeline:main", "Finding Memo: train a seq2seq model and run algorithms 1-3"),
+    "check": ("recipes.check:main", "preflight of a model preset: files, sentinels, BOS/EOS/PAD, lengths"),
 }
+
+# Set before anything imports huggingface_hub, transformers or datasets (they read these at import):
+# nothing in memaudit downloads, so no command may look anything up on the hub, send telemetry or
+# resolve a cached hub id online. Models are fetched once by the user (`huggingface-cli download`).
+OFFLINE_ENVIRONMENT = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+                       "HF_HUB_DISABLE_TELEMETRY": "1", "DO_NOT_TRACK": "1", "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1"}
+
+
+def stay_offline() -> None:
+    os.environ.update(OFFLINE_ENVIRONMENT)
 
 USAGE = "usage: memaudit <command> [-m|--multirun] [key=value ...]\n\ncommands:\n" + "\n".join(
     f"  {name:<8} {help_}" for name, (_, help_) in COMMANDS.items())
@@ -149,6 +160,7 @@ def run(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
+    stay_offline()
     try:
         code = run(sys.argv[1:] if argv is None else argv)
     except UserError as e:

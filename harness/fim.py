@@ -27,11 +27,23 @@ class FimSentinels:
     middle: str
     eos: str | None
     file_sep: str | None = None
-    pad: str | None = None
+    pad: str | None = None         # a padding token distinct from EOS (see `pad` below)
     deepseek_order: bool = False
+    other: tuple[str, ...] = ()    # further format tokens a completion must never contain (repo name, ...)
 
     def required_tokens(self) -> list[str]:
         return [t for t in (self.prefix, self.suffix, self.middle, self.eos) if t is not None]
+
+    def stop_tokens(self) -> list[str]:
+        """Where a completion ends: EOS first (drafts end with it), then every format token of the family.
+
+        A FIM model ends a middle with EOS, or with the file separator (CodeGemma's prompt-structure guide;
+        StarCoder2's repository format), and a model that runs on emits the next sentinel. Qwen2.5-Coder,
+        CodeGemma and DeepSeek-Coder mark their sentinels `special: false`, so skip_special_tokens would
+        leave them in the text: decoding stops at any of these instead, and `strip_sentinels` cuts a
+        decoded text at the first one."""
+        tokens = [self.eos, self.file_sep, self.prefix, self.suffix, self.middle, self.pad, *self.other]
+        return list(dict.fromkeys(t for t in tokens if t))
 
 
 # Sentinel spellings, checked against public sources (2026-11-22):
@@ -47,16 +59,20 @@ class FimSentinels:
 #   `<｜fim▁begin｜>`prefix`<｜fim▁hole｜>`suffix`<｜fim▁end｜>`; EOS `<｜end▁of▁sentence｜>` (fullwidth
 #   bars U+FF5C and U+2581 "▁", not ASCII).
 # - memaudit: recipes/tokenizer.py (StarCoder spelling, EOS `<eos>`, pad `<pad>`).
+# Pads distinct from EOS, from the public tokenizer configs (2026-11-25): StarCoder/StarCoder2 `<fim_pad>`
+# (id 4, special), Qwen2.5-Coder `<|fim_pad|>` (151662), CodeGemma `<pad>` (0), DeepSeek-Coder `<pad>` (32018).
+# Three of them ship PAD = EOS or no PAD: a sequence classifier then scores the token before the final EOS
+# (recipes.models.load_tokenizer sets this pad instead).
 FAMILIES: dict[str, FimSentinels] = {s.family: s for s in (
-    FimSentinels("starcoder", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<|endoftext|>"),
+    FimSentinels("starcoder", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<|endoftext|>", pad="<fim_pad>"),
     FimSentinels("starcoder2", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<|endoftext|>",
-                 file_sep="<file_sep>"),
+                 file_sep="<file_sep>", pad="<fim_pad>", other=("<repo_name>",)),
     FimSentinels("qwen2.5-coder", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|endoftext|>",
-                 file_sep="<|file_sep|>", pad="<|fim_pad|>"),
+                 file_sep="<|file_sep|>", pad="<|fim_pad|>", other=("<|repo_name|>",)),
     FimSentinels("codegemma", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<eos>",
-                 file_sep="<|file_separator|>"),
+                 file_sep="<|file_separator|>", pad="<pad>"),
     FimSentinels("deepseek-coder", "<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>", "<｜end▁of▁sentence｜>",
-                 deepseek_order=True),
+                 pad="<pad>", deepseek_order=True),
     FimSentinels("memaudit", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<eos>", pad="<pad>"),
 )}
 
@@ -102,6 +118,18 @@ def detect_sentinels(tokenizer, family: str | None = None, model_name: str = "",
         raise UserError(f"{name}: {config_key}={family} but its tokenizer lacks {missing}; "
                         f"set {config_key} to the model's real family (one of {known})")
     return sentinels
+
+
+def stop_token_ids(tokenizer, s: FimSentinels) -> list[int]:
+    """Ids of `s.stop_tokens()` that are single tokens of `tokenizer` (EOS first): decoding stops at any."""
+    vocab = tokenizer.get_vocab()
+    return list(dict.fromkeys(vocab[t] for t in s.stop_tokens() if t in vocab))
+
+
+def strip_sentinels(text: str, s: FimSentinels) -> str:
+    """`text` up to the first stop token written out as text (a completion ends there, as decoding does)."""
+    cut = min((i for i in (text.find(t) for t in s.stop_tokens()) if i >= 0), default=len(text))
+    return text[:cut]
 
 
 def format_psm_prompt(prefix: str, suffix: str, s: FimSentinels) -> str:

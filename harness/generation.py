@@ -3,7 +3,7 @@
 Paper 003 Appendix B: memorization is measured on *greedy* completions (Carlini et al. 2022 find greedy
 and beam search give similar rates). Decoding here is deterministic: greedy, KV cache, left padding for
 decoder-only models, prompts grouped by length so that a batch carries little padding, outputs cut at
-the first EOS of each row.
+the first stop token of each row (EOS, or with the model's FIM family any of its sentinels: harness.fim).
 
 Loading is safe by default: safetensors only, `trust_remote_code=False` unless the caller sets it.
 """
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.encode import encode_texts
 from harness.errors import UserError
 
 # Weights are loaded from safetensors only (no pickle): a directory without them is not a model to us.
@@ -73,7 +74,7 @@ def _load_lora_checkpoint(path: Path, trust_remote_code: bool, dtype):
     from peft import AutoPeftModelForCausalLM
 
     model = AutoPeftModelForCausalLM.from_pretrained(str(path), use_safetensors=True, dtype=dtype,
-                                                     trust_remote_code=trust_remote_code)
+                                                     local_files_only=True, trust_remote_code=trust_remote_code)
     return model.merge_and_unload()
 
 
@@ -106,9 +107,10 @@ def _load(auto_cls_name: str, path: str | Path, device: str, trust_remote_code: 
         else:
             auto_cls = getattr(transformers, auto_cls_name)
             model = auto_cls.from_pretrained(str(path), use_safetensors=True, trust_remote_code=trust_remote_code,
+                                             local_files_only=True,
                                              dtype=dtype)
     model.to(device).eval()
-    tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+    tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code, local_files_only=True)
     return model, tokenizer
 
 
@@ -172,26 +174,6 @@ def cut_at_eos(ids: Sequence[int], eos_ids: Sequence[int]) -> list[int]:
     return out
 
 
-def encode_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
-    """Token ids of already formatted prompts (e.g. PSM FIM prompts).
-
-    A tokenizer that adds a BOS to every text (Llama, Gemma) is trained to see it, so we keep it; one
-    that appends EOS (rare for decoder-only models) would tell the model the text is over, so we drop
-    it. Tokenizers that add nothing (GPT-2, StarCoder, ours) encode the prompt as is.
-    """
-    enc = tokenizer(list(prompts), add_special_tokens=True)["input_ids"]
-    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
-    out = []
-    for ids in enc:
-        ids = list(ids)
-        if eos is not None and len(ids) > 1 and ids[-1] == eos:
-            ids = ids[:-1]
-        if bos is not None and len(ids) > 1 and ids[0] == bos and ids[1] == bos:
-            ids = ids[1:]  # the prompt already spelled out the BOS
-        out.append(ids)
-    return out
-
-
 def _progress(total: int, desc: str, enabled: bool | None):
     from tqdm.auto import tqdm
 
@@ -206,11 +188,14 @@ def _progress(total: int, desc: str, enabled: bool | None):
 def iter_greedy_complete(model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 64,
                          batch_size: int = 32, eos_token_id: int | list[int] | None = None,
                          progress: bool | None = None, drafts: Sequence[str] | None = None,
-                         stats: dict | None = None) -> Iterator[tuple[list[int], list[str]]]:
+                         stats: dict | None = None, sentinels=None) -> Iterator[tuple[list[int], list[str]]]:
     """Yield (indices into `prompts`, their completions) one batch at a time.
 
     Lets a caller persist each batch as soon as it is done (the completion cache does), so a killed
     job loses at most one batch. Batches come in length-sorted order, not in `prompts` order.
+
+    `sentinels` (the model's harness.fim family): decoding stops at any of the family's stop tokens, not
+    only EOS, and no sentinel text survives in a completion (harness.fim.stop_tokens). Without it, at EOS.
 
     `drafts` (one text per prompt, e.g. the audit's targets): decode with each draft verified first
     (harness/draft.py) — the same greedy completions, faster when they follow the drafts. `stats`
@@ -219,12 +204,16 @@ def iter_greedy_complete(model, tokenizer, prompts: Sequence[str], max_new_token
     import torch
 
     from harness.draft import draft_greedy_generate, draft_ids
+    from harness.fim import stop_token_ids, strip_sentinels
 
     if drafts is not None and len(drafts) != len(prompts):
         raise ValueError(f"{len(drafts)} drafts for {len(prompts)} prompts: give one draft per prompt")
+    if sentinels is not None and eos_token_id is None:
+        eos_token_id = stop_token_ids(tokenizer, sentinels)
     eos_ids = _eos_ids(tokenizer, model, eos_token_id)
     pad_id = _pad_id(tokenizer, eos_ids)
-    encoded = encode_prompts(tokenizer, prompts)
+    finish = (lambda text: strip_sentinels(text, sentinels)) if sentinels is not None else (lambda text: text)
+    encoded = encode_texts(tokenizer, prompts)
     drafted = draft_ids(tokenizer, drafts, eos_ids) if drafts is not None else None
     device = next(model.parameters()).device
     bar = _progress(len(prompts), "greedy", progress)
@@ -235,7 +224,7 @@ def iter_greedy_complete(model, tokenizer, prompts: Sequence[str], max_new_token
                 new_ids = draft_greedy_generate(model, rows, [drafted[i] for i in idx], max_new_tokens,
                                                 eos_ids, pad_id, stats)
                 bar.update(len(idx))
-                yield idx, tokenizer.batch_decode(new_ids, skip_special_tokens=True)
+                yield idx, [finish(t) for t in tokenizer.batch_decode(new_ids, skip_special_tokens=True)]
                 continue
             width = max(len(r) for r in rows)
             # LEFT padding: every row ends in the last column, so one decode step extends them all.
@@ -246,7 +235,7 @@ def iter_greedy_complete(model, tokenizer, prompts: Sequence[str], max_new_token
             texts = tokenizer.batch_decode([cut_at_eos(r, eos_ids) for r in new.tolist()],
                                            skip_special_tokens=True)
             bar.update(len(idx))
-            yield idx, texts
+            yield idx, [finish(t) for t in texts]
     finally:
         bar.close()
 
@@ -279,11 +268,12 @@ def _greedy_generate(model, input_ids, attention_mask, max_new_tokens: int, eos_
 def greedy_complete(model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 64,
                     batch_size: int = 32, eos_token_id: int | list[int] | None = None,
                     progress: bool | None = None, drafts: Sequence[str] | None = None,
-                    stats: dict | None = None) -> list[str]:
-    """Greedy completions of `prompts` (new text only, cut at EOS, special tokens skipped), in order."""
+                    stats: dict | None = None, sentinels=None) -> list[str]:
+    """Greedy completions of `prompts` (new text only, cut at EOS or the family's stop tokens, special
+    tokens skipped), in order."""
     out: list[str | None] = [None] * len(prompts)
     for idx, texts in iter_greedy_complete(model, tokenizer, prompts, max_new_tokens, batch_size,
-                                           eos_token_id, progress, drafts, stats):
+                                           eos_token_id, progress, drafts, stats, sentinels):
         for i, t in zip(idx, texts):
             out[i] = t
     return out  # type: ignore[return-value]
@@ -347,14 +337,16 @@ class CausalLMScorer:
     batch_size: int = 32
     max_new_tokens: int = 64
     progress: bool | None = None   # per-call bar; the audit turns it off (it shows its own)
+    sentinels: Any = None          # harness.fim family: completions stop at its stop tokens (else at EOS)
     n_generated: int = field(default=0, init=False)
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto", *, trust_remote_code: bool = False,
-             batch_size: int = 32, max_new_tokens: int = 64, progress: bool | None = None) -> CausalLMScorer:
+             batch_size: int = 32, max_new_tokens: int = 64, progress: bool | None = None,
+             sentinels=None) -> CausalLMScorer:
         device = pick_device(device)
         model, tokenizer = load_causal_lm(path, device, trust_remote_code=trust_remote_code)
-        return cls(model, tokenizer, str(path), device, batch_size, max_new_tokens, progress)
+        return cls(model, tokenizer, str(path), device, batch_size, max_new_tokens, progress, sentinels)
 
     @property
     def dtype(self) -> str:
@@ -364,7 +356,8 @@ class CausalLMScorer:
                       ) -> Iterator[tuple[list[int], list[str]]]:
         """(indices, completions) per batch; `drafts` (e.g. the targets) only make it faster."""
         for idx, texts in iter_greedy_complete(self.model, self.tokenizer, prompts, self.max_new_tokens,
-                                               self.batch_size, progress=self.progress, drafts=drafts):
+                                               self.batch_size, progress=self.progress, drafts=drafts,
+                                               sentinels=self.sentinels):
             self.n_generated += len(idx)
             yield idx, texts
 

@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.encode import encode_texts
 from harness.errors import UserError
 from harness.io import RowStore, atomic_write_json, atomic_write_jsonl, file_sha256, read_json, read_jsonl
 from harness.layout import checkpoint_dirs
@@ -162,19 +163,19 @@ def encode_fim_examples(tokenizer, prefixes: Sequence[str], targets: Sequence[st
                         suffixes: Sequence[str], sentinels) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, target ids) per example: the PSM prompt `[PRE]prefix[SUF]suffix[MID]`, then the target.
 
-    The prompt is encoded exactly as greedy decoding encodes it (`generation.encode_prompts`, BOS kept
+    The prompt is encoded exactly as greedy decoding encodes it (`harness.encode.encode_texts`, BOS kept
     where the tokenizer adds one), so a loss and a completion condition on the same tokens. The target is
-    encoded on its own without special tokens: the `<fim_middle>` sentinel before it is a special token,
-    so a tokenizer splits the training text `...<fim_middle>middle<eos>` at it and the middle gets the
-    same ids as here. EOS is not part of the target: we measure the string, not where it stops.
+    encoded on its own without special tokens: the `<fim_middle>` sentinel before it is an added token
+    (special or not, added tokens are matched before BPE runs), so a tokenizer splits the training text
+    `...<fim_middle>middle<eos>` at it and the middle gets the same ids as here. EOS is not part of the
+    target: we measure the string, not where it stops.
     """
     from harness.fim import format_psm_prompt
-    from harness.generation import encode_prompts
 
     if not (len(prefixes) == len(targets) == len(suffixes)):
         raise ValueError(f"prefixes/targets/suffixes differ in length: "
                          f"{len(prefixes)}/{len(targets)}/{len(suffixes)}")
-    prompts = encode_prompts(tokenizer, [format_psm_prompt(p, s, sentinels)
+    prompts = encode_texts(tokenizer, [format_psm_prompt(p, s, sentinels)
                                          for p, s in zip(prefixes, suffixes)])
     target_ids = tokenizer(list(targets), add_special_tokens=False)["input_ids"]
     for i, ids in enumerate(target_ids):
@@ -318,7 +319,7 @@ def model_sentinels(model_dir: Path, fim_family: str | None):
 
     from harness.fim import detect_sentinels
 
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     return detect_sentinels(tokenizer, fim_family, str(model_dir), config_key="audit.fim_family")
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import check_dataclass_values
+from harness.encode import encode_texts
 from harness.errors import UserError
 from harness.io import atomic_write_json, read_json
 from harness.layout import PROVENANCE_FILE, is_complete, whole_checkpoints
@@ -35,16 +36,38 @@ def trl_device_kwargs(device: str, deepspeed_config: str | None = None) -> dict[
     """TRL/transformers TrainingArguments flags per device.
 
     Every TRL config defaults to bf16=True and gradient_checkpointing=True, which fail or crawl on
-    CPU: there we pass use_cpu=True, bf16=False, gradient_checkpointing=False (bf16 matmuls measured ~1.8x slower than fp32 on CPU). On CUDA
-    we train in bf16 and hand over the DeepSpeed config when one is given.
+    CPU: there we pass use_cpu=True, bf16=False, gradient_checkpointing=False (bf16 matmuls measured
+    ~1.8x slower than fp32 on CPU). On CUDA we train in bf16 with activation checkpointing and hand
+    over the DeepSpeed config when one is given.
     """
     if device == "cpu":
         return {"use_cpu": True, "bf16": False, "gradient_checkpointing": False,
                 "report_to": "none", "dataloader_num_workers": 0}
-    kwargs: dict[str, Any] = {"bf16": True, "report_to": "none"}
+    # Gradient checkpointing said explicitly: TRL's configs default it on, transformers' TrainingArguments
+    # (the pointwise reward model's trainer) off; a 3 B model's activations need it on a GPU either way.
+    kwargs: dict[str, Any] = {"bf16": True, "report_to": "none", "gradient_checkpointing": True,
+                              "gradient_checkpointing_kwargs": {"use_reentrant": False}}
     if deepspeed_config:
         kwargs["deepspeed"] = deepspeed_config
     return kwargs
+
+
+def zero_stage(deepspeed_config: str | None) -> int | None:
+    """The ZeRO stage a DeepSpeed JSON asks for (None: no DeepSpeed)."""
+    if not deepspeed_config:
+        return None
+    return int((read_json(Path(deepspeed_config)).get("zero_optimization") or {}).get("stage", 0))
+
+
+def refuse_zero3_with_lora(settings: StageSettings) -> None:
+    """ZeRO-3 partitions every weight across processes; merging LoRA adapters into a partitioned base at
+    save (recipes.models.save_final) would write empty or partial tensors. LoRA's few trainable parameters
+    gain nothing from ZeRO-3 anyway: ZeRO-2 shards their optimizer state, and the base stays whole."""
+    lora = settings.model_settings.lora_settings.enabled
+    if lora and zero_stage(settings.deepspeed) == 3:
+        raise settings.bad("deepspeed", "ZeRO-3 with LoRA would save partitioned weights; use "
+                           "launch/ds_zero2.json with LoRA, or model.lora.enabled=false for full fine-tuning "
+                           "under ZeRO-3")
 
 
 @dataclass
@@ -140,6 +163,12 @@ def write_provenance(ctx: StageContext, stage: str, settings: dict[str, Any], da
         settings=settings, device=ctx.device, **extra,
     )
     atomic_write_json(ctx.out_dir / PROVENANCE_FILE, record)
+
+
+def left_padded_prompts(tokenizer, prompts: list[str]):
+    """Prompt ids by the one encoding rule (harness.encode: BOS where the family adds one), left-padded so
+    that every prompt ends where sampling starts (PPO's rollouts, the RL reward evaluation); tensors."""
+    return tokenizer.pad({"input_ids": encode_texts(tokenizer, prompts)}, padding_side="left", return_tensors="pt")
 
 
 def fit_fim_context(tokenizer, prefix: str, suffix: str, middle_tokens: int, max_length: int,

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.io import read_jsonl
-from recipes.common import (StageContext, StageSettings, fit_fim_context, latest_checkpoint, settings_match,
-                            trl_device_kwargs, write_provenance)
+from recipes.common import (StageContext, StageSettings, fit_fim_context, latest_checkpoint, refuse_zero3_with_lora,
+                            settings_match, trl_device_kwargs, write_provenance)
 from recipes.models import load_causal_lm, load_tokenizer, lora_config, parse_model, save_final
 
 LOSSES = {"ipo": "ipo", "dpo": "sigmoid"}     # our key -> TRL loss_type
@@ -74,6 +74,7 @@ class IPOSettings(StageSettings):
             if int(getattr(self, key)) < 1:
                 raise self.bad(key, "must be a positive integer")
         self.model_settings = parse_model(self.model, f"{where}.model")
+        refuse_zero3_with_lora(self)
         if self.fim_family is None:
             self.fim_family = self.model_settings.fim_family
 

@@ -129,15 +129,27 @@ def build_llama(model: ModelSettings, tokenizer):
     return LlamaForCausalLM(config)
 
 
+def not_local_error(path: str | Path, what: str, error: Exception) -> UserError:
+    """The error for a model or tokenizer that is not on this machine: nothing is ever downloaded at run
+    time (`local_files_only=True` everywhere), so a hub id must be fetched once by the user."""
+    if Path(str(path)).exists():
+        return UserError(f"cannot load the {what} of {path}: {str(error).strip().splitlines()[0]}\nfix: point "
+                         "init/model.pretrained at a complete model directory (config.json, *.safetensors, "
+                         "tokenizer files)")
+    return UserError(f"{path}: no local copy of this {what} (memaudit never downloads at run time). Fetch it once "
+                     f"with `huggingface-cli download {path}` (or `hf download {path}`), then rerun; or set "
+                     "model.pretrained to a local directory holding the model")
+
+
 def _from_pretrained(auto_class, path: str | Path, model: ModelSettings, device: str, **kwargs):
-    """`auto_class.from_pretrained` in the preset's dtype: safetensors only, remote code only if allowed."""
+    """`auto_class.from_pretrained` in the preset's dtype: safetensors only, remote code only if allowed,
+    local files only (a hub id resolves from the HF cache or fails with how to fetch it)."""
     try:
         return auto_class.from_pretrained(
-            str(path), dtype=torch_dtype(model, device), use_safetensors=True,
+            str(path), dtype=torch_dtype(model, device), use_safetensors=True, local_files_only=True,
             trust_remote_code=model.trust_remote_code, **kwargs)
     except OSError as e:
-        raise UserError(f"cannot load model {path}: {e}\nfix: point init/model.pretrained at a directory "
-                        "with safetensors weights (or a hub id already in the local HF cache)") from None
+        raise not_local_error(path, "model", e) from None
 
 
 def load_causal_lm(path: str | Path, model: ModelSettings, device: str):
@@ -159,13 +171,47 @@ def load_sequence_classifier(path: str | Path, model: ModelSettings, device: str
 
 
 def load_tokenizer(path: str | Path, model: ModelSettings):
+    """The tokenizer of a model directory (or cached hub id), with a padding token distinct from EOS.
+
+    StarCoder2 ships no pad, Qwen2.5-Coder and DeepSeek-Coder pad with EOS. With PAD = EOS a sequence
+    classifier (the reward and value models) scores the last non-pad token, i.e. the token *before* a
+    completion's final EOS, so a finished and a truncated completion would look the same to the reward
+    model; the family's own pad token (harness.fim.FimSentinels.pad, a token the vocabulary already has,
+    so no embedding is added) replaces it. Every stage saves this tokenizer, so later stages and the audit
+    load the same pad."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=model.trust_remote_code)
-    if tokenizer.pad_token is None:
-        # Public code models often ship without a pad token; padding is masked out of the loss anyway.
-        tokenizer.pad_token = tokenizer.eos_token
+    from harness.fim import detect_sentinels
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=model.trust_remote_code,
+                                                  local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise not_local_error(path, "tokenizer", e) from None
+    use_distinct_pad(tokenizer, detect_sentinels(tokenizer, model.fim_family, model_name=str(path)), str(path))
     return tokenizer
+
+
+def use_distinct_pad(tokenizer, sentinels, where: str) -> None:
+    """Set the family's pad when the tokenizer has none or pads with EOS (see load_tokenizer)."""
+    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    if pad is not None and pad != eos:
+        return
+    if sentinels.pad is None or sentinels.pad not in tokenizer.get_vocab():
+        raise UserError(f"{where}: the tokenizer pads with its EOS {tokenizer.eos_token!r} (or not at all) and "
+                        f"FIM family {sentinels.family!r} names no other pad token in its vocabulary; a reward "
+                        "model could not see where a completion ends. Give the tokenizer a pad token distinct "
+                        "from EOS (tokenizer.pad_token = ...; save_pretrained) or set model.fim_family")
+    tokenizer.pad_token = sentinels.pad
+
+
+def stop_generation_at_family_stops(model, tokenizer, sentinels) -> None:
+    """Make `generate` (and TRL's RLOO/GRPO, which read generation_config.eos_token_id for both sampling
+    and the completion mask) end a completion at any of the family's stop tokens, EOS first."""
+    from harness.fim import stop_token_ids
+
+    model.generation_config.eos_token_id = stop_token_ids(tokenizer, sentinels)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
 
 
 def lora_config(model: ModelSettings, task_type: str = "CAUSAL_LM"):

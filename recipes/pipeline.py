@@ -524,6 +524,9 @@ def run_main(cfg) -> int:
     planned = plan(cfg)
     run_dir = run_directory(cfg)
     start = time.time()
+    from recipes.check import run_preflight
+
+    run_preflight(cfg, quiet=is_main_process() or None)   # `memaudit check`: exit 2 with the fix, nothing written
     print(f"[memaudit] run {cfg.get('experiment_name')} in {run_dir}: "
           f"{len(planned)} model(s): {', '.join(s.model_name for s in planned)}", flush=True)
     write_run_record(cfg, run_dir, [])

@@ -29,6 +29,7 @@ from typing import Any
 
 from harness.io import atomic_write_json, read_json
 from harness.layout import checkpoint_name
+from recipes.common import left_padded_prompts
 
 TRAINER_STATE = "trainer_state.json"
 VALUE_DIR = "value"
@@ -37,12 +38,15 @@ VALUE_DIR = "value"
 # --- the math: each piece small enough to check on paper ------------------------------------------------------
 
 
-def completion_mask(completion_ids, eos_token_id: int):
+def completion_mask(completion_ids, eos_token_id: int | list[int]):
     """1 for the real tokens of each sampled completion: up to and including its first EOS (generate
-    pads finished rows afterwards), all of them when the completion was cut at max_completion_length."""
+    pads finished rows afterwards), all of them when the completion was cut at max_completion_length.
+    A list of ids: the first of any of them ends the completion (the family's stop tokens, harness.fim)."""
     import torch
 
-    is_eos = completion_ids == eos_token_id
+    stops = torch.tensor(eos_token_id if isinstance(eos_token_id, list) else [eos_token_id],
+                         device=completion_ids.device)
+    is_eos = torch.isin(completion_ids, stops)
     after_first_eos = (torch.cumsum(is_eos.long(), dim=1) - is_eos.long()) > 0
     return (~after_first_eos).long()
 
@@ -174,6 +178,11 @@ class PPOTrainer:
 
         self.cfg, self.policy, self.ref, self.value = cfg, policy, ref_policy, value_model
         self.tokenizer, self.reward_fn, self.examples = tokenizer, reward_fn, examples
+        # Where a sampled completion ends: the policy's generation stop tokens (the family's, EOS first;
+        # recipes.models.stop_generation_at_family_stops), else the tokenizer's EOS.
+        stops = policy.generation_config.eos_token_id
+        self.stop_ids = list(stops) if isinstance(stops, (list, tuple)) else [stops if stops is not None
+                                                                              else tokenizer.eos_token_id]
         self.out_dir, self.seed, self.device = Path(out_dir), seed, device
         if self.ref is None and not is_peft(policy):
             raise ValueError("PPOTrainer needs a reference model unless the policy is a PEFT model")
@@ -215,18 +224,15 @@ class PPOTrainer:
 
         cfg, tok = self.cfg, self.tokenizer
         examples = [ex for ex in examples for _ in range(cfg.num_generations)]
-        side, tok.padding_side = tok.padding_side, "left"     # prompts end where sampling starts
-        enc = tok([ex["prompt"] for ex in examples], return_tensors="pt", padding=True,
-                  add_special_tokens=False).to(self.device)
-        tok.padding_side = side                                # the saved tokenizer keeps its own side
+        enc = left_padded_prompts(tok, [ex["prompt"] for ex in examples]).to(self.device)
         prompt_len = enc["input_ids"].shape[1]
         with torch.no_grad(), self.mixed_precision():
             self.policy.eval()
             seq = self.policy.generate(**enc, do_sample=True, temperature=cfg.temperature, top_k=0, top_p=1.0,
                                        max_new_tokens=cfg.max_completion_length,
-                                       pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+                                       pad_token_id=tok.pad_token_id, eos_token_id=self.stop_ids)
             completion = seq[:, prompt_len:]
-            mask = completion_mask(completion, tok.eos_token_id)
+            mask = completion_mask(completion, self.stop_ids)
             attention = torch.cat([enc["attention_mask"], mask], dim=1)
             logp = token_logprobs(self.policy, seq, attention, prompt_len, cfg.temperature)
             if self.ref is not None:

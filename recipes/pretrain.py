@@ -17,6 +17,7 @@ padding-free attention, which adds nothing here. Packing is a dozen lines below.
 from __future__ import annotations
 
 import math
+import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,7 +63,9 @@ class PretrainSettings(StageSettings):
         self.model_settings = parse_model(self.model, f"{where}.model")
         self.require(self.deepspeed is None or Path(self.deepspeed).is_file(), "deepspeed",
                      "give an existing DeepSpeed JSON, e.g. launch/ds_zero2.json, or null")
-        self.require(self.model_settings.max_position_embeddings >= self.max_seq_len, "max_seq_len",
+        # The embedded model's context is the preset's; a public model's is its own config's (`memaudit check`).
+        self.require(self.model_settings.pretrained is not None
+                     or self.model_settings.max_position_embeddings >= self.max_seq_len, "max_seq_len",
                      "must not exceed model.max_position_embeddings")
 
 
@@ -129,7 +132,7 @@ class PretrainRecipe:
         self.resume_from = latest_checkpoint(self.ctx.out_dir)
         if self.resume_from is not None:
             # Reuse the checkpoint's tokenizer: the resumed weights are tied to its vocabulary.
-            self.tokenizer = PreTrainedTokenizerFast.from_pretrained(str(self.resume_from))
+            self.tokenizer = PreTrainedTokenizerFast.from_pretrained(str(self.resume_from), local_files_only=True)
         else:
             sample, size = [], 0
             for text in texts:
@@ -188,9 +191,12 @@ def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
     parsed = load_settings(settings, ctx.name)
     recipe = PretrainRecipe(parsed, ctx)
     if parsed.model_settings.pretrained:
-        recipe.import_pretrained()
-        write_provenance(ctx, "pretrain", settings, datasets=[], init_model=parsed.model_settings.pretrained,
-                         **shipped_base_record(parsed.model_settings.pretrained))
+        # One process imports; under `accelerate launch` the others wait at the pipeline's barrier
+        # (recipes.pipeline.train_stage) instead of each loading and writing a host copy of the model.
+        if int(os.environ.get("RANK", "0")) == 0:
+            recipe.import_pretrained()
+            write_provenance(ctx, "pretrain", settings, datasets=[], init_model=parsed.model_settings.pretrained,
+                             **shipped_base_record(parsed.model_settings.pretrained))
         return
     recipe.setup()
     recipe.train()

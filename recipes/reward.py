@@ -27,11 +27,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.encode import encode_texts
 from harness.errors import UserError
 from harness.io import atomic_write_json, atomic_write_jsonl, read_jsonl
 from harness.report.analyses import reward_score_stats
-from recipes.common import (StageContext, StageSettings, latest_checkpoint, settings_match, trl_device_kwargs,
-                            write_provenance)
+from recipes.common import (StageContext, StageSettings, latest_checkpoint, refuse_zero3_with_lora, settings_match,
+                            trl_device_kwargs, write_provenance, zero_stage)
 from recipes.models import load_sequence_classifier, load_tokenizer, parse_model, save_final, wrap_lora
 
 OBJECTIVES = ("pointwise", "pairwise")
@@ -82,6 +83,7 @@ class RewardSettings(StageSettings):
             if int(getattr(self, key)) < 1:
                 raise self.bad(key, "must be a positive integer")
         self.model_settings = parse_model(self.model, f"{where}.model")
+        refuse_zero3_with_lora(self)
         if self.fim_family is None:
             self.fim_family = self.model_settings.fim_family
 
@@ -170,9 +172,9 @@ class RewardRecipe:
             # Full texts (ending in EOS) with no separate prompt: RewardTrainer then tokenizes them as they are.
             return Dataset.from_list([{"chosen": self.psm_text(r, r["chosen"]),
                                        "rejected": self.psm_text(r, r["rejected"])} for r in rows])
-        enc = self.tokenizer([self.psm_text(r, r["completion"]) for r in rows], truncation=True,
-                             max_length=self.cfg.max_length, add_special_tokens=False)
-        return Dataset.from_dict({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
+        # The same ids score_texts (and so the RL stages) give the RM: harness.encode's rule, end kept.
+        ids = encode_texts(self.tokenizer, [self.psm_text(r, r["completion"]) for r in rows], self.cfg.max_length)
+        return Dataset.from_dict({"input_ids": ids, "attention_mask": [[1] * len(x) for x in ids],
                                   "labels": [float(_label(r)) for r in rows]})
 
     def _args(self) -> dict[str, Any]:
@@ -211,9 +213,14 @@ class RewardRecipe:
             if self.trainer.is_world_process_zero():
                 self.model = save_final(self.trainer.model, self.tokenizer, self.ctx.out_dir)
         else:
-            self.trainer.save_model(str(self.ctx.out_dir))
+            self.trainer.save_model(str(self.ctx.out_dir))      # gathers ZeRO-3 shards, main process writes
             self.tokenizer.save_pretrained(str(self.ctx.out_dir))
-        self.write_scores()
+        if self.trainer.is_world_process_zero():
+            if zero_stage(self.cfg.deepspeed) == 3:
+                # Partitioned weights cannot run a forward pass in one process: score the saved model.
+                self.model = load_sequence_classifier(self.ctx.out_dir, self.cfg.model_settings, self.ctx.device,
+                                                      self.tokenizer.pad_token_id).to(self.ctx.device)
+            self.write_scores()
 
     def write_scores(self) -> None:
         """scores/<dataset>.jsonl (id, label, score, source) and scores/summary.json for the Fig. 2 analysis."""
@@ -263,7 +270,7 @@ def score_texts(model, tokenizer, texts: list[str], batch_size: int = 32, max_le
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    ids = tokenizer(texts, truncation=True, max_length=max_length, add_special_tokens=False)["input_ids"]
+    ids = encode_texts(tokenizer, texts, max_length)    # BOS as the family adds it; a long text keeps its end
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out = [0.0] * len(ids)
     with torch.inference_mode():

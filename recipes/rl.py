@@ -41,10 +41,10 @@ from typing import Any
 
 from harness.errors import UserError
 from harness.io import read_json, read_jsonl
-from recipes.common import (PROVENANCE_FILE, StageContext, StageSettings, latest_checkpoint, settings_match,
-                            trl_device_kwargs, write_provenance)
+from recipes.common import (PROVENANCE_FILE, StageContext, StageSettings, latest_checkpoint, refuse_zero3_with_lora,
+                            settings_match, trl_device_kwargs, write_provenance)
 from recipes.models import (load_causal_lm, load_sequence_classifier, load_tokenizer, lora_config, parse_model,
-                            save_final, wrap_lora)
+                            save_final, stop_generation_at_family_stops, wrap_lora)
 
 ALGORITHMS = ("rloo", "grpo", "ppo")   # ppo: ours (recipes/ppo.py), TRL has none since 1.13
 PPO_KEYS = ("ppo_epochs", "ppo_minibatches", "clip_range", "vf_coef", "value_clip", "gamma", "gae_lambda",
@@ -126,6 +126,7 @@ class RLSettings(StageSettings):
             if int(getattr(self, key)) < 1:
                 raise self.bad(key, "must be a positive integer")
         self.model_settings = parse_model(self.model, f"{where}.model")
+        refuse_zero3_with_lora(self)
         if self.fim_family is None:
             self.fim_family = self.model_settings.fim_family
 
@@ -225,9 +226,12 @@ class PsmRewardModel:
         self.model, self.tokenizer, self.sentinels, self.max_length = model, tokenizer, sentinels, max_length
 
     def texts(self, completions: list[str], prefix: list[str], suffix: list[str]) -> list[str]:
+        """The RM's text of each completion, cut at the family's first stop token as the audit cuts its
+        completions (a non-special sentinel such as `<|file_sep|>` survives TRL's decoding)."""
         from harness import fim
 
-        return [fim.format_psm_training(p, c, s, self.sentinels) for c, p, s in zip(completions, prefix, suffix)]
+        return [fim.format_psm_training(p, fim.strip_sentinels(c, self.sentinels), s, self.sentinels)
+                for c, p, s in zip(completions, prefix, suffix)]
 
     def __call__(self, prompts, completions, prefix, suffix, **_: Any) -> list[float]:
         from recipes.reward import score_texts  # the one definition of "the RM score of a text"
@@ -261,8 +265,8 @@ class RLRecipe:
         # Loaded from its directory so that config._name_or_path points there: without LoRA, TRL rebuilds
         # the KL reference from that path, which makes the reference the initial model (Sec. 2.1).
         self.policy = load_causal_lm(self.init_dir, self.preset, self.ctx.device)
+        stop_generation_at_family_stops(self.policy, self.tokenizer, self.sentinels)
         rm_tokenizer = load_tokenizer(self.rm_dir, self.preset)
-        rm_tokenizer.truncation_side = "left"   # a too-long text keeps the completion
         # Frozen: the reward only scores, so it takes the preset's dtype and no adapters.
         rm = load_sequence_classifier(self.rm_dir, self.preset, self.ctx.device, rm_tokenizer.pad_token_id).eval()
         rm.requires_grad_(False)
@@ -332,6 +336,11 @@ class RLRecipe:
             reference = load_causal_lm(self.init_dir, self.preset, self.ctx.device).to(self.ctx.device)
             value = load_sequence_classifier(self.rm_dir, full, self.ctx.device,
                                              self.tokenizer.pad_token_id).to(self.ctx.device)
+        if self.ctx.device == "cuda":
+            # The Trainer-based stages checkpoint activations on GPU (recipes.common.trl_device_kwargs); PPO's
+            # rollout and update passes over a 3 B policy and value model need it as much.
+            for model in (self.policy, value):
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if value.config.vocab_size != self.policy.config.vocab_size:
             raise UserError(f"stages.{self.ctx.name}.reward_model={self.cfg.reward_model!r}: its vocabulary differs "
                             "from the policy's; PPO's value model starts from the RM and reads the policy's "
@@ -354,7 +363,9 @@ class RLRecipe:
 
         # The preset's dtype, no adapters: both are plain saved models (LoRA is merged at save).
         def load(model_dir: Path):
-            return load_causal_lm(model_dir, self.preset, self.ctx.device).to(self.ctx.device)
+            model = load_causal_lm(model_dir, self.preset, self.ctx.device).to(self.ctx.device)
+            stop_generation_at_family_stops(model, self.tokenizer, self.sentinels)
+            return model
 
         # What the initial policy's rewards depend on besides the prompts and sampling settings (rl_eval adds those).
         models = {"init_model": model_fingerprint(self.init_dir), "reward_model": model_fingerprint(self.rm_dir),

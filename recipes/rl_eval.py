@@ -46,22 +46,21 @@ def sample_completions(model, tokenizer, prompts: list[str], samples: int, max_n
     same prompts draw from the same random stream."""
     import torch
 
-    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    from recipes.common import left_padded_prompts
+
     device = next(model.parameters()).device
     rows = [p for p in prompts for _ in range(samples)]
     texts: list[str] = []
-    try:
-        model.eval()
-        for start in range(0, len(rows), batch_size):
-            torch.manual_seed(seed + start)
-            enc = tokenizer(rows[start:start + batch_size], return_tensors="pt", padding=True,
-                            add_special_tokens=False).to(device)
-            with torch.inference_mode():
-                out = model.generate(**enc, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
-                                     max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
-            texts += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-    finally:
-        tokenizer.padding_side = side
+    model.eval()
+    for start in range(0, len(rows), batch_size):
+        torch.manual_seed(seed + start)
+        enc = left_padded_prompts(tokenizer, rows[start:start + batch_size]).to(device)
+        with torch.inference_mode():
+            # Stops where the policy's generation_config says: the family's stop tokens
+            # (recipes.models.stop_generation_at_family_stops); the reward function strips what is left.
+            out = model.generate(**enc, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
+                                 max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
+        texts += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
     return [texts[i * samples:(i + 1) * samples] for i in range(len(prompts))]
 
 

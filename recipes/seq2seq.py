@@ -119,11 +119,11 @@ def train_seq2seq(ctx: StageContext, rows: list[dict], settings: Seq2SeqSettings
     # The model is always built the way the first attempt built it, so that the optimizer state in a
     # checkpoint matches its parameter groups; the Trainer then loads the checkpoint's weights.
     if init_dir is not None:
-        tokenizer = AutoTokenizer.from_pretrained(str(init_dir))
-        model = AutoModelForSeq2SeqLM.from_pretrained(str(init_dir), use_safetensors=True)
+        tokenizer = AutoTokenizer.from_pretrained(str(init_dir), local_files_only=True)
+        model = AutoModelForSeq2SeqLM.from_pretrained(str(init_dir), use_safetensors=True, local_files_only=True)
     else:
         # A resumed run keeps the vocabulary its checkpoints were trained with.
-        tokenizer = AutoTokenizer.from_pretrained(str(resume)) if resume is not None else \
+        tokenizer = AutoTokenizer.from_pretrained(str(resume), local_files_only=True) if resume is not None else \
             train_joint_tokenizer([r["source"] for r in rows] + [r["reference"] for r in rows], settings.vocab_size)
         model = build_model(tokenizer, settings, ctx.seed)
     if resume is not None:

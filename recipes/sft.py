@@ -24,8 +24,8 @@ from typing import Any
 
 from harness.errors import UserError
 from harness.io import read_jsonl
-from recipes.common import (CONTEXT_MARGIN_TOKENS, StageContext, StageSettings, fit_fim_context,
-                            latest_checkpoint, settings_match, trl_device_kwargs, write_provenance)
+from recipes.common import (CONTEXT_MARGIN_TOKENS, StageContext, StageSettings, fit_fim_context, latest_checkpoint,
+                            refuse_zero3_with_lora, settings_match, trl_device_kwargs, write_provenance)
 from recipes.models import load_causal_lm, load_tokenizer, parse_model, save_final, wrap_lora
 
 
@@ -79,6 +79,7 @@ class SFTSettings(StageSettings):
         self.model_settings = parse_model(self.model, f"{where}.model")
         self.require(self.deepspeed is None or Path(self.deepspeed).is_file(), "deepspeed",
                      "give an existing DeepSpeed JSON, e.g. launch/ds_zero2.json, or null")
+        refuse_zero3_with_lora(self)
 
 
 def fit_fim_row(prefix: str, middle: str, suffix: str, sentinels, tokenizer, max_len: int) -> tuple[str, str, bool]:

@@ -81,8 +81,9 @@ def ship(run_dir: Path, out_dir: Path, command: str, code_note: str | None = Non
         raise UserError(f"{data_manifest}: the PT corpus was not the base pool (data.pd.use_files="
                         f"{pd_settings.get('use_files')!r}); train with experiment=base so that experiments "
                         "starting from the shipped base can exclude every file it saw")
-    tokenizer = AutoTokenizer.from_pretrained(str(pt_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(pt_dir), dtype=torch.float32, use_safetensors=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(pt_dir), local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(str(pt_dir), dtype=torch.float32, use_safetensors=True,
+                                                 local_files_only=True)
     texts = held_out_chunks(pd_settings, HELD_OUT_CHUNKS)
     loss_fp32 = mean_token_loss(model, tokenizer, texts)
     model = model.to(torch.bfloat16)

@@ -45,7 +45,8 @@ class OffsetTokenizer:
             from transformers import AutoTokenizer
 
             try:
-                self._hf = AutoTokenizer.from_pretrained(str(self.path), trust_remote_code=False)
+                self._hf = AutoTokenizer.from_pretrained(str(self.path), trust_remote_code=False,
+                                                         local_files_only=True)
             except Exception as e:
                 raise UserError(f"data.rl_prompts.tokenizer: cannot load a tokenizer from {path}: {e}") from None
             if not self._hf.is_fast:

@@ -56,13 +56,13 @@ def test_fingerprints_change_with_every_covered_input(tmp_path):
     fp = model_fingerprint(m)
     (m / "tokenizer.json").write_text("{}")
     assert model_fingerprint(m) != fp  # tokenizer files count
-    base = dict(fim_family="memaudit", dtype="float32", max_new_tokens=64, target_tokens=64)
+    base = dict(fim_family="memaudit", dtype="float32", max_new_tokens=64, target_tokens=64, stop_tokens=["<eos>"])
     ref = completion_fingerprint("M", "E", **base)[0]
     assert completion_fingerprint("M", "E", **base)[0] == ref
     variants = [("M2", "E", {}), ("M", "E2", {}), ("M", "E", {"fim_family": "starcoder"}),
                 ("M", "E", {"dtype": "bfloat16"}), ("M", "E", {"max_new_tokens": 32}),
-                ("M", "E", {"target_tokens": 50})]
-    assert len({completion_fingerprint(a, b, **{**base, **kw})[0] for a, b, kw in variants} | {ref}) == 7
+                ("M", "E", {"target_tokens": 50}), ("M", "E", {"stop_tokens": ["<eos>", "<fim_prefix>"]})]
+    assert len({completion_fingerprint(a, b, **{**base, **kw})[0] for a, b, kw in variants} | {ref}) == 8
     with pytest.raises(UserError, match="no \\*.safetensors"):
         model_fingerprint(tmp_path)
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from harness.draft import accepted_length, draft_greedy_generate, draft_ids, finish
+from harness.encode import encode_texts
 from harness.fim import FAMILIES, format_psm_prompt, format_psm_training
-from harness.generation import _greedy_generate, encode_prompts, greedy_complete
+from harness.generation import _greedy_generate, greedy_complete
 from tests.tiny import tiny_llama, tiny_tokenizer, torch_threads, train_on_texts
 
 S = FAMILIES["memaudit"]
@@ -45,7 +46,7 @@ def _plain_ids(world, prompts, max_new_tokens):
     import torch
 
     tok, model = world["tok"], world["model"]
-    rows = encode_prompts(tok, prompts)
+    rows = encode_texts(tok, prompts)
     w = max(map(len, rows))
     ids = torch.tensor([[0] * (w - len(r)) + r for r in rows])
     mask = torch.tensor([[0] * (w - len(r)) + [1] * len(r) for r in rows])
@@ -55,7 +56,7 @@ def _plain_ids(world, prompts, max_new_tokens):
 
 def _draft_ids(world, prompts, drafts, max_new_tokens, stats=None):
     tok = world["tok"]
-    return draft_greedy_generate(world["model"], encode_prompts(tok, prompts), drafts, max_new_tokens,
+    return draft_greedy_generate(world["model"], encode_texts(tok, prompts), drafts, max_new_tokens,
                                  [tok.eos_token_id], 0, stats)
 
 

@@ -16,6 +16,8 @@ from harness.fim import (
     fim_transform,
     format_psm_prompt,
     format_psm_training,
+    stop_token_ids,
+    strip_sentinels,
 )
 
 EXPECTED_PROMPTS = {
@@ -184,3 +186,37 @@ def test_fim_transform_splits_cover_every_position():
         suffix, middle = rest[:-len(s.eos)].split(s.middle, 1)
         seen.add((len(prefix), len(middle)))
     assert seen == {(p, m) for p in range(4) for m in range(4 - p)}
+
+
+def test_stop_tokens_put_eos_first_then_every_format_token():
+    assert FAMILIES["codegemma"].stop_tokens() == ["<eos>", "<|file_separator|>", "<|fim_prefix|>",
+                                                   "<|fim_suffix|>", "<|fim_middle|>", "<pad>"]
+    assert FAMILIES["qwen2.5-coder"].stop_tokens() == ["<|endoftext|>", "<|file_sep|>", "<|fim_prefix|>",
+                                                       "<|fim_suffix|>", "<|fim_middle|>", "<|fim_pad|>",
+                                                       "<|repo_name|>"]
+    for s in FAMILIES.values():
+        assert s.stop_tokens()[0] == s.eos and len(set(s.stop_tokens())) == len(s.stop_tokens())
+        assert s.pad is not None and s.pad != s.eos             # recipes.models.use_distinct_pad
+
+
+def test_stop_token_ids_are_the_ids_the_vocabulary_has():
+    tok = _tokenizer(FAMILY_VOCAB["qwen2.5-coder"])
+    vocab = tok.get_vocab()
+    ids = stop_token_ids(tok, FAMILIES["qwen2.5-coder"])
+    assert ids[0] == vocab["<|endoftext|>"]
+    assert ids == [vocab[t] for t in FAMILIES["qwen2.5-coder"].stop_tokens()]
+    # a vocabulary without the file separator: that stop is skipped, the others stay
+    partial = _tokenizer([t for t in FAMILY_VOCAB["codegemma"] if t != "<|file_separator|>"])
+    assert stop_token_ids(partial, FAMILIES["codegemma"])[0] == partial.get_vocab()["<eos>"]
+    assert len(stop_token_ids(partial, FAMILIES["codegemma"])) == 5
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("return x\n", "return x\n"),
+    ("return x\n<|file_separator|>def g():", "return x\n"),
+    ("a<|fim_middle|>b<eos>c", "a"),
+    ("<|fim_prefix|>", ""),
+    ("", ""),
+])
+def test_strip_sentinels_cuts_at_the_first_stop_text(text, expected):
+    assert strip_sentinels(text, FAMILIES["codegemma"]) == expected

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from harness.encode import encode_texts
 from harness.errors import UserError
-from harness.generation import (CausalLMScorer, cut_at_eos, encode_prompts, greedy_complete, greedy_translate,
+from harness.generation import (CausalLMScorer, cut_at_eos, greedy_complete, greedy_translate,
                                 length_sorted_batches, load_causal_lm, load_seq2seq)
 from tests.tiny import save, tiny_llama, tiny_t5, tiny_tokenizer, torch_threads
 
@@ -59,7 +60,7 @@ def test_cut_at_eos_keeps_only_the_tokens_before_the_first_eos():
 
 
 def test_prompts_are_encoded_without_added_specials(tok):
-    ids = encode_prompts(tok, ["<fim_prefix>x<fim_suffix><fim_middle>"])[0]
+    ids = encode_texts(tok, ["<fim_prefix>x<fim_suffix><fim_middle>"])[0]
     assert ids[0] == tok.convert_tokens_to_ids("<fim_prefix>")
     assert ids[-1] == tok.convert_tokens_to_ids("<fim_middle>")
     assert tok.eos_token_id not in ids and tok.pad_token_id not in ids
@@ -77,12 +78,12 @@ def test_greedy_matches_a_hand_written_argmax_loop(tok, llama):
     import torch
 
     prompt = PROMPTS[2]
-    ids = encode_prompts(tok, [prompt])[0]
+    ids = encode_texts(tok, [prompt])[0]
     with torch.inference_mode():
         for _ in range(10):
             logits = llama(torch.tensor([ids])).logits[0, -1]
             ids.append(int(logits.argmax()))
-    n = len(encode_prompts(tok, [prompt])[0])
+    n = len(encode_texts(tok, [prompt])[0])
     expected = tok.decode(cut_at_eos(ids[n:], [tok.eos_token_id]), skip_special_tokens=True)
     assert greedy_complete(llama, tok, [PROMPTS[0], prompt], max_new_tokens=10, batch_size=2)[1] == expected
 
@@ -94,7 +95,7 @@ def test_generation_stops_at_eos_and_returns_only_new_text(tok, llama):
 
     prompt = PROMPTS[3]
     with torch.inference_mode():
-        first = int(llama(torch.tensor([encode_prompts(tok, [prompt])[0]])).logits[0, -1].argmax())
+        first = int(llama(torch.tensor([encode_texts(tok, [prompt])[0]])).logits[0, -1].argmax())
     assert greedy_complete(llama, tok, [prompt], max_new_tokens=8, eos_token_id=first) == [""]
     out = greedy_complete(llama, tok, [prompt], max_new_tokens=8)[0]
     assert out and not out.startswith(prompt)

@@ -25,6 +25,12 @@ def test_completion_mask_keeps_the_first_eos_and_whole_truncated_rows():
     assert ppo.completion_mask(ids, EOS).tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]]
 
 
+def test_completion_mask_ends_at_the_first_of_several_stop_tokens():
+    sep = 9                                     # a family's file separator beside EOS (harness.fim.stop_tokens)
+    ids = torch.tensor([[5, sep, 6, EOS, 0], [5, 6, EOS, sep, 0], [5, 6, 7, 8, 4]])
+    assert ppo.completion_mask(ids, [EOS, sep]).tolist() == [[1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]
+
+
 def test_kl_reward_sign_placement_and_score_on_the_last_real_token():
     # Row 0 has 3 real tokens, row 1 all 4: the score goes to index 2 and 3, never to the padding.
     logp = t([[-1.0, -2.0, -0.5, -9.0], [-1.0, -1.0, -1.0, -1.0]])
