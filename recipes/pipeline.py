@@ -284,7 +284,7 @@ def build_data(cfg, run_dir: Path, names: list[str]) -> None:
             raise UserError(f"cannot build datasets ({e}); set build_data=false and put them under "
                             f"{run_dir}/data/<name>/ yourself") from None
         build_datasets(cfg, names=names)
-    wait_for_everyone()
+    wait_for_everyone(resolve_device(cfg.device))
     ctx = StageContext(run_dir, "data")
     for name in names:
         ctx.data_dir(name)   # raises a UserError naming the missing dataset
@@ -380,12 +380,16 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def wait_for_everyone() -> None:
-    """Barrier across the processes of `accelerate launch`; a no-op in a single process."""
+def wait_for_everyone(device: str) -> None:
+    """Barrier across the processes of `accelerate launch`; a no-op in a single process.
+
+    `cpu=True` on CPU: accelerate's default state there is a single process (DistributedType.NO) whose
+    barrier returns at once, so process 1 would read a stage process 0 has not finished writing (measured
+    with the 2-process CPU launcher). The trainers then join the same gloo group (use_cpu=True)."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         from accelerate import PartialState
 
-        PartialState().wait_for_everyone()
+        PartialState(cpu=device == "cpu").wait_for_everyone()
 
 
 def identical_finished_stage(run_dir: Path, stage: PlannedStage, done: list[PlannedStage]) -> PlannedStage | None:
@@ -429,7 +433,7 @@ def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str,
     start, cpu_start = time.time(), time.process_time()
     out_dir = models_dir(run_dir) / stage.model_name
     status = prepare_out_dir(run_dir, stage, seed) if is_main_process() else ""
-    wait_for_everyone()              # the main process has moved stale directories aside by now
+    wait_for_everyone(device)        # the main process has moved stale directories aside by now
     if not is_main_process():
         status = "skipped" if settings_match(out_dir, stage.settings) else "trained"
     # "resumed" too: a reuse killed mid-copy leaves whole checkpoints behind, and copying again is cheaper.
@@ -437,12 +441,12 @@ def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str,
     if twin is not None:
         if is_main_process():
             reuse_stage(run_dir, twin, stage)
-        wait_for_everyone()
+        wait_for_everyone(device)
         status = "reused"
     elif status != "skipped":
         ctx = StageContext(run_dir, stage.model_name, seed, device)
         recipe_module(stage.recipe, stage.name).run_stage(dict(stage.settings), ctx)
-        wait_for_everyone()
+        wait_for_everyone(device)
         if not is_complete(out_dir):
             raise UserError(f"stage {stage.model_name} ended without {PROVENANCE_FILE}; see the log above")
         if is_main_process():

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 MODELS = ["PT", "FT.1", "FT.2", "RM.1", "RLFT.1/beta=0.1", "RLFT.1/beta=0.5", "RLFT.4", "IPO"]
 
 
-def memaudit(*args: str, launcher: list[str] | None = None, timeout: int = 400) -> subprocess.CompletedProcess:
+def memaudit(*args: str, launcher: list[str] | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false")
     cmd = (launcher or [sys.executable]) + ["-m", "harness", *args]

@@ -65,6 +65,7 @@ def test_reward_evaluation_pairs_the_init_and_trained_policy_on_fixed_prompts(wo
     from transformers import AutoModelForCausalLM
 
     from recipes import rl_eval
+    from recipes.models import stop_generation_at_family_stops
 
     record = read_json(rloo_run / rl_eval.EVAL_FILE)
     recipe = rl.RLRecipe(rl.load_settings(RL_SETTINGS, "RLFT.1"), StageContext(world["run_dir"], "RLFT.eval"))
@@ -75,6 +76,7 @@ def test_reward_evaluation_pairs_the_init_and_trained_policy_on_fixed_prompts(wo
     assert record["prompt_ids"] == [e["id"] for e in rl_eval.eval_examples(examples, n, 0)]
     # "initial" is the init model's reward, reproducibly: the same seed draws the same completions.
     init = AutoModelForCausalLM.from_pretrained(str(world["init_dir"]))
+    stop_generation_at_family_stops(init, recipe.tokenizer, recipe.sentinels)    # as the recipe loads it
     chosen = rl_eval.eval_examples(examples, n, 0)
     kwargs = dict(samples=4, max_new_tokens=16, temperature=1.0, seed=0)
     again = rl_eval.prompt_rewards(init, recipe.tokenizer, recipe.reward, chosen, **kwargs)
