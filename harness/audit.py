@@ -23,7 +23,6 @@ The functions below are the pieces a whole-run audit reuses: `load_examples`, `l
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass

@@ -116,8 +116,8 @@ def _acquire(directory: Path, key: str, command: str) -> HeldLock:
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, (json.dumps(record) + "\n").encode("utf-8"), 0)
-        except OSError:
-            os.close(fd)
+        except OSError:            # e.g. a full disk: leave neither the lock nor its file
+            HeldLock(path, fd).release()
             raise
     except UserError:
         _remove_empty(created)
