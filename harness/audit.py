@@ -792,7 +792,8 @@ def check_not_the_control(job: AuditJob, models: list[tuple[str, AuditedModel]],
     raise UserError(f"the audited model {job.model_name}/{checkpoint} ({model.path}) is the control "
                     f"{job.control_dir}: the same weights, config and tokenizer (fingerprint {control.fingerprint[:12]}),"
                     " so nothing can count as memorized against it. Point audit.control_dir (or the audit_plan "
-                    "entry's control) at a model never trained on the examples (paper 003: FT.2), or pass "
+                    "entry's control) at a model trained the same way without the examples (paper 003's FT.2 for "
+                    "FT.1), or pass "
                     "audit.sanity_baseline=true to run it as a sanity baseline (every rate is 0)")
 
 

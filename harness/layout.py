@@ -8,6 +8,10 @@ runs/<experiment>/
   audit/                            NED rows, summary, utility, losses/, cache/ (audit.out_dir overrides it)
   cache/rl_reward_eval/             the initial policy's fixed-prompt RL rewards (recipes/rl_eval.py)
   report/                           report.md/html, summary.json, figures/ (report.out_dir overrides it)
+  stale/                            what a retrained stage replaced: <model>-<time>/ (with its audit/ rows and
+                                    the report/ that showed them), audit-<time>/ (rows of replaced models)
+  .memaudit.lock                    held by the command writing the run (harness/lock.py; also in audit/,
+                                    report/ and any audit.out_dir while a command writes them)
 ```
 
 A stage directory with `provenance.json` is finished; anything else is resumable work. Checkpoints are the
