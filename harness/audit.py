@@ -23,7 +23,7 @@ The functions below are the pieces a whole-run audit reuses: `load_examples`, `l
 from __future__ import annotations
 
 import json
-import os
+import shutil
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,8 +32,9 @@ from typing import Any
 from harness.config import require_bool
 from harness.encode import encode_texts
 from harness.errors import NothingScored, UserError
-from harness.io import RowStore, atomic_write_json, file_sha256, iter_jsonl_numbered, read_json, sha256_json
-from harness.layout import checkpoint_dirs
+from harness.io import (RowStore, atomic_write_json, file_sha256, iter_jsonl_numbered, read_json,
+                        require_creatable_dir, sha256_json)
+from harness.layout import check_name, checkpoint_dirs, require_inside
 
 EXAMPLE_FIELDS = ("id", "prefix", "target", "suffix")
 FINAL = "final"            # checkpoint name of the model at the root of its directory
@@ -73,6 +74,7 @@ class AuditSettings:
     threads: int | None = None
     allow_empty: bool = False      # exit 0 even when no example is scored (see check_scored)
     draft: str = "target"          # verify the target as a speculative draft first (harness/draft.py)
+    sanity_baseline: bool = False  # accept an audited model identical to its control (every rate 0)
 
     def __post_init__(self):
         if not isinstance(self.k, (int, float)) or not 0.0 <= float(self.k) <= 1.0:
@@ -96,7 +98,8 @@ class AuditSettings:
         """The settings rows depend on (batch size, device and progress bars do not change a row)."""
         d = asdict(self)
         # The draft changes how fast, not what, greedy decoding outputs (harness/draft.py).
-        for key in ("batch_size", "device", "progress", "trust_remote_code", "threads", "allow_empty", "draft"):
+        for key in ("batch_size", "device", "progress", "trust_remote_code", "threads", "allow_empty", "draft",
+                    "sanity_baseline"):
             d.pop(key)
         return d
 
@@ -114,6 +117,9 @@ class AuditJob:
     out_dir: Path
     cache_dir: Path
     settings: AuditSettings
+    # Whole-run audits: where rows of a model (or control, or dataset) replaced since they were computed
+    # are moved, so that they are recomputed; None (an audit of one model) refuses to touch them.
+    stale_dir: Path | None = None
 
 
 def _require_path(key: str, value: Any, kind: str) -> Path:
@@ -137,25 +143,6 @@ def _require_model_dir(key: str, value: Any) -> Path:
     return path
 
 
-def require_creatable_dir(key: str, path: Path) -> Path:
-    """`path` if it is a directory or can be created as one; checked without creating anything, so a
-    refused job leaves nothing behind (a file in the way or a read-only parent is named with its key)."""
-    path = Path(path)
-    probe = path
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if probe.exists() and not probe.is_dir():
-        where = "it is" if probe == path else f"{probe} is"
-        raise UserError(f"{key}={path}: cannot be a directory, {where} a file; set {key} to a directory "
-                        "path (or move that file away)")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise UserError(f"{key}={path}: cannot be created or written ({probe} is not writable); set {key} "
-                        "to a directory you can write")
-    return path
-
-
 def default_dataset_name(examples: Path) -> str:
     """The examples file's stem; for the team layout `<run_dir>/data/<name>/rows.jsonl`, <name>."""
     if examples.name == "rows.jsonl" and (examples.parent / "manifest.json").is_file():
@@ -174,6 +161,7 @@ def settings_from_config(a) -> AuditSettings:
         progress=require_bool(a.get("progress"), "audit.progress", allow_none=True),
         threads=a.get("threads"), allow_empty=require_bool(a.get("allow_empty", False), "audit.allow_empty"),
         draft=str(a.get("draft", "target")),
+        sanity_baseline=require_bool(a.get("sanity_baseline", False), "audit.sanity_baseline"),
     )
 
 
@@ -195,10 +183,11 @@ def job_from_config(cfg) -> AuditJob:
     cache_dir = require_creatable_dir("audit.cache_dir",
                                       Path(str(a.cache_dir)) if a.get("cache_dir") else out_dir / "cache")
     settings = settings_from_config(a)
-    return AuditJob(model_dir=model_dir, model_name=str(a.get("model_name") or model_dir.resolve().name),
-                    control_dir=control_dir, examples=examples,
-                    dataset=str(a.get("dataset") or default_dataset_name(examples)),
-                    all_checkpoints=require_bool(a.all_checkpoints, "audit.all_checkpoints"),
+    # Both become path parts below out_dir: <out_dir>/<model_name>/<checkpoint>/<dataset>.jsonl
+    model_name = check_name(a.get("model_name") or model_dir.resolve().name, "audit.model_name")
+    dataset = check_name(a.get("dataset") or default_dataset_name(examples), "audit.dataset")
+    return AuditJob(model_dir=model_dir, model_name=model_name, control_dir=control_dir, examples=examples,
+                    dataset=dataset, all_checkpoints=require_bool(a.all_checkpoints, "audit.all_checkpoints"),
                     out_dir=out_dir, cache_dir=cache_dir, settings=settings)
 
 
@@ -277,6 +266,44 @@ def model_files(model_dir: str | Path) -> dict[str, str]:
     model_dir = Path(model_dir)
     files = sorted({p for pat in MODEL_FILE_PATTERNS for p in model_dir.glob(pat) if p.is_file()})
     return {p.name: _cached_file_sha256(p) for p in files}
+
+
+def check_model_files(model_dir: str | Path, trust_remote_code: bool = False) -> None:
+    """Read what loading the model needs — its config and the headers of its safetensors files — so that a
+    damaged model is refused (naming the file) before the audit writes anything: a meta file written for
+    weights that then fail to load would refuse the rerun with the restored weights."""
+    from safetensors import safe_open
+    from transformers import AutoConfig
+
+    model_dir = Path(model_dir)
+    config = model_dir / "config.json"
+    adapter = model_dir / "adapter_config.json"
+    if adapter.is_file():                 # a LoRA checkpoint: its base model's config (when it is local)
+        base = read_json(adapter).get("base_model_name_or_path")
+        config = Path(str(base)) / "config.json" if base and Path(str(base)).is_dir() else None
+    if config is not None:
+        if not config.is_file():
+            raise UserError(f"{config}: missing; a model directory needs the config.json its weights were saved "
+                            "with (model.save_pretrained writes it): restore it, or point the audit at a complete "
+                            "model directory")
+        try:
+            AutoConfig.from_pretrained(str(config.parent), trust_remote_code=trust_remote_code)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise UserError(f"{config}: not a readable model config ({_first_line(e)}); restore the config.json "
+                            "the model was saved with") from None
+    for weights in sorted(model_dir.glob("*.safetensors")):
+        try:
+            with safe_open(str(weights), framework="pt") as f:
+                f.keys()
+        except Exception as e:   # safetensors raises its own SafetensorError (and OSError)
+            raise UserError(f"{weights}: not a readable safetensors file ({_first_line(e)}); it is damaged or "
+                            "was cut off while being written: restore it (or save the model again) and rerun "
+                            "the same command") from None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def model_fingerprint(model_dir: str | Path) -> str:
@@ -400,6 +427,7 @@ class AuditedModel:
                             "directory") from None
         self.sentinels = detect_sentinels(self.tokenizer, family=settings.fim_family, model_name=str(self.path),
                                           config_key="audit.fim_family")
+        check_model_files(self.path, settings.trust_remote_code)
         self.fingerprint = model_fingerprint(self.path)
         dtype = str(default_dtype(self.device)).replace("torch.", "")
         self.context = context_length(self.path)
@@ -444,9 +472,15 @@ class AuditedModel:
         from harness.generation import CausalLMScorer
 
         s = self.settings
-        return CausalLMScorer.load(self.path, self.device, trust_remote_code=s.trust_remote_code,
-                                   batch_size=s.batch_size, max_new_tokens=s.max_new_tokens, progress=False,
-                                   sentinels=self.sentinels)
+        try:
+            return CausalLMScorer.load(self.path, self.device, trust_remote_code=s.trust_remote_code,
+                                       batch_size=s.batch_size, max_new_tokens=s.max_new_tokens, progress=False,
+                                       sentinels=self.sentinels)
+        except UserError:
+            raise
+        except Exception as e:   # weights that do not fit the config, a broken LoRA base, ...
+            raise UserError(f"{self.path}: cannot load the model ({_first_line(e)}); restore the directory as it "
+                            "was saved (config.json, *.safetensors, tokenizer) and rerun the same command") from None
 
     def truncate_target(self, target: str) -> tuple[str, int]:
         """(the first `target_tokens` tokens of `target` as text, the full target's token count).
@@ -519,20 +553,37 @@ def score_rows(examples: Sequence[dict], completions: dict, control_completions:
 
 
 def rows_path(out_dir: str | Path, model: str, checkpoint: str, dataset: str) -> Path:
-    return Path(out_dir) / model / checkpoint / f"{dataset}.jsonl"
+    """<out_dir>/<model>/<checkpoint>/<dataset>.jsonl, proven to lie inside out_dir (the names were checked
+    where they entered; this is the proof)."""
+    return require_inside(Path(out_dir) / model / checkpoint / f"{dataset}.jsonl", out_dir, "audit.out_dir")
 
 
-def _check_or_write_meta(path: Path, meta: dict) -> None:
-    """Rows of one file must all come from the same settings, model and control: refuse to mix."""
+def _check_or_write_meta(path: Path, meta: dict, out_dir: Path, stale_dir: Path | None = None,
+                         log: Callable[[str], None] = print) -> None:
+    """Rows of one file must all come from the same settings, model, control and examples: refuse to mix.
+
+    A rows file without rows holds nothing to mix (a crash before the first row), so its meta is rewritten.
+    With `stale_dir` (a whole-run audit, whose models and data are the run's own), rows computed for a model,
+    control or example set that has been replaced since are moved there and recomputed; other settings
+    than the stored rows' are refused, since the user chose them for this out_dir.
+    """
     if path.exists():
         old = read_json(path)
         keys = ("settings", "model_fingerprint", "control_fingerprint", "examples_sha256")
         diff = [k for k in keys if json.dumps(old.get(k), sort_keys=True) != json.dumps(meta[k], sort_keys=True)]
-        if diff:
-            raise UserError(f"{path.with_name(path.name[:-len(META_SUFFIX)] + '.jsonl')} holds rows computed "
-                            f"with a different {', '.join(diff)}; delete that directory to recompute it, or "
-                            "set audit.out_dir to a new directory")
-        return
+        if not diff:
+            return
+        rows_file = path.with_name(path.name[:-len(META_SUFFIX)] + ".jsonl")
+        if rows_file.exists() and rows_file.stat().st_size > 0:
+            if stale_dir is None or "settings" in diff:
+                raise UserError(f"{rows_file} holds rows computed with a different {', '.join(diff)}; delete that "
+                                "directory to recompute it, or set audit.out_dir to a new directory")
+            target = stale_dir / rows_file.relative_to(out_dir)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(rows_file), str(target))
+            shutil.move(str(path), str(target.with_name(path.name)))
+            log(f"[audit] {rows_file}: computed with another {', '.join(diff)} (replaced since); moved to "
+                f"{target.parent} and recomputed")
     atomic_write_json(path, meta)
 
 
@@ -550,9 +601,13 @@ def plan_batches(examples: Sequence[dict], tokenizer, format_prompt, batch_size:
     return [[examples[i] for i in idx] for idx in length_sorted_batches(lengths, batch_size)]
 
 
+def _context_words(context: int | None) -> str:
+    return f"{context} tokens" if context is not None else "no context length in its config.json"
+
+
 def audit_checkpoint(model: AuditedModel, control: AuditedModel, examples: Sequence[dict], *, dataset: str,
                      model_name: str, checkpoint: str, out_dir: str | Path, examples_sha256: str,
-                     log: Callable[[str], None] = print) -> dict[str, int]:
+                     log: Callable[[str], None] = print, stale_dir: Path | None = None) -> dict[str, int]:
     """Score one checkpoint on one example set; resumable. Returns counts of what it did."""
     from tqdm.auto import tqdm
 
@@ -568,8 +623,8 @@ def audit_checkpoint(model: AuditedModel, control: AuditedModel, examples: Seque
     too_long = model.too_long(examples) | control.too_long(examples)
     if too_long:
         log(f"[audit] warning: {len(too_long)} of {len(examples)} prompts of {dataset} are longer than the "
-            f"context of {model_name}/{checkpoint} ({model.context} tokens) or of the control "
-            f"({control.context} tokens); excluded as prompt_too_long, not decoded")
+            f"context of {model_name}/{checkpoint} ({_context_words(model.context)}) or of the control "
+            f"({_context_words(control.context)}); excluded as prompt_too_long, not decoded")
     path.parent.mkdir(parents=True, exist_ok=True)
     _check_or_write_meta(path.with_name(path.stem + META_SUFFIX), {
         "model": model_name, "checkpoint": checkpoint, "dataset": dataset, "model_dir": str(model.path),
@@ -578,11 +633,21 @@ def audit_checkpoint(model: AuditedModel, control: AuditedModel, examples: Seque
         "settings": s.scoring(), "model_completion_cache": model.cache.fingerprint,
         "control_completion_cache": control.cache.fingerprint,
         "control_tokenizer_differs": tokenizer_differs,
-    })
+    }, Path(out_dir), stale_dir, log)
     if not path.exists():
         path.touch()   # an empty example set still has its (empty) rows file, so the summary counts it
     store = RowStore(path, key="id")
-    start_gen = (model.cache.n_generated, control.cache.n_generated, model.cache.n_cached, control.cache.n_cached)
+    counts = dict.fromkeys(("model_generated", "control_generated", "model_cached", "control_cached"), 0)
+
+    def completions(who: str, cache: CompletionCache, batch: list[dict]) -> dict:
+        # Counted per call, so a cache that serves both models (the control audited against itself)
+        # counts each completion once: generated by the first call, a cache hit of the second.
+        generated, cached = cache.n_generated, cache.n_cached
+        out = cache.get(batch)
+        counts[f"{who}_generated"] += cache.n_generated - generated
+        counts[f"{who}_cached"] += cache.n_cached - cached
+        return out
+
     batches = plan_batches(examples, model.tokenizer, model.format_prompt, s.batch_size)
     todo = [[ex for ex in b if ex["id"] not in store.done] for b in batches]
     todo = [b for b in todo if b]
@@ -591,8 +656,8 @@ def audit_checkpoint(model: AuditedModel, control: AuditedModel, examples: Seque
                disable=(not s.progress) if s.progress is not None else None)
     for batch in todo:
         decode = [ex for ex in batch if ex["id"] not in too_long]
-        control_out = control.cache.get(decode)
-        model_out = model.cache.get(decode)
+        control_out = completions("control", control.cache, decode)
+        model_out = completions("model", model.cache, decode)
         targets = {ex["id"]: model.truncate_target(ex["target"]) for ex in batch}
         rows = score_rows(batch, model_out, control_out, targets, dataset=dataset, model=model_name,
                           checkpoint=checkpoint, settings=s, too_long=too_long)
@@ -600,11 +665,7 @@ def audit_checkpoint(model: AuditedModel, control: AuditedModel, examples: Seque
         n_new += len(rows)
         bar.update(len(batch))
     bar.close()
-    stats = {"rows_total": len(store.done), "rows_new": n_new,
-             "model_generated": model.cache.n_generated - start_gen[0],
-             "control_generated": control.cache.n_generated - start_gen[1],
-             "model_cached": model.cache.n_cached - start_gen[2],
-             "control_cached": control.cache.n_cached - start_gen[3]}
+    stats = {"rows_total": len(store.done), "rows_new": n_new, **counts}
     log(f"[audit] {model_name}/{checkpoint} {dataset}: {stats['rows_total']} rows ({n_new} new); "
         f"control completions: {stats['control_generated']} generated, {stats['control_cached']} cached; "
         f"model completions: {stats['model_generated']} generated, {stats['model_cached']} cached")
@@ -701,13 +762,15 @@ def run_audit(job: AuditJob, seed: int | None = None, log: Callable[[str], None]
     models = [(checkpoint, AuditedModel(path, job.settings, examples_sha, job.cache_dir,
                                         label=f"{job.model_name}/{checkpoint}", caches=caches))
               for checkpoint, path in checkpoints]
+    check_not_the_control(job, models, control)
     log(f"[audit] {len(examples)} examples from {job.examples}; {len(checkpoints)} checkpoint(s) of "
         f"{job.model_name} against control {job.control_dir}")
     all_stats = {}
     for checkpoint, model in models:
         all_stats[checkpoint] = audit_checkpoint(model, control, examples, dataset=job.dataset,
                                                  model_name=job.model_name, checkpoint=checkpoint,
-                                                 out_dir=job.out_dir, examples_sha256=examples_sha, log=log)
+                                                 out_dir=job.out_dir, examples_sha256=examples_sha, log=log,
+                                                 stale_dir=job.stale_dir)
         if model.cache is not control.cache:
             model.cache.release()  # free the checkpoint's weights; the control stays loaded
     record = provenance(seed=seed, datasets={job.dataset: examples_sha}, audit=asdict(job.settings),
@@ -719,6 +782,22 @@ def run_audit(job: AuditJob, seed: int | None = None, log: Callable[[str], None]
     if check_empty:
         check_scored(read_json(path)["results"], [(job.model_name, job.dataset)], job.settings.allow_empty, log)
     return all_stats
+
+
+def check_not_the_control(job: AuditJob, models: list[tuple[str, AuditedModel]], control: AuditedModel) -> None:
+    """Refuse an audited checkpoint identical to the control (same weights, config and tokenizer files):
+    paper 003 Def. 3.1 counts what the model completes and a model never trained on the examples does not,
+    so against itself every rate is 0 by construction. audit.sanity_baseline=true runs it on purpose."""
+    same = [(checkpoint, model) for checkpoint, model in models if model.fingerprint == control.fingerprint]
+    if not same or job.settings.sanity_baseline:
+        return
+    checkpoint, model = same[0]
+    raise UserError(f"the audited model {job.model_name}/{checkpoint} ({model.path}) is the control "
+                    f"{job.control_dir}: the same weights, config and tokenizer (fingerprint {control.fingerprint[:12]}),"
+                    " so nothing can count as memorized against it. Point audit.control_dir (or the audit_plan "
+                    "entry's control) at a model trained the same way without the examples (paper 003's FT.2 for "
+                    "FT.1), or pass "
+                    "audit.sanity_baseline=true to run it as a sanity baseline (every rate is 0)")
 
 
 def main(cfg) -> int:

@@ -17,17 +17,19 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from harness.audit import (META_SUFFIX, AuditJob, check_scored, require_creatable_dir, run_audit,
+from harness.audit import (META_SUFFIX, SUMMARY_FILE, AuditJob, check_scored, require_creatable_dir, run_audit,
                            settings_from_config, write_summary)
 from harness.config import require_bool
 from harness.errors import UserError
 from harness.io import RowStore, atomic_write_jsonl, read_json, read_jsonl
-from harness.layout import checkpoint_dirs, data_dir, datasets_dir, models_dir
+from harness.layout import (check_listed_name, check_model_name, checkpoint_dirs, data_dir, datasets_dir, models_dir,
+                            require_inside, stale_dir)
 from harness.provenance import provenance
 
 PROVENANCE_FILE = "provenance.json"
@@ -69,6 +71,12 @@ def plan_audits(cfg) -> list[PlannedAudit]:
         for key in ("models", "control", "datasets"):
             if not entry.get(key):
                 raise UserError(f"{where}.{key} is missing; each entry needs models, control and datasets")
+        # Each becomes a path part: models/<model>, data/<dataset>, audit/<model>/<checkpoint>/<dataset>.jsonl
+        check_model_name(entry["control"], f"{where}.control")
+        for model in entry["models"]:
+            check_model_name(model, f"{where}.models")
+        for dataset in entry["datasets"]:
+            check_listed_name(dataset, f"{where}.datasets")
         control = _finished_models(models, entry["control"])
         if len(control) != 1:
             raise UserError(f"{where}.control={entry['control']!r}: no finished model at "
@@ -147,6 +155,8 @@ def audit_run(cfg, log=print, check_empty: bool = True) -> int:
     log(f"[audit] {len(planned)} (model, dataset) audits in {run_dir} (process {rank + 1}/{world})")
     out_dir, cache_dir = base.out_dir, base.cache_dir
     shards_root = out_dir / "shards"
+    # Rows of a model, control or dataset the run has replaced since are moved here and recomputed.
+    replaced = stale_dir(run_dir) / f"audit-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
     for item in planned:
         job_out, job_cache, examples = out_dir, cache_dir, item.examples
         if world > 1:
@@ -155,7 +165,8 @@ def audit_run(cfg, log=print, check_empty: bool = True) -> int:
             job_out, job_cache = shard / "audit", shard / "cache"
         job = AuditJob(model_dir=item.model_dir, model_name=item.model_name, control_dir=item.control_dir,
                        examples=examples, dataset=item.dataset, all_checkpoints=item.all_checkpoints,
-                       out_dir=job_out, cache_dir=job_cache, settings=base.settings)
+                       out_dir=job_out, cache_dir=job_cache, settings=base.settings,
+                       stale_dir=replaced / job_out.relative_to(out_dir))
         run_audit(job, seed=cfg.get("seed"), log=log, check_empty=False)
     if world > 1:
         _barrier()
@@ -239,13 +250,87 @@ def audit_run_losses(cfg, log=print) -> None:
         log(f"[audit] loss measures for {name}: "
             + (f"control run {control_dir.name} (same checkpoint steps)" if matched
                else f"reference model {control_dir.name} (upper-bound variant: checkpoint steps differ)"))
-        audit_losses(model_dir, sets, Path(a.out_dir) / "losses" / name,
+        audit_losses(model_dir, sets, require_inside(Path(a.out_dir) / "losses" / name, a.out_dir, "audit.out_dir"),
                      control_dir=control_dir if matched else None,
                      reference_model=None if matched else control_dir,
                      tau=float(a.get("tau", 0.2)), heldout=heldout if heldout in sets else None,
                      batch_size=int(a.batch_size), device=str(a.get("device") or "auto"),
                      fim_family=a.get("fim_family"), cache_dir=Path(str(a.cache_dir)),
                      seed=cfg.get("seed"))
+
+
+# --- results of a model that is replaced -------------------------------------------------------------------
+
+def _names_model(recorded: str | None, model_dir: Path, model_name: str) -> bool:
+    """Whether a path recorded in a meta file is `model_dir` or one of its checkpoints. Recorded paths are as
+    the audit was given them (perhaps relative to another working directory), so `.../models/<name>[/checkpoint-N]`
+    at its end counts too."""
+    if not recorded:
+        return False
+    path = Path(recorded)
+    if path.name.startswith("checkpoint-"):
+        path = path.parent
+    tail = ("models", *model_name.split("/"))
+    return os.path.realpath(path) == os.path.realpath(model_dir) or path.parts[-len(tail):] == tail
+
+
+def retire_model_results(audit_dir: Path, model_dir: Path, model_name: str, dest: Path, log=print) -> list[Path]:
+    """Move every result computed from the model at `model_dir` (about to be moved to stale/ and retrained)
+    to `dest`, keeping its place below the audit dir: NED rows where it is the audited model or the control,
+    and its loss measures. The summary is rebuilt from the rows left, and its utility entry dropped; completion
+    and loss caches are keyed by the weights' fingerprint, so the new weights never read the old entries.
+    Returns what was moved."""
+    audit_dir = Path(audit_dir)
+    if not audit_dir.is_dir():
+        return []
+    moved = []
+    for meta_path in sorted(audit_dir.rglob(f"*{META_SUFFIX}")):
+        rel = meta_path.relative_to(audit_dir)
+        if rel.parts[0] == "cache":
+            continue
+        meta = read_json(meta_path)
+        if not (_names_model(meta.get("model_dir"), model_dir, model_name)
+                or _names_model(meta.get("control_dir"), model_dir, model_name)):
+            continue
+        rows_file = meta_path.with_name(meta_path.name[:-len(META_SUFFIX)] + ".jsonl")
+        for path in (rows_file, meta_path):
+            if path.exists():
+                target = dest / path.relative_to(audit_dir)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(path), str(target))
+        moved.append(rows_file)
+        _remove_empty_parents(meta_path.parent, audit_dir)
+    losses = audit_dir / "losses" / model_name
+    if losses.is_dir():
+        (dest / "losses" / model_name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(losses), str(dest / "losses" / model_name))
+        moved.append(losses)
+    if moved:
+        _drop_from_summaries(audit_dir, model_name)
+        log(f"[memaudit] {model_name}: {len(moved)} audit result(s) of the replaced model moved to {dest}")
+    return moved
+
+
+def _remove_empty_parents(directory: Path, stop: Path) -> None:
+    while directory != stop and directory.is_dir() and not any(directory.iterdir()):
+        directory.rmdir()
+        directory = directory.parent
+
+
+def _drop_from_summaries(audit_dir: Path, model_name: str) -> None:
+    """summary.json rebuilt from the rows left (its provenance kept); the model's utility entry dropped."""
+    from harness.io import atomic_write_json
+    from harness.utility import UTILITY_FILE
+
+    summary = audit_dir / SUMMARY_FILE
+    if summary.is_file():
+        write_summary(audit_dir, read_json(summary).get("provenance") or {})
+    utility = audit_dir / UTILITY_FILE
+    if utility.is_file():
+        record = read_json(utility)
+        if model_name in (record.get("results") or {}):
+            record["results"].pop(model_name)
+            atomic_write_json(utility, record)
 
 
 def main(cfg) -> int:

@@ -9,13 +9,15 @@ so that stages can name their model directories after it (e.g. `RLFT.4/beta=0.00
 
 from __future__ import annotations
 
+import errno
 import importlib
 import itertools
 import os
+import shlex
 import sys
 from pathlib import Path
 
-from harness.errors import UserError
+from harness.errors import UserError, storage_error
 
 # command -> ("module:function", help). Modules are imported only when their command runs, so
 # `memaudit --help` stays fast and the scorer never imports the recipes.
@@ -141,6 +143,65 @@ def load_command(name: str):
     return getattr(module, func_name)
 
 
+def directories_written(name: str, cfg) -> list[tuple[str, Path]]:
+    """(config key, directory) of what a command writes: each is locked while it runs (harness/lock.py).
+
+    A run's commands lock its run_dir, and those that write audit results or the report lock those
+    directories too (they may lie outside the run; a retrained stage moves its results aside); an audit
+    of one model (audit.model_dir=...) writes only its audit.out_dir, and the report only reads the audit.
+    """
+    from harness.layout import report_dir
+
+    run_dir = [("run_dir", Path(str(cfg.run_dir)))] if cfg.get("run_dir") else []
+    audit = cfg.get("audit") or {}
+    audit_out = [("audit.out_dir", Path(str(audit.get("out_dir"))))] if audit.get("out_dir") else []
+    report = [("report.out_dir", report_dir(cfg))] if cfg.get("run_dir") else []
+    if name == "audit":
+        return audit_out if audit.get("model_dir") else run_dir + audit_out
+    if name in ("train", "run"):
+        return run_dir + audit_out + report
+    if name == "report":
+        return run_dir + report
+    if name == "check":
+        return []          # reads config and tokenizer files only
+    return run_dir
+
+
+def run_locked(name: str, command, cfg, argv: list[str]) -> int:
+    """`command(cfg)` holding the directories it writes; a write the disk refuses (full, read-only, no
+    permission) becomes a StorageError naming the file, or the directory, and the fix (exit 2)."""
+    from harness.lock import hold_directories
+
+    written = directories_written(name, cfg)
+    with hold_directories(written, shlex.join(["memaudit", *argv])):
+        try:
+            return int(command(cfg) or 0)
+        except UserError:
+            raise
+        except Exception as e:
+            refused = storage_error(e) or _refusing_disk(e, [path for _, path in written])
+            if refused is None:
+                raise
+            raise refused from None
+
+
+def _refusing_disk(e: Exception, directories: list[Path]):
+    """A library that wrapped a failed write without its errno (torch's "file write failed"): name the
+    written directory whose disk is full or read-only, if one is."""
+    from harness.errors import StorageError, storage_message
+
+    for directory in directories:
+        try:
+            disk = os.statvfs(directory)
+        except OSError:
+            continue
+        code = errno.EROFS if disk.f_flag & os.ST_RDONLY else errno.ENOSPC if disk.f_bavail == 0 else None
+        if code is not None:
+            return StorageError(f"{storage_message(directory, code)} (the failed write: "
+                                f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})")
+    return None
+
+
 def run(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
@@ -155,7 +216,7 @@ def run(argv: list[str]) -> int:
         if multirun:
             print(f"[memaudit] sweep point {i + 1}/{len(points)}: {point}", flush=True)
         cfg = compose(point_overrides, point)
-        status = max(status, int(command(cfg) or 0))
+        status = max(status, run_locked(name, command, cfg, argv))
     return status
 
 

@@ -6,6 +6,7 @@ into place, so a reader never sees half a file and a killed job leaves nothing h
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -14,23 +15,69 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UserError
+from harness.errors import StorageError, UserError, storage_code, storage_message
+
+
+def umask() -> int:
+    """The process umask, read without changing it (os.umask can only be read by setting it, which would
+    give a file another thread creates meanwhile the wrong mode)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write `text` to `path` via a temp file + rename (atomic on POSIX)."""
+    """Write `text` to `path` via a temp file + rename (atomic on POSIX).
+
+    The file gets the mode of any new file (0666 less the umask, as the rows beside it), not mkstemp's
+    0600. A write the disk refuses raises StorageError naming `path`; no temp file is left behind.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as e:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        code = storage_code(e)
+        if code is not None:
+            raise StorageError(storage_message(path, code)) from None
         raise
+
+
+def require_creatable_dir(key: str, path: Path) -> Path:
+    """`path` if it is a directory or can be created as one; checked without creating anything, so a
+    refused job leaves nothing behind (a file in the way or a read-only parent is named with its key)."""
+    path = Path(path)
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        where = "it is" if probe == path else f"{probe} is"
+        raise UserError(f"{key}={path}: cannot be a directory, {where} a file; set {key} to a directory "
+                        "path (or move that file away)")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        read_only = bool(os.statvfs(probe).f_flag & os.ST_RDONLY)
+        why = "is on a read-only file system" if read_only else "is not writable"
+        raise UserError(f"{key}={path}: cannot be created or written ({probe} {why}); set {key} "
+                        "to a directory you can write")
+    return path
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
@@ -85,28 +132,38 @@ def iter_jsonl_numbered(path: str | os.PathLike, required: Sequence[str] = ()) -
     if not path.is_file():
         raise UserError(f"{path}: file not found (expected a JSONL file, one JSON object per line)")
     with path.open("rb") as f:
-        for lineno, raw in enumerate(f, start=1):      # binary files iterate on b"\n" only
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise UserError(f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
-                                f"{len(raw[:e.start].decode('utf-8', 'replace')) + 1}); save the file as "
-                                "UTF-8 or fix that line") from None
-            line = line.rstrip("\n")
-            if not line.strip(" \t\r"):
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UserError(f"{path}:{lineno}: not valid JSON ({_json_error(e, line)}); "
-                                "fix or remove that line") from None
-            if not isinstance(row, dict):
-                raise UserError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            missing = [k for k in required if k not in row]
-            if missing:
-                raise UserError(f"{path}:{lineno}: missing field(s) {', '.join(missing)}; "
-                                f"every line needs {', '.join(required)}")
-            yield lineno, row
+        yield from parse_jsonl_lines(path, f, required=required)   # binary files iterate on b"\n" only
+
+
+def parse_jsonl_lines(path: Path, lines: Iterable[bytes], first_lineno: int = 1,
+                      required: Sequence[str] = ()) -> Iterator[tuple[int, dict]]:
+    """The objects of raw JSONL lines (each ending in b"\n" but perhaps the last) read from `path`."""
+    for lineno, raw in enumerate(lines, start=first_lineno):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise UserError(f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
+                            f"{len(raw[:e.start].decode('utf-8', 'replace')) + 1}); save the file as "
+                            "UTF-8 or fix that line") from None
+        line = line.rstrip("\n")
+        if not line.strip(" \t\r"):
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise UserError(f"{path}:{lineno}: not valid JSON ({_json_error(e, line)}); "
+                            "fix or remove that line") from None
+        if isinstance(row, list):
+            raise UserError(f"{path}:{lineno}: expected a JSON object, got a JSON array; a JSONL file holds one "
+                            "object per line, not an array: write each element of the array on a line of its own")
+        if not isinstance(row, dict):
+            raise UserError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}; write one "
+                            "{...} object per line")
+        missing = [k for k in required if k not in row]
+        if missing:
+            raise UserError(f"{path}:{lineno}: missing field(s) {', '.join(missing)}; "
+                            f"every line needs {', '.join(required)}")
+        yield lineno, row
 
 
 def iter_jsonl(path: str | os.PathLike, required: Sequence[str] = ()) -> Iterator[dict]:
@@ -132,42 +189,87 @@ def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def unique_rows(rows: Iterable[dict], key: str = "id") -> list[dict]:
+    """`rows` with each key once, the first stored copy winning: how every reader counts a rows file
+    (files from before the store refused duplicates may hold an id twice)."""
+    seen: set = set()
+    out = []
+    for row in rows:
+        if row[key] not in seen:
+            seen.add(row[key])
+            out.append(row)
+    return out
+
+
 class RowStore:
     """Append-only JSONL store keyed by a row field; a killed writer loses at most the line in flight.
 
-    On open, a torn last line (no trailing newline, from a kill mid-write) is cut off, and the keys
-    already present are loaded, so a rerun appends only the rows that are missing: no row is lost
-    and none is duplicated.
+    Each key is stored once, whoever appends: every append holds an exclusive lock on the file
+    (fcntl.flock, released by the OS when a process dies), first reads what other writers appended since
+    this store last looked, cuts a torn last line (a writer killed mid-line) and then appends only the
+    keys that are still missing. So a rerun appends only the rows that are missing, and two writers that
+    ever meet on one file still leave each key once.
     """
 
     def __init__(self, path: str | os.PathLike, key: str = "id"):
         self.path = Path(path)
         self.key = key
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._repair_torn_tail()
-        self.done: set = {row[key] for row in self.rows()}
+        self.done: set = set()
+        self._read_to = 0            # bytes of the file whose keys are in self.done
+        self._lines_read = 0         # and their lines (for file:line in errors)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.exists():
+                with self.path.open("r+b") as f:
+                    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+                    self._catch_up(f)
+        except OSError as e:
+            self._raise_storage(e)
 
-    def _repair_torn_tail(self) -> None:
-        if not self.path.exists():
+    def _catch_up(self, f) -> None:
+        """Read the keys appended since `_read_to`; cut a torn last line. Called with the lock held."""
+        size = os.fstat(f.fileno()).st_size
+        if size < self._read_to:          # replaced or cut by someone else: read it all again
+            self.done, self._read_to, self._lines_read = set(), 0, 0
+        if size == self._read_to:
             return
-        data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            cut = data.rfind(b"\n") + 1
-            with self.path.open("r+b") as f:
-                f.truncate(cut)
+        f.seek(self._read_to)
+        data = f.read(size - self._read_to)
+        whole = data.rfind(b"\n") + 1
+        if whole < len(data):
+            f.truncate(self._read_to + whole)
+        lines = data[:whole].split(b"\n")[:-1]
+        self.done.update(row[self.key] for _, row in parse_jsonl_lines(self.path, (ln + b"\n" for ln in lines),
+                                                                     self._lines_read + 1))
+        self._read_to += whole
+        self._lines_read += len(lines)
 
     def rows(self) -> list[dict]:
         if not self.path.exists():
             return []
-        return read_jsonl(self.path)
+        return unique_rows(read_jsonl(self.path), self.key)
 
     def append(self, rows: Iterable[dict]) -> None:
-        fresh = [r for r in rows if r[self.key] not in self.done]
+        fresh = [r for r in unique_rows(rows, self.key) if r[self.key] not in self.done]
         if not fresh:
             return
-        with self.path.open("a", encoding="utf-8") as f:
-            for r in fresh:
-                f.write(jsonl_line(r))
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with self.path.open("a+b") as f:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+                self._catch_up(f)
+                fresh = [r for r in fresh if r[self.key] not in self.done]
+                if not fresh:
+                    return
+                f.write("".join(jsonl_line(r) for r in fresh).encode("utf-8"))
+                f.flush()
+                os.fsync(f.fileno())
+                self._read_to = f.tell()
+        except OSError as e:
+            self._raise_storage(e)
         self.done.update(r[self.key] for r in fresh)
+
+    def _raise_storage(self, e: OSError):
+        code = storage_code(e)
+        if code is None:
+            raise e
+        raise StorageError(storage_message(self.path, code)) from None

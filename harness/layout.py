@@ -8,6 +8,10 @@ runs/<experiment>/
   audit/                            NED rows, summary, utility, losses/, cache/ (audit.out_dir overrides it)
   cache/rl_reward_eval/             the initial policy's fixed-prompt RL rewards (recipes/rl_eval.py)
   report/                           report.md/html, summary.json, figures/ (report.out_dir overrides it)
+  stale/                            what a retrained stage replaced: <model>-<time>/ (with its audit/ rows and
+                                    the report/ that showed them), audit-<time>/ (rows of replaced models)
+  .memaudit.lock                    held by the command writing the run (harness/lock.py; also in audit/,
+                                    report/ and any audit.out_dir while a command writes them)
 ```
 
 A stage directory with `provenance.json` is finished; anything else is resumable work. Checkpoints are the
@@ -16,13 +20,68 @@ directories transformers' Trainer names `checkpoint-<step>` (our PPO trainer wri
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
+
+from harness.errors import UserError
 
 RUN_RECORD = "run.json"
 PROVENANCE_FILE = "provenance.json"      # written last by every stage: the finished marker
 TRAINER_STATE = "trainer_state.json"     # written last into a checkpoint by the Trainer: a whole checkpoint
 CHECKPOINT_PREFIX = "checkpoint-"
+STALE = "stale"                          # <run_dir>/stale/: what a retrained stage replaced (recipes/pipeline.py)
+NAME_RULE = "no /, \\ or .., not empty, no control characters"
+
+
+def stale_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / STALE
+
+
+# --- names that become path parts ------------------------------------------------------------------------
+# Model, dataset and stage names are joined into paths below a run or an audit out_dir; a name holding a
+# separator or `..` would write elsewhere, so each is checked where it enters (config key, plan entry).
+
+def is_name(text: str) -> bool:
+    """One file or directory name: not empty, not `.` or `..`, no separator, no control character."""
+    return (bool(text) and text not in (".", "..") and "/" not in text and "\\" not in text
+            and not any(ord(c) < 32 or ord(c) == 127 for c in text))
+
+
+def check_name(value: Any, key: str) -> str:
+    """`value` of config key `key` as a name; a UserError naming the key otherwise."""
+    text = str(value)
+    if not is_name(text):
+        raise UserError(f"{key}={text!r}: must be a name ({NAME_RULE}), since it becomes a directory or file "
+                        f"name of the results; pass {key}=<a plain name>")
+    return text
+
+
+def check_listed_name(value: Any, where: str) -> str:
+    """A name listed under `where` (e.g. `audit_plan[0].datasets`)."""
+    text = str(value)
+    if not is_name(text):
+        raise UserError(f"{where}: {text!r} is not a name ({NAME_RULE}); it names a directory of the run, "
+                        "so give the plain name (e.g. sd_base)")
+    return text
+
+
+def check_model_name(value: Any, where: str) -> str:
+    """A model name under models/: names joined by `/` (a sweep point, `RLFT.1/beta=0.1`), each a name."""
+    text = str(value)
+    if not text or not all(is_name(part) for part in text.split("/")):
+        raise UserError(f"{where}: model directory {text} (from the stage name and its sweep values) is not a "
+                        f"name: each part between / must be a name ({NAME_RULE}); change that name or value")
+    return text
+
+
+def require_inside(path: str | Path, root: str | Path, key: str) -> Path:
+    """`path` if it lies inside `root` (symlinks resolved): every path a command writes is proven so."""
+    path, base = Path(path), Path(root)
+    real, real_base = Path(os.path.realpath(path)), Path(os.path.realpath(base))
+    if real != real_base and real_base not in real.parents:
+        raise UserError(f"{path}: would be written outside {key}={base}; check the names that form it")
+    return path
 
 
 def models_dir(run_dir: str | Path) -> Path:
@@ -50,6 +109,11 @@ def audit_dir(run_dir: str | Path, cfg: Any = None) -> Path:
         return Path(str(out)) if out else default_audit_dir(run_dir)
     recorded = recorded_audit_dir(run_dir)
     return recorded if recorded is not None else default_audit_dir(run_dir)
+
+
+def report_dir(cfg: Any) -> Path:
+    """Where `memaudit report` writes: report.out_dir, else <run_dir>/report."""
+    return Path((cfg.get("report") or {}).get("out_dir") or Path(str(cfg.run_dir)) / "report")
 
 
 def recorded_audit_dir(run_dir: str | Path) -> Path | None:

@@ -42,7 +42,8 @@ from typing import Any
 from harness.config import require_bool
 from harness.errors import UserError
 from harness.io import atomic_write_json, read_json
-from harness.layout import TRAINER_STATE, checkpoint_dirs, data_dir, models_dir
+from harness.layout import (TRAINER_STATE, audit_dir, check_listed_name, check_model_name, checkpoint_dirs, data_dir,
+                            models_dir, report_dir, stale_dir)
 from recipes.common import PROVENANCE_FILE, StageContext, is_complete, latest_checkpoint, resolve_device, settings_match
 
 RECIPES = ("pretrain", "sft", "reward", "rl", "ipo")
@@ -209,6 +210,11 @@ def plan(cfg) -> list[PlannedStage]:
         recipe = stage.get("recipe")
         accepted = settings_fields(recipe, name)
         for point_name, settings in expand_stage(name, stage, cli_keys.get(name, [])):
+            check_model_name(point_name, f"stages.{name}")        # models/<point_name> must stay in the run
+            for key in DATASET_KEYS:
+                value = settings.get(key) or []
+                for dataset in [value] if isinstance(value, str) else value:
+                    check_listed_name(dataset, f"stages.{name}.{key}")
             if "model" in accepted:
                 # Every recipe's settings have a `model` key and get the whole preset (conf/model/): PT's
                 # size, the dtype/LoRA every later stage loads its models with, the FIM family; a stage
@@ -303,25 +309,54 @@ def set_rl_prompts_tokenizer(cfg, tokenizer_dir: Path):
 # --- training ----------------------------------------------------------------------------------------------
 
 
-def prepare_out_dir(run_dir: Path, stage: PlannedStage, seed: int | None = None) -> str:
-    """'skipped' / 'resumed' / 'trained' for the status line; moves a stale directory aside first."""
+def prepare_out_dir(run_dir: Path, stage: PlannedStage, seed: int | None = None,
+                    results: tuple[Path, Path] | None = None) -> str:
+    """'skipped' / 'resumed' / 'trained' for the status line; moves a stale directory aside first, and with
+    it (`results`: the audit and report directories) every audit result and the report computed from it."""
     out_dir = models_dir(run_dir) / stage.model_name
     if settings_match(out_dir, stage.settings):
         reason = outdated_reason(run_dir, out_dir, stage, seed)
         if reason is None:
             return "skipped"
-        target = move_aside(out_dir, run_dir / "stale" / stage.model_name.replace("/", "__"))
+        target = move_aside(out_dir, stale_dir(run_dir) / stage.model_name.replace("/", "__"))
         print(f"[memaudit] {stage.model_name}: {reason}; old directory moved to {target}", flush=True)
+        retire_results(stage.model_name, out_dir, target, results)
     pending = out_dir / PENDING_FILE
     stale = is_complete(out_dir) or (pending.is_file() and not same_settings(read_json(pending), stage.settings))
     if stale:
-        target = move_aside(out_dir, run_dir / "stale" / stage.model_name.replace("/", "__"))
+        target = move_aside(out_dir, stale_dir(run_dir) / stage.model_name.replace("/", "__"))
         print(f"[memaudit] {stage.model_name}: settings changed; old directory moved to {target}", flush=True)
+        retire_results(stage.model_name, out_dir, target, results)
     quarantine_torn_checkpoints(run_dir, out_dir)
     status = "resumed" if latest_checkpoint(out_dir) is not None else "trained"
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(pending, stage.settings)
     return status
+
+
+def results_dirs(cfg, run_dir: Path) -> tuple[Path, Path]:
+    """(audit dir, report dir) of this run's config: where results of its models are."""
+    return audit_dir(run_dir, cfg), report_dir(cfg)
+
+
+def retire_results(model_name: str, model_dir: Path, target: Path, results: tuple[Path, Path] | None) -> None:
+    """Audits follow models: the audit rows and loss measures computed from the model just moved to `target`
+    (as the audited model or as the control) go to `<target>/audit/`, and the report, which showed them, to
+    `<target>/report/`; the next audit and report compute them for the new weights. Keeping them would
+    refuse that audit (rows of another model fingerprint) and leave a report of weights that are gone."""
+    if results is None:
+        return
+    from harness.audit_run import retire_model_results
+    from harness.lock import LOCK_FILE
+
+    audit, report = results
+    retire_model_results(audit, model_dir, model_name, target / "audit")
+    shown = [p for p in report.iterdir() if p.name != LOCK_FILE] if report.is_dir() else []
+    if shown:                      # the report dir itself stays: this command holds its lock file
+        (target / "report").mkdir(parents=True, exist_ok=True)
+        for path in shown:
+            shutil.move(str(path), str(target / "report" / path.name))
+        print(f"[memaudit] {model_name}: the report of the replaced model moved to {target / 'report'}", flush=True)
 
 
 def move_aside(path: Path, stem: Path) -> Path:
@@ -366,7 +401,7 @@ def quarantine_torn_checkpoints(run_dir: Path, out_dir: Path) -> None:
     """
     for ckpt in checkpoint_dirs(out_dir).values():
         if not (ckpt / TRAINER_STATE).is_file():
-            stale = run_dir / "stale" / f"{out_dir.relative_to(run_dir / 'models')}".replace("/", "__")
+            stale = stale_dir(run_dir) / f"{out_dir.relative_to(run_dir / 'models')}".replace("/", "__")
             target = move_aside(ckpt, stale / f"{ckpt.name}-torn")
             print(f"[memaudit] {ckpt}: incomplete checkpoint (killed while saving) moved to {target}", flush=True)
 
@@ -424,7 +459,7 @@ def reuse_stage(run_dir: Path, source: PlannedStage, stage: PlannedStage) -> Non
 
 
 def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str,
-                done: list[PlannedStage] = ()) -> dict[str, Any]:
+                done: list[PlannedStage] = (), results: tuple[Path, Path] | None = None) -> dict[str, Any]:
     """Run one stage (or skip it, or reuse an identical earlier one) and print its one-line status.
 
     Under `accelerate launch` every process runs the recipe (the trainer shards the batches); only the
@@ -432,7 +467,7 @@ def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str,
     """
     start, cpu_start = time.time(), time.process_time()
     out_dir = models_dir(run_dir) / stage.model_name
-    status = prepare_out_dir(run_dir, stage, seed) if is_main_process() else ""
+    status = prepare_out_dir(run_dir, stage, seed, results) if is_main_process() else ""
     wait_for_everyone(device)        # the main process has moved stale directories aside by now
     if not is_main_process():
         status = "skipped" if settings_match(out_dir, stage.settings) else "trained"
@@ -494,7 +529,8 @@ def train_all(cfg, planned: list[PlannedStage], run_dir: Path) -> list[dict[str,
             data_cfg = set_rl_prompts_tokenizer(cfg, tokenizer_stage) if tokenizer_stage else cfg
             build_data(data_cfg, run_dir, late)
             late = []
-        results.append(train_stage(stage, run_dir, int(cfg.seed), device, planned[:len(results)]))
+        results.append(train_stage(stage, run_dir, int(cfg.seed), device, planned[:len(results)],
+                                   results_dirs(cfg, run_dir)))
     if late:
         build_data(set_rl_prompts_tokenizer(cfg, tokenizer_stage), run_dir, late)
     return results
@@ -542,8 +578,6 @@ def run_main(cfg) -> int:
     if is_main_process():
         where = f"results in {run_dir}"
         if "report" in list(cfg.get("after_training") or []):
-            from harness.report.render import report_dir
-
             where = f"report: {report_dir(cfg) / 'report.html'}"
         print(f"[memaudit] run {cfg.get('experiment_name')} finished in {int(seconds // 60)} min {seconds % 60:.0f} s "
               f"(data, training, {', '.join(cfg.get('after_training') or []) or 'no audit'}); {where}", flush=True)
@@ -573,5 +607,5 @@ def train_main(cfg) -> int:
         cfg = set_rl_prompts_tokenizer(cfg, tokenizer_stage)
     build_data(cfg, run_dir, names)
     for stage in chosen:
-        train_stage(stage, run_dir, int(cfg.seed), device)
+        train_stage(stage, run_dir, int(cfg.seed), device, results=results_dirs(cfg, run_dir))
     return 0

@@ -27,6 +27,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from harness.errors import UserError
 from harness.io import atomic_write_json, read_json
 from harness.layout import checkpoint_name
 from recipes.common import left_padded_prompts
@@ -166,6 +167,24 @@ def token_values(value_model, input_ids, attention_mask, prompt_len: int):
 
 # --- the loop ---------------------------------------------------------------------------------------------------
 
+
+
+def load_state(path: Path):
+    """Optimizer or RNG state saved by save_models, read with `weights_only=True`: tensors, numbers, strings
+    and containers only, so a tampered checkpoint folder cannot run code on resume (an unpickled object
+    could). What that refuses is named, with the fix."""
+    import pickle
+
+    import torch
+
+    try:
+        return torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as e:
+        reason = next((line.strip().split(". Please")[0] for line in str(e).splitlines()
+                       if "WeightsUnpickler error" in line), "not plain tensors and numbers")
+        raise UserError(f"{path}: refused to load: it holds more than tensors and numbers ({reason}), "
+                        f"which a checkpoint written by this stage never does; delete {path.parent} to resume from "
+                        "the checkpoint before it (or the stage's start)") from None
 
 class PPOTrainer:
     """Rollout -> rewards -> GAE -> `ppo_epochs` passes of clipped updates, one optimizer step per minibatch
@@ -341,10 +360,10 @@ class PPOTrainer:
 
         self.load_weights(self.policy, directory)
         self.load_weights(self.value, directory / VALUE_DIR)
-        opt = torch.load(directory / "optimizer.pt", weights_only=False)
+        opt = load_state(directory / "optimizer.pt")
         self.policy_opt.load_state_dict(opt["policy"])
         self.value_opt.load_state_dict(opt["value"])
-        rng = torch.load(directory / "rng_state.pth", weights_only=False)
+        rng = load_state(directory / "rng_state.pth")
         torch.set_rng_state(rng["torch"])
         random.setstate(rng["python"])
         if rng.get("cuda") is not None and torch.cuda.is_available():

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.io import read_jsonl
+from harness.io import read_jsonl, unique_rows
 from harness.layout import checkpoint_step as layout_checkpoint_step
 from harness.memorization import summarize_rows
 
@@ -44,8 +44,7 @@ def load_audit_rows(audit_dir: str | Path) -> dict[Key, list[dict]]:
             continue
         model = "/".join(rel.parts[:-2])
         checkpoint, dataset = rel.parts[-2], path.stem
-        rows = read_jsonl(path)
-        grouped[(model, checkpoint, dataset)] = rows
+        grouped[(model, checkpoint, dataset)] = unique_rows(read_jsonl(path))   # each example once
     return grouped
 
 

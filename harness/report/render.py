@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
+import urllib.parse
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -44,21 +46,31 @@ def _table(rows: list[dict], columns: list[str]) -> tuple[str, list[str], list[l
     return ("table", columns, [[fmt(r.get(c)) for c in columns] for r in rows])
 
 
+def _md(text: str) -> str:
+    """Text for report.md: names come from model and dataset directories and config values, so markup in
+    them is shown, never rendered (as report.html escapes it): HTML's special characters as entities, the
+    characters of Markdown links and table cells (and the backslash) backslash-escaped, line breaks as spaces."""
+    text = html.escape(str(text), quote=False)
+    text = re.sub(r"([\\\[\]|])", r"\\\1", text)
+    return re.sub(r"[\r\n]+", " ", text)
+
+
 def _to_markdown(blocks: list[tuple], out_dir: Path) -> str:
     lines: list[str] = []
     for block in blocks:
         kind = block[0]
         if kind == "h":
-            lines += ["#" * block[1] + " " + block[2], ""]
+            lines += ["#" * block[1] + " " + _md(block[2]), ""]
         elif kind == "p":
-            lines += [block[1], ""]
+            lines += [_md(block[1]), ""]
         elif kind == "table":
             _, cols, body = block
-            lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-            lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in body]
+            lines += ["| " + " | ".join(_md(c) for c in cols) + " |", "|" + "---|" * len(cols)]
+            lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in body]
             lines.append("")
         elif kind == "img":
-            lines += [f"![{block[2]}]({Path(block[1]).relative_to(out_dir)})", ""]
+            link = urllib.parse.quote(Path(block[1]).relative_to(out_dir).as_posix())
+            lines += [f"![{_md(block[2])}]({link})", ""]
     return "\n".join(lines)
 
 
@@ -136,7 +148,7 @@ def _persistence_section(entries_rows: dict, prov: dict, k: float, fig_dir: Path
     rows = []
     for (source, dataset), results in sorted(by_source.items()):
         path = F.persistence_plot(source, results, k, f"{dataset}: memorized by {source}, after the next stage",
-                                  fig_dir / f"persistence_{_slug(source)}_{dataset}.png")
+                                  fig_dir / f"persistence_{_slug(source)}_{_slug(dataset)}.png")
         blocks.append(("img", str(path), f"Persistence from {source} on {dataset}"))
         for target, r in sorted(results.items()):
             rows.append({"source": source, "target": target, "dataset": dataset,
@@ -335,12 +347,14 @@ def _run_evidence(runs: list[Path], prov: dict, audits: dict[Path, Path]) -> dic
 
 
 def _slug(name: str) -> str:
-    return name.replace("/", "_").replace("=", "-").replace(",", "_")
+    """A model or dataset name as part of a figure's file name: letters, digits, `.`, `-` and `_` only
+    (a sweep point `RLFT.1/beta=0.1` -> `RLFT.1_beta-0.1`)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name.replace("/", "_").replace("=", "-").replace(",", "_"))
 
 
 def report_dir(cfg) -> Path:
-    """Where `memaudit report` writes: report.out_dir, else <run_dir>/report."""
-    return Path((cfg.get("report") or {}).get("out_dir") or Path(cfg.run_dir) / "report")
+    """Where `memaudit report` writes (harness.layout.report_dir)."""
+    return layout.report_dir(cfg)
 
 
 def render_report(cfg) -> int:
@@ -382,7 +396,7 @@ def render_report(cfg) -> int:
             continue
         rows = grouped[(e["model"], e["checkpoint"], e["dataset"])]
         path = F.memorization_map(rows, k, f"{e['model']} vs control on {e['dataset']}",
-                                  fig_dir / f"map_{_slug(e['model'])}_{e['dataset']}.png")
+                                  fig_dir / f"map_{_slug(e['model'])}_{_slug(e['dataset'])}.png")
         blocks.append(("img", str(path), f"{e['model']} on {e['dataset']}"))
 
     _persistence_section(grouped, prov, k, fig_dir, blocks, summary)
@@ -392,7 +406,7 @@ def render_report(cfg) -> int:
         prefix = "" if len(runs) == 1 else f"{run.name}:"
         for dataset, per_rm in _reward_scores(run, prefix).items():
             blocks.append(("h", 2, f"Reward scores by label on {dataset} (paper 003 Fig. 2)"))
-            path = F.reward_scores_plot(per_rm, dataset, fig_dir / f"reward_scores_{_slug(prefix)}{dataset}.png")
+            path = F.reward_scores_plot(per_rm, dataset, fig_dir / f"reward_scores_{_slug(prefix)}{_slug(dataset)}.png")
             blocks.append(("img", str(path), f"Reward scores on {dataset}"))
             stats = [{"reward_model": rm, "dataset": dataset, "mean_label_1": s["by_label"].get("1", {}).get("mean"),
                       "mean_label_0": s["by_label"].get("0", {}).get("mean"), "auc": s["auc"]}

@@ -121,7 +121,7 @@ def test_control_against_itself_memorizes_nothing(audit_world, first_audit, caps
     out = _audit(capsys, f"audit.model_dir={audit_world['control_dir']}",
                  f"audit.control_dir={audit_world['control_dir']}", f"audit.examples={audit_world['examples_path']}",
                  f"audit.out_dir={out_dir}", f"audit.cache_dir={first_audit['cache_dir']}", "audit.progress=false",
-                 "device=cpu", BATCH)
+                 "device=cpu", BATCH, "audit.sanity_baseline=true")   # refused without it (test_run_integrity.py)
     assert "control completions: 0 generated" in out and "model completions: 0 generated" in out
     rows = _rows(out_dir, "CONTROL", "final")
     assert len(rows) == 13 and not any(r["memorized"] for r in rows)

@@ -1,0 +1,97 @@
+"""One writer per directory (harness/lock.py): a second process is refused naming the holder, the OS
+releases a killed holder's lock, and a lock file left by a dead process never blocks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.errors import UserError
+from harness.lock import LOCK_FILE, hold_directories
+
+REPO = Path(__file__).resolve().parents[2]
+HOLDER = """
+import sys, time
+sys.path.insert(0, {repo!r})
+from pathlib import Path
+from harness.lock import hold_directories
+with hold_directories([("run_dir", Path({path!r}))], "memaudit run experiment=smoke"):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def start_holder(path: Path) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER.format(repo=str(REPO), path=str(path))],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_process_is_refused_naming_the_holder_until_it_is_killed(tmp_path):
+    run_dir = tmp_path / "run"
+    holder = start_holder(run_dir)
+    try:
+        with pytest.raises(UserError) as refused:
+            with hold_directories([("run_dir", run_dir)], "memaudit data"):
+                pass
+        message = str(refused.value)
+        assert f"{run_dir} is in use by another memaudit process (pid {holder.pid}" in message
+        assert "memaudit run experiment=smoke" in message and "run_dir" in message
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)       # our own child's session only
+        holder.wait()
+    assert (run_dir / LOCK_FILE).exists()            # left by the kill; the OS released the lock itself
+    with hold_directories([("run_dir", run_dir)], "memaudit data"):
+        assert json.loads((run_dir / LOCK_FILE).read_text())["pid"] == os.getpid()
+    assert not (run_dir / LOCK_FILE).exists()
+
+
+def test_a_lock_file_of_a_dead_process_never_blocks(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (run_dir / LOCK_FILE).write_text(json.dumps({"pid": int(dead.stdout), "command": "memaudit run"}))
+    with hold_directories([("run_dir", run_dir)], "memaudit run"):
+        pass
+    assert sorted(p.name for p in run_dir.iterdir()) == []
+
+
+def test_a_refused_or_finished_command_leaves_no_directory_it_created(tmp_path):
+    out = tmp_path / "a" / "b" / "out"
+    with hold_directories([("audit.out_dir", out)], "memaudit audit"):
+        assert out.is_dir()
+    assert not (tmp_path / "a").exists()
+    with hold_directories([("audit.out_dir", out)], "memaudit audit"):
+        (out / "rows.jsonl").write_text("")          # the command wrote something: it stays
+    assert sorted(p.name for p in out.iterdir()) == ["rows.jsonl"]
+
+
+def test_a_path_below_a_file_names_its_key(tmp_path):
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(UserError, match=r"audit\.out_dir=.*/a_file/sub: cannot be a directory"):
+        with hold_directories([("audit.out_dir", tmp_path / "a_file" / "sub")], "memaudit audit"):
+            pass
+
+
+def test_a_released_lock_is_never_held_twice(tmp_path):
+    """Holders that come and go quickly (each unlinks its file on release) never overlap."""
+    run_dir = tmp_path / "run"
+    script = (f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from pathlib import Path\n"
+              "from harness.lock import hold_directories\nfrom harness.errors import UserError\n"
+              f"n = 0\nend = time.time() + 3\nwhile time.time() < end:\n"
+              f"    try:\n        with hold_directories([('run_dir', Path({str(run_dir)!r}))], 'x'):\n"
+              f"            p = Path({str(run_dir / 'inside')!r})\n            p.mkdir()\n"
+              "            time.sleep(0.001)\n            p.rmdir()\n            n += 1\n"
+              "    except UserError:\n        pass\nprint(n)\n")
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(3)]
+    results = [p.communicate(timeout=60) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-1000:] for _, err in results]   # mkdir never clashed
+    assert sum(int(out) for out, _ in results) > 0
