@@ -287,7 +287,7 @@ def check_model_files(model_dir: str | Path, trust_remote_code: bool = False) ->
                             "with (model.save_pretrained writes it): restore it, or point the audit at a complete "
                             "model directory")
         try:
-            AutoConfig.from_pretrained(str(config.parent), trust_remote_code=trust_remote_code)
+            AutoConfig.from_pretrained(str(config.parent), trust_remote_code=trust_remote_code, local_files_only=True)
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise UserError(f"{config}: not a readable model config ({_first_line(e)}); restore the config.json "
                             "the model was saved with") from None
