@@ -136,6 +136,39 @@ def _merge_shards(shards_root: Path, out_dir: Path) -> None:
         shutil.rmtree(shard_audit, ignore_errors=True)
 
 
+class JobLog:
+    """The log of one (model, dataset) audit of a run: every line goes to `<audit dir>/audit_log.txt`; the
+    console gets the first warning or note of the job (the rest repeat it per checkpoint) and, from the
+    caller, one line with the job's final rate. A run audits dozens of (model, checkpoint, dataset) triples,
+    whose cache counts are diagnostics, not results."""
+
+    FILE = "audit_log.txt"
+
+    def __init__(self, out_dir: Path, console=print):
+        self.path, self.console, self.told = Path(out_dir) / self.FILE, console, False
+
+    def __call__(self, line: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(line + "\n")
+        if not self.told and line.startswith(("[audit] warning", "[audit] note")):
+            self.told = True
+            self.console(line + (f" (each checkpoint: {self.path})" if "warning" in line else ""))
+
+
+def job_line(out_dir: Path, item: PlannedAudit, scored: int) -> str:
+    """`[audit] FT.3 on sd_base vs FT.2: 4 checkpoint(s) + final; final 27/42 memorized (64.3 % [49.2, 77.0])`
+    (`scored`: how many models of the job were scored, the final one included)."""
+    entry = (((read_json(out_dir / "summary.json").get("results") or {}).get(item.model_name) or {})
+             .get("final") or {}).get(item.dataset) or {}
+    rate, ci = entry.get("rate"), entry.get("ci95")
+    final = ("nothing scored" if rate is None else
+             f"{entry['n_memorized']}/{entry['n_scored']} memorized ({100 * rate:.1f} % "
+             f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}])")
+    return (f"[audit] {item.model_name} on {item.dataset} vs {item.control_name}: {scored - 1} checkpoint(s) + final; "
+            f"final {final}")
+
+
 def audit_run(cfg, log=print, check_empty: bool = True) -> int:
     """Audit every planned (model, dataset) of a run; resumable; multi-process when launched so.
 
@@ -156,7 +189,9 @@ def audit_run(cfg, log=print, check_empty: bool = True) -> int:
         job = AuditJob(model_dir=item.model_dir, model_name=item.model_name, control_dir=item.control_dir,
                        examples=examples, dataset=item.dataset, all_checkpoints=item.all_checkpoints,
                        out_dir=job_out, cache_dir=job_cache, settings=base.settings)
-        run_audit(job, seed=cfg.get("seed"), log=log, check_empty=False)
+        stats = run_audit(job, seed=cfg.get("seed"), log=JobLog(job_out, log), check_empty=False)
+        if world == 1:      # sharded rows are merged (and summarised) after every job
+            log(job_line(out_dir, item, len(stats)))
     if world > 1:
         _barrier()
         if rank == 0:

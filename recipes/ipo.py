@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.io import read_jsonl
-from recipes.common import (StageContext, StageSettings, fit_fim_context, latest_checkpoint, settings_match,
-                            trl_device_kwargs, write_provenance)
+from recipes.common import (StageContext, StageSettings, attach_stage_console, fit_fim_context, latest_checkpoint,
+                            settings_match, trl_device_kwargs, write_provenance)
 from recipes.models import load_causal_lm, load_tokenizer, lora_config, parse_model, save_final
 
 LOSSES = {"ipo": "ipo", "dpo": "sigmoid"}     # our key -> TRL loss_type
@@ -146,6 +146,7 @@ class IPORecipe:
                                   train_dataset=self.dataset(cfg.datasets),
                                   eval_dataset=self.dataset(cfg.eval_datasets) if cfg.eval_datasets else None,
                                   processing_class=self.tokenizer, peft_config=lora_config(self.preset))
+        attach_stage_console(self.trainer, self.ctx)
         resume = latest_checkpoint(self.ctx.out_dir)
         self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
 

@@ -43,7 +43,8 @@ from harness.config import require_bool
 from harness.errors import UserError
 from harness.io import atomic_write_json, read_json
 from harness.layout import TRAINER_STATE, checkpoint_dirs, data_dir, models_dir
-from recipes.common import PROVENANCE_FILE, StageContext, is_complete, latest_checkpoint, resolve_device, settings_match
+from recipes.common import (PROVENANCE_FILE, StageContext, is_complete, latest_checkpoint, require_tensorboard,
+                            resolve_device, settings_match)
 
 RECIPES = ("pretrain", "sft", "reward", "rl", "ipo")
 REFERENCE_KEYS = ("init", "reward_model")    # settings that name another stage's model
@@ -420,7 +421,7 @@ def reuse_stage(run_dir: Path, source: PlannedStage, stage: PlannedStage) -> Non
 
 
 def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str,
-                done: list[PlannedStage] = ()) -> dict[str, Any]:
+                done: list[PlannedStage] = (), tensorboard: bool = False) -> dict[str, Any]:
     """Run one stage (or skip it, or reuse an identical earlier one) and print its one-line status.
 
     Under `accelerate launch` every process runs the recipe (the trainer shards the batches); only the
@@ -440,7 +441,7 @@ def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str,
         wait_for_everyone()
         status = "reused"
     elif status != "skipped":
-        ctx = StageContext(run_dir, stage.model_name, seed, device)
+        ctx = StageContext(run_dir, stage.model_name, seed, device, tensorboard=tensorboard)
         recipe_module(stage.recipe, stage.name).run_stage(dict(stage.settings), ctx)
         wait_for_everyone()
         if not is_complete(out_dir):
@@ -480,6 +481,7 @@ def rl_prompts_source(planned: list[PlannedStage], run_dir: Path) -> Path | None
 
 def train_all(cfg, planned: list[PlannedStage], run_dir: Path) -> list[dict[str, Any]]:
     device = resolve_device(cfg.device)
+    tensorboard = require_tensorboard(cfg.get("tensorboard", False))
     names = needed_datasets(planned, cfg)
     late = [n for n in names if n == RL_PROMPTS]
     build_data(cfg, run_dir, [n for n in names if n not in late])
@@ -490,7 +492,7 @@ def train_all(cfg, planned: list[PlannedStage], run_dir: Path) -> list[dict[str,
             data_cfg = set_rl_prompts_tokenizer(cfg, tokenizer_stage) if tokenizer_stage else cfg
             build_data(data_cfg, run_dir, late)
             late = []
-        results.append(train_stage(stage, run_dir, int(cfg.seed), device, planned[:len(results)]))
+        results.append(train_stage(stage, run_dir, int(cfg.seed), device, planned[:len(results)], tensorboard))
     if late:
         build_data(set_rl_prompts_tokenizer(cfg, tokenizer_stage), run_dir, late)
     return results
@@ -556,6 +558,7 @@ def train_main(cfg) -> int:
                         f"use one of {known}")
     run_dir = run_directory(cfg)
     device = resolve_device(cfg.device)
+    tensorboard = require_tensorboard(cfg.get("tensorboard", False))
     for stage in chosen:
         for key in REFERENCE_KEYS:       # upstream must be finished: a clear error otherwise
             if isinstance(stage.settings.get(key), str):
@@ -566,5 +569,5 @@ def train_main(cfg) -> int:
         cfg = set_rl_prompts_tokenizer(cfg, tokenizer_stage)
     build_data(cfg, run_dir, names)
     for stage in chosen:
-        train_stage(stage, run_dir, int(cfg.seed), device)
+        train_stage(stage, run_dir, int(cfg.seed), device, tensorboard=tensorboard)
     return 0

@@ -30,8 +30,8 @@ from typing import Any
 from harness.errors import UserError
 from harness.io import atomic_write_json, atomic_write_jsonl, read_jsonl
 from harness.report.analyses import reward_score_stats
-from recipes.common import (StageContext, StageSettings, latest_checkpoint, settings_match, trl_device_kwargs,
-                            write_provenance)
+from recipes.common import (StageContext, StageSettings, attach_stage_console, latest_checkpoint, settings_match,
+                            trl_device_kwargs, write_provenance)
 from recipes.models import load_sequence_classifier, load_tokenizer, parse_model, save_final, wrap_lora
 
 OBJECTIVES = ("pointwise", "pairwise")
@@ -201,6 +201,7 @@ class RewardRecipe:
             self.trainer = _pointwise_trainer_class()(
                 model=self.model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                 processing_class=self.tokenizer, data_collator=DataCollatorWithPadding(self.tokenizer))
+        attach_stage_console(self.trainer, self.ctx)
         resume = latest_checkpoint(self.ctx.out_dir)
         self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
 

@@ -41,8 +41,8 @@ from typing import Any
 
 from harness.errors import UserError
 from harness.io import read_json, read_jsonl
-from recipes.common import (PROVENANCE_FILE, StageContext, StageSettings, latest_checkpoint, settings_match,
-                            trl_device_kwargs, write_provenance)
+from recipes.common import (PROVENANCE_FILE, StageContext, StageSettings, TrainLog, attach_stage_console,
+                            latest_checkpoint, settings_match, trl_device_kwargs, write_provenance)
 from recipes.models import (load_causal_lm, load_sequence_classifier, load_tokenizer, lora_config, parse_model,
                             save_final, wrap_lora)
 
@@ -301,6 +301,7 @@ class RLRecipe:
         self.trainer = Trainer(model=self.policy, reward_funcs=[self.reward], args=Config(**args),
                                train_dataset=self.dataset(), processing_class=self.tokenizer,
                                peft_config=lora_config(self.preset))
+        attach_stage_console(self.trainer, self.ctx)
         resume = latest_checkpoint(self.ctx.out_dir)
         self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
 
@@ -338,7 +339,8 @@ class RLRecipe:
                             "tokens, so train the RM from the same base model as `init`")
         self.trainer = ppo.PPOTrainer(self.cfg, self.policy, reference, value, self.tokenizer, self.reward,
                                       training_examples(self.rows, self.sentinels), self.ctx.out_dir,
-                                      self.ctx.seed, self.ctx.device)
+                                      self.ctx.seed, self.ctx.device, name=self.ctx.name,
+                                      train_log=TrainLog(self.ctx.out_dir, self.ctx.tensorboard))
         resume = latest_checkpoint(self.ctx.out_dir)
         if resume:
             self.trainer.resume(resume)

@@ -24,8 +24,8 @@ from typing import Any
 
 from harness.errors import UserError
 from harness.io import read_jsonl
-from recipes.common import (CONTEXT_MARGIN_TOKENS, StageContext, StageSettings, fit_fim_context,
-                            latest_checkpoint, settings_match, trl_device_kwargs, write_provenance)
+from recipes.common import (CONTEXT_MARGIN_TOKENS, StageContext, StageSettings, attach_stage_console,
+                            fit_fim_context, latest_checkpoint, settings_match, trl_device_kwargs, write_provenance)
 from recipes.models import load_causal_lm, load_tokenizer, parse_model, save_final, wrap_lora
 
 
@@ -198,6 +198,7 @@ class SFTRecipe:
             **trl_device_kwargs(self.ctx.device, s.deepspeed))
         self.trainer = SFTTrainer(model=self.model, args=args, train_dataset=self.train_dataset,
                                   processing_class=self.tokenizer)
+        attach_stage_console(self.trainer, self.ctx)
         resume = latest_checkpoint(self.ctx.out_dir)
         self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
 
