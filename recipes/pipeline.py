@@ -526,6 +526,7 @@ def run_main(cfg) -> int:
     planned = plan(cfg)
     run_dir = run_directory(cfg)
     start = time.time()
+    require_tensorboard(cfg.get("tensorboard", False))      # refused before anything is written
     print(f"[memaudit] run {cfg.get('experiment_name')} in {run_dir}: "
           f"{len(planned)} model(s): {', '.join(s.model_name for s in planned)}", flush=True)
     write_run_record(cfg, run_dir, [])

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import logging
 
+import pytest
+
+from harness.cli import main as cli_main
 from harness.console import PROGRESS_LINE_PERCENT, StageProgress, _ExpectedRecords, _is_expected_load_report
 from recipes.common import TrainLog
 
@@ -89,3 +93,17 @@ def test_train_log_stores_tensors_as_numbers(tmp_path):
     log.append(1, {"loss": torch.tensor(0.25), "note": object.__new__(object)})
     row = json.loads((tmp_path / "train_log.jsonl").read_text())
     assert row["loss"] == 0.25 and isinstance(row["note"], str)
+
+
+def test_tensorboard_without_the_package_is_refused_before_anything_is_written(tmp_path, capsys):
+    if importlib.util.find_spec("tensorboard") is not None:
+        pytest.skip("tensorboard is installed here")
+    with pytest.raises(SystemExit) as e:
+        cli_main(["run", "experiment=smoke", f"run_dir={tmp_path / 'run'}", "tensorboard=true"])
+    assert e.value.code == 2
+    assert "tensorboard=true: the tensorboard package is not installed; `pip install tensorboard`" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(SystemExit) as e:
+        cli_main(["run", "experiment=smoke", f"run_dir={tmp_path / 'run'}", "tensorboard=yes"])
+    assert e.value.code == 2 and "tensorboard='yes': must be true or false" in capsys.readouterr().err
