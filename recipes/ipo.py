@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.io import read_jsonl
+from harness.user_data import repeated
 from recipes.common import (StageContext, StageSettings, attach_stage_console, fit_fim_context, latest_checkpoint,
                             settings_match, trl_device_kwargs, write_provenance)
 from recipes.models import load_causal_lm, load_tokenizer, lora_config, parse_model, save_final
@@ -110,7 +111,7 @@ class IPORecipe:
         from harness import fim
 
         eos = self.sentinels.eos or self.tokenizer.eos_token
-        rows = [r for name in names for r in self.rows[name]]
+        rows = [r for name in names for r in repeated(self.rows[name])]   # a user row's `repeat` copies
         random.Random(self.ctx.seed).shuffle(rows)
         n = self.cfg.context_chars
         out = []

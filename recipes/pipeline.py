@@ -291,6 +291,15 @@ def build_data(cfg, run_dir: Path, names: list[str]) -> None:
         ctx.data_dir(name)   # raises a UserError naming the missing dataset
 
 
+def check_user_files(cfg, names: list[str]) -> None:
+    """The user's canary / preference files (data.canaries.file, data.preference.file) behind datasets
+    `names`, read and checked before anything of the run is written: a bad row refuses the run."""
+    if require_bool(cfg.get("build_data", True), "build_data") and is_main_process():
+        from synthetic_data.build import check_user_files as check
+
+        check(cfg, names)
+
+
 def set_rl_prompts_tokenizer(cfg, tokenizer_dir: Path):
     """sd_rl_prompts splits SD into 50-token prefix/target in the policy's tokenizer: PT's."""
     from omegaconf import OmegaConf, open_dict
@@ -526,6 +535,7 @@ def run_main(cfg) -> int:
     planned = plan(cfg)
     run_dir = run_directory(cfg)
     start = time.time()
+    check_user_files(cfg, needed_datasets(planned, cfg))
     require_tensorboard(cfg.get("tensorboard", False))      # refused before anything is written
     print(f"[memaudit] run {cfg.get('experiment_name')} in {run_dir}: "
           f"{len(planned)} model(s): {', '.join(s.model_name for s in planned)}", flush=True)

@@ -30,6 +30,7 @@ from typing import Any
 from harness.errors import UserError
 from harness.io import atomic_write_json, atomic_write_jsonl, read_jsonl
 from harness.report.analyses import reward_score_stats
+from harness.user_data import repeated
 from recipes.common import (StageContext, StageSettings, attach_stage_console, latest_checkpoint, settings_match,
                             trl_device_kwargs, write_provenance)
 from recipes.models import load_sequence_classifier, load_tokenizer, parse_model, save_final, wrap_lora
@@ -159,7 +160,8 @@ class RewardRecipe:
 
     def _mixture(self, names: list[str]):
         """Rows of several datasets shuffled together: each contributes in proportion to its size (A.3)."""
-        rows = [row for name in names for row in self.rows[name]]
+        # A user canary's `repeat` copies (harness/user_data.py) train; write_scores scores each row once.
+        rows = [row for name in names for row in repeated(self.rows[name])]
         random.Random(self.ctx.seed).shuffle(rows)
         return rows
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from harness.errors import UserError
 from harness.io import read_jsonl
+from harness.user_data import repeated
 from recipes.common import (CONTEXT_MARGIN_TOKENS, StageContext, StageSettings, attach_stage_console,
                             fit_fim_context, latest_checkpoint, settings_match, trl_device_kwargs, write_provenance)
 from recipes.models import load_causal_lm, load_tokenizer, parse_model, save_final, wrap_lora
@@ -171,6 +172,7 @@ class SFTRecipe:
         for name in self.settings.datasets:
             path = self.ctx.data_dir(name) / "rows.jsonl"
             rows = capped_rows(read_jsonl(path), self.settings.max_rows.get(name), f"{self.ctx.seed}-sft-rows-{name}")
+            rows = repeated(rows)      # a user canary's `repeat` copies (harness/user_data.py)
             examples += training_rows(rows, str(path), self.sentinels, self.settings, rng, self.tokenizer,
                                       self.fim_stats)
         if self.fim_stats["fim_rows"]:
