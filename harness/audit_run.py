@@ -53,6 +53,22 @@ def _finished_models(models_dir: Path, name: str) -> list[tuple[str, Path]]:
     return [(f"{name}/{p.name}", p) for p in points]
 
 
+def _control(models: Path, control: str, where: str) -> tuple[str, Path]:
+    """(name, directory) of a plan's control: a finished model of the run, or a model directory of the user's
+    (a model never trained on the audited data, e.g. the public model a pipeline started from)."""
+    from harness.generation import has_weights
+
+    found = _finished_models(models, control)
+    if len(found) == 1:
+        return found[0]
+    path = Path(str(control)).expanduser()
+    if path.is_dir() and has_weights(path):
+        return str(path), path
+    raise UserError(f"{where}.control={control!r}: neither a finished model of this run ({models / control}) nor "
+                    "a model directory with *.safetensors weights; train it first (memaudit run experiment=...) "
+                    "or give the directory of your control model")
+
+
 def plan_audits(cfg) -> list[PlannedAudit]:
     """Resolve the experiment's audit_plan against what exists in the run; errors name the key."""
     run_dir = Path(cfg.run_dir)
@@ -69,11 +85,7 @@ def plan_audits(cfg) -> list[PlannedAudit]:
         for key in ("models", "control", "datasets"):
             if not entry.get(key):
                 raise UserError(f"{where}.{key} is missing; each entry needs models, control and datasets")
-        control = _finished_models(models, entry["control"])
-        if len(control) != 1:
-            raise UserError(f"{where}.control={entry['control']!r}: no finished model at "
-                            f"{models / entry['control']}; train it first (memaudit run experiment=...)")
-        control_name, control_dir = control[0]
+        control_name, control_dir = _control(models, entry["control"], where)
         checkpoints = entry.get("checkpoints", "all")
         if checkpoints not in ("all", "final"):
             raise UserError(f"{where}.checkpoints={checkpoints!r}: use all (every checkpoint-*, the default) "
