@@ -32,8 +32,7 @@ from typing import Any
 from harness.config import require_bool
 from harness.encode import encode_texts
 from harness.errors import NothingScored, UserError
-from harness.io import (RowStore, atomic_write_json, file_sha256, iter_jsonl_numbered, read_json,
-                        require_creatable_dir, sha256_json)
+from harness.io import RowStore, atomic_write_json, file_sha256, read_json, require_creatable_dir, sha256_json
 from harness.layout import check_name, checkpoint_dirs, require_inside
 
 EXAMPLE_FIELDS = ("id", "prefix", "target", "suffix")
@@ -199,26 +198,14 @@ def load_examples(path: str | Path, allow_empty: bool = False) -> list[dict]:
     """FIM examples (`id, prefix, target, suffix` + metadata) from JSONL, validated.
 
     A malformed line raises UserError naming file:line; so do a non-string field, an empty target
-    (nothing to memorize) and a duplicated id (with both line numbers). `suffix` may be empty.
+    (nothing to memorize) and a duplicated id (with both line numbers). `suffix` may be empty. A user's
+    canary file reads as it is: `{id, text, target}` rows are split around the target, `repeat` and `group`
+    ride along as metadata (the one reader of these rows: harness/user_data.py).
     """
+    from harness.user_data import read_fim_examples
+
     path = Path(path)
-    examples: list[dict] = []
-    first_line: dict[Any, int] = {}
-    for lineno, row in iter_jsonl_numbered(path, required=("id", "prefix", "target")):
-        row.setdefault("suffix", "")
-        if not isinstance(row["id"], (str, int)) or isinstance(row["id"], bool):
-            raise UserError(f"{path}:{lineno}: field id must be a string or an integer, got {row['id']!r}")
-        for key in ("prefix", "target", "suffix"):
-            if not isinstance(row[key], str):
-                raise UserError(f"{path}:{lineno}: field {key} must be a string, got {type(row[key]).__name__}")
-        if not row["target"]:
-            raise UserError(f"{path}:{lineno}: empty target (id {row['id']!r}); remove the example or "
-                            "give it the text to test for")
-        if row["id"] in first_line:
-            raise UserError(f"{path}:{lineno}: duplicate id {row['id']!r} (first on line "
-                            f"{first_line[row['id']]}); ids must be unique")
-        first_line[row["id"]] = lineno
-        examples.append(row)
+    examples = [row for _, row in read_fim_examples(path)]
     if not examples and not allow_empty:
         raise UserError(f"{path}: no examples (the file is empty); point audit.examples at a JSONL file "
                         "with one {id, prefix, target, suffix} object per line")

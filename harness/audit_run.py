@@ -55,6 +55,22 @@ def _finished_models(models_dir: Path, name: str) -> list[tuple[str, Path]]:
     return [(f"{name}/{p.name}", p) for p in points]
 
 
+def _control(models: Path, control: str, where: str) -> tuple[str, Path]:
+    """(name, directory) of a plan's control: a finished model of the run, or a model directory of the user's
+    (a model never trained on the audited data, e.g. the public model a pipeline started from)."""
+    from harness.generation import has_weights
+
+    found = _finished_models(models, control)
+    if len(found) == 1:
+        return found[0]
+    path = Path(str(control)).expanduser()
+    if path.is_dir() and has_weights(path):
+        return str(path), path
+    raise UserError(f"{where}.control={control!r}: neither a finished model of this run ({models / control}) nor "
+                    "a model directory with *.safetensors weights; train it first (memaudit run experiment=...) "
+                    "or give the directory of your control model")
+
+
 def plan_audits(cfg) -> list[PlannedAudit]:
     """Resolve the experiment's audit_plan against what exists in the run; errors name the key."""
     run_dir = Path(cfg.run_dir)
@@ -72,16 +88,11 @@ def plan_audits(cfg) -> list[PlannedAudit]:
             if not entry.get(key):
                 raise UserError(f"{where}.{key} is missing; each entry needs models, control and datasets")
         # Each becomes a path part: models/<model>, data/<dataset>, audit/<model>/<checkpoint>/<dataset>.jsonl
-        check_model_name(entry["control"], f"{where}.control")
         for model in entry["models"]:
             check_model_name(model, f"{where}.models")
         for dataset in entry["datasets"]:
             check_listed_name(dataset, f"{where}.datasets")
-        control = _finished_models(models, entry["control"])
-        if len(control) != 1:
-            raise UserError(f"{where}.control={entry['control']!r}: no finished model at "
-                            f"{models / entry['control']}; train it first (memaudit run experiment=...)")
-        control_name, control_dir = control[0]
+        control_name, control_dir = _control(models, entry["control"], where)
         checkpoints = entry.get("checkpoints", "all")
         if checkpoints not in ("all", "final"):
             raise UserError(f"{where}.checkpoints={checkpoints!r}: use all (every checkpoint-*, the default) "
@@ -144,6 +155,39 @@ def _merge_shards(shards_root: Path, out_dir: Path) -> None:
         shutil.rmtree(shard_audit, ignore_errors=True)
 
 
+class JobLog:
+    """The log of one (model, dataset) audit of a run: every line goes to `<audit dir>/audit_log.txt`; the
+    console gets the first warning or note of the job (the rest repeat it per checkpoint) and, from the
+    caller, one line with the job's final rate. A run audits dozens of (model, checkpoint, dataset) triples,
+    whose cache counts are diagnostics, not results."""
+
+    FILE = "audit_log.txt"
+
+    def __init__(self, out_dir: Path, console=print):
+        self.path, self.console, self.told = Path(out_dir) / self.FILE, console, False
+
+    def __call__(self, line: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(line + "\n")
+        if not self.told and line.startswith(("[audit] warning", "[audit] note")):
+            self.told = True
+            self.console(line + (f" (each checkpoint: {self.path})" if "warning" in line else ""))
+
+
+def job_line(out_dir: Path, item: PlannedAudit, scored: int) -> str:
+    """`[audit] FT.3 on sd_base vs FT.2: 4 checkpoint(s) + final; final 27/42 memorized (64.3 % [49.2, 77.0])`
+    (`scored`: how many models of the job were scored, the final one included)."""
+    entry = (((read_json(out_dir / "summary.json").get("results") or {}).get(item.model_name) or {})
+             .get("final") or {}).get(item.dataset) or {}
+    rate, ci = entry.get("rate"), entry.get("ci95")
+    final = ("nothing scored" if rate is None else
+             f"{entry['n_memorized']}/{entry['n_scored']} memorized ({100 * rate:.1f} % "
+             f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}])")
+    return (f"[audit] {item.model_name} on {item.dataset} vs {item.control_name}: {scored - 1} checkpoint(s) + final; "
+            f"final {final}")
+
+
 def audit_run(cfg, log=print, check_empty: bool = True) -> int:
     """Audit every planned (model, dataset) of a run; resumable; multi-process when launched so.
 
@@ -167,7 +211,9 @@ def audit_run(cfg, log=print, check_empty: bool = True) -> int:
                        examples=examples, dataset=item.dataset, all_checkpoints=item.all_checkpoints,
                        out_dir=job_out, cache_dir=job_cache, settings=base.settings,
                        stale_dir=replaced / job_out.relative_to(out_dir))
-        run_audit(job, seed=cfg.get("seed"), log=log, check_empty=False)
+        stats = run_audit(job, seed=cfg.get("seed"), log=JobLog(job_out, log), check_empty=False)
+        if world == 1:      # sharded rows are merged (and summarised) after every job
+            log(job_line(out_dir, item, len(stats)))
     if world > 1:
         _barrier()
         if rank == 0:

@@ -17,6 +17,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from harness.console import quiet_libraries
 from harness.errors import UserError, storage_error
 
 # command -> ("module:function", help). Modules are imported only when their command runs, so
@@ -209,6 +210,7 @@ def run(argv: list[str]) -> int:
     name, rest = argv[0], argv[1:]
     multirun = any(a in ("-m", "--multirun") for a in rest)
     overrides = [a for a in rest if a not in ("-m", "--multirun")]
+    quiet_libraries(name)          # before the command's libraries are imported (harness/console.py)
     command = load_command(name)
     points = expand_sweep(overrides) if multirun else [(overrides, {})]
     status = 0

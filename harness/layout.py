@@ -4,7 +4,8 @@
 runs/<experiment>/
   run.json                          the resolved config, git commit, package versions (recipes/pipeline.py)
   data/<dataset>/                   rows.jsonl + manifest.json (synthetic_data/)
-  models/<NAME>/                    the final model at the root, checkpoint-<step>/ dirs, provenance.json last
+  models/<NAME>/                    the final model at the root, checkpoint-<step>/ dirs, provenance.json last,
+                                    train_log.jsonl (every logged training step; tensorboard/ when asked)
   audit/                            NED rows, summary, utility, losses/, cache/ (audit.out_dir overrides it)
   cache/rl_reward_eval/             the initial policy's fixed-prompt RL rewards (recipes/rl_eval.py)
   report/                           report.md/html, summary.json, figures/ (report.out_dir overrides it)
@@ -29,6 +30,8 @@ from harness.errors import UserError
 RUN_RECORD = "run.json"
 PROVENANCE_FILE = "provenance.json"      # written last by every stage: the finished marker
 TRAINER_STATE = "trainer_state.json"     # written last into a checkpoint by the Trainer: a whole checkpoint
+TRAIN_LOG = "train_log.jsonl"            # a stage's logged training steps (recipes.common.TrainLog)
+TENSORBOARD_DIR = "tensorboard"          # a stage's TensorBoard event files, only with `tensorboard=true`
 CHECKPOINT_PREFIX = "checkpoint-"
 STALE = "stale"                          # <run_dir>/stale/: what a retrained stage replaced (recipes/pipeline.py)
 NAME_RULE = "no /, \\ or .., not empty, no control characters"

@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.io import read_jsonl
-from recipes.common import (StageContext, StageSettings, fit_fim_context, latest_checkpoint, refuse_zero3_with_lora,
+from harness.user_data import repeated
+from recipes.common import (StageContext, StageSettings, attach_stage_console, fit_fim_context, latest_checkpoint,
+                            refuse_zero3_with_lora,
                             settings_match, trl_device_kwargs, write_provenance)
 from recipes.models import load_causal_lm, load_tokenizer, lora_config, parse_model, save_final
 
@@ -111,7 +113,7 @@ class IPORecipe:
         from harness import fim
 
         eos = self.sentinels.eos or self.tokenizer.eos_token
-        rows = [r for name in names for r in self.rows[name]]
+        rows = [r for name in names for r in repeated(self.rows[name])]   # a user row's `repeat` copies
         random.Random(self.ctx.seed).shuffle(rows)
         n = self.cfg.context_chars
         out = []
@@ -147,6 +149,7 @@ class IPORecipe:
                                   train_dataset=self.dataset(cfg.datasets),
                                   eval_dataset=self.dataset(cfg.eval_datasets) if cfg.eval_datasets else None,
                                   processing_class=self.tokenizer, peft_config=lora_config(self.preset))
+        attach_stage_console(self.trainer, self.ctx)
         resume = latest_checkpoint(self.ctx.out_dir)
         self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
 

@@ -44,7 +44,8 @@ from harness.errors import UserError
 from harness.io import atomic_write_json, read_json
 from harness.layout import (TRAINER_STATE, audit_dir, check_listed_name, check_model_name, checkpoint_dirs, data_dir,
                             models_dir, report_dir, stale_dir)
-from recipes.common import PROVENANCE_FILE, StageContext, is_complete, latest_checkpoint, resolve_device, settings_match
+from recipes.common import (PROVENANCE_FILE, StageContext, is_complete, latest_checkpoint, require_tensorboard,
+                            resolve_device, settings_match)
 
 RECIPES = ("pretrain", "sft", "reward", "rl", "ipo")
 REFERENCE_KEYS = ("init", "reward_model")    # settings that name another stage's model
@@ -296,6 +297,15 @@ def build_data(cfg, run_dir: Path, names: list[str]) -> None:
         ctx.data_dir(name)   # raises a UserError naming the missing dataset
 
 
+def check_user_files(cfg, names: list[str]) -> None:
+    """The user's canary / preference files (data.canaries.file, data.preference.file) behind datasets
+    `names`, read and checked before anything of the run is written: a bad row refuses the run."""
+    if require_bool(cfg.get("build_data", True), "build_data") and is_main_process():
+        from synthetic_data.build import check_user_files as check
+
+        check(cfg, names)
+
+
 def set_rl_prompts_tokenizer(cfg, tokenizer_dir: Path):
     """sd_rl_prompts splits SD into 50-token prefix/target in the policy's tokenizer: PT's."""
     from omegaconf import OmegaConf, open_dict
@@ -459,7 +469,8 @@ def reuse_stage(run_dir: Path, source: PlannedStage, stage: PlannedStage) -> Non
 
 
 def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str,
-                done: list[PlannedStage] = (), results: tuple[Path, Path] | None = None) -> dict[str, Any]:
+                done: list[PlannedStage] = (), results: tuple[Path, Path] | None = None,
+                tensorboard: bool = False) -> dict[str, Any]:
     """Run one stage (or skip it, or reuse an identical earlier one) and print its one-line status.
 
     Under `accelerate launch` every process runs the recipe (the trainer shards the batches); only the
@@ -479,7 +490,7 @@ def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str,
         wait_for_everyone(device)
         status = "reused"
     elif status != "skipped":
-        ctx = StageContext(run_dir, stage.model_name, seed, device)
+        ctx = StageContext(run_dir, stage.model_name, seed, device, tensorboard=tensorboard)
         recipe_module(stage.recipe, stage.name).run_stage(dict(stage.settings), ctx)
         wait_for_everyone(device)
         if not is_complete(out_dir):
@@ -519,6 +530,7 @@ def rl_prompts_source(planned: list[PlannedStage], run_dir: Path) -> Path | None
 
 def train_all(cfg, planned: list[PlannedStage], run_dir: Path) -> list[dict[str, Any]]:
     device = resolve_device(cfg.device)
+    tensorboard = require_tensorboard(cfg.get("tensorboard", False))
     names = needed_datasets(planned, cfg)
     late = [n for n in names if n == RL_PROMPTS]
     build_data(cfg, run_dir, [n for n in names if n not in late])
@@ -530,7 +542,7 @@ def train_all(cfg, planned: list[PlannedStage], run_dir: Path) -> list[dict[str,
             build_data(data_cfg, run_dir, late)
             late = []
         results.append(train_stage(stage, run_dir, int(cfg.seed), device, planned[:len(results)],
-                                   results_dirs(cfg, run_dir)))
+                                   results_dirs(cfg, run_dir), tensorboard))
     if late:
         build_data(set_rl_prompts_tokenizer(cfg, tokenizer_stage), run_dir, late)
     return results
@@ -567,6 +579,8 @@ def run_main(cfg) -> int:
     from recipes.check import run_preflight
 
     run_preflight(cfg, quiet=is_main_process() or None)   # `memaudit check`: exit 2 with the fix, nothing written
+    check_user_files(cfg, needed_datasets(planned, cfg))
+    require_tensorboard(cfg.get("tensorboard", False))      # refused before anything is written
     print(f"[memaudit] run {cfg.get('experiment_name')} in {run_dir}: "
           f"{len(planned)} model(s): {', '.join(s.model_name for s in planned)}", flush=True)
     write_run_record(cfg, run_dir, [])
@@ -597,6 +611,7 @@ def train_main(cfg) -> int:
                         f"use one of {known}")
     run_dir = run_directory(cfg)
     device = resolve_device(cfg.device)
+    tensorboard = require_tensorboard(cfg.get("tensorboard", False))
     for stage in chosen:
         for key in REFERENCE_KEYS:       # upstream must be finished: a clear error otherwise
             if isinstance(stage.settings.get(key), str):
@@ -607,5 +622,5 @@ def train_main(cfg) -> int:
         cfg = set_rl_prompts_tokenizer(cfg, tokenizer_stage)
     build_data(cfg, run_dir, names)
     for stage in chosen:
-        train_stage(stage, run_dir, int(cfg.seed), device, results=results_dirs(cfg, run_dir))
+        train_stage(stage, run_dir, int(cfg.seed), device, results=results_dirs(cfg, run_dir), tensorboard=tensorboard)
     return 0

@@ -191,8 +191,9 @@ class PPOTrainer:
     of each pass; checkpoints and resume like a transformers Trainer's."""
 
     def __init__(self, cfg, policy, ref_policy, value_model, tokenizer, reward_fn, examples: list[dict],
-                 out_dir: Path, seed: int, device: str):
-        """`ref_policy` None: `policy` is a PEFT model whose adapter-disabled base is the reference."""
+                 out_dir: Path, seed: int, device: str, name: str = "ppo", train_log=None):
+        """`ref_policy` None: `policy` is a PEFT model whose adapter-disabled base is the reference. `name` labels
+        the progress bar; `train_log` (recipes.common.TrainLog) receives every logged step."""
         import torch
 
         self.cfg, self.policy, self.ref, self.value = cfg, policy, ref_policy, value_model
@@ -203,6 +204,7 @@ class PPOTrainer:
         self.stop_ids = list(stops) if isinstance(stops, (list, tuple)) else [stops if stops is not None
                                                                               else tokenizer.eos_token_id]
         self.out_dir, self.seed, self.device = Path(out_dir), seed, device
+        self.name, self.train_log = name, train_log
         if self.ref is None and not is_peft(policy):
             raise ValueError("PPOTrainer needs a reference model unless the policy is a PEFT model")
         if self.ref is not None:
@@ -305,11 +307,13 @@ class PPOTrainer:
     def train(self) -> None:
         import time
 
-        from tqdm.auto import tqdm
+        from harness.console import StageProgress
 
         start = time.perf_counter()
-        for step in tqdm(range(self.step, self.total_steps), initial=self.step, total=self.total_steps,
-                         desc="ppo", disable=None):
+        progress = StageProgress(self.name, self.total_steps, initial=self.step)
+        if self.train_log is not None:
+            self.train_log.start(self.step)
+        for step in range(self.step, self.total_steps):
             batch = self.rollout(self.step_examples(step))
             stats = self.update(batch)
             self.step = step + 1
@@ -321,8 +325,14 @@ class PPOTrainer:
                     "step": self.step, "loss": stats["loss"], "reward": scores.mean().item(),
                     "reward_std": scores.std().item() if scores.numel() > 1 else 0.0, "kl": batch["kl"],
                     "beta": self.kl_ctl.alpha, **{f"ppo/{k}": v for k, v in stats.items() if k != "loss"}})
+                if self.train_log is not None:
+                    self.train_log.append(self.step, self.log_history[-1])
+            progress.update(self.step, loss=stats["loss"])
             if self.step % self.cfg.save_steps == 0 or self.step == self.total_steps:   # as a Trainer does
                 self.save_models(self.out_dir / checkpoint_name(self.step), resumable=True)
+        progress.close()
+        if self.train_log is not None:
+            self.train_log.close()
         self.train_seconds = time.perf_counter() - start     # read by benchmarks/bench_rl_step.py
 
     # --- checkpoints --------------------------------------------------------------------------------------

@@ -25,8 +25,8 @@ from typing import Any
 
 from harness.errors import UserError
 from harness.io import file_sha256, read_json, read_jsonl
-from recipes.common import (PROVENANCE_FILE, StageContext, StageSettings, latest_checkpoint, settings_match,
-                            trl_device_kwargs, write_provenance)
+from recipes.common import (PROVENANCE_FILE, StageContext, StageSettings, attach_stage_console, latest_checkpoint,
+                            settings_match, trl_device_kwargs, write_provenance)
 from recipes.models import build_llama, load_causal_lm, load_tokenizer, parse_model, save_final
 
 
@@ -160,6 +160,7 @@ class PretrainRecipe:
             **trl_device_kwargs(self.ctx.device, s.deepspeed))
         self.trainer = Trainer(model=self.model, args=args, train_dataset=self.train_dataset,
                                data_collator=default_data_collator, processing_class=self.tokenizer)
+        attach_stage_console(self.trainer, self.ctx)
         self.trainer.train(resume_from_checkpoint=str(self.resume_from) if self.resume_from else None)
 
     def save(self) -> None:

@@ -31,8 +31,9 @@ from harness.encode import encode_texts
 from harness.errors import UserError
 from harness.io import atomic_write_json, atomic_write_jsonl, read_jsonl
 from harness.report.analyses import reward_score_stats
-from recipes.common import (StageContext, StageSettings, latest_checkpoint, refuse_zero3_with_lora, settings_match,
-                            trl_device_kwargs, write_provenance, zero_stage)
+from harness.user_data import repeated
+from recipes.common import (StageContext, StageSettings, attach_stage_console, latest_checkpoint,
+                            refuse_zero3_with_lora, settings_match, trl_device_kwargs, write_provenance, zero_stage)
 from recipes.models import load_sequence_classifier, load_tokenizer, parse_model, save_final, wrap_lora
 
 OBJECTIVES = ("pointwise", "pairwise")
@@ -161,7 +162,8 @@ class RewardRecipe:
 
     def _mixture(self, names: list[str]):
         """Rows of several datasets shuffled together: each contributes in proportion to its size (A.3)."""
-        rows = [row for name in names for row in self.rows[name]]
+        # A user canary's `repeat` copies (harness/user_data.py) train; write_scores scores each row once.
+        rows = [row for name in names for row in repeated(self.rows[name])]
         random.Random(self.ctx.seed).shuffle(rows)
         return rows
 
@@ -203,6 +205,7 @@ class RewardRecipe:
             self.trainer = _pointwise_trainer_class()(
                 model=self.model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                 processing_class=self.tokenizer, data_collator=DataCollatorWithPadding(self.tokenizer))
+        attach_stage_console(self.trainer, self.ctx)
         resume = latest_checkpoint(self.ctx.out_dir)
         self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
 

@@ -41,8 +41,10 @@ from typing import Any
 
 from harness.errors import UserError
 from harness.io import read_json, read_jsonl
-from recipes.common import (PROVENANCE_FILE, StageContext, StageSettings, latest_checkpoint, refuse_zero3_with_lora,
-                            settings_match, trl_device_kwargs, write_provenance)
+from harness.user_data import repeated
+from recipes.common import (PROVENANCE_FILE, StageContext, StageSettings, TrainLog, attach_stage_console,
+                            latest_checkpoint, refuse_zero3_with_lora, settings_match, trl_device_kwargs,
+                            write_provenance)
 from recipes.models import (load_causal_lm, load_sequence_classifier, load_tokenizer, lora_config, parse_model,
                             save_final, stop_generation_at_family_stops, wrap_lora)
 
@@ -191,7 +193,7 @@ def prompt_rows(rows: list[dict], dataset: str, seed: int, context_chars: int) -
             raise UserError(f"prompt dataset {dataset!r}, row {row.get('id')!r}: needs prefix/suffix (FIM row) "
                             "or text (code row)")
         out.append({"id": str(row["id"]), "prefix": prefix[-context_chars:] if prefix else "",
-                    "suffix": suffix[:context_chars]})
+                    "suffix": suffix[:context_chars], **({"repeat": row["repeat"]} if "repeat" in row else {})})
     return out
 
 
@@ -209,7 +211,8 @@ def training_examples(rows: list[dict], sentinels) -> list[dict]:
     reward function rebuilds the RM's text from them)."""
     from harness import fim
 
-    return [{"prompt": fim.format_psm_prompt(r["prefix"], r["suffix"], sentinels), **r} for r in rows]
+    return [{"prompt": fim.format_psm_prompt(r["prefix"], r["suffix"], sentinels), "id": r["id"],
+             "prefix": r["prefix"], "suffix": r["suffix"]} for r in rows]
 
 
 class PsmRewardModel:
@@ -281,7 +284,9 @@ class RLRecipe:
     def dataset(self):
         from datasets import Dataset
 
-        return Dataset.from_list(training_examples(self.rows, self.sentinels))
+        # A user canary's `repeat` copies (harness/user_data.py) are prompted; the reward evaluation draws from
+        # the rows themselves (self.rows), each once.
+        return Dataset.from_list(training_examples(repeated(self.rows), self.sentinels))
 
     def train(self) -> None:
         if self.cfg.algorithm == "ppo":
@@ -305,6 +310,7 @@ class RLRecipe:
         self.trainer = Trainer(model=self.policy, reward_funcs=[self.reward], args=Config(**args),
                                train_dataset=self.dataset(), processing_class=self.tokenizer,
                                peft_config=lora_config(self.preset))
+        attach_stage_console(self.trainer, self.ctx)
         resume = latest_checkpoint(self.ctx.out_dir)
         self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
 
@@ -346,8 +352,9 @@ class RLRecipe:
                             "from the policy's; PPO's value model starts from the RM and reads the policy's "
                             "tokens, so train the RM from the same base model as `init`")
         self.trainer = ppo.PPOTrainer(self.cfg, self.policy, reference, value, self.tokenizer, self.reward,
-                                      training_examples(self.rows, self.sentinels), self.ctx.out_dir,
-                                      self.ctx.seed, self.ctx.device)
+                                      training_examples(repeated(self.rows), self.sentinels), self.ctx.out_dir,
+                                      self.ctx.seed, self.ctx.device, name=self.ctx.name,
+                                      train_log=TrainLog(self.ctx.out_dir, self.ctx.tensorboard))
         resume = latest_checkpoint(self.ctx.out_dir)
         if resume:
             self.trainer.resume(resume)

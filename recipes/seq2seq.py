@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UserError
-from recipes.common import (StageContext, is_complete, latest_checkpoint, settings_match,
+from recipes.common import (StageContext, attach_stage_console, is_complete, latest_checkpoint, settings_match,
                             trl_device_kwargs, write_provenance)
 
 SPECIAL_TOKENS = ["<pad>", "</s>", "<unk>"]  # Marian convention: pad starts the decoder, </s> ends
@@ -139,6 +139,7 @@ def train_seq2seq(ctx: StageContext, rows: list[dict], settings: Seq2SeqSettings
     trainer = Seq2SeqTrainer(model=model, args=args, train_dataset=train_set,
                              data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
                              processing_class=tokenizer)  # the Trainer saves it in every checkpoint
+    attach_stage_console(trainer, ctx)
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     trainer.save_model(str(ctx.out_dir))
     tokenizer.save_pretrained(str(ctx.out_dir))

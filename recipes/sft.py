@@ -24,8 +24,10 @@ from typing import Any
 
 from harness.errors import UserError
 from harness.io import read_jsonl
-from recipes.common import (CONTEXT_MARGIN_TOKENS, StageContext, StageSettings, fit_fim_context, latest_checkpoint,
-                            refuse_zero3_with_lora, settings_match, trl_device_kwargs, write_provenance)
+from harness.user_data import repeated
+from recipes.common import (CONTEXT_MARGIN_TOKENS, StageContext, StageSettings, attach_stage_console,
+                            fit_fim_context, latest_checkpoint, refuse_zero3_with_lora, settings_match,
+                            trl_device_kwargs, write_provenance)
 from recipes.models import load_causal_lm, load_tokenizer, parse_model, save_final, wrap_lora
 
 
@@ -172,6 +174,7 @@ class SFTRecipe:
         for name in self.settings.datasets:
             path = self.ctx.data_dir(name) / "rows.jsonl"
             rows = capped_rows(read_jsonl(path), self.settings.max_rows.get(name), f"{self.ctx.seed}-sft-rows-{name}")
+            rows = repeated(rows)      # a user canary's `repeat` copies (harness/user_data.py)
             examples += training_rows(rows, str(path), self.sentinels, self.settings, rng, self.tokenizer,
                                       self.fim_stats)
         if self.fim_stats["fim_rows"]:
@@ -199,6 +202,7 @@ class SFTRecipe:
             **trl_device_kwargs(self.ctx.device, s.deepspeed))
         self.trainer = SFTTrainer(model=self.model, args=args, train_dataset=self.train_dataset,
                                   processing_class=self.tokenizer)
+        attach_stage_console(self.trainer, self.ctx)
         resume = latest_checkpoint(self.ctx.out_dir)
         self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
 

@@ -12,7 +12,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[setup] installing memaudit into .venv (first time: ~2 minutes)"
   .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
   .venv/bin/python -m pip install -q torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
-  .venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
+  # -qq: setuptools' editable build warns (a 10-line BuildBackendWarning) that folders named like the
+  # packages take precedence over them, which is the point of an editable install; errors still show, and
+  # the import check below catches a failed install.
+  .venv/bin/python -m pip install -qq -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
   .venv/bin/python -c "import harness, recipes, synthetic_data, torch, trl" \
     || { echo "[setup] install failed" >&2; exit 1; }
   echo "$want" > "$stamp"

@@ -25,6 +25,7 @@ from harness.provenance import provenance
 from synthetic_data import common
 from synthetic_data.public_code import SPLITS as PD_SPLITS
 from synthetic_data.public_code import USE_FILES
+from synthetic_data.user_data import CANARY_DATASETS, PREFERENCE_DATASETS, SOURCE_KEY, UserFiles, user_files
 
 # Bump when a builder's output changes for the same settings: complete datasets are then rebuilt.
 GENERATOR_VERSION = "1.1.0"     # 1.1.0: SD.Base targets the audit would score; sd_rl_prompts from the full SD prompt
@@ -32,7 +33,9 @@ GENERATOR_VERSION = "1.1.0"     # 1.1.0: SD.Base targets the audit would score; 
 SD_DATASETS = ("sd_base", "sd_links", "sd_links_pos")
 RM_DATASETS = ("rm_pd2", "rm_pd2_val", "rm_sd", "rm_sd_links")
 PAIR_DATASETS = ("pairs_sd_base", "pairs_sd_links", "pairs_pd2")
-ALL_DATASETS = (*SD_DATASETS, "sd_rl_prompts", *PD_SPLITS, *RM_DATASETS, *PAIR_DATASETS, "humaneval_infill")
+USER_DATASETS = (*CANARY_DATASETS, *PREFERENCE_DATASETS)   # from data.canaries.file / data.preference.file
+ALL_DATASETS = (*SD_DATASETS, "sd_rl_prompts", *PD_SPLITS, *RM_DATASETS, *PAIR_DATASETS, "humaneval_infill",
+                *USER_DATASETS)
 SD_SUBSETS = ("SD.Base", "SD.Links")
 TARGET_SELECTIONS = ("distinct", "uniform")
 
@@ -67,8 +70,9 @@ def _fraction(d: dict, key: str) -> float:
 def validate(data: dict) -> dict:
     """Check every data.* key; return the normalised settings. Errors name the key and the fix."""
     names = _get(data, "datasets")
-    if names == "all":
-        names = [n for n in ALL_DATASETS]
+    given = {key: (data.get(key) or {}).get("file") not in (None, "") for key in ("canaries", "preference")}
+    if names == "all":     # a user dataset only when its file is given
+        names = [n for n in ALL_DATASETS if n not in USER_DATASETS or given[SOURCE_KEY[n]]]
     elif isinstance(names, str):
         names = [names]
     if not isinstance(names, list) or not names:
@@ -150,9 +154,24 @@ def validate(data: dict) -> dict:
 class Builder:
     """Builds datasets lazily: SD, PD and the tokenizer are made once, only if some dataset needs them."""
 
-    def __init__(self, settings: dict):
+    def __init__(self, settings: dict, files: UserFiles | None = None):
         self.s = settings
         self.seed = settings["seed"]
+        self.files = files
+        self._user_rows: dict[str, list[dict]] = {}
+
+    # -- the user's files (data.canaries.file, data.preference.file), each read and checked once
+    def user_rows(self, dataset: str) -> list[dict]:
+        key = SOURCE_KEY[dataset]
+        if key not in self._user_rows:
+            self._user_rows[key] = self.files.read(dataset)
+        return self._user_rows[key]
+
+    def check_user_files(self, names: list[str]) -> None:
+        """Read and check the user's files the named datasets come from, before anything is written."""
+        for name in names:
+            if name in USER_DATASETS:
+                self.user_rows(name)
 
     # -- SD
     @cached_property
@@ -288,6 +307,8 @@ class Builder:
     def settings_for(self, name: str) -> dict:
         s = self.s
         out: dict[str, Any] = {"seed": self.seed}
+        if name in USER_DATASETS:
+            out["user_file"] = self.files.settings_for(name)
         if name.startswith("sd_") or name in ("rm_sd", "rm_sd_links", "pairs_sd_base", "pairs_sd_links"):
             out["sd"] = s["sd"]
         if name == "sd_rl_prompts":
@@ -313,6 +334,10 @@ class Builder:
         """(rows, figures for the manifest) of one dataset."""
         from synthetic_data import preference as pref
 
+        if name in USER_DATASETS:
+            from synthetic_data import user_data
+
+            return user_data.make(name, self.files.path_for(name), self.user_rows(name), self.seed)
         size, n_links, n_pos = self.sd_counts
         if name in ("sd_base", "rm_sd", "pairs_sd_base") and size - n_links < 1:
             raise UserError("data.sd.links_fraction: leaves no program for SD.Base; lower it or raise data.sd.size")
@@ -445,7 +470,8 @@ def build_datasets(cfg, names: list[str] | None = None, log=print) -> dict[str, 
     settings = validate(data)
     run_dir = Path(str(cfg.run_dir))
     data_dir = datasets_dir(run_dir)
-    builder = Builder(settings)
+    builder = Builder(settings, user_files(data, cfg))
+    builder.check_user_files(settings["datasets"])     # a bad row of the user's file: nothing written
     done: dict[str, Path] = {}
     environment: dict | None = None          # git commit, versions: asked once per build
     # Upstream datasets first, so derived ones can record their hashes.
@@ -470,6 +496,17 @@ def build_datasets(cfg, names: list[str] | None = None, log=print) -> dict[str, 
         log(f"[data] {name}: {len(rows)} rows in {time.perf_counter() - t0:.1f}s -> {out_dir}")
         done[name] = out_dir
     return done
+
+
+def check_user_files(cfg, names: list[str]) -> None:
+    """Read and check the user's canary / preference files that datasets `names` come from (a UserError
+    naming file:line and the field for a bad row); writes nothing. `memaudit run` calls it first."""
+    from omegaconf import DictConfig, OmegaConf
+
+    data = OmegaConf.to_container(cfg.data, resolve=True) if isinstance(cfg.data, DictConfig) else dict(cfg.data)
+    data["datasets"] = list(names)
+    settings = validate(data)
+    Builder(settings, user_files(data, cfg)).check_user_files(settings["datasets"])
 
 
 def main(cfg) -> int:

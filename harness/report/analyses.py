@@ -59,6 +59,23 @@ def summary_entries(grouped: dict[Key, list[dict]]) -> list[dict]:
     return entries
 
 
+# Keys of a user's canary rows the report breaks rates down by (harness/user_data.py): the label the user
+# gave a canary, and its copies in training (the exposure axis of the secret-sharer line of work).
+BREAKDOWN_KEYS = ("group", "repeat")
+
+
+def breakdown(rows: list[dict], key: str) -> list[dict]:
+    """The memorization rate of `rows` per value of `key` (summarize_rows on each part, with its n and 95 %
+    interval), values in order; rows without the key form the part `None`. [] when no row has the key."""
+    if not any(key in r for r in rows):
+        return []
+    parts: dict[Any, list[dict]] = defaultdict(list)
+    for row in rows:
+        parts[row.get(key)].append(row)
+    order = sorted(parts, key=lambda v: (v is None, isinstance(v, str), v if v is not None else 0))
+    return [{key: value, **summarize_rows(parts[value])} for value in order]
+
+
 @dataclass
 class Persistence:
     """Fig. 1: of the examples a source model memorized, how many a later model still memorizes."""

@@ -159,6 +159,36 @@ def _persistence_section(entries_rows: dict, prov: dict, k: float, fig_dir: Path
     summary["persistence"] = rows
 
 
+def _breakdown_section(grouped: dict, entries: list[dict], fig_dir: Path, blocks: list, summary: dict) -> None:
+    """A user's canaries (data.canaries.file, or an audit.examples file with `group` / `repeat`): the final
+    checkpoint's memorization rate by group and by copies in training, each part with n and its interval."""
+    rows_out, series = [], {}
+    for e in sorted(A.final_entries(entries), key=lambda e: (e["model"], e["dataset"])):
+        rows = grouped[(e["model"], e["checkpoint"], e["dataset"])]
+        for key in A.BREAKDOWN_KEYS:
+            for part in A.breakdown(rows, key):
+                rows_out.append({"model": e["model"], "checkpoint": e["checkpoint"], "dataset": e["dataset"],
+                                 "by": key, "value": part[key], **{k: part[k] for k in (
+                                     "n_scored", "n_memorized", "rate", "ci95", "n_excluded")}})
+                if key == "repeat" and isinstance(part[key], int):
+                    series.setdefault(f"{e['model']} on {e['dataset']}", []).append(
+                        (part[key], part["rate"], part["ci95"]))
+    if not rows_out:
+        return
+    blocks.append(("h", 2, "Your canaries: memorization by group and by copies in training"))
+    blocks.append(("p", "Final checkpoints. 'group' is the label each canary carries; 'repeat' is how many copies "
+                        "of it went into training. Rates over scored (not excluded) canaries, with the 95 % Wilson "
+                        "interval; a part with few canaries has a wide interval."))
+    exposure = {label: points for label, points in series.items() if len(points) >= 2}
+    if exposure:
+        path = F.sweep_plot(exposure, "repeat", "Memorization rate against copies in training",
+                            fig_dir / "canaries_by_repeat.png")
+        blocks.append(("img", str(path), "Memorization rate against copies in training"))
+    blocks.append(_table(rows_out, ["model", "checkpoint", "dataset", "by", "value", "n_scored", "n_memorized",
+                                    "rate", "ci95", "n_excluded"]))
+    summary["breakdowns"] = rows_out
+
+
 def _sweep_section(entries: list[dict], fig_dir: Path, blocks: list, summary: dict):
     """Fig. 4 / Fig. 7: rate against each swept key, one line per dataset and setting of the others."""
     finals = A.final_entries(entries)
@@ -387,6 +417,7 @@ def render_report(cfg) -> int:
             "pii_regurgitation_rate", "control_pii_regurgitation_rate", "pii_counterfactual_rate",
             "pii_counterfactual_ci95", "pii_chance_level"]
     blocks.append(_table(A.final_entries(entries), cols))
+    _breakdown_section(grouped, entries, fig_dir, blocks, summary)
 
     # Fig. 3 / 8: maps for the final checkpoint of each audited model on each dataset.
     map_datasets = set(rcfg.get("map_datasets") or [])

@@ -77,16 +77,27 @@ def test_whole_run_audit_scores_every_checkpoint_and_reports(run_dir, audit_worl
     assert {u["model"] for u in report["utility"]} == {"FT.1", "FT.2"}
 
 
+def _audit_log(run_dir: Path, *extra: str) -> str:
+    """Audit, and return the lines the audit added to its log (the console has one line per model and dataset;
+    the per-checkpoint cache counts are in <audit dir>/audit_log.txt)."""
+    log = run_dir / "audit" / "audit_log.txt"
+    seen = log.stat().st_size if log.is_file() else 0
+    assert _audit(run_dir, *extra) == 0
+    return log.read_bytes()[seen:].decode("utf-8")
+
+
 def test_adding_a_checkpoint_generates_only_its_completions(run_dir, audit_world, capsys):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from harness.fim import FAMILIES, format_psm_training
     from tests.tiny import save, train_on_texts
 
-    assert _audit(run_dir) == 0          # everything stored: a rerun generates nothing
-    out = capsys.readouterr().out
+    out = _audit_log(run_dir)            # everything stored: a rerun generates nothing
     assert "0 generated" in out and " 1 generated" not in out
     assert all("control completions: 0 generated" in line for line in out.splitlines() if "rows (" in line)
+    console = capsys.readouterr().out
+    assert "[audit] FT.1 on canaries vs FT.2: 2 checkpoint(s) + final; final " in console
+    assert "rows (" not in console
 
     src = run_dir / "models" / "FT.1" / "checkpoint-30"
     model = AutoModelForCausalLM.from_pretrained(src)
@@ -96,8 +107,7 @@ def test_adding_a_checkpoint_generates_only_its_completions(run_dir, audit_world
     train_on_texts(model, tok, texts, steps=3, lr=1e-2)
     save(model, tok, run_dir / "models" / "FT.1" / "checkpoint-60")
 
-    assert _audit(run_dir) == 0
-    lines = [line for line in capsys.readouterr().out.splitlines() if "rows (" in line]
+    lines = [line for line in _audit_log(run_dir).splitlines() if "rows (" in line]
     new = [line for line in lines if "checkpoint-60" in line]
     assert len(new) == 1 and f"model completions: {len(audit_world['examples'])} generated" in new[0]
     assert all("control completions: 0 generated" in line for line in lines)

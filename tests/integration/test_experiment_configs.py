@@ -18,7 +18,9 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if "\nstages:" in p.read_text())
 DATASETS = {"sd_base", "sd_links", "sd_links_pos", "sd_rl_prompts", "pd_pt", "pd_1", "pd_2", "pd_2_val", "pd_3",
             "pd_3_val", "pd_eval", "rm_pd2", "rm_pd2_val", "rm_sd", "rm_sd_links", "pairs_sd_base",
-            "pairs_sd_links", "pairs_pd2", "humaneval_infill"}
+            "pairs_sd_links", "pairs_pd2", "humaneval_infill",
+            # from the user's files (data.canaries.file, data.preference.file; synthetic_data/user_data.py)
+            "canaries", "rm_canaries", "pairs_canaries", "preference_chosen", "rm_preference", "pairs_preference"}
 
 
 def test_the_task_experiments_exist():
@@ -86,14 +88,16 @@ def test_stage_names_are_overridable_from_the_command_line():
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_ft3_is_table1_ft3_and_trained_on_its_own(name):
-    """Paper 003 Table 1: FT.3 = PD.2 + SD (RM.3's data), not FT.1's PD.1 + SD; so it is never FT.1's twin."""
+    """Paper 003 Table 1: FT.3 = PD.2 + SD (RM.3's data), not FT.1's PD.1 + SD; so it is never FT.1's twin.
+    The own_* experiments put the user's data in SD's place (docs/own-data.md)."""
     from recipes.pipeline import identical_finished_stage
 
     planned = {s.model_name: s for s in plan(compose([f"experiment={name}"]))}
     if "FT.3" not in planned:
         pytest.skip(f"{name} has no FT.3")
     ft3 = planned["FT.3"]
-    assert set(ft3.settings["datasets"]) == {"pd_2", "sd_base", "sd_links"}
+    users = {"own_canaries": {"canaries"}, "own_preference": {"preference_chosen"}}.get(name)
+    assert set(ft3.settings["datasets"]) == {"pd_2", *(users or {"sd_base", "sd_links"})}
     if "FT.1" in planned:
         assert identical_finished_stage(Path("/nonexistent"), ft3, [planned["FT.1"]]) is None
         assert ft3.settings != planned["FT.1"].settings

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.io import read_json
+from harness.io import read_json, read_jsonl
 from pipeline_helpers import write_smoke_datasets
 from test_pipeline_smoke import REPO, memaudit, status_lines
 
@@ -63,6 +63,9 @@ def test_killed_stage_resumes_from_its_last_checkpoint(tmp_path):
     state = read_json(out_dir / "trainer_state.json")
     assert state["global_step"] == 24 and state["global_step"] > last_step
     assert [int(p.name.split("-")[1]) for p in whole_checkpoints(out_dir)][-1] == 24
+    # train_log.jsonl: every logged step once, although the killed run may have logged past its checkpoint
+    logged = [row["step"] for row in read_jsonl(out_dir / "train_log.jsonl") if "loss" in row]
+    assert logged == list(range(2, 25, 2))
 
     again = memaudit(*PT_ARGS, f"run_dir={run_dir}")                           # finished: skipped
     assert status_lines(again.stdout) == {"PT": "skipped"}

@@ -114,6 +114,31 @@ def test_losses_are_finite_and_fall(smoke):
         assert sum(losses[half:]) / (len(losses) - half) < sum(losses[:half]) / half, (name, losses)
 
 
+def logged_steps(model_dir: Path) -> list[int]:
+    """Steps of the logged losses in the stage's trainer_state.json (else its last checkpoint's)."""
+    state = model_dir / "trainer_state.json"
+    if not state.is_file():
+        state = sorted(model_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name[11:]))[-1]
+    return [h["step"] for h in read_json(state)["log_history"] if "loss" in h]
+
+
+def test_every_stage_logs_its_steps_to_train_log_jsonl_not_to_the_console(smoke):
+    """The trainers' per-step dictionaries go to models/<NAME>/train_log.jsonl; the console, which is not a
+    terminal here, carries no dictionary, no progress-bar redraw, no library deprecation notice."""
+    run_dir, result = smoke
+    for name in MODELS:
+        rows = read_jsonl(run_dir / "models" / name / "train_log.jsonl")
+        assert [r["step"] for r in rows if "loss" in r] == logged_steps(run_dir / "models" / name), name
+        assert all(math.isfinite(r["loss"]) for r in rows if "loss" in r), name
+    console = result.stdout + result.stderr
+    assert "{'" not in console and "'loss'" not in console          # no trainer dictionary
+    assert "\r" not in console                                      # no bar redrawn into the log
+    assert "Warning" not in console and "LOAD REPORT" not in console
+    assert "[FT.1] step 4/8 (50 %)" in result.stdout                 # a line per quarter of a stage instead
+    # 258 lines at 4727080 (2026-11-25): dictionaries, bars, warnings, a line per audited checkpoint
+    assert len(console.splitlines()) < 100, console
+
+
 def test_reward_model_separates_its_training_labels(smoke):
     run_dir, _ = smoke
     summary = read_json(run_dir / "models" / "RM.1" / "scores" / "summary.json")["rm_pd2"]
