@@ -14,7 +14,9 @@ def test_memaudit_data_builds_every_dataset(tmp_path, capsys):
             # a small corpus needs fatter splits so that every split gets files
             "data.pd.proportions.pd_pt=0.3", "data.pd.proportions.pd_1=0.14", "data.pd.proportions.pd_2=0.14",
             "data.pd.proportions.pd_2_val=0.1", "data.pd.proportions.pd_3=0.12",
-            "data.pd.proportions.pd_3_val=0.1", "data.pd.proportions.pd_eval=0.1"]
+            "data.pd.proportions.pd_3_val=0.1", "data.pd.proportions.pd_eval=0.1",
+            # the user's files (docs/own-data.md): with them, "all" includes the datasets built from them
+            "data.canaries.file=assets/examples/canaries.jsonl", "data.preference.file=assets/examples/pairs.jsonl"]
     assert run(args) == 0
     out = capsys.readouterr().out
     assert "sd_rl_prompts: skipped" in out
@@ -33,6 +35,17 @@ def test_memaudit_data_builds_every_dataset(tmp_path, capsys):
     # rerun: everything is complete and kept
     assert run(args) == 0
     assert "rows in" not in capsys.readouterr().out
+
+
+def test_all_leaves_out_the_datasets_of_files_not_given(tmp_path):
+    from omegaconf import OmegaConf
+
+    from harness.cli import compose
+    from synthetic_data.build import USER_DATASETS, validate
+
+    data = OmegaConf.to_container(compose([f"run_dir={tmp_path}"]).data, resolve=True)
+    names = validate(data)["datasets"]
+    assert set(names) == set(ALL_DATASETS) - set(USER_DATASETS)
 
 
 def test_memaudit_data_bad_override_is_a_user_error(tmp_path):
