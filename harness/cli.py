@@ -10,6 +10,7 @@ so that stages can name their model directories after it (e.g. `RLFT.4/beta=0.00
 from __future__ import annotations
 
 import errno
+import functools
 import importlib
 import itertools
 import os
@@ -17,18 +18,24 @@ import shlex
 import sys
 from pathlib import Path
 
-from harness.console import quiet_libraries
-from harness.errors import UserError, storage_error
+from harness.core.config import check_sections
+from harness.core.console import TRAINING_COMMANDS, ExpectedRecords, quiet_libraries
+from harness.core.errors import StorageError, UserError, storage_error, storage_message
+from harness.core.layout import report_dir
+from harness.core.lock import hold_directories
+from harness.core.shipped import shipped_dir
+from harness.model.load import filter_transformers_records
+from harness.report.findings import Roles
 
 # command -> ("module:function", help). Modules are imported only when their command runs, so
 # `memaudit --help` stays fast and the scorer never imports the recipes.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "audit": ("harness.audit_run:main", "score checkpoints against a control model (k-approx. counterfactual)"),
+    "audit": ("harness.audit.plan:main", "score checkpoints against a control model (k-approx. counterfactual)"),
     "data": ("synthetic_data.build:main", "build the datasets an experiment needs into <run_dir>/data/"),
     "train": ("recipes.pipeline:train_main", "train one stage: memaudit train stage=<name>"),
     "run": ("recipes.pipeline:run_main", "data -> every stage of an experiment -> audit -> report"),
-    "report": ("harness.report:main", "render figures and report.md/html from stored audit results"),
-    "nmt": ("recipes.nmt_pipeline:main", "Finding Memo: train a seq2seq model and run algorithms 1-3"),
+    "report": ("harness.report.render:main", "render figures and report.md/html from stored audit results"),
+    "nmt": ("harness.cli:nmt_command", "Finding Memo: train a seq2seq model and run algorithms 1-3"),
     "check": ("recipes.check:main", "preflight of a model preset: files, sentinels, BOS/EOS/PAD, lengths"),
 }
 
@@ -48,8 +55,6 @@ USAGE = "usage: memaudit <command> [-m|--multirun] [key=value ...]\n\ncommands:\
 
 def config_dir() -> Path:
     """$MEMAUDIT_CONF, else the checkout's conf/ (editable install), else the conf/ a `pip install .` ships."""
-    from harness.shipped import shipped_dir
-
     env = os.environ.get("MEMAUDIT_CONF")
     path = Path(env) if env else shipped_dir("conf")
     if path is None or not (path / "config.yaml").is_file():
@@ -60,7 +65,7 @@ def config_dir() -> Path:
 
 def expand_sweep(overrides: list[str]) -> list[tuple[list[str], dict[str, str]]]:
     """Cartesian product of sweep overrides: [(plain overrides, {swept key: value})]."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # lazy: `memaudit --help` stays fast
 
     parsed = OverridesParser.create().parse_overrides(overrides)
     fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
@@ -87,10 +92,10 @@ def sweep_run_suffix(sweep_point: dict[str, str]) -> str:
 
 def compose(overrides: list[str], sweep_point: dict[str, str] | None = None):
     """Compose conf/config.yaml with `overrides`; errors name the key and the fix."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf, open_dict
+    from hydra import compose as hydra_compose  # lazy: `memaudit --help` stays fast
+    from hydra import initialize_config_dir  # lazy: keeps `memaudit --help` fast
+    from hydra.errors import HydraException  # lazy: keeps `memaudit --help` fast
+    from omegaconf import OmegaConf, open_dict  # lazy: keeps `memaudit --help` fast
 
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
@@ -112,28 +117,31 @@ def compose(overrides: list[str], sweep_point: dict[str, str] | None = None):
 def check_config(cfg) -> None:
     """Unknown keys and non-boolean flags in audit/report/data (against conf/<group>/default.yaml) and
     in model (against the preset dataclass) are errors for every command, however they were added."""
-    from omegaconf import OmegaConf
-
-    from harness.config import check_sections
+    from omegaconf import OmegaConf  # lazy: keeps `memaudit --help` fast
 
     check_sections(cfg, config_dir())
     report = cfg.get("report")
     if report is not None and report.get("findings_models"):
-        from harness.report.findings import Roles   # checked before any stage runs, not at report time
-
         Roles.load(OmegaConf.to_container(report.findings_models, resolve=True))
     if cfg.get("model") is not None:
-        # The preset's schema is recipes.models.ModelSettings (+ LoraSettings); the CLI dispatches to
-        # recipes anyway, and the scorer itself still never imports them.
-        from recipes.models import parse_model
+        # The preset's schema is recipes.models.ModelSettings (+ LoraSettings): the CLI dispatches to the
+        # recipes anyway, and no layer of harness imports them.
+        from recipes.models import parse_model  # lazy: the recipes load only when a config is checked
 
         parse_model(OmegaConf.to_container(cfg.model, resolve=True), "model")
 
 
 def load_command(name: str):
+    """The function that runs command `name`; `run`, `train` and `nmt` get the measuring side they need."""
     if name not in COMMANDS:
         raise UserError(f"unknown command {name!r}\n{USAGE}")
-    target, _ = COMMANDS[name]
+    command = _import(COMMANDS[name][0], name)
+    if name in ("run", "train"):
+        return functools.partial(command, measurement=measurement())
+    return command
+
+
+def _import(target: str, name: str = ""):
     module_name, func_name = target.split(":")
     try:
         module = importlib.import_module(module_name)
@@ -144,15 +152,33 @@ def load_command(name: str):
     return getattr(module, func_name)
 
 
+def measurement():
+    """The training pipeline's link to the measuring side: `memaudit audit` / `report` after training, and
+    moving a replaced model's audit results aside (recipes.pipeline.Measurement). The CLI is the one place
+    both sides are imported: the recipes never import harness.audit or harness.report."""
+    from recipes.pipeline import Measurement  # lazy: the recipes load when a training command runs
+
+    return Measurement(run_command=lambda command, cfg: int(load_command(command)(cfg) or 0),
+                       retire_audit_results=_import("harness.audit.plan:retire_model_results"))
+
+
+def nmt_command(cfg) -> int:
+    """`memaudit nmt`: the Finding Memo audit (harness.audit.nmt) of the models recipes.nmt_pipeline trains,
+    then its report (harness.report.nmt_report)."""
+    from recipes.nmt_pipeline import NmtTrainer  # lazy: the recipes load when a training command runs
+
+    _import("harness.audit.nmt:run_nmt")(cfg, NmtTrainer())
+    _import("harness.report.nmt_report:write_nmt_report")(Path(str(cfg.run_dir)) / "nmt")
+    return 0
+
+
 def directories_written(name: str, cfg) -> list[tuple[str, Path]]:
-    """(config key, directory) of what a command writes: each is locked while it runs (harness/lock.py).
+    """(config key, directory) of what a command writes: each is locked while it runs (harness/core/lock.py).
 
     A run's commands lock its run_dir, and those that write audit results or the report lock those
     directories too (they may lie outside the run; a retrained stage moves its results aside); an audit
     of one model (audit.model_dir=...) writes only its audit.out_dir, and the report only reads the audit.
     """
-    from harness.layout import report_dir
-
     run_dir = [("run_dir", Path(str(cfg.run_dir)))] if cfg.get("run_dir") else []
     audit = cfg.get("audit") or {}
     audit_out = [("audit.out_dir", Path(str(audit.get("out_dir"))))] if audit.get("out_dir") else []
@@ -171,8 +197,6 @@ def directories_written(name: str, cfg) -> list[tuple[str, Path]]:
 def run_locked(name: str, command, cfg, argv: list[str]) -> int:
     """`command(cfg)` holding the directories it writes; a write the disk refuses (full, read-only, no
     permission) becomes a StorageError naming the file, or the directory, and the fix (exit 2)."""
-    from harness.lock import hold_directories
-
     written = directories_written(name, cfg)
     with hold_directories(written, shlex.join(["memaudit", *argv])):
         try:
@@ -189,8 +213,6 @@ def run_locked(name: str, command, cfg, argv: list[str]) -> int:
 def _refusing_disk(e: Exception, directories: list[Path]):
     """A library that wrapped a failed write without its errno (torch's "file write failed"): name the
     written directory whose disk is full or read-only, if one is."""
-    from harness.errors import StorageError, storage_message
-
     for directory in directories:
         try:
             disk = os.statvfs(directory)
@@ -210,7 +232,9 @@ def run(argv: list[str]) -> int:
     name, rest = argv[0], argv[1:]
     multirun = any(a in ("-m", "--multirun") for a in rest)
     overrides = [a for a in rest if a not in ("-m", "--multirun")]
-    quiet_libraries(name)          # before the command's libraries are imported (harness/console.py)
+    quiet_libraries()              # before the command's libraries are imported (harness/core/console.py)
+    if name in TRAINING_COMMANDS:
+        filter_transformers_records(ExpectedRecords())
     command = load_command(name)
     points = expand_sweep(overrides) if multirun else [(overrides, {})]
     status = 0

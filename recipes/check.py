@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import UserError
+from harness.core.errors import UserError
 
 LENGTH_KEYS = ("max_seq_len", "max_length")     # stage settings bounded by the model's context
 
@@ -94,8 +94,8 @@ def lora_modules(config, target_modules: list[str]) -> Check:
 
 def tokenizer_checks(tokenizer, preset) -> list[Check]:
     """Sentinels, BOS, EOS/PAD and stop tokens as every stage will use them (recipes.models.load_tokenizer)."""
-    from harness.encode import adds_bos
-    from harness.fim import detect_sentinels, stop_token_ids
+    from harness.model.encode import adds_bos
+    from harness.text.fim import detect_sentinels, stop_token_ids
     from recipes.models import use_distinct_pad
 
     try:

@@ -5,7 +5,7 @@ tokenizer) at its root, its `checkpoint-<step>/` directories, and `provenance.js
 last: a directory with provenance.json is a finished stage, anything else is resumable work.
 
 While a stage trains, its logged steps (the Trainer's per-step dictionaries) go to `train_log.jsonl` in
-that directory, not to the console, which shows one progress bar per stage (harness/console.py):
+that directory, not to the console, which shows one progress bar per stage (harness/core/console.py):
 every recipe hands its trainer to `attach_stage_console`.
 """
 
@@ -16,22 +16,22 @@ from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config import check_dataclass_values
-from harness.encode import encode_texts
-from harness.errors import UserError
-from harness.io import atomic_write_json, atomic_write_jsonl, jsonl_line, read_json, read_jsonl
-from harness.layout import PROVENANCE_FILE, TENSORBOARD_DIR, TRAIN_LOG, is_complete, whole_checkpoints
-from harness.layout import data_dir as layout_data_dir
-from harness.layout import models_dir
-from harness.provenance import provenance
+from harness.core.config import check_dataclass_values
+from harness.core.errors import UserError
+from harness.core.io import atomic_write_json, atomic_write_jsonl, jsonl_line, read_json, read_jsonl
+from harness.core.layout import PROVENANCE_FILE, TENSORBOARD_DIR, TRAIN_LOG, is_complete, whole_checkpoints
+from harness.core.layout import data_dir as layout_data_dir
+from harness.core.layout import models_dir
+from harness.core.provenance import provenance
+from harness.model.encode import encode_texts
 
 __all__ = ["PROVENANCE_FILE", "is_complete"]   # re-exported: the recipes' one import of the run layout
 CONTEXT_MARGIN_TOKENS = 8     # FIM sentinels + BPE merge slack at the prompt's joins (fit_fim_context)
 
 
 def resolve_device(device: str) -> str:
-    """'auto' -> 'cuda' when a CUDA device is present, else 'cpu' (one rule, in harness.generation)."""
-    from harness.generation import pick_device
+    """'auto' -> 'cuda' when a CUDA device is present, else 'cpu' (one rule, in harness.model.decode)."""
+    from harness.model.load import pick_device
 
     return pick_device(device)
 
@@ -145,7 +145,7 @@ class StageContext:
 
 
 def latest_checkpoint(out_dir: Path) -> Path | None:
-    """The highest-step whole checkpoint directory, for resuming a killed stage (harness.layout)."""
+    """The highest-step whole checkpoint directory, for resuming a killed stage (harness.core.layout)."""
     whole = whole_checkpoints(out_dir)
     return whole[max(whole)] if whole else None
 
@@ -172,7 +172,7 @@ def write_provenance(ctx: StageContext, stage: str, settings: dict[str, Any], da
 
 
 def left_padded_prompts(tokenizer, prompts: list[str]):
-    """Prompt ids by the one encoding rule (harness.encode: BOS where the family adds one), left-padded so
+    """Prompt ids by the one encoding rule (harness.model.encode: BOS where the family adds one), left-padded so
     that every prompt ends where sampling starts (PPO's rollouts, the RL reward evaluation); tensors."""
     return tokenizer.pad({"input_ids": encode_texts(tokenizer, prompts)}, padding_side="left", return_tensors="pt")
 
@@ -203,7 +203,7 @@ def fit_fim_context(tokenizer, prefix: str, suffix: str, middle_tokens: int, max
 
 def require_tensorboard(enabled: Any) -> bool:
     """The root key `tensorboard`, checked before any training: a boolean, and the package when true."""
-    from harness.config import require_bool
+    from harness.core.config import require_bool
 
     if not require_bool(enabled, "tensorboard"):
         return False
@@ -278,7 +278,7 @@ def _stage_console_callback():
     """The TrainerCallback class (built on first use: importing transformers costs seconds)."""
     from transformers import TrainerCallback
 
-    from harness.console import StageProgress
+    from harness.core.console import StageProgress
 
     class StageConsoleCallback(TrainerCallback):
         """Logged steps -> train_log.jsonl; progress -> one bar (terminal) or a few lines (elsewhere)."""
@@ -314,7 +314,7 @@ def _stage_console_callback():
 def attach_stage_console(trainer, ctx: StageContext) -> None:
     """Give a transformers/TRL trainer the project's console: its per-step dictionaries go to
     `models/<NAME>/train_log.jsonl` (and TensorBoard with `tensorboard=true`) instead of being printed,
-    and its progress is one bar per stage on a terminal, a line per 25 % elsewhere (harness/console.py).
+    and its progress is one bar per stage on a terminal, a line per 25 % elsewhere (harness/core/console.py).
     Replaces the Trainer's PrinterCallback (disable_tqdm=True) or ProgressCallback, whichever it has."""
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 

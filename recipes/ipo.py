@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.io import read_jsonl
-from harness.user_data import repeated
+from harness.core.io import read_jsonl
+from harness.core.user_data import repeated
 from recipes.common import (StageContext, StageSettings, attach_stage_console, fit_fim_context, latest_checkpoint,
                             refuse_zero3_with_lora,
                             settings_match, trl_device_kwargs, write_provenance)
@@ -49,7 +49,7 @@ class IPOSettings(StageSettings):
                                    # the context is also trimmed (in tokens) so the completion fits max_length
     save_steps: int = 100          # a checkpoint-<step>/ every N optimizer steps (each is audited)
     logging_steps: int = 10        # log train/loss every N steps
-    fim_family: str | None = None  # FIM sentinel family (harness.fim); None = the preset's, else detected
+    fim_family: str | None = None  # FIM sentinel family (harness.text.fim); None = the preset's, else detected
     model: dict[str, Any] = field(default_factory=dict)  # preset (dtype, lora, fim_family); injected by the pipeline
     deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); CUDA only
 
@@ -92,7 +92,7 @@ class IPORecipe:
         self.cfg, self.ctx = cfg, ctx
 
     def setup(self) -> None:
-        from harness import fim
+        from harness.text import fim
 
         self.init_dir = self.ctx.model_dir(self.cfg.init)
         self.preset = self.cfg.model_settings
@@ -110,7 +110,7 @@ class IPORecipe:
         """prompt = PSM prompt, chosen/rejected = completion + EOS; several sets shuffled together."""
         from datasets import Dataset
 
-        from harness import fim
+        from harness.text import fim
 
         eos = self.sentinels.eos or self.tokenizer.eos_token
         rows = [r for name in names for r in repeated(self.rows[name])]   # a user row's `repeat` copies

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config import check_dataclass_values
-from harness.errors import UserError
+from harness.core.config import check_dataclass_values
+from harness.core.errors import UserError
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -25,9 +25,9 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 def resolve_pretrained(name: str | None) -> str | None:
     """A hub id or a path; a relative path that exists under the project root, or among the files a
-    non-editable install ships (the shipped base, conf/model/tiny_base.yaml; harness.shipped), is made
+    non-editable install ships (the shipped base, conf/model/tiny_base.yaml; harness.core.shipped), is made
     absolute, so that the preset works from any working directory."""
-    from harness.shipped import shipped_path
+    from harness.core.shipped import shipped_path
 
     if name is None or Path(name).is_absolute():
         return name
@@ -40,7 +40,7 @@ def resolve_pretrained(name: str | None) -> str | None:
 
 def settings_from_dict(cls, settings: dict[str, Any], where: str):
     """Build dataclass `cls` from a config dict; unknown keys and a non-boolean for a bool field are a
-    UserError naming `<where>.<key>` (harness.config.check_dataclass_values)."""
+    UserError naming `<where>.<key>` (harness.core.config.check_dataclass_values)."""
     check_dataclass_values(cls, settings, where)
     return cls(**settings, where=where)
 
@@ -76,7 +76,7 @@ class ModelSettings:
 
     name: str = "tiny"
     pretrained: str | None = None  # hub id or local dir of a FIM code model; PT then only imports it
-    fim_family: str | None = None  # harness.fim family (memaudit, starcoder2, qwen2.5-coder, ...); null: detect
+    fim_family: str | None = None  # harness.text.fim family (memaudit, starcoder2, qwen2.5-coder, ...); null: detect
     dtype: str = "auto"            # auto: bf16 on CUDA, fp32 on CPU
     trust_remote_code: bool = False  # never on by default: loading must not run a checkpoint's code
     vocab_size: int = 4096         # BPE vocabulary of the embedded tokenizer; ↑ shorter sequences, more params
@@ -176,12 +176,12 @@ def load_tokenizer(path: str | Path, model: ModelSettings):
     StarCoder2 ships no pad, Qwen2.5-Coder and DeepSeek-Coder pad with EOS. With PAD = EOS a sequence
     classifier (the reward and value models) scores the last non-pad token, i.e. the token *before* a
     completion's final EOS, so a finished and a truncated completion would look the same to the reward
-    model; the family's own pad token (harness.fim.FimSentinels.pad, a token the vocabulary already has,
+    model; the family's own pad token (harness.text.fim.FimSentinels.pad, a token the vocabulary already has,
     so no embedding is added) replaces it. Every stage saves this tokenizer, so later stages and the audit
     load the same pad."""
     from transformers import AutoTokenizer
 
-    from harness.fim import detect_sentinels
+    from harness.text.fim import detect_sentinels
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=model.trust_remote_code,
@@ -208,7 +208,7 @@ def use_distinct_pad(tokenizer, sentinels, where: str) -> None:
 def stop_generation_at_family_stops(model, tokenizer, sentinels) -> None:
     """Make `generate` (and TRL's RLOO/GRPO, which read generation_config.eos_token_id for both sampling
     and the completion mask) end a completion at any of the family's stop tokens, EOS first."""
-    from harness.fim import stop_token_ids
+    from harness.text.fim import stop_token_ids
 
     model.generation_config.eos_token_id = stop_token_ids(tokenizer, sentinels)
     model.generation_config.pad_token_id = tokenizer.pad_token_id

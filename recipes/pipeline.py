@@ -35,15 +35,19 @@ import os
 import shutil
 import time
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config import require_bool
-from harness.errors import UserError
-from harness.io import atomic_write_json, read_json
-from harness.layout import (TRAINER_STATE, audit_dir, check_listed_name, check_model_name, checkpoint_dirs, data_dir,
-                            models_dir, report_dir, stale_dir)
+from harness.core.config import require_bool
+from harness.core.errors import UserError
+from harness.core.io import atomic_write_json, read_json
+from harness.core.layout import (TRAINER_STATE, audit_dir, check_listed_name, check_model_name, checkpoint_dirs,
+                                 data_dir, models_dir, report_dir, stale_dir)
+from harness.core.lock import LOCK_FILE
+from harness.core.provenance import provenance
+from recipes.check import run_preflight
 from recipes.common import (PROVENANCE_FILE, StageContext, is_complete, latest_checkpoint, require_tensorboard,
                             resolve_device, settings_match)
 
@@ -257,7 +261,7 @@ def needed_datasets(stages: list[PlannedStage], cfg, with_audit: bool = True) ->
     audit = cfg.get("audit") or {}
     utility = require_bool(audit.get("utility", False), "audit.utility")
     if with_audit and "audit" in list(cfg.get("after_training") or []) and utility:
-        names.update({"humaneval_infill": None, "pd_eval": None})   # harness/utility.py (Table 2 analogue)
+        names.update({"humaneval_infill": None, "pd_eval": None})   # harness/measures/utility.py (Table 2 analogue)
     return list(names)
 
 
@@ -320,7 +324,7 @@ def set_rl_prompts_tokenizer(cfg, tokenizer_dir: Path):
 
 
 def prepare_out_dir(run_dir: Path, stage: PlannedStage, seed: int | None = None,
-                    results: tuple[Path, Path] | None = None) -> str:
+                    results: Results | None = None) -> str:
     """'skipped' / 'resumed' / 'trained' for the status line; moves a stale directory aside first, and with
     it (`results`: the audit and report directories) every audit result and the report computed from it."""
     out_dir = models_dir(run_dir) / stage.model_name
@@ -344,23 +348,43 @@ def prepare_out_dir(run_dir: Path, stage: PlannedStage, seed: int | None = None,
     return status
 
 
-def results_dirs(cfg, run_dir: Path) -> tuple[Path, Path]:
-    """(audit dir, report dir) of this run's config: where results of its models are."""
-    return audit_dir(run_dir, cfg), report_dir(cfg)
+@dataclass(frozen=True)
+class Measurement:
+    """What the pipeline asks of the measuring side, handed over by the CLI (harness.cli): the recipes never
+    import harness.audit or harness.report, the layers that measure what they train (DESIGN, data flows one
+    way). `run_command(name, cfg)` runs `memaudit <name>` (audit, report) on the config;
+    `retire_audit_results(audit_dir, model_dir, model_name, dest)` moves a replaced model's audit results
+    aside (harness.audit.plan.retire_model_results)."""
+
+    run_command: Callable[[str, Any], int]
+    retire_audit_results: Callable[..., Any]
 
 
-def retire_results(model_name: str, model_dir: Path, target: Path, results: tuple[Path, Path] | None) -> None:
+@dataclass(frozen=True)
+class Results:
+    """Where the results of a run's models are (its audit and report directories) and how to retire them."""
+
+    audit: Path
+    report: Path
+    retire: Callable[..., Any]
+
+
+def results_dirs(cfg, run_dir: Path, measurement: Measurement | None) -> Results | None:
+    """This run's audit and report directories (None without a measuring side: nothing to retire)."""
+    if measurement is None:
+        return None
+    return Results(audit_dir(run_dir, cfg), report_dir(cfg), measurement.retire_audit_results)
+
+
+def retire_results(model_name: str, model_dir: Path, target: Path, results: Results | None) -> None:
     """Audits follow models: the audit rows and loss measures computed from the model just moved to `target`
     (as the audited model or as the control) go to `<target>/audit/`, and the report, which showed them, to
     `<target>/report/`; the next audit and report compute them for the new weights. Keeping them would
     refuse that audit (rows of another model fingerprint) and leave a report of weights that are gone."""
     if results is None:
         return
-    from harness.audit_run import retire_model_results
-    from harness.lock import LOCK_FILE
-
-    audit, report = results
-    retire_model_results(audit, model_dir, model_name, target / "audit")
+    results.retire(results.audit, model_dir, model_name, target / "audit")
+    report = results.report
     shown = [p for p in report.iterdir() if p.name != LOCK_FILE] if report.is_dir() else []
     if shown:                      # the report dir itself stays: this command holds its lock file
         (target / "report").mkdir(parents=True, exist_ok=True)
@@ -469,7 +493,7 @@ def reuse_stage(run_dir: Path, source: PlannedStage, stage: PlannedStage) -> Non
 
 
 def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str,
-                done: list[PlannedStage] = (), results: tuple[Path, Path] | None = None,
+                done: list[PlannedStage] = (), results: Results | None = None,
                 tensorboard: bool = False) -> dict[str, Any]:
     """Run one stage (or skip it, or reuse an identical earlier one) and print its one-line status.
 
@@ -511,8 +535,6 @@ def write_run_record(cfg, run_dir: Path, stages: list[dict[str, Any]], **extra: 
     """<run_dir>/run.json: the resolved experiment, git commit, versions, and what each stage did."""
     from omegaconf import OmegaConf
 
-    from harness.provenance import provenance
-
     if not is_main_process():
         return
     record = provenance(seed=cfg.seed, datasets={}, experiment=cfg.get("experiment_name"),
@@ -528,7 +550,8 @@ def rl_prompts_source(planned: list[PlannedStage], run_dir: Path) -> Path | None
     return None
 
 
-def train_all(cfg, planned: list[PlannedStage], run_dir: Path) -> list[dict[str, Any]]:
+def train_all(cfg, planned: list[PlannedStage], run_dir: Path, measurement: Measurement | None = None
+              ) -> list[dict[str, Any]]:
     device = resolve_device(cfg.device)
     tensorboard = require_tensorboard(cfg.get("tensorboard", False))
     names = needed_datasets(planned, cfg)
@@ -542,28 +565,26 @@ def train_all(cfg, planned: list[PlannedStage], run_dir: Path) -> list[dict[str,
             build_data(data_cfg, run_dir, late)
             late = []
         results.append(train_stage(stage, run_dir, int(cfg.seed), device, planned[:len(results)],
-                                   results_dirs(cfg, run_dir), tensorboard))
+                                   results_dirs(cfg, run_dir, measurement), tensorboard))
     if late:
         build_data(set_rl_prompts_tokenizer(cfg, tokenizer_stage), run_dir, late)
     return results
 
 
-def after_training(cfg, planned: list[PlannedStage], run_dir: Path) -> None:
+def after_training(cfg, measurement: Measurement) -> None:
     """Hook: audit, then report (`after_training: [audit, report]` in the experiment).
 
     `audit` is `memaudit audit` on this run: every model and checkpoint of `audit_plan` against its
-    control (harness/audit_run.py). Under `accelerate launch` every process takes part in the audit
+    control (harness/audit/plan.py). Under `accelerate launch` every process takes part in the audit
     (it shards the examples and merges in process 0); the report is rendered once, by process 0.
-    Both are the CLI's own functions on the composed config, so a rerun continues where a killed
-    audit stopped.
+    Both are the CLI's own commands on the composed config (`measurement.run_command`), so a rerun
+    continues where a killed audit stopped.
     """
-    from harness.cli import load_command
-
     for command in list(cfg.get("after_training") or []):
         if command != "audit" and not is_main_process():
             continue
         start = time.time()
-        status = int(load_command(command)(cfg) or 0)
+        status = int(measurement.run_command(command, cfg) or 0)
         if is_main_process():
             print(f"[memaudit] {command:<28} {'':<9} {'done':<8} {time.time() - start:8.1f} s", flush=True)
         if status:
@@ -571,22 +592,20 @@ def after_training(cfg, planned: list[PlannedStage], run_dir: Path) -> None:
                             f"`memaudit run experiment={cfg.get('experiment_name')}` to continue")
 
 
-def run_main(cfg) -> int:
+def run_main(cfg, measurement: Measurement) -> int:
     """`memaudit run`: data -> every stage in dependency order -> audit -> report."""
     planned = plan(cfg)
     run_dir = run_directory(cfg)
     start = time.time()
-    from recipes.check import run_preflight
-
     run_preflight(cfg, quiet=is_main_process() or None)   # `memaudit check`: exit 2 with the fix, nothing written
     check_user_files(cfg, needed_datasets(planned, cfg))
     require_tensorboard(cfg.get("tensorboard", False))      # refused before anything is written
     print(f"[memaudit] run {cfg.get('experiment_name')} in {run_dir}: "
           f"{len(planned)} model(s): {', '.join(s.model_name for s in planned)}", flush=True)
     write_run_record(cfg, run_dir, [])
-    results = train_all(cfg, planned, run_dir)
+    results = train_all(cfg, planned, run_dir, measurement)
     write_run_record(cfg, run_dir, results)
-    after_training(cfg, planned, run_dir)
+    after_training(cfg, measurement)
     seconds = time.time() - start
     write_run_record(cfg, run_dir, results, wall_seconds=round(seconds, 1))
     if is_main_process():
@@ -598,7 +617,7 @@ def run_main(cfg) -> int:
     return 0
 
 
-def train_main(cfg) -> int:
+def train_main(cfg, measurement: Measurement | None = None) -> int:
     """`memaudit train stage=<NAME> experiment=<name>`: one stage (every sweep point of it)."""
     name = cfg.get("stage")
     planned = plan(cfg)
@@ -622,5 +641,6 @@ def train_main(cfg) -> int:
         cfg = set_rl_prompts_tokenizer(cfg, tokenizer_stage)
     build_data(cfg, run_dir, names)
     for stage in chosen:
-        train_stage(stage, run_dir, int(cfg.seed), device, results=results_dirs(cfg, run_dir), tensorboard=tensorboard)
+        train_stage(stage, run_dir, int(cfg.seed), device, results=results_dirs(cfg, run_dir, measurement),
+                    tensorboard=tensorboard)
     return 0

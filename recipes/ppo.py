@@ -27,9 +27,9 @@ import random
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UserError
-from harness.io import atomic_write_json, read_json
-from harness.layout import checkpoint_name
+from harness.core.errors import UserError
+from harness.core.io import atomic_write_json, read_json
+from harness.core.layout import checkpoint_name
 from recipes.common import left_padded_prompts
 
 TRAINER_STATE = "trainer_state.json"
@@ -42,7 +42,7 @@ VALUE_DIR = "value"
 def completion_mask(completion_ids, eos_token_id: int | list[int]):
     """1 for the real tokens of each sampled completion: up to and including its first EOS (generate
     pads finished rows afterwards), all of them when the completion was cut at max_completion_length.
-    A list of ids: the first of any of them ends the completion (the family's stop tokens, harness.fim)."""
+    A list of ids: the first of any of them ends the completion (the family's stop tokens, harness.text.fim)."""
     import torch
 
     stops = torch.tensor(eos_token_id if isinstance(eos_token_id, list) else [eos_token_id],
@@ -307,7 +307,7 @@ class PPOTrainer:
     def train(self) -> None:
         import time
 
-        from harness.console import StageProgress
+        from harness.core.console import StageProgress
 
         start = time.perf_counter()
         progress = StageProgress(self.name, self.total_steps, initial=self.step)
@@ -350,7 +350,7 @@ class PPOTrainer:
             self.policy = save_final(self.policy, self.tokenizer, directory)
             self.value = save_final(self.value, None, directory / VALUE_DIR)
         else:
-            # Training goes on from here, so LoRA adapters are saved unmerged (harness.generation loads
+            # Training goes on from here, so LoRA adapters are saved unmerged (harness.model.decode loads
             # such a checkpoint merged onto its base for the audit).
             self.policy.save_pretrained(str(directory))
             self.tokenizer.save_pretrained(str(directory))

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UserError
-from harness.io import file_sha256, read_json, read_jsonl
+from harness.core.errors import UserError
+from harness.core.io import file_sha256, read_json, read_jsonl
 from recipes.common import (PROVENANCE_FILE, StageContext, StageSettings, attach_stage_console, latest_checkpoint,
                             settings_match, trl_device_kwargs, write_provenance)
 from recipes.models import build_llama, load_causal_lm, load_tokenizer, parse_model, save_final
@@ -75,7 +75,7 @@ def packed_blocks(texts: list[str], tokenizer, sentinels, settings: PretrainSett
     When the budget exceeds the corpus, further passes draw fresh FIM splits (as multi-epoch
     pre-training with a random FIM transform does). The last partial block is dropped.
     """
-    from harness.fim import fim_transform
+    from harness.text.fim import fim_transform
 
     n_blocks = math.ceil(settings.max_tokens / settings.max_seq_len)
     blocks: list[list[int]] = []
@@ -124,7 +124,7 @@ class PretrainRecipe:
         import torch
         from transformers import PreTrainedTokenizerFast, set_seed
 
-        from harness.fim import detect_sentinels
+        from harness.text.fim import detect_sentinels
         from recipes.tokenizer import train_code_tokenizer
 
         set_seed(self.ctx.seed)

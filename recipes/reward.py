@@ -27,11 +27,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.encode import encode_texts
-from harness.errors import UserError
-from harness.io import atomic_write_json, atomic_write_jsonl, read_jsonl
-from harness.report.analyses import reward_score_stats
-from harness.user_data import repeated
+from harness.core.errors import UserError
+from harness.core.io import atomic_write_json, atomic_write_jsonl, read_jsonl
+from harness.core.stats import reward_score_stats
+from harness.core.user_data import repeated
+from harness.model.encode import encode_texts
 from recipes.common import (StageContext, StageSettings, attach_stage_console, latest_checkpoint,
                             refuse_zero3_with_lora, settings_match, trl_device_kwargs, write_provenance, zero_stage)
 from recipes.models import load_sequence_classifier, load_tokenizer, parse_model, save_final, wrap_lora
@@ -59,7 +59,7 @@ class RewardSettings(StageSettings):
                                    # is kept); pairwise: TRL RewardTrainer drops longer pairs
     save_steps: int = 100          # a checkpoint-<step>/ every N optimizer steps (each is audited)
     logging_steps: int = 10        # log train/loss every N steps
-    fim_family: str | None = None  # FIM sentinel family (harness.fim); None = the preset's, else detected
+    fim_family: str | None = None  # FIM sentinel family (harness.text.fim); None = the preset's, else detected
     model: dict[str, Any] = field(default_factory=dict)  # preset (dtype, lora, fim_family); injected by the pipeline
     deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); CUDA only
 
@@ -134,7 +134,7 @@ class RewardRecipe:
     def setup(self) -> None:
         from transformers import set_seed
 
-        from harness import fim
+        from harness.text import fim
 
         self.init_dir = self.ctx.model_dir(self.cfg.init)
         preset = self.cfg.model_settings
@@ -156,13 +156,13 @@ class RewardRecipe:
                 raise UserError(f"{self.ctx.data_dir(name)}/rows.jsonl is empty; rebuild dataset {name!r}")
 
     def psm_text(self, row: dict, completion: str) -> str:
-        from harness import fim
+        from harness.text import fim
 
         return fim.format_psm_training(row["prefix"], completion, row["suffix"], self.sentinels)
 
     def _mixture(self, names: list[str]):
         """Rows of several datasets shuffled together: each contributes in proportion to its size (A.3)."""
-        # A user canary's `repeat` copies (harness/user_data.py) train; write_scores scores each row once.
+        # A user canary's `repeat` copies (harness/core/user_data.py) train; write_scores scores each row once.
         rows = [row for name in names for row in repeated(self.rows[name])]
         random.Random(self.ctx.seed).shuffle(rows)
         return rows
@@ -174,7 +174,7 @@ class RewardRecipe:
             # Full texts (ending in EOS) with no separate prompt: RewardTrainer then tokenizes them as they are.
             return Dataset.from_list([{"chosen": self.psm_text(r, r["chosen"]),
                                        "rejected": self.psm_text(r, r["rejected"])} for r in rows])
-        # The same ids score_texts (and so the RL stages) give the RM: harness.encode's rule, end kept.
+        # The same ids score_texts (and so the RL stages) give the RM: harness.model.encode's rule, end kept.
         ids = encode_texts(self.tokenizer, [self.psm_text(r, r["completion"]) for r in rows], self.cfg.max_length)
         return Dataset.from_dict({"input_ids": ids, "attention_mask": [[1] * len(x) for x in ids],
                                   "labels": [float(_label(r)) for r in rows]})
@@ -240,7 +240,7 @@ class RewardRecipe:
                     rec["side"] = side
                 out.append(rec)
             atomic_write_jsonl(scores_dir / f"{name}.jsonl", out)
-            # Fig. 2's statistics, defined once (harness.report.analyses.reward_score_stats)
+            # Fig. 2's statistics, defined once (harness.core.stats.reward_score_stats)
             summary[name] = {**reward_score_stats(out), "n": len(out)}
             summary[name]["split"] = ("train" if name in self.cfg.datasets else
                                       "eval" if name in self.cfg.eval_datasets else "scored")

@@ -39,9 +39,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UserError
-from harness.io import read_json, read_jsonl
-from harness.user_data import repeated
+from harness.core.errors import UserError
+from harness.core.io import read_json, read_jsonl
+from harness.core.user_data import repeated
 from recipes.common import (PROVENANCE_FILE, StageContext, StageSettings, TrainLog, attach_stage_console,
                             latest_checkpoint, refuse_zero3_with_lora, settings_match, trl_device_kwargs,
                             write_provenance)
@@ -78,7 +78,7 @@ class RLSettings(StageSettings):
                                    # that the reward rose); 0 skips it. ↑ tighter interval, ~1 s per prompt on CPU.
                                    # 24 left the sign test short on a rise of one initial spread (17/24 up, p 0.064)
     eval_samples: int = 4          # sampled completions per evaluation prompt
-    fim_family: str | None = None  # FIM sentinel family (harness.fim); None = the preset's, else detected
+    fim_family: str | None = None  # FIM sentinel family (harness.text.fim); None = the preset's, else detected
     model: dict[str, Any] = field(default_factory=dict)  # preset (dtype, lora, fim_family); injected by the pipeline
     deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); CUDA only (not ppo)
     # algorithm: ppo only (Ziegler et al. 2019; Schulman et al. 2016/2017 for GAE and clipping)
@@ -209,7 +209,7 @@ def load_prompt_rows(ctx: StageContext, datasets: list[str], context_chars: int)
 def training_examples(rows: list[dict], sentinels) -> list[dict]:
     """The RL training rows: `prompt` = the PSM prompt the policy completes, plus id/prefix/suffix (the
     reward function rebuilds the RM's text from them)."""
-    from harness import fim
+    from harness.text import fim
 
     return [{"prompt": fim.format_psm_prompt(r["prefix"], r["suffix"], sentinels), "id": r["id"],
              "prefix": r["prefix"], "suffix": r["suffix"]} for r in rows]
@@ -231,7 +231,7 @@ class PsmRewardModel:
     def texts(self, completions: list[str], prefix: list[str], suffix: list[str]) -> list[str]:
         """The RM's text of each completion, cut at the family's first stop token as the audit cuts its
         completions (a non-special sentinel such as `<|file_sep|>` survives TRL's decoding)."""
-        from harness import fim
+        from harness.text import fim
 
         return [fim.format_psm_training(p, fim.strip_sentinels(c, self.sentinels), s, self.sentinels)
                 for c, p, s in zip(completions, prefix, suffix)]
@@ -258,7 +258,7 @@ class RLRecipe:
         self.cfg, self.ctx = cfg, ctx
 
     def setup(self) -> None:
-        from harness import fim
+        from harness.text import fim
 
         self.init_dir = self.ctx.model_dir(self.cfg.init)
         self.rm_dir = self.ctx.model_dir(self.cfg.reward_model)
@@ -284,7 +284,7 @@ class RLRecipe:
     def dataset(self):
         from datasets import Dataset
 
-        # A user canary's `repeat` copies (harness/user_data.py) are prompted; the reward evaluation draws from
+        # A user canary's `repeat` copies (harness/core/user_data.py) are prompted; the reward evaluation draws from
         # the rows themselves (self.rows), each once.
         return Dataset.from_list(training_examples(repeated(self.rows), self.sentinels))
 
@@ -366,7 +366,7 @@ class RLRecipe:
 
         if int(os.environ.get("RANK", "0")) != 0:   # one process scores; the others would repeat it
             return
-        from harness.audit import model_fingerprint
+        from harness.model.load import model_fingerprint
 
         # The preset's dtype, no adapters: both are plain saved models (LoRA is merged at save).
         def load(model_dir: Path):

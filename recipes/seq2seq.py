@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UserError
+from harness.core.errors import UserError
 from recipes.common import (StageContext, attach_stage_console, is_complete, latest_checkpoint, settings_match,
                             trl_device_kwargs, write_provenance)
 

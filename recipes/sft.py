@@ -5,7 +5,7 @@ and FT.3 (PD.2 + SD) add the synthetic dataset SD, which is how canaries enter t
 mixture of PD and SD is weighted by size — we concatenate the rows and shuffle them (seeded).
 
 Row formats (the data engineer's contract):
-- code rows `id, text, source_file` -> `harness.fim.fim_transform` (random PSM split at `fim_rate`,
+- code rows `id, text, source_file` -> `harness.text.fim.fim_transform` (random PSM split at `fim_rate`,
   seeded), as in pre-training;
 - FIM rows `id, prefix, target, suffix` (SD) -> `format_psm_training(prefix, target, suffix)`: exactly
   the PSM layout the audit prompts with, so a canary's target is learned as the completion of its
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UserError
-from harness.io import read_jsonl
-from harness.user_data import repeated
+from harness.core.errors import UserError
+from harness.core.io import read_jsonl
+from harness.core.user_data import repeated
 from recipes.common import (CONTEXT_MARGIN_TOKENS, StageContext, StageSettings, attach_stage_console,
                             fit_fim_context, latest_checkpoint, refuse_zero3_with_lora, settings_match,
                             trl_device_kwargs, write_provenance)
@@ -90,7 +90,7 @@ def fit_fim_row(prefix: str, middle: str, suffix: str, sentinels, tokenizer, max
 
     PSM puts the middle last (paper 003 Sec. 2.2.1) and SFT truncates the end at max_seq_len, so a long
     SD example would otherwise lose its target — the canary the audit later looks for (Sec. 4.1, 5.1)."""
-    from harness.fim import format_psm_training
+    from harness.text.fim import format_psm_training
 
     # Tokens the tokenizer adds around a text when TRL encodes it (a BOS for some model families).
     added = len(tokenizer("x")["input_ids"]) - len(tokenizer("x", add_special_tokens=False)["input_ids"])
@@ -114,7 +114,7 @@ def training_rows(rows: list[dict], source: str, sentinels, settings: SFTSetting
 
     With `tokenizer`, a FIM row whose text exceeds max_seq_len has its context trimmed (fit_fim_row);
     `stats` then counts `fim_rows` and `fim_trimmed`."""
-    from harness.fim import fim_transform, format_psm_prompt, format_psm_training
+    from harness.text.fim import fim_transform, format_psm_prompt, format_psm_training
 
     stats = Counter() if stats is None else stats
     examples = []
@@ -162,7 +162,7 @@ class SFTRecipe:
         from datasets import Dataset
         from transformers import set_seed
 
-        from harness.fim import detect_sentinels
+        from harness.text.fim import detect_sentinels
 
         set_seed(self.ctx.seed)
         self.init_dir = self.ctx.model_dir(self.settings.init)
@@ -174,7 +174,7 @@ class SFTRecipe:
         for name in self.settings.datasets:
             path = self.ctx.data_dir(name) / "rows.jsonl"
             rows = capped_rows(read_jsonl(path), self.settings.max_rows.get(name), f"{self.ctx.seed}-sft-rows-{name}")
-            rows = repeated(rows)      # a user canary's `repeat` copies (harness/user_data.py)
+            rows = repeated(rows)      # a user canary's `repeat` copies (harness/core/user_data.py)
             examples += training_rows(rows, str(path), self.sentinels, self.settings, rng, self.tokenizer,
                                       self.fim_stats)
         if self.fim_stats["fim_rows"]:

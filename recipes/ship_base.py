@@ -19,9 +19,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from harness.errors import UserError
-from harness.io import atomic_write_json, file_sha256, read_json
-from harness.layout import data_dir, models_dir
+from harness.core.errors import UserError
+from harness.core.io import atomic_write_json, file_sha256, read_json
+from harness.core.layout import data_dir, models_dir
 from recipes.common import PROVENANCE_FILE
 
 WEIGHTS_FILE = "model.safetensors"
@@ -54,8 +54,8 @@ def held_out_chunks(pd: dict, n: int) -> list[str]:
 
 def mean_token_loss(model, tokenizer, texts: list[str], max_length: int = 512) -> float:
     """Token-weighted mean next-token loss (nats) of `texts`, each followed by EOS, cut at max_length:
-    every token but the first is a target of harness.losses.token_losses_batched (summed per text)."""
-    from harness.losses import token_losses_batched
+    every token but the first is a target of harness.model.logprobs.token_losses_batched (summed per text)."""
+    from harness.model.logprobs import token_losses_batched
 
     ids = [tokenizer(t, add_special_tokens=False)["input_ids"][:max_length - 1] + [tokenizer.eos_token_id]
            for t in texts]

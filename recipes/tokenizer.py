@@ -1,7 +1,7 @@
 """The embedded default's tokenizer: byte-level BPE trained from scratch on code, with FIM sentinels.
 
 Sentinels follow the StarCoder spelling (`<fim_prefix>`, `<fim_middle>`, `<fim_suffix>`) so that
-harness/fim.py detects them like any public FIM model; `<eos>` ends a completion, `<pad>` pads.
+harness/text/fim.py detects them like any public FIM model; `<eos>` ends a completion, `<pad>` pads.
 """
 
 from __future__ import annotations

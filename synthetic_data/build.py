@@ -18,10 +18,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UserError
-from harness.io import atomic_write_json, atomic_write_jsonl, file_sha256
-from harness.layout import datasets_dir
-from harness.provenance import provenance
+from harness.core.errors import UserError
+from harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256
+from harness.core.layout import datasets_dir
+from harness.core.provenance import provenance
 from synthetic_data import common
 from synthetic_data.public_code import SPLITS as PD_SPLITS
 from synthetic_data.public_code import USE_FILES
@@ -230,7 +230,7 @@ class Builder:
         """What the audit's filters (paper 003 Sec. 4.2, App. D) would exclude, with target tokens counted
         in proxy pieces: the audit counts them in the audited model's tokenizer, so its short-target count
         can differ a little; the target-in-prompt test works on characters and is the audit's exactly."""
-        from harness.memorization import exclusion_reasons
+        from harness.text.exclusions import exclusion_reasons
         from synthetic_data.sd import MIN_TARGET_PIECES
 
         reasons = exclusion_reasons([r["prefix"] for r in rows], [r["target"] for r in rows],

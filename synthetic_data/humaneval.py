@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.errors import UserError
+from harness.core.errors import UserError
 from synthetic_data.common import nonblank_line_indices, split_at_line
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from harness.errors import UserError
+from harness.core.errors import UserError
 from synthetic_data.common import split_at_line
 from synthetic_data.sd import WITH_OPEN, SDProgram, resources_text
 

@@ -21,7 +21,7 @@ import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.errors import UserError
+from harness.core.errors import UserError
 from synthetic_data.common import nonblank_line_indices, seeded_rng, split_at_line, unit_hash
 
 SPLITS = ("pd_pt", "pd_1", "pd_2", "pd_2_val", "pd_3", "pd_3_val", "pd_eval")

@@ -1,6 +1,6 @@
 """Datasets from a user's own files, planted the ways SD is (paper 003 Sec. 5.1-5.4, Table 1).
 
-`data.canaries.file` (rows: harness/user_data.py) gives three datasets, SD.Base's three forms:
+`data.canaries.file` (rows: harness/core/user_data.py) gives three datasets, SD.Base's three forms:
 - `canaries`        FIM rows id, prefix, target, suffix, repeat (+ group, metadata): the fine-tuning data of
                     an FT stage (as sd_base), the prompts of an RL stage, and the audit set;
 - `rm_canaries`     pointwise reward rows, the canary's own target as a label-1 completion (as rm_sd's SD.Base
@@ -10,7 +10,7 @@
 `data.preference.file` gives `pairs_preference` (the pairs as given, for IPO/DPO), `rm_preference` (pointwise:
 chosen = 1, rejected = 0) and `preference_chosen` (FIM rows whose target is the chosen completion: the audit
 set). Every row keeps its `repeat`, which the recipes expand into copies when they train
-(harness.user_data.repeated); the audit scores each row once.
+(harness.core.user_data.repeated); the audit scores each row once.
 
 A target shorter than `audit.min_target_tokens` is refused here, before anything is written. Tokens are
 counted in the tokenizer of the model preset's `pretrained` directory when it has one; a model trained from
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UserError
-from harness.io import file_sha256
-from harness.user_data import read_canaries, read_preference_pairs
+from harness.core.errors import UserError
+from harness.core.io import file_sha256
+from harness.core.user_data import read_canaries, read_preference_pairs
 from synthetic_data.common import distribution, nonblank_line_indices, seeded_rng
 
 CANARY_DATASETS = ("canaries", "rm_canaries", "pairs_canaries")
@@ -40,7 +40,7 @@ BYTES = "UTF-8 bytes (no tokenizer before the model is trained; at least the tok
 def resolve_user_file(key: str, value: str) -> Path:
     """`data.<key>` as a file: relative to the working directory, else to the shipped folders (the examples in
     assets/examples/, so that an experiment naming one works from any directory)."""
-    from harness.shipped import shipped_path
+    from harness.core.shipped import shipped_path
 
     path = Path(value).expanduser()
     if not path.is_file() and not path.is_absolute():
@@ -53,7 +53,7 @@ def resolve_user_file(key: str, value: str) -> Path:
 
 def tokenizer_dir(pretrained: str | None) -> Path | None:
     """The model preset's `pretrained` directory when it holds a tokenizer (a hub id is not looked up)."""
-    from harness.shipped import shipped_path
+    from harness.core.shipped import shipped_path
 
     if not pretrained:
         return None

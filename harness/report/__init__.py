@@ -1,8 +1,4 @@
-"""Figures and reports rendered from stored audit results only; nothing here re-scores a model."""
-
-
-def main(cfg):
-    """`memaudit report`: render <run_dir>/report/ from <run_dir>/audit/ (see harness.report.render)."""
-    from harness.report.render import render_report
-
-    return render_report(cfg)
+"""Layer 6 of harness/ (the top): figures and reports rendered from stored results only - nothing here
+re-scores a model. analyses (paper 003 Sec. 5 tables), evidence (did a stage train), findings (the papers'
+claims judged on a run), figures, loss_figures, nmt_report, render (`memaudit report`). Imports every layer
+below it; nothing imports it but the CLI."""

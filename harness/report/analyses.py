@@ -2,7 +2,7 @@
 
 Rows are the audit's JSONL rows (`id, dataset, model, checkpoint, ned, control_ned, memorized,
 excluded, ...`), stored at `<run_dir>/audit/<model>/<checkpoint>/<dataset>.jsonl` where <model> may
-hold a sweep point (`RLFT.1/beta=0.1`). Rates always come from harness.memorization.summarize_rows,
+hold a sweep point (`RLFT.1/beta=0.1`). Rates always come from harness.measures.memorization.summarize_rows,
 the one definition of the memorization rate.
 """
 
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.io import read_jsonl, unique_rows
-from harness.layout import checkpoint_step as layout_checkpoint_step
-from harness.memorization import summarize_rows
+from harness.core.io import read_jsonl, unique_rows
+from harness.core.layout import checkpoint_step as layout_checkpoint_step
+from harness.measures.memorization import summarize_rows
 
 FINAL = "final"
 Key = tuple[str, str, str]  # (model, checkpoint, dataset)
@@ -50,7 +50,7 @@ def load_audit_rows(audit_dir: str | Path) -> dict[Key, list[dict]]:
 
 def summary_entries(grouped: dict[Key, list[dict]]) -> list[dict]:
     """One entry per model x checkpoint x dataset: counts, rate and its ci95, and on rows with PII paths the
-    model's, the control's and the counterfactual PII regurgitation rates (harness.memorization)."""
+    model's, the control's and the counterfactual PII regurgitation rates (harness.measures.memorization)."""
     entries = []
     for (model, checkpoint, dataset), rows in sorted(grouped.items(),
                                                      key=lambda kv: (kv[0][0], checkpoint_step(kv[0][1]), kv[0][2])):
@@ -59,7 +59,7 @@ def summary_entries(grouped: dict[Key, list[dict]]) -> list[dict]:
     return entries
 
 
-# Keys of a user's canary rows the report breaks rates down by (harness/user_data.py): the label the user
+# Keys of a user's canary rows the report breaks rates down by (harness/core/user_data.py): the label the user
 # gave a canary, and its copies in training (the exposure axis of the secret-sharer line of work).
 BREAKDOWN_KEYS = ("group", "repeat")
 
@@ -124,7 +124,7 @@ def final_entries(entries: list[dict]) -> list[dict]:
     return list(last.values())
 
 
-# The interval key of each rate an entry carries (harness.memorization.summarize_rows / summarize_pii).
+# The interval key of each rate an entry carries (harness.measures.memorization.summarize_rows / summarize_pii).
 CI_KEY = {"rate": "ci95", "pii_regurgitation_rate": "pii_regurgitation_ci95",
           "control_pii_regurgitation_rate": "control_pii_regurgitation_ci95",
           "pii_counterfactual_rate": "pii_counterfactual_ci95"}
@@ -150,43 +150,6 @@ def over_training(entries: list[dict], model: str, dataset: str) -> list[dict]:
     """Memorization and PII regurgitation against checkpoint step, 'final' last."""
     rows = [e for e in entries if e["model"] == model and e["dataset"] == dataset]
     return sorted(rows, key=lambda e: checkpoint_step(e["checkpoint"]))
-
-
-def roc_auc(scores: list[float], labels: list[int]) -> float | None:
-    """Probability that a random positive outscores a random negative (ties count 1/2); None if one class is empty.
-
-    Computed from ranks (Mann-Whitney U) in O(n log n); tests check it against the O(n^2) pair count.
-    """
-    pos = sum(1 for y in labels if y == 1)
-    neg = len(labels) - pos
-    if pos == 0 or neg == 0:
-        return None
-    order = sorted(range(len(scores)), key=lambda i: scores[i])
-    ranks = [0.0] * len(scores)
-    i = 0
-    while i < len(order):              # average ranks over ties
-        j = i
-        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    rank_sum_pos = sum(r for r, y in zip(ranks, labels) if y == 1)
-    return (rank_sum_pos - pos * (pos + 1) / 2) / (pos * neg)
-
-
-def reward_score_stats(score_rows: list[dict]) -> dict[str, Any]:
-    """Fig. 2: reward-score distribution by label (rows: id, label, score)."""
-    by_label: dict[int, list[float]] = defaultdict(list)
-    for r in score_rows:
-        by_label[int(r["label"])].append(float(r["score"]))
-    stats = {}
-    for label, scores in sorted(by_label.items()):
-        mean = sum(scores) / len(scores)
-        stats[str(label)] = {"n": len(scores), "mean": mean,
-                             "std": math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))}
-    return {"by_label": stats, "auc": roc_auc([float(r["score"]) for r in score_rows],
-                                              [int(r["label"]) for r in score_rows])}
 
 
 def provenance_table(models_dir: str | Path) -> list[dict]:

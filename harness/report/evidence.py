@@ -23,8 +23,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from harness.core.layout import TRAINER_STATE, checkpoint_dirs
 from harness.report.analyses import checkpoint_step
-from harness.layout import TRAINER_STATE, checkpoint_dirs
 
 EDGE_SHARE = 0.1  # "first" and "last" steps: the first and last 10 % of logged training steps
 
@@ -111,7 +111,7 @@ def rm_evidence(model_dir: str | Path) -> dict[str, Any]:
 
 
 def utility_evidence(utility: dict[str, dict], model: str, init: str | None) -> dict[str, Any]:
-    """An RL model's held-out public-code loss (pd_eval, harness/utility.py) and its init model's: a policy
+    """An RL model's held-out public-code loss (pd_eval, harness/measures/utility.py) and its init model's: a policy
     that collapsed onto the reward model's favourite output loses the code it could write."""
     loss = (utility.get(model) or {}).get("pd_eval_loss")
     init_loss = (utility.get(init) or {}).get("pd_eval_loss") if init else None

@@ -9,7 +9,7 @@ A finding holds only when three things are true, and each is written beside the 
    evidence of persistence.
 2. **the rule**: the paper's claim turned into a stated margin (e.g. F2: RLFT.2 <= FT.3 / 5).
 3. **not noise**: a comparison of two rates passes an exact test at p < 0.05 (McNemar on the same
-   examples, Fisher on different ones; harness/stats.py). Right direction but p >= 0.05: `inconclusive`.
+   examples, Fisher on different ones; harness/core/stats.py). Right direction but p >= 0.05: `inconclusive`.
 Statuses: `holds`, `not reproduced` (the rule fails with the evidence in place), `inconclusive`,
 `not measured` (the run has no models or data for it). Every rate carries n and a 95 % Wilson interval.
 
@@ -23,16 +23,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UserError
-from harness.io import read_jsonl
-from harness.losses import VARIANT_CONTROL
-from harness.memorization import pii_counterfactually_regurgitated, pii_rows, summarize_pii
+from harness.audit.losses import VARIANT_CONTROL
+from harness.core.errors import UserError
+from harness.core.io import read_jsonl
+from harness.core.stats import fisher_exact, mcnemar_exact, rate_with_interval
+from harness.measures.memorization import pii_counterfactually_regurgitated, pii_rows, summarize_pii
 from harness.report import analyses as A
-from harness.stats import fisher_exact, mcnemar_exact, rate_with_interval
 
 HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED = "holds", "not reproduced", "inconclusive", "not measured"
 P_MAX = 0.05                 # a comparison is "not noise" below this p-value (two-sided exact test)
@@ -78,8 +78,6 @@ class Roles:
     @classmethod
     def load(cls, mapping: dict | None) -> Roles:
         """Roles from `report.findings_models`; an unknown role is an error naming the valid ones."""
-        from dataclasses import fields
-
         mapping = dict(mapping or {})
         valid = [f.name for f in fields(cls)]
         unknown = sorted(set(mapping) - set(valid))
@@ -137,7 +135,7 @@ def within_k_flags(rows: list[dict], k: float, side: str) -> dict:
 
 
 def pii_flags(rows: list[dict]) -> dict:
-    """{id: counterfactual PII regurgitation} over scored SD.Links positives (harness.memorization)."""
+    """{id: counterfactual PII regurgitation} over scored SD.Links positives (harness.measures.memorization)."""
     return {r["id"]: pii_counterfactually_regurgitated(r) for r in pii_rows(rows)}
 
 
@@ -480,7 +478,7 @@ def _nmt_numbers(value: Any) -> str:
 
 def _nmt(fid: str, keys: tuple[str, ...], numbers: str, claim: str, paper: str,
          test: Callable[[dict], dict | None] | None = None) -> Callable:
-    """N1-N3 from the NMT run's summary.json `findings` (harness.nmt.findings): all `keys` must hold,
+    """N1-N3 from the NMT run's summary.json `findings` (harness.measures.nmt.findings): all `keys` must hold,
     and where the finding is a comparison, `test(summary)` must put it below P_MAX."""
     def check(run: RunResults) -> dict:
         f = (run.nmt or {}).get("findings") or {}

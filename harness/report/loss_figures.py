@@ -1,6 +1,6 @@
 """Figures of the loss-based measures (paper 004 Fig. 2-3) and of canary exposure, from stored results.
 
-Input is what `harness.losses.audit_losses` wrote (summary.json, <set>.jsonl); nothing here re-scores a
+Input is what `harness.measures.losses.audit_losses` wrote (summary.json, <set>.jsonl); nothing here re-scores a
 model. matplotlib Agg; each function writes one PNG atomically and returns its path.
 """
 
@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from harness.io import read_json, read_jsonl  # noqa: E402
+from harness.core.io import read_json, read_jsonl  # noqa: E402
 
 DPI = 110
 MEASURE_STYLE = {"recollection": ("tab:green", "o"), "counterfactual": ("tab:orange", "s"),

@@ -1,11 +1,13 @@
 """The NMT run's report (paper 002): `report.md` and the figure of memorization by repetition bucket,
-rendered from the run's summary.json (recipes/nmt_pipeline.py writes it; harness/nmt.py computes it)."""
+rendered from the audit's files in <run_dir>/nmt/ (harness/audit/nmt.py writes them; harness/measures/nmt.py
+computes them): `memaudit nmt` renders it right after the audit, and again from the files alone."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness import nmt
+from harness.core.io import atomic_write_text, read_json, read_jsonl
+from harness.measures import nmt
 
 
 def _fmt(x, digits: int = 2, pct: bool = False) -> str:
@@ -17,10 +19,10 @@ def _fmt(x, digits: int = 2, pct: bool = False) -> str:
 def render_figure(path: Path, buckets: dict, per_bucket: dict, noisy_pct: list | None = None) -> None:
     """Left: Algorithm 1 ratio per repetition bucket (Table 1), with the share of noisy pairs per bucket
     when the corpus knows it (the most a model can memorize by construction). Right: Algorithm 2."""
-    import matplotlib
+    import matplotlib  # heavy, optional at import time: only rendering a figure needs it
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after choosing the headless backend
 
     reps = [b["repetitions"] for b in buckets["buckets"]]
     ratios = [b["ratio_pct"] or 0.0 for b in buckets["buckets"]]
@@ -138,3 +140,17 @@ def render_report(summary: dict) -> str:
     lines += ["", f"Provenance: git {summary['provenance'].get('git_commit')}, seed {summary['provenance'].get('seed')}, "
               f"datasets {summary['provenance'].get('datasets')}."]
     return "\n".join(lines) + "\n"
+
+
+def write_nmt_report(out_dir: str | Path, log=print) -> Path:
+    """report.md and memorization_by_repetition.png of the NMT audit in `out_dir` (its summary.json and
+    memorization.jsonl)."""
+    out_dir = Path(out_dir)
+    summary = read_json(out_dir / "summary.json")
+    alg1 = read_jsonl(out_dir / "memorization.jsonl")
+    per_bucket = {int(k): v for k, v in summary["neighbourhood_per_bucket"].items()}   # JSON keys are strings
+    render_figure(out_dir / "memorization_by_repetition.png", summary["buckets"], per_bucket,
+                  nmt.noisy_share_by_bucket(alg1) if summary.get("memorized_by_kind") else None)
+    atomic_write_text(out_dir / "report.md", render_report(summary))
+    log(f"[nmt] wrote {out_dir / 'report.md'}")
+    return out_dir / "report.md"

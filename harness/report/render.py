@@ -16,14 +16,18 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UserError
-from harness.io import atomic_write_json, atomic_write_text, read_jsonl
-from harness import layout
-from harness.layout import models_dir
-from harness.provenance import provenance
+from harness.core import layout
+from harness.core.errors import UserError
+from harness.core.io import atomic_write_json, atomic_write_text, read_jsonl
+from harness.core.layout import models_dir
+from harness.core.provenance import provenance
+from harness.core.stats import reward_score_stats, wilson_interval
+from harness.measures.utility import load_utility
 from harness.report import analyses as A
 from harness.report import figures as F
-from harness.stats import wilson_interval
+from harness.report.evidence import log_history, stage_evidence
+from harness.report.findings import Roles, RunResults, findings, load_loss_rows
+from harness.report.loss_figures import render_loss_figures
 
 # Default groups when report.compare is empty: by the recipe that produced each model. The recipe does not
 # say how SD entered (RLFT.1 inherits it from FT.1, RLFT.2 only saw it through the reward model), so the
@@ -227,7 +231,6 @@ def _sweep_section(entries: list[dict], fig_dir: Path, blocks: list, summary: di
 def _loss_section(audits: dict[Path, Path], fig_dir: Path, blocks: list, summary: dict) -> None:
     """Paper 004's recollection / counterfactual / contextual measures and canary exposure, per model,
     from the `audit.measures=[loss]` outputs under <audit dir>/losses/<model>/."""
-    from harness.report.loss_figures import render_loss_figures
 
     found = [(audit, p) for audit in audits.values() for p in sorted((audit / "losses").rglob("summary.json"))]
     if not found:
@@ -255,7 +258,6 @@ def _loss_section(audits: dict[Path, Path], fig_dir: Path, blocks: list, summary
 
 def _utility_section(runs: list[Path], audits: dict[Path, Path], blocks: list, summary: dict) -> None:
     """Paper 003 Table 2 analogue: HumanEval single-line infilling exact match, held-out PD loss."""
-    from harness.utility import load_utility
 
     rows = []
     for run in runs:
@@ -277,7 +279,6 @@ def _findings_section(cfg, audits: dict[Path, Path], grouped: dict, evidence: di
                       summary: dict, out_dir: Path) -> None:
     """The papers' findings (F1-F8, N1-N3, C1-C2) against this run, each with its training evidence,
     rates with n and 95 % intervals, and the exact test: report/findings.json."""
-    from harness.report.findings import Roles, RunResults, findings, load_loss_rows
 
     roles = Roles.load((cfg.get("report") or {}).get("findings_models"))
     nmt_path = (cfg.get("report") or {}).get("nmt_summary")
@@ -350,7 +351,6 @@ def _stage_table(evidence: dict, stage: str, columns: list[str], blocks: list, c
 
 def _histories(runs: list[Path], evidence: dict, stage: str) -> dict[str, list[dict]]:
     """{model: log_history} of the models of one stage kind (model names carry the run prefix)."""
-    from harness.report.evidence import log_history
 
     out = {}
     for name, ev in evidence.items():
@@ -364,8 +364,6 @@ def _histories(runs: list[Path], evidence: dict, stage: str) -> dict[str, list[d
 
 def _run_evidence(runs: list[Path], prov: dict, audits: dict[Path, Path]) -> dict:
     """Stage evidence of every run, model names prefixed as the rest of the report prefixes them."""
-    from harness.report.evidence import stage_evidence
-    from harness.utility import load_utility
 
     out = {}
     for run in runs:
@@ -383,7 +381,7 @@ def _slug(name: str) -> str:
 
 
 def report_dir(cfg) -> Path:
-    """Where `memaudit report` writes (harness.layout.report_dir)."""
+    """Where `memaudit report` writes (harness.core.layout.report_dir)."""
     return layout.report_dir(cfg)
 
 
@@ -441,7 +439,7 @@ def render_report(cfg) -> int:
             blocks.append(("img", str(path), f"Reward scores on {dataset}"))
             stats = [{"reward_model": rm, "dataset": dataset, "mean_label_1": s["by_label"].get("1", {}).get("mean"),
                       "mean_label_0": s["by_label"].get("0", {}).get("mean"), "auc": s["auc"]}
-                     for rm, s in ((rm, A.reward_score_stats([{"label": lbl, "score": x} for lbl, xs in by.items()
+                     for rm, s in ((rm, reward_score_stats([{"label": lbl, "score": x} for lbl, xs in by.items()
                                                                for x in xs])) for rm, by in per_rm.items())]
             blocks.append(_table(stats, ["reward_model", "dataset", "mean_label_1", "mean_label_0", "auc"]))
             summary.setdefault("reward_scores", []).extend(stats)
@@ -507,3 +505,7 @@ def render_report(cfg) -> int:
     print(f"[memaudit] report written to {out_dir / 'report.html'} (and report.md, summary.json, findings.json)")
     return 0
 
+
+def main(cfg) -> int:
+    """`memaudit report`: render <run_dir>/report/ from <run_dir>/audit/."""
+    return render_report(cfg)

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.errors import UserError
+from harness.core.errors import UserError
 
-PII_PATHS_FILE = Path(__file__).resolve().parents[1] / "synthetic_data" / "resources" / "pii_paths.txt"
+PII_PATHS_FILE = Path(__file__).resolve().parents[2] / "synthetic_data" / "resources" / "pii_paths.txt"
 
 
 def load_candidates(path: str | Path = PII_PATHS_FILE) -> list[str]:
@@ -80,23 +80,18 @@ def exposure_rows(rows: Sequence[dict]) -> list[dict]:
     return [r for r in rows if r.get("pii_path") and r.get("label", 1) in (1, True, "1")]
 
 
-def candidate_losses(model, tokenizer, rows: Sequence[dict], candidates: Sequence[str], sentinels,
-                     batch_size: int = 16, progress: bool | None = None) -> np.ndarray:
-    """(rows, candidates) summed target NLL with each candidate path substituted; batched across rows."""
-    from harness.losses import target_losses
-
-    prefixes, targets, suffixes = [], [], []
+def candidate_losses(scorer, rows: Sequence[dict], candidates: Sequence[str], sentinels) -> np.ndarray:
+    """(rows, candidates) summed target NLL with each candidate path substituted (harness.model's scorer),
+    batched across rows."""
+    expanded = []
     for r in rows:
         if r["pii_path"] not in candidates:
             raise UserError(f"row {r.get('id')}: pii_path {r['pii_path']!r} is not among the {len(candidates)} "
                             "candidates; use the candidate list SD.Links was built from")
-        for t in substituted_targets(r["target"], r["pii_path"], candidates, r.get("id", "?")):
-            prefixes.append(r["prefix"])
-            targets.append(t)
-            suffixes.append(r["suffix"])
-    losses = target_losses(model, tokenizer, prefixes, targets, suffixes, sentinels, batch_size,
-                           reduction="sum", progress=progress)
-    return losses.reshape(len(rows), len(candidates))
+        expanded += [{"prefix": r["prefix"], "target": t, "suffix": r["suffix"]}
+                     for t in substituted_targets(r["target"], r["pii_path"], candidates, r.get("id", "?"))]
+    losses = scorer.target_losses(expanded, sentinels, reduction="sum")
+    return np.asarray(losses, dtype=np.float64).reshape(len(rows), len(candidates))
 
 
 def exposures(losses: np.ndarray, rows: Sequence[dict], candidates: Sequence[str]) -> list[dict]:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.errors import StorageError, UserError, storage_code, storage_message
+from harness.core.errors import StorageError, UserError, storage_code, storage_message
 
 
 def umask() -> int:

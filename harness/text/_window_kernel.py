@@ -1,6 +1,6 @@
-"""Numba kernel behind `harness.distance.sliding_window_ned_batch` (paper 003 Sec. 4.2, Appendix C).
+"""Numba kernel behind `harness.text.distance.sliding_window_ned_batch` (paper 003 Sec. 4.2, Appendix C).
 
-Kept in its own module so that `import harness.distance` does not import numba (~0.6 s); the kernel is
+Kept in its own module so that `import harness.text.distance` does not import numba (~0.6 s); the kernel is
 compiled on first use and cached on disk (`cache=True`): about 5 s the very first time on this machine
 (more under load), about 1 s (numba import + cache load) in each later process. Plain loops only:
 np.unique/np.searchsorted for the non-ASCII lookup doubled the compile time; a code-point-indexed

@@ -2,7 +2,7 @@
 
 The algorithms see a model only through `translate`: any callable `list[str] -> list[str]` that
 translates greedily (paper Sec. 3 uses greedy decoding). `hf_translator` builds one for HF seq2seq
-models (Marian, T5, BART) on top of harness/generation.py; tests pass lookup tables.
+models (Marian, T5, BART) on top of harness/model/decode.py; tests pass lookup tables.
 
 - `extractive_memorization` - Algorithm 1 (Sec. 3): a source is memorized when a prefix of at most
   `prefix_ratio` of its length already reproduces the reference. `unit="char"` for CJKT sources (Sec. 6).
@@ -18,7 +18,7 @@ models (Marian, T5, BART) on top of harness/generation.py; tests pass lookup tab
   `findings` - N1-N3 from them (harness/report/findings.py turns them into verdicts with tests).
 
 Every comparison of two translations goes through `same_output` (whitespace-normalized exact match,
-or NED <= k from harness/distance.py for the approximate variant), so the algorithms cannot drift.
+or NED <= k from harness/text/distance.py for the approximate variant), so the algorithms cannot drift.
 
 Where this module departs from the paper's pseudo-code (the task's signatures win):
 - Alg. 1 decodes only prefixes of <= floor(p * n) units; the memorized set and prefix lengths are the
@@ -33,10 +33,13 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-from harness.distance import normalized_edit_distance
-from harness.errors import UserError
+from harness.core.errors import UserError
+from harness.model.decode import greedy_translate
+from harness.model.load import load_fill_mask
+from harness.text.distance import normalized_edit_distance
 
 Translate = Callable[[list[str]], list[str]]
 Substitutes = Callable[[list[str], int], list[str]]
@@ -225,22 +228,15 @@ def fill_mask_substitutes(model_dir: str, top_k: int = 10, device: str = "cpu", 
     """Substitutes from any HF fill-mask model directory (paper 002 Sec. 4 uses BERT-cased; multilingual
     BERT for non-English sources, Sec. 6). Loads from a local directory only (no hub), safetensors only.
     """
-    from pathlib import Path
-
-    from transformers import pipeline
-
     if not Path(model_dir).is_dir():
         raise UserError(f"nmt.fill_mask_model={model_dir}: not a directory; point it at a local fill-mask "
                         "model (e.g. a saved bert-base-cased) or leave it empty for the frequency fallback")
-    fill = pipeline("fill-mask", model=str(model_dir), tokenizer=str(model_dir), device=device,
-                    top_k=top_k, model_kwargs={"use_safetensors": True})
-    mask = fill.tokenizer.mask_token
+    predict, mask, specials = load_fill_mask(model_dir, top_k, device)
 
     def substitutes(units: list[str], position: int) -> list[str]:
         masked = units[:position - 1] + [mask] + units[position:]
-        preds = fill(join_units(masked, unit))
-        words = [p["token_str"].strip() for p in preds]
-        return [w for w in words if w and not w.startswith("#") and w not in fill.tokenizer.all_special_tokens]
+        words = [w.strip() for w in predict(join_units(masked, unit))]
+        return [w for w in words if w and not w.startswith("#") and w not in specials]
 
     return substitutes
 
@@ -329,9 +325,7 @@ def repetition_buckets(repetitions: Sequence[int], memorized: Sequence[bool], ma
 # ----------------------------------------------------------------------------- HF models
 def hf_translator(model, tokenizer, max_new_tokens: int = 64, batch_size: int = 64) -> Translate:
     """`translate` for an HF seq2seq model (Marian, T5, BART): batched greedy decoding with the cache,
-    from harness/generation.py (the one decoding loop of the project)."""
-    from harness.generation import greedy_translate
-
+    from harness/model/decode.py (the one decoding loop of the project)."""
     def translate(sources: list[str]) -> list[str]:
         return greedy_translate(model, tokenizer, list(sources), max_new_tokens=max_new_tokens,
                                 batch_size=batch_size)

@@ -7,6 +7,7 @@ batch form that returns exactly the same values.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 
 import numpy as np
@@ -44,7 +45,7 @@ def sliding_window_ned(target: str, completion: str) -> float:
 # --- Batch form -------------------------------------------------------------------------------------
 #
 # The batch form returns exactly the values of `sliding_window_ned` while doing a small part of the
-# work: every pair is handled inside one compiled kernel (harness/_window_kernel.py, numba), whose
+# work: every pair is handled inside one compiled kernel (harness/text/_window_kernel.py, numba), whose
 # docstring proves the search exact. In short, with m = len(target), n = len(completion), A[s][e] =
 # Lev(target, completion[s:e]) and d_j = A[j][min(j+m, n)] the distance of window j (no window is
 # longer than m, so its NED is d_j / m):
@@ -93,8 +94,6 @@ def sliding_window_ned_batch(targets: Sequence[str], completions: Sequence[str],
     if n_threads > 1 and len(chunks) < n_threads:
         chunks = [part for chunk in chunks for part in _split(chunk, n_threads)]
     if n_threads > 1:
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(n_threads) as pool:  # the kernel releases the GIL (nogil=True)
             minima = list(pool.map(lambda chunk: _kernel_minima(chunk, targets, completions), chunks))
     else:
@@ -108,7 +107,7 @@ def sliding_window_ned_batch(targets: Sequence[str], completions: Sequence[str],
 def _kernel_minima(indices: list[int], targets: Sequence[str], completions: Sequence[str],
                    counts: np.ndarray | None = None) -> list[int]:
     """min_j Lev(t, c[j:j+m]) (or Lev(t, c) when c is no longer than t) for the pairs `indices`."""
-    from harness._window_kernel import window_minima  # numba is imported on first use only
+    from harness.text._window_kernel import window_minima  # numba is imported on first use only
 
     texts = [targets[k] for k in indices] + [completions[k] for k in indices]
     lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))

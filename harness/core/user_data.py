@@ -1,7 +1,7 @@
 """A user's own canaries and preference pairs: the one reader and validator of their JSONL rows.
 
 Used by the data builder (`data.canaries.file`, `data.preference.file`: synthetic_data/user_data.py) and by
-the audit (`audit.examples=`, harness/audit.py load_examples), so a file that one accepts the other reads the
+the audit (`audit.examples=`, harness/audit/run.py load_examples), so a file that one accepts the other reads the
 same way. Every refusal is a UserError naming `file:line`, the field and the fix.
 
 Canary rows, one JSON object per line, in either form:
@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UserError
-from harness.io import iter_jsonl_numbered
+from harness.core.errors import UserError
+from harness.core.io import iter_jsonl_numbered
 
 MAX_REPEAT = 10_000            # copies of one row in a training set; more is a typo, not an experiment
 PAIR_FIELDS = ("id", "prefix", "suffix", "chosen", "rejected")
@@ -172,3 +172,19 @@ def repeated(rows: list[dict]) -> list[dict]:
     """Each row `repeat` times (default once): how a canary's copies enter a training set. Rows without the
     field (every built-in dataset) are returned as they are; the audit scores each canary once."""
     return [row for row in rows for _ in range(int(row.get("repeat", 1)))]
+
+
+def load_examples(path: str | Path, allow_empty: bool = False) -> list[dict]:
+    """FIM examples (`id, prefix, target, suffix` + metadata) from JSONL, validated.
+
+    A malformed line raises UserError naming file:line; so do a non-string field, an empty target
+    (nothing to memorize) and a duplicated id (with both line numbers). `suffix` may be empty. A user's
+    canary file reads as it is: `{id, text, target}` rows are split around the target, `repeat` and `group`
+    ride along as metadata (the one reader of these rows: harness/core/user_data.py).
+    """
+    path = Path(path)
+    examples = [row for _, row in read_fim_examples(path)]
+    if not examples and not allow_empty:
+        raise UserError(f"{path}: no examples (the file is empty); point audit.examples at a JSONL file "
+                        "with one {id, prefix, target, suffix} object per line")
+    return examples

@@ -26,7 +26,7 @@ QUIET_LIBRARY_ENV = {"HF_DATASETS_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_P
 # transformers log records that the project triggers by design, matched on their text.
 EXPECTED_TRANSFORMERS_RECORDS = (
     # Trainer's checkpoint sorting on filesystems with coarse mtimes; it falls back to step order, which is
-    # exactly how harness.layout orders checkpoints anyway.
+    # exactly how harness.core.layout orders checkpoints anyway.
     "mtime may not be reliable on this filesystem",
 )
 
@@ -50,7 +50,10 @@ def _is_expected_load_report(message: str) -> bool:
         and all("MISSING" in row for row in rows[1:])
 
 
-class _ExpectedRecords(logging.Filter):
+class ExpectedRecords(logging.Filter):
+    """Drops the transformers records the project triggers by design (the CLI installs it on transformers'
+    handler: harness.model.load.filter_transformers_records)."""
+
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         if _is_expected_load_report(message):
@@ -61,9 +64,9 @@ class _ExpectedRecords(logging.Filter):
 TRAINING_COMMANDS = ("run", "train", "nmt")   # the commands that train, and so meet the records above
 
 
-def quiet_libraries(command: str | None = None) -> None:
-    """Called once per process by the CLI, before any library is imported. The transformers record filter
-    imports transformers' logging (~1 s), so it is installed only for the commands that train."""
+def quiet_libraries() -> None:
+    """Called once per process by the CLI, before any library is imported. (The transformers record filter,
+    ExpectedRecords, imports transformers' logging (~1 s): the CLI installs it for TRAINING_COMMANDS only.)"""
     for key, value in QUIET_LIBRARY_ENV.items():
         os.environ.setdefault(key, value)
     # TRL 1.16 still reads and sets transformers 5's deprecated `gradient_checkpointing` names (its configs
@@ -71,15 +74,6 @@ def quiet_libraries(command: str | None = None) -> None:
     # at every stage start; our own code passes the new name (recipes.common.trl_device_kwargs).
     warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing(_kwargs)?` is deprecated",
                             category=FutureWarning)
-    if command not in TRAINING_COMMANDS:
-        return
-    # transformers' own handler sits on its library root logger: records of its child loggers reach it by
-    # propagation, where a handler filter (unlike a logger filter) sees them.
-    from transformers.utils import logging as hf_logging
-
-    for handler in hf_logging.get_logger("transformers").handlers:
-        if not any(isinstance(f, _ExpectedRecords) for f in handler.filters):
-            handler.addFilter(_ExpectedRecords())
 
 
 class StageProgress:
@@ -96,7 +90,7 @@ class StageProgress:
         self.last_mark = self._mark(self.step)
         self.bar = None
         if self.enabled and self.terminal:
-            from tqdm.auto import tqdm
+            from tqdm.auto import tqdm  # lazy: only a loop that shows progress needs it
 
             self.bar = tqdm(total=self.total, initial=self.step, desc=name, unit="step", dynamic_ncols=True,
                             leave=False)

@@ -17,7 +17,7 @@ from typing import Any
 TRACKED_PACKAGES = ("memaudit", "torch", "transformers", "trl", "peft", "datasets", "tokenizers",
                     "accelerate", "rapidfuzz", "edlib", "hydra-core", "numpy")
 
-_REPO_ROOT = Path(__file__).resolve().parents[1]
+_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def git_commit() -> str | None:

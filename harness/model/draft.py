@@ -23,9 +23,10 @@ counts and shows every difference).
 
 from __future__ import annotations
 
-import inspect
-
 from collections.abc import Sequence
+
+from harness.model.encode import cut_at_eos
+from harness.model.load import accepts_logits_to_keep
 
 
 def draft_ids(tokenizer, drafts: Sequence[str], eos_ids: Sequence[int]) -> list[list[int]]:
@@ -48,8 +49,6 @@ def accepted_length(draft: Sequence[int], greedy: Sequence[int]) -> int:
 
 def finish(tokens: list[int], eos_ids: Sequence[int], max_new_tokens: int) -> tuple[list[int], bool]:
     """(the tokens cut at the first EOS and at max_new_tokens, whether the row is done)."""
-    from harness.generation import cut_at_eos
-
     allowed = tokens[:max_new_tokens]
     kept = cut_at_eos(allowed, eos_ids)
     return kept, len(kept) < len(allowed) or len(tokens) >= max_new_tokens
@@ -58,7 +57,7 @@ def finish(tokens: list[int], eos_ids: Sequence[int], max_new_tokens: int) -> tu
 def _new_static_cache(model, max_cache_len: int):
     """A preallocated KV cache written in place (as `greedy_complete` decodes: a dynamic cache's
     per-step concatenation of every layer's keys and values dominated a decode step here)."""
-    from transformers import StaticCache
+    from transformers import StaticCache  # heavy: transformers loads on first use, in the model layer only
 
     return StaticCache(config=model.config, max_cache_len=max_cache_len)
 
@@ -80,10 +79,6 @@ def _forward(model, input_ids, attention_mask, position_ids, cache, cache_positi
     return out.logits[:, -keep_logits:, :]
 
 
-def _accepts_logits_to_keep(model) -> bool:
-    return "logits_to_keep" in inspect.signature(model.forward).parameters
-
-
 def draft_greedy_generate(model, prompts: Sequence[Sequence[int]], drafts: Sequence[Sequence[int]],
                           max_new_tokens: int, eos_ids: Sequence[int], pad_id: int,
                           stats: dict | None = None) -> list[list[int]]:
@@ -92,7 +87,7 @@ def draft_greedy_generate(model, prompts: Sequence[Sequence[int]], drafts: Seque
     `stats` (optional) gains `rows`, `settled_by_draft` (rows finished by the verification pass) and
     `draft_tokens_accepted`.
     """
-    import torch
+    import torch  # heavy: torch loads on first use, in the model layer only
 
     device = next(model.parameters()).device
     drafts = [list(d)[:max(max_new_tokens - 1, 0)] for d in drafts]   # accepted + 1 <= max_new_tokens
@@ -104,7 +99,7 @@ def draft_greedy_generate(model, prompts: Sequence[Sequence[int]], drafts: Seque
     # Positions as `generate` counts them under left padding: over the unmasked tokens.
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
     cache = _new_static_cache(model, width + max_new_tokens)
-    takes_keep = _accepts_logits_to_keep(model)   # read once: the decode loop calls forward every step
+    takes_keep = accepts_logits_to_keep(model)   # read once: the decode loop calls forward every step
     with torch.inference_mode():
         logits = _forward(model, input_ids, mask, positions, cache, torch.arange(width, device=device), keep,
                           takes_keep)
@@ -132,7 +127,7 @@ def _decode_rest(model, cache, mask, running: list[int], next_pos: list[int], ou
                  width: int, max_new_tokens: int, eos_ids: Sequence[int], takes_logits_to_keep: bool) -> None:
     """Greedy steps for the rows still running, one token each, appending to `outputs` in place; a row
     leaves the batch (and the cache) as soon as it emits EOS or reaches `max_new_tokens`."""
-    import torch
+    import torch  # heavy: torch loads on first use, in the model layer only
 
     if not running:
         return

@@ -1,131 +1,20 @@
-"""Batched greedy decoding: the only way the audit sees a model (lm-eval's `generate_until` interface).
+"""Batched greedy decoding (lm-eval's `generate_until`; callers above the model layer use it through
+harness.model.scorer.CausalLMScorer).
 
 Paper 003 Appendix B: memorization is measured on *greedy* completions (Carlini et al. 2022 find greedy
 and beam search give similar rates). Decoding here is deterministic: greedy, KV cache, left padding for
 decoder-only models, prompts grouped by length so that a batch carries little padding, outputs cut at
-the first stop token of each row (EOS, or with the model's FIM family any of its sentinels: harness.fim).
-
-Loading is safe by default: safetensors only, `trust_remote_code=False` unless the caller sets it.
+the first stop token of each row (EOS, or with the model's FIM family any of its sentinels: harness.text.fim).
 """
 
 from __future__ import annotations
 
-import contextlib
-
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
-from harness.encode import encode_texts
-from harness.errors import UserError
-
-# Weights are loaded from safetensors only (no pickle): a directory without them is not a model to us.
-WEIGHT_GLOB = "*.safetensors"
-
-
-# --------------------------------------------------------------------------------------------------
-# Loading
-# --------------------------------------------------------------------------------------------------
-
-def pick_device(device: str = "auto") -> str:
-    """'auto' -> 'cuda' when a CUDA device is visible, else 'cpu'. (The harness never imports recipes/.)"""
-    import torch
-
-    if device not in ("auto", "cpu", "cuda"):
-        raise UserError(f"device={device!r}: use auto, cpu or cuda")
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UserError("device=cuda but no CUDA device is visible; use device=auto or device=cpu")
-    return device
-
-
-def default_dtype(device: str):
-    """fp32 on CPU (bf16 matmuls measured ~1.8x slower than fp32 on CPU), bf16 on CUDA."""
-    import torch
-
-    return torch.bfloat16 if device == "cuda" else torch.float32
-
-
-def has_weights(model_dir: str | Path) -> bool:
-    return any(Path(model_dir).glob(WEIGHT_GLOB))
-
-
-def _check_model_dir(path: str | Path) -> Path:
-    path = Path(path)
-    if not path.is_dir():
-        raise UserError(f"{path}: model directory not found; point the model path at a saved HF model")
-    if not has_weights(path):
-        others = sorted(p.name for p in path.glob("*.bin")) + sorted(p.name for p in path.glob("*.pt"))
-        hint = (f" (found {', '.join(others)}: only safetensors are loaded, for safety; re-save the model "
-                "with save_pretrained(..., safe_serialization=True))") if others else ""
-        raise UserError(f"{path}: no *.safetensors weights in this directory{hint}")
-    return path
-
-
-ADAPTER_CONFIG = "adapter_config.json"
-
-
-def _load_lora_checkpoint(path: Path, trust_remote_code: bool, dtype):
-    """A PEFT LoRA checkpoint (adapter_config.json + adapter_model.safetensors, as intermediate
-    checkpoints of LoRA fine-tuning are saved): its base model with the adapters merged in, so every
-    checkpoint of a LoRA run is audited like any model."""
-    from peft import AutoPeftModelForCausalLM
-
-    model = AutoPeftModelForCausalLM.from_pretrained(str(path), use_safetensors=True, dtype=dtype,
-                                                     local_files_only=True, trust_remote_code=trust_remote_code)
-    return model.merge_and_unload()
-
-
-@contextlib.contextmanager
-def quiet_weight_loading():
-    """No "Loading weights" bar per model: an audit loads dozens of checkpoints, and a bar each would
-    bury the audit's own progress lines. Trainer progress bars are not affected."""
-    from transformers.utils import logging as hf_logging
-
-    was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            hf_logging.enable_progress_bar()
-
-
-def _load(auto_cls_name: str, path: str | Path, device: str, trust_remote_code: bool, dtype):
-    import torch  # noqa: F401  (imported for dtype objects)
-    import transformers
-    from transformers import AutoTokenizer
-
-    path = _check_model_dir(path)
-    device = pick_device(device)
-    dtype = dtype or default_dtype(device)
-    with quiet_weight_loading():
-        if (path / ADAPTER_CONFIG).is_file() and auto_cls_name == "AutoModelForCausalLM":
-            model = _load_lora_checkpoint(path, trust_remote_code, dtype)
-        else:
-            auto_cls = getattr(transformers, auto_cls_name)
-            model = auto_cls.from_pretrained(str(path), use_safetensors=True, trust_remote_code=trust_remote_code,
-                                             local_files_only=True,
-                                             dtype=dtype)
-    model.to(device).eval()
-    tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code, local_files_only=True)
-    return model, tokenizer
-
-
-def load_causal_lm(path: str | Path, device: str = "auto", *, trust_remote_code: bool = False, dtype=None):
-    """(model, tokenizer) of a decoder-only LM directory, eval mode, on `device` (fp32 CPU / bf16 CUDA)."""
-    model, tokenizer = _load("AutoModelForCausalLM", path, device, trust_remote_code, dtype)
-    # Decoder-only batches are padded on the left so that every row's next token sits in the last column.
-    tokenizer.padding_side = "left"
-    return model, tokenizer
-
-
-def load_seq2seq(path: str | Path, device: str = "auto", *, trust_remote_code: bool = False, dtype=None):
-    """(model, tokenizer) of an encoder-decoder model directory (Marian, T5, BART), eval mode."""
-    return _load("AutoModelForSeq2SeqLM", path, device, trust_remote_code, dtype)
-
+from harness.core.errors import UserError
+from harness.model.draft import draft_greedy_generate, draft_ids
+from harness.model.encode import cut_at_eos, encode_texts
+from harness.text.fim import stop_token_ids, strip_sentinels
 
 # --------------------------------------------------------------------------------------------------
 # Batching helpers
@@ -163,19 +52,8 @@ def _pad_id(tokenizer, eos_ids: list[int]) -> int:
     return 0
 
 
-def cut_at_eos(ids: Sequence[int], eos_ids: Sequence[int]) -> list[int]:
-    """The ids before the first EOS (the EOS itself and anything after it are dropped)."""
-    eos = set(eos_ids)
-    out = []
-    for t in ids:
-        if t in eos:
-            break
-        out.append(int(t))
-    return out
-
-
 def _progress(total: int, desc: str, enabled: bool | None):
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # lazy: only a loop that shows progress needs it
 
     return tqdm(total=total, desc=desc, unit="ex", disable=(not enabled) if enabled is not None else None,
                 leave=False, dynamic_ncols=True)
@@ -194,17 +72,15 @@ def iter_greedy_complete(model, tokenizer, prompts: Sequence[str], max_new_token
     Lets a caller persist each batch as soon as it is done (the completion cache does), so a killed
     job loses at most one batch. Batches come in length-sorted order, not in `prompts` order.
 
-    `sentinels` (the model's harness.fim family): decoding stops at any of the family's stop tokens, not
-    only EOS, and no sentinel text survives in a completion (harness.fim.stop_tokens). Without it, at EOS.
+    `sentinels` (the model's harness.text.fim family): decoding stops at any of the family's stop tokens, not
+    only EOS, and no sentinel text survives in a completion (harness.text.fim.stop_tokens). Without it, at EOS.
 
     `drafts` (one text per prompt, e.g. the audit's targets): decode with each draft verified first
-    (harness/draft.py) — the same greedy completions, faster when they follow the drafts. `stats`
+    (harness/model/draft.py) — the same greedy completions, faster when they follow the drafts. `stats`
     then counts rows settled by the draft alone.
     """
-    import torch
+    import torch  # heavy: torch loads on first use, in the model layer only
 
-    from harness.draft import draft_greedy_generate, draft_ids
-    from harness.fim import stop_token_ids, strip_sentinels
 
     if drafts is not None and len(drafts) != len(prompts):
         raise ValueError(f"{len(drafts)} drafts for {len(prompts)} prompts: give one draft per prompt")
@@ -254,7 +130,7 @@ def _greedy_generate(model, input_ids, attention_mask, max_new_tokens: int, eos_
     `disable_compile`: on CUDA a static cache would otherwise trigger torch.compile, recompiling for
     every new batch shape.
     """
-    import torch
+    import torch  # heavy: torch loads on first use, in the model layer only
 
     with torch.inference_mode():
         out = model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=False,
@@ -290,7 +166,7 @@ def greedy_translate(model, tokenizer, sources: Sequence[str], max_new_tokens: i
     The encoder reads right-padded sources under an attention mask; the decoder starts from the
     model's decoder_start_token_id and stops per row at EOS. Special tokens are skipped on decode.
     """
-    import torch
+    import torch  # heavy: torch loads on first use, in the model layer only
 
     enc = tokenizer(list(sources), add_special_tokens=True, truncation=True)["input_ids"]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -315,64 +191,3 @@ def greedy_translate(model, tokenizer, sources: Sequence[str], max_new_tokens: i
     finally:
         bar.close()
     return out  # type: ignore[return-value]
-
-
-# --------------------------------------------------------------------------------------------------
-# The model interface the audit uses
-# --------------------------------------------------------------------------------------------------
-
-@dataclass
-class CausalLMScorer:
-    """A decoder-only model as the audit sees it: greedy completions and per-example target losses.
-
-    Like lm-evaluation-harness's `LM` (generate_until / loglikelihood), the audit talks to a model only
-    through this object. `n_generated` counts prompts actually decoded by this instance, so callers
-    (and tests) can check that cached completions were not regenerated.
-    """
-
-    model: Any
-    tokenizer: Any
-    path: str = ""
-    device: str = "cpu"
-    batch_size: int = 32
-    max_new_tokens: int = 64
-    progress: bool | None = None   # per-call bar; the audit turns it off (it shows its own)
-    sentinels: Any = None          # harness.fim family: completions stop at its stop tokens (else at EOS)
-    n_generated: int = field(default=0, init=False)
-
-    @classmethod
-    def load(cls, path: str | Path, device: str = "auto", *, trust_remote_code: bool = False,
-             batch_size: int = 32, max_new_tokens: int = 64, progress: bool | None = None,
-             sentinels=None) -> CausalLMScorer:
-        device = pick_device(device)
-        model, tokenizer = load_causal_lm(path, device, trust_remote_code=trust_remote_code)
-        return cls(model, tokenizer, str(path), device, batch_size, max_new_tokens, progress, sentinels)
-
-    @property
-    def dtype(self) -> str:
-        return str(next(self.model.parameters()).dtype).replace("torch.", "")
-
-    def iter_complete(self, prompts: Sequence[str], drafts: Sequence[str] | None = None
-                      ) -> Iterator[tuple[list[int], list[str]]]:
-        """(indices, completions) per batch; `drafts` (e.g. the targets) only make it faster."""
-        for idx, texts in iter_greedy_complete(self.model, self.tokenizer, prompts, self.max_new_tokens,
-                                               self.batch_size, progress=self.progress, drafts=drafts,
-                                               sentinels=self.sentinels):
-            self.n_generated += len(idx)
-            yield idx, texts
-
-    def complete(self, prompts: Sequence[str], drafts: Sequence[str] | None = None) -> list[str]:
-        out: list[str | None] = [None] * len(prompts)
-        for idx, texts in self.iter_complete(prompts, drafts):
-            for i, t in zip(idx, texts):
-                out[i] = t
-        return out  # type: ignore[return-value]
-
-    def target_losses(self, examples: Sequence[dict], sentinels) -> list[float]:
-        """Mean token cross-entropy of each example's `target` given its PSM prompt (prefix, suffix):
-        paper 004 Sec. 3's loss(M, s), one teacher-forced pass per length-sorted batch."""
-        from harness.losses import target_losses
-
-        return target_losses(self.model, self.tokenizer, [e["prefix"] for e in examples],
-                             [e["target"] for e in examples], [e["suffix"] for e in examples], sentinels,
-                             self.batch_size, progress=self.progress).tolist()

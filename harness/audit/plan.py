@@ -23,14 +23,19 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from harness.audit import (META_SUFFIX, SUMMARY_FILE, AuditJob, check_scored, require_creatable_dir, run_audit,
-                           settings_from_config, write_summary)
-from harness.config import require_bool
-from harness.errors import UserError
-from harness.io import RowStore, atomic_write_jsonl, read_json, read_jsonl
-from harness.layout import (check_listed_name, check_model_name, checkpoint_dirs, data_dir, datasets_dir, models_dir,
-                            require_inside, stale_dir)
-from harness.provenance import provenance
+from harness.audit.losses import audit_losses
+from harness.audit.run import META_SUFFIX, SUMMARY_FILE, check_scored, run_audit, write_summary
+from harness.audit.run import main as audit_one
+from harness.audit.settings import AuditJob, settings_from_config
+from harness.core.config import require_bool
+from harness.core.errors import UserError
+from harness.core.io import (RowStore, atomic_write_json, atomic_write_jsonl, read_json, read_jsonl,
+                             require_creatable_dir)
+from harness.core.layout import (check_listed_name, check_model_name, checkpoint_dirs, data_dir, datasets_dir,
+                                 models_dir, require_inside, stale_dir)
+from harness.core.provenance import provenance
+from harness.measures.utility import UTILITY_FILE, utility_of_models
+from harness.model.load import distributed_barrier, has_weights
 
 PROVENANCE_FILE = "provenance.json"
 
@@ -58,8 +63,6 @@ def _finished_models(models_dir: Path, name: str) -> list[tuple[str, Path]]:
 def _control(models: Path, control: str, where: str) -> tuple[str, Path]:
     """(name, directory) of a plan's control: a finished model of the run, or a model directory of the user's
     (a model never trained on the audited data, e.g. the public model a pipeline started from)."""
-    from harness.generation import has_weights
-
     found = _finished_models(models, control)
     if len(found) == 1:
         return found[0]
@@ -116,15 +119,6 @@ def _distributed() -> tuple[int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
-def _barrier() -> None:
-    """Wait for every process (gloo works on CPU and GPU alike; the audit moves no tensors)."""
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        dist.init_process_group("gloo")
-    dist.barrier()
-
-
 def _shard_examples(examples: Path, shard_dir: Path, rank: int, world: int) -> Path:
     """Every world-th example from `rank` on, written to the shard's own examples file."""
     path = shard_dir / "examples" / examples.parent.name / "rows.jsonl"
@@ -138,8 +132,6 @@ def _merge_shards(shards_root: Path, out_dir: Path) -> None:
 
     Shard completion caches stay under shards/rank-*/cache: their fingerprints cover the shard's own
     example file, so a rerun with the same number of processes regenerates nothing."""
-    from harness.io import atomic_write_json
-
     for shard in sorted(shards_root.glob("rank-*")):
         shard_audit = shard / "audit"
         for meta in sorted(shard_audit.rglob(f"*{META_SUFFIX}")):
@@ -215,10 +207,10 @@ def audit_run(cfg, log=print, check_empty: bool = True) -> int:
         if world == 1:      # sharded rows are merged (and summarised) after every job
             log(job_line(out_dir, item, len(stats)))
     if world > 1:
-        _barrier()
+        distributed_barrier()
         if rank == 0:
             _merge_shards(shards_root, out_dir)
-        _barrier()
+        distributed_barrier()
     if rank == 0:
         record = provenance(seed=cfg.get("seed"), datasets={d: read_json(data_dir(run_dir, d) / "manifest.json")["sha256"]
                                                             for d in sorted({p.dataset for p in planned})},
@@ -235,7 +227,7 @@ def audit_run(cfg, log=print, check_empty: bool = True) -> int:
 
 
 def check_run_scored(cfg, log=print) -> None:
-    """`harness.audit.check_scored` over every planned (model, dataset) of the run's summary."""
+    """`harness.audit.run.check_scored` over every planned (model, dataset) of the run's summary."""
     if _distributed()[0] != 0:
         return
     base = job_from_config_defaults(cfg)
@@ -245,8 +237,6 @@ def check_run_scored(cfg, log=print) -> None:
 
 def audit_run_utility(cfg, planned: list[PlannedAudit], base: AuditJob, log=print) -> None:
     """Paper 003 Table 2 analogue for the final model of every planned model and control."""
-    from harness.utility import utility_of_models
-
     models = {p.model_name: p.model_dir for p in planned}
     models.update({p.control_name: p.control_dir for p in planned})
     n = cfg.audit.get("utility_examples")
@@ -279,8 +269,6 @@ def audit_run_losses(cfg, log=print) -> None:
     otherwise the control's final model serves as the fixed reference of paper 004 Sec. 5, and the
     output is labelled as that upper-bound variant.
     """
-    from harness.losses import audit_losses
-
     run_dir = Path(cfg.run_dir)
     a = cfg.audit
     by_model: dict[tuple[str, Path, Path], list[str]] = {}
@@ -365,9 +353,6 @@ def _remove_empty_parents(directory: Path, stop: Path) -> None:
 
 def _drop_from_summaries(audit_dir: Path, model_name: str) -> None:
     """summary.json rebuilt from the rows left (its provenance kept); the model's utility entry dropped."""
-    from harness.io import atomic_write_json
-    from harness.utility import UTILITY_FILE
-
     summary = audit_dir / SUMMARY_FILE
     if summary.is_file():
         write_summary(audit_dir, read_json(summary).get("provenance") or {})
@@ -391,8 +376,6 @@ def main(cfg) -> int:
             raise UserError(f"audit.measures={measures}: the single-model audit (audit.model_dir=...) computes "
                             "ned only; pass audit.measures=[ned], or run the loss measures over a run's plan "
                             "with `memaudit audit experiment=<name>`")
-        from harness.audit import main as audit_one
-
         return audit_one(cfg)
     if "ned" in measures:
         audit_run(cfg, check_empty=False)

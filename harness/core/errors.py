@@ -72,3 +72,9 @@ def storage_error(exc: BaseException, where: object = None) -> StorageError | No
         return None
     code, path = found
     return StorageError(storage_message(path or where or "a file", code))
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (its type when it has none): for one-line error messages."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.errors import UserError, storage_error
-from harness.io import require_creatable_dir
+from harness.core.errors import UserError, storage_error
+from harness.core.io import require_creatable_dir
 
 LOCK_FILE = ".memaudit.lock"
 LAUNCH_WAIT_SECONDS = 300      # how long processes 1..N-1 of a launch wait for process 0 to take the lock

@@ -3,7 +3,7 @@
 - HumanEval single-line infilling (Fried et al. 2023, paper 003 Appendix A.4), scored by exact match
   of the first generated line against the held-out line — not by executing code: the audit never
   runs model output. One FIM example per line of each canonical solution (synthetic_data/humaneval.py).
-- Held-out public-code loss: mean target cross-entropy on pd_eval FIM examples (harness.losses).
+- Held-out public-code loss: mean target cross-entropy on pd_eval FIM examples (harness.measures.losses).
 
 Completions and losses go through the audit's completion cache and the losses' row cache, so a rerun
 regenerates nothing; results are written to `<audit_dir>/utility.json` with provenance.
@@ -16,9 +16,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness.audit import AuditedModel, AuditSettings, load_examples, model_fingerprint
-from harness.io import atomic_write_json, file_sha256, read_json
-from harness.provenance import provenance
+from harness.core.io import atomic_write_json, file_sha256, read_json
+from harness.core.provenance import provenance
+from harness.core.user_data import load_examples
+from harness.model.cache import cached_target_losses
+from harness.model.load import model_sentinels
+from harness.model.scorer import AuditedModel, CausalLMScorer
 
 UTILITY_FILE = "utility.json"
 
@@ -46,7 +49,7 @@ def sample_rows(rows: list[dict], n: int | None, seed: int) -> list[dict]:
     return [r for i, r in enumerate(rows) if i in keep]
 
 
-def humaneval_exact_match(model_dir: Path, rows: list[dict], examples_sha256: str, settings: AuditSettings,
+def humaneval_exact_match(model_dir: Path, rows: list[dict], examples_sha256: str, settings,
                           cache_dir: Path) -> float | None:
     """Greedy single-line infills through the audit's completion cache; a line needs few tokens."""
     model = AuditedModel(model_dir, settings, examples_sha256, cache_dir, label=f"utility/{model_dir.name}")
@@ -55,23 +58,20 @@ def humaneval_exact_match(model_dir: Path, rows: list[dict], examples_sha256: st
     return infill_exact_match([completions[r["id"]] for r in rows], [r["target"] for r in rows])
 
 
-def heldout_loss(model_dir: Path, rows: list[dict], settings: AuditSettings, cache_dir: Path) -> float | None:
-    """Mean per-example target loss on held-out FIM rows, through the audit's one loss cache
-    (harness.losses.cached_target_losses: paper 004's losses of the same model and rows are the same
+def heldout_loss(model_dir: Path, rows: list[dict], settings, cache_dir: Path) -> float | None:
+    """Mean per-example target loss on held-out FIM rows, through the model layer's one cache
+    (harness.model.cache.cached_target_losses: paper 004's losses of the same model and rows are the same
     entries)."""
-    from harness.generation import pick_device
-    from harness.losses import LazyScorer, cached_target_losses, model_sentinels
-
     if not rows:
         return None
-    scorer = LazyScorer(model_dir, pick_device(settings.device), settings.batch_size, settings.trust_remote_code)
-    values = cached_target_losses(scorer, model_fingerprint(model_dir), rows,
-                                  model_sentinels(model_dir, settings.fim_family), cache_dir)
+    scorer = CausalLMScorer.load(model_dir, settings.device, batch_size=settings.batch_size,
+                                 trust_remote_code=settings.trust_remote_code, lazy=True)
+    values = cached_target_losses(scorer, rows, model_sentinels(model_dir, settings.fim_family), cache_dir)
     scorer.release()
     return sum(values[r["id"]] for r in rows) / len(rows)
 
 
-def utility_of_models(models: dict[str, Path], data_dir: Path, out_dir: Path, settings: AuditSettings,
+def utility_of_models(models: dict[str, Path], data_dir: Path, out_dir: Path, settings,
                       cache_dir: Path, n_examples: int | None, seed: int) -> dict[str, Any]:
     """Utility of each final model; writes `<out_dir>/utility.json` (atomic) and returns it."""
     sets: dict[str, tuple[list[dict], str]] = {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from harness.errors import UserError
+from harness.core.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ runs/<experiment>/
   report/                           report.md/html, summary.json, figures/ (report.out_dir overrides it)
   stale/                            what a retrained stage replaced: <model>-<time>/ (with its audit/ rows and
                                     the report/ that showed them), audit-<time>/ (rows of replaced models)
-  .memaudit.lock                    held by the command writing the run (harness/lock.py; also in audit/,
+  .memaudit.lock                    held by the command writing the run (harness/core/lock.py; also in audit/,
                                     report/ and any audit.out_dir while a command writes them)
 ```
 
@@ -25,7 +25,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UserError
+from harness.core.errors import UserError
+from harness.core.io import read_json
 
 RUN_RECORD = "run.json"
 PROVENANCE_FILE = "provenance.json"      # written last by every stage: the finished marker
@@ -121,8 +122,6 @@ def report_dir(cfg: Any) -> Path:
 
 def recorded_audit_dir(run_dir: str | Path) -> Path | None:
     """run.json's `audit.out_dir` when it is not `<its run_dir>/audit`, else None."""
-    from harness.io import read_json
-
     path = Path(run_dir) / RUN_RECORD
     if not path.is_file():
         return None

@@ -8,7 +8,7 @@ reward evaluation — goes through `encode_texts`, which gives those same ids, s
 on one form of a text and queried on another (Gemma-family models degrade without their BOS).
 
 An EOS is never appended by the tokenizer: a training text carries its EOS as text
-(harness.fim.format_psm_training), and a prompt must not end with one.
+(harness.text.fim.format_psm_training), and a prompt must not end with one.
 """
 
 from __future__ import annotations
@@ -44,4 +44,15 @@ def encode_texts(tokenizer, texts: Sequence[str], max_length: int | None = None)
             keep = max(max_length - len(head), 0)
             body = body[len(body) - keep:] if keep else []
         out.append(head + body)
+    return out
+
+
+def cut_at_eos(ids: Sequence[int], eos_ids: Sequence[int]) -> list[int]:
+    """The ids before the first EOS (the EOS itself and anything after it are dropped)."""
+    eos = set(eos_ids)
+    out = []
+    for t in ids:
+        if t in eos:
+            break
+        out.append(int(t))
     return out

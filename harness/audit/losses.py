@@ -1,0 +1,256 @@
+"""Paper 004's measures over a run: every checkpoint of an audited run against a control run (or a fixed
+reference model), on every example set, with the exposure of SD.Links PII paths (`audit_losses`).
+
+The losses come from harness.model (the scorer's teacher-forced passes) through its one cache, so a killed
+audit resumes where it stopped and the utility's held-out loss reuses these entries; the measures
+themselves are harness.measures.losses and harness.measures.exposure.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from harness.core.errors import UserError
+from harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256, read_json, read_jsonl
+from harness.core.layout import checkpoint_dirs
+from harness.core.provenance import provenance
+from harness.measures import exposure as exp
+from harness.measures.losses import MEASURES, memorization_measures
+from harness.model.cache import (CACHE_VERSION, cached_target_losses, examples_fingerprint, in_chunks,
+                                 loss_cache)
+from harness.model.load import model_sentinels, pick_device
+from harness.model.scorer import CausalLMScorer
+
+EXPOSURE_SUM = "exposure_sum"      # cache kind: summed target NLL of each candidate path substituted
+
+FIM_FIELDS = ("id", "prefix", "target", "suffix")
+VARIANT_CONTROL = "control_run"
+VARIANT_REFERENCE = "reference_upper_bound"
+CONTROL_LOSS_FLOOR = 1e-12
+
+
+def checkpoint_steps(model_dir: str | Path) -> dict[int, Path]:
+    """{step: path} of the `checkpoint-<step>` directories of a trained model, by step."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise UserError(f"{model_dir}: model directory not found; point at <run_dir>/models/<NAME>")
+    return checkpoint_dirs(model_dir)
+
+
+def _checkpoint_epoch(path: Path) -> float | None:
+    """The epoch a checkpoint was saved at, from the Trainer's trainer_state.json when present."""
+    state = path / "trainer_state.json"
+    if state.is_file():
+        epoch = read_json(state).get("epoch")
+        return float(epoch) if epoch is not None else None
+    return None
+
+
+def _match_checkpoints(audited_dir: Path, control_dir: Path | None) -> list[dict]:
+    """Pair each audited checkpoint with the control checkpoint of the same epoch (paper 004 compares
+    loss(M_e(D), s) with loss(M_e(D'), s) at the same epoch e).
+
+    Same step lists -> paired by step. Otherwise, when every checkpoint of both runs has a
+    trainer_state.json epoch and the epoch lists agree (to 1e-3), paired by epoch: a control trained
+    on D' (smaller than D) reaches epoch e in fewer steps, so per-epoch saving gives different steps.
+    """
+    audited = checkpoint_steps(audited_dir)
+    if not audited:
+        raise UserError(f"{audited_dir}: no checkpoint-<step> directories; the loss measures need the "
+                        "checkpoints saved during training (set the stage's save_steps / save_strategy)")
+    a_epochs = {s: _checkpoint_epoch(p) for s, p in audited.items()}
+    if control_dir is None:
+        return [{"step": s, "epoch": a_epochs[s], "audited": p, "control": None} for s, p in audited.items()]
+    control = checkpoint_steps(control_dir)
+    if list(control) == list(audited):
+        return [{"step": s, "epoch": a_epochs[s], "audited": p, "control": control[s], "control_step": s}
+                for s, p in audited.items()]
+    c_epochs = {s: _checkpoint_epoch(p) for s, p in control.items()}
+    if (len(control) == len(audited) and None not in a_epochs.values() and None not in c_epochs.values()
+            and all(abs(a - c) < 1e-3 for a, c in zip(a_epochs.values(), c_epochs.values()))):
+        return [{"step": s, "epoch": a_epochs[s], "audited": p, "control": control[cs], "control_step": cs}
+                for (s, p), cs in zip(audited.items(), control)]
+    raise UserError(f"checkpoints do not line up: audited {audited_dir} has steps {list(audited)} (epochs "
+                    f"{list(a_epochs.values())}), control {control_dir} has steps {list(control)} (epochs "
+                    f"{list(c_epochs.values())}); train the control with the same schedule (same save_steps "
+                    "and max_steps, or save once per epoch) so each audited checkpoint has a same-epoch control")
+
+
+def load_fim_examples(path: str | Path) -> tuple[list[dict], str]:
+    """Rows (id, prefix, target, suffix, ...) of a FIM example set and the sha256 of its file.
+
+    `path` is a rows.jsonl file or a dataset directory holding one.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "rows.jsonl"
+    rows = read_jsonl(path, required=FIM_FIELDS)
+    seen: set = set()
+    for n, r in enumerate(rows, start=1):
+        for f in ("prefix", "target", "suffix"):
+            if not isinstance(r[f], str):
+                raise UserError(f"{path}: row {n} (id {r['id']!r}): field {f!r} must be a string")
+        if not r["target"]:
+            raise UserError(f"{path}: row {n} (id {r['id']!r}): empty target, nothing to score; drop the row")
+        if r["id"] in seen:
+            raise UserError(f"{path}: row {n}: duplicate id {r['id']!r}; ids must be unique per dataset")
+        seen.add(r["id"])
+    if not rows:
+        raise UserError(f"{path}: no rows; the loss measures need at least one example")
+    return rows, file_sha256(path)
+
+
+def _jsonable(a: np.ndarray) -> list:
+    return [float(round(x, 8)) for x in np.asarray(a, dtype=np.float64).ravel()]
+
+
+def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], out_dir: str | Path, *,
+                 control_dir: str | Path | None = None, reference_model: str | Path | None = None,
+                 tau: float = 0.2, heldout: str | None = None, batch_size: int = 16,
+                 device: str = "auto", fim_family: str | None = None, cache_dir: str | Path | None = None,
+                 pii_candidates: str | Path | None = None, exposure: bool = True,
+                 seed: int | None = None) -> dict:
+    """Paper 004's three measures (and SD.Links exposure) at every checkpoint of an audited run.
+
+    audited_dir: <run_dir>/models/<NAME> (e.g. FT.1) with checkpoint-<step>/ dirs.
+    control_dir: the control run (e.g. FT.2: same stage and schedule, trained without the audited
+        strings), with checkpoints at the same steps. Exact paper 004 Sec. 3 setting.
+    reference_model: used when there is no control run: one fixed model directory whose loss is the
+        control loss at every epoch (paper 004 Sec. 5 proxy). Its recollection is only an upper bound
+        of the optimal contextual recollection, so the output is labelled `reference_upper_bound`;
+        counterfactual and contextual then coincide (the threshold no longer depends on the epoch).
+    example_sets: {dataset name: rows.jsonl or dataset dir} of FIM rows (id, prefix, target, suffix).
+    heldout: name of an example set the audited run did not train on; the checkpoint with its lowest
+        mean loss is the "optimal learning" epoch e* marked in paper 004 Fig. 3.
+    exposure: rank-based exposure (harness/measures/exposure.py) for rows with `pii_path` (SD.Links positives).
+
+    Writes into out_dir, atomically: <set>.jsonl (per string: losses, onsets, per-epoch scores),
+    <set>.exposure.jsonl (per positive: rank and exposure per checkpoint) and summary.json
+    (per-epoch frac/weighted per measure, exposure distribution, provenance). Losses are cached under
+    <cache_dir>/losses/ (cache_dir: the audit's cache, default out_dir/cache) per (weights, examples,
+    settings) fingerprint, so a killed run resumes where it stopped. Returns the summary.
+    """
+    audited_dir, out_dir = Path(audited_dir), Path(out_dir)
+    if control_dir is None and reference_model is None:
+        raise UserError("audit_losses needs a control run (control_dir, e.g. models/FT.2) or a fixed "
+                        "reference model (reference_model) to compare the audited checkpoints against")
+    if control_dir is not None and reference_model is not None:
+        raise UserError("give either control_dir or reference_model, not both")
+    if not example_sets:
+        raise UserError("no example sets given; pass e.g. {'sd_base': <run_dir>/data/sd_base}")
+    if heldout is not None and heldout not in example_sets:
+        raise UserError(f"heldout={heldout!r} is not one of the example sets {sorted(example_sets)}")
+    device = pick_device(device)
+    cache_dir = Path(cache_dir) if cache_dir is not None else out_dir / "cache"
+    checkpoints = _match_checkpoints(audited_dir, Path(control_dir) if control_dir else None)
+    variant = VARIANT_CONTROL if control_dir is not None else VARIANT_REFERENCE
+    data = {name: load_fim_examples(path) for name, path in example_sets.items()}
+
+    sentinels = model_sentinels(checkpoints[0]["audited"], fim_family)
+    candidates = exp.load_candidates(pii_candidates or exp.PII_PATHS_FILE) if exposure else []
+    pii_rows = {name: exp.exposure_rows(rows) for name, (rows, _) in data.items()} if exposure else {}
+
+    def losses_of(model_dir: Path, with_exposure: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Mean target loss per set, and (rows, candidates) exposure losses per set, of one model dir."""
+        scorer = CausalLMScorer.load(model_dir, device, batch_size=batch_size, lazy=True)
+
+        def cand_loss(rows):
+            return exp.candidate_losses(scorer, rows, candidates, sentinels).tolist()
+
+        target, cands = {}, {}
+        for name, (rows, _) in data.items():
+            got = cached_target_losses(scorer, rows, sentinels, cache_dir)
+            target[name] = np.array([got[r["id"]] for r in rows])
+            if with_exposure and pii_rows.get(name):
+                cache = loss_cache(cache_dir, EXPOSURE_SUM, model=scorer.fingerprint, candidates=candidates,
+                                   examples=examples_fingerprint(pii_rows[name], FIM_FIELDS + ("pii_path",)),
+                                   sentinels=sentinels.family, device=device)
+                got = cache.get(pii_rows[name], in_chunks(cand_loss, chunk=max(1, 2048 // len(candidates))))
+                cands[name] = np.array([got[r["id"]] for r in pii_rows[name]])
+        scorer.release()
+        return target, cands
+
+    train = {name: [] for name in data}
+    control = {name: [] for name in data}
+    cand = {name: [] for name in pii_rows if pii_rows[name]}
+    reference = losses_of(Path(reference_model), False)[0] if reference_model is not None else None
+    for ck in checkpoints:
+        t, c = losses_of(ck["audited"], True)
+        ctrl = losses_of(ck["control"], False)[0] if ck["control"] is not None else reference
+        for name in data:
+            train[name].append(t[name])
+            control[name].append(ctrl[name])
+        for name in cand:
+            cand[name].append(c[name])
+
+    # Everything is computed before anything is written, so a bad input (UserError below) leaves no
+    # half-updated output directory; summary.json is written last and marks a finished audit.
+    summary_sets, outputs, n_floored = {}, {}, 0
+    for name, (rows, sha) in data.items():
+        tr, co = np.stack(train[name]), np.stack(control[name])
+        # A control loss can underflow to exactly 0 in float32 (every target token predicted with
+        # probability 1.0); Eq. 1-2 divide by it. Raise it to CONTROL_LOSS_FLOOR, where the limit of
+        # Eq. 1-2 is the same (memorized only if the audited loss is lower still); counted in the summary.
+        n_floored += int(np.sum(co < CONTROL_LOSS_FLOOR))
+        co = np.maximum(co, CONTROL_LOSS_FLOOR)
+        try:
+            m = memorization_measures(tr, co, tau)
+        except ValueError as e:
+            raise UserError(f"dataset {name}: {e}") from None
+        out_rows = []
+        for j, r in enumerate(rows):
+            out_rows.append({
+                "id": r["id"], "variant": variant,
+                "train_loss": _jsonable(tr[:, j]), "control_loss": _jsonable(co[:, j]),
+                "optimal_contextual_loss": float(m["optimal_contextual_loss"][j]),
+                "onset": {k: int(m[k]["onset"][j]) for k in MEASURES},
+                "score": {k: _jsonable(m[k]["score"][:, j]) for k in MEASURES},
+            })
+        outputs[f"{name}.jsonl"] = out_rows
+        entry = {
+            "count": len(rows), "sha256": sha,
+            "mean_train_loss": _jsonable(tr.mean(axis=1)), "mean_control_loss": _jsonable(co.mean(axis=1)),
+            "measures": {k: {"frac": _jsonable(m[k]["frac"]), "weighted": _jsonable(m[k]["weighted"]),
+                             "memorized_ever": int(np.sum(m[k]["onset"] >= 0))} for k in MEASURES},
+        }
+        if name in cand:
+            per_ck = [exp.exposures(L, pii_rows[name], candidates) for L in cand[name]]
+            exp_rows = [{"id": r["id"], "pii_path": r["pii_path"],
+                         "rank": [per_ck[e][i]["rank"] for e in range(len(checkpoints))],
+                         "exposure": [per_ck[e][i]["exposure"] for e in range(len(checkpoints))]}
+                        for i, r in enumerate(pii_rows[name])]
+            outputs[f"{name}.exposure.jsonl"] = exp_rows
+            entry["exposure"] = [exp.exposure_summary([x["exposure"] for x in ck_rows], len(candidates))
+                                 for ck_rows in per_ck]
+        summary_sets[name] = entry
+
+    best_epoch = None
+    if heldout is not None:
+        best_epoch = int(np.argmin(np.stack(train[heldout]).mean(axis=1)))
+    summary = {
+        "variant": variant,
+        "variant_note": (
+            "control = the control run's checkpoint at the same step (paper 004 Sec. 3)"
+            if variant == VARIANT_CONTROL else
+            "control = one fixed reference model at every epoch (paper 004 Sec. 5 proxy): its loss upper-"
+            "bounds the optimal contextual recollection only if it never trained on these strings; "
+            "counterfactual == contextual here"),
+        "audited": str(audited_dir), "control": str(control_dir) if control_dir else None,
+        "reference_model": str(reference_model) if reference_model else None,
+        "tau": tau, "heldout": heldout, "best_epoch": best_epoch, "control_losses_floored": n_floored,
+        "checkpoints": [{"index": i, "step": ck["step"], "epoch": ck["epoch"], "control_step": ck.get("control_step")}
+                        for i, ck in enumerate(checkpoints)],
+        "n_candidates": len(candidates) if cand else None,
+        "datasets": summary_sets,
+        "provenance": provenance(seed=seed, datasets={n: sha for n, (_, sha) in data.items()},
+                                 measure="paper004_loss_measures", tau=tau, variant=variant,
+                                 fim_family=sentinels.family, cache_version=CACHE_VERSION,
+                                 pii_candidates_sha256=(file_sha256(pii_candidates or exp.PII_PATHS_FILE)
+                                                        if cand else None)),
+    }
+    for file_name, rows in outputs.items():
+        atomic_write_jsonl(out_dir / file_name, rows)
+    atomic_write_json(out_dir / "summary.json", summary)
+    return summary

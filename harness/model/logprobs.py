@@ -1,0 +1,102 @@
+"""Teacher-forced log-probabilities of a target given its FIM prompt: the loss side of the model layer.
+
+Paper 004 Sec. 3 measures memorization through the loss of a string, `loss(M, s)`; paper 003's exposure
+test (Carlini et al. 2019) ranks candidate secrets by their summed negative log-likelihood. Both are one
+teacher-forced pass per length-sorted batch here, prompts encoded by the one rule (harness.model.encode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from harness.model.decode import length_sorted_batches
+from harness.model.encode import encode_texts
+from harness.model.load import accepts_logits_to_keep
+from harness.text.fim import format_psm_prompt
+
+
+def encode_fim_examples(tokenizer, prefixes: Sequence[str], targets: Sequence[str],
+                        suffixes: Sequence[str], sentinels) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, target ids) per example: the PSM prompt `[PRE]prefix[SUF]suffix[MID]`, then the target.
+
+    The prompt is encoded exactly as greedy decoding encodes it (`harness.model.encode.encode_texts`, BOS kept
+    where the tokenizer adds one), so a loss and a completion condition on the same tokens. The target is
+    encoded on its own without special tokens: the `<fim_middle>` sentinel before it is an added token
+    (special or not, added tokens are matched before BPE runs), so a tokenizer splits the training text
+    `...<fim_middle>middle<eos>` at it and the middle gets the same ids as here. EOS is not part of the
+    target: we measure the string, not where it stops.
+    """
+    if not (len(prefixes) == len(targets) == len(suffixes)):
+        raise ValueError(f"prefixes/targets/suffixes differ in length: "
+                         f"{len(prefixes)}/{len(targets)}/{len(suffixes)}")
+    prompts = encode_texts(tokenizer, [format_psm_prompt(p, s, sentinels)
+                                         for p, s in zip(prefixes, suffixes)])
+    target_ids = tokenizer(list(targets), add_special_tokens=False)["input_ids"]
+    for i, ids in enumerate(target_ids):
+        if not ids:
+            raise ValueError(f"example {i}: empty target has no tokens to score; drop it or fix its `target`")
+    return [(list(p), list(t)) for p, t in zip(prompts, target_ids)]
+
+
+def token_losses_batched(model, examples: Sequence[tuple[list[int], list[int]]], batch_size: int = 16,
+                         pad_id: int = 0, reduction: str = "mean", progress: bool | None = None) -> np.ndarray:
+    """Cross-entropy of each example's target ids given its prompt ids, one forward pass per batch.
+
+    Rows are right-padded under an attention mask (positions 0..n-1 of every real token are then the
+    same as unpadded), grouped by length so a batch carries little padding. Only the logits from the
+    first target-predicting position onwards are materialised (`logits_to_keep`), which matters for
+    49k-token vocabularies and long FIM prompts. reduction: "mean" (per-token average, paper 004's
+    string loss) or "sum" (sequence negative log-likelihood, for ranking candidates of different
+    length as in the exposure test).
+    """
+    import torch  # heavy: the model layer loads torch on first use
+    from tqdm.auto import tqdm  # with torch: progress of the teacher-forced passes
+
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction={reduction!r}: use 'mean' or 'sum'")
+    out = np.empty(len(examples), dtype=np.float64)
+    device = next(model.parameters()).device
+    keep_arg = accepts_logits_to_keep(model)
+    bar = tqdm(total=len(examples), desc="loss", unit="ex", leave=False, dynamic_ncols=True,
+               disable=(not progress) if progress is not None else None)   # None: only on a terminal
+    try:
+        for idx in length_sorted_batches([len(p) + len(t) for p, t in examples], batch_size):
+            rows = [examples[i][0] + examples[i][1] for i in idx]
+            width = max(len(r) for r in rows)
+            input_ids = torch.tensor([r + [pad_id] * (width - len(r)) for r in rows], device=device)
+            attention_mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device)
+            # Target token j of a row sits at position len(prompt)+j and is predicted at len(prompt)+j-1.
+            first = min(len(examples[i][0]) for i in idx) - 1
+            if first < 0:
+                raise ValueError("an example has an empty prompt; the PSM prompt always has sentinels, "
+                                 "so this means a tokenizer dropped them")
+            kwargs = {"logits_to_keep": width - first} if keep_arg else {}
+            with torch.inference_mode():
+                logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
+                               **kwargs).logits
+            offset = width - logits.shape[1]          # logits column c predicts token c + offset + 1
+            for row, i in enumerate(idx):
+                n_prompt, target = len(examples[i][0]), examples[i][1]
+                cols = torch.arange(n_prompt - 1, n_prompt - 1 + len(target), device=device) - offset
+                logp = torch.log_softmax(logits[row, cols].float(), dim=-1)
+                nll = -logp.gather(1, torch.tensor(target, device=device)[:, None]).squeeze(1)
+                out[i] = float(nll.mean() if reduction == "mean" else nll.sum())
+            bar.update(len(idx))
+    finally:
+        bar.close()
+    return out
+
+
+def target_losses(model, tokenizer, prefixes: Sequence[str], targets: Sequence[str],
+                  suffixes: Sequence[str], sentinels, batch_size: int = 16, reduction: str = "mean",
+                  progress: bool | None = None) -> np.ndarray:
+    """Per-example loss of `target` given the PSM FIM prompt of (prefix, suffix): mean token cross-
+    entropy over the target tokens only (prompt tokens masked out), as a float64 array in input order.
+
+    This is the loss of paper 004 Sec. 3 (recollection "loss(M_e, s)") for a FIM example.
+    """
+    examples = encode_fim_examples(tokenizer, prefixes, targets, suffixes, sentinels)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return token_losses_batched(model, examples, batch_size, pad_id, reduction, progress)
