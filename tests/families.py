@@ -3,7 +3,7 @@ architecture class and its tokenizer conventions, random-initialised, built on C
 
 What a fixture reproduces, per family, and where each convention comes from (the model's public
 tokenizer_config.json / tokenizer.json / config.json on the Hugging Face hub, read 2026-11-25; the FIM
-sentinel spellings also in harness/fim.py):
+sentinel spellings also in harness/text/fim.py):
 
 - StarCoder2 (bigcode/starcoder2-3b): `Starcoder2ForCausalLM` (MLP `c_fc`/`c_proj`, biases on); tokenizer
   class `GPT2Tokenizer` (byte-level BPE, digits split one by one); `<|endoftext|>` is BOS, EOS and UNK at
@@ -48,7 +48,7 @@ HIDDEN, LAYERS, HEADS, KV_HEADS = 64, 2, 4, 2
 class Family:
     """One public model family as the fixtures reproduce it."""
 
-    name: str                 # harness.fim family
+    name: str                 # harness.text.fim family
     preset: str               # conf/model/<preset>.yaml
     architecture: str         # transformers class the real checkpoint's config.json names
     tokenizer_class: str      # tokenizer_class of the real tokenizer_config.json

@@ -12,7 +12,7 @@ import json
 import random
 from pathlib import Path
 
-from harness.io import atomic_write_json, atomic_write_jsonl, file_sha256
+from harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256
 from recipes.common import StageContext, write_provenance
 
 GOOD = ["    y = x + {k}\n", "    y = x * {k}\n", "    y = abs(x) + {k}\n", "    y = max(x, {k})\n"]

@@ -42,7 +42,7 @@ def audit_world(tmp_path_factory):
     """{root, examples_path, examples, trained_ids, model_dir, control_dir} — built once per session."""
     import torch
 
-    from harness.fim import FAMILIES, format_psm_training
+    from harness.text.fim import FAMILIES, format_psm_training
     from tests.tiny import save, tiny_llama, tiny_tokenizer, train_on_texts
 
     torch.manual_seed(0)

@@ -18,7 +18,7 @@ import pytest
 
 from harness.cli import main as cli_main
 from harness.cli import run as cli_run
-from harness.memorization import summarize_rows
+from harness.measures.memorization import summarize_rows
 from tests.integration.conftest import audit_overrides
 from tests.tiny import torch_threads
 

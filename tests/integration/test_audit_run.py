@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import run
-from harness.io import file_sha256
-from harness.memorization import summarize_rows
+from harness.core.io import file_sha256
+from harness.measures.memorization import summarize_rows
 
 PLAN = "audit_plan=[{models: [FT.1], control: FT.2, datasets: [canaries]}]"
 
@@ -89,7 +89,7 @@ def _audit_log(run_dir: Path, *extra: str) -> str:
 def test_adding_a_checkpoint_generates_only_its_completions(run_dir, audit_world, capsys):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from harness.fim import FAMILIES, format_psm_training
+    from harness.text.fim import FAMILIES, format_psm_training
     from tests.tiny import save, train_on_texts
 
     out = _audit_log(run_dir)            # everything stored: a rerun generates nothing
@@ -139,7 +139,7 @@ def test_two_processes_give_the_same_rows(run_dir, tmp_path):
 
 
 def test_plan_errors_name_the_key(run_dir):
-    from harness.errors import UserError
+    from harness.core.errors import UserError
 
     with pytest.raises(UserError, match=r"audit_plan\[0\]\.control='FT\.9'"):
         run(["audit", f"run_dir={run_dir}", "audit_plan=[{models: [FT.1], control: FT.9, datasets: [canaries]}]"])

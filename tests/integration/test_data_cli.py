@@ -5,7 +5,7 @@ import json
 import pytest
 
 from harness.cli import run
-from harness.errors import UserError
+from harness.core.errors import UserError
 from synthetic_data.build import ALL_DATASETS
 
 

@@ -1,5 +1,5 @@
 """A non-editable install (`pip install .`, or from a git URL) runs no code from the checkout: it must carry
-conf/ and the shipped base itself (harness/shipped.py, pyproject.toml's data packages)."""
+conf/ and the shipped base itself (harness/core/shipped.py, pyproject.toml's data packages)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.shipped import CHECKOUT
+from harness.core.shipped import CHECKOUT
 
 pytestmark = pytest.mark.slow
 

@@ -5,8 +5,8 @@ import math
 import pytest
 from alignment_world import trainer_log, world  # noqa: F401 (fixture)
 
-from harness.errors import UserError
-from harness.io import read_json
+from harness.core.errors import UserError
+from harness.core.io import read_json
 from recipes import ipo
 from recipes.common import StageContext
 
@@ -57,7 +57,7 @@ def test_bad_settings_name_the_stage_key(world, change, key):
 
 def test_long_context_is_trimmed_so_the_completion_survives_max_length(world):
     """TRL cuts at the end: the context, not the chosen/rejected line, must give way."""
-    from harness import fim
+    from harness.text import fim
 
     settings = {**IPO_SETTINGS, "max_length": 64}
     recipe = ipo.IPORecipe(ipo.load_settings(settings, "IPO"), StageContext(world["run_dir"], "IPO.fit"))

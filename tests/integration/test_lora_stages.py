@@ -72,7 +72,7 @@ def assert_merged_and_adapted(directory, init_dir, auto_class: str) -> None:
 def test_lora_stage_trains_only_adapters_and_saves_a_merged_model(world, trained_rm, stage):
     from tiny import torch_threads
 
-    from harness.generation import load_causal_lm
+    from harness.model.load import load_causal_lm
 
     module, recipe_class, settings = STAGES[stage]
     ctx = StageContext(world["run_dir"], f"LORA.{stage}")

@@ -11,11 +11,14 @@ import random
 import numpy as np
 import pytest
 
-from harness.errors import UserError
-from harness.exposure import candidate_losses, exposure_summary, exposures, load_candidates
-from harness.fim import FAMILIES, format_psm_training
-from harness.io import atomic_write_jsonl, read_json, read_jsonl
-from harness.losses import MEASURES, audit_losses, encode_fim_examples, target_losses
+from harness.audit.losses import audit_losses
+from harness.core.errors import UserError
+from harness.core.io import atomic_write_jsonl, read_json, read_jsonl
+from harness.measures.exposure import candidate_losses, exposure_summary, exposures, load_candidates
+from harness.measures.losses import MEASURES
+from harness.model.logprobs import encode_fim_examples, target_losses
+from harness.model.scorer import CausalLMScorer
+from harness.text.fim import FAMILIES, format_psm_training
 from tests.tiny import save, tiny_llama, tiny_tokenizer, train_on_texts
 
 SENT = FAMILIES["memaudit"]
@@ -80,7 +83,7 @@ def world(tmp_path_factory, one_torch_thread):
 
 
 def _load(path):
-    from harness.generation import load_causal_lm
+    from harness.model.load import load_causal_lm
 
     return load_causal_lm(path, "cpu")
 
@@ -113,8 +116,8 @@ def test_exposure_of_trained_canary_beats_untrained_copy(world):
     rows, paths = world["sets"]["sd_links"], world["paths"]
     result = {}
     for name in ("untrained", "FT.1"):
-        model, tok = _load(world["dirs"][name])
-        per_row = exposures(candidate_losses(model, tok, rows, paths, SENT, batch_size=32), rows, paths)
+        scorer = CausalLMScorer.load(world["dirs"][name], "cpu", batch_size=32)
+        per_row = exposures(candidate_losses(scorer, rows, paths, SENT), rows, paths)
         result[name] = exposure_summary([r["exposure"] for r in per_row], len(paths))
     assert result["FT.1"]["mean"] > result["untrained"]["mean"] + 1.0, result
     assert result["FT.1"]["share_max"] == 1.0, result      # each trained path strictly most likely
@@ -162,15 +165,15 @@ def test_audit_losses_outputs(world, audited):
 def test_utility_heldout_loss_reads_the_audits_loss_cache(world, audited):
     """One loss cache: the utility's held-out loss of a checkpoint the loss audit already scored is the
     same cache entry (no new file, no change), and equals the audit's mean loss there."""
-    from harness.audit import AuditSettings
-    from harness.utility import heldout_loss
+    from harness.audit.settings import AuditSettings
+    from harness.measures.utility import heldout_loss
 
     out, summary, _ = audited
     caches = {p: p.read_bytes() for p in (out / "cache" / "losses").glob("*.jsonl")}
     last = world["dirs"]["FT.1"] / f"checkpoint-{STEPS[-1]}"
     got = heldout_loss(last, world["sets"]["heldout"], AuditSettings(device="cpu", batch_size=3), out / "cache")
     assert {p: p.read_bytes() for p in (out / "cache" / "losses").glob("*.jsonl")} == caches
-    # The summary stores 8 decimals (harness.losses._jsonable): agreement is to half a unit of the last one.
+    # The summary stores 8 decimals (harness.measures.losses._jsonable): agreement is to half a unit of the last one.
     assert got == pytest.approx(summary["datasets"]["heldout"]["mean_train_loss"][-1], abs=5e-9)
 
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.encode import encode_texts
-from harness.fim import FAMILIES as FIM_FAMILIES
-from harness.fim import format_psm_prompt, format_psm_training
-from harness.io import read_json, read_jsonl
+from harness.core.io import read_json, read_jsonl
+from harness.model.encode import encode_texts
+from harness.text.fim import FAMILIES as FIM_FAMILIES
+from harness.text.fim import format_psm_prompt, format_psm_training
 from tests.families import FAMILIES, build_family
 from tests.integration.test_pipeline_smoke import memaudit
 
@@ -79,7 +79,7 @@ def trl_ids(model_dir: Path, tokenizer, prompt: str, text: str) -> dict[str, lis
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_stage_and_the_audit_encode_a_psm_text_to_the_same_ids(family_dirs, name):
-    from harness.generation import load_causal_lm
+    from harness.model.load import load_causal_lm
     from recipes.common import left_padded_prompts
     from recipes.models import load_tokenizer
 
@@ -128,7 +128,8 @@ def test_greedy_completions_stop_at_the_family_stop_tokens(family_dirs, name, tm
     StarCoder2) or the next sentinel — is cut there, and no sentinel text is left in the completion."""
     import torch
 
-    from harness.generation import greedy_complete, load_causal_lm
+    from harness.model.decode import greedy_complete
+    from harness.model.load import load_causal_lm
     from recipes.models import use_distinct_pad
     from tests.tiny import train_on_texts
 

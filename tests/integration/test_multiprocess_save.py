@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import UserError
-from harness.io import read_json
+from harness.core.errors import UserError
+from harness.core.io import read_json
 from tests.families import build_family
 from tests.integration.test_pipeline_smoke import REPO, memaudit
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.io import read_json
+from harness.core.io import read_json
 from tests.families import build_family
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main as cli_main
-from harness.io import file_sha256, read_json, read_jsonl
+from harness.core.io import file_sha256, read_json, read_jsonl
 from tests.integration.test_experiments_at_toy_size import TOY_RUN, toy_overrides
 from tests.integration.test_pipeline_smoke import REPO, memaudit, status_lines
 

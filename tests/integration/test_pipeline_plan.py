@@ -7,7 +7,7 @@ import re
 import pytest
 
 from harness.cli import compose, expand_sweep
-from harness.errors import UserError
+from harness.core.errors import UserError
 from recipes.pipeline import flatten_stages, order_stages, plan, run_directory, sweep_assignments, train_main
 
 
@@ -114,7 +114,7 @@ def _stage(settings):
 
 
 def test_a_checkpoint_torn_by_a_kill_is_moved_aside_before_resuming(tmp_path):
-    from harness.io import atomic_write_json
+    from harness.core.io import atomic_write_json
     from recipes.pipeline import prepare_out_dir
 
     out = tmp_path / "models" / "FT.1"
@@ -128,7 +128,7 @@ def test_a_checkpoint_torn_by_a_kill_is_moved_aside_before_resuming(tmp_path):
 
 
 def test_changed_settings_move_the_old_stage_aside_instead_of_mixing_a_resume(tmp_path):
-    from harness.io import atomic_write_json, read_json
+    from harness.core.io import atomic_write_json, read_json
     from recipes.pipeline import prepare_out_dir
 
     out = tmp_path / "models" / "FT.1"
@@ -153,7 +153,7 @@ def test_a_reference_to_nothing_fails_at_planning():
 def test_a_finished_stage_is_retrained_when_its_data_or_upstream_changed(tmp_path):
     import os
 
-    from harness.io import atomic_write_json
+    from harness.core.io import atomic_write_json
     from recipes.pipeline import PlannedStage, prepare_out_dir
 
     def finish(name, settings, datasets):
@@ -175,7 +175,7 @@ def test_a_finished_stage_is_retrained_when_its_data_or_upstream_changed(tmp_pat
 
 
 def test_a_finished_stage_of_another_seed_is_retrained_not_skipped(tmp_path):
-    from harness.io import atomic_write_json
+    from harness.core.io import atomic_write_json
     from recipes.pipeline import prepare_out_dir
 
     atomic_write_json(tmp_path / "models" / "FT.1" / "provenance.json", {"settings": {"lr": 0.2}, "seed": 0})

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.io import read_json, read_jsonl
+from harness.core.io import read_json, read_jsonl
 from pipeline_helpers import write_smoke_datasets
 from test_pipeline_smoke import REPO, memaudit, status_lines
 

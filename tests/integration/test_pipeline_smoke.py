@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.io import read_json, read_jsonl
+from harness.core.io import read_json, read_jsonl
 
 pytestmark = pytest.mark.slow
 
@@ -89,7 +89,7 @@ def test_ft_records_how_many_fim_contexts_it_trimmed(smoke):
     """A FIM row longer than max_seq_len loses its context, not its middle; provenance counts them."""
     from transformers import AutoTokenizer
 
-    from harness.fim import FAMILIES, format_psm_training
+    from harness.text.fim import FAMILIES, format_psm_training
 
     run_dir, result = smoke
     prov = read_json(run_dir / "models" / "FT.1" / "provenance.json")
@@ -256,7 +256,7 @@ def test_a_pretrained_model_preset_is_imported_as_pt_not_trained(smoke, tmp_path
 
 def test_run_ends_with_audit_and_report_whose_numbers_equal_the_rows(smoke):
     """`memaudit run` = data -> stages -> audit (every checkpoint, NED + loss measures) -> report."""
-    from harness.memorization import summarize_rows
+    from harness.measures.memorization import summarize_rows
     from harness.report.analyses import load_audit_rows
 
     run_dir, _ = smoke

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from alignment_world import trained_rm, trainer_log, world  # noqa: F401 (fixtures)
 
-from harness.errors import UserError
-from harness.io import read_json
+from harness.core.errors import UserError
+from harness.core.io import read_json
 from recipes import rl
 from recipes.common import StageContext
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.io import read_jsonl
+from harness.core.io import read_jsonl
 from tests.integration.conftest import audit_overrides
 
 pytestmark = pytest.mark.slow
@@ -300,7 +300,7 @@ def test_line_separators_survive_audit_rerun_and_report(audit_world, tmp_path):
 
 
 def test_whole_run_audit_that_scores_nothing_exits_3_after_writing_its_summary(audit_world, tmp_path):
-    from harness.io import file_sha256
+    from harness.core.io import file_sha256
 
     run_dir = tmp_path / "run"
     for name, src in (("FT.1", audit_world["model_dir"]), ("FT.2", audit_world["control_dir"])):

@@ -6,8 +6,8 @@ import shutil
 import pytest
 from alignment_world import trained_rm, trainer_log, world  # noqa: F401 (fixtures)
 
-from harness.errors import UserError
-from harness.io import read_json, read_jsonl
+from harness.core.errors import UserError
+from harness.core.io import read_json, read_jsonl
 from recipes import rl
 from recipes.common import StageContext
 
@@ -87,7 +87,7 @@ def test_reward_evaluation_pairs_the_init_and_trained_policy_on_fixed_prompts(wo
     assert same["change"] == 0.0 and (same["up"], same["down"]) == (0, 0)
     # The stage stored the initial policy's rewards for the next sweep point with the same init, RM and
     # sampling settings (other RL stages of this module's world store theirs beside it, under other identities).
-    from harness.audit import model_fingerprint
+    from harness.model.load import model_fingerprint
 
     identity = {"init_model": model_fingerprint(world["init_dir"]), "reward_model": model_fingerprint(recipe.rm_dir),
                 "prompt_ids": record["prompt_ids"],

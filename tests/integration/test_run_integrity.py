@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.io import read_json, read_jsonl
+from harness.core.io import read_json, read_jsonl
 from tests.integration.conftest import audit_overrides
 from tests.integration.pipeline_helpers import write_smoke_datasets
 from tests.integration.test_reliability import LONG_PREFIX, memaudit, refused, write_examples
@@ -118,7 +118,7 @@ def _fingerprints(audit_dir: Path) -> dict[str, tuple[str, str]]:
 
 
 def _current(run_dir: Path, name: str) -> dict[str, str]:
-    from harness.audit import model_fingerprint
+    from harness.model.load import model_fingerprint
 
     model = run_dir / "models" / name
     return {"final": model_fingerprint(model),
@@ -188,7 +188,7 @@ def test_names_that_become_path_parts_are_refused(audit_world, tmp_path, overrid
 
 def test_plan_and_sweep_names_that_leave_the_run_are_refused(tmp_path):
     from harness.cli import compose
-    from harness.errors import UserError
+    from harness.core.errors import UserError
     from recipes.pipeline import plan
 
     with pytest.raises(UserError, match=r"audit_plan\[0\]\.datasets: '\.\./x' is not a name"):

@@ -9,7 +9,7 @@ import shutil
 import pytest
 from alignment_world import trained_rm, world  # noqa: F401 (fixtures)
 
-from harness.errors import UserError
+from harness.core.errors import UserError
 from recipes import rl
 from recipes.common import StageContext
 

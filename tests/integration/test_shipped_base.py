@@ -9,8 +9,8 @@ import torch
 from safetensors import safe_open
 
 from harness.cli import run
-from harness.errors import UserError
-from harness.io import file_sha256, read_json
+from harness.core.errors import UserError
+from harness.core.io import file_sha256, read_json
 from recipes.models import PROJECT_ROOT, resolve_pretrained
 from recipes.ship_base import ship
 

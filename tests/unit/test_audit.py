@@ -6,9 +6,12 @@ import json
 
 import pytest
 
-from harness.audit import (AuditSettings, completion_fingerprint, default_dataset_name, list_checkpoints,
-                           load_examples, model_fingerprint, score_rows)
-from harness.errors import UserError
+from harness.audit.run import score_rows
+from harness.audit.settings import AuditSettings, default_dataset_name, list_checkpoints
+from harness.core.errors import UserError
+from harness.core.user_data import load_examples
+from harness.model.cache import completion_fingerprint
+from harness.model.load import model_fingerprint
 
 
 def _weights(d):
@@ -90,7 +93,7 @@ def test_rows_follow_definition_3_1_and_the_exclusions():
 
 
 def test_target_is_cut_to_its_first_n_tokens_as_an_exact_prefix(tmp_path):
-    from harness.audit import AuditedModel
+    from harness.model.scorer import AuditedModel
     from tests.tiny import save, tiny_llama, tiny_tokenizer
 
     tok = tiny_tokenizer(["def f(x):\n    return x + 1 # é ü\n"] * 5, vocab_size=270)

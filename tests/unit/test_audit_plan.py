@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from harness.audit_run import plan_audits
+from harness.audit.plan import plan_audits
 from harness.cli import compose
-from harness.errors import UserError
+from harness.core.errors import UserError
 
 
 @pytest.fixture()

@@ -1,4 +1,4 @@
-"""The console rules (harness/console.py) and the training log (recipes/common.py TrainLog)."""
+"""The console rules (harness/core/console.py) and the training log (recipes/common.py TrainLog)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from harness.cli import main as cli_main
-from harness.console import PROGRESS_LINE_PERCENT, StageProgress, _ExpectedRecords, _is_expected_load_report
+from harness.core.console import PROGRESS_LINE_PERCENT, ExpectedRecords, StageProgress, _is_expected_load_report
 from recipes.common import TrainLog
 
 SCORE_ONLY = ("\x1b[1mLlamaForSequenceClassification LOAD REPORT\x1b[0m from: runs/x/models/FT.2\n"
@@ -59,7 +59,7 @@ def test_only_a_load_report_of_a_new_score_head_is_filtered():
     assert _is_expected_load_report(SCORE_ONLY)
     assert not _is_expected_load_report(OTHER_KEY)
     assert not _is_expected_load_report("some other warning | with a bar")
-    records = _ExpectedRecords()
+    records = ExpectedRecords()
 
     def record(message: str) -> logging.LogRecord:
         return logging.LogRecord("transformers.modeling_utils", logging.WARNING, __file__, 1, message, None, None)

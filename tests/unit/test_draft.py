@@ -1,4 +1,4 @@
-"""harness.draft: greedy decoding with a verified draft equals plain greedy decoding, token for token, on a
+"""harness.model.draft: greedy decoding with a verified draft equals plain greedy decoding, token for token, on a
 tiny Llama trained to memorize some FIM targets — memorized, partly memorized and unrelated rows, drafts
 shorter than the completion, EOS inside and after the draft, every batch size."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.draft import accepted_length, draft_greedy_generate, draft_ids, finish
-from harness.encode import encode_texts
-from harness.fim import FAMILIES, format_psm_prompt, format_psm_training
-from harness.generation import _greedy_generate, greedy_complete
+from harness.model.decode import _greedy_generate, greedy_complete
+from harness.model.draft import accepted_length, draft_greedy_generate, draft_ids, finish
+from harness.model.encode import encode_texts
+from harness.text.fim import FAMILIES, format_psm_prompt, format_psm_training
 from tests.tiny import tiny_llama, tiny_tokenizer, torch_threads, train_on_texts
 
 S = FAMILIES["memaudit"]

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.errors import UserError
-from harness.fim import (
+from harness.core.errors import UserError
+from harness.text.fim import (
     FAMILIES,
     FimSentinels,
     detect_sentinels,

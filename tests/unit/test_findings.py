@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness.core.errors import UserError
 from harness.report.evidence import ipo_evidence, log_history, rl_evidence, stage_evidence
-from harness.errors import UserError
 from harness.report.findings import (FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, Roles, RunResults,
                                       distinct_completion_share, findings)
 

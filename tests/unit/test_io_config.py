@@ -1,4 +1,4 @@
-"""The one JSONL reader/writer (harness.io) and the shared config checks (harness.config)."""
+"""The one JSONL reader/writer (harness.core.io) and the shared config checks (harness.core.config)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from harness.config import check_dataclass_values, require_bool
-from harness.errors import UserError
-from harness.io import RowStore, atomic_write_jsonl, iter_jsonl_numbered, jsonl_line, read_jsonl
+from harness.core.config import check_dataclass_values, require_bool
+from harness.core.errors import UserError
+from harness.core.io import RowStore, atomic_write_jsonl, iter_jsonl_numbered, jsonl_line, read_jsonl
 
 # Every character str.splitlines() treats as a line boundary, except "\n" itself (the JSONL separator).
 SPLITLINES_BREAKS = ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\r\n"]

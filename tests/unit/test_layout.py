@@ -1,8 +1,8 @@
-"""The run layout's rules (harness/layout.py): checkpoint names, whole checkpoints, where the audit is."""
+"""The run layout's rules (harness/core/layout.py): checkpoint names, whole checkpoints, where the audit is."""
 
 import json
 
-from harness import layout
+from harness.core import layout
 
 
 def test_checkpoint_names_parse_to_their_step_and_nothing_else_does():

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from harness.errors import UserError
-from harness.losses import _match_checkpoints, checkpoint_steps
+from harness.audit.losses import _match_checkpoints, checkpoint_steps
+from harness.core.errors import UserError
 
 
 def _run(root, steps_epochs):

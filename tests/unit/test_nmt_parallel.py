@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from harness.errors import UserError
-from harness.io import file_sha256, read_json, read_jsonl
+from harness.core.errors import UserError
+from harness.core.io import file_sha256, read_json, read_jsonl
 from synthetic_data.parallel import (NounPhrase, ParallelSettings, Sentence, Title, build_parallel, generate_pairs,
                                      heldout_pairs, import_parallel, load_parallel, rule_translate_words,
                                      title_items)

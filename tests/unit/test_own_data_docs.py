@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import COMMANDS, compose
-from harness.user_data import read_canaries, read_preference_pairs
+from harness.core.user_data import read_canaries, read_preference_pairs
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "own-data.md"
 

@@ -26,7 +26,7 @@ def test_completion_mask_keeps_the_first_eos_and_whole_truncated_rows():
 
 
 def test_completion_mask_ends_at_the_first_of_several_stop_tokens():
-    sep = 9                                     # a family's file separator beside EOS (harness.fim.stop_tokens)
+    sep = 9                                     # a family's file separator beside EOS (harness.text.fim.stop_tokens)
     ids = torch.tensor([[5, sep, 6, EOS, 0], [5, 6, EOS, sep, 0], [5, 6, 7, 8, 4]])
     assert ppo.completion_mask(ids, [EOS, sep]).tolist() == [[1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from harness.errors import UserError
-from harness.fim import FAMILIES
+from harness.core.errors import UserError
+from harness.text.fim import FAMILIES
 from recipes.models import parse_model
 from recipes.pretrain import load_settings, packed_blocks
 
@@ -95,8 +95,8 @@ def test_packing_applies_fim_at_the_rate_and_is_seeded(tokenizer):
 
 
 def test_packing_rng_matches_harness_fim_transform(tokenizer):
-    """The first document is exactly harness.fim.fim_transform under the recipe's seeded RNG."""
-    from harness.fim import fim_transform
+    """The first document is exactly harness.text.fim.fim_transform under the recipe's seeded RNG."""
+    from harness.text.fim import fim_transform
 
     sentinels = FAMILIES["memaudit"]
     texts = ["alpha = 1\nbeta = 2\n" * 4]

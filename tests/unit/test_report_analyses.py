@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from harness.core.stats import reward_score_stats, roc_auc
 from harness.report import analyses as A
 
 
@@ -67,12 +68,12 @@ def test_final_entries_prefers_final_over_steps():
 
 def test_auc_by_hand():
     # positives 3, 2; negatives 1, 2: pairs (3,1) win, (3,2) win, (2,1) win, (2,2) tie -> (3 + 0.5) / 4
-    assert A.roc_auc([3, 2, 1, 2], [1, 1, 0, 0]) == pytest.approx(3.5 / 4)
-    assert A.roc_auc([1], [1]) is None
+    assert roc_auc([3, 2, 1, 2], [1, 1, 0, 0]) == pytest.approx(3.5 / 4)
+    assert roc_auc([1], [1]) is None
 
 
 def test_reward_score_stats():
-    s = A.reward_score_stats([{"label": 1, "score": 2.0}, {"label": 1, "score": 4.0}, {"label": 0, "score": 0.0}])
+    s = reward_score_stats([{"label": 1, "score": 2.0}, {"label": 1, "score": 4.0}, {"label": 0, "score": 0.0}])
     assert s["by_label"]["1"]["mean"] == 3.0 and s["by_label"]["1"]["std"] == 1.0
     assert s["auc"] == 1.0
 

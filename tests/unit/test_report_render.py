@@ -6,7 +6,7 @@ import random
 import pytest
 
 from harness.cli import run
-from harness.memorization import summarize_rows
+from harness.measures.memorization import summarize_rows
 
 
 def _write_rows(path, rows):
@@ -97,7 +97,7 @@ def test_report_files_and_numbers_equal_rows(fake_run):
 
 
 def test_report_without_audit_is_a_clear_error(tmp_path):
-    from harness.errors import UserError
+    from harness.core.errors import UserError
 
     with pytest.raises(UserError, match="memaudit audit"):
         run(["report", f"run_dir={tmp_path}"])
@@ -123,7 +123,7 @@ def test_report_reads_the_audit_where_audit_out_dir_put_it(fake_run, tmp_path):
     entries = json.loads((fake_run / "report" / "summary.json").read_text())["entries"]
     assert {e["model"] for e in entries} == {"FT.1", "RLFT.1/beta=0.1", "RLFT.1/beta=0.5", "IPO"}
     # Without the override the report names the missing directory and how to point at the right one.
-    from harness.errors import UserError
+    from harness.core.errors import UserError
 
     with pytest.raises(UserError, match="audit.out_dir"):
         run(["report", f"run_dir={fake_run}"])

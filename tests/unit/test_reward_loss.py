@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.report.analyses import roc_auc
+from harness.core.stats import roc_auc
 from recipes.reward import pointwise_reward_loss
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.errors import UserError
+from harness.core.errors import UserError
 from recipes.rl import prompt_rows, split_code_at_line
 
 

@@ -1,4 +1,4 @@
-"""One writer per directory (harness/lock.py): a second process is refused naming the holder, the OS
+"""One writer per directory (harness/core/lock.py): a second process is refused naming the holder, the OS
 releases a killed holder's lock, and a lock file left by a dead process never blocks."""
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import UserError
-from harness.lock import LOCK_FILE, hold_directories
+from harness.core.errors import UserError
+from harness.core.lock import LOCK_FILE, hold_directories
 
 REPO = Path(__file__).resolve().parents[2]
 HOLDER = """
 import sys, time
 sys.path.insert(0, {repo!r})
 from pathlib import Path
-from harness.lock import hold_directories
+from harness.core.lock import hold_directories
 with hold_directories([("run_dir", Path({path!r}))], "memaudit run experiment=smoke"):
     print("held", flush=True)
     time.sleep(600)
@@ -84,7 +84,7 @@ def test_a_released_lock_is_never_held_twice(tmp_path):
     """Holders that come and go quickly (each unlinks its file on release) never overlap."""
     run_dir = tmp_path / "run"
     script = (f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from pathlib import Path\n"
-              "from harness.lock import hold_directories\nfrom harness.errors import UserError\n"
+              "from harness.core.lock import hold_directories\nfrom harness.core.errors import UserError\n"
               f"n = 0\nend = time.time() + 3\nwhile time.time() < end:\n"
               f"    try:\n        with hold_directories([('run_dir', Path({str(run_dir)!r}))], 'x'):\n"
               f"            p = Path({str(run_dir / 'inside')!r})\n            p.mkdir()\n"

@@ -1,5 +1,5 @@
 """Nothing the project reads back is unpickled with arbitrary code: every `torch.load` in the repository
-passes `weights_only=True` (models themselves are safetensors only, harness/generation.py)."""
+passes `weights_only=True` (models themselves are safetensors only, harness/model/decode.py)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from harness.errors import UserError
-from harness.fim import FAMILIES, format_psm_prompt
+from harness.core.errors import UserError
+from harness.text.fim import FAMILIES, format_psm_prompt
 from recipes.sft import capped_rows, load_settings, training_rows
 
 S = FAMILIES["memaudit"]

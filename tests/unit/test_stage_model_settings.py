@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from harness.errors import UserError
+from harness.core.errors import UserError
 from recipes import ipo, pretrain, reward, rl, sft
 from recipes.common import StageSettings
 

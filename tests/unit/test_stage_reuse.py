@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from harness.io import atomic_write_json, read_json
+from harness.core.io import atomic_write_json, read_json
 from recipes.pipeline import PlannedStage, train_stage
 
 SETTINGS = {"init": "PT", "datasets": ["pd_1", "sd_base"], "epochs": 2, "lr": 1e-3}

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.stats import Z95, compare_rates, fisher_exact, mcnemar_exact, rate_with_interval, wilson_interval
+from harness.core.stats import Z95, compare_rates, fisher_exact, mcnemar_exact, rate_with_interval, wilson_interval
 
 
 def test_wilson_by_hand():
@@ -105,7 +105,7 @@ def test_compare_rates_picks_the_test_by_example_sets():
 
 
 def test_sign_test_by_hand():
-    from harness.stats import sign_test
+    from harness.core.stats import sign_test
 
     # 6 of 6 up: p = 2 * (1/2)^6; zeros are dropped; 2 up 1 down: 2 * P(X <= 1 | n=3) = 2 * 4/8, capped at 1.
     assert sign_test([0.5] * 6 + [0.0]) == {"test": "sign_exact", "up": 6, "down": 0, "p_value": 2 / 64}

@@ -6,8 +6,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from harness.cli import compose
-from harness.errors import UserError
-from harness.io import file_sha256
+from harness.core.errors import UserError
+from harness.core.io import file_sha256
 from synthetic_data.build import build_datasets
 
 

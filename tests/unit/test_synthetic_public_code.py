@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.errors import UserError
+from harness.core.errors import UserError
 from synthetic_data import public_code as pc
 
 EXCLUDE = ["test/*", "*/test/*", "*/tests/*", "idlelib/*", "site-packages/*"]

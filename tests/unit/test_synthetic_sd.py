@@ -194,7 +194,7 @@ def code_tokenizer():
 
 
 def audit_excluded_share(rows, tokenizer) -> float:
-    from harness.memorization import exclusion_reasons
+    from harness.text.exclusions import exclusion_reasons
 
     counts = [len(tokenizer(r["target"], add_special_tokens=False)["input_ids"]) for r in rows]
     reasons = exclusion_reasons([r["prefix"] for r in rows], [r["target"] for r in rows],

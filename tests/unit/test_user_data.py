@@ -1,4 +1,4 @@
-"""A user's canary and preference files (harness/user_data.py), the datasets built from them
+"""A user's canary and preference files (harness/core/user_data.py), the datasets built from them
 (synthetic_data/user_data.py) and the report's breakdown by group and repeat (harness/report/analyses.py)."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from harness.audit import load_examples
-from harness.errors import UserError
+from harness.core.errors import UserError
+from harness.core.user_data import load_examples
+from harness.core.user_data import read_canaries, read_preference_pairs, repeated
 from harness.report.analyses import breakdown
-from harness.user_data import read_canaries, read_preference_pairs, repeated
 from synthetic_data.user_data import canary_pairs, canary_pointwise, preference_chosen, preference_pointwise
 
 BYTES = ("UTF-8 bytes", lambda text: len(text.encode("utf-8")))

@@ -1,0 +1,152 @@
+"""harness/ in one-way layers (DESIGN.md): each layer imports only the layers below it, at module top, with no
+import circles; a function-level import remains only for a heavy optional dependency at a layer boundary,
+commented on its line; torch is imported in the model layer alone; recipes/ and synthetic_data/ import only
+harness.core, harness.text and harness.model. The walk reads the source (ast), so nothing is imported.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+HARNESS = REPO / "harness"
+# Bottom to top; the package root (cli.py, __main__.py) sits above every layer.
+LAYERS = ("core", "text", "model", "measures", "audit", "report")
+TORCH = ("torch", "transformers", "peft", "safetensors", "accelerate")
+CLIENT_ALLOWED = {"recipes": ("core", "text", "model"), "synthetic_data": ("core", "text")}
+# harness modules that exist to hold a heavy dependency: imported inside functions, commented, on first use.
+HEAVY_WRAPPERS = {"harness.text._window_kernel"}     # numba (~0.6 s import, a compiled kernel)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> int:
+    """Index in LAYERS of a harness module, len(LAYERS) for the package root (cli, __main__)."""
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in LAYERS:
+        return LAYERS.index(parts[1])
+    return len(LAYERS)
+
+
+def imports(path: Path) -> list[tuple[str, int, bool, str]]:
+    """(imported module, line, at function level?, the source line and the one above) of every import."""
+    source = path.read_text(encoding="utf-8")
+    lines = source.splitlines()
+    tree = ast.parse(source)
+    out = []
+    package = module_name(path).rsplit(".", 0 if path.name == "__init__.py" else 1)[0]
+
+    def visit(node, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    out.append((alias.name, child.lineno, in_function, context(child.lineno)))
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    base = ".".join(package.split(".")[:len(package.split(".")) - child.level + 1] + [base]).strip(".")
+                targets = [f"{base}.{a.name}" for a in child.names] if base.startswith("harness") else [base]
+                for target in targets:
+                    out.append((target, child.lineno, in_function, context(child.lineno)))
+            visit(child, nested)
+
+    def context(lineno: int) -> str:
+        return "\n".join(lines[max(lineno - 2, 0):lineno])
+
+    visit(tree, False)
+    return out
+
+
+def harness_target(name: str, known: set[str]) -> str | None:
+    """The harness module an import refers to (`from harness.core import io` -> harness.core.io)."""
+    if not name.startswith("harness"):
+        return None
+    while name and name not in known:
+        name = name.rsplit(".", 1)[0] if "." in name else ""
+    return name or None
+
+
+SOURCES = sorted(HARNESS.rglob("*.py"))
+KNOWN = {module_name(p) for p in SOURCES}
+
+
+def test_every_module_lives_in_a_layer():
+    stray = [module_name(p) for p in SOURCES
+             if layer_of(module_name(p)) == len(LAYERS) and p.parent != HARNESS]
+    top = sorted(p.name for p in HARNESS.glob("*.py"))
+    assert not stray and top == ["__init__.py", "__main__.py", "cli.py"], (stray, top)
+
+
+def test_no_upward_import_and_no_function_level_harness_import():
+    bad = []
+    for path in SOURCES:
+        me = module_name(path)
+        for name, line, in_function, context in imports(path):
+            target = harness_target(name, KNOWN)
+            if target is None:
+                continue
+            if in_function and not (target in HEAVY_WRAPPERS and "#" in context):
+                bad.append(f"{me}:{line} imports {target} inside a function")
+            elif layer_of(target) > layer_of(me):
+                bad.append(f"{me}:{line} imports {target} from a layer above")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_import_circle():
+    graph: dict[str, set[str]] = {m: set() for m in KNOWN}
+    for path in SOURCES:
+        for name, _, in_function, _ in imports(path):
+            target = harness_target(name, KNOWN)
+            if target and not in_function and target != module_name(path) and not module_name(path).startswith(target + "."):
+                graph[module_name(path)].add(target)
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                raise AssertionError("import circle: " + " -> ".join(stack[stack.index(nxt):] + [nxt]))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+
+
+def test_function_level_imports_are_commented_heavy_dependencies():
+    uncommented = [f"{module_name(p)}:{line} {name}" for p in SOURCES for name, line, in_function, ctx in imports(p)
+                   if in_function and not name.startswith("harness") and "#" not in ctx]
+    assert not uncommented, "\n".join(uncommented)
+
+
+def test_torch_is_imported_by_the_model_layer_alone():
+    users = sorted({f"{module_name(p)}: {name}" for p in SOURCES for name, *_ in imports(p)
+                    if name.split(".")[0] in TORCH and layer_of(module_name(p)) != LAYERS.index("model")})
+    assert not users, users
+
+
+@pytest.mark.parametrize("client", sorted(CLIENT_ALLOWED))
+def test_recipes_and_data_builders_import_only_the_low_layers(client):
+    allowed = CLIENT_ALLOWED[client]
+    bad = []
+    for path in sorted((REPO / client).rglob("*.py")):
+        for name, line, *_ in imports(path):
+            target = harness_target(name, KNOWN)
+            if target is None:
+                continue
+            layer = layer_of(target)
+            if layer == len(LAYERS) or LAYERS[layer] not in allowed:
+                bad.append(f"{module_name(path)}:{line} imports {target}")
+    assert not bad, "\n".join(bad)
