@@ -1,4 +1,4 @@
-"""Audit throughput: batched greedy completion (harness.generation) vs a per-example `generate` loop.
+"""Audit throughput: batched greedy completion (harness.model.decode) vs a per-example `generate` loop.
 
 The baseline decodes one prompt at a time with `model.generate`, the way Pythia's memorization script
 scores its sequences. Both paths see the same ~5M-parameter Llama (hidden 256, 5 layers, 4 heads,
@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.fim import FAMILIES, format_psm_prompt  # noqa: E402
-from harness.encode import encode_texts  # noqa: E402
-from harness.generation import greedy_complete  # noqa: E402
+from harness.model.decode import greedy_complete  # noqa: E402
+from harness.model.encode import encode_texts  # noqa: E402
+from harness.text.fim import FAMILIES, format_psm_prompt  # noqa: E402
 from tests.tiny import tiny_llama, tiny_tokenizer  # noqa: E402
 
 
@@ -77,7 +77,7 @@ def prefill_floor(model, tokenizer, prompts, batch_size) -> float:
     """
     import torch
 
-    from harness.generation import length_sorted_batches
+    from harness.model.decode import length_sorted_batches
 
     enc = encode_texts(tokenizer, prompts)
     t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Audit decoding with the target as a draft (harness/draft.py) against batched `generate` and a
+"""Audit decoding with the target as a draft (harness/model/draft.py) against batched `generate` and a
 per-example loop, on the real audit mix of a finished findings run (experiment=findings, which trains FT.1).
 
 Workload: every model named by --models (default: two FT.1 checkpoints, FT.1, and the control
@@ -32,12 +32,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.draft import draft_greedy_generate, draft_ids  # noqa: E402
-from harness.encode import encode_texts  # noqa: E402
-from harness.fim import detect_sentinels, format_psm_prompt  # noqa: E402
-from harness.generation import (_eos_ids, _pad_id, greedy_complete,  # noqa: E402
-                                length_sorted_batches, load_causal_lm)
-from harness.io import read_jsonl  # noqa: E402
+from harness.core.io import read_jsonl  # noqa: E402
+from harness.model.decode import _eos_ids, _pad_id, greedy_complete, length_sorted_batches  # noqa: E402
+from harness.model.draft import draft_greedy_generate, draft_ids  # noqa: E402
+from harness.model.encode import encode_texts  # noqa: E402
+from harness.model.load import load_causal_lm  # noqa: E402
+from harness.text.fim import detect_sentinels, format_psm_prompt  # noqa: E402
 from benchmarks.bench_audit import prefill_floor  # noqa: E402
 
 DATASETS = ("sd_base", "sd_links_pos", "pd_eval")

@@ -19,7 +19,7 @@ import tempfile
 import time
 
 from harness import cli
-from harness.io import read_json, read_jsonl
+from harness.core.io import read_json, read_jsonl
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.io import atomic_write_json, read_json, read_jsonl  # noqa: E402
+from harness.core.io import atomic_write_json, read_json, read_jsonl  # noqa: E402
 from tests.families import FAMILIES, build_family  # noqa: E402
 from tests.integration.test_model_families import trimmed_smoke  # noqa: E402
 
@@ -58,9 +58,10 @@ def compare_greedy(name: str, run_dir: Path, device: str) -> dict | None:
         return None
     import torch
 
-    from harness.fim import FAMILIES as SENTINELS
-    from harness.fim import format_psm_prompt
-    from harness.generation import greedy_complete, load_causal_lm
+    from harness.text.fim import FAMILIES as SENTINELS
+    from harness.text.fim import format_psm_prompt
+    from harness.model.decode import greedy_complete
+    from harness.model.load import load_causal_lm
 
     s = SENTINELS[name]
     rows = read_jsonl(run_dir / "data" / "sd_base" / "rows.jsonl")
@@ -80,7 +81,7 @@ def main() -> None:
     parser.add_argument("--work", default="runs/gpu_smoke", help="fixtures and run directories")
     parser.add_argument("--out", default=None, help="result JSON (default benchmarks/results/gpu_smoke_<device>.json)")
     args = parser.parse_args()
-    from harness.provenance import provenance
+    from harness.core.provenance import provenance
 
     results = [run_family(name, Path(args.work), args.device) for name in args.families]
     out = Path(args.out or REPO / "benchmarks" / "results" / f"gpu_smoke_{args.device}.json")
