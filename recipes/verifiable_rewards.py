@@ -44,7 +44,8 @@ from typing import Any
 from harness.errors import UserError
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-NOT_IDENTIFIERS = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
+NOT_IDENTIFIERS = frozenset(keyword.kwlist)   # hard keywords only: soft ones (match, case, type) are names too,
+                                              # and the hard list is the same on every Python >= 3.10
 TEST_TIMEOUT_S = 3.0           # wall and CPU budget of one test run; HumanEval's harness uses 3 s
 TEST_MEMORY_BYTES = 1 << 30    # address space of one test run (1 GiB: the interpreter alone maps ~300 MB)
 SANDBOX = Path(__file__).with_name("_sandbox_child.py")
@@ -56,7 +57,7 @@ VERSION = 1                    # bump when a function's definition changes (keys
 
 def identifiers(text: str) -> set[str]:
     """The distinct Python names in `text`, keywords excluded (a regular expression, not the tokenizer: a
-    completion is a fragment that may not tokenize)."""
+    completion is a fragment that may not tokenize; names in strings and comments count too)."""
     return {name for name in IDENTIFIER.findall(text) if name not in NOT_IDENTIFIERS}
 
 
