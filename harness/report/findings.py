@@ -258,6 +258,23 @@ def pair_check(run: RunResults, model: str) -> dict:
                   "model", acc, f">= {PAIR_ACCURACY_MIN}", acc is not None and acc >= PAIR_ACCURACY_MIN)
 
 
+def method_checks(run: RunResults, model: str, dataset: str) -> list[dict]:
+    """The training evidence of any one model, by its stage, for the report's comparison of methods: an RL point's
+    reward rose without collapse (rl_checks; under a verifiable reward also the function's held-out ranking), a
+    preference model fit its pairs (pair_check, or for a run made before that measurement IPO's training accuracy).
+    [] for a stage without such a check (fine-tuning: its memorization is the measurement)."""
+    ev = run.evidence.get(model, {})
+    if ev.get("stage") == "rl":
+        return ([rm_heldout_check(run, model)] if ev.get("reward_function") else []) + rl_checks(run, [model], dataset)
+    if ev.get("stage") == "ipo":
+        if "pair_accuracy" in ev or "accuracy_final" not in ev:
+            return [pair_check(run, model)]
+        acc = ev["accuracy_final"]
+        return [_check(f"{model}: training preference accuracy", acc, f">= {IPO_ACCURACY_MIN}",
+                       acc is not None and acc >= IPO_ACCURACY_MIN)]
+    return []
+
+
 def count_check(check: str, count: int, minimum: int) -> dict:
     return _check(check, count, f">= {minimum}", count >= minimum)
 
