@@ -12,7 +12,8 @@ PT -> FT -> RM -> RLFT, PT -> IPO).
 Stage names contain dots (FT.1, as in the paper), which Hydra's override grammar cannot address as one
 key. So experiments write them nested — `FT: {"1": {recipe: sft, ...}}` — which makes `stages.FT.1.lr=...`
 a valid override; a dict with a `recipe` key is a stage and the keys above it join with dots. Flat
-`"FT.1": {...}` keys are read too (they just cannot be overridden from the command line).
+`"FT.1": {...}` keys are read too (they just cannot be overridden from the command line). A stage set to null
+is dropped: an experiment that inherits another's stages removes one that way.
 
 Sweeps: a stage's `sweep: {beta: [0.005, 0.1, 0.5]}` trains one model per point; so does a `-m`
 multirun over `stages.<NAME>.<key>` (the CLI passes the point as `cfg.sweep_point`). The model directory
@@ -72,6 +73,8 @@ def flatten_stages(node: dict[str, Any], prefix: str = "") -> dict[str, dict[str
     stages: dict[str, dict[str, Any]] = {}
     for key, value in node.items():
         name = f"{prefix}.{key}" if prefix else str(key)
+        if value is None:        # `IPO: null`: an experiment drops a stage it inherits (preference_objectives.yaml)
+            continue
         if not isinstance(value, dict):
             raise UserError(f"stages.{name}: expected a stage ({{recipe: ..., ...}}) or a group of stages, "
                             f"got {value!r}")
