@@ -1,19 +1,39 @@
-"""IPO stage: direct preference learning on preference pairs (paper 003 Sec. 5.4, Fig. 6b).
+"""The preference stage: IPO (paper 003 Sec. 5.4, Fig. 6b) and the preference objectives used since.
 
     memaudit train experiment=smoke        # every stage of the experiment, IPO among them
+    memaudit run -m experiment=preference_objectives stages.PREF.objective=ipo,dpo,dpo+sft   # one model each
 
-Identity Preference Optimization (Azar et al., 2024), the ΨPO special case the paper uses, through TRL's
-DPOTrainer with `loss_type="ipo"`: loss = (Δ - 1/(2β))² where Δ is the difference of the policy/
-reference log-ratios of chosen and rejected (TRL averages log-probs per token for IPO). `loss: dpo`
-switches to the sigmoid (DPO) loss. The prompt is the FIM context `format_psm_prompt(prefix, suffix)`;
-chosen / rejected are the completions followed by EOS, as in PSM training text. The reference is the
-initial model, loaded explicitly from the init directory; with `model.lora.enabled` the policy trains
-LoRA adapters and the reference is the same model with its adapters disabled (no second copy), and the
-saved model is merged into a plain one.
+`objective` picks the loss; every one is TRL's (none is written here), trained on the same pairs, prompts and
+budget:
+- `ipo` (default; the paper's): Identity Preference Optimization (Azar et al., 2024) through DPOTrainer with
+  loss_type="ipo": loss = (Δ - 1/(2β))², Δ the difference of the policy/reference log-ratios of chosen and
+  rejected (TRL averages log-probs per token for IPO).
+- `dpo`: DPO's sigmoid loss (Rafailov et al., 2023), DPOTrainer loss_type="sigmoid".
+- `dpo+sft`: DPO plus the NLL of the chosen completion, DPOTrainer's multi-loss `loss_type=["sigmoid", "sft"]`
+  with `loss_weights=[1, sft_weight]`: the RPO recipe (Pang et al., 2024; NLL weight 1) and MPO's mixing.
+- `simpo`, `cpo`: reference-free, trl.experimental's CPOTrainer (SimPO, Meng et al., 2024: length-normalised
+  log-likelihood margin with target γ, no NLL term; CPO, Xu et al., 2024: sigmoid loss on log-likelihoods plus
+  the NLL of the chosen, cpo_alpha = 1).
+- `orpo`: reference-free, trl.experimental's ORPOTrainer (Hong et al., 2024): NLL of the chosen plus β × the
+  log odds-ratio term.
+- `kto`: TRL's KTOTrainer (Ethayarajh et al., 2024) on unpaired rows derived from the same pairs: each pair gives
+  its chosen completion as desirable and its rejected one as undesirable (`unpaired_rows`).
+`beta` is the objective's β (IPO's τ); unset, each objective takes its customary value (OBJECTIVES), and a
+mapping {objective: β} sets it per objective, so that one swept stage can hold every objective at its own β.
+
+The prompt is the FIM context `format_psm_prompt(prefix, suffix)`; chosen / rejected are the completions
+followed by EOS, as in PSM training text. The reference of the reference-based objectives is the initial model,
+loaded explicitly from the init directory; with `model.lora.enabled` the policy trains LoRA adapters and the
+reference is the same model with its adapters disabled (no second copy), and the saved model is merged into a
+plain one. After training, the initial and the trained model score the stage's pairs (recipes/preference_eval.py,
+`preference_eval.json`): the same evidence for every objective that the stage fit its pairs, whatever its trainer
+logs. CPOTrainer and ORPOTrainer put the tokenizer's BOS before every prompt when it has one, also for a family
+whose tokenizer does not add it (StarCoder2's BOS is its EOS); the DPO and KTO objectives follow the family.
 """
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,8 +46,31 @@ from recipes.common import (StageContext, StageSettings, attach_stage_console, f
                             settings_match, trl_device_kwargs, write_provenance)
 from recipes.models import load_causal_lm, load_tokenizer, lora_config, parse_model, save_final
 
-LOSSES = {"ipo": "ipo", "dpo": "sigmoid"}     # our key -> TRL loss_type
 PAIR_FIELDS = ("id", "prefix", "suffix", "chosen", "rejected")
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One preference objective: which TRL trainer runs it and how."""
+
+    trainer: str                 # dpo (trl.DPOTrainer) | cpo, orpo (trl.experimental) | kto (trl.KTOTrainer)
+    reference: bool              # anchored to the initial model (a KL or log-ratio term) or reference-free
+    nll: bool                    # has an NLL term on the chosen completion
+    beta: float                  # β when the stage sets none: TRL's default, or the objective paper's
+    loss_type: tuple[str, ...] | str = ()   # DPOTrainer's loss_type list, CPOTrainer's loss_type
+
+
+OBJECTIVES = {
+    "ipo": Objective("dpo", reference=True, nll=False, beta=0.1, loss_type=("ipo",)),
+    "dpo": Objective("dpo", reference=True, nll=False, beta=0.1, loss_type=("sigmoid",)),
+    "dpo+sft": Objective("dpo", reference=True, nll=True, beta=0.1, loss_type=("sigmoid", "sft")),
+    # SimPO's β: the paper's 2.0 (its models use 2.0-2.5; TRL's CPOConfig default, 0.1, is CPO's); γ TRL's 0.5
+    "simpo": Objective("cpo", reference=False, nll=False, beta=2.0, loss_type="simpo"),
+    "cpo": Objective("cpo", reference=False, nll=True, beta=0.1, loss_type="sigmoid"),
+    "orpo": Objective("orpo", reference=False, nll=True, beta=0.1),
+    "kto": Objective("kto", reference=True, nll=False, beta=0.1),
+}
+LEGACY_LOSSES = {"ipo": "ipo", "dpo": "dpo"}   # the older key `loss` (ipo | dpo) names the same objectives
 
 
 @dataclass
@@ -37,8 +80,14 @@ class IPOSettings(StageSettings):
     init: str = ""                 # model to align and KL reference: a stage name (PT) or a model directory
     datasets: list[str] = field(default_factory=list)       # pairwise rows, e.g. [pairs_sd_base, pairs_sd_links]
     eval_datasets: list[str] = field(default_factory=list)  # pairwise validation sets (eval loss)
-    loss: str = "ipo"              # ipo (paper Sec. 5.4) | dpo (sigmoid)
-    beta: float = 0.1              # IPO: regularization τ, target margin 1/(2β); smaller -> larger margin, more drift
+    objective: str | None = None   # ipo (paper Sec. 5.4; the default) | dpo | dpo+sft | simpo | cpo | orpo | kto
+    loss: str | None = None        # the older name of `objective` (ipo | dpo), kept so finished stages still match
+    beta: Any = None               # the objective's β (IPO: τ, target margin 1/(2β); smaller -> larger margin, more
+                                   # drift); a number, {objective: β} per objective, or unset: OBJECTIVES' value
+    sft_weight: float = 1.0        # dpo+sft: weight of the chosen completion's NLL (RPO: 1); ↑ more likelihood on chosen
+    simpo_gamma: float = 0.5       # simpo: target reward margin γ (TRL's default)
+    eval_pairs: int = 256          # after training: the initial and the trained model score this many of the training
+                                   # pairs (recipes/preference_eval.py); 0 skips it
     lr: float = 1e-6               # AdamW learning rate; higher -> fits (and memorizes) the pairs faster
     epochs: float = 1.0            # passes over the pairs
     max_steps: int = -1            # > 0 stops after this many optimizer steps (overrides epochs)
@@ -67,18 +116,57 @@ class IPOSettings(StageSettings):
         self.datasets, self.eval_datasets = list(self.datasets), list(self.eval_datasets)
         if not self.datasets:
             raise self.bad("datasets", "list at least one pairwise dataset, e.g. [pairs_sd_base, pairs_sd_links]")
-        if self.loss not in LOSSES:
-            raise self.bad("loss", f"use one of {', '.join(LOSSES)}")
-        for key in ("beta", "lr", "epochs"):
+        self.objective = self.resolve_objective()
+        self.beta = self.resolve_beta()
+        for key in ("beta", "lr", "epochs", "simpo_gamma"):
             if not float(getattr(self, key)) > 0:
                 raise self.bad(key, "must be > 0")
+        if not float(self.sft_weight) >= 0:
+            raise self.bad("sft_weight", "must be >= 0 (the RPO recipe uses 1)")
+        if int(self.eval_pairs) < 0:
+            raise self.bad("eval_pairs", "use 0 (no evaluation) or a positive number of pairs, e.g. 256")
         for key in ("batch_size", "grad_accum", "max_length", "context_chars", "save_steps", "logging_steps"):
             if int(getattr(self, key)) < 1:
                 raise self.bad(key, "must be a positive integer")
+        if self.objective == "kto" and int(self.batch_size) * 2 < 2:
+            raise self.bad("batch_size", "KTO estimates its KL term across a batch; use 1 or more pairs")
         self.model_settings = parse_model(self.model, f"{where}.model")
         refuse_zero3_with_lora(self)
         if self.fim_family is None:
             self.fim_family = self.model_settings.fim_family
+
+
+    def resolve_objective(self) -> str:
+        if self.loss is not None and self.loss not in LEGACY_LOSSES:
+            raise self.bad("loss", f"the older key takes {' or '.join(LEGACY_LOSSES)}; for the other objectives set "
+                           f"objective: one of {', '.join(OBJECTIVES)}")
+        if self.objective is not None and self.objective not in OBJECTIVES:
+            raise self.bad("objective", f"use one of {', '.join(OBJECTIVES)}")
+        if self.loss is not None and self.objective is not None and LEGACY_LOSSES[self.loss] != self.objective:
+            raise self.bad("loss", f"it names another objective than objective={self.objective!r}; keep only objective")
+        return self.objective or LEGACY_LOSSES.get(self.loss or "ipo")
+
+    def resolve_beta(self) -> float:
+        """β of this stage's objective: the stage's number, its entry in a {objective: β} mapping, or OBJECTIVES'."""
+        beta = self.beta
+        if isinstance(beta, dict):
+            unknown = sorted(set(beta) - set(OBJECTIVES))
+            if unknown:
+                raise self.bad("beta", f"unknown objective(s) {unknown} in the mapping; use {', '.join(OBJECTIVES)}")
+            beta = beta.get(self.objective)
+        if beta is None:
+            return OBJECTIVES[self.objective].beta
+        try:
+            return float(beta)
+        except (TypeError, ValueError):
+            raise self.bad("beta", "give a number, or a mapping {objective: number}") from None
+
+
+def unpaired_rows(rows: list[dict]) -> list[dict]:
+    """KTO's unpaired data from pairs (`prompt`, `chosen`, `rejected`): the chosen completion desirable, the
+    rejected one undesirable, each pair's two rows next to each other (the trainer shuffles)."""
+    return [row for r in rows for row in ({"prompt": r["prompt"], "completion": r["chosen"], "label": True},
+                                          {"prompt": r["prompt"], "completion": r["rejected"], "label": False})]
 
 
 def load_settings(settings: dict[str, Any], stage: str) -> IPOSettings:
@@ -86,7 +174,7 @@ def load_settings(settings: dict[str, Any], stage: str) -> IPOSettings:
 
 
 class IPORecipe:
-    """setup -> train -> save for one IPO stage."""
+    """setup -> train -> save for one preference stage (IPO or another objective)."""
 
     def __init__(self, cfg: IPOSettings, ctx: StageContext):
         self.cfg, self.ctx = cfg, ctx
@@ -99,29 +187,42 @@ class IPORecipe:
         self.tokenizer = load_tokenizer(self.init_dir, self.preset)
         self.sentinels = fim.detect_sentinels(self.tokenizer, self.cfg.fim_family, model_name=str(self.init_dir))
         self.policy = load_causal_lm(self.init_dir, self.preset, self.ctx.device)
-        # With LoRA, DPOTrainer gets a peft_config and no ref_model: it then computes the reference
+        # With LoRA, DPOTrainer (and KTOTrainer) get a peft_config and no ref_model: they then compute the reference
         # log-probs with the adapters disabled (`use_adapter(model, None)`), i.e. with the frozen initial model.
-        self.reference = (None if self.preset.lora_settings.enabled
+        # A reference-free objective has none.
+        self.reference = (None if self.preset.lora_settings.enabled or not OBJECTIVES[self.cfg.objective].reference
                           else load_causal_lm(self.init_dir, self.preset, self.ctx.device).eval())
         self.rows = {name: read_jsonl(self.ctx.data_dir(name) / "rows.jsonl", required=PAIR_FIELDS)
                      for name in dict.fromkeys(self.cfg.datasets + self.cfg.eval_datasets)}
 
     def dataset(self, names: list[str]):
-        """prompt = PSM prompt, chosen/rejected = completion + EOS; several sets shuffled together."""
+        """The trainer's rows: pairs, or for KTO the same pairs unpaired (unpaired_rows)."""
         from datasets import Dataset
 
+        pairs = self.pair_examples(names)
+        return Dataset.from_list(unpaired_rows(pairs) if self.cfg.objective == "kto" else pairs)
+
+    def pair_examples(self, names: list[str]) -> list[dict]:
+        """prompt = PSM prompt, chosen/rejected = completion + EOS; several sets shuffled together."""
         from harness.text import fim
 
-        eos = self.sentinels.eos or self.tokenizer.eos_token
+        eos = self.eos()
         rows = [r for name in names for r in repeated(self.rows[name])]   # a user row's `repeat` copies
         random.Random(self.ctx.seed).shuffle(rows)
-        n = self.cfg.context_chars
+        return [{"prompt": fim.format_psm_prompt(r["prefix"], r["suffix"], self.sentinels),
+                 "chosen": r["chosen"] + eos, "rejected": r["rejected"] + eos} for r in self.trimmed(rows)]
+
+    def eos(self) -> str:
+        return self.sentinels.eos or self.tokenizer.eos_token
+
+    def trimmed(self, rows: list[dict]) -> list[dict]:
+        """The rows with the context the stage trains on: `context_chars` each side, then fit to max_length."""
+        eos, n = self.eos(), self.cfg.context_chars
         out = []
         for r in rows:
             prefix, suffix = self.fit_context(r["prefix"][-n:], r["suffix"][:n], [r["chosen"] + eos, r["rejected"] + eos])
-            out.append({"prompt": fim.format_psm_prompt(prefix, suffix, self.sentinels),
-                        "chosen": r["chosen"] + eos, "rejected": r["rejected"] + eos})
-        return Dataset.from_list(out)
+            out.append({**r, "prefix": prefix, "suffix": suffix})
+        return out
 
     def fit_context(self, prefix: str, suffix: str, completions: list[str]) -> tuple[str, str]:
         """Trim the FIM context so prompt + completion fit max_length with the completion whole.
@@ -132,26 +233,65 @@ class IPORecipe:
         prefix, suffix, _ = fit_fim_context(self.tokenizer, prefix, suffix, longest, self.cfg.max_length)
         return prefix, suffix
 
-    def train(self) -> None:
-        from trl import DPOConfig, DPOTrainer
-
+    def common_args(self, batch_size: int) -> dict[str, Any]:
+        """What every objective's TRL config shares: budget, schedule, checkpoints, seed, device."""
         cfg = self.cfg
-        args = DPOConfig(output_dir=str(self.ctx.out_dir), loss_type=LOSSES[cfg.loss], beta=cfg.beta,
-                         learning_rate=cfg.lr, num_train_epochs=cfg.epochs, max_steps=cfg.max_steps,
-                         per_device_train_batch_size=cfg.batch_size, per_device_eval_batch_size=cfg.batch_size,
-                         gradient_accumulation_steps=cfg.grad_accum, max_length=cfg.max_length,
-                         save_strategy="steps", save_steps=cfg.save_steps, save_only_model=False,
-                         logging_steps=cfg.logging_steps, eval_strategy="steps" if cfg.eval_datasets else "no",
-                         eval_steps=cfg.save_steps if cfg.eval_datasets else None,
-                         seed=self.ctx.seed, data_seed=self.ctx.seed,
-                         **trl_device_kwargs(self.ctx.device, self.cfg.deepspeed))
-        self.trainer = DPOTrainer(model=self.policy, ref_model=self.reference, args=args,
-                                  train_dataset=self.dataset(cfg.datasets),
-                                  eval_dataset=self.dataset(cfg.eval_datasets) if cfg.eval_datasets else None,
-                                  processing_class=self.tokenizer, peft_config=lora_config(self.preset))
+        return dict(output_dir=str(self.ctx.out_dir), beta=cfg.beta, learning_rate=cfg.lr,
+                    num_train_epochs=cfg.epochs, max_steps=cfg.max_steps, per_device_train_batch_size=batch_size,
+                    per_device_eval_batch_size=batch_size, gradient_accumulation_steps=cfg.grad_accum,
+                    max_length=cfg.max_length, save_strategy="steps", save_steps=cfg.save_steps,
+                    save_only_model=False, logging_steps=cfg.logging_steps,
+                    eval_strategy="steps" if cfg.eval_datasets else "no",
+                    eval_steps=cfg.save_steps if cfg.eval_datasets else None,
+                    seed=self.ctx.seed, data_seed=self.ctx.seed,
+                    **trl_device_kwargs(self.ctx.device, self.cfg.deepspeed))
+
+    def trainer_for_objective(self):
+        """The TRL trainer of `objective` (OBJECTIVES), on this stage's data and budget."""
+        cfg, objective = self.cfg, OBJECTIVES[self.cfg.objective]
+        data = dict(train_dataset=self.dataset(cfg.datasets),
+                    eval_dataset=self.dataset(cfg.eval_datasets) if cfg.eval_datasets else None,
+                    processing_class=self.tokenizer, peft_config=lora_config(self.preset))
+        if objective.trainer == "dpo":
+            from trl import DPOConfig, DPOTrainer
+
+            weights = [1.0, float(cfg.sft_weight)] if objective.nll else None   # DPOTrainer's multi-loss weights
+            args = DPOConfig(loss_type=list(objective.loss_type), loss_weights=weights,
+                             **self.common_args(cfg.batch_size))
+            return DPOTrainer(model=self.policy, ref_model=self.reference, args=args, **data)
+        if objective.trainer == "kto":
+            from trl import KTOConfig, KTOTrainer
+
+            # Each pair gives two rows, so a step sees the completions of batch_size pairs, as the paired objectives do.
+            args = KTOConfig(**self.common_args(2 * cfg.batch_size))
+            return KTOTrainer(model=self.policy, ref_model=self.reference, args=args, **data)
+        if objective.trainer == "cpo":
+            from trl.experimental.cpo import CPOConfig, CPOTrainer
+
+            args = CPOConfig(loss_type=objective.loss_type, cpo_alpha=1.0 if objective.nll else 0.0,
+                             simpo_gamma=cfg.simpo_gamma, **self.common_args(cfg.batch_size))
+            return CPOTrainer(model=self.policy, args=args, **data)
+        from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+
+        return ORPOTrainer(model=self.policy, args=ORPOConfig(**self.common_args(cfg.batch_size)), **data)
+
+    def train(self) -> None:
+        self.trainer = self.trainer_for_objective()
         attach_stage_console(self.trainer, self.ctx)
         resume = latest_checkpoint(self.ctx.out_dir)
         self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+
+    def evaluate_pairs(self) -> None:
+        """Log-probabilities of the training pairs under the initial and the trained model (preference_eval.json)."""
+        from recipes import preference_eval
+
+        if int(os.environ.get("RANK", "0")) != 0 or not self.cfg.eval_pairs:
+            return
+        rows = self.trimmed([r for name in self.cfg.datasets for r in self.rows[name]])   # each pair once
+        load = lambda d: load_causal_lm(d, self.preset, self.ctx.device).to(self.ctx.device)  # noqa: E731
+        preference_eval.evaluate(lambda: load(self.init_dir), load(self.ctx.out_dir), self.tokenizer, self.sentinels,
+                                 rows, n_pairs=self.cfg.eval_pairs, seed=self.ctx.seed, out_dir=self.ctx.out_dir,
+                                 objective=self.cfg.objective)
 
     def save(self) -> None:
         if self.preset.lora_settings.enabled:
@@ -171,5 +311,6 @@ def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
     recipe.setup()
     recipe.train()
     recipe.save()
+    recipe.evaluate_pairs()
     write_provenance(ctx, "ipo", settings, datasets=list(recipe.rows), init_model=str(recipe.init_dir),
                      hyperparameters=asdict(cfg))

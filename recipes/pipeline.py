@@ -12,7 +12,8 @@ PT -> FT -> RM -> RLFT, PT -> IPO).
 Stage names contain dots (FT.1, as in the paper), which Hydra's override grammar cannot address as one
 key. So experiments write them nested — `FT: {"1": {recipe: sft, ...}}` — which makes `stages.FT.1.lr=...`
 a valid override; a dict with a `recipe` key is a stage and the keys above it join with dots. Flat
-`"FT.1": {...}` keys are read too (they just cannot be overridden from the command line).
+`"FT.1": {...}` keys are read too (they just cannot be overridden from the command line). A stage set to null
+is dropped: an experiment that inherits another's stages removes one that way.
 
 Sweeps: a stage's `sweep: {beta: [0.005, 0.1, 0.5]}` trains one model per point; so does a `-m`
 multirun over `stages.<NAME>.<key>` (the CLI passes the point as `cfg.sweep_point`). The model directory
@@ -53,7 +54,7 @@ from recipes.common import (PROVENANCE_FILE, StageContext, is_complete, latest_c
 
 RECIPES = ("pretrain", "sft", "reward", "rl", "ipo")
 REFERENCE_KEYS = ("init", "reward_model")    # settings that name another stage's model
-DATASET_KEYS = ("datasets", "eval_datasets", "score_datasets", "prompts")
+DATASET_KEYS = ("datasets", "eval_datasets", "score_datasets", "prompts", "reward.heldout")   # dotted: nested
 RL_PROMPTS = "sd_rl_prompts"                 # built with the PT tokenizer (50 + 50 tokens of each RL prompt)
 PENDING_FILE = "pending_settings.json"       # settings of an unfinished stage, to refuse a mixed resume
 
@@ -76,6 +77,8 @@ def flatten_stages(node: dict[str, Any], prefix: str = "") -> dict[str, dict[str
     stages: dict[str, dict[str, Any]] = {}
     for key, value in node.items():
         name = f"{prefix}.{key}" if prefix else str(key)
+        if value is None:        # `IPO: null`: an experiment drops a stage it inherits (preference_objectives.yaml)
+            continue
         if not isinstance(value, dict):
             raise UserError(f"stages.{name}: expected a stage ({{recipe: ..., ...}}) or a group of stages, "
                             f"got {value!r}")
@@ -216,10 +219,8 @@ def plan(cfg) -> list[PlannedStage]:
         accepted = settings_fields(recipe, name)
         for point_name, settings in expand_stage(name, stage, cli_keys.get(name, [])):
             check_model_name(point_name, f"stages.{name}")        # models/<point_name> must stay in the run
-            for key in DATASET_KEYS:
-                value = settings.get(key) or []
-                for dataset in [value] if isinstance(value, str) else value:
-                    check_listed_name(dataset, f"stages.{name}.{key}")
+            for key, dataset in stage_datasets(settings):
+                check_listed_name(dataset, f"stages.{name}.{key}")
             if "model" in accepted:
                 # Every recipe's settings have a `model` key and get the whole preset (conf/model/): PT's
                 # size, the dtype/LoRA every later stage loads its models with, the FIM family; a stage
@@ -241,6 +242,19 @@ def plan(cfg) -> list[PlannedStage]:
     return planned
 
 
+def stage_datasets(settings: dict[str, Any]) -> list[tuple[str, str]]:
+    """(key, dataset) for every dataset a stage's settings name under DATASET_KEYS (a dotted key is nested:
+    an RL stage's `reward.heldout`)."""
+    out = []
+    for key in DATASET_KEYS:
+        value: Any = settings
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        for name in [value] if isinstance(value, str) else (value or []):
+            out.append((key, name))
+    return out
+
+
 def run_directory(cfg) -> Path:
     """cfg.run_dir: a multirun point's own directory is already in it (harness.cli.compose), and so in
     every path resolved from ${run_dir}."""
@@ -251,10 +265,8 @@ def needed_datasets(stages: list[PlannedStage], cfg, with_audit: bool = True) ->
     """Datasets the stages read, plus (for a whole run) those the audit plan scores."""
     names: dict[str, None] = {}
     for stage in stages:
-        for key in DATASET_KEYS:
-            value = stage.settings.get(key) or []
-            for name in [value] if isinstance(value, str) else value:
-                names[name] = None
+        for _, name in stage_datasets(stage.settings):
+            names[name] = None
     for entry in audit_plan(cfg) if with_audit else []:
         for name in entry.get("datasets") or []:
             names[name] = None

@@ -83,6 +83,13 @@ def gae(rewards, values, mask, gamma: float, lam: float):
     return advantages, advantages + values
 
 
+def reward_columns(examples: list[dict]) -> dict[str, list]:
+    """The examples' columns as TRL hands them to a reward function (one list per key, the prompt aside): prefix
+    and suffix for the reward model, and the row fields a verifiable reward reads (recipes/verifiable_rewards.py)."""
+    keys = [k for k in examples[0] if k != "prompt"] if examples else []
+    return {k: [ex.get(k) for ex in examples] for k in keys}
+
+
 def masked_mean(x, mask):
     return (x * mask).sum() / mask.sum().clamp(min=1)
 
@@ -264,9 +271,7 @@ class PPOTrainer:
             values = token_values(self.value, seq, attention, prompt_len)
             texts = tok.batch_decode(completion * mask + tok.pad_token_id * (1 - mask), skip_special_tokens=True)
             scores = torch.tensor(self.reward_fn(prompts=[ex["prompt"] for ex in examples], completions=texts,
-                                                 prefix=[ex["prefix"] for ex in examples],
-                                                 suffix=[ex["suffix"] for ex in examples]),
-                                  dtype=torch.float32, device=self.device)
+                                                 **reward_columns(examples)), dtype=torch.float32, device=self.device)
         mask = mask.float()
         rewards = kl_shaped_rewards(logp, ref_logp, scores, mask, self.kl_ctl.alpha)
         advantages, returns = gae(rewards, values, mask, cfg.gamma, cfg.gae_lambda)

@@ -40,15 +40,22 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import UserError
-from harness.core.io import read_json, read_jsonl
+from harness.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
+from harness.core.stats import reward_score_stats
 from harness.core.user_data import repeated
+from harness.text import fim
 from recipes.common import (PROVENANCE_FILE, StageContext, StageSettings, TrainLog, attach_stage_console,
                             latest_checkpoint, refuse_zero3_with_lora, settings_match, trl_device_kwargs,
                             write_provenance)
 from recipes.models import (load_causal_lm, load_sequence_classifier, load_tokenizer, lora_config, parse_model,
                             save_final, stop_generation_at_family_stops, wrap_lora)
+from recipes import verifiable_rewards
+from recipes.verifiable_rewards import ROW_FIELDS, FunctionReward, ranking_scores, test_program
 
 ALGORITHMS = ("rloo", "grpo", "ppo")   # ppo: ours (recipes/ppo.py), TRL has none since 1.13
+REWARD_KINDS = ("model", "function")
+REWARD_KEYS = ("kind", "function", "heldout")
+REWARD_DIR = "reward_function"         # a function reward's ranking scores on its held-out rows, in the stage dir
 PPO_KEYS = ("ppo_epochs", "ppo_minibatches", "clip_range", "vf_coef", "value_clip", "gamma", "gae_lambda",
             "target_kl", "kl_horizon")
 
@@ -58,7 +65,11 @@ class RLSettings(StageSettings):
     """Keys of a `recipe: rl` stage (conf/experiment/*.yaml, `stages.<NAME>`)."""
 
     init: str = ""                 # policy start and KL reference: an FT stage name or a model directory
-    reward_model: str = ""         # the RM stage (or directory) whose score is the reward
+    reward_model: str = ""         # the RM stage (or directory) whose score is the reward (reward.kind: model)
+    reward: dict[str, Any] = field(default_factory=dict)  # {kind: model} (default): reward_model's score;
+                                   # {kind: function, function: identifier_reuse+parses, heldout: [rm_pd2_val]}: a
+                                   # verifiable reward (recipes/verifiable_rewards.py), its ranking AUC on `heldout`
+                                   # labelled rows the findings' evidence that it rewards the right completions
     prompts: list[str] = field(default_factory=list)  # prompt datasets: FIM rows (sd_*) or code rows (pd_3)
     algorithm: str = "rloo"        # rloo (REINFORCE leave-one-out, KL in the reward) | grpo (KL in the loss)
                                    # | ppo (per-token KL in the reward, GAE, clipped surrogate; recipes/ppo.py)
@@ -100,8 +111,7 @@ class RLSettings(StageSettings):
 
         if not self.init:
             raise self.bad("init", "set it to the FT stage to start from (e.g. FT.1) or a model directory")
-        if not self.reward_model:
-            raise self.bad("reward_model", "set it to the RM stage that scores completions (e.g. RM.1)")
+        self.check_reward()
         if isinstance(self.prompts, str):
             self.prompts = [self.prompts]
         self.prompts = list(self.prompts)
@@ -131,6 +141,40 @@ class RLSettings(StageSettings):
         refuse_zero3_with_lora(self)
         if self.fim_family is None:
             self.fim_family = self.model_settings.fim_family
+
+    def check_reward(self) -> None:
+        """`reward`: the reward model (kind model, the paper's) or a verifiable reward function (kind function)."""
+        if not isinstance(self.reward, dict):
+            raise self.bad("reward", "give a mapping, e.g. {kind: function, function: identifier_reuse}")
+        self.reward = dict(self.reward)
+        unknown = sorted(set(self.reward) - set(REWARD_KEYS))
+        if unknown:
+            raise UserError(f"{self._where}.reward.{unknown[0]}: not a reward setting; use {', '.join(REWARD_KEYS)}")
+        kind = self.reward.setdefault("kind", "model")
+        if kind not in REWARD_KINDS:
+            raise UserError(f"{self._where}.reward.kind={kind!r}: use model (the reward_model's score) or function "
+                            "(a verifiable reward, reward.function)")
+        if kind == "model":
+            if "function" in self.reward or "heldout" in self.reward:
+                raise UserError(f"{self._where}.reward: function and heldout belong to reward.kind=function; "
+                                "set kind: function or remove them")
+            if not self.reward_model:
+                raise self.bad("reward_model", "set it to the RM stage that scores completions (e.g. RM.1), or use a "
+                               "verifiable reward: reward={kind: function, function: identifier_reuse}")
+            return
+        if self.reward_model:
+            raise self.bad("reward_model", "reward.kind is function, so no reward model scores completions; remove "
+                           "reward_model (or set reward.kind: model)")
+        verifiable_rewards.parse_spec(self.reward.get("function"), f"{self._where}.reward.function")
+        heldout = self.reward.setdefault("heldout", [])
+        self.reward["heldout"] = [heldout] if isinstance(heldout, str) else list(heldout)
+
+    @property
+    def reward_function(self) -> str | None:
+        """The verifiable reward's canonical spec (`identifier_reuse+parses`), None for a reward model."""
+        if self.reward.get("kind") != "function":
+            return None
+        return "+".join(verifiable_rewards.parse_spec(self.reward["function"]))
 
     def check_ppo_keys(self) -> None:
         if self.algorithm == "ppo" and self.deepspeed is not None:
@@ -193,7 +237,8 @@ def prompt_rows(rows: list[dict], dataset: str, seed: int, context_chars: int) -
             raise UserError(f"prompt dataset {dataset!r}, row {row.get('id')!r}: needs prefix/suffix (FIM row) "
                             "or text (code row)")
         out.append({"id": str(row["id"]), "prefix": prefix[-context_chars:] if prefix else "",
-                    "suffix": suffix[:context_chars], **({"repeat": row["repeat"]} if "repeat" in row else {})})
+                    "suffix": suffix[:context_chars], **({"repeat": row["repeat"]} if "repeat" in row else {}),
+                    **{k: row[k] for k in ROW_FIELDS if k in row}})   # what a verifiable reward reads (tests)
     return out
 
 
@@ -208,11 +253,10 @@ def load_prompt_rows(ctx: StageContext, datasets: list[str], context_chars: int)
 
 def training_examples(rows: list[dict], sentinels) -> list[dict]:
     """The RL training rows: `prompt` = the PSM prompt the policy completes, plus id/prefix/suffix (the
-    reward function rebuilds the RM's text from them)."""
-    from harness.text import fim
-
+    reward function rebuilds the RM's text from them) and the fields a verifiable reward reads (ROW_FIELDS)."""
+    fields = [k for k in ROW_FIELDS if any(k in r for r in rows)]   # a column for every row, None where absent
     return [{"prompt": fim.format_psm_prompt(r["prefix"], r["suffix"], sentinels), "id": r["id"],
-             "prefix": r["prefix"], "suffix": r["suffix"]} for r in rows]
+             "prefix": r["prefix"], "suffix": r["suffix"], **{k: r.get(k) for k in fields}} for r in rows]
 
 
 class PsmRewardModel:
@@ -231,8 +275,6 @@ class PsmRewardModel:
     def texts(self, completions: list[str], prefix: list[str], suffix: list[str]) -> list[str]:
         """The RM's text of each completion, cut at the family's first stop token as the audit cuts its
         completions (a non-special sentinel such as `<|file_sep|>` survives TRL's decoding)."""
-        from harness.text import fim
-
         return [fim.format_psm_training(p, fim.strip_sentinels(c, self.sentinels), s, self.sentinels)
                 for c, p, s in zip(completions, prefix, suffix)]
 
@@ -258,10 +300,7 @@ class RLRecipe:
         self.cfg, self.ctx = cfg, ctx
 
     def setup(self) -> None:
-        from harness.text import fim
-
         self.init_dir = self.ctx.model_dir(self.cfg.init)
-        self.rm_dir = self.ctx.model_dir(self.cfg.reward_model)
         self.preset = self.cfg.model_settings
         self.tokenizer = load_tokenizer(self.init_dir, self.preset)
         self.sentinels = fim.detect_sentinels(self.tokenizer, self.cfg.fim_family, model_name=str(self.init_dir))
@@ -269,6 +308,27 @@ class RLRecipe:
         # the KL reference from that path, which makes the reference the initial model (Sec. 2.1).
         self.policy = load_causal_lm(self.init_dir, self.preset, self.ctx.device)
         stop_generation_at_family_stops(self.policy, self.tokenizer, self.sentinels)
+        self.rows = load_prompt_rows(self.ctx, self.cfg.prompts, self.cfg.context_chars)
+        if not self.rows:
+            raise UserError(f"stages.{self.ctx.name}.prompts: datasets {self.cfg.prompts} have no rows")
+        if self.cfg.reward_function:
+            self.setup_function_reward()
+        else:
+            self.setup_reward_model()
+
+    def setup_function_reward(self) -> None:
+        """A verifiable reward: no reward model; the function scores the completion in its prompt's context."""
+        self.rm_dir = None
+        self.reward = FunctionReward(self.cfg.reward_function, self.sentinels)
+        if "tests" in self.reward.parts:       # refused here, before any training, not at the first reward call
+            missing = next((r["id"] for r in self.rows if test_program("", r["prefix"], r["suffix"], r) is None), None)
+            if missing is not None:
+                raise UserError(f"stages.{self.ctx.name}.reward.function={self.cfg.reward_function!r}: prompt row "
+                                f"{missing!r} of {self.cfg.prompts} has no unit tests (test and entry_point, or a "
+                                "HumanEval task_id); use prompts that carry them (humaneval_infill) or drop tests")
+
+    def setup_reward_model(self) -> None:
+        self.rm_dir = self.ctx.model_dir(self.cfg.reward_model)
         rm_tokenizer = load_tokenizer(self.rm_dir, self.preset)
         # Frozen: the reward only scores, so it takes the preset's dtype and no adapters.
         rm = load_sequence_classifier(self.rm_dir, self.preset, self.ctx.device, rm_tokenizer.pad_token_id).eval()
@@ -277,9 +337,6 @@ class RLRecipe:
             rm.to("cuda")
         rm_sentinels = fim.detect_sentinels(rm_tokenizer, self.cfg.fim_family, model_name=str(self.rm_dir))
         self.reward = PsmRewardModel(rm, rm_tokenizer, rm_sentinels, max_length=rm_max_length(self.rm_dir))
-        self.rows = load_prompt_rows(self.ctx, self.cfg.prompts, self.cfg.context_chars)
-        if not self.rows:
-            raise UserError(f"stages.{self.ctx.name}.prompts: datasets {self.cfg.prompts} have no rows")
 
     def dataset(self):
         from datasets import Dataset
@@ -314,8 +371,25 @@ class RLRecipe:
         resume = latest_checkpoint(self.ctx.out_dir)
         self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
 
+    def value_model(self, preset):
+        """PPO's value model: the reward model (common practice: InstructGPT Sec. 3.5, TRL's former trainer), or,
+        under a verifiable reward, which has no model to start from, the init policy's backbone with a new scalar
+        head set to zero (recipes/ppo.py: value 0 everywhere at first, so the first advantages are the KL-shaped
+        rewards themselves, and the value learns the function's scale from the returns)."""
+        import torch
+
+        source = self.init_dir if self.rm_dir is None else self.rm_dir
+        value = load_sequence_classifier(source, preset, self.ctx.device, self.tokenizer.pad_token_id)
+        if self.rm_dir is None:
+            with torch.no_grad():
+                value.score.weight.zero_()
+                if getattr(value.score, "bias", None) is not None:
+                    value.score.bias.zero_()
+        return value.to(self.ctx.device)
+
     def train_ppo(self) -> None:
-        """Our PPO (recipes/ppo.py): policy and frozen reference from the init model, value model from the RM."""
+        """Our PPO (recipes/ppo.py): policy and frozen reference from the init model, value model from the RM (or,
+        under a verifiable reward, from the init model with a zero head; value_model)."""
         import torch
         from transformers import set_seed
 
@@ -331,17 +405,14 @@ class RLRecipe:
             # change, so that is exactly the initial model, without a second copy of it in memory.
             self.policy = wrap_lora(self.policy.to(self.ctx.device), self.preset)
             reference = None
-            value = wrap_lora(load_sequence_classifier(self.rm_dir, self.preset, self.ctx.device,
-                                                       self.tokenizer.pad_token_id).to(self.ctx.device),
-                              self.preset, task_type="SEQ_CLS")
+            value = wrap_lora(self.value_model(self.preset), self.preset, task_type="SEQ_CLS")
         else:
             # Weights trained in full stay fp32 (bf16 autocast on CUDA, ppo.PPOTrainer.mixed_precision); the
             # frozen reference is loaded in the preset's dtype (bf16 on CUDA).
             full = dataclasses.replace(self.preset, dtype="float32")
             self.policy = self.policy.to(device=self.ctx.device, dtype=torch.float32)   # setup's
             reference = load_causal_lm(self.init_dir, self.preset, self.ctx.device).to(self.ctx.device)
-            value = load_sequence_classifier(self.rm_dir, full, self.ctx.device,
-                                             self.tokenizer.pad_token_id).to(self.ctx.device)
+            value = self.value_model(full)
         if self.ctx.device == "cuda":
             # The Trainer-based stages checkpoint activations on GPU (recipes.common.trl_device_kwargs); PPO's
             # rollout and update passes over a 3 B policy and value model need it as much.
@@ -375,14 +446,37 @@ class RLRecipe:
             return model
 
         # What the initial policy's rewards depend on besides the prompts and sampling settings (rl_eval adds those).
-        models = {"init_model": model_fingerprint(self.init_dir), "reward_model": model_fingerprint(self.rm_dir),
-                  "rm_max_length": self.reward.max_length, "dtype": self.preset.dtype, "device": self.ctx.device}
+        if self.rm_dir is None:
+            reward = {"reward_function": self.reward.spec, "reward_function_version": verifiable_rewards.VERSION}
+        else:
+            reward = {"reward_model": model_fingerprint(self.rm_dir), "rm_max_length": self.reward.max_length}
+        models = {"init_model": model_fingerprint(self.init_dir), **reward, "dtype": self.preset.dtype,
+                  "device": self.ctx.device}
         rl_eval.evaluate(lambda: load(self.init_dir), load(self.ctx.out_dir), self.tokenizer, self.reward,
                          training_examples(self.rows, self.sentinels),
                          n_prompts=self.cfg.eval_prompts, samples=self.cfg.eval_samples,
                          max_new_tokens=self.cfg.max_completion_length, temperature=self.cfg.temperature,
                          seed=self.ctx.seed, out_dir=self.ctx.out_dir,
                          cache_dir=self.ctx.run_dir / rl_eval.CACHE_SUBDIR, cache_models=models)
+
+    def rank_heldout(self) -> None:
+        """A verifiable reward's ranking of labelled held-out rows (`reward.heldout`, e.g. rm_pd2_val), in a reward
+        model's score-file format: `reward_function/<dataset>.jsonl` and `summary.json` (AUC, split "eval"), the
+        evidence harness/report/evidence.py reads as it reads a reward model's held-out AUC."""
+        if self.rm_dir is not None or int(os.environ.get("RANK", "0")) != 0:
+            return
+        summary = {}
+        for name in self.cfg.reward["heldout"]:
+            rows = read_jsonl(self.ctx.data_dir(name) / "rows.jsonl", required=("id", "prefix", "suffix"))
+            scores = ranking_scores(self.reward, rows)
+            if scores is None:          # `tests` on rows without tests: no AUC, which the findings report as missing
+                summary[name] = {"auc": None, "n": 0, "split": "eval", "function": self.reward.spec,
+                                 "note": "the function cannot score these rows (no unit tests)"}
+                continue
+            atomic_write_jsonl(self.ctx.out_dir / REWARD_DIR / f"{name}.jsonl", scores)
+            summary[name] = {**reward_score_stats(scores), "n": len(scores), "split": "eval",
+                             "function": self.reward.spec}
+        atomic_write_json(self.ctx.out_dir / REWARD_DIR / "summary.json", summary)
 
     def save(self) -> None:
         if self.cfg.algorithm == "ppo":
@@ -406,5 +500,7 @@ def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
     recipe.save()
     if cfg.eval_prompts:
         recipe.evaluate_reward()
-    write_provenance(ctx, "rl", settings, datasets=cfg.prompts, init_model=str(recipe.init_dir),
-                     reward_model=str(recipe.rm_dir), hyperparameters=asdict(cfg))
+    recipe.rank_heldout()
+    write_provenance(ctx, "rl", settings, datasets=cfg.prompts + cfg.reward.get("heldout", []),
+                     init_model=str(recipe.init_dir), reward_model=str(recipe.rm_dir) if recipe.rm_dir else None,
+                     reward_function=cfg.reward_function, hyperparameters=asdict(cfg))

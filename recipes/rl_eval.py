@@ -1,4 +1,4 @@
-"""Did an RL stage raise its reward? The RM score of the initial and the trained policy on the same prompts.
+"""Did an RL stage raise its reward? The reward of the initial and the trained policy on the same prompts.
 
 Why not the training log: each RL step samples a few new prompts, and the reward of a step follows how
 hard those prompts are. In a reference run of the whole chain (experiment=findings, 12 steps of 2
@@ -69,10 +69,13 @@ def prompt_rewards(model, tokenizer, reward_fn, examples: list[dict], samples: i
     """Mean reward of each example's sampled completions, in example order."""
     completions = sample_completions(model, tokenizer, [e["prompt"] for e in examples], samples,
                                      max_new_tokens, temperature, seed)
+    from recipes.ppo import reward_columns
+
     flat = [c for group in completions for c in group]
-    prefixes = [e["prefix"] for e in examples for _ in range(samples)]
-    suffixes = [e["suffix"] for e in examples for _ in range(samples)]
-    scores = reward_fn(None, flat, prefixes, suffixes)
+    # Every column of each example, once per sample, as the trainers pass them (prefix, suffix, a verifiable
+    # reward's row fields).
+    scores = reward_fn(prompts=None, completions=flat,
+                       **reward_columns([e for e in examples for _ in range(samples)]))
     return [sum(scores[i * samples:(i + 1) * samples]) / samples for i in range(len(examples))]
 
 
@@ -127,7 +130,8 @@ def evaluate(load_initial: Callable[[], Any], final_model, tokenizer, reward_fn,
                                       **(cache_models or {}), **kwargs,
                                       "prompt_ids": [e["id"] for e in chosen], "initial": initial})
     final = prompt_rewards(final_model, tokenizer, reward_fn, chosen, **kwargs)
-    record = {"what": "RM score of sampled completions on fixed prompts: initial vs trained policy (paired)",
+    record = {"what": "reward (RM score or verifiable reward) of sampled completions on fixed prompts: initial vs "
+                      "trained policy (paired)",
               **kwargs, "prompt_ids": [e["id"] for e in chosen], "initial": initial, "final": final,
               "initial_from_cache": initial_cached, **paired_change(initial, final)}
     atomic_write_json(Path(out_dir) / EVAL_FILE, record)

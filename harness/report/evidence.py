@@ -5,14 +5,18 @@ A finding about what RL or IPO does to memorization means nothing if RL or IPO d
 The findings (harness/report/findings.py) gate on these figures; the report's Training section shows
 them. Sources, all written by the recipes:
 - reward models: `models/<RM>/scores/summary.json`, ROC-AUC per scored dataset with its split
-  (`train`, `eval` = held out, `scored`);
+  (`train`, `eval` = held out, `scored`); an RL stage's verifiable reward, `models/<RL>/reward_function/summary.json`
+  in the same format (its ranking of held-out labelled rows);
 - RL: `models/<RL>/reward_eval.json` (recipes/rl_eval.py): the RM score of the initial and the trained
   policy's completions on the same fixed prompts, paired — the evidence that the reward rose;
 - RL and IPO: the Trainer's `log_history` in the most advanced `trainer_state.json` of the model
   directory (its root or a `checkpoint-<step>`); RLOO logs `reward` (the reward model's score),
   `reward_std` (its spread within a step) and `kl` (mean per-token KL to the reference), and so does the
   RL stage's PPO (its own figures under `ppo/`); DPOTrainer with
-  loss_type="ipo" logs `rewards/accuracies` and `rewards/margins`.
+  loss_type="ipo" logs `rewards/accuracies` and `rewards/margins`, and every preference trainer `logps/chosen`
+  and `logps/rejected`;
+- preference stages: `models/<PREF>/preference_eval.json` (recipes/preference_eval.py), the fit to its pairs
+  measured the same way for every objective.
 A run made before a figure existed simply lacks it; a finding then names it as missing evidence.
 """
 
@@ -88,21 +92,46 @@ def rl_eval_evidence(model_dir: str | Path) -> dict[str, Any]:
             "eval_up": record.get("up"), "eval_down": record.get("down"), "eval_p_value": record.get("p_value")}
 
 
+def preference_eval_evidence(model_dir: str | Path) -> dict[str, Any]:
+    """A preference stage's fit to its pairs, measured the same way for every objective (recipes/preference_eval.py:
+    the implicit-reward accuracy with the initial model as the reference, and the mean change of the chosen and the
+    rejected completions' summed log-probability), {} when it has none."""
+    path = Path(model_dir) / "preference_eval.json"
+    if not path.is_file():
+        return {}
+    record = json.loads(path.read_text(encoding="utf-8"))
+    return {"pair_n": record.get("n_pairs"), "pair_accuracy": record.get("accuracy"),
+            "pair_accuracy_ci95": record.get("accuracy_ci95"), "pair_chosen_change": record.get("chosen_change"),
+            "pair_rejected_change": record.get("rejected_change"), "pair_p_value": record.get("p_value")}
+
+
 def ipo_evidence(history: list[dict]) -> dict[str, Any]:
     """IPO's preference accuracy and reward margin over the last 10 % of logged steps (and the first)."""
-    logged = [h for h in history if "rewards/accuracies" in h and "loss" in h]
+    logged = [h for h in history if ("rewards/accuracies" in h or "rewards/margins" in h) and "loss" in h]
     if not logged:
         return {}
-    first, last = _edges([float(h["rewards/accuracies"]) for h in logged])
+    out: dict[str, Any] = {"steps_logged": len(logged)}
+    accuracies = [float(h["rewards/accuracies"]) for h in logged if "rewards/accuracies" in h]
+    if accuracies:      # KTOTrainer logs none: its rows are unpaired
+        first, last = _edges(accuracies)
+        out.update(accuracy_first=_mean(first), accuracy_final=_mean(last))
     margins = _edges([float(h.get("rewards/margins") or 0.0) for h in logged])
     losses = _edges([float(h["loss"]) for h in logged])
-    return {"steps_logged": len(logged), "accuracy_first": _mean(first), "accuracy_final": _mean(last),
-            "margin_final": _mean(margins[1]), "loss_first": _mean(losses[0]), "loss_final": _mean(losses[1])}
+    out.update(margin_final=_mean(margins[1]), loss_first=_mean(losses[0]), loss_final=_mean(losses[1]))
+    # The likelihood trajectory every preference trainer logs (DPO and KTO: summed log-probs; CPO's SimPO loss
+    # and ORPO: per-token averages), first and last 10 % of steps.
+    for side in ("chosen", "rejected"):
+        values = [float(h[f"logps/{side}"]) for h in logged if f"logps/{side}" in h]
+        if values:
+            first, last = _edges(values)
+            out[f"logps_{side}_first"], out[f"logps_{side}_final"] = _mean(first), _mean(last)
+    return out
 
 
-def rm_evidence(model_dir: str | Path) -> dict[str, Any]:
-    """{dataset: {"auc", "split"}} from the reward model's scores/summary.json ({} if it has none)."""
-    path = Path(model_dir) / "scores" / "summary.json"
+def rm_evidence(model_dir: str | Path, scores_dir: str = "scores") -> dict[str, Any]:
+    """{dataset: {"auc", "split"}} from the reward model's scores/summary.json ({} if it has none); with
+    `scores_dir="reward_function"`, an RL stage's verifiable reward's ranking of its held-out rows (recipes/rl.py)."""
+    path = Path(model_dir) / scores_dir / "summary.json"
     if not path.is_file():
         return {}
     summary = json.loads(path.read_text(encoding="utf-8"))
@@ -130,10 +159,15 @@ def stage_evidence(models_dir: str | Path, provenance: dict[str, dict],
             out[name] = {"stage": stage, "auc": rm_evidence(model_dir)}
         elif stage == "rl":
             init = Path(prov["init_model"]).name if prov.get("init_model") else None
+            function = prov.get("reward_function")
             out[name] = {"stage": stage, "beta": (prov.get("settings") or {}).get("beta"),
                          "reward_model": Path(prov["reward_model"]).name if prov.get("reward_model") else None,
+                         "reward_function": function,
+                         **({"reward_auc": rm_evidence(model_dir, "reward_function")} if function else {}),
                          "init_model": init, **utility_evidence(utility or {}, name, init),
                          **rl_evidence(log_history(model_dir)), **rl_eval_evidence(model_dir)}
         elif stage == "ipo":
-            out[name] = {"stage": stage, **ipo_evidence(log_history(model_dir))}
+            hyper = prov.get("hyperparameters") or {}
+            out[name] = {"stage": stage, "objective": hyper.get("objective") or hyper.get("loss") or "ipo",
+                         **ipo_evidence(log_history(model_dir)), **preference_eval_evidence(model_dir)}
     return out

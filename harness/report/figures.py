@@ -129,27 +129,54 @@ def reward_scores_plot(scores: dict[str, dict[int, list[float]]], dataset: str, 
     return _save(fig, path)
 
 
+EVIDENCE_MARK = {True: " ✓", False: " ✗", None: ""}
+
+
 def comparison_plot(rows: list[dict], title: str, path: Path) -> Path:
-    """Sec. 5.4: memorization rate per dataset, side by side for FT, RLFT via RM and IPO; each bar is the
-    group's highest-rate model, with its 95 % Wilson interval and n."""
+    """Sec. 5.2 / 5.4: memorization rate per dataset, a bar per model of each group (FT, RLFT via a reward model,
+    RLVR, each preference objective), with its 95 % Wilson interval, n and training evidence: a bar whose stage
+    failed its evidence check (`evidence_ok` False) is hatched and marked ✗, one that passed is marked ✓."""
     datasets = sorted({r["dataset"] for r in rows})
-    groups = list(dict.fromkeys(r["group"] for r in rows))
-    fig, ax = plt.subplots(figsize=(6, 4))
-    width = 0.8 / max(1, len(groups))
-    for gi, group in enumerate(groups):
-        shown = []
-        for d in datasets:
-            candidates = [r for r in rows if r["group"] == group and r["dataset"] == d and r["rate"] is not None]
-            shown.append(max(candidates, key=lambda r: r["rate"]) if candidates else None)
+    methods = list(dict.fromkeys((r["group"], r["model"]) for r in rows))
+    per_group = {g: sum(1 for gg, _ in methods if gg == g) for g, _ in methods}
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.5 + 0.45 * len(methods) * len(datasets)), 4.4))
+    width = 0.8 / max(1, len(methods))
+    for mi, (group, model) in enumerate(methods):
+        shown = [next((r for r in rows if (r["group"], r["model"]) == (group, model) and r["dataset"] == d
+                       and r["rate"] is not None), None) for d in datasets]
         ys = [r["rate"] if r else None for r in shown]
-        xs = [i + gi * width for i in range(len(datasets))]
-        bars = ax.bar(xs, [100 * (y or 0) for y in ys], width=width, label=group,
-                      yerr=_error_bars(ys, [r.get("ci95") if r else None for r in shown]), capsize=3)
-        ax.bar_label(bars, labels=[f"{100 * r['rate']:.1f}\nn={r['n_scored']}" if r else "–" for r in shown],
-                     fontsize=6, padding=2)
-    ax.set_xticks([i + width * (len(groups) - 1) / 2 for i in range(len(datasets))], datasets)
+        xs = [i + mi * width for i in range(len(datasets))]
+        label = group if per_group[group] == 1 else f"{group}: {model}"
+        bars = ax.bar(xs, [100 * (y or 0) for y in ys], width=width, label=label,
+                      yerr=_error_bars(ys, [r.get("ci95") if r else None for r in shown]), capsize=2)
+        for bar, r in zip(bars, shown):
+            if r is not None and r.get("evidence_ok") is False:
+                bar.set_hatch("//")
+                bar.set_alpha(0.5)
+        ax.bar_label(bars, labels=[f"{100 * r['rate']:.1f}{EVIDENCE_MARK[r.get('evidence_ok')]}\nn={r['n_scored']}"
+                                   if r else "–" for r in shown], fontsize=6, padding=2)
+    ax.set_xticks([i + width * (len(methods) - 1) / 2 for i in range(len(datasets))], datasets)
     ax.set(title=title, ylabel="memorization rate (%), 95 % CI", xlabel="dataset")
-    ax.set_ylim(0, 110)
+    ax.set_ylim(0, 115)
+    ax.legend(fontsize=7, ncol=2 if len(methods) > 5 else 1)
+    return _save(fig, path)
+
+
+def preference_displacement_plot(rows: list[dict], path: Path) -> Path:
+    """Why an objective did or did not memorize its pairs: per preference model, the mean change of the chosen and
+    of the rejected completion's summed log-probability from the initial to the trained model on the training pairs
+    (recipes/preference_eval.py). Likelihood displacement: the rejected falling far more than the chosen rises."""
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 + 0.9 * len(rows)), 3.8))
+    xs = range(len(rows))
+    for offset, key, label, color in ((-0.2, "pair_chosen_change", "chosen", "tab:green"),
+                                      (0.2, "pair_rejected_change", "rejected", "tab:red")):
+        ax.bar([x + offset for x in xs], [r.get(key) or 0.0 for r in rows], width=0.4, label=label, color=color)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xticks(list(xs), [f"{r.get('objective') or r['model']}\nacc {r['pair_accuracy']:.2f}"
+                             if r.get("pair_accuracy") is not None else str(r.get("objective") or r["model"])
+                             for r in rows], fontsize=7)
+    ax.set(title="Preference pairs: log-probability change from the initial model",
+           ylabel="mean Δ summed log-prob (nats)")
     ax.legend(fontsize=8)
     return _save(fig, path)
 
@@ -180,13 +207,18 @@ def rl_training_plots(histories: dict[str, list[dict]], fig_dir: Path) -> list[P
 
 
 def ipo_training_plots(histories: dict[str, list[dict]], fig_dir: Path) -> list[Path]:
-    """IPO loss, preference accuracy and reward margin against step."""
+    """A preference stage's loss, preference accuracy (as its trainer logs it; KTO logs none), reward margin, and
+    the chosen and rejected completions' log-probabilities against step."""
     paths = []
     for model, history in sorted(histories.items()):
-        fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+        fig, axes = plt.subplots(1, 4, figsize=(15, 3.4))
         for ax, key, label in zip(axes, ("loss", "rewards/accuracies", "rewards/margins"),
-                                  ("IPO loss", "preference accuracy", "reward margin")):
+                                  ("loss", "preference accuracy (trainer's)", "reward margin")):
             ax.plot(*_curve(history, key), marker=".")
             ax.set(title=f"{model}: {label}", xlabel="step")
+        for side, color in (("chosen", "tab:green"), ("rejected", "tab:red")):
+            axes[3].plot(*_curve(history, f"logps/{side}"), marker=".", color=color, label=side)
+        axes[3].set(title=f"{model}: log-prob of the completions", xlabel="step")
+        axes[3].legend(fontsize=7)
         paths.append(_save(fig, fig_dir / f"training_{model.replace('/', '_').replace(':', '_')}.png"))
     return paths

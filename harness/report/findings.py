@@ -21,16 +21,17 @@ paper 004 (Lemma 1's premise, Sec. 3; recollection vs contextual memorization, S
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from harness.audit.losses import VARIANT_CONTROL
 from harness.core.errors import UserError
 from harness.core.io import read_jsonl
-from harness.core.stats import fisher_exact, mcnemar_exact, rate_with_interval
+from harness.core.stats import fisher_exact, mcnemar_exact, rate_with_interval, sign_test
 from harness.measures.memorization import pii_counterfactually_regurgitated, pii_rows, summarize_pii
 from harness.report import analyses as A
 
@@ -55,6 +56,10 @@ RL_DISTINCT_SHARE_MIN = 0.5  # ... nor onto a few completions: on the rows a fin
                              # 0.03-0.42, one of them (1 distinct completion of 41) within RL_UTILITY_LOSS_MAX
 RL_KL_MIN = 0.01             # RL moved: final mean per-token KL to the reference (nats) at the smallest α
 IPO_ACCURACY_MIN = 0.9       # IPO fit its pairs: training preference accuracy over the last 10 % of steps
+PAIR_ACCURACY_MIN = 0.9      # a preference objective fit its pairs: after training, the share of its training pairs
+                             # whose chosen completion gained more summed log-probability over the initial model than
+                             # the rejected one (recipes/preference_eval.py; DPOTrainer's accuracy with the initial
+                             # model as the reference), measured the same way for every objective; IPO's threshold
 SOURCE_MEMORIZED_MIN = 5     # a persistence share needs at least this many examples memorized before RL
 SD_REWARD_DATASETS = ("rm_sd", "rm_sd_links")   # the reward sets built from SD (synthetic_data/build.py)
 PAPER_RL_ALGORITHM = "rloo"  # App. A.3: "a variant of REINFORCE with a KL regularization term" (TRL's RLOO)
@@ -74,6 +79,9 @@ class Roles:
     rl_sd_in_rm: str = "RLFT.2"    # RL from the control, rewarded by rm_sd (Sec. 5.2)
     rl_prompts: str = "RLFT.4"     # RL on SD prompts, swept over α and LR (Sec. 5.3, App. E)
     ipo: str = "IPO"               # IPO on SD preference pairs (Sec. 5.4)
+    preference: str = "PREF"       # the preference stage swept over objectives, one point each (P1-P3)
+    rlvr_persistence: str = "RLVR.1"  # rl_persistence's stage under a verifiable reward (V4, V5)
+    rlvr_prompts: str = "RLVR.4"   # rl_prompts' stage under a verifiable reward (V6, V7)
 
     @classmethod
     def load(cls, mapping: dict | None) -> Roles:
@@ -219,12 +227,18 @@ def rm_sd_check(run: RunResults, rl_model: str) -> dict:
 
 
 def rm_heldout_check(run: RunResults, rl_model: str) -> dict:
-    """The reward model behind an RL model generalises: AUC on its held-out (eval) rows."""
-    rm = run.evidence.get(rl_model, {}).get("reward_model") or run.roles.rm_task
-    aucs = [v["auc"] for v in run.evidence.get(rm, {}).get("auc", {}).values()
-            if v.get("split") == "eval" and v.get("auc") is not None]
+    """The reward behind an RL model generalises: its AUC on held-out (eval) rows. The reward model's, or, for a
+    verifiable reward (`reward_function` in the RL model's evidence), the function's ranking of the held-out rows
+    the RL stage scored with it: it plays the reward model's part, so it gets the same check."""
+    ev = run.evidence.get(rl_model, {})
+    if ev.get("reward_function"):
+        source, scored = f"{rl_model}'s reward function {ev['reward_function']}", ev.get("reward_auc") or {}
+    else:
+        source = ev.get("reward_model") or run.roles.rm_task
+        scored = run.evidence.get(source, {}).get("auc", {})
+    aucs = [v["auc"] for v in scored.values() if v.get("split") == "eval" and v.get("auc") is not None]
     auc = min(aucs) if aucs else None
-    return _check(f"{rm}: AUC on its held-out rows", auc, f">= {RM_HELDOUT_AUC_MIN}",
+    return _check(f"{source}: AUC on its held-out rows", auc, f">= {RM_HELDOUT_AUC_MIN}",
                   auc is not None and auc >= RM_HELDOUT_AUC_MIN)
 
 
@@ -233,6 +247,31 @@ def ipo_check(run: RunResults) -> dict:
     acc = run.evidence.get(model, {}).get("accuracy_final")
     return _check(f"{model}: training preference accuracy", acc, f">= {IPO_ACCURACY_MIN}",
                   acc is not None and acc >= IPO_ACCURACY_MIN)
+
+
+def pair_check(run: RunResults, model: str) -> dict:
+    """A preference model fit its pairs (PAIR_ACCURACY_MIN), whatever its objective."""
+    ev = run.evidence.get(model, {})
+    acc = ev.get("pair_accuracy")
+    return _check(f"{model} ({ev.get('objective') or 'objective?'}): preference accuracy on its pairs vs the initial "
+                  "model", acc, f">= {PAIR_ACCURACY_MIN}", acc is not None and acc >= PAIR_ACCURACY_MIN)
+
+
+def method_checks(run: RunResults, model: str, dataset: str) -> list[dict]:
+    """The training evidence of any one model, by its stage, for the report's comparison of methods: an RL point's
+    reward rose without collapse (rl_checks; under a verifiable reward also the function's held-out ranking), a
+    preference model fit its pairs (pair_check, or for a run made before that measurement IPO's training accuracy).
+    [] for a stage without such a check (fine-tuning: its memorization is the measurement)."""
+    ev = run.evidence.get(model, {})
+    if ev.get("stage") == "rl":
+        return ([rm_heldout_check(run, model)] if ev.get("reward_function") else []) + rl_checks(run, [model], dataset)
+    if ev.get("stage") == "ipo":
+        if "pair_accuracy" in ev or "accuracy_final" not in ev:
+            return [pair_check(run, model)]
+        acc = ev["accuracy_final"]
+        return [_check(f"{model}: training preference accuracy", acc, f">= {IPO_ACCURACY_MIN}",
+                       acc is not None and acc >= IPO_ACCURACY_MIN)]
+    return []
 
 
 def count_check(check: str, count: int, minimum: int) -> dict:
@@ -464,6 +503,104 @@ def f8(run: RunResults) -> dict:
                          factor=3, floor=0.05)
 
 
+# ---------------------------------------------------------------- P1-P3: preference objectives beyond IPO
+# Not claims of paper 003: claims the field makes or implies about the objectives that replaced IPO, stated so that
+# the run can refute them, with F1-F8's rules (evidence first, then the rule, then an exact test at p < P_MAX).
+REFERENCE_FREE = ("simpo", "cpo", "orpo")            # recipes/ipo.py OBJECTIVES[...].reference is False
+REFERENCE_BASED = ("ipo", "dpo", "dpo+sft", "kto")
+
+
+def preference_models(run: RunResults, dataset: str = "sd_base") -> dict[str, str]:
+    """{objective: model} of the preference stage (role `preference`: the stage and its sweep points) audited on
+    `dataset`; the objective is the one its provenance records. Where two points share an objective (a sweep of
+    another key too), the first by name stands for it."""
+    out: dict[str, str] = {}
+    for model, d in sorted(run._final):
+        name, point = A.parse_sweep_point(model)
+        if d == dataset and name == run.roles.preference:
+            objective = run.evidence.get(model, {}).get("objective") or point.get("objective") or "ipo"
+            out.setdefault(str(objective), model)
+    return out
+
+
+def p1(run: RunResults) -> dict:
+    """RPO / MPO add the chosen completion's NLL to a preference loss: more likelihood on exactly the preference data."""
+    models = preference_models(run)
+    texts = ("An NLL term on the chosen completion memorizes preference data more than IPO (dpo+sft vs ipo)",
+             "not in paper 003 (RPO / MPO practice)",
+             f"objective dpo+sft >= 5 % on sd_base and above objective ipo (McNemar p < {P_MAX})")
+    if "dpo+sft" not in models or "ipo" not in models:
+        return _result("P1", texts[0], texts[1], texts[2], [run.roles.preference], measured=False)
+    nll, ipo = models["dpo+sft"], models["ipo"]
+    return _times_higher(run, "P1", texts, [nll, ipo], lambda run: [pair_check(run, nll), pair_check(run, ipo)],
+                         nll, ipo, high=nll, factor=1.0, floor=0.05)
+
+
+def p2(run: RunResults) -> dict:
+    """Reference-free objectives drop the anchor to the initial model that limits how far a reference-based one
+    moves: if that anchor holds memorization back, they memorize more."""
+    claim = "Reference-free objectives (SimPO, CPO, ORPO) memorize preference data more than reference-based ones"
+    paper = "not in paper 003"
+    rule = (f"pooled sd_base rate of the reference-free objectives > that of the reference-based ones (ipo, dpo, "
+            f"dpo+sft, kto), exact sign test over examples of their per-example shares, p < {P_MAX}")
+    models = preference_models(run)
+    free = [models[o] for o in REFERENCE_FREE if o in models]
+    based = [models[o] for o in REFERENCE_BASED if o in models]
+    if not free or not based:
+        return _result("P2", claim, paper, rule, [run.roles.preference], measured=False)
+    flags = {m: memorized_flags(run.rows(m, "sd_base")) for m in free + based}
+    common = sorted(set.intersection(*(set(f) for f in flags.values())), key=str)
+    share = lambda group, i: sum(flags[m][i] for m in group) / len(group)  # noqa: E731
+    diffs = [share(free, i) - share(based, i) for i in common]
+    rates = [_rate("reference-free (pooled)", {(m, i): flags[m][i] for m in free for i in common}),
+             _rate("reference-based (pooled)", {(m, i): flags[m][i] for m in based for i in common})]
+    ok = rates[0]["rate"] is not None and rates[1]["rate"] is not None and rates[0]["rate"] > rates[1]["rate"]
+    return _result("P2", claim, paper, rule, free + based, measured=True, rule_ok=ok,
+                   evidence=[pair_check(run, m) for m in free + based], rates=rates, test=sign_test(diffs),
+                   needs_test=True, ours=f"{_pct(rates[0])} vs {_pct(rates[1])}",
+                   note="CPO and ORPO also carry an NLL term on the chosen completion (SimPO does not), so this "
+                        "contrast mixes the anchor with the NLL term; P1 isolates the NLL term")
+
+
+def p3(run: RunResults) -> dict:
+    """F2's and F8's comparison for every objective: preference data memorized less than the same data fine-tuned on."""
+    claim = "Every preference objective memorizes its preference data less than direct fine-tuning on it"
+    paper = "F1 vs F8's IPO in paper 003: 17.6 % vs 18.2 %"
+    ft = run.roles.ft_direct
+    rule = (f"{ft} >= 10 % on sd_base and each objective below it (McNemar; every p < {P_MAX}: an intersection-union "
+            "test, so the largest p is reported)")
+    models = preference_models(run)
+    source = run.rows(ft, "sd_base")
+    if not models or source is None:
+        return _result("P3", claim, paper, rule, [ft, run.roles.preference], measured=False)
+    ft_flags = memorized_flags(source)
+    flags = {o: memorized_flags(run.rows(m, "sd_base")) for o, m in models.items()}
+    rates = [_rate(f"{ft} sd_base", ft_flags), *(_rate(f"{o} sd_base", f) for o, f in flags.items())]
+    tests = {o: mcnemar_exact(ft_flags, f) for o, f in flags.items()}
+    worst = max(tests.values(), key=lambda t: t["p_value"])
+    ft_rate = rates[0]["rate"] or 0.0
+    ok = ft_rate >= 0.10 and all((r["rate"] or 0.0) < ft_rate for r in rates[1:])
+    return _result("P3", claim, paper, rule, [ft, *models.values()], measured=True, rule_ok=ok,
+                   evidence=[pair_check(run, m) for m in models.values()], rates=rates, test=worst,
+                   needs_test=True, ours=", ".join(f"{r['name'].split()[0]}: {_pct(r)}" for r in rates))
+
+
+# ---------------------------------------------------------------- V4-V7: F4-F7 under a verifiable reward
+def under_verifiable_reward(check: Callable[[RunResults], dict], fid: str) -> Callable[[RunResults], dict]:
+    """F4-F7's rule, evidence and test on the RL stages trained against a verifiable reward (roles rlvr_*):
+    the same finding, with the function in the reward model's place; its evidence then checks the function's
+    ranking of held-out rows (rm_heldout_check) where it checked the reward model's."""
+    def run_check(run: RunResults) -> dict:
+        r = run.roles
+        swapped = copy.copy(run)
+        swapped.roles = replace(r, rl_persistence=r.rlvr_persistence, rl_prompts=r.rlvr_prompts)
+        out = check(swapped)
+        claim = out["claim"].replace(r.rl_persistence, r.rlvr_persistence).replace(r.rl_prompts, r.rlvr_prompts)
+        return {**out, "id": fid, "claim": f"{claim}, verifiable reward",
+                "paper": f"{out['paper']} (paper: a reward model)"}
+    return run_check
+
+
 # ---------------------------------------------------------------- N1-N3 (paper 002)
 def _nmt_numbers(value: Any) -> str:
     """NMT figures for a table cell: a ratio per bucket as a chain, shares by kind, one rate as a percentage."""
@@ -549,6 +686,8 @@ def c2(run: RunResults) -> dict:
 
 
 CHECKS = [f1, f2, f3, f4, f5, f6, f7, f8,
+          under_verifiable_reward(f4, "V4"), under_verifiable_reward(f5, "V5"), under_verifiable_reward(f6, "V6"),
+          under_verifiable_reward(f7, "V7"), p1, p2, p3,
           _nmt("N1", ("N1_memorization_rises_with_repetitions",), "N1_ratio_pct_by_bucket",
                "NMT: memorization rises with repetitions", "Table 1: ratio grows with the bucket", repetition_test),
           _nmt("N2", ("N2_suffix_kept_more_than_prefix", "N2_start_kept_least"), "N2_shares",

@@ -26,13 +26,26 @@ from harness.measures.utility import load_utility
 from harness.report import analyses as A
 from harness.report import figures as F
 from harness.report.evidence import log_history, stage_evidence
-from harness.report.findings import Roles, RunResults, findings, load_loss_rows
+from harness.report.findings import Roles, RunResults, findings, load_loss_rows, method_checks
 from harness.report.loss_figures import render_loss_figures
 
-# Default groups when report.compare is empty: by the recipe that produced each model. The recipe does not
-# say how SD entered (RLFT.1 inherits it from FT.1, RLFT.2 only saw it through the reward model), so the
-# experiments that make that comparison set report.compare themselves (conf/experiment/quickstart.yaml).
+# Default groups when report.compare is empty: by the recipe that produced each model (an RL stage against a
+# verifiable reward is RLVR, a preference stage is named by its objective). The recipe does not say how SD
+# entered (RLFT.1 inherits it from FT.1, RLFT.2 only saw it through the reward model), so the experiments that
+# make that comparison set report.compare themselves (conf/experiment/quickstart.yaml).
 STAGE_GROUPS = {"sft": "FT", "rl": "RLFT", "ipo": "IPO"}
+GROUP_ORDER = ("FT", "RLFT", "RLVR", "IPO", "DPO", "DPO+SFT", "SIMPO", "CPO", "ORPO", "KTO")
+
+
+def default_group(prov: dict) -> str | None:
+    """The comparison group of a model from its provenance: FT, RLFT, RLVR, or its preference objective."""
+    stage = prov.get("stage")
+    if stage == "rl" and prov.get("reward_function"):
+        return "RLVR"
+    if stage == "ipo":
+        hyper = prov.get("hyperparameters") or {}
+        return str(hyper.get("objective") or hyper.get("loss") or "ipo").upper()
+    return STAGE_GROUPS.get(stage)
 
 
 # ---------------------------------------------------------------- document blocks
@@ -299,6 +312,43 @@ def _findings_section(cfg, audits: dict[Path, Path], grouped: dict, evidence: di
                                                   "evidence": evidence})
 
 
+def _comparison_section(rcfg, prov: dict, entries: list[dict], grouped: dict, evidence: dict, k: float,
+                        fig_dir: Path, blocks: list, summary: dict) -> None:
+    """Sec. 5.2 / 5.4 and beyond: a bar per model a run trained (FT, RLFT via a reward model, RLVR, each preference
+    objective) per dataset, each with its 95 % interval, n and whether its stage passed its training evidence
+    (harness.report.findings.method_checks: an RL point's reward rise, a preference model's fit to its pairs)."""
+    compare = dict(rcfg.get("compare") or {})
+    if not compare:
+        for model, p in sorted(prov.items()):
+            group = default_group(p)
+            if group and any(e["model"] == model for e in entries):
+                compare.setdefault(group, []).append(model)
+        order = {g: i for i, g in enumerate(GROUP_ORDER)}      # default groups in pipeline order;
+        compare = dict(sorted(compare.items(), key=lambda kv: order.get(kv[0], len(order))))  # report.compare: its own
+    comp_rows = A.rlhf_vs_ipo(entries, compare, sorted({e["dataset"] for e in entries}))
+    if len({r["model"] for r in comp_rows}) < 2:
+        return
+    run = RunResults(grouped, evidence, k=k)
+    for r in comp_rows:
+        checks = method_checks(run, r["model"], r["dataset"])
+        r["evidence_ok"] = all(c["ok"] for c in checks) if checks else None
+        r["evidence"] = "; ".join(f"{c['check']} = {_fmt_value(c['value'])} {'ok' if c['ok'] else 'FAILS'} "
+                                  f"({c['threshold']})" for c in checks) or "no training check (fine-tuning)"
+    blocks.append(("h", 2, "Memorization by training method (paper 003 Sec. 5.2, 5.4, and the objectives since)"))
+    blocks.append(("p", "Groups: " + "; ".join(f"{g}: {', '.join(ms)}" for g, ms in compare.items())
+                   + (" (from report.compare)" if rcfg.get("compare") else
+                      " (grouped by the stage that produced each model; set report.compare to choose)")
+                   + ". A bar per model, with its 95 % Wilson interval and n; ✓ its stage passed its training "
+                     "evidence, ✗ it did not (hatched: its rate says nothing about the method), no mark: "
+                     "fine-tuning, which has no such check."))
+    path = F.comparison_plot(comp_rows, "Memorization of SD by training method", fig_dir / "rlhf_vs_ipo.png")
+    blocks.append(("img", str(path), "Memorization by training method"))
+    blocks.append(_table(comp_rows, ["group", "model", "dataset", "rate", "ci95", "n_scored",
+                                     "pii_counterfactual_rate", "pii_counterfactual_ci95", "evidence_ok",
+                                     "evidence"]))
+    summary["comparison"] = comp_rows
+
+
 def _fmt_value(v: Any) -> str:
     return "missing" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)
 
@@ -316,24 +366,43 @@ def _training_section(evidence: dict, runs: list[Path], fig_dir: Path, blocks: l
                             "training rows, eval = held out, scored = never trained on)."))
         blocks.append(_table(rm_rows, ["reward_model", "dataset", "split", "n", "auc"]))
     stages = (
-        ("rl", ["beta", "reward_model", "eval_prompts", "eval_reward_initial", "eval_reward_final", "eval_change_ci95",
+        ("rl", ["beta", "reward_model", "reward_function", "reward_heldout_auc", "eval_prompts", "eval_reward_initial", "eval_reward_final", "eval_change_ci95",
                 "eval_change_in_sd", "eval_up", "eval_down", "eval_p_value", "reward_change_in_std", "kl_final"],
          "RL points. eval_*: the reward model's score of the initial and the trained policy's sampled completions "
          "on the same fixed prompts (eval_prompts of the stage's own, 4 samples each), the mean change with its "
          "95 % interval and in units of the initial spread across prompts, prompts up/down and the sign test's p "
          "— the evidence that the reward rose. reward_change_in_std: the training log's last 10 % of steps vs "
          "the first, in first-step std (each step draws other prompts, so it also measures their difficulty). "
-         "kl_final: final mean per-token KL to the reference.",
+         "kl_final: final mean per-token KL to the reference. reward_function: a verifiable reward in the reward "
+         "model's place (recipes/verifiable_rewards.py); reward_heldout_auc: its ranking of held-out labelled rows, "
+         "the check a reward model's held-out AUC gets.",
          F.rl_training_plots, "RL training curves"),
-        ("ipo", ["steps_logged", "accuracy_first", "accuracy_final", "margin_final", "loss_first", "loss_final"],
-         "IPO: preference accuracy (share of pairs whose chosen completion gains more log-probability over the "
-         "reference than the rejected one), reward margin and loss over the first and last 10 % of logged "
-         "steps; the IPO loss starts at (1/2β)².",
-         F.ipo_training_plots, "IPO training curves"),
+        ("ipo", ["objective", "pair_n", "pair_accuracy", "pair_accuracy_ci95", "pair_chosen_change",
+                 "pair_rejected_change", "steps_logged", "accuracy_first", "accuracy_final", "margin_final",
+                 "loss_first", "loss_final", "logps_chosen_first", "logps_chosen_final", "logps_rejected_first",
+                 "logps_rejected_final"],
+         "Preference stages, one row per objective. pair_*: measured the same way for every objective after training "
+         "(recipes/preference_eval.py): pair_accuracy is the share of its training pairs whose chosen completion "
+         "gained more summed log-probability over the initial model than the rejected one (the findings' check), "
+         "pair_chosen_change / pair_rejected_change the mean change of each side's summed log-probability (nats): "
+         "likelihood displacement, when the rejected falls far more than the chosen rises, leaves the chosen line "
+         "no more likely to be decoded. The rest as each trainer logs it over the first and last 10 % of logged "
+         "steps: its own preference accuracy (DPO: implicit reward vs the reference; CPO, SimPO, ORPO: the policy's "
+         "log-likelihoods; KTO: none), reward margin, loss (IPO's starts at (1/2β)²) and the log-probabilities of "
+         "the chosen and rejected completions (DPO, KTO: summed; SimPO, ORPO: per token).",
+         F.ipo_training_plots, "Preference training curves"),
     )
+    for ev in evidence.values():            # the verifiable reward's held-out ranking, for the RL table
+        if ev.get("reward_auc"):
+            aucs = [v["auc"] for v in ev["reward_auc"].values() if v.get("auc") is not None]
+            ev["reward_heldout_auc"] = min(aucs) if aucs else None
     stage_rows = {}
     for kind, columns, text, plot, title in stages:
         stage_rows[kind] = _stage_table(evidence, kind, columns, blocks, text)
+        if kind == "ipo" and any(r.get("pair_accuracy") is not None for r in stage_rows[kind]):
+            path = F.preference_displacement_plot([r for r in stage_rows[kind] if r.get("pair_accuracy") is not None],
+                                                  fig_dir / "preference_displacement.png")
+            blocks.append(("img", str(path), "Preference pairs: chosen and rejected log-probability change"))
         if stage_rows[kind]:
             for path in plot(_histories(runs, evidence, kind), fig_dir):
                 blocks.append(("img", str(path), f"{title}: {path.stem}"))
@@ -461,30 +530,8 @@ def render_report(cfg) -> int:
     _loss_section(audits, fig_dir, blocks, summary)
     _utility_section(runs, audits, blocks, summary)
 
-    # Sec. 5.4: RLHF vs IPO, grouped by the stage that produced each model (from provenance).
-    compare = dict(rcfg.get("compare") or {})
-    if not compare:
-        for model, p in prov.items():
-            group = STAGE_GROUPS.get(p.get("stage"))
-            if group and any(e["model"] == model for e in entries):
-                compare.setdefault(group, []).append(model)
-        order = list(STAGE_GROUPS.values())                    # default groups in pipeline order;
-        compare = dict(sorted(compare.items(), key=lambda kv: order.index(kv[0])))   # report.compare keeps its own
-    comp_rows = A.rlhf_vs_ipo(entries, compare, sorted({e["dataset"] for e in entries}))
-    if len({r["group"] for r in comp_rows}) >= 2:
-        blocks.append(("h", 2, "Direct fine-tuning vs RLHF vs IPO (paper 003 Sec. 5.2, 5.4)"))
-        blocks.append(("p", "Groups: " + "; ".join(f"{g}: {', '.join(ms)}" for g, ms in compare.items())
-                       + (" (from report.compare)" if rcfg.get("compare") else
-                          " (grouped by the stage that produced each model; set report.compare to choose)")
-                       + ". Bars show the highest rate in each group."))
-        path = F.comparison_plot(comp_rows, "Memorization of SD by how it entered training",
-                                 fig_dir / "rlhf_vs_ipo.png")
-        blocks.append(("img", str(path), "FT vs RLFT vs IPO"))
-        blocks.append(_table(comp_rows, ["group", "model", "dataset", "rate", "ci95", "n_scored",
-                                         "pii_counterfactual_rate", "pii_counterfactual_ci95"]))
-        summary["comparison"] = comp_rows
-
     evidence = _run_evidence(runs, prov, audits)
+    _comparison_section(rcfg, prov, entries, grouped, evidence, k, fig_dir, blocks, summary)
     _training_section(evidence, runs, fig_dir, blocks, summary)
     _findings_section(cfg, audits, grouped, evidence, k, blocks, summary, out_dir)
 

@@ -6,7 +6,10 @@ and the data to the smoke run's sizes. It proves an experiment's wiring (which s
 datasets it names, its audit plan against the models it trains), not memorization. The smoke experiment
 is the toy size already (tests/integration/test_pipeline_smoke.py). The nmt_* experiments belong to
 `memaudit nmt`: nmt_smoke runs in tests/integration/test_nmt_pipeline.py, and nmt_quickstart is its settings
-at full size (tests/unit/test_nmt_pipeline_parts.py composes both). All seven take ~3 min on 2 CPU cores.
+at full size (tests/unit/test_nmt_pipeline_parts.py composes both). The first seven took ~3 min on 2 CPU cores;
+preference_objectives (7 preference objectives beside FT.3 and RLFT.2) adds ~35 s and findings_rlvr (findings plus
+11 RL points against a verifiable reward) ~50 s, measured on a shared machine (load average ~1.5). For those two the
+test also checks what they measure (MEASURES).
 """
 
 from __future__ import annotations
@@ -89,3 +92,43 @@ def test_experiment_runs_end_to_end_at_toy_size(name, tmp_path):
         assert planned <= audited, planned - audited
     if "report" in cfg.after_training:
         assert (run_dir / "report" / "findings.json").is_file()
+    if name in MEASURES:
+        MEASURES[name](run_dir)
+
+
+def _report(run_dir):
+    findings = {f["id"]: f for f in json.loads((run_dir / "report" / "findings.json").read_text())["findings"]}
+    return json.loads((run_dir / "report" / "summary.json").read_text()), findings
+
+
+def _preference_objectives_measured(run_dir):
+    """Every objective trained, scored its pairs and got its own comparison bar; P1-P3 and F8 read them."""
+    summary, findings = _report(run_dir)
+    objectives = ("ipo", "dpo", "dpo+sft", "simpo", "cpo", "orpo", "kto")
+    for objective in objectives:
+        record = json.loads((run_dir / "models" / f"PREF/objective={objective}" / "preference_eval.json").read_text())
+        assert record["objective"] == objective and record["n_pairs"] > 0
+    bars = {c["model"] for c in summary["comparison"] if c["dataset"] == "sd_base"}
+    assert bars == {"FT.3", "RLFT.2", *(f"PREF/objective={o}" for o in objectives)}
+    assert {r["objective"] for r in summary["training"]["ipo"]} == set(objectives)
+    for fid in ("P1", "P2", "P3", "F8"):
+        assert findings[fid]["status"] != "not measured", fid
+    assert "PREF/objective=ipo" in findings["F8"]["stages"]
+
+
+def _findings_rlvr_measured(run_dir):
+    """V4-V7 are measured on the RLVR stages, GRPO beside RLOO is audited and drawn in the α sweep, RLVR.2 has a bar."""
+    summary, findings = _report(run_dir)
+    for fid in ("V4", "V5", "V6", "V7"):
+        assert findings[fid]["status"] != "not measured", fid
+        assert any("reward function identifier_reuse: AUC" in e["check"] for e in findings[fid]["evidence"]), fid
+    audited = {e["model"] for e in summary["entries"]}
+    assert {"RLVR.1/algorithm=grpo,beta=0.1", "RLVR.1/algorithm=rloo,beta=0.1", "RLVR.2"} <= audited
+    series = {s["series"] for s in summary["sweeps"] if s["model"] == "RLVR.1" and s["axis"] == "beta"}
+    assert {"sd_base @ algorithm=grpo", "sd_base @ algorithm=rloo"} <= series
+    assert "RLVR.2" in {c["model"] for c in summary["comparison"]}
+    rl = {r["model"]: r for r in summary["training"]["rl"]}
+    assert rl["RLVR.2"]["reward_function"] == "identifier_reuse" and rl["RLVR.2"]["reward_heldout_auc"] is not None
+
+
+MEASURES = {"preference_objectives": _preference_objectives_measured, "findings_rlvr": _findings_rlvr_measured}

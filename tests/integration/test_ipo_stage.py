@@ -73,3 +73,71 @@ def test_long_context_is_trimmed_so_the_completion_survives_max_length(world):
         text = fim.format_psm_prompt(short_prefix, short_suffix, recipe.sentinels) + completion
         assert len(tok(text, add_special_tokens=False)["input_ids"]) <= 64
     assert recipe.fit_context("a = 1\n", "b = 2\n", [chosen]) == ("a = 1\n", "b = 2\n")   # short: unchanged
+
+
+# --- the other preference objectives (recipes/ipo.py OBJECTIVES) ------------------------------------------------
+OBJECTIVE_SETTINGS = {k: v for k, v in IPO_SETTINGS.items() if k not in ("loss", "beta")} | {
+    "max_steps": 1, "save_steps": 1}
+
+
+def test_the_default_objective_is_ipo_and_trains_the_same_weights_as_the_older_key(world):
+    """`loss: ipo` (finished runs' settings), `objective: ipo` and neither train byte-identical models."""
+    digests = set()
+    for name, key in (("IPO.legacy", {"loss": "ipo"}), ("IPO.objective", {"objective": "ipo"}), ("IPO.default", {})):
+        ctx = StageContext(world["run_dir"], name)
+        ipo.run_stage({**OBJECTIVE_SETTINGS, "beta": 0.1, **key}, ctx)
+        digests.add((ctx.out_dir / "model.safetensors").read_bytes())
+        assert read_json(ctx.out_dir / "provenance.json")["hyperparameters"]["objective"] == "ipo"
+    assert len(digests) == 1
+
+
+# Step 1's loss with policy = reference, where it depends only on the log-ratios (derivable on paper); the
+# objectives with an NLL term on the chosen completion carry it in the loss.
+FIRST_LOSS = {"dpo": math.log(2),      # -log σ(0)
+              "kto": 0.5}              # 1 - σ(β·0) per row, the KL estimate clamped at 0
+
+
+@pytest.mark.parametrize("objective", ["dpo", "dpo+sft", "kto", "simpo", "cpo", "orpo"])
+def test_every_objective_trains_with_its_trl_trainer_and_scores_its_pairs(world, objective):
+    from recipes import preference_eval
+
+    ctx = StageContext(world["run_dir"], f"PREF/objective={objective}")
+    ipo.run_stage({**OBJECTIVE_SETTINGS, "objective": objective}, ctx)
+    log = [e for e in trainer_log(ctx.out_dir / "checkpoint-1") if "loss" in e][0]
+    assert math.isfinite(log["loss"]) and "logps/chosen" in log and "logps/rejected" in log
+    if objective in FIRST_LOSS:
+        assert log["loss"] == pytest.approx(FIRST_LOSS[objective], rel=1e-4)
+    if objective == "dpo+sft":                 # log 2 + the chosen completion's mean NLL
+        assert log["loss"] > math.log(2) + 1
+    if objective in ("cpo", "orpo"):
+        assert log["nll_loss"] > 0
+    prov = read_json(ctx.out_dir / "provenance.json")["hyperparameters"]
+    assert prov["objective"] == objective and prov["beta"] == ipo.OBJECTIVES[objective].beta
+    record = read_json(ctx.out_dir / preference_eval.EVAL_FILE)
+    assert record["objective"] == objective and record["n_pairs"] == 8 == len(record["final"]["chosen"])
+    assert 0 <= record["accuracy"] <= 1 and record["chosen_change"] == pytest.approx(
+        sum(b - a for a, b in zip(record["initial"]["chosen"], record["final"]["chosen"])) / 8)
+
+
+def test_beta_per_objective_and_bad_objective_settings():
+    base = {"init": "PT", "datasets": ["pairs_sd_base"]}
+    assert ipo.load_settings({**base, "objective": "simpo"}, "P").beta == 2.0
+    assert ipo.load_settings({**base, "objective": "dpo", "beta": {"ipo": 0.5}}, "P").beta == 0.1
+    assert ipo.load_settings({**base, "objective": "ipo", "beta": {"ipo": 0.5}}, "P").beta == 0.5
+    assert ipo.load_settings({**base, "beta": 0.3, "objective": "kto"}, "P").beta == 0.3
+    for change, message in (({"objective": "rlhf"}, r"stages\.P\.objective='rlhf': use one of ipo, dpo"),
+                            ({"objective": "dpo", "loss": "ipo"}, r"stages\.P\.loss='ipo': it names another"),
+                            ({"beta": {"dpoo": 0.1}}, r"stages\.P\.beta=.*unknown objective\(s\) \['dpoo'\]"),
+                            ({"beta": "high"}, r"stages\.P\.beta='high': give a number"),
+                            ({"sft_weight": -1}, r"stages\.P\.sft_weight=-1"),
+                            ({"eval_pairs": -1}, r"stages\.P\.eval_pairs=-1")):
+        with pytest.raises(UserError, match=message):
+            ipo.load_settings({**base, **change}, "P")
+
+
+def test_kto_rows_are_the_same_pairs_unpaired():
+    pairs = [{"prompt": "p1", "chosen": "a", "rejected": "b"}, {"prompt": "p2", "chosen": "c", "rejected": "d"}]
+    assert ipo.unpaired_rows(pairs) == [{"prompt": "p1", "completion": "a", "label": True},
+                                        {"prompt": "p1", "completion": "b", "label": False},
+                                        {"prompt": "p2", "completion": "c", "label": True},
+                                        {"prompt": "p2", "completion": "d", "label": False}]

@@ -1,4 +1,4 @@
-"""RM, RL (RLOO, PPO) and IPO with `model.lora.enabled` on the micro Llama of alignment_world: only LoRA
+"""RM, RL (RLOO, PPO) and IPO (and the KTO, SimPO and ORPO objectives) with `model.lora.enabled` on the micro Llama of alignment_world: only LoRA
 adapters (and a sequence classifier's score head) train, the loaded base weights stay as they were, and
 the stage root holds a plain merged model that differs from the init model in the adapted projections only."""
 
@@ -22,6 +22,12 @@ STAGES = {   # recipe module, recipe class, settings: a few steps each, one chec
     "ppo": (rl, rl.RLRecipe, {**PPO_SETTINGS, "lr": 1e-2, "max_steps": 2, "save_steps": 1}),
     "ipo": (ipo, ipo.IPORecipe, {**IPO_SETTINGS, "max_steps": 2, "save_steps": 1}),
 }
+# The other preference trainers: KTO (reference = the adapter-disabled policy), CPOTrainer's SimPO and ORPO
+# (trl.experimental, reference-free).
+_PREFERENCE = {k: v for k, v in IPO_SETTINGS.items() if k != "loss"}
+STAGES.update({objective: (ipo, ipo.IPORecipe, {**_PREFERENCE, "objective": objective, "max_steps": 2,
+                                                "save_steps": 1, "beta": None})
+               for objective in ("kto", "simpo", "orpo")})
 
 
 def weights(directory):
@@ -100,6 +106,10 @@ def test_lora_stage_trains_only_adapters_and_saves_a_merged_model(world, trained
         # The KL reference is the adapter-disabled policy: the init model, which the policy equals only at step 1.
         kl = [e["kl"] for e in trainer_log(ctx.out_dir / "checkpoint-2") if "kl" in e]
         assert kl[0] == pytest.approx(0.0, abs=1e-6) and abs(kl[1]) > 1e-6, kl
+    if stage == "kto":
+        # Policy = reference at step 1: each row's loss is 1 - σ(β·0) = 0.5, the KL estimate clamped at 0.
+        loss = [e["loss"] for e in trainer_log(ctx.out_dir / "checkpoint-2") if "loss" in e][0]
+        assert loss == pytest.approx(0.5, rel=1e-4)
     if stage == "ipo":
         # Policy = reference at step 1, so the IPO loss is (0 - 1/(2β))² as without LoRA.
         loss = [e["loss"] for e in trainer_log(ctx.out_dir / "checkpoint-2") if "loss" in e][0]

@@ -85,6 +85,8 @@ def test_each_verdict_by_hand_when_every_stage_trained():
         "F6": HOLDS,            # lowest LR: 1/40 at α = 0.005 >= 0/40 at 0.5, all < 5 %
         "F7": HOLDS,            # α = 0.005: 12/40 at LR 3e-4 > 1/40 at 3e-5, 11 vs 0 discordant
         "F8": HOLDS,            # IPO 40 % >= 3 x 0 % and >= 5 %; 8 vs 0 discordant
+        "V4": NOT_MEASURED, "V5": NOT_MEASURED, "V6": NOT_MEASURED, "V7": NOT_MEASURED,   # no RLVR stages
+        "P1": NOT_MEASURED, "P2": NOT_MEASURED, "P3": NOT_MEASURED,                       # no PREF stage
         "N1": NOT_MEASURED, "N2": NOT_MEASURED, "N3": NOT_MEASURED, "C1": NOT_MEASURED, "C2": NOT_MEASURED,
     }
     assert got["F1"]["p_value"] == 2 / 2 ** 10

