@@ -20,7 +20,7 @@ from typing import Any
 
 from harness.core.errors import UserError
 from harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256
-from harness.core.layout import datasets_dir
+from harness.core.layout import HELDOUT_BUILT, datasets_dir, heldout_dataset
 from harness.core.provenance import provenance
 from synthetic_data import common
 from synthetic_data.public_code import SPLITS as PD_SPLITS
@@ -33,8 +33,9 @@ GENERATOR_VERSION = "1.1.0"     # 1.1.0: SD.Base targets the audit would score; 
 SD_DATASETS = ("sd_base", "sd_links", "sd_links_pos")
 # Non-members for membership inference: programs of the same generator and seed stream, placed in no stage's
 # data (no recipe or experiment reads them), `data.sd.heldout_size` programs (null: as many as SD).
-HELDOUT_DATASETS = ("sd_base_heldout", "sd_links_heldout")
-HELDOUT_OF = {"sd_base_heldout": "sd_base", "sd_links_heldout": "sd_links"}
+# sd_links_pos_heldout (its positives) partners sd_links_pos, the set the audit plans score.
+HELDOUT_DATASETS = HELDOUT_BUILT     # harness.core.layout: the audit pairs <dataset> with <dataset>_heldout
+HELDOUT_OF = {heldout_dataset(name): name for name in ("sd_base", "sd_links", "sd_links_pos")}
 RM_DATASETS = ("rm_pd2", "rm_pd2_val", "rm_sd", "rm_sd_links")
 PAIR_DATASETS = ("pairs_sd_base", "pairs_sd_links", "pairs_pd2")
 USER_DATASETS = (*CANARY_DATASETS, *PREFERENCE_DATASETS)   # from data.canaries.file / data.preference.file
@@ -394,6 +395,8 @@ class Builder:
             return rows, self._sd_stats(rows)
         if name in HELDOUT_DATASETS:
             rows = self.sd_heldout["base" if name == "sd_base_heldout" else "links"]
+            if name == "sd_links_pos_heldout":
+                rows = [r for r in rows if r["label"] == 1]
             if not rows:
                 raise UserError(f"data.sd.heldout_size: gives no program for {name}; raise it or set it to null")
             return rows, {**self._sd_stats(rows), "heldout_of": HELDOUT_OF[name], "members_in_training": 0}

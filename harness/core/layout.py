@@ -103,6 +103,7 @@ def data_dir(run_dir: str | Path, dataset: str) -> Path:
 MIA_SUBDIR = "mia"                       # <audit dir>/mia/<model>/<checkpoint>/<dataset>.jsonl + summaries
 MIA_SUMMARY = "summary.json"
 HELDOUT_SUFFIX = "_heldout"              # <dataset>_heldout: the never-trained-on partner of a canary dataset
+HELDOUT_BUILT = ("sd_base_heldout", "sd_links_heldout", "sd_links_pos_heldout")   # what synthetic_data builds
 
 
 def heldout_dataset(dataset: str) -> str:

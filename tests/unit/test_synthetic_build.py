@@ -132,7 +132,7 @@ def test_heldout_canaries_occur_in_no_training_split(tmp_path):
            "data.pd.proportions.pd_2=0.14", "data.pd.proportions.pd_2_val=0.1", "data.pd.proportions.pd_3=0.12",
            "data.pd.proportions.pd_3_val=0.1", "data.pd.proportions.pd_eval=0.1"]
     out = build_datasets(cfg_for(tmp_path, *fat), names=None, log=lambda *_: None)
-    assert {"sd_base_heldout", "sd_links_heldout"} <= set(out)
+    assert {"sd_base_heldout", "sd_links_heldout", "sd_links_pos_heldout"} <= set(out)
 
     def rows(name):
         return [json.loads(x) for x in (out[name] / "rows.jsonl").read_text().splitlines()]
@@ -141,7 +141,8 @@ def test_heldout_canaries_occur_in_no_training_split(tmp_path):
     assert len(base_h) == len(rows("sd_base")) and len(links_h) == len(rows("sd_links"))  # same size by default
     assert {r["subset"] for r in base_h} == {"SD.Base"} and {r["subset"] for r in links_h} == {"SD.Links"}
     assert {r["label"] for r in links_h} == {0, 1}
-    training = [t for name in out if name not in ("sd_base_heldout", "sd_links_heldout")
+    assert [r for r in links_h if r["label"] == 1] == rows("sd_links_pos_heldout")
+    training = [t for name in out if not name.endswith("_heldout")
                 for r in rows(name) for t in _texts(r)]
     corpus = "\n\x00".join(training)
     member_ids = {r["id"] for name in ("sd_base", "sd_links") for r in rows(name)}
@@ -159,4 +160,5 @@ def test_heldout_size_sets_the_number_of_heldout_programs(tmp_path):
     out = build_datasets(cfg_for(tmp_path, "data.sd.heldout_size=40"), names=["sd_base_heldout", "sd_links_heldout"],
                          log=lambda *_: None)
     counts = [json.loads((out[n] / "manifest.json").read_text())["count"] for n in out]
+    assert json.loads((out["sd_links_heldout"] / "manifest.json").read_text())["heldout_of"] == "sd_links"
     assert sum(counts) == 40
