@@ -91,8 +91,11 @@ def test_bootstrap_interval_is_seeded_states_n_and_holds_the_estimate():
     assert a["bootstrap"]["n"] == 500 and a["n_members"] == 80 and a["n_nonmembers"] == 120
     low, high = a["auc"]["ci95"]
     assert low < a["auc"]["value"] < high and 0.6 < a["auc"]["value"] < 0.9
+    assert a["auc"]["p_at_most"]["0.5"] < 0.05            # clearly above chance: the one-sided test rejects
     separated = bootstrap_mia_metrics([5.0, 6.0, 7.0], [1.0, 2.0], n_boot=50)
-    assert separated["auc"] == {"value": 1.0, "ci95": [1.0, 1.0]}
+    assert separated["auc"] == {"value": 1.0, "ci95": [1.0, 1.0], "p_at_most": {"0.5": 0.0, "0.6": 0.0}}
+    same = bootstrap_mia_metrics([1.0, 2.0, 3.0] * 10, [1.0, 2.0, 3.0] * 10, n_boot=200)
+    assert same["auc"]["value"] == 0.5 and same["auc"]["p_at_most"]["0.5"] > 0.3
     assert separated[fpr_key(0.001)]["value"] == 1.0
     with pytest.raises(ValueError):
         bootstrap_mia_metrics([], [1.0])
