@@ -36,7 +36,7 @@ from harness.core.layout import (check_listed_name, check_model_name, checkpoint
                                  heldout_dataset, mia_dir, models_dir, require_inside, stale_dir)
 from harness.core.provenance import provenance
 from harness.measures.utility import UTILITY_FILE, utility_of_models
-from harness.model.load import distributed_barrier, has_weights
+from harness.model.load import distributed_barrier, has_weights, set_threads
 
 PROVENANCE_FILE = "provenance.json"
 
@@ -309,6 +309,8 @@ def audit_run_mia(cfg, log=print) -> None:
     if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
         raise UserError(f"audit.mia_bootstrap={n_boot!r}: must be a positive integer (bootstrap resamples of each "
                         "interval; 1000 is the default)")
+    if a.get("threads"):
+        set_threads(int(a.threads))       # as the NED audit does (audit.threads)
     scored = 0
     for (name, model_dir, control_dir, all_checkpoints), datasets in by_model.items():
         pairs = {}

@@ -131,3 +131,31 @@ def test_the_run_audit_writes_mia_below_the_audit_dir_and_reruns_from_the_cache(
     rows = (root / "audit" / "mia" / "FT.1" / "final" / "sd_base.jsonl").read_bytes()
     assert audit_main(cfg) == 0
     assert (root / "audit" / "mia" / "FT.1" / "final" / "sd_base.jsonl").read_bytes() == rows
+
+
+def test_bad_mia_settings_name_the_key_and_a_plan_without_held_out_sets_is_noted(world, tmp_path):
+    from harness.core.errors import UserError
+
+    root = world["root"]
+
+    def cfg(**audit):
+        return OmegaConf.create({
+            "run_dir": str(root), "seed": 0,
+            "audit": {"out_dir": str(tmp_path / "audit"), "cache_dir": str(root / "audit" / "cache"),
+                      "measures": ["mia"], "batch_size": 8, "device": "cpu", "fim_family": None, **audit},
+            "audit_plan": [{"models": ["FT.1"], "control": "FT.2", "datasets": ["sd_base"]}]})
+
+    with pytest.raises(UserError, match=r"audit\.mia_spans=\['prog'\]: use a non-empty list of \['target', 'program'\]"):
+        audit_main(cfg(mia_spans=["prog"]))
+    with pytest.raises(UserError, match=r"audit\.mia_bootstrap=0: must be a positive integer"):
+        audit_main(cfg(mia_bootstrap=0))
+    with pytest.raises(UserError, match=r"audit\.measures=\['ned', 'mai'\]: unknown \['mai'\]"):
+        audit_main(cfg(measures=["ned", "mai"]))
+    assert not (tmp_path / "audit" / "mia").exists()
+    said = []
+    no_partner = cfg()
+    no_partner.audit_plan[0].datasets = ["sd_base_heldout"]         # scored as members: it has no partner
+    from harness.audit.plan import audit_run_mia
+
+    audit_run_mia(no_partner, log=said.append)
+    assert "no planned dataset has a held-out partner" in said[-1] and not (tmp_path / "audit" / "mia").exists()
