@@ -112,8 +112,14 @@ def token_logprob_stats_batched(model, examples: Sequence[tuple[list[int], list[
             mu = (p * logp).sum(-1)
             var = (p * (logp - mu[:, None]) ** 2).sum(-1).clamp_min(0.0)
             tok = logp.gather(1, target[:, None]).squeeze(1)
-        out[i] = {"logp": tok.double().tolist(), "mu": mu.double().tolist(), "var": var.double().tolist()}
+        out[i] = {"logp": _float32_digits(tok), "mu": _float32_digits(mu), "var": _float32_digits(var)}
     return out  # type: ignore[return-value]
+
+
+def _float32_digits(values) -> list[float]:
+    """A float32 tensor as Python floats of 7 significant digits (float32's precision): the cache stores one value
+    per token, and the full repr of a float32 widened to float64 (-0.10000000149011612) doubles its size."""
+    return [float(f"{x:.7g}") for x in values.tolist()]
 
 
 def encode_whole_programs(tokenizer, texts: Sequence[str], max_tokens: int | None = None
