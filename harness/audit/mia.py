@@ -114,8 +114,7 @@ def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Pat
             outputs[require_inside(out_dir / checkpoint / f"{dataset}.jsonl", out_dir, "audit.out_dir")] = rows
             results.setdefault(checkpoint, {})[dataset] = {
                 "n_members": len(data[f"{dataset}:members"]), "n_nonmembers": len(data[f"{dataset}:nonmembers"]),
-                "nonmembers": Path(pairs[dataset][1]).parent.name if Path(pairs[dataset][1]).name == "rows.jsonl"
-                else str(pairs[dataset][1]),
+                "members_file": str(pairs[dataset][0]), "nonmembers_file": str(pairs[dataset][1]),
                 "spans": _metrics(rows, spans, n_boot, seed)}
     summary = {
         "model": model_name, "model_dir": str(model_dir), "control": str(control_dir) if control_dir else None,

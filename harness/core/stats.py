@@ -7,8 +7,8 @@ says the difference is not noise: McNemar's exact test when both rates are over 
 (paired memorized flags, e.g. a model and its RL descendant on SD.Base), Fisher's exact test when the
 examples differ. Both are two-sided; a finding also checks the direction separately.
 Pure Python, exact binomial / hypergeometric sums (n here is at most a few thousand). Membership-inference
-metrics (ROC AUC, TPR at a low FPR, Carlini et al. 2022 "Membership inference attacks from first principles"
-Sec. 3 for why the low-FPR end matters) carry a seeded, stratified bootstrap 95 % interval, in numpy.
+metrics (ROC AUC, TPR at a low FPR: Carlini et al. 2022, "Membership inference attacks from first principles",
+on why the low-FPR end matters) carry a seeded, stratified bootstrap 95 % interval, in numpy.
 """
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ def bootstrap_mia_metrics(members: list[float], nonmembers: list[float], n_boot:
                                   "ci95": [float(v) for v in np.percentile(boot[name], [2.5, 97.5])]}
                            for name in point}
     # The percentile bootstrap's one-sided test of H0: AUC <= t: the share of resamples at or below t (Efron &
-    # Tibshirani 1993 Sec. 16.4); the findings use it as their test of "detectable" (AUC above t).
+    # Tibshirani 1993 Ch. 16); the findings use it as their test of "detectable" (AUC above t).
     out["auc"]["p_at_most"] = {f"{t:g}": float(np.mean(boot["auc"] <= t)) for t in AUC_NULLS}
     out.update(n_members=len(members), n_nonmembers=len(nonmembers),
                bootstrap={"n": n_boot, "seed": seed, "method": "stratified percentile"})

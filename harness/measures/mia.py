@@ -11,14 +11,14 @@ harness.core.stats.roc_auc / tpr_at_fpr read them directly (members labelled 1).
 
 - loss: minus the mean token NLL (Yeom et al. 2018; mimir's LOSS).
 - zlib: minus the ratio of the mean token NLL to the zlib-compressed length of the text in bytes (Carlini et
-  al. 2021, "Extracting training data from large language models", Sec. 6.1 "zlib": perplexity calibrated by
+  al. 2021, "Extracting training data from large language models", Sec. 5.2 "zlib": perplexity calibrated by
   a model-free entropy estimate; mimir's zlib attack divides the loss by len(zlib.compress(text)) the same way).
 - min_k: the mean log-prob of the k % least likely tokens (Shi et al. 2024, "Detecting pretraining data from
   large language models", Sec. 3, Min-K % Prob; k = 20 % as their default).
 - min_k_plus_plus: the same over (logp - mu) / sigma per token, mu and sigma^2 the mean and variance of
-  log p(z | x_<t) under z ~ p(. | x_<t) (Zhang et al. 2024, "Min-K%++", Sec. 3, Eq. 3-4; k = 20 %).
+  log p(z | x_<t) under z ~ p(. | x_<t) (Zhang et al. 2024, "Min-K%++", Sec. 3; k = 20 %).
 - reference: the control's mean NLL minus the audited model's (difficulty calibration with a reference model:
-  Carlini et al. 2021 Sec. 6.1 "comparing to other neural language models", Watson et al. 2022). memaudit's
+  Carlini et al. 2021 Sec. 5.2 "comparing to other neural language models", Watson et al. 2022). memaudit's
   control never trained on the canaries, so this is the counterfactual version of the loss attack.
 
 Where a text has fewer tokens than 1 / k, min_k uses its one least likely token (never an empty mean).
@@ -26,7 +26,6 @@ Where a text has fewer tokens than 1 / k, min_k uses its one least likely token 
 
 from __future__ import annotations
 
-import math
 import zlib
 from collections.abc import Mapping, Sequence
 
@@ -37,7 +36,7 @@ from harness.core.stats import bootstrap_mia_metrics
 ATTACKS = ("loss", "zlib", "min_k", "min_k_plus_plus", "reference")
 ATTACK_LABELS = {"loss": "LOSS", "zlib": "zlib", "min_k": "Min-K%", "min_k_plus_plus": "Min-K%++",
                  "reference": "ref. loss (control)"}
-MIN_K_FRACTION = 0.2          # Shi et al. 2024 Sec. 5 and Zhang et al. 2024 report k = 20 % as a good default
+MIN_K_FRACTION = 0.2          # k = 20 %: the default of Shi et al. 2024 and of Zhang et al. 2024 (and mimir's)
 VAR_FLOOR = 1e-12             # a next-token distribution with all its mass on one token has variance 0
 
 
@@ -66,7 +65,7 @@ def loss_score(values: Mapping) -> float:
 
 
 def zlib_score(values: Mapping, text: str) -> float:
-    """zlib attack (Carlini et al. 2021 Sec. 6.1): -(mean NLL / zlib-compressed bytes of the text)."""
+    """zlib attack (Carlini et al. 2021 Sec. 5.2): -(mean NLL / zlib-compressed bytes of the text)."""
     compressed = len(zlib.compress(text.encode("utf-8")))
     return -mean_nll(values) / compressed
 
@@ -77,7 +76,7 @@ def min_k_score(values: Mapping, k: float = MIN_K_FRACTION) -> float:
 
 
 def min_k_plus_plus_score(values: Mapping, k: float = MIN_K_FRACTION) -> float:
-    """Min-K %++ (Zhang et al. 2024 Sec. 3, Eq. 3-4): mean of the k % lowest (logp - mu) / sigma."""
+    """Min-K %++ (Zhang et al. 2024 Sec. 3): mean of the k % lowest (logp - mu) / sigma."""
     logp = _logp(values)
     mu = np.asarray(values["mu"], dtype=np.float64)
     var = np.asarray(values["var"], dtype=np.float64)
@@ -105,10 +104,6 @@ def attack_metrics(member_scores: Sequence[float], nonmember_scores: Sequence[fl
     """ROC AUC and TPR at 1 % and 0.1 % FPR of one attack (members labelled 1), each with its bootstrap 95 %
     interval (harness.core.stats.bootstrap_mia_metrics)."""
     return bootstrap_mia_metrics(list(member_scores), list(nonmember_scores), n_boot=n_boot, seed=seed)
-
-
-def finite(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)
 
 
 def best_attack(metrics_by_attack: Mapping[str, dict]) -> tuple[str, dict] | None:
