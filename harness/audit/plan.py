@@ -414,8 +414,8 @@ def main(cfg) -> int:
     measures = [measures] if isinstance(measures, str) else list(measures)
     unknown = [m for m in measures if m not in ("ned", "loss", "mia")]
     if unknown:
-        raise UserError(f"audit.measures={measures}: unknown {unknown}; use a list of ned, loss and mia "
-                        "(e.g. [ned], [ned,loss] or [ned,loss,mia])")
+        raise UserError(f"audit.measures={measures}: unknown {unknown}; use [ned], [ned,loss], [ned,mia] or "
+                        "[ned,loss,mia] (any list of ned, loss and mia)")
     if cfg.audit.get("model_dir"):
         if set(measures) != {"ned"}:
             raise UserError(f"audit.measures={measures}: the single-model audit (audit.model_dir=...) computes "
