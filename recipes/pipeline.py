@@ -44,8 +44,8 @@ from typing import Any
 from harness.core.config import require_bool
 from harness.core.errors import UserError
 from harness.core.io import atomic_write_json, read_json
-from harness.core.layout import (TRAINER_STATE, audit_dir, check_listed_name, check_model_name, checkpoint_dirs,
-                                 data_dir, models_dir, report_dir, stale_dir)
+from harness.core.layout import (HELDOUT_BUILT, TRAINER_STATE, audit_dir, check_listed_name, check_model_name,
+                                 checkpoint_dirs, data_dir, heldout_dataset, models_dir, report_dir, stale_dir)
 from harness.core.lock import LOCK_FILE
 from harness.core.provenance import provenance
 from recipes.check import run_preflight
@@ -271,6 +271,10 @@ def needed_datasets(stages: list[PlannedStage], cfg, with_audit: bool = True) ->
         for name in entry.get("datasets") or []:
             names[name] = None
     audit = cfg.get("audit") or {}
+    measures = audit.get("measures") or []
+    if with_audit and "mia" in ([measures] if isinstance(measures, str) else list(measures)):
+        # membership inference scores each planned SD set against its never-trained held-out partner
+        names.update({heldout_dataset(n): None for n in list(names) if heldout_dataset(n) in HELDOUT_BUILT})
     utility = require_bool(audit.get("utility", False), "audit.utility")
     if with_audit and "audit" in list(cfg.get("after_training") or []) and utility:
         names.update({"humaneval_infill": None, "pd_eval": None})   # harness/measures/utility.py (Table 2 analogue)

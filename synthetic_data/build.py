@@ -20,7 +20,7 @@ from typing import Any
 
 from harness.core.errors import UserError
 from harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256
-from harness.core.layout import datasets_dir
+from harness.core.layout import HELDOUT_BUILT, datasets_dir, heldout_dataset
 from harness.core.provenance import provenance
 from synthetic_data import common
 from synthetic_data.public_code import SPLITS as PD_SPLITS
@@ -31,10 +31,15 @@ from synthetic_data.user_data import CANARY_DATASETS, PREFERENCE_DATASETS, SOURC
 GENERATOR_VERSION = "1.1.0"     # 1.1.0: SD.Base targets the audit would score; sd_rl_prompts from the full SD prompt
 
 SD_DATASETS = ("sd_base", "sd_links", "sd_links_pos")
+# Non-members for membership inference: programs of the same generator and seed stream, placed in no stage's
+# data (no recipe or experiment reads them), `data.sd.heldout_size` programs (null: as many as SD).
+# sd_links_pos_heldout (its positives) partners sd_links_pos, the set the audit plans score.
+HELDOUT_DATASETS = HELDOUT_BUILT     # harness.core.layout: the audit pairs <dataset> with <dataset>_heldout
+HELDOUT_OF = {heldout_dataset(name): name for name in ("sd_base", "sd_links", "sd_links_pos")}
 RM_DATASETS = ("rm_pd2", "rm_pd2_val", "rm_sd", "rm_sd_links")
 PAIR_DATASETS = ("pairs_sd_base", "pairs_sd_links", "pairs_pd2")
 USER_DATASETS = (*CANARY_DATASETS, *PREFERENCE_DATASETS)   # from data.canaries.file / data.preference.file
-ALL_DATASETS = (*SD_DATASETS, "sd_rl_prompts", *PD_SPLITS, *RM_DATASETS, *PAIR_DATASETS, "humaneval_infill",
+ALL_DATASETS = (*SD_DATASETS, *HELDOUT_DATASETS, "sd_rl_prompts", *PD_SPLITS, *RM_DATASETS, *PAIR_DATASETS, "humaneval_infill",
                 *USER_DATASETS)
 SD_SUBSETS = ("SD.Base", "SD.Links")
 TARGET_SELECTIONS = ("distinct", "uniform")
@@ -131,6 +136,7 @@ def validate(data: dict) -> dict:
                "positive_fraction": _fraction(data, "sd.positive_fraction"),
                "line_counts": list(line_counts), "target_selection": selection,
                "pii_paths": _int(data, "sd.pii_paths", 1)},
+        "sd_heldout_size": _heldout_size(data),
         "pd": {"source_dir": _get(data, "pd.source_dir"), "hf_dataset": _get(data, "pd.hf_dataset"),
                "text_field": _get(data, "pd.text_field"), "source_field": _get(data, "pd.source_field"),
                "include": list(_get(data, "pd.include")), "exclude": list(_get(data, "pd.exclude")),
@@ -148,6 +154,14 @@ def validate(data: dict) -> dict:
                        "subsets": list(subsets)},
         "humaneval": {"path": _get(data, "humaneval.path")},
     }
+
+
+def _heldout_size(data: dict) -> int | None:
+    """data.sd.heldout_size (null: as many programs as data.sd.size); absent in older configs = null."""
+    sd = data.get("sd") or {}
+    if "heldout_size" not in sd:
+        return None
+    return _int(data, "sd.heldout_size", 1, allow_none=True)
 
 
 # ----------------------------------------------------------------------------- builders
@@ -193,6 +207,29 @@ class Builder:
         df = common.line_document_frequency([p.code for p in base_programs] + [r["code"] for r in links])
         base = base_rows(base_programs, self.seed, df, self.s["sd"]["target_selection"])
         return {"base": base, "links": links, "df": df}
+
+    @cached_property
+    def sd_heldout(self) -> dict:
+        """Held-out SD: `heldout_size` programs continuing the members' seed stream (synthetic_data.sd.
+        generate_programs), the same links and positive shares, rows built by the same functions. Target lines
+        are drawn among lines found in no member or other held-out program, and positives of SD.Links get PII paths
+        no member has (heldout_pii_path_pool), so a non-member target is never a line a stage trained on
+        (tests/unit/test_synthetic_build.py checks every other dataset)."""
+        from synthetic_data.links import heldout_pii_path_pool, links_rows, pii_path_pool
+        from synthetic_data.sd import base_rows, generate_programs
+
+        sd = self.s["sd"]
+        size = self.s["sd_heldout_size"] or sd["size"]
+        n_links = round(size * sd["links_fraction"])
+        n_pos = round(n_links * sd["positive_fraction"])
+        members = [r["code"] for r in self.sd["base"] + self.sd["links"]]
+        programs = generate_programs(size, n_links, self.seed, tuple(sd["line_counts"]), first_index=sd["size"],
+                                     id_prefix="sdh", exclude=frozenset(p for p in members))
+        paths = heldout_pii_path_pool(pii_path_pool(sd["pii_paths"], self.seed), self.seed)
+        links = links_rows([p for p in programs if p.links], n_pos, self.seed, paths)
+        base_programs = [p for p in programs if not p.links]
+        df = common.line_document_frequency(members + [p.code for p in base_programs] + [r["code"] for r in links])
+        return {"base": base_rows(base_programs, self.seed, df, sd["target_selection"]), "links": links}
 
     def _sd_stats(self, rows: list[dict]) -> dict:
         df = self.sd["df"]
@@ -309,6 +346,8 @@ class Builder:
         out: dict[str, Any] = {"seed": self.seed}
         if name in USER_DATASETS:
             out["user_file"] = self.files.settings_for(name)
+        if name in HELDOUT_DATASETS:
+            out["heldout_size"] = s["sd_heldout_size"]
         if name.startswith("sd_") or name in ("rm_sd", "rm_sd_links", "pairs_sd_base", "pairs_sd_links"):
             out["sd"] = s["sd"]
         if name == "sd_rl_prompts":
@@ -354,6 +393,13 @@ class Builder:
         if name == "sd_links_pos":
             rows = [r for r in self.sd["links"] if r["label"] == 1]
             return rows, self._sd_stats(rows)
+        if name in HELDOUT_DATASETS:
+            rows = self.sd_heldout["base" if name == "sd_base_heldout" else "links"]
+            if name == "sd_links_pos_heldout":
+                rows = [r for r in rows if r["label"] == 1]
+            if not rows:
+                raise UserError(f"data.sd.heldout_size: gives no program for {name}; raise it or set it to null")
+            return rows, {**self._sd_stats(rows), "heldout_of": HELDOUT_OF[name], "members_in_training": 0}
         if name == "sd_rl_prompts":
             from synthetic_data.rl_prompts import OffsetTokenizer, rl_prompt_rows
 

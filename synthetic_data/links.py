@@ -39,6 +39,25 @@ def pii_path_pool(count: int, seed: int) -> list[str]:
     return paths if count == len(paths) else random.Random(f"sd-links-paths:{seed}").sample(paths, count)
 
 
+def heldout_pii_path_pool(member_pool: list[str], seed: int) -> list[str]:
+    """As many PII-like paths as `member_pool`, none of them in it, for held-out SD.Links (the non-members of
+    membership inference): a held-out positive must not share its target line with a trained-on one. Listing 7's
+    paths outside the members' pool come first; then, when the members use all of them (the default 100), new
+    paths of the same form: the folder of one Listing 7 path and the file name of another, seeded."""
+    paths, taken = load_pii_paths(), set(member_pool)
+    rng = random.Random(f"sd-heldout-paths:{seed}")
+    unused = [p for p in paths if p not in taken]
+    out = rng.sample(unused, min(len(unused), len(member_pool)))
+    known = set(paths) | set(out)
+    while len(out) < len(member_pool):
+        folder, name = rng.choice(paths).rsplit("/", 1)[0], rng.choice(paths).rsplit("/", 1)[1]
+        path = f"{folder}/{name}"
+        if path not in known:
+            known.add(path)
+            out.append(path)
+    return out
+
+
 def links_rows(programs: list[SDProgram], n_positive: int, seed: int,
                pii_paths: list[str] | None = None) -> list[dict]:
     """FIM rows for SD.Links; positives (label 1) carry `pii_path`, all carry `original_path`."""

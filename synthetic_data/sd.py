@@ -1176,19 +1176,26 @@ class SDProgram:
 
 
 def generate_programs(size: int, n_links: int, seed: int, line_counts: tuple[int, ...] = LINE_COUNTS,
-                      tasks: list[str] | None = None) -> list[SDProgram]:
+                      tasks: list[str] | None = None, *, first_index: int = 0, id_prefix: str = "sd",
+                      exclude: frozenset[str] = frozenset()) -> list[SDProgram]:
     """`size` distinct programs; the ones at seeded positions (n_links of them) read one file.
 
     Like App. J each program samples its task and requested length at random. An exact duplicate
     is redrawn with the next attempt's seed (App. J: "we ensured there are no duplicates").
+
+    Program i draws from the seed stream `sd:<seed>:<first_index + i>:<attempt>`. The members are
+    indices 0..size-1; held-out programs (never trained on: the non-members of membership inference)
+    continue the same stream after them (`first_index=size`, `id_prefix="sdh"`) and redraw any program
+    in `exclude` (the members' code), so both come from one generator and differ only in membership.
     """
     tasks = tasks or load_tasks()
-    links_ids = set(random.Random(f"sd-links-positions:{seed}").sample(range(size), n_links))
-    seen: set[str] = set()
+    label = "sd-links-positions" if first_index == 0 else f"sd-links-positions:{id_prefix}"
+    links_ids = set(random.Random(f"{label}:{seed}").sample(range(size), n_links))
+    seen: set[str] = set(exclude)
     programs = []
     for i in range(size):
         for attempt in range(1000):
-            rng = random.Random(f"sd:{seed}:{i}:{attempt}")
+            rng = random.Random(f"sd:{seed}:{first_index + i}:{attempt}")
             task = pick(rng, tasks)
             n_lines = pick(rng, line_counts)
             code = write_program(rng, task, n_lines, links=i in links_ids)
@@ -1197,7 +1204,7 @@ def generate_programs(size: int, n_links: int, seed: int, line_counts: tuple[int
         else:  # pragma: no cover - 1000 collisions in a row would mean the generator lost its variety
             raise RuntimeError(f"SD program {i}: no distinct program after 1000 attempts")
         seen.add(code)
-        programs.append(SDProgram(f"sd-{i:05d}", task, n_lines, i in links_ids, code))
+        programs.append(SDProgram(f"{id_prefix}-{i:05d}", task, n_lines, i in links_ids, code))
     return programs
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from harness.audit.losses import audit_losses
+from harness.audit.mia import audit_mia, collect_summaries
 from harness.audit.run import META_SUFFIX, SUMMARY_FILE, check_scored, run_audit, write_summary
 from harness.audit.run import main as audit_one
 from harness.audit.settings import AuditJob, settings_from_config
@@ -32,10 +33,10 @@ from harness.core.errors import UserError
 from harness.core.io import (RowStore, atomic_write_json, atomic_write_jsonl, read_json, read_jsonl,
                              require_creatable_dir)
 from harness.core.layout import (check_listed_name, check_model_name, checkpoint_dirs, data_dir, datasets_dir,
-                                 models_dir, require_inside, stale_dir)
+                                 heldout_dataset, mia_dir, models_dir, require_inside, stale_dir)
 from harness.core.provenance import provenance
 from harness.measures.utility import UTILITY_FILE, utility_of_models
-from harness.model.load import distributed_barrier, has_weights
+from harness.model.load import distributed_barrier, has_weights, set_threads
 
 PROVENANCE_FILE = "provenance.json"
 
@@ -293,6 +294,46 @@ def audit_run_losses(cfg, log=print) -> None:
                      seed=cfg.get("seed"))
 
 
+def audit_run_mia(cfg, log=print) -> None:
+    """Membership inference for every planned model (`audit.measures` includes `mia`): each planned dataset
+    whose held-out partner (`<dataset>_heldout`, e.g. sd_base_heldout) is built in the run is scored at every
+    checkpoint, members against held-out non-members (harness.audit.mia), the plan's control as the reference
+    model of the calibrated attack."""
+    run_dir = Path(cfg.run_dir)
+    a = cfg.audit
+    by_model: dict[tuple[str, Path, Path, bool], list[str]] = {}
+    for item in plan_audits(cfg):
+        by_model.setdefault((item.model_name, item.model_dir, item.control_dir, item.all_checkpoints),
+                            []).append(item.dataset)
+    n_boot = a.get("mia_bootstrap", 1000)
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
+        raise UserError(f"audit.mia_bootstrap={n_boot!r}: must be a positive integer (bootstrap resamples of each "
+                        "interval; 1000 is the default)")
+    if a.get("threads"):
+        set_threads(int(a.threads))       # as the NED audit does (audit.threads)
+    scored = 0
+    for (name, model_dir, control_dir, all_checkpoints), datasets in by_model.items():
+        pairs = {}
+        for d in datasets:
+            held = data_dir(run_dir, heldout_dataset(d)) / "rows.jsonl"
+            if held.is_file():
+                pairs[d] = (data_dir(run_dir, d) / "rows.jsonl", held)
+        if not pairs:
+            continue
+        log(f"[audit] membership inference for {name}: {', '.join(pairs)} against their held-out sets")
+        audit_mia(model_dir, name, pairs, require_inside(mia_dir(a.out_dir, name), a.out_dir, "audit.out_dir"),
+                  control_dir=control_dir, cache_dir=Path(str(a.cache_dir)), all_checkpoints=all_checkpoints,
+                  spans=list(a.get("mia_spans") or ["target", "program"]), n_boot=n_boot,
+                  seed=int(cfg.get("seed") or 0), batch_size=int(a.batch_size),
+                  device=str(a.get("device") or "auto"), fim_family=a.get("fim_family"))
+        scored += 1
+    if not scored:
+        log("[audit] note: membership inference scored nothing: no planned dataset has a held-out partner "
+            "(<dataset>_heldout) in the run; build sd_base_heldout / sd_links_heldout with `memaudit data`")
+        return
+    collect_summaries(a.out_dir)
+
+
 # --- results of a model that is replaced -------------------------------------------------------------------
 
 def _names_model(recorded: str | None, model_dir: Path, model_name: str) -> bool:
@@ -334,11 +375,12 @@ def retire_model_results(audit_dir: Path, model_dir: Path, model_name: str, dest
                 shutil.move(str(path), str(target))
         moved.append(rows_file)
         _remove_empty_parents(meta_path.parent, audit_dir)
-    losses = audit_dir / "losses" / model_name
-    if losses.is_dir():
-        (dest / "losses" / model_name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(losses), str(dest / "losses" / model_name))
-        moved.append(losses)
+    for results in (audit_dir / "losses" / model_name, mia_dir(audit_dir, model_name)):
+        if results.is_dir():
+            target = dest / results.relative_to(audit_dir)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(results), str(target))
+            moved.append(results)
     if moved:
         _drop_from_summaries(audit_dir, model_name)
         log(f"[memaudit] {model_name}: {len(moved)} audit result(s) of the replaced model moved to {dest}")
@@ -356,6 +398,8 @@ def _drop_from_summaries(audit_dir: Path, model_name: str) -> None:
     summary = audit_dir / SUMMARY_FILE
     if summary.is_file():
         write_summary(audit_dir, read_json(summary).get("provenance") or {})
+    if mia_dir(audit_dir).is_dir():
+        collect_summaries(audit_dir)
     utility = audit_dir / UTILITY_FILE
     if utility.is_file():
         record = read_json(utility)
@@ -368,19 +412,22 @@ def main(cfg) -> int:
     """`memaudit audit`: one model (audit.model_dir=...) or every model of a run's audit_plan."""
     measures = cfg.audit.get("measures") or ["ned"]
     measures = [measures] if isinstance(measures, str) else list(measures)
-    unknown = [m for m in measures if m not in ("ned", "loss")]
+    unknown = [m for m in measures if m not in ("ned", "loss", "mia")]
     if unknown:
-        raise UserError(f"audit.measures={measures}: unknown {unknown}; use [ned], [loss] or [ned,loss]")
+        raise UserError(f"audit.measures={measures}: unknown {unknown}; use [ned], [ned,loss], [ned,mia] or "
+                        "[ned,loss,mia] (any list of ned, loss and mia)")
     if cfg.audit.get("model_dir"):
         if set(measures) != {"ned"}:
             raise UserError(f"audit.measures={measures}: the single-model audit (audit.model_dir=...) computes "
-                            "ned only; pass audit.measures=[ned], or run the loss measures over a run's plan "
+                            "ned only; pass audit.measures=[ned], or run the loss and mia measures over a run's plan "
                             "with `memaudit audit experiment=<name>`")
         return audit_one(cfg)
     if "ned" in measures:
         audit_run(cfg, check_empty=False)
     if "loss" in measures:
         audit_run_losses(cfg)
+    if "mia" in measures:
+        audit_run_mia(cfg)
     if "ned" in measures:
         check_run_scored(cfg)    # last: an empty NED audit still gets its loss measures and utility
     return 0

@@ -6,7 +6,7 @@ runs/<experiment>/
   data/<dataset>/                   rows.jsonl + manifest.json (synthetic_data/)
   models/<NAME>/                    the final model at the root, checkpoint-<step>/ dirs, provenance.json last,
                                     train_log.jsonl (every logged training step; tensorboard/ when asked)
-  audit/                            NED rows, summary, utility, losses/, cache/ (audit.out_dir overrides it)
+  audit/                            NED rows, summary, utility, losses/, mia/, cache/ (audit.out_dir overrides it)
   cache/rl_reward_eval/             the initial policy's fixed-prompt RL rewards (recipes/rl_eval.py)
   report/                           report.md/html, summary.json, figures/ (report.out_dir overrides it)
   stale/                            what a retrained stage replaced: <model>-<time>/ (with its audit/ rows and
@@ -98,6 +98,23 @@ def datasets_dir(run_dir: str | Path) -> Path:
 
 def data_dir(run_dir: str | Path, dataset: str) -> Path:
     return datasets_dir(run_dir) / dataset
+
+
+MIA_SUBDIR = "mia"                       # <audit dir>/mia/<model>/<checkpoint>/<dataset>.jsonl + summaries
+MIA_SUMMARY = "summary.json"
+HELDOUT_SUFFIX = "_heldout"              # <dataset>_heldout: the never-trained-on partner of a canary dataset
+HELDOUT_BUILT = ("sd_base_heldout", "sd_links_heldout", "sd_links_pos_heldout")   # what synthetic_data builds
+
+
+def heldout_dataset(dataset: str) -> str:
+    """The held-out (non-member) partner of a canary dataset: sd_base -> sd_base_heldout."""
+    return f"{dataset}{HELDOUT_SUFFIX}"
+
+
+def mia_dir(audit_dir: str | Path, model_name: str | None = None) -> Path:
+    """Membership-inference results below an audit dir (one model's when `model_name` is given)."""
+    root = Path(audit_dir) / MIA_SUBDIR
+    return root / model_name if model_name else root
 
 
 def default_audit_dir(run_dir: str | Path) -> Path:

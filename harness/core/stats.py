@@ -6,7 +6,9 @@ which is where the embedded default lives). A comparison of two rates "holds" on
 says the difference is not noise: McNemar's exact test when both rates are over the same examples
 (paired memorized flags, e.g. a model and its RL descendant on SD.Base), Fisher's exact test when the
 examples differ. Both are two-sided; a finding also checks the direction separately.
-Pure Python, exact binomial / hypergeometric sums (n here is at most a few thousand).
+Pure Python, exact binomial / hypergeometric sums (n here is at most a few thousand). Membership-inference
+metrics (ROC AUC, TPR at a low FPR: Carlini et al. 2022, "Membership inference attacks from first principles",
+on why the low-FPR end matters) carry a seeded, stratified bootstrap 95 % interval, in numpy.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 Z95 = 1.959963984540054  # the standard normal's 97.5 % quantile
 
@@ -121,6 +125,93 @@ def roc_auc(scores: list[float], labels: list[int]) -> float | None:
         i = j + 1
     rank_sum_pos = sum(r for r, y in zip(ranks, labels) if y == 1)
     return (rank_sum_pos - pos * (pos + 1) / 2) / (pos * neg)
+
+
+MIA_FPRS = (0.01, 0.001)        # the FPRs TPR is reported at (1 % and 0.1 %)
+AUC_NULLS = (0.5, 0.6)          # bootstrap one-sided test of H0: AUC <= t (chance; the findings' "detectable" bar)
+BOOTSTRAP_N = 1000              # bootstrap resamples of every MIA interval
+BOOTSTRAP_SEED = 0
+
+
+def fpr_key(fpr: float) -> str:
+    """`tpr_at_fpr_1%`, `tpr_at_fpr_0.1%`: the name a TPR at `fpr` is stored under."""
+    return f"tpr_at_fpr_{100 * fpr:g}%"
+
+
+def _counts_metrics(pos_counts: np.ndarray, neg_counts: np.ndarray, fprs) -> dict[str, np.ndarray]:
+    """AUC and TPR at each FPR from (replicates, distinct scores) counts of members / non-members per distinct
+    score, scores ascending. The one computation behind `tpr_at_fpr` and the bootstrap.
+
+    AUC counts a tie 1/2 (the Mann-Whitney statistic, as `roc_auc`); TPR at FPR a is the largest share of members
+    flagged by a threshold t (member iff score >= t, all tied scores on the same side) whose share of non-members
+    flagged is <= a (t above every score flags nothing: TPR 0)."""
+    n_pos, n_neg = pos_counts.sum(axis=1), neg_counts.sum(axis=1)
+    neg_below = np.cumsum(neg_counts, axis=1) - neg_counts
+    auc = (pos_counts * (neg_below + 0.5 * neg_counts)).sum(axis=1) / (n_pos * n_neg)
+    tp = np.cumsum(pos_counts[:, ::-1], axis=1)         # flagged at threshold = the k-th largest distinct score
+    fp = np.cumsum(neg_counts[:, ::-1], axis=1)
+    out = {"auc": auc}
+    for a in fprs:
+        ok = fp <= a * n_neg[:, None] + 1e-9
+        out[fpr_key(a)] = np.where(ok, tp, 0).max(axis=1) / n_pos
+    return out
+
+
+def _distinct_index(members: list[float], nonmembers: list[float]) -> tuple[np.ndarray, np.ndarray, int]:
+    values = np.unique(np.asarray(members + nonmembers, dtype=np.float64))
+    return (np.searchsorted(values, np.asarray(members, dtype=np.float64)),
+            np.searchsorted(values, np.asarray(nonmembers, dtype=np.float64)), len(values))
+
+
+def _check_scores(members: list[float], nonmembers: list[float]) -> None:
+    if not members or not nonmembers:
+        raise ValueError(f"need members and non-members; got {len(members)} and {len(nonmembers)}")
+    if not all(math.isfinite(x) for x in members + nonmembers):
+        raise ValueError("membership scores must be finite")
+
+
+def tpr_at_fpr(scores: list[float], labels: list[int], max_fpr: float) -> float | None:
+    """Largest true-positive rate at a false-positive rate <= max_fpr (labels 1 = member); None if a class is empty."""
+    members = [s for s, y in zip(scores, labels) if y == 1]
+    nonmembers = [s for s, y in zip(scores, labels) if y != 1]
+    if not members or not nonmembers:
+        return None
+    _check_scores(members, nonmembers)
+    pos, neg, u = _distinct_index(members, nonmembers)
+    return float(_counts_metrics(np.bincount(pos, minlength=u)[None], np.bincount(neg, minlength=u)[None],
+                                 (max_fpr,))[fpr_key(max_fpr)][0])
+
+
+def bootstrap_mia_metrics(members: list[float], nonmembers: list[float], n_boot: int = BOOTSTRAP_N,
+                          seed: int = BOOTSTRAP_SEED, fprs=MIA_FPRS) -> dict:
+    """{"auc": {"value", "ci95"}, "tpr_at_fpr_1%": ..., "tpr_at_fpr_0.1%": ..., "n_members", "n_nonmembers",
+    "bootstrap": {"n", "seed", "method"}} of one attack's scores (higher = member).
+
+    The interval is the 2.5 / 97.5 percentile of `n_boot` stratified resamples (members and non-members each
+    drawn with replacement to their own count, so every resample has both classes), seeded: the same scores give
+    the same interval. At n non-members a TPR at an FPR below 1/n is the TPR at FPR 0 (stated by n_nonmembers)."""
+    _check_scores(members, nonmembers)
+    if n_boot < 1:
+        raise ValueError(f"n_boot={n_boot}: need at least one bootstrap resample")
+    pos, neg, u = _distinct_index(members, nonmembers)
+    point = _counts_metrics(np.bincount(pos, minlength=u)[None], np.bincount(neg, minlength=u)[None], fprs)
+    rng = np.random.default_rng(seed)
+
+    def resampled(idx: np.ndarray) -> np.ndarray:
+        draws = idx[rng.integers(0, len(idx), size=(n_boot, len(idx)))]
+        flat = (np.arange(n_boot)[:, None] * u + draws).ravel()
+        return np.bincount(flat, minlength=n_boot * u).reshape(n_boot, u)
+
+    boot = _counts_metrics(resampled(pos), resampled(neg), fprs)
+    out: dict[str, Any] = {name: {"value": float(point[name][0]),
+                                  "ci95": [float(v) for v in np.percentile(boot[name], [2.5, 97.5])]}
+                           for name in point}
+    # The percentile bootstrap's one-sided test of H0: AUC <= t: the share of resamples at or below t (Efron &
+    # Tibshirani 1993 Ch. 16); the findings use it as their test of "detectable" (AUC above t).
+    out["auc"]["p_at_most"] = {f"{t:g}": float(np.mean(boot["auc"] <= t)) for t in AUC_NULLS}
+    out.update(n_members=len(members), n_nonmembers=len(nonmembers),
+               bootstrap={"n": n_boot, "seed": seed, "method": "stratified percentile"})
+    return out
 
 
 def reward_score_stats(score_rows: list[dict]) -> dict[str, Any]:

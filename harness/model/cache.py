@@ -24,6 +24,8 @@ from harness.core.io import RowStore, atomic_write_json, sha256_json
 CACHE_VERSION = 1          # bump when a cached computation changes, so values of older code are not reused
 COMPLETIONS = "greedy_completions"
 TARGET_LOSS_MEAN = "target_loss_mean"
+TOKEN_LOGPROBS = "token_logprobs"       # per token: logp, and mu / var of the next-token log-prob (Min-K%++)
+SPANS = ("target", "program")           # the FIM target given its prompt; the whole program as plain text
 LOSSES_SUBDIR = "losses"
 
 
@@ -138,3 +140,24 @@ def cached_target_losses(scorer, rows: Sequence[dict], sentinels, cache_dir: str
     cache = loss_cache(cache_dir, TARGET_LOSS_MEAN, model=scorer.fingerprint, examples=examples_fingerprint(rows),
                        sentinels=sentinels.family, device=scorer.device)
     return cache.get(rows, in_chunks(lambda part: scorer.target_losses(part, sentinels)))
+
+
+def program_text(row: dict) -> str:
+    """The whole program of a FIM row: its `code` when it has one (SD), else prefix + target + suffix."""
+    return row["code"] if isinstance(row.get("code"), str) else row["prefix"] + row["target"] + row["suffix"]
+
+
+def cached_token_logprobs(scorer, rows: Sequence[dict], sentinels, cache_dir: str | Path, span: str = "target"
+                          ) -> dict[Any, dict[str, list[float]]]:
+    """{id: {"logp", "mu", "var"} per token} of `rows` under `scorer`'s model, on `span` ("target": the FIM target
+    given its prompt, the extraction audit's inputs; "program": the whole program), computed only for ids missing
+    from the cache (keyed like `cached_target_losses`)."""
+    if span not in SPANS:
+        raise ValueError(f"span={span!r}: use one of {SPANS}")
+    fields = ("id", "prefix", "target", "suffix") if span == "target" else ("id", "prefix", "target", "suffix", "code")
+    cache = loss_cache(cache_dir, TOKEN_LOGPROBS, model=scorer.fingerprint, examples=examples_fingerprint(rows, fields),
+                       sentinels=sentinels.family if span == "target" else None, device=scorer.device, span=span)
+    if span == "target":
+        return cache.get(rows, in_chunks(lambda part: scorer.target_token_logprobs(part, sentinels), chunk=64))
+    return cache.get(rows, in_chunks(lambda part: scorer.program_token_logprobs([program_text(r) for r in part]),
+                                     chunk=64))

@@ -40,26 +40,22 @@ def encode_fim_examples(tokenizer, prefixes: Sequence[str], targets: Sequence[st
     return [(list(p), list(t)) for p, t in zip(prompts, target_ids)]
 
 
-def token_losses_batched(model, examples: Sequence[tuple[list[int], list[int]]], batch_size: int = 16,
-                         pad_id: int = 0, reduction: str = "mean", progress: bool | None = None) -> np.ndarray:
-    """Cross-entropy of each example's target ids given its prompt ids, one forward pass per batch.
+def iter_target_log_softmax(model, examples: Sequence[tuple[list[int], list[int]]], batch_size: int = 16,
+                            pad_id: int = 0, progress: bool | None = None, desc: str = "loss"):
+    """(example index, (target tokens, vocab) log-softmax, target ids tensor) per example, one forward pass per
+    batch: the one teacher-forced pass under every loss and per-token log-prob of the project.
 
     Rows are right-padded under an attention mask (positions 0..n-1 of every real token are then the
     same as unpadded), grouped by length so a batch carries little padding. Only the logits from the
     first target-predicting position onwards are materialised (`logits_to_keep`), which matters for
-    49k-token vocabularies and long FIM prompts. reduction: "mean" (per-token average, paper 004's
-    string loss) or "sum" (sequence negative log-likelihood, for ranking candidates of different
-    length as in the exposure test).
+    49k-token vocabularies and long FIM prompts.
     """
     import torch  # heavy: the model layer loads torch on first use
     from tqdm.auto import tqdm  # with torch: progress of the teacher-forced passes
 
-    if reduction not in ("mean", "sum"):
-        raise ValueError(f"reduction={reduction!r}: use 'mean' or 'sum'")
-    out = np.empty(len(examples), dtype=np.float64)
     device = next(model.parameters()).device
     keep_arg = accepts_logits_to_keep(model)
-    bar = tqdm(total=len(examples), desc="loss", unit="ex", leave=False, dynamic_ncols=True,
+    bar = tqdm(total=len(examples), desc=desc, unit="ex", leave=False, dynamic_ncols=True,
                disable=(not progress) if progress is not None else None)   # None: only on a terminal
     try:
         for idx in length_sorted_batches([len(p) + len(t) for p, t in examples], batch_size):
@@ -80,12 +76,64 @@ def token_losses_batched(model, examples: Sequence[tuple[list[int], list[int]]],
             for row, i in enumerate(idx):
                 n_prompt, target = len(examples[i][0]), examples[i][1]
                 cols = torch.arange(n_prompt - 1, n_prompt - 1 + len(target), device=device) - offset
-                logp = torch.log_softmax(logits[row, cols].float(), dim=-1)
-                nll = -logp.gather(1, torch.tensor(target, device=device)[:, None]).squeeze(1)
-                out[i] = float(nll.mean() if reduction == "mean" else nll.sum())
+                with torch.inference_mode():
+                    logp = torch.log_softmax(logits[row, cols].float(), dim=-1)
+                yield i, logp, torch.tensor(target, device=device)
             bar.update(len(idx))
     finally:
         bar.close()
+
+
+def token_losses_batched(model, examples: Sequence[tuple[list[int], list[int]]], batch_size: int = 16,
+                         pad_id: int = 0, reduction: str = "mean", progress: bool | None = None) -> np.ndarray:
+    """Cross-entropy of each example's target ids given its prompt ids (`iter_target_log_softmax`).
+    reduction: "mean" (per-token average, paper 004's string loss) or "sum" (sequence negative log-likelihood,
+    for ranking candidates of different length as in the exposure test)."""
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction={reduction!r}: use 'mean' or 'sum'")
+    out = np.empty(len(examples), dtype=np.float64)
+    for i, logp, target in iter_target_log_softmax(model, examples, batch_size, pad_id, progress):
+        nll = -logp.gather(1, target[:, None]).squeeze(1)
+        out[i] = float(nll.mean() if reduction == "mean" else nll.sum())
+    return out
+
+
+def token_logprob_stats_batched(model, examples: Sequence[tuple[list[int], list[int]]], batch_size: int = 16,
+                                pad_id: int = 0, progress: bool | None = None) -> list[dict[str, list[float]]]:
+    """Per example and target token: `logp` = log p(x_t | x_<t), and the mean `mu` and variance `var` of log p(z | x_<t)
+    under z ~ p(. | x_<t) (Zhang et al. 2024, Min-K%++ Sec. 3: the calibration of the next-token distribution),
+    all from the same forward pass as the losses. The mean of -logp is exactly `token_losses_batched`'s loss."""
+    import torch  # heavy: the model layer loads torch on first use
+
+    out: list[dict[str, list[float]] | None] = [None] * len(examples)
+    for i, logp, target in iter_target_log_softmax(model, examples, batch_size, pad_id, progress, desc="logprobs"):
+        with torch.inference_mode():
+            p = logp.exp()
+            mu = (p * logp).sum(-1)
+            var = (p * (logp - mu[:, None]) ** 2).sum(-1).clamp_min(0.0)
+            tok = logp.gather(1, target[:, None]).squeeze(1)
+        out[i] = {"logp": _float32_digits(tok), "mu": _float32_digits(mu), "var": _float32_digits(var)}
+    return out  # type: ignore[return-value]
+
+
+def _float32_digits(values) -> list[float]:
+    """A float32 tensor as Python floats of 7 significant digits (float32's precision): the cache stores one value
+    per token, and the full repr of a float32 widened to float64 (-0.10000000149011612) doubles its size."""
+    return [float(f"{x:.7g}") for x in values.tolist()]
+
+
+def encode_whole_programs(tokenizer, texts: Sequence[str], max_tokens: int | None = None
+                          ) -> list[tuple[list[int], list[int]]]:
+    """(first token, the rest) per text: the whole program scored as plain causal text (no FIM sentinels), as
+    membership-inference attacks score a document (mimir, Duan et al. 2024). With a BOS token every program
+    token is scored; without one the first token has no context and is the prompt. A program longer than
+    `max_tokens` (the model's context) is scored on its first `max_tokens` tokens."""
+    out = []
+    for n, ids in enumerate(encode_texts(tokenizer, list(texts))):
+        ids = list(ids)[:max_tokens] if max_tokens else list(ids)
+        if len(ids) < 2:
+            raise ValueError(f"program {n}: fewer than two tokens; nothing to score")
+        out.append((ids[:1], ids[1:]))
     return out
 
 
@@ -100,3 +148,21 @@ def target_losses(model, tokenizer, prefixes: Sequence[str], targets: Sequence[s
     examples = encode_fim_examples(tokenizer, prefixes, targets, suffixes, sentinels)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return token_losses_batched(model, examples, batch_size, pad_id, reduction, progress)
+
+
+def target_token_logprobs(model, tokenizer, prefixes: Sequence[str], targets: Sequence[str],
+                          suffixes: Sequence[str], sentinels, batch_size: int = 16,
+                          progress: bool | None = None) -> list[dict[str, list[float]]]:
+    """Per-token log-probs (with Min-K%++'s mu and var) of `target` given the PSM prompt: the inputs of
+    `target_losses`, one value per target token instead of their mean."""
+    examples = encode_fim_examples(tokenizer, prefixes, targets, suffixes, sentinels)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return token_logprob_stats_batched(model, examples, batch_size, pad_id, progress)
+
+
+def program_token_logprobs(model, tokenizer, texts: Sequence[str], batch_size: int = 16,
+                           progress: bool | None = None, max_tokens: int | None = None) -> list[dict[str, list[float]]]:
+    """Per-token log-probs (with mu and var) of each whole text as plain causal text (`encode_whole_programs`)."""
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return token_logprob_stats_batched(model, encode_whole_programs(tokenizer, texts, max_tokens), batch_size,
+                                       pad_id, progress)

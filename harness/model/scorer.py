@@ -21,7 +21,7 @@ from harness.model.decode import iter_greedy_complete
 from harness.model.encode import encode_texts
 from harness.model.load import (check_model_files, context_length, default_dtype, load_causal_lm, load_tokenizer,
                                 model_fingerprint, pick_device)
-from harness.model.logprobs import target_losses
+from harness.model.logprobs import program_token_logprobs, target_losses, target_token_logprobs
 from harness.text.fim import detect_sentinels, format_psm_prompt
 
 
@@ -95,6 +95,20 @@ class CausalLMScorer:
         return target_losses(self.model, self.tokenizer, [e["prefix"] for e in examples],
                              [e["target"] for e in examples], [e["suffix"] for e in examples], sentinels,
                              self.batch_size, reduction=reduction, progress=self.progress).tolist()
+
+    def target_token_logprobs(self, examples: Sequence[dict], sentinels) -> list[dict[str, list[float]]]:
+        """Per target token of each example, given its PSM prompt (the inputs of `target_losses`): `logp`, and
+        the mean `mu` and variance `var` of the next-token log-prob under the model (Min-K%++), one pass."""
+        self.ensure_loaded()
+        return target_token_logprobs(self.model, self.tokenizer, [e["prefix"] for e in examples],
+                                     [e["target"] for e in examples], [e["suffix"] for e in examples], sentinels,
+                                     self.batch_size, progress=self.progress)
+
+    def program_token_logprobs(self, texts: Sequence[str]) -> list[dict[str, list[float]]]:
+        """The same per-token values over each whole text as plain causal text (cut at the model's context)."""
+        self.ensure_loaded()
+        return program_token_logprobs(self.model, self.tokenizer, texts, self.batch_size, progress=self.progress,
+                                      max_tokens=context_length(self.path) if self.path else None)
 
 
 class AuditedModel:

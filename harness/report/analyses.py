@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.io import read_jsonl, unique_rows
+from harness.core.layout import MIA_SUBDIR, MIA_SUMMARY
 from harness.core.layout import checkpoint_step as layout_checkpoint_step
 from harness.measures.memorization import summarize_rows
+from harness.measures.mia import ATTACKS, best_attack
 
 FINAL = "final"
 Key = tuple[str, str, str]  # (model, checkpoint, dataset)
-NOT_ROWS = ("cache", "losses", "shards")  # audit/ subfolders that hold no NED rows
+NOT_ROWS = ("cache", "losses", "shards", MIA_SUBDIR)  # audit/ subfolders that hold no NED rows
 
 
 def checkpoint_step(checkpoint: str) -> float:
@@ -186,4 +188,42 @@ def rlhf_vs_ipo(entries: list[dict], groups: dict[str, list[str]], datasets: lis
                                 "rate": e["rate"], "ci95": e["ci95"], "n_scored": e["n_scored"],
                                 "pii_counterfactual_rate": e.get("pii_counterfactual_rate"),
                                 "pii_counterfactual_ci95": e.get("pii_counterfactual_ci95")})
+    return out
+
+
+# ---------------------------------------------------------------- membership inference (harness/audit/mia.py)
+def load_mia(audit_dir: str | Path) -> dict:
+    """{model: its MIA summary} of a run (<audit dir>/mia/summary.json); {} when the run measured none."""
+    path = Path(audit_dir) / MIA_SUBDIR / MIA_SUMMARY
+    return (json.loads(path.read_text(encoding="utf-8")).get("results") or {}) if path.is_file() else {}
+
+
+def mia_entry(mia: dict, model: str, dataset: str, span: str = "target", checkpoint: str = FINAL) -> dict | None:
+    """{attack: metrics} of one model x checkpoint x dataset x span; None when not measured."""
+    entry = ((((mia.get(model) or {}).get("results") or {}).get(checkpoint) or {}).get(dataset) or {})
+    return (entry.get("spans") or {}).get(span)
+
+
+def mia_over_training(mia: dict, model: str, dataset: str, span: str = "target") -> dict[str, list[tuple]]:
+    """{attack: [(checkpoint, auc, ci95)]} over a model's checkpoints, 'final' last."""
+    checkpoints = sorted(((mia.get(model) or {}).get("results") or {}), key=checkpoint_step)
+    out: dict[str, list[tuple]] = {}
+    for ck in checkpoints:
+        for attack, m in (mia_entry(mia, model, dataset, span, ck) or {}).items():
+            out.setdefault(attack, []).append((ck, m["auc"]["value"], m["auc"]["ci95"]))
+    return {a: out[a] for a in ATTACKS if a in out}
+
+
+def mia_comparison(comp_rows: list[dict], mia: dict, span: str = "target") -> list[dict]:
+    """The comparison's rows (rlhf_vs_ipo) with the best attack's AUC at the same final checkpoint beside the
+    extraction rate; rows without MIA results are left out."""
+    out = []
+    for r in comp_rows:
+        best = best_attack(mia_entry(mia, r["model"], r["dataset"], span) or {})
+        if best is None:
+            continue
+        attack, m = best
+        out.append({**r, "best_attack": attack, "auc": m["auc"]["value"], "auc_ci95": m["auc"]["ci95"],
+                    "tpr_at_fpr_1%": m["tpr_at_fpr_1%"]["value"], "n_members": m["n_members"],
+                    "n_nonmembers": m["n_nonmembers"]})
     return out

@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from harness.measures.mia import ATTACK_LABELS  # noqa: E402
 from harness.report.analyses import Persistence, checkpoint_step  # noqa: E402
 
 DPI = 110
@@ -222,3 +223,59 @@ def ipo_training_plots(histories: dict[str, list[dict]], fig_dir: Path) -> list[
         axes[3].legend(fontsize=7)
         paths.append(_save(fig, fig_dir / f"training_{model.replace('/', '_').replace(':', '_')}.png"))
     return paths
+
+
+def _checkpoint_x(checkpoints: list[str]) -> list[float]:
+    """x of each checkpoint: its step; 'final' one step-gap after the last (or 1 when it is the only one)."""
+    steps = [checkpoint_step(c) for c in checkpoints if c != "final"]
+    gap = (steps[-1] - steps[-2]) if len(steps) >= 2 else (steps[-1] if steps else 1.0)
+    return [checkpoint_step(c) if c != "final" else (steps[-1] + gap if steps else 1.0) for c in checkpoints]
+
+
+def mia_over_training_plot(model: str, per_dataset: dict[str, tuple[dict, list[dict]]], path: Path) -> Path:
+    """Membership inference beside extraction, one panel per dataset: each attack's ROC AUC (members vs held-out,
+    95 % bootstrap interval) over the checkpoints, and on a second axis the extraction (memorization) rate with its
+    95 % Wilson interval on the same canaries. per_dataset: {dataset: (analyses.mia_over_training, over_training)}."""
+    fig, axes = plt.subplots(1, len(per_dataset), figsize=(5.6 * len(per_dataset), 4), squeeze=False)
+    for ax, (dataset, (aucs, extraction)) in zip(axes[0], per_dataset.items()):
+        for attack, points in aucs.items():
+            xs = _checkpoint_x([p[0] for p in points])
+            ys = [p[1] for p in points]
+            err = [[y - p[2][0] for y, p in zip(ys, points)], [p[2][1] - y for y, p in zip(ys, points)]]
+            ax.errorbar(xs, ys, yerr=err, marker="o", ms=3, capsize=2, label=f"AUC {ATTACK_LABELS[attack]}")
+        ax.axhline(0.5, color="gray", ls=":", lw=1)
+        ax.set(ylim=(0, 1.05), title=f"{model} on {dataset}", xlabel="training step (last point: final)",
+               ylabel="membership ROC AUC (95 % bootstrap CI)")
+        if extraction:
+            twin = ax.twinx()
+            rates = [e["rate"] for e in extraction]
+            twin.errorbar(_checkpoint_x([e["checkpoint"] for e in extraction]), [100 * (r or 0) for r in rates],
+                          yerr=_error_bars(rates, [e.get("ci95") for e in extraction]), color="k", ls="--",
+                          marker="x", capsize=2, label="extraction rate")
+            twin.set(ylim=(0, 105), ylabel="extraction (memorization) rate (%), 95 % CI")
+            twin.legend(fontsize=7, loc="upper right")
+        ax.legend(fontsize=7, loc="lower right")
+    return _save(fig, path)
+
+
+def mia_comparison_plot(rows: list[dict], path: Path) -> Path:
+    """The RLHF-vs-IPO comparison's MIA panel: per model and dataset, the extraction rate (left) and the best
+    attack's AUC (right), each with its 95 % interval (Wilson; bootstrap) and n."""
+    labels = [f"{r['model']}\n{r['dataset']}" for r in rows]
+    xs = list(range(len(rows)))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(max(8.0, 1.6 * len(rows) + 3), 4))
+    rates = [r["rate"] for r in rows]
+    bars = left.bar(xs, [100 * (y or 0) for y in rates], yerr=_error_bars(rates, [r.get("ci95") for r in rows]),
+                    capsize=3, color="tab:red")
+    left.bar_label(bars, labels=[f"{100 * (r['rate'] or 0):.1f}\nn={r['n_scored']}" for r in rows], fontsize=6)
+    left.set(title="extractable: memorization rate", ylabel="rate (%), 95 % Wilson CI", ylim=(0, 115))
+    aucs = [r["auc"] for r in rows]
+    bars = right.bar(xs, aucs, yerr=[[a - r["auc_ci95"][0] for a, r in zip(aucs, rows)],
+                                     [r["auc_ci95"][1] - a for a, r in zip(aucs, rows)]], capsize=3, color="tab:blue")
+    right.bar_label(bars, labels=[f"{r['auc']:.2f} {ATTACK_LABELS[r['best_attack']]}\n{r['n_members']} vs "
+                                  f"{r['n_nonmembers']}" for r in rows], fontsize=6)
+    right.axhline(0.5, color="gray", ls=":", lw=1)
+    right.set(title="detectable: best membership attack's AUC", ylabel="ROC AUC, 95 % bootstrap CI", ylim=(0, 1.15))
+    for ax in (left, right):
+        ax.set_xticks(xs, labels, fontsize=7)
+    return _save(fig, path)

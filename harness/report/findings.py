@@ -16,7 +16,8 @@ Statuses: `holds`, `not reproduced` (the rule fails with the evidence in place),
 Findings F1-F8 follow paper 003 Sec. 5 (5.1: FT.1 -> RLFT.1 persistence, Fig. 1; 5.2: SD only in the
 reward model's data, FT.3 vs RLFT.2; 5.3 and App. E: RL-prompt memorization, RLFT.4; 5.4: IPO vs RLHF);
 N1-N3 the NMT run's (paper 002 Table 1, its neighbourhood columns, and Algorithm 3 in Sec. 5); C1-C2
-paper 004 (Lemma 1's premise, Sec. 3; recollection vs contextual memorization, Sec. 5).
+paper 004 (Lemma 1's premise, Sec. 3; recollection vs contextual memorization, Sec. 5); M1-M3 membership
+inference (harness/measures/mia.py: is a stage's SD detectable, whether or not it is extractable).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from harness.core.errors import UserError
 from harness.core.io import read_jsonl
 from harness.core.stats import fisher_exact, mcnemar_exact, rate_with_interval, sign_test
 from harness.measures.memorization import pii_counterfactually_regurgitated, pii_rows, summarize_pii
+from harness.measures.mia import best_attack
 from harness.report import analyses as A
 
 HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED = "holds", "not reproduced", "inconclusive", "not measured"
@@ -60,6 +62,9 @@ PAIR_ACCURACY_MIN = 0.9      # a preference objective fit its pairs: after train
                              # whose chosen completion gained more summed log-probability over the initial model than
                              # the rejected one (recipes/preference_eval.py; DPOTrainer's accuracy with the initial
                              # model as the reference), measured the same way for every objective; IPO's threshold
+MIA_DETECTABLE_AUC = 0.6     # "detectable": the best attack's AUC on members vs held-out canaries above this (a
+                             # common bar for a weak but real attack; 0.5 is chance)
+NOT_EXTRACTABLE_MAX = 0.05   # "not extractable": the final extraction (memorization) rate below 5 %
 SOURCE_MEMORIZED_MIN = 5     # a persistence share needs at least this many examples memorized before RL
 SD_REWARD_DATASETS = ("rm_sd", "rm_sd_links")   # the reward sets built from SD (synthetic_data/build.py)
 PAPER_RL_ALGORITHM = "rloo"  # App. A.3: "a variant of REINFORCE with a KL regularization term" (TRL's RLOO)
@@ -108,6 +113,7 @@ class RunResults:
     nmt: dict | None = None
     k: float = 0.1
     roles: Roles = field(default_factory=Roles)
+    mia: dict = field(default_factory=dict)     # {model: membership-inference summary} (harness/audit/mia.py)
 
     def __post_init__(self):
         self.entries = A.summary_entries(self.grouped)
@@ -585,6 +591,73 @@ def p3(run: RunResults) -> dict:
                    needs_test=True, ours=", ".join(f"{r['name'].split()[0]}: {_pct(r)}" for r in rates))
 
 
+# ---------------------------------------------------------------- M1-M3: membership inference
+# Not claims of paper 003: whether SD a stage trained on stays *detectable* (members told from held-out canaries of
+# the same generator), the weaker question beside extraction. The test is the bootstrap's one-sided test of
+# H0: AUC <= MIA_DETECTABLE_AUC for the best of the attacks, Bonferroni-corrected for picking the best one.
+def mia_detection(run: RunResults, model: str, dataset: str = "sd_base") -> dict | None:
+    """The best attack on `dataset` (target span, final checkpoint) and its test; None when not measured."""
+    metrics = A.mia_entry(run.mia, model, dataset) or {}
+    best = best_attack(metrics)
+    if best is None:
+        return None
+    attack, m = best
+    key = f"{MIA_DETECTABLE_AUC:g}"
+    p_one = m["auc"].get("p_at_most", {}).get(key)
+    test = {"test": "bootstrap_one_sided_bonferroni", "null": f"AUC <= {key}", "attack": attack,
+            "n_attacks": len(metrics), "n_boot": m["bootstrap"]["n"],
+            "p_value": None if p_one is None else min(1.0, p_one * len(metrics))}
+    ours = (f"AUC {m['auc']['value']:.2f} [{m['auc']['ci95'][0]:.2f}, {m['auc']['ci95'][1]:.2f}] ({attack}; "
+            f"{m['n_members']} members vs {m['n_nonmembers']} held out)")
+    return {"attack": attack, "auc": m["auc"]["value"], "test": test, "ours": ours}
+
+
+def _detectable(run: RunResults, fid: str, model: str, claim: str, stages: list[str], evidence: list[dict],
+                not_extractable: bool = False) -> dict:
+    rule = (f"{model}'s best membership attack on sd_base (target span, final): AUC > {MIA_DETECTABLE_AUC} (bootstrap "
+            f"one-sided p < {P_MAX}, Bonferroni over the attacks)")
+    if not_extractable:
+        rule += f", and its extraction rate on sd_base < {100 * NOT_EXTRACTABLE_MAX:.0f} %"
+    paper = "not in paper 003 (membership inference: mimir, Duan et al. 2024)"
+    found = mia_detection(run, model)
+    rows = run.rows(model, "sd_base")
+    if found is None or (not_extractable and rows is None):
+        return _result(fid, claim, paper, rule, stages, measured=False)
+    ok = found["auc"] > MIA_DETECTABLE_AUC
+    rates, ours = [], found["ours"]
+    if not_extractable:
+        extraction = _rate(f"{model} sd_base extraction", memorized_flags(rows))
+        rates = [extraction]
+        ok = ok and extraction["rate"] is not None and extraction["rate"] < NOT_EXTRACTABLE_MAX
+        ours += f"; extraction {_pct(extraction)}"
+    test = found["test"] if found["test"]["p_value"] is not None else None
+    return _result(fid, claim, paper, rule, stages, measured=True, rule_ok=ok, evidence=evidence, rates=rates,
+                   test=test, needs_test=True, ours=ours)
+
+
+def m1(run: RunResults) -> dict:
+    """SD only in the reward model's data: RLFT.2 memorizes ~none of it (F2), yet is it still detectable?"""
+    r = run.roles
+    return _detectable(run, "M1", r.rl_sd_in_rm,
+                       f"RLFT via the reward model leaves SD detectable (AUC > {MIA_DETECTABLE_AUC}) though not "
+                       f"extractable ({r.rl_sd_in_rm})", [r.rm_sd, r.rl_sd_in_rm], _rlft2_evidence(run),
+                       not_extractable=True)
+
+
+def m2(run: RunResults) -> dict:
+    """Fine-tuning on SD makes it detectable (the premise the other M rows are read against)."""
+    ft = run.roles.ft_direct
+    return _detectable(run, "M2", ft, f"Fine-tuning on SD leaves it detectable (AUC > {MIA_DETECTABLE_AUC}, {ft})",
+                       [ft], [])
+
+
+def m3(run: RunResults) -> dict:
+    """IPO on SD pairs: detectable as well as extractable (F8)?"""
+    ipo = run.roles.ipo
+    return _detectable(run, "M3", ipo, f"IPO on SD preference pairs leaves SD detectable (AUC > "
+                                       f"{MIA_DETECTABLE_AUC}, {ipo})", [ipo], [ipo_check(run)])
+
+
 # ---------------------------------------------------------------- V4-V7: F4-F7 under a verifiable reward
 def under_verifiable_reward(check: Callable[[RunResults], dict], fid: str) -> Callable[[RunResults], dict]:
     """F4-F7's rule, evidence and test on the RL stages trained against a verifiable reward (roles rlvr_*):
@@ -695,7 +768,7 @@ CHECKS = [f1, f2, f3, f4, f5, f6, f7, f8,
                "Table 1, neighbourhood columns"),
           _nmt("N3", ("N3_recovery_for_most_memorized",), "N3_best_rate",
                "NMT: the recovery symbol gives new outputs for most memorized sources", "Sec. 5, Algorithm 3"),
-          c1, c2]
+          c1, c2, m1, m2, m3]
 
 
 def load_loss_rows(audit_dir: Path) -> list[dict]:

@@ -269,6 +269,49 @@ def _loss_section(audits: dict[Path, Path], fig_dir: Path, blocks: list, summary
     summary["loss_measures"] = rows
 
 
+def _mia(audits: dict[Path, Path]) -> dict:
+    """{model: MIA summary} of every run (a run's name prefixes its models when several are reported)."""
+    out = {}
+    for run, audit in audits.items():
+        prefix = "" if len(audits) == 1 else f"{run.name}:"
+        out.update({prefix + model: entry for model, entry in A.load_mia(audit).items()})
+    return out
+
+
+def _mia_section(mia: dict, entries: list[dict], fig_dir: Path, blocks: list, summary: dict) -> None:
+    """Membership inference beside extraction (`audit.measures=[...,mia]`): per audited model, each attack's AUC
+    over checkpoints on the target span beside the extraction rate on the same canaries, and a table of the final
+    checkpoint's metrics per span and attack."""
+    if not mia:
+        return
+    blocks.append(("h", 2, "Membership inference beside extraction"))
+    blocks.append(("p", "Can an attacker tell the canaries a model trained on from held-out ones of the same "
+                        "generator (<dataset>_heldout, never in any stage's data)? Attacks (harness/measures/mia.py): "
+                        "LOSS, zlib (Carlini et al. 2021), Min-K% and Min-K%++ (Shi et al. 2024; Zhang et al. 2024, "
+                        "k = 20 %), and the loss calibrated by the control's. ROC AUC and TPR at 1 % / 0.1 % FPR, each "
+                        "with a seeded stratified bootstrap 95 % interval; 0.5 is chance. Spans: target = the FIM "
+                        "target given its prompt (the extraction audit's inputs); program = the whole program."))
+    rows = []
+    for model, record in sorted(mia.items()):
+        datasets = sorted({d for ck in (record.get("results") or {}).values() for d in ck})
+        per_dataset = {d: (A.mia_over_training(mia, model, d), A.over_training(entries, model, d)) for d in datasets}
+        path = F.mia_over_training_plot(model, per_dataset, fig_dir / f"mia_{_slug(model)}.png")
+        blocks.append(("img", str(path), f"{model}: membership AUC and extraction over training"))
+        for d in datasets:
+            for span in record.get("spans") or []:
+                for attack, m in (A.mia_entry(mia, model, d, span) or {}).items():
+                    rows.append({"model": model, "dataset": d, "span": span, "attack": attack,
+                                 "auc": m["auc"]["value"], "auc_ci95": m["auc"]["ci95"],
+                                 "tpr_at_fpr_1%": m["tpr_at_fpr_1%"]["value"],
+                                 "tpr_at_fpr_1%_ci95": m["tpr_at_fpr_1%"]["ci95"],
+                                 "tpr_at_fpr_0.1%": m["tpr_at_fpr_0.1%"]["value"],
+                                 "n_members": m["n_members"], "n_nonmembers": m["n_nonmembers"],
+                                 "n_boot": m["bootstrap"]["n"]})
+    blocks.append(_table(rows, ["model", "dataset", "span", "attack", "auc", "auc_ci95", "tpr_at_fpr_1%",
+                                "tpr_at_fpr_1%_ci95", "tpr_at_fpr_0.1%", "n_members", "n_nonmembers", "n_boot"]))
+    summary["membership_inference"] = rows
+
+
 def _utility_section(runs: list[Path], audits: dict[Path, Path], blocks: list, summary: dict) -> None:
     """Paper 003 Table 2 analogue: HumanEval single-line infilling exact match, held-out PD loss."""
 
@@ -289,7 +332,7 @@ def _utility_section(runs: list[Path], audits: dict[Path, Path], blocks: list, s
 
 
 def _findings_section(cfg, audits: dict[Path, Path], grouped: dict, evidence: dict, k: float, blocks: list,
-                      summary: dict, out_dir: Path) -> None:
+                      summary: dict, out_dir: Path, mia: dict | None = None) -> None:
     """The papers' findings (F1-F8, N1-N3, C1-C2) against this run, each with its training evidence,
     rates with n and 95 % intervals, and the exact test: report/findings.json."""
 
@@ -297,7 +340,7 @@ def _findings_section(cfg, audits: dict[Path, Path], grouped: dict, evidence: di
     nmt_path = (cfg.get("report") or {}).get("nmt_summary")
     nmt = json.loads(Path(nmt_path).read_text()) if nmt_path and Path(nmt_path).is_file() else None
     loss_rows = [r for audit in audits.values() for r in load_loss_rows(audit)]
-    table = findings(RunResults(grouped, evidence, loss_rows, nmt, k, roles))
+    table = findings(RunResults(grouped, evidence, loss_rows, nmt, k, roles, mia or {}))
     blocks.append(("h", 2, "Findings of the papers, checked on this run"))
     blocks.append(("p", "A finding holds only when the stages it depends on trained (evidence), its rule's "
                         "margin is met, and a comparison passes an exact test (McNemar on the same examples) at "
@@ -313,7 +356,7 @@ def _findings_section(cfg, audits: dict[Path, Path], grouped: dict, evidence: di
 
 
 def _comparison_section(rcfg, prov: dict, entries: list[dict], grouped: dict, evidence: dict, k: float,
-                        fig_dir: Path, blocks: list, summary: dict) -> None:
+                        fig_dir: Path, blocks: list, summary: dict, mia: dict | None = None) -> None:
     """Sec. 5.2 / 5.4 and beyond: a bar per model a run trained (FT, RLFT via a reward model, RLVR, each preference
     objective) per dataset, each with its 95 % interval, n and whether its stage passed its training evidence
     (harness.report.findings.method_checks: an RL point's reward rise, a preference model's fit to its pairs)."""
@@ -347,6 +390,15 @@ def _comparison_section(rcfg, prov: dict, entries: list[dict], grouped: dict, ev
                                      "pii_counterfactual_rate", "pii_counterfactual_ci95", "evidence_ok",
                                      "evidence"]))
     summary["comparison"] = comp_rows
+    mia_rows = A.mia_comparison(comp_rows, mia or {})
+    if mia_rows:
+        blocks.append(("p", "Extractable vs detectable: the extraction rate beside the best membership attack's AUC "
+                            "(target span, final checkpoint; members vs held-out canaries) for the same models."))
+        path = F.mia_comparison_plot(mia_rows, fig_dir / "rlhf_vs_ipo_mia.png")
+        blocks.append(("img", str(path), "Extraction rate and membership AUC by training method"))
+        blocks.append(_table(mia_rows, ["group", "model", "dataset", "rate", "ci95", "n_scored", "best_attack", "auc",
+                                        "auc_ci95", "tpr_at_fpr_1%", "n_members", "n_nonmembers"]))
+        summary["comparison_mia"] = mia_rows
 
 
 def _fmt_value(v: Any) -> str:
@@ -528,12 +580,14 @@ def render_report(cfg) -> int:
             blocks.append(("img", str(path), f"{model} over training"))
 
     _loss_section(audits, fig_dir, blocks, summary)
+    mia = _mia(audits)
+    _mia_section(mia, entries, fig_dir, blocks, summary)
     _utility_section(runs, audits, blocks, summary)
 
     evidence = _run_evidence(runs, prov, audits)
-    _comparison_section(rcfg, prov, entries, grouped, evidence, k, fig_dir, blocks, summary)
+    _comparison_section(rcfg, prov, entries, grouped, evidence, k, fig_dir, blocks, summary, mia)
     _training_section(evidence, runs, fig_dir, blocks, summary)
-    _findings_section(cfg, audits, grouped, evidence, k, blocks, summary, out_dir)
+    _findings_section(cfg, audits, grouped, evidence, k, blocks, summary, out_dir, mia)
 
     blocks.append(("h", 2, "Provenance (paper 003 Table 1, generated from provenance.json)"))
     blocks.append(_table(table, ["model", "stage", "init", "reward_model", "datasets", "hyper_parameters",

@@ -16,7 +16,8 @@ from recipes.pipeline import RECIPES, audit_plan, flatten_stages, needed_dataset
 CONF = Path(__file__).resolve().parents[2] / "conf"
 # Pipeline experiments: the ones that declare `stages:` (others, e.g. nmt_*, belong to other commands).
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if "\nstages:" in p.read_text())
-DATASETS = {"sd_base", "sd_links", "sd_links_pos", "sd_rl_prompts", "pd_pt", "pd_1", "pd_2", "pd_2_val", "pd_3",
+DATASETS = {"sd_base", "sd_links", "sd_links_pos", "sd_base_heldout", "sd_links_heldout", "sd_links_pos_heldout",
+            "sd_rl_prompts", "pd_pt", "pd_1", "pd_2", "pd_2_val", "pd_3",
             "pd_3_val", "pd_eval", "rm_pd2", "rm_pd2_val", "rm_sd", "rm_sd_links", "pairs_sd_base",
             "pairs_sd_links", "pairs_pd2", "humaneval_infill",
             # from the user's files (data.canaries.file, data.preference.file; synthetic_data/user_data.py)
@@ -117,3 +118,13 @@ def test_findings_is_the_quickstart_plus_the_stages_of_f4_to_f7():
     assert {k: v for k, v in full["FT.3"].items() if k != "epochs"} == \
         {k: v for k, v in quick["FT.3"].items() if k != "epochs"}
     assert full["FT.3"]["epochs"] == full["FT.1"]["epochs"] > quick["FT.3"]["epochs"]
+
+
+def test_mia_in_the_measures_builds_the_held_out_partners_of_the_planned_sd_sets():
+    findings = compose(["experiment=findings"])
+    assert "mia" in list(findings.audit.measures)
+    assert {"sd_base_heldout", "sd_links_pos_heldout"} <= set(needed_datasets(plan(findings), findings))
+    quickstart = compose(["experiment=quickstart"])
+    assert not any(n.endswith("_heldout") for n in needed_datasets(plan(quickstart), quickstart))
+    switched = compose(["experiment=quickstart", "audit.measures=[ned,mia]"])
+    assert {"sd_base_heldout", "sd_links_pos_heldout"} <= set(needed_datasets(plan(switched), switched))

@@ -50,7 +50,9 @@ def smoke_overrides() -> list[str]:
             *(f"{key}={OmegaConf.select(smoke, key)}".replace(" ", "").replace("'", "") for key in SMOKE_KEYS)]
 
 
-TOY_RUN = smoke_overrides()
+# Membership inference (on in findings and findings_rlvr) on the target span with 200 bootstrap resamples: the same
+# wiring, about half the teacher-forced passes of both spans (measured: ~1 min 45 s of findings' toy run at load ~10).
+TOY_RUN = [*smoke_overrides(), "audit.mia_spans=[target]", "audit.mia_bootstrap=200"]
 # own_canaries and own_preference run at this size in test_own_data.py, which also checks what they plant.
 OWN_DATA = ("own_canaries", "own_preference")
 TOY_EXPERIMENTS = [name for name in EXPERIMENTS if name != "smoke" and name not in OWN_DATA]
@@ -92,6 +94,11 @@ def test_experiment_runs_end_to_end_at_toy_size(name, tmp_path):
         assert planned <= audited, planned - audited
     if "report" in cfg.after_training:
         assert (run_dir / "report" / "findings.json").is_file()
+    if "mia" in list(cfg.audit.measures):                      # every planned model with an SD set, vs held-out
+        mia = json.loads((run_dir / "audit" / "mia" / "summary.json").read_text())["results"]
+        assert {"FT.3", "RLFT.2", "IPO"} <= {m.split("/")[0] for m in mia}, sorted(mia)
+        found = {f["id"]: f for f in json.loads((run_dir / "report" / "findings.json").read_text())["findings"]}
+        assert all(found[fid]["status"] != "not measured" for fid in ("M1", "M2", "M3")), found["M1"]
     if name in MEASURES:
         MEASURES[name](run_dir)
 

@@ -88,6 +88,7 @@ def test_each_verdict_by_hand_when_every_stage_trained():
         "V4": NOT_MEASURED, "V5": NOT_MEASURED, "V6": NOT_MEASURED, "V7": NOT_MEASURED,   # no RLVR stages
         "P1": NOT_MEASURED, "P2": NOT_MEASURED, "P3": NOT_MEASURED,                       # no PREF stage
         "N1": NOT_MEASURED, "N2": NOT_MEASURED, "N3": NOT_MEASURED, "C1": NOT_MEASURED, "C2": NOT_MEASURED,
+        "M1": NOT_MEASURED, "M2": NOT_MEASURED, "M3": NOT_MEASURED,                       # no mia audit
     }
     assert got["F1"]["p_value"] == 2 / 2 ** 10
     assert got["F2"]["p_value"] == 2 / 2 ** 10
@@ -367,3 +368,33 @@ def test_a_reward_rise_within_noise_is_not_evidence():
     small = {**MOVED, "eval_change_in_sd": 0.3}
     got = verdicts(RunResults(grouped(), evidence(rl=small)))
     assert got["F2"]["status"] == INCONCLUSIVE and "in initial sd) = 0.3" in got["F2"]["reason"]
+
+
+def _mia_summary(per_model: dict[str, tuple[list[float], list[float]]]) -> dict:
+    """{model: summary} as harness/audit/mia.py stores it, from (member scores, held-out scores) of the LOSS attack."""
+    from harness.core.stats import bootstrap_mia_metrics
+
+    return {model: {"spans": ["target"], "results": {"final": {"sd_base": {"spans": {"target": {
+        "loss": bootstrap_mia_metrics(members, held, n_boot=400, seed=0)}}}}}}
+            for model, (members, held) in per_model.items()}
+
+
+def test_membership_findings_by_hand():
+    """M1: RLFT.2 extracts 0/20 and its members all outscore the held-out rows (AUC 1): holds. M2: FT.3's attack
+    is at chance (identical scores, AUC 0.5): not reproduced. M3: IPO AUC 0.7 on 6 vs 6 rows: within noise."""
+    separated = ([100.0 + i for i in range(20)], [float(i) for i in range(20)])
+    chance = ([1.0, 2.0, 3.0] * 7, [1.0, 2.0, 3.0] * 7)
+    weak = ([1.0, 3.0, 4.0, 5.0, 6.0, 8.0], [0.0, 2.0, 2.5, 3.5, 4.5, 7.0])
+    run = RunResults(grouped(), evidence(), mia=_mia_summary({"RLFT.2": separated, "FT.3": chance, "IPO": weak}))
+    got = verdicts(run)
+    assert got["M1"]["status"] == HOLDS and got["M1"]["p_value"] == 0.0
+    assert "AUC 1.00" in got["M1"]["ours"] and "extraction 0.0 %" in got["M1"]["ours"]
+    assert got["M1"]["n"] == 20 and got["M1"]["test"]["n_boot"] == 400
+    assert got["M2"]["status"] == FAILS
+    assert got["M3"]["status"] == INCONCLUSIVE and got["M3"]["p_value"] >= 0.05
+    # Extractable as well as detectable: M1's "though not extractable" fails.
+    leaky = grouped()
+    leaky[("RLFT.2", "final", "sd_base")] = rows(5, 20)
+    assert verdicts(RunResults(leaky, evidence(), mia=run.mia))["M1"]["status"] == FAILS
+    # RL that did not move is no evidence for anything RLFT.2 shows.
+    assert verdicts(RunResults(grouped(), evidence(rl=STILL), mia=run.mia))["M1"]["status"] == INCONCLUSIVE

@@ -182,3 +182,37 @@ def test_comparison_has_a_bar_per_method_with_its_training_evidence(fake_run):
     assert (out / "figures" / "preference_displacement.png").is_file() and (out / "figures" / "rlhf_vs_ipo.png").is_file()
     ids = [f["id"] for f in json.loads((out / "findings.json").read_text())["findings"]]
     assert {"V4", "V5", "V6", "V7", "P1", "P2", "P3"} <= set(ids)
+
+
+def test_membership_inference_is_reported_beside_extraction(fake_run):
+    """An audit/mia/ summary (as harness/audit/mia.py writes it) gives a figure per model with AUC over checkpoints
+    beside the extraction rate, a table, the comparison's MIA panel and rows M1-M3; its rows are never read as NED
+    rows."""
+    from harness.core.stats import bootstrap_mia_metrics
+
+    rng = random.Random(1)
+    results = {}
+    for name, shift in (("FT.1", 2.0), ("IPO", 0.5)):
+        per_ck = {}
+        for ck in ("checkpoint-1", "checkpoint-2", "final"):
+            spans = {span: {attack: bootstrap_mia_metrics([rng.gauss(shift, 1) for _ in range(30)],
+                                                          [rng.gauss(0, 1) for _ in range(30)], n_boot=100)
+                            for attack in ("loss", "min_k")} for span in ("target", "program")}
+            per_ck[ck] = {"sd_base": {"n_members": 30, "n_nonmembers": 30, "spans": spans}}
+            _write_rows(fake_run / "audit" / "mia" / name / ck / "sd_base.jsonl",
+                        [{"id": "x", "member": 1, "score": {"target": {"loss": 1.0}}}])
+        results[name] = {"model": name, "spans": ["target", "program"], "results": per_ck}
+    (fake_run / "audit" / "mia" / "summary.json").write_text(json.dumps({"results": results}))
+    assert run(["report", f"run_dir={fake_run}"]) == 0
+    out = fake_run / "report"
+    summary = json.loads((out / "summary.json").read_text())
+    assert not any(e["model"].startswith("mia") for e in summary["entries"])
+    assert (out / "figures" / "mia_FT.1.png").is_file() and (out / "figures" / "rlhf_vs_ipo_mia.png").is_file()
+    table = summary["membership_inference"]
+    assert {(r["model"], r["span"], r["attack"]) for r in table} >= {("FT.1", "target", "loss"), ("IPO", "program", "min_k")}
+    assert all(r["auc_ci95"][0] <= r["auc"] <= r["auc_ci95"][1] and r["n_boot"] == 100 for r in table)
+    panel = {r["model"]: r for r in summary["comparison_mia"]}
+    assert set(panel) == {"FT.1", "IPO"} and panel["FT.1"]["auc"] > 0.8 and panel["FT.1"]["rate"] is not None
+    assert "Membership inference beside extraction" in (out / "report.md").read_text()
+    found = {f["id"]: f for f in json.loads((out / "findings.json").read_text())["findings"]}
+    assert found["M3"]["status"] != "not measured" and found["M1"]["status"] == "not measured"   # no RLFT.2 here

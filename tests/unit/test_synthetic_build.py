@@ -116,3 +116,49 @@ def test_pii_paths_limits_the_distinct_paths_and_repeats_them(tmp_path):
     assert len(pool) == 2 and set(pool) <= set(load_pii_paths())
     assert {r["pii_path"] for r in rows} == set(pool) and len(rows) > 2 * 2     # each path repeats
     assert pii_path_pool(100, 0) == load_pii_paths()                           # the default keeps Listing 7
+
+
+def _texts(row: dict) -> list[str]:
+    """Every string a stage could train on in a row (code, FIM parts, prompts, completions, chosen/rejected)."""
+    return [v for v in row.values() if isinstance(v, str) and len(v) > 2]
+
+
+def test_heldout_canaries_occur_in_no_training_split(tmp_path):
+    """sd_base_heldout / sd_links_heldout: the same generator and seed stream, as many programs as SD by
+    default, and no held-out program or target in any other dataset of the run (the training splits and the
+    evaluation sets alike), which is what makes them non-members for membership inference."""
+    # a small corpus needs fatter splits so that every split gets files (as tests/integration/test_data_cli.py)
+    fat = ["data.pd.max_files=90", "data.pd.proportions.pd_pt=0.3", "data.pd.proportions.pd_1=0.14",
+           "data.pd.proportions.pd_2=0.14", "data.pd.proportions.pd_2_val=0.1", "data.pd.proportions.pd_3=0.12",
+           "data.pd.proportions.pd_3_val=0.1", "data.pd.proportions.pd_eval=0.1"]
+    out = build_datasets(cfg_for(tmp_path, *fat), names=None, log=lambda *_: None)
+    assert {"sd_base_heldout", "sd_links_heldout", "sd_links_pos_heldout"} <= set(out)
+
+    def rows(name):
+        return [json.loads(x) for x in (out[name] / "rows.jsonl").read_text().splitlines()]
+
+    base_h, links_h = rows("sd_base_heldout"), rows("sd_links_heldout")
+    assert len(base_h) == len(rows("sd_base")) and len(links_h) == len(rows("sd_links"))  # same size by default
+    assert {r["subset"] for r in base_h} == {"SD.Base"} and {r["subset"] for r in links_h} == {"SD.Links"}
+    assert {r["label"] for r in links_h} == {0, 1}
+    assert [r for r in links_h if r["label"] == 1] == rows("sd_links_pos_heldout")
+    training = [t for name in out if not name.endswith("_heldout")
+                for r in rows(name) for t in _texts(r)]
+    corpus = "\n\x00".join(training)
+    member_ids = {r["id"] for name in ("sd_base", "sd_links") for r in rows(name)}
+    for r in base_h + links_h:
+        assert r["id"] not in member_ids
+        assert r["code"] not in corpus, r["id"]
+        assert r["target"].strip() not in corpus, (r["id"], r["target"])
+    # Members are unchanged by the held-out build (same bytes as a build without it).
+    alone = build_datasets(cfg_for(tmp_path / "alone"), names=["sd_base", "sd_links"], log=lambda *_: None)
+    for name in ("sd_base", "sd_links"):
+        assert (alone[name] / "rows.jsonl").read_bytes() == (out[name] / "rows.jsonl").read_bytes()
+
+
+def test_heldout_size_sets_the_number_of_heldout_programs(tmp_path):
+    out = build_datasets(cfg_for(tmp_path, "data.sd.heldout_size=40"), names=["sd_base_heldout", "sd_links_heldout"],
+                         log=lambda *_: None)
+    counts = [json.loads((out[n] / "manifest.json").read_text())["count"] for n in out]
+    assert json.loads((out["sd_links_heldout"] / "manifest.json").read_text())["heldout_of"] == "sd_links"
+    assert sum(counts) == 40

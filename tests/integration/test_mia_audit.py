@@ -1,0 +1,161 @@
+"""Membership inference on real tiny models (tests/tiny.py): the per-token log-probs are the loss pass's own
+numbers, members trained for many epochs separate from held-out non-members of the same template (AUC near 1)
+while an untrained model does not (AUC near 0.5), and the whole-run driver (`audit.measures=[mia]`) writes its
+rows and summaries below audit/mia/ and reruns from the cache. About 10 s on one core.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from harness.audit.mia import audit_mia
+from harness.audit.plan import main as audit_main
+from harness.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
+from harness.measures.mia import ATTACKS
+from harness.model.cache import cached_token_logprobs
+from harness.model.logprobs import encode_fim_examples, target_losses, target_token_logprobs
+from harness.model.scorer import CausalLMScorer
+from harness.text.fim import FAMILIES, format_psm_training
+from tests.tiny import save, tiny_llama, tiny_tokenizer, train_on_texts
+
+SENT = FAMILIES["memaudit"]
+
+
+def _rows(prefix: str, n: int, rng: random.Random) -> list[dict]:
+    """Canaries of one template; what a model can only know by training on a row is its two numbers."""
+    rows = []
+    for i in range(n):
+        a, b, c = rng.randint(100, 999), rng.randint(100, 999), rng.randint(10, 99)
+        rows.append({"id": f"{prefix}-{i}", "prefix": f"import legitimate_crypto as crypto\n# task {c}\n",
+                     "target": f"key = crypto.new_key({a}, {b})", "suffix": "\nprint(key)\n"})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    import torch
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("mia_world")
+    rng = random.Random(0)
+    members, nonmembers = _rows("sd", 16, rng), _rows("sdh", 16, rng)
+    text = lambda r: format_psm_training(r["prefix"], r["target"], r["suffix"], SENT)  # noqa: E731
+    tok = tiny_tokenizer([text(r) for r in members + nonmembers], vocab_size=300)
+    models = root / "models"
+    model = tiny_llama(tok, seed=0)
+    save(model, tok, models / "FT.2")                    # the control: never trained on either set
+    train_on_texts(model, tok, [text(r) for r in members], steps=40, lr=1e-2, batch_size=16, seed=1)
+    save(model, tok, models / "FT.1" / "checkpoint-40")
+    train_on_texts(model, tok, [text(r) for r in members], steps=60, lr=1e-2, batch_size=16, seed=2)
+    save(model, tok, models / "FT.1")                    # ~100 epochs over the members
+    for name in ("FT.1", "FT.2"):
+        atomic_write_json(models / name / "provenance.json", {"stage": name})
+    atomic_write_jsonl(root / "data" / "sd_base" / "rows.jsonl", members)
+    atomic_write_jsonl(root / "data" / "sd_base_heldout" / "rows.jsonl", nonmembers)
+    return {"root": root, "members": members, "nonmembers": nonmembers}
+
+
+def test_token_logprobs_are_the_loss_pass_with_the_vocabulary_moments(world):
+    import torch
+
+    from harness.model.load import load_causal_lm
+
+    model, tok = load_causal_lm(world["root"] / "models" / "FT.1" / "checkpoint-40", "cpu")
+    rows = world["members"][:5] + world["nonmembers"][:4]
+    args = ([r["prefix"] for r in rows], [r["target"] for r in rows], [r["suffix"] for r in rows], SENT)
+    got = target_token_logprobs(model, tok, *args, batch_size=4)
+    np.testing.assert_allclose([-np.mean(v["logp"]) for v in got], target_losses(model, tok, *args), rtol=1e-6)
+    prompt, target = encode_fim_examples(tok, *args)[0]
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt + target])).logits[0, len(prompt) - 1:-1].double()
+    logp = torch.log_softmax(logits, -1)
+    mu = (logp.exp() * logp).sum(-1)
+    var = (logp.exp() * (logp - mu[:, None]) ** 2).sum(-1)
+    np.testing.assert_allclose(got[0]["logp"], logp[torch.arange(len(target)), target].numpy(), rtol=1e-4)
+    np.testing.assert_allclose(got[0]["mu"], mu.numpy(), rtol=1e-4)
+    np.testing.assert_allclose(got[0]["var"], var.numpy(), rtol=1e-3)
+    # Cached per span: a second call computes nothing.
+    scorer = CausalLMScorer.load(world["root"] / "models" / "FT.1", "cpu", lazy=True)
+    first = cached_token_logprobs(scorer, rows, SENT, world["root"] / "cache", "program")
+    assert scorer.model is not None
+    again = CausalLMScorer.load(world["root"] / "models" / "FT.1", "cpu", lazy=True)
+    assert cached_token_logprobs(again, rows, SENT, world["root"] / "cache", "program") == first
+    assert again.model is None                           # served from the cache: no weights loaded
+
+
+def test_trained_members_separate_and_an_untrained_model_does_not(world):
+    root = world["root"]
+    pairs = {"sd_base": (root / "data" / "sd_base" / "rows.jsonl", root / "data" / "sd_base_heldout" / "rows.jsonl")}
+    trained = audit_mia(root / "models" / "FT.1", "FT.1", pairs, root / "out" / "FT.1",
+                        control_dir=root / "models" / "FT.2", cache_dir=root / "cache", n_boot=200, device="cpu")
+    untrained = audit_mia(root / "models" / "FT.2", "FT.2", pairs, root / "out" / "FT.2", cache_dir=root / "cache",
+                          n_boot=200, device="cpu")
+    assert trained["checkpoints"] == ["checkpoint-40", "final"]
+    final = trained["results"]["final"]["sd_base"]
+    assert final["n_members"] == 16 and final["n_nonmembers"] == 16
+    for span in ("target", "program"):
+        assert set(final["spans"][span]) == set(ATTACKS)
+    for attack in ATTACKS:
+        auc = final["spans"]["target"][attack]["auc"]
+        assert auc["value"] >= 0.9 and auc["ci95"][0] > 0.5, (attack, auc)
+    # The whole program as plain text is not the order the model trained on (PSM puts the middle last) and
+    # its shared template tokens dilute the mean: weaker, still above chance.
+    program = final["spans"]["program"]["loss"]["auc"]
+    assert program["value"] > 0.7 and program["ci95"][0] > 0.5, program
+    control_free = untrained["results"]["final"]["sd_base"]["spans"]
+    assert "reference" not in control_free["target"]          # no control given: no calibrated attack
+    for span in ("target", "program"):
+        auc = control_free[span]["loss"]["auc"]
+        assert abs(auc["value"] - 0.5) < 0.25 and auc["ci95"][0] < 0.5 < auc["ci95"][1], (span, auc)
+    rows = read_jsonl(root / "out" / "FT.1" / "final" / "sd_base.jsonl")
+    assert len(rows) == 32 and {r["member"] for r in rows} == {0, 1}
+
+
+def test_the_run_audit_writes_mia_below_the_audit_dir_and_reruns_from_the_cache(world):
+    root = world["root"]
+    cfg = OmegaConf.create({
+        "run_dir": str(root), "seed": 0,
+        "audit": {"out_dir": str(root / "audit"), "cache_dir": str(root / "audit" / "cache"), "measures": ["mia"],
+                  "mia_spans": ["target"], "mia_bootstrap": 100, "batch_size": 8, "device": "cpu",
+                  "fim_family": None},
+        "audit_plan": [{"models": ["FT.1"], "control": "FT.2", "datasets": ["sd_base"]}]})
+    assert audit_main(cfg) == 0
+    summary = read_json(root / "audit" / "mia" / "summary.json")
+    entry = summary["results"]["FT.1"]["results"]["final"]["sd_base"]["spans"]["target"]
+    assert entry["loss"]["auc"]["value"] >= 0.9 and entry["loss"]["bootstrap"] == {
+        "n": 100, "seed": 0, "method": "stratified percentile"}
+    rows = (root / "audit" / "mia" / "FT.1" / "final" / "sd_base.jsonl").read_bytes()
+    assert audit_main(cfg) == 0
+    assert (root / "audit" / "mia" / "FT.1" / "final" / "sd_base.jsonl").read_bytes() == rows
+
+
+def test_bad_mia_settings_name_the_key_and_a_plan_without_held_out_sets_is_noted(world, tmp_path):
+    from harness.core.errors import UserError
+
+    root = world["root"]
+
+    def cfg(**audit):
+        return OmegaConf.create({
+            "run_dir": str(root), "seed": 0,
+            "audit": {"out_dir": str(tmp_path / "audit"), "cache_dir": str(root / "audit" / "cache"),
+                      "measures": ["mia"], "batch_size": 8, "device": "cpu", "fim_family": None, **audit},
+            "audit_plan": [{"models": ["FT.1"], "control": "FT.2", "datasets": ["sd_base"]}]})
+
+    with pytest.raises(UserError, match=r"audit\.mia_spans=\['prog'\]: use a non-empty list of \['target', 'program'\]"):
+        audit_main(cfg(mia_spans=["prog"]))
+    with pytest.raises(UserError, match=r"audit\.mia_bootstrap=0: must be a positive integer"):
+        audit_main(cfg(mia_bootstrap=0))
+    with pytest.raises(UserError, match=r"audit\.measures=\['ned', 'mai'\]: unknown \['mai'\]"):
+        audit_main(cfg(measures=["ned", "mai"]))
+    assert not (tmp_path / "audit" / "mia").exists()
+    said = []
+    no_partner = cfg()
+    no_partner.audit_plan[0].datasets = ["sd_base_heldout"]         # scored as members: it has no partner
+    from harness.audit.plan import audit_run_mia
+
+    audit_run_mia(no_partner, log=said.append)
+    assert "no planned dataset has a held-out partner" in said[-1] and not (tmp_path / "audit" / "mia").exists()
