@@ -182,3 +182,31 @@ def test_comparison_has_a_bar_per_method_with_its_training_evidence(fake_run):
     assert (out / "figures" / "preference_displacement.png").is_file() and (out / "figures" / "rlhf_vs_ipo.png").is_file()
     ids = [f["id"] for f in json.loads((out / "findings.json").read_text())["findings"]]
     assert {"V4", "V5", "V6", "V7", "P1", "P2", "P3"} <= set(ids)
+
+
+def test_report_html_leads_with_findings_then_comparison_and_folds_the_maps(fake_run):
+    """A reader sees what the run concluded first: contents, the findings table (status, rate with interval, why),
+    the comparison figure; then the evidence and details. Maps are grouped per model in folded sections, and no
+    table shows a raw key as a header."""
+    import re
+
+    assert run(["report", f"run_dir={fake_run}"]) == 0
+    html = (fake_run / "report" / "report.html").read_text()
+    h2 = re.findall(r"<h2 id='[^']+'>([^<]+)</h2>", html)
+    assert h2[0] == "Findings: what this run concluded"
+    assert h2[1].startswith("Memorization by training method")
+    assert h2[2] == "Memorization rates (final checkpoints)"
+    assert h2[-1].startswith("Provenance")
+    assert html.index("<nav><strong>Contents</strong>") < html.index("<h2")
+    contents = re.findall(r"<li><a href='#([^']+)'>", html)
+    assert contents == re.findall(r"<h2 id='([^']+)'>", html)            # every section listed, in order
+    assert html.index("<img alt='Memorization by training method'") < html.index("<h2 id='s-memorization-rates")
+    findings_header = re.search(r"<h2 id='s-findings[^']*'>.*?<tr>(.*?)</tr>", html, re.S).group(1)
+    assert re.findall(r"<th>([^<]+)</th>", findings_header) == [
+        "id", "finding", "status", "this run", "paper", "p", "why (when not holds)"]
+    assert "class='status-inconclusive'" in html
+    maps = html[html.index("id='s-memorization-maps"):]
+    assert maps.count("<details><summary>") == 4                         # one folded group per audited model
+    assert "<summary>FT.1: 2 map(s)</summary>" in maps
+    headers = re.findall(r"<th>([^<]+)</th>", html)
+    assert not [h for h in headers if "_" in h], headers                 # n_scored -> "scored", ci95 -> "95 % CI"
