@@ -128,11 +128,15 @@ def _anchor(text: str) -> str:
 _STYLE = ("body{font-family:sans-serif;max-width:1300px;margin:2em auto;padding:0 1em;line-height:1.35}"
           "table{border-collapse:collapse;font-size:13px;margin:.5em 0 1em}"
           "td,th{border:1px solid #bbb;padding:3px 6px;vertical-align:top;overflow-wrap:anywhere}"
-          "th{background:#eee;text-align:left}.tablebox{max-width:100%;overflow-x:auto}"
+          "th{background:#eee;text-align:left;overflow-wrap:normal}td.short{white-space:nowrap}"
+          ".tablebox{max-width:100%;overflow-x:auto}"
           "td.status-holds{background:#dff0d8}td.status-inconclusive{background:#fcf8e3}"
           "td.status-not-reproduced{background:#f2dede}"
           "details{margin:.4em 0;border:1px solid #ddd;padding:.3em .6em}summary{cursor:pointer;font-weight:bold}"
           "img{max-width:100%}nav ol{columns:2}")
+
+
+SHORT_CELL = 16          # characters: "not reproduced", "[0.492, 0.77]", "checkpoint-450"
 
 
 def _html_blocks(blocks: list[tuple], all_blocks: list[tuple]) -> list[str]:
@@ -150,7 +154,9 @@ def _html_blocks(blocks: list[tuple], all_blocks: list[tuple]) -> list[str]:
             parts.append("<div class='tablebox'><table><tr>"
                          + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr>")
             for row in body:
-                cells = [f"<td class='status-{_anchor(c)[2:]}'>" if i == status else "<td>" for i, c in enumerate(row)]
+                # A short value (a status, a number, an interval) stays on one line; long text wraps.
+                cells = [f"<td class='short status-{_anchor(c)[2:]}'>" if i == status else
+                         "<td class='short'>" if len(c) <= SHORT_CELL else "<td>" for i, c in enumerate(row)]
                 parts.append("<tr>" + "".join(f"{td}{html.escape(c)}</td>" for td, c in zip(cells, row)) + "</tr>")
             parts.append("</table></div>")
         elif kind == "img":
