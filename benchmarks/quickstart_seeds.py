@@ -1,4 +1,4 @@
-"""Findings of several runs of one experiment (one per seed) side by side, for the README's spread tables.
+"""Findings of several runs of one experiment (one per seed) side by side: the tables of docs/results.md.
 
     memaudit run experiment=quickstart                                   # seed 0 -> runs/quickstart
     memaudit run experiment=quickstart seed=1 run_dir=runs/quickstart_seed1
@@ -7,6 +7,14 @@
 
     python benchmarks/quickstart_seeds.py --one runs/quickstart          # one run's findings, in full
     python benchmarks/quickstart_seeds.py --one runs/findings            # the same for experiment=findings
+    python benchmarks/quickstart_seeds.py runs/findings_sd175 ... --ids F  # only the findings whose id starts with F
+
+    python benchmarks/quickstart_seeds.py --write docs/results.md [--root DIR]
+
+--write rebuilds every table of a markdown file that sits between
+    <!-- BEGIN generated: python benchmarks/quickstart_seeds.py ARGS -->  and  <!-- END generated -->
+by running ARGS (run directories relative to --root, default the current directory) and writes the file once
+(atomically). A table whose run directories are not on this machine is kept as recorded, and said so.
 
 Reads each run's report/findings.json (written by `memaudit report`) and run.json (wall time), and
 prints a markdown table: each finding's figure per seed and in how many seeds it holds, then the wall
@@ -17,6 +25,8 @@ verdict that is not `holds`). Nothing is recomputed: the numbers are the reports
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -29,6 +39,10 @@ def load_run(run_dir: Path) -> tuple[int | None, list[dict], float | None]:
     run = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").is_file() else {}
     seconds = run.get("wall_seconds")          # the whole `memaudit run` (data, training, audit, report)
     return run.get("seed"), findings, seconds
+
+
+def only_ids(findings: list[dict], prefixes: list[str] | None) -> list[dict]:
+    return [f for f in findings if not prefixes or any(f["id"].startswith(p) for p in prefixes)]
 
 
 def spread_table(runs: list[tuple[str, int | None, list[dict], float | None]]) -> str:
@@ -68,15 +82,64 @@ def one_run_table(findings: list[dict]) -> str:
 MARKS = {"holds": "✓", "not reproduced": "✗", "inconclusive": "?"}
 
 
+def table_for(args: list[str], root: Path) -> str:
+    """The table one command line prints (`--one RUN` or `RUN ...`, optionally `--ids F,N`)."""
+    ids = None
+    if "--ids" in args:
+        i = args.index("--ids")
+        ids, args = args[i + 1].split(","), args[:i] + args[i + 2:]
+    if args[0] == "--one":
+        return one_run_table(only_ids(load_run(root / args[1])[1], ids))
+    runs = []
+    for p in args:
+        seed, findings, seconds = load_run(root / p)
+        runs.append((p, seed, only_ids(findings, ids), seconds))
+    return spread_table(runs)
+
+
+GENERATED = re.compile(r"(<!-- BEGIN generated: python benchmarks/quickstart_seeds\.py (?P<args>[^>]*?) -->\n)"
+                       r"(?P<body>.*?)(\n<!-- END generated -->)", re.S)
+
+
+def write_generated(doc: Path, root: Path) -> int:
+    """Rebuild every marked table of `doc` whose runs exist under `root`; keep (and name) the others."""
+    from harness.core.io import atomic_write_text  # the project's one atomic write
+
+    text = doc.read_text(encoding="utf-8")
+    rebuilt, kept = [], []
+
+    def replace(match: re.Match) -> str:
+        args = shlex.split(match["args"])
+        missing = [a for a in args if not a.startswith("--") and "/" in a and not (root / a).is_dir()]
+        if missing:
+            kept.append(f"{match['args']} (not here: {', '.join(missing)})")
+            return match.group(0)
+        rebuilt.append(match["args"])
+        return match.group(1) + table_for(args, root) + match.group(4)
+
+    new = GENERATED.sub(replace, text)
+    if not rebuilt and not kept:
+        raise SystemExit(f"{doc}: no `<!-- BEGIN generated: python benchmarks/quickstart_seeds.py ... -->` block")
+    if new != text:
+        atomic_write_text(doc, new)
+    for args in rebuilt:
+        print(f"rebuilt: {args}")
+    for args in kept:
+        print(f"kept as recorded: {args}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
         return 2
-    if argv[0] == "--one":
-        print(one_run_table(load_run(Path(argv[1]))[1]))
-        return 0
-    runs = [(str(p), *load_run(Path(p))) for p in argv]
-    print(spread_table(runs))
+    root = Path(".")
+    if "--root" in argv:
+        i = argv.index("--root")
+        root, argv = Path(argv[i + 1]), argv[:i] + argv[i + 2:]
+    if argv[0] == "--write":
+        return write_generated(Path(argv[1]), root)
+    print(table_for(argv, root))
     return 0
 
 

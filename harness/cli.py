@@ -246,6 +246,19 @@ def run(argv: list[str]) -> int:
     return status
 
 
+def compose_only(argv: list[str]) -> list:
+    """The configs `memaudit <argv>` would run, composed and checked exactly as `run` composes them (one per
+    sweep point with -m), with nothing run or written: tests/unit/test_docs_commands.py composes every command
+    README.md and docs/ show with it, so a renamed key or experiment fails a test instead of a reader."""
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        raise UserError(f"unknown command {name!r}: one of {', '.join(COMMANDS)}")
+    multirun = any(a in ("-m", "--multirun") for a in rest)
+    overrides = [a for a in rest if a not in ("-m", "--multirun")]
+    points = expand_sweep(overrides) if multirun else [(overrides, {})]
+    return [compose(point_overrides, point) for point_overrides, point in points]
+
+
 def main(argv: list[str] | None = None) -> None:
     stay_offline()
     try:

@@ -10,7 +10,7 @@ one footing, the initial and the trained model score the stage's training pairs 
 gives per pair the implicit-reward margin Δ(chosen) - Δ(rejected): DPOTrainer's accuracy with the initial model
 as the reference, measured for every objective. Also recorded: the mean Δ of the chosen and of the rejected
 completions (the likelihood displacement: IPO lowers the rejected line far more than it raises the chosen one,
-README under F8), the share of pairs the trained model itself ranks chosen over rejected (what a reference-free
+docs/results.md under F8), the share of pairs the trained model itself ranks chosen over rejected (what a reference-free
 objective optimises) before and after, and the exact sign test of the margins. `preference_eval.json` in the
 stage directory, written before provenance.json; harness/report/evidence.py reads it.
 """

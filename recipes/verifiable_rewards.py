@@ -11,7 +11,7 @@ suffix, row fields) to a number in [0, 1]:
 
 - `identifier_reuse`: the share of the completion's distinct identifiers (Python names, keywords excluded) that
   occur in the prefix or suffix. A true PD.2 segment reuses the names around it; a foreign one mostly does not
-  (README, "What PD.2's labels need": this share ranks held-out PD.2 rows at AUC 0.83 with no training). A
+  (docs/what-was-tried.md, "What PD.2's labels need": this share ranks held-out PD.2 rows at AUC 0.83 with no training). A
   completion with no identifier scores 0.
 - `parses`: 1 when prefix + completion + suffix compiles (`compile`, nothing runs), else 0. The context must be a
   whole program for this to mean anything: an RL stage whose `context_chars` cuts its prompts makes every text

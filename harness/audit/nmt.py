@@ -260,7 +260,7 @@ def _run(cfg, trainer, s: NmtSettings, run_dir: Path, out: Path, seed: int, devi
     memorized = [r for r in alg1 if r["memorized"]]
     buckets = nmt.repetition_buckets([r["repetitions"] for r in alg1], [r["memorized"] for r in alg1])
     log(f"[nmt] {len(memorized)} memorized of {len(alg1)}; ratio by bucket "
-        f"{[b['ratio_pct'] for b in buckets['buckets']]}")
+        + " → ".join("–" if b["ratio_pct"] is None else f"{b['ratio_pct']:.1f} %" for b in buckets["buckets"]))
 
     alg2 = cache.load("algorithm2")
     if alg2 is None:

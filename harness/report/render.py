@@ -49,6 +49,25 @@ def default_group(prov: dict) -> str | None:
 
 
 # ---------------------------------------------------------------- document blocks
+# Blocks: ("h", level, text), ("p", text), ("table", headers, rows), ("img", path, caption), ("toc",): the list of
+# the document's sections, ("details", summary, [blocks]): a group a reader opens when they need it (HTML
+# <details>; in report.md a level-3 heading). Column keys stay the keys of summary.json; a table shows them as
+# words (COLUMN_LABELS, else the key with spaces).
+COLUMN_LABELS = {
+    "n_total": "examples", "n_excluded": "excluded", "excluded_by_reason": "excluded by reason", "n_scored": "scored",
+    "n_memorized": "memorized", "rate": "rate", "ci95": "95 % CI", "pii_regurgitation_rate": "PII regurgitated",
+    "control_pii_regurgitation_rate": "PII by control", "pii_counterfactual_rate": "PII counterfactual",
+    "pii_counterfactual_ci95": "PII counterfactual 95 % CI", "pii_chance_level": "PII chance level",
+    "ours": "this run", "claim": "finding", "p_value": "p", "why": "why (when not holds)",
+    "evidence_ok": "evidence passed", "memorized_by_source": "memorized by source",
+    "still_memorized": "still memorized", "auc": "AUC", "reward_model": "reward model",
+}
+
+
+def _label(column: str) -> str:
+    return COLUMN_LABELS.get(column, column.replace("_", " "))
+
+
 def _table(rows: list[dict], columns: list[str]) -> tuple[str, list[str], list[list[str]]]:
     def fmt(v: Any) -> str:
         if v is None:
@@ -60,7 +79,7 @@ def _table(rows: list[dict], columns: list[str]) -> tuple[str, list[str], list[l
         if isinstance(v, (list, tuple)):          # an interval: [low, high]
             return "[" + ", ".join(f"{x:.3g}" if isinstance(x, float) else str(x) for x in v) + "]"
         return str(v)
-    return ("table", columns, [[fmt(r.get(c)) for c in columns] for r in rows])
+    return ("table", [_label(c) for c in columns], [[fmt(r.get(c)) for c in columns] for r in rows])
 
 
 def _md(text: str) -> str:
@@ -88,29 +107,76 @@ def _to_markdown(blocks: list[tuple], out_dir: Path) -> str:
         elif kind == "img":
             link = urllib.parse.quote(Path(block[1]).relative_to(out_dir).as_posix())
             lines += [f"![{_md(block[2])}]({link})", ""]
+        elif kind == "toc":
+            lines += [f"- {_md(text)}" for text in _sections(blocks)] + [""]
+        elif kind == "details":
+            lines += [f"### {_md(block[1])}", "", _to_markdown(block[2], out_dir)]
     return "\n".join(lines)
 
 
-def _to_html(blocks: list[tuple], title: str) -> str:
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
-             "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}"
-             "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #bbb;padding:3px 6px}"
-             "img{max-width:100%}</style></head><body>"]
+def _sections(blocks: list[tuple]) -> list[str]:
+    """The level-2 headings, in order: the report's contents."""
+    return [b[2] for b in blocks if b[0] == "h" and b[1] == 2]
+
+
+def _anchor(text: str) -> str:
+    return "s-" + re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+# Tables fit the page (1400 px and narrower): cells wrap anywhere, a wide table gets its own scroll box rather
+# than widening the page; long evidence strings wrap in their cell (benchmarks/report_screenshots.py checks it).
+_STYLE = ("body{font-family:sans-serif;max-width:1300px;margin:2em auto;padding:0 1em;line-height:1.35}"
+          "table{border-collapse:collapse;font-size:13px;margin:.5em 0 1em}"
+          "td,th{border:1px solid #bbb;padding:3px 6px;vertical-align:top;overflow-wrap:anywhere}"
+          "th{background:#eee;text-align:left;overflow-wrap:normal}td.short{white-space:nowrap}"
+          ".tablebox{max-width:100%;overflow-x:auto}"
+          "td.status-holds{background:#dff0d8}td.status-inconclusive{background:#fcf8e3}"
+          "td.status-not-reproduced{background:#f2dede}"
+          "details{margin:.4em 0;border:1px solid #ddd;padding:.3em .6em}summary{cursor:pointer;font-weight:bold}"
+          "img{max-width:100%}nav ol{columns:2}")
+
+
+SHORT_CELL = 16          # characters: "not reproduced", "[0.492, 0.77]", "checkpoint-450"
+
+
+def _html_blocks(blocks: list[tuple], all_blocks: list[tuple]) -> list[str]:
+    parts = []
     for block in blocks:
         kind = block[0]
         if kind == "h":
-            parts.append(f"<h{block[1]}>{html.escape(block[2])}</h{block[1]}>")
+            anchor = f" id='{_anchor(block[2])}'" if block[1] == 2 else ""
+            parts.append(f"<h{block[1]}{anchor}>{html.escape(block[2])}</h{block[1]}>")
         elif kind == "p":
             parts.append(f"<p>{html.escape(block[1])}</p>")
         elif kind == "table":
             _, cols, body = block
-            parts.append("<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr>")
-            parts += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in body]
-            parts.append("</table>")
+            status = cols.index("status") if "status" in cols else None
+            parts.append("<div class='tablebox'><table><tr>"
+                         + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr>")
+            for row in body:
+                # A short value (a status, a number, an interval) stays on one line; long text wraps.
+                cells = [f"<td class='short status-{_anchor(c)[2:]}'>" if i == status else
+                         "<td class='short'>" if len(c) <= SHORT_CELL else "<td>" for i, c in enumerate(row)]
+                parts.append("<tr>" + "".join(f"{td}{html.escape(c)}</td>" for td, c in zip(cells, row)) + "</tr>")
+            parts.append("</table></div>")
         elif kind == "img":
             data = base64.b64encode(Path(block[1]).read_bytes()).decode()
             parts.append(f"<figure><img alt='{html.escape(block[2])}' src='data:image/png;base64,{data}'>"
                          f"<figcaption>{html.escape(block[2])}</figcaption></figure>")
+        elif kind == "toc":
+            items = "".join(f"<li><a href='#{_anchor(t)}'>{html.escape(t)}</a></li>" for t in _sections(all_blocks))
+            parts.append(f"<nav><strong>Contents</strong><ol>{items}</ol></nav>")
+        elif kind == "details":
+            parts.append(f"<details><summary>{html.escape(block[1])}</summary>")
+            parts += _html_blocks(block[2], all_blocks)
+            parts.append("</details>")
+    return parts
+
+
+def _to_html(blocks: list[tuple], title: str) -> str:
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+             f"<style>{_STYLE}</style></head><body>"]
+    parts += _html_blocks(blocks, blocks)
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -341,7 +407,7 @@ def _findings_section(cfg, audits: dict[Path, Path], grouped: dict, evidence: di
     nmt = json.loads(Path(nmt_path).read_text()) if nmt_path and Path(nmt_path).is_file() else None
     loss_rows = [r for audit in audits.values() for r in load_loss_rows(audit)]
     table = findings(RunResults(grouped, evidence, loss_rows, nmt, k, roles, mia or {}))
-    blocks.append(("h", 2, "Findings of the papers, checked on this run"))
+    blocks.append(("h", 2, "Findings: what this run concluded"))
     blocks.append(("p", "A finding holds only when the stages it depends on trained (evidence), its rule's "
                         "margin is met, and a comparison passes an exact test (McNemar on the same examples) at "
                         "p < 0.05. 'inconclusive' names what is missing; 'not measured' means the run has no "
@@ -349,7 +415,10 @@ def _findings_section(cfg, audits: dict[Path, Path], grouped: dict, evidence: di
     rows = [{**f, "p_value": f["p_value"], "why": f["reason"] or f["note"],
              "evidence": "; ".join(f"{e['check']} = {_fmt_value(e['value'])} {'ok' if e['ok'] else 'FAILS'} "
                                    f"({e['threshold']})" for e in f["evidence"])} for f in table]
-    blocks.append(_table(rows, ["id", "claim", "paper", "ours", "status", "p_value", "why", "rule", "evidence"]))
+    # What the run concluded first; each finding's rule and the evidence checks behind it (long strings) folded.
+    blocks.append(_table(rows, ["id", "claim", "status", "ours", "paper", "p_value", "why"]))
+    blocks.append(("details", "Each finding's rule and the training evidence it checked",
+                   [_table(rows, ["id", "rule", "evidence"])]))
     summary["findings"] = table
     atomic_write_json(out_dir / "findings.json", {"findings": table, "nmt_summary": nmt_path,
                                                   "evidence": evidence})
@@ -399,6 +468,27 @@ def _comparison_section(rcfg, prov: dict, entries: list[dict], grouped: dict, ev
         blocks.append(_table(mia_rows, ["group", "model", "dataset", "rate", "ci95", "n_scored", "best_attack", "auc",
                                         "auc_ci95", "tpr_at_fpr_1%", "n_members", "n_nonmembers"]))
         summary["comparison_mia"] = mia_rows
+
+
+def _maps_section(grouped: dict, finals: list[dict], rcfg, k: float, fig_dir: Path, blocks: list) -> None:
+    """Fig. 3 / 8: a map per audited model and dataset (final checkpoint), grouped by model, each group folded."""
+    map_datasets = set(rcfg.get("map_datasets") or [])
+    by_model: dict[str, list[tuple]] = defaultdict(list)
+    for e in sorted(finals, key=lambda e: (e["model"], e["dataset"])):
+        if map_datasets and e["dataset"] not in map_datasets:
+            continue
+        rows = grouped[(e["model"], e["checkpoint"], e["dataset"])]
+        path = F.memorization_map(rows, k, f"{e['model']} vs control on {e['dataset']}",
+                                  fig_dir / f"map_{_slug(e['model'])}_{_slug(e['dataset'])}.png")
+        by_model[e["model"]].append(("img", str(path), f"{e['model']} on {e['dataset']}"))
+    if not by_model:
+        return
+    blocks.append(("h", 2, "Memorization maps (paper 003 Fig. 3, Fig. 8)"))
+    blocks.append(("p", "One point per example: the control's distance to the target (x) against the audited model's "
+                        "(y); memorized examples lie in the shaded corner (control above k, model at or below). "
+                        "One group per model, a map per dataset."))
+    for model, images in by_model.items():
+        blocks.append(("details", f"{model}: {len(images)} map(s)", images))
 
 
 def _fmt_value(v: Any) -> str:
@@ -526,29 +616,33 @@ def render_report(cfg) -> int:
         prov.update(p)
     entries = A.summary_entries(grouped)
     summary: dict[str, Any] = {"entries": entries}
-    blocks: list[tuple] = [("h", 1, f"memaudit report: {', '.join(r.name for r in runs)}"),
-                           ("p", f"Memorization = {k}-approximate counterfactual memorization (paper 003 Def. 3.1) "
-                                 "with sliding-window normalized edit distance; rates are over scored (not excluded) "
-                                 "examples. Every checkpoint of every model is listed.")]
+    head: list[tuple] = [("h", 1, f"memaudit report: {', '.join(r.name for r in runs)}"),
+                         ("p", f"Memorization = {k}-approximate counterfactual memorization (paper 003 Def. 3.1) "
+                               "with sliding-window normalized edit distance; rates are over scored (not excluded) "
+                               "examples. Every checkpoint of every model is listed."),
+                         ("toc",)]
+    # The report leads with what the run concluded (`lead`: the findings, then the comparison figure); `blocks`
+    # holds the evidence and details after it, in the order a reader checks a conclusion.
+    lead: list[tuple] = []
+    blocks: list[tuple] = []
 
     blocks.append(("h", 2, "Memorization rates (final checkpoints)"))
-    cols = ["model", "checkpoint", "dataset", "n_total", "n_excluded", "excluded_by_reason", "n_scored", "n_memorized", "rate", "ci95",
-            "pii_regurgitation_rate", "control_pii_regurgitation_rate", "pii_counterfactual_rate",
-            "pii_counterfactual_ci95", "pii_chance_level"]
-    blocks.append(_table(A.final_entries(entries), cols))
+    finals = A.final_entries(entries)
+    blocks.append(_table(finals, ["model", "checkpoint", "dataset", "n_scored", "n_memorized", "rate", "ci95",
+                                  "n_excluded", "excluded_by_reason"]))
+    pii = [e for e in finals if e.get("pii_regurgitation_rate") is not None]
+    if pii:
+        blocks.append(("p", "PII paths (SD.Links, paper 003 Sec. 5.1-5.2): the share of scored positives whose "
+                            "completion contains the example's path verbatim, for the model and its control; "
+                            "counterfactual: the model does and the control does not; chance level: 1 / distinct "
+                            "paths."))
+        blocks.append(_table(pii, ["model", "checkpoint", "dataset", "pii_regurgitation_rate",
+                                   "control_pii_regurgitation_rate", "pii_counterfactual_rate",
+                                   "pii_counterfactual_ci95", "pii_chance_level"]))
     _breakdown_section(grouped, entries, fig_dir, blocks, summary)
 
-    # Fig. 3 / 8: maps for the final checkpoint of each audited model on each dataset.
-    map_datasets = set(rcfg.get("map_datasets") or [])
-    blocks.append(("h", 2, "Memorization maps (paper 003 Fig. 3, Fig. 8)"))
-    for e in sorted(A.final_entries(entries), key=lambda e: (e["model"], e["dataset"])):
-        if map_datasets and e["dataset"] not in map_datasets:
-            continue
-        rows = grouped[(e["model"], e["checkpoint"], e["dataset"])]
-        path = F.memorization_map(rows, k, f"{e['model']} vs control on {e['dataset']}",
-                                  fig_dir / f"map_{_slug(e['model'])}_{_slug(e['dataset'])}.png")
-        blocks.append(("img", str(path), f"{e['model']} on {e['dataset']}"))
-
+    evidence = _run_evidence(runs, prov, audits)
+    _training_section(evidence, runs, fig_dir, blocks, summary)
     _persistence_section(grouped, prov, k, fig_dir, blocks, summary)
 
     # Fig. 2: reward-score distributions by label.
@@ -583,16 +677,16 @@ def render_report(cfg) -> int:
     mia = _mia(audits)
     _mia_section(mia, entries, fig_dir, blocks, summary)
     _utility_section(runs, audits, blocks, summary)
-
-    evidence = _run_evidence(runs, prov, audits)
-    _comparison_section(rcfg, prov, entries, grouped, evidence, k, fig_dir, blocks, summary, mia)
-    _training_section(evidence, runs, fig_dir, blocks, summary)
-    _findings_section(cfg, audits, grouped, evidence, k, blocks, summary, out_dir, mia)
+    _maps_section(grouped, finals, rcfg, k, fig_dir, blocks)
 
     blocks.append(("h", 2, "Provenance (paper 003 Table 1, generated from provenance.json)"))
     blocks.append(_table(table, ["model", "stage", "init", "reward_model", "datasets", "hyper_parameters",
                                  "git_commit"]))
     summary["provenance_table"] = table
+
+    _findings_section(cfg, audits, grouped, evidence, k, lead, summary, out_dir, mia)
+    _comparison_section(rcfg, prov, entries, grouped, evidence, k, fig_dir, lead, summary, mia)
+    blocks = head + lead + blocks
 
     out_dir.mkdir(parents=True, exist_ok=True)
     title = f"memaudit report: {', '.join(r.name for r in runs)}"

@@ -1,0 +1,89 @@
+"""Every `memaudit ...` command README.md and docs/*.md show composes (harness.cli.compose_only: the config keys,
+experiments, sweeps and stage overrides resolve and validate; nothing trains), so a renamed key or experiment
+breaks this test instead of the reader who copies the command. For `run` and `train` the experiment's stages are
+planned too (recipes.pipeline.plan), and every audit-plan model must be one of them."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from harness.cli import compose_only
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# A template that names a placeholder (`experiment=<name>`, `key=value ...`) is a pattern, not a command.
+PLACEHOLDER = re.compile(r"<[^>]*>|\.\.\.|\[key=value")
+
+
+def _code_lines(text: str) -> list[str]:
+    """Lines of fenced and indented code blocks (continuations joined), and inline code spans."""
+    lines: list[str] = []
+    for block in re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S):
+        lines += block.replace("\\\n", " ").splitlines()
+    unfenced = re.sub(r"```.*?```", "", text, flags=re.S)
+    indented = re.findall(r"(?m)^(?: {4}.*\n?)+", unfenced)
+    for block in indented:
+        lines += re.sub(r"\\\n\s*", " ", block).splitlines()
+    lines += re.findall(r"`([^`\n]+)`", unfenced)
+    return [line.strip() for line in lines]
+
+
+def _memaudit_argv(line: str) -> list[str] | None:
+    """`memaudit <command> ...` (also `python -m harness ...`, `accelerate launch ... -m harness ...`) as argv."""
+    line = line.split(" #", 1)[0].strip()
+    match = re.search(r"(?:^|\s)(?:\.venv/bin/)?memaudit\s+(.*)$|-m harness\s+(.*)$", line)
+    if not match or PLACEHOLDER.search(line):
+        return None
+    argv = shlex.split(match.group(1) or match.group(2))
+    # `memaudit run` alone in a sentence names the command; a command to copy has settings.
+    return argv if len(argv) >= 2 and not argv[0].startswith("-") else None
+
+
+def documented_commands() -> list[tuple[str, list[str]]]:
+    found = {}
+    for doc in DOCS:
+        for line in _code_lines(doc.read_text(encoding="utf-8")):
+            argv = _memaudit_argv(line)
+            if argv:
+                found.setdefault(" ".join(argv), (doc.name, argv))
+    return list(found.values())
+
+
+COMMANDS = documented_commands()
+
+
+def test_the_docs_show_the_commands_a_newcomer_needs():
+    shown = {" ".join(argv) for _, argv in COMMANDS}
+    for needed in ("run experiment=quickstart", "run experiment=findings", "check model=qwen2.5_coder_1.5b",
+                   "run experiment=preference_objectives", "run experiment=findings_rlvr"):
+        assert any(needed in line for line in shown), needed
+    assert any("audit.model_dir=" in line and "audit.control_dir=" in line for line in shown)
+    assert any("data.canaries.file=" in line for line in shown)
+
+
+@pytest.mark.parametrize("doc,argv", COMMANDS, ids=[" ".join(argv)[:90] for _, argv in COMMANDS])
+def test_every_documented_command_composes(doc, argv):
+    from recipes.pipeline import plan
+
+    for cfg in compose_only(argv):
+        if argv[0] in ("run", "train"):
+            planned = plan(cfg)
+            names = {s.name for s in planned}
+            for entry in cfg.get("audit_plan") or []:
+                assert set(entry["models"]) <= names, (doc, entry)
+            if argv[0] == "train":
+                assert cfg.stage in names | {s.model_name for s in planned}, (doc, cfg.stage)
+
+
+def test_a_renamed_key_is_caught():
+    """The check can fail: a key no config has is refused with the key's name."""
+    from harness.core.errors import UserError
+
+    with pytest.raises(UserError, match="no_such_key"):
+        compose_only(["run", "experiment=quickstart", "audit.no_such_key=1"])
+    with pytest.raises(UserError):
+        compose_only(["run", "experiment=no_such_experiment"])
