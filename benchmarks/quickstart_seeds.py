@@ -9,6 +9,8 @@
     python benchmarks/quickstart_seeds.py --one runs/findings            # the same for experiment=findings
     python benchmarks/quickstart_seeds.py runs/findings_sd175 ... --ids F  # only the findings whose id starts with F
 
+    python benchmarks/quickstart_seeds.py --mia runs/quickstart          # extraction beside membership inference
+
     python benchmarks/quickstart_seeds.py --write docs/results.md [--root DIR]
 
 --write rebuilds every table of a markdown file that sits between
@@ -79,6 +81,30 @@ def one_run_table(findings: list[dict]) -> str:
     return "\n".join(lines)
 
 
+ATTACK_NAMES = {"loss": "LOSS", "zlib": "zlib", "min_k": "Min-K%", "min_k_plus_plus": "Min-K%++",
+                "reference": "reference (control-calibrated)"}
+
+
+def _pct(rate, ci) -> str:
+    return "–" if rate is None else f"{100 * rate:.1f} % [{100 * ci[0]:.0f}–{100 * ci[1]:.0f}]"
+
+
+def mia_table(run_dir: Path) -> str:
+    """Extraction beside membership inference (report/summary.json `comparison_mia`, written when the audit ran
+    `audit.measures=[...,mia]`): per model and dataset, the extraction rate with its interval and n, the best
+    attack's AUC with its bootstrap interval and its TPR at 1 % FPR, and the number of members / non-members."""
+    rows = json.loads((run_dir / "report" / "summary.json").read_text()).get("comparison_mia") or []
+    lines = ["| model | dataset | extraction [95 % CI] (n) | best attack | AUC [95 % CI] | TPR at 1 % FPR | "
+             "members / held out |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        auc = "–" if r.get("auc") is None else f"{r['auc']:.2f} [{r['auc_ci95'][0]:.2f}, {r['auc_ci95'][1]:.2f}]"
+        tpr = r.get("tpr_at_fpr_1%")
+        lines.append(f"| {r['model']} | {r['dataset']} | {_pct(r.get('rate'), r.get('ci95'))} ({r.get('n_scored')}) | "
+                     f"{ATTACK_NAMES.get(r.get('best_attack'), r.get('best_attack') or '–')} | {auc} | "
+                     f"{'–' if tpr is None else f'{tpr:.2f}'} | {r.get('n_members')} / {r.get('n_nonmembers')} |")
+    return "\n".join(lines)
+
+
 MARKS = {"holds": "✓", "not reproduced": "✗", "inconclusive": "?"}
 
 
@@ -88,6 +114,8 @@ def table_for(args: list[str], root: Path) -> str:
     if "--ids" in args:
         i = args.index("--ids")
         ids, args = args[i + 1].split(","), args[:i] + args[i + 2:]
+    if args[0] == "--mia":
+        return mia_table(root / args[1])
     if args[0] == "--one":
         return one_run_table(only_ids(load_run(root / args[1])[1], ids))
     runs = []
