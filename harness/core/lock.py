@@ -94,12 +94,24 @@ def _missing_parents(directory: Path) -> list[Path]:
     return list(reversed(missing))
 
 
+def _make_dir(directory: Path, attempts: int = 100) -> None:
+    """`mkdir -p`, tolerating a race: a process that lost the lock removes the empty directories it created
+    (_remove_empty), which can happen between another's failed mkdir (EEXIST) and its is_dir() check."""
+    for _ in range(attempts - 1):
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            return
+        except FileExistsError:
+            continue
+    directory.mkdir(parents=True, exist_ok=True)
+
+
 def _acquire(directory: Path, key: str, command: str) -> HeldLock:
     require_creatable_dir(key, directory)
     created = _missing_parents(directory)
     path = directory / LOCK_FILE
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        _make_dir(directory)
         while True:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
             try:
