@@ -10,6 +10,8 @@
     python benchmarks/quickstart_seeds.py runs/findings_sd175 ... --ids F  # only the findings whose id starts with F
 
     python benchmarks/quickstart_seeds.py --mia runs/quickstart          # extraction beside membership inference
+    python benchmarks/quickstart_seeds.py --rl runs/findings_rlvr runs/findings_rlvr_only_seed1 --models RLVR
+                                      # each RL point's training evidence (reward, its AUC, reward rise, KL)
 
     python benchmarks/quickstart_seeds.py --write docs/results.md [--root DIR]
 
@@ -105,15 +107,52 @@ def mia_table(run_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def _held_out_auc(point: dict, reward_models: list[dict]) -> float | None:
+    """The reward's ranking of held-out labelled rows: the function's (stored with the point) or the reward
+    model's `eval` split."""
+    if point.get("reward_heldout_auc") is not None:
+        return point["reward_heldout_auc"]
+    aucs = [r["auc"] for r in reward_models if r.get("reward_model") == point.get("reward_model")
+            and r.get("split") == "eval" and r.get("auc") is not None]
+    return min(aucs) if aucs else None
+
+
+def rl_table(run_dirs: list[Path], prefixes: list[str] | None) -> str:
+    """Per RL point of each run (report/summary.json `training`), the evidence its findings read: the reward and
+    its held-out AUC, the reward rise on the fixed prompts in initial spreads, prompts up / down with the sign
+    test's p, and the final KL to the reference."""
+    lines = ["| seed | model | reward | held-out AUC | reward rise (initial sd) | prompts up / down (p) | "
+             "final KL (nats/token) |", "|---|---|---|---|---|---|---|"]
+    for run_dir in run_dirs:
+        seed = load_run(run_dir)[0]
+        training = json.loads((run_dir / "report" / "summary.json").read_text()).get("training") or {}
+        for point in sorted(training.get("rl") or [], key=lambda p: p["model"]):
+            if prefixes and not any(point["model"].startswith(x) for x in prefixes):
+                continue
+            auc, rise, kl, p = (_held_out_auc(point, training.get("reward_models") or []),
+                                point.get("eval_change_in_sd"), point.get("kl_final"), point.get("eval_p_value"))
+            lines.append(f"| {seed} | {point['model']} | {point.get('reward_function') or point.get('reward_model')} | "
+                         f"{'–' if auc is None else f'{auc:.2f}'} | {'–' if rise is None else f'{rise:+.2f}'} | "
+                         f"{point.get('eval_up')} / {point.get('eval_down')} ({'–' if p is None else f'{p:.2g}'}) | "
+                         f"{'–' if kl is None else f'{kl:.3f}'} |")
+    return "\n".join(lines)
+
+
 MARKS = {"holds": "✓", "not reproduced": "✗", "inconclusive": "?"}
 
 
 def table_for(args: list[str], root: Path) -> str:
-    """The table one command line prints (`--one RUN` or `RUN ...`, optionally `--ids F,N`)."""
-    ids = None
+    """The table one command line prints (`--one RUN` or `RUN ...`, optionally `--ids F,N`; `--rl RUN ...`,
+    optionally `--models RLVR,RLFT`)."""
+    ids = models = None
     if "--ids" in args:
         i = args.index("--ids")
         ids, args = args[i + 1].split(","), args[:i] + args[i + 2:]
+    if "--models" in args:
+        i = args.index("--models")
+        models, args = args[i + 1].split(","), args[:i] + args[i + 2:]
+    if args[0] == "--rl":
+        return rl_table([root / a for a in args[1:]], models)
     if args[0] == "--mia":
         return mia_table(root / args[1])
     if args[0] == "--one":

@@ -69,3 +69,23 @@ def test_results_md_marks_every_recorded_findings_table():
     assert len(blocks) == 6
     outside = _module().GENERATED.sub("", text)
     assert "| id | finding | paper | this run |" not in outside and "| id | paper | seed 0 |" not in outside
+
+
+def test_rl_table_reads_each_points_evidence_and_the_reward_models_held_out_auc(tmp_path):
+    """`--rl RUN ... --models PREFIX`: one row per RL point of each run, a function's AUC from the point, a reward
+    model's from its `eval` split (not its training rows), filtered by model-name prefix."""
+    _run(tmp_path, "runs/a", 0, [], 100)
+    _run(tmp_path, "runs/b", 1, [], 100)
+    point = {"eval_change_in_sd": 0.933, "eval_up": 38, "eval_down": 10, "eval_p_value": 6.17e-05, "kl_final": 0.1727}
+    training = {"reward_models": [{"reward_model": "RM.1", "split": "train", "auc": 0.98},
+                                  {"reward_model": "RM.1", "split": "eval", "auc": 0.519}],
+                "rl": [{**point, "model": "RLVR.4/lr=3e-4", "reward_function": "identifier_reuse",
+                        "reward_heldout_auc": 0.8546},
+                       {**point, "model": "RLFT.1/beta=0.1", "reward_model": "RM.1", "eval_change_in_sd": -0.0294}]}
+    for name in ("runs/a", "runs/b"):
+        (tmp_path / name / "report" / "summary.json").write_text(json.dumps({"training": training}))
+    table = _module().table_for(["--rl", "runs/a", "runs/b"], tmp_path)
+    assert "| 0 | RLVR.4/lr=3e-4 | identifier_reuse | 0.85 | +0.93 | 38 / 10 (6.2e-05) | 0.173 |" in table
+    assert "| 1 | RLFT.1/beta=0.1 | RM.1 | 0.52 | -0.03 | 38 / 10 (6.2e-05) | 0.173 |" in table
+    only = _module().table_for(["--rl", "runs/a", "--models", "RLVR"], tmp_path)
+    assert "RLVR.4" in only and "RLFT.1" not in only and only.count("\n") == 2
