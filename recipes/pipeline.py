@@ -47,7 +47,7 @@ from harness.core.io import atomic_write_json, read_json
 from harness.core.layout import (HELDOUT_BUILT, TRAINER_STATE, audit_dir, check_listed_name, check_model_name,
                                  checkpoint_dirs, data_dir, heldout_dataset, models_dir, report_dir, stale_dir)
 from harness.core.lock import LOCK_FILE
-from harness.core.provenance import provenance
+from harness.core.provenance import git_commit, provenance
 from recipes.check import run_preflight
 from recipes.common import (PROVENANCE_FILE, StageContext, is_complete, latest_checkpoint, require_tensorboard,
                             resolve_device, settings_match)
@@ -618,12 +618,15 @@ def run_main(cfg, measurement: Measurement) -> int:
     require_tensorboard(cfg.get("tensorboard", False))      # refused before anything is written
     print(f"[memaudit] run {cfg.get('experiment_name')} in {run_dir}: "
           f"{len(planned)} model(s): {', '.join(s.model_name for s in planned)}", flush=True)
-    write_run_record(cfg, run_dir, [])
+    # run.json is rewritten as the run goes, and `git_commit` is read at each write: a checkout that moved while
+    # the run trained would otherwise name only the later commit, so the one the run started from is kept too.
+    at_start = git_commit()
+    write_run_record(cfg, run_dir, [], git_commit_at_start=at_start)
     results = train_all(cfg, planned, run_dir, measurement)
-    write_run_record(cfg, run_dir, results)
+    write_run_record(cfg, run_dir, results, git_commit_at_start=at_start)
     after_training(cfg, measurement)
     seconds = time.time() - start
-    write_run_record(cfg, run_dir, results, wall_seconds=round(seconds, 1))
+    write_run_record(cfg, run_dir, results, wall_seconds=round(seconds, 1), git_commit_at_start=at_start)
     if is_main_process():
         where = f"results in {run_dir}"
         if "report" in list(cfg.get("after_training") or []):

@@ -153,6 +153,7 @@ def test_run_record_has_config_commit_and_stage_statuses(smoke):
     assert record["config"]["audit_plan"][0]["control"] == "FT.2"
     assert [s["model"] for s in record["stages"]] == MODELS
     assert "git_commit" in record and record["packages"]
+    assert record["git_commit_at_start"] == record["git_commit"]     # the checkout did not move during the run
     assert record["wall_seconds"] >= sum(s["seconds"] for s in record["stages"])
 
 
