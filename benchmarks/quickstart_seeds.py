@@ -12,6 +12,7 @@
     python benchmarks/quickstart_seeds.py --mia runs/quickstart          # extraction beside membership inference
     python benchmarks/quickstart_seeds.py --rl runs/findings_rlvr runs/findings_rlvr_only_seed1 --models RLVR
                                       # each RL point's training evidence (reward, its AUC, reward rise, KL)
+    python benchmarks/quickstart_seeds.py --pref runs/preference_objectives   # each preference model's fit and rates
 
     python benchmarks/quickstart_seeds.py --write docs/results.md [--root DIR]
 
@@ -138,6 +139,26 @@ def rl_table(run_dirs: list[Path], prefixes: list[str] | None) -> str:
     return "\n".join(lines)
 
 
+def pref_table(run_dir: Path) -> str:
+    """Per preference model (report/summary.json `training.ipo`, recipes/preference_eval.py): how well it fit its
+    pairs (pair accuracy with its Wilson interval and n; the mean change of the chosen and the rejected completion's
+    summed log-probability from the initial model) beside its final memorization rate on each audited SD set."""
+    summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    rates = {(r["model"], r["dataset"]): r for r in summary.get("comparison") or []}
+    datasets = sorted({d for _, d in rates if d.startswith("sd_")})
+    lines = ["| model | objective | pair accuracy [95 % CI] (n) | Δ chosen / Δ rejected log-prob (nats) | "
+             + " | ".join(datasets) + " |", "|---|---|---|---|" + "---|" * len(datasets)]
+    for m in sorted(summary.get("training", {}).get("ipo") or [], key=lambda m: m["model"]):
+        acc, ci, n = m.get("pair_accuracy"), m.get("pair_accuracy_ci95") or [0, 0], m.get("pair_n")
+        fit = "–" if acc is None else f"{acc:.2f} [{ci[0]:.2f}, {ci[1]:.2f}] ({n})"
+        cells = [f"{_pct(r['rate'], r['ci95'])} ({r['n_scored']})" if (r := rates.get((m["model"], d))) else "–"
+                 for d in datasets]
+        lines.append(f"| {m['model']} | {m.get('objective') or 'ipo'} | {fit} | "
+                     f"{m.get('pair_chosen_change', 0):+.1f} / {m.get('pair_rejected_change', 0):+.1f} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 MARKS = {"holds": "✓", "not reproduced": "✗", "inconclusive": "?"}
 
 
@@ -151,6 +172,8 @@ def table_for(args: list[str], root: Path) -> str:
     if "--models" in args:
         i = args.index("--models")
         models, args = args[i + 1].split(","), args[:i] + args[i + 2:]
+    if args[0] == "--pref":
+        return pref_table(root / args[1])
     if args[0] == "--rl":
         return rl_table([root / a for a in args[1:]], models)
     if args[0] == "--mia":

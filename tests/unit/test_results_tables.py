@@ -89,3 +89,22 @@ def test_rl_table_reads_each_points_evidence_and_the_reward_models_held_out_auc(
     assert "| 1 | RLFT.1/beta=0.1 | RM.1 | 0.52 | -0.03 | 38 / 10 (6.2e-05) | 0.173 |" in table
     only = _module().table_for(["--rl", "runs/a", "--models", "RLVR"], tmp_path)
     assert "RLVR.4" in only and "RLFT.1" not in only and only.count("\n") == 2
+
+
+def test_pref_table_puts_each_objectives_fit_beside_its_rates(tmp_path):
+    """`--pref RUN`: per preference model its pair accuracy (interval, n), the chosen / rejected log-prob change,
+    and its final rate on every audited SD set (a set it was not audited on reads –)."""
+    _run(tmp_path, "runs/p", 0, [], 100)
+    summary = {"training": {"ipo": [{"model": "PREF/objective=dpo", "objective": "dpo", "pair_accuracy": 1.0,
+                                     "pair_accuracy_ci95": [0.9408, 1.0], "pair_n": 61, "pair_chosen_change": 32.58,
+                                     "pair_rejected_change": -19.69}]},
+               "comparison": [{"model": "PREF/objective=dpo", "dataset": "sd_base", "rate": 0.0,
+                               "ci95": [0.0, 0.084], "n_scored": 42},
+                              {"model": "FT.3", "dataset": "sd_links_pos", "rate": 0.5, "ci95": [0.3, 0.7],
+                               "n_scored": 18},
+                              {"model": "FT.3", "dataset": "pd_eval", "rate": 0.0, "ci95": [0, 0.06], "n_scored": 60}]}
+    (tmp_path / "runs/p/report/summary.json").write_text(json.dumps(summary))
+    table = _module().table_for(["--pref", "runs/p"], tmp_path)
+    assert table.splitlines()[0].endswith("| sd_base | sd_links_pos |")        # SD sets only, not pd_eval
+    assert "| PREF/objective=dpo | dpo | 1.00 [0.94, 1.00] (61) | +32.6 / -19.7 | 0.0 % [0–8] (42) | – |" in table
+    assert "FT.3" not in table
