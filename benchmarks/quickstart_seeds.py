@@ -187,8 +187,10 @@ def table_for(args: list[str], root: Path) -> str:
     return spread_table(runs)
 
 
+# A block's body never crosses another marker, so an empty block (BEGIN then END on the next line, as a new one
+# is written) is rebuilt in place instead of swallowing the text up to the next block's END.
 GENERATED = re.compile(r"(<!-- BEGIN generated: python benchmarks/quickstart_seeds\.py (?P<args>[^>]*?) -->\n)"
-                       r"(?P<body>.*?)(\n<!-- END generated -->)", re.S)
+                       r"(?P<body>(?:(?!<!-- (?:BEGIN|END) generated).)*?)\n?(<!-- END generated -->)", re.S)
 
 
 def write_generated(doc: Path, root: Path) -> int:
@@ -205,7 +207,7 @@ def write_generated(doc: Path, root: Path) -> int:
             kept.append(f"{match['args']} (not here: {', '.join(missing)})")
             return match.group(0)
         rebuilt.append(match["args"])
-        return match.group(1) + table_for(args, root) + match.group(4)
+        return match.group(1) + table_for(args, root) + "\n" + match.group(4)
 
     new = GENERATED.sub(replace, text)
     if not rebuilt and not kept:

@@ -66,7 +66,7 @@ def test_results_md_marks_every_recorded_findings_table():
     """Each findings table of docs/results.md sits in a marked block the command can rebuild."""
     text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
     blocks = _module().GENERATED.findall(text)
-    assert len(blocks) == 6
+    assert len(blocks) == 11
     outside = _module().GENERATED.sub("", text)
     assert "| id | finding | paper | this run |" not in outside and "| id | paper | seed 0 |" not in outside
 
@@ -108,3 +108,22 @@ def test_pref_table_puts_each_objectives_fit_beside_its_rates(tmp_path):
     assert table.splitlines()[0].endswith("| sd_base | sd_links_pos |")        # SD sets only, not pd_eval
     assert "| PREF/objective=dpo | dpo | 1.00 [0.94, 1.00] (61) | +32.6 / -19.7 | 0.0 % [0–8] (42) | – |" in table
     assert "FT.3" not in table
+
+
+def test_an_empty_block_is_filled_in_place_and_keeps_the_text_after_it(tmp_path):
+    """A block just written (BEGIN, then END on the next line) is rebuilt where it stands; the prose and the blocks
+    after it stay (the first version of the pattern let an empty block's body run to the next block's END)."""
+    _run(tmp_path, "runs/q", 0, [_finding("F1", "holds", "64.3 %", 1.5e-8)], 807)
+    doc = tmp_path / "results.md"
+    doc.write_text("<!-- BEGIN generated: python benchmarks/quickstart_seeds.py --one runs/q -->\n"
+                   "<!-- END generated -->\n\n## Next section\n\nprose kept\n\n"
+                   "<!-- BEGIN generated: python benchmarks/quickstart_seeds.py --one runs/gone -->\n"
+                   "<!-- END generated -->\n")
+    subprocess.run([sys.executable, str(SCRIPT), "--write", str(doc), "--root", str(tmp_path)], check=True,
+                   capture_output=True)
+    text = doc.read_text()
+    assert "## Next section\n\nprose kept" in text
+    assert text.count("<!-- BEGIN generated") == 2 and text.count("<!-- END generated -->") == 2
+    first = text.split("--one runs/q -->\n")[1].split("<!-- END")[0]
+    assert "| F1 | claim F1 | 17.6 % | 64.3 % | 1.5e-08 | holds |  |\n" == first.splitlines(keepends=True)[-1]
+    assert "--one runs/gone -->\n<!-- END generated -->" in text          # absent runs: kept as it was
