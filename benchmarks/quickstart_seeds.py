@@ -139,6 +139,10 @@ def rl_table(run_dirs: list[Path], prefixes: list[str] | None) -> str:
     return "\n".join(lines)
 
 
+def _signed(value: float | None) -> str:
+    return "–" if value is None else f"{value:+.1f}"
+
+
 def pref_table(run_dir: Path) -> str:
     """Per preference model (report/summary.json `training.ipo`, recipes/preference_eval.py): how well it fit its
     pairs (pair accuracy with its Wilson interval and n; the mean change of the chosen and the rejected completion's
@@ -154,7 +158,7 @@ def pref_table(run_dir: Path) -> str:
         cells = [f"{_pct(r['rate'], r['ci95'])} ({r['n_scored']})" if (r := rates.get((m["model"], d))) else "–"
                  for d in datasets]
         lines.append(f"| {m['model']} | {m.get('objective') or 'ipo'} | {fit} | "
-                     f"{m.get('pair_chosen_change', 0):+.1f} / {m.get('pair_rejected_change', 0):+.1f} | "
+                     f"{_signed(m.get('pair_chosen_change'))} / {_signed(m.get('pair_rejected_change'))} | "
                      + " | ".join(cells) + " |")
     return "\n".join(lines)
 
