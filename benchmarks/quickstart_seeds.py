@@ -46,6 +46,13 @@ def load_run(run_dir: Path) -> tuple[int | None, list[dict], float | None]:
     return run.get("seed"), findings, seconds
 
 
+def load_summary(run_dir: Path) -> dict:
+    summary_file = run_dir / "report" / "summary.json"
+    if not summary_file.is_file():
+        raise SystemExit(f"{summary_file}: missing; run `memaudit report run_dir={run_dir}` first")
+    return json.loads(summary_file.read_text())
+
+
 def only_ids(findings: list[dict], prefixes: list[str] | None) -> list[dict]:
     return [f for f in findings if not prefixes or any(f["id"].startswith(p) for p in prefixes)]
 
@@ -96,7 +103,7 @@ def mia_table(run_dir: Path) -> str:
     """Extraction beside membership inference (report/summary.json `comparison_mia`, written when the audit ran
     `audit.measures=[...,mia]`): per model and dataset, the extraction rate with its interval and n, the best
     attack's AUC with its bootstrap interval and its TPR at 1 % FPR, and the number of members / non-members."""
-    rows = json.loads((run_dir / "report" / "summary.json").read_text()).get("comparison_mia") or []
+    rows = load_summary(run_dir).get("comparison_mia") or []
     lines = ["| model | dataset | extraction [95 % CI] (n) | best attack | AUC [95 % CI] | TPR at 1 % FPR | "
              "members / held out |", "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -126,7 +133,7 @@ def rl_table(run_dirs: list[Path], prefixes: list[str] | None) -> str:
              "final KL (nats/token) |", "|---|---|---|---|---|---|---|"]
     for run_dir in run_dirs:
         seed = load_run(run_dir)[0]
-        training = json.loads((run_dir / "report" / "summary.json").read_text()).get("training") or {}
+        training = load_summary(run_dir).get("training") or {}
         for point in sorted(training.get("rl") or [], key=lambda p: p["model"]):
             if prefixes and not any(point["model"].startswith(x) for x in prefixes):
                 continue
@@ -147,7 +154,7 @@ def pref_table(run_dir: Path) -> str:
     """Per preference model (report/summary.json `training.ipo`, recipes/preference_eval.py): how well it fit its
     pairs (pair accuracy with its Wilson interval and n; the mean change of the chosen and the rejected completion's
     summed log-probability from the initial model) beside its final memorization rate on each audited SD set."""
-    summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    summary = load_summary(run_dir)
     rates = {(r["model"], r["dataset"]): r for r in summary.get("comparison") or []}
     datasets = sorted({d for _, d in rates if d.startswith("sd_")})
     lines = ["| model | objective | pair accuracy [95 % CI] (n) | Δ chosen / Δ rejected log-prob (nats) | "
