@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import StorageError, UserError, storage_code, storage_message
+from memlens.harness.core.errors import StorageError, UserError, storage_code, storage_message
 
 
 def umask() -> int:
@@ -63,21 +63,27 @@ def require_creatable_dir(key: str, path: Path) -> Path:
     """`path` if it is a directory or can be created as one; checked without creating anything, so a
     refused job leaves nothing behind (a file in the way or a read-only parent is named with its key)."""
     path = Path(path)
-    probe = path
-    while not probe.exists():
-        if probe.parent == probe:
+    for _ in range(100):     # a parent another process removes between two of our looks is looked for again
+        probe = _nearest_existing(path)
+        if probe.exists() and not probe.is_dir():
+            where = "it is" if probe == path else f"{probe} is"
+            raise UserError(f"{key}={path}: cannot be a directory, {where} a file; set {key} to a directory "
+                            "path (or move that file away)")
+        if os.access(probe, os.W_OK | os.X_OK):
+            return path
+        if probe.exists():
             break
+    read_only = bool(os.statvfs(probe).f_flag & os.ST_RDONLY)
+    why = "is on a read-only file system" if read_only else "is not writable"
+    raise UserError(f"{key}={path}: cannot be created or written ({probe} {why}); set {key} "
+                    "to a directory you can write")
+
+
+def _nearest_existing(path: Path) -> Path:
+    probe = path
+    while not probe.exists() and probe.parent != probe:
         probe = probe.parent
-    if probe.exists() and not probe.is_dir():
-        where = "it is" if probe == path else f"{probe} is"
-        raise UserError(f"{key}={path}: cannot be a directory, {where} a file; set {key} to a directory "
-                        "path (or move that file away)")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        read_only = bool(os.statvfs(probe).f_flag & os.ST_RDONLY)
-        why = "is on a read-only file system" if read_only else "is not writable"
-        raise UserError(f"{key}={path}: cannot be created or written ({probe} {why}); set {key} "
-                        "to a directory you can write")
-    return path
+    return probe
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:

@@ -1,7 +1,7 @@
-"""One writer per directory: every `memaudit` command that writes a run (or an audit out_dir) holds an
+"""One writer per directory: every `memlens` command that writes a run (or an audit out_dir) holds an
 exclusive lock on it for as long as it runs.
 
-The lock is `fcntl.flock` on `<dir>/.memaudit.lock`, taken without waiting: a second process gets a
+The lock is `fcntl.flock` on `<dir>/.memlens.lock`, taken without waiting: a second process gets a
 UserError (exit 2) naming the holder's pid, host and command, read from the lock file. The OS releases
 a flock when its process dies, however it dies, so the file a killed holder leaves behind never blocks
 anyone: only a live process can hold the lock. A holder unlinks the file when it releases it, and a
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import json
 import os
 import socket
@@ -26,10 +27,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.core.errors import UserError, storage_error
-from harness.core.io import require_creatable_dir
+from memlens.harness.core.errors import UserError, storage_error
+from memlens.harness.core.io import require_creatable_dir
 
-LOCK_FILE = ".memaudit.lock"
+LOCK_FILE = ".memlens.lock"
 LAUNCH_WAIT_SECONDS = 300      # how long processes 1..N-1 of a launch wait for process 0 to take the lock
 
 
@@ -112,8 +113,15 @@ def _acquire(directory: Path, key: str, command: str) -> HeldLock:
     path = directory / LOCK_FILE
     try:
         _make_dir(directory)
-        while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        for attempt in itertools.count():
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            except FileNotFoundError:
+                # A releasing holder removed the directory it had created (_remove_empty) after our mkdir.
+                if attempt >= 100:
+                    raise
+                _make_dir(directory)
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -173,7 +181,7 @@ def _busy_message(directory: Path, key: str, holder: dict) -> str:
     where = f" on {holder['host']}" if holder.get("host") else ""
     since = f", since {holder['started']}" if holder.get("started") else ""
     what = f": {holder['command']}" if holder.get("command") else ""
-    return (f"{directory} is in use by another memaudit process (pid {pid}{where}{since}{what}); two processes "
+    return (f"{directory} is in use by another memlens process (pid {pid}{where}{since}{what}); two processes "
             "writing one directory would mix their results. Wait for it to finish, or stop it "
             f"(kill {pid}) and rerun this command; to run both at once, give this one another {key}")
 
