@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.model.decode import greedy_complete  # noqa: E402
-from harness.model.encode import encode_texts  # noqa: E402
-from harness.text.fim import FAMILIES, format_psm_prompt  # noqa: E402
+from memlens.harness.model.decode import greedy_complete  # noqa: E402
+from memlens.harness.model.encode import encode_texts  # noqa: E402
+from memlens.harness.text.fim import FAMILIES, format_psm_prompt  # noqa: E402
 from tests.tiny import tiny_llama, tiny_tokenizer  # noqa: E402
 
 
@@ -40,7 +40,7 @@ def stdlib_texts(max_files: int = 300, max_chars: int = 4000) -> list[str]:
 def fim_prompts(texts: list[str], n: int, seed: int = 0) -> list[str]:
     """n PSM prompts: a 100-600 char prefix, a 50-200 char hole, a 0-300 char suffix from one file."""
     rng = random.Random(seed)
-    s = FAMILIES["memaudit"]
+    s = FAMILIES["memlens"]
     out = []
     pool = [t for t in texts if len(t) > 1200]
     while len(out) < n:
@@ -77,7 +77,7 @@ def prefill_floor(model, tokenizer, prompts, batch_size) -> float:
     """
     import torch
 
-    from harness.model.decode import length_sorted_batches
+    from memlens.harness.model.decode import length_sorted_batches
 
     enc = encode_texts(tokenizer, prompts)
     t0 = time.perf_counter()

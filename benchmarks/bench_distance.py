@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 from rapidfuzz.distance import Levenshtein  # noqa: E402
 
-import harness.text.distance as distance  # noqa: E402
+import memlens.harness.text.distance as distance  # noqa: E402
 
 
 def stdlib_sources(min_chars: int = 3000) -> list[str]:
@@ -110,7 +110,7 @@ def batch_work(targets, completions) -> tuple[int, int, int]:
 FIRST_CALL = """
 import time
 start = time.perf_counter()
-from harness.text.distance import sliding_window_ned_batch
+from memlens.harness.text.distance import sliding_window_ned_batch
 sliding_window_ned_batch(["ab"], ["xayb"], workers=1)  # no verbatim copy: runs the kernel
 print(time.perf_counter() - start)
 """

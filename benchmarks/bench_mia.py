@@ -28,10 +28,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_audit import stdlib_texts  # noqa: E402
-from harness.core.shipped import shipped_path  # noqa: E402
-from harness.model.load import torch_threads  # noqa: E402
-from harness.model.scorer import CausalLMScorer  # noqa: E402
-from harness.text.fim import FAMILIES, format_psm_prompt  # noqa: E402
+from memlens.harness.core.shipped import shipped_path  # noqa: E402
+from memlens.harness.model.load import torch_threads  # noqa: E402
+from memlens.harness.model.scorer import CausalLMScorer  # noqa: E402
+from memlens.harness.text.fim import FAMILIES, format_psm_prompt  # noqa: E402
 
 
 def fim_examples(tokenizer, texts: list[str], n: int, target_tokens: int = 64, seed: int = 0) -> list[dict]:
@@ -68,7 +68,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     print("load before:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
-    sentinels = FAMILIES["memaudit"]
+    sentinels = FAMILIES["memlens"]
     scorer = CausalLMScorer.load(shipped_path("assets/base_tiny"), "cpu", batch_size=args.batch_size,
                                  max_new_tokens=args.max_new_tokens, progress=False, sentinels=sentinels)
     examples = fim_examples(scorer.tokenizer, stdlib_texts(), args.n)

@@ -1,4 +1,4 @@
-"""Wall time of `memaudit nmt` per step (training, Algorithms 1-3, Sec. 6 fine-tuning) and the
+"""Wall time of `memlens nmt` per step (training, Algorithms 1-3, Sec. 6 fine-tuning) and the
 translation work behind it, for benchmarks/README.md (section NMT).
 
     .venv/bin/python benchmarks/bench_nmt.py                                  # the quickstart, fresh run dir
@@ -18,8 +18,8 @@ import os
 import tempfile
 import time
 
-from harness import cli
-from harness.core.io import read_json, read_jsonl
+from memlens.harness import cli
+from memlens.harness.core.io import read_json, read_jsonl
 
 
 def main() -> None:

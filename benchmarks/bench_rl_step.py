@@ -36,8 +36,8 @@ def build_run(run_dir: Path) -> None:
     from alignment_world import write_dataset
     from bench_alignment_steps import fim_split, stdlib_texts
 
-    from recipes import reward
-    from recipes.common import StageContext, write_provenance
+    from memlens.recipes import reward
+    from memlens.recipes.common import StageContext, write_provenance
 
     texts = stdlib_texts(120)
     tokenizer = tiny.tiny_tokenizer(texts, vocab_size=4096)
@@ -55,8 +55,8 @@ def build_run(run_dir: Path) -> None:
 
 
 def seconds_per_step(run_dir: Path, algorithm: str, steps: int) -> float:
-    from recipes import rl
-    from recipes.common import StageContext
+    from memlens.recipes import rl
+    from memlens.recipes.common import StageContext
 
     ctx = StageContext(run_dir, f"RLFT.{algorithm}", seed=0, device="cpu")
     recipe = rl.RLRecipe(rl.load_settings({**RL_SHAPE, "algorithm": algorithm, "max_steps": steps}, "RLFT"), ctx)

@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/bench_stages.py --experiment findings             # the full chain (~35 min)
     .venv/bin/python benchmarks/bench_stages.py --pretrain-tokens 200000          # PT of model=tiny only
 
-Runs the real CLI (`memaudit run` / `memaudit train`) in a fresh run directory and reads the stage
+Runs the real CLI (`memlens run` / `memlens train`) in a fresh run directory and reads the stage
 records the pipeline writes to <run_dir>/run.json (wall seconds and CPU seconds of every stage; CPU
 seconds stay comparable when other jobs share the machine). Prints a Markdown table for
 benchmarks/README.md together with the load average.
@@ -24,9 +24,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def memaudit(*args: str) -> None:
+def memlens(*args: str) -> None:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, env=env, check=True)
+    subprocess.run([sys.executable, "-m", "memlens", *args], cwd=REPO, env=env, check=True)
 
 
 def load() -> str:
@@ -36,7 +36,7 @@ def load() -> str:
 def bench_experiment(experiment: str, run_dir: Path) -> None:
     load_before = load()
     start = time.time()
-    memaudit("run", f"experiment={experiment}", f"run_dir={run_dir}", "device=cpu", "after_training=[]")
+    memlens("run", f"experiment={experiment}", f"run_dir={run_dir}", "device=cpu", "after_training=[]")
     total = time.time() - start
     stages = json.loads((run_dir / "run.json").read_text())["stages"]
     print(f"\nexperiment={experiment}: {total:.0f} s wall in total (data + stages + start-up); "
@@ -50,7 +50,7 @@ def bench_experiment(experiment: str, run_dir: Path) -> None:
 
 def bench_pretrain(tokens: int, run_dir: Path) -> None:
     load_before = load()
-    memaudit("train", "stage=PT", "experiment=quickstart", f"run_dir={run_dir}", "device=cpu",
+    memlens("train", "stage=PT", "experiment=quickstart", f"run_dir={run_dir}", "device=cpu",
              f"stages.PT.max_tokens={tokens}")
     state = json.loads((run_dir / "models" / "PT" / "trainer_state.json").read_text())
     runtime = next(h["train_runtime"] for h in reversed(state["log_history"]) if "train_runtime" in h)
@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--pretrain-tokens", type=int, help="pre-train model=tiny on this many tokens")
     parser.add_argument("--run-dir", type=Path, help="default: a fresh temporary directory")
     args = parser.parse_args()
-    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="memaudit-bench-")) / "run"
+    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="memlens-bench-")) / "run"
     if args.experiment:
         bench_experiment(args.experiment, run_dir)
     if args.pretrain_tokens:

@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.core.io import atomic_write_json, read_json, read_jsonl  # noqa: E402
+from memlens.harness.core.io import atomic_write_json, read_json, read_jsonl  # noqa: E402
 from tests.families import FAMILIES, build_family  # noqa: E402
 from tests.integration.test_model_families import trimmed_smoke  # noqa: E402
 
@@ -34,7 +34,7 @@ def run_family(name: str, work: Path, device: str) -> dict:
     args = [a.replace("device=cpu", f"device={device}") for a in trimmed_smoke(name, model_dir, run_dir)]
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
     start = time.time()
-    result = subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, env=env, capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "memlens", *args], cwd=REPO, env=env, capture_output=True,
                             text=True)
     entry = {"family": name, "preset": FAMILIES[name].preset, "device": device, "exit_code": result.returncode,
              "wall_seconds": round(time.time() - start, 1)}
@@ -43,7 +43,7 @@ def run_family(name: str, work: Path, device: str) -> dict:
         return entry
     record = read_json(run_dir / "run.json")
     entry["stages"] = {s["model"]: s["seconds"] for s in record["stages"]}
-    audit_line = [line for line in result.stdout.splitlines() if line.startswith("[memaudit] audit ")]
+    audit_line = [line for line in result.stdout.splitlines() if line.startswith("[memlens] audit ")]
     audit_seconds = float(audit_line[-1].split()[-2]) if audit_line else None
     rows = sum(1 for p in (run_dir / "audit").glob("*/**/*.jsonl") for r in read_jsonl(p) if "control_ned" in r)
     entry.update(audit_seconds=audit_seconds, audit_rows=rows,
@@ -58,10 +58,10 @@ def compare_greedy(name: str, run_dir: Path, device: str) -> dict | None:
         return None
     import torch
 
-    from harness.text.fim import FAMILIES as SENTINELS
-    from harness.text.fim import format_psm_prompt
-    from harness.model.decode import greedy_complete
-    from harness.model.load import load_causal_lm
+    from memlens.harness.text.fim import FAMILIES as SENTINELS
+    from memlens.harness.text.fim import format_psm_prompt
+    from memlens.harness.model.decode import greedy_complete
+    from memlens.harness.model.load import load_causal_lm
 
     s = SENTINELS[name]
     rows = read_jsonl(run_dir / "data" / "sd_base" / "rows.jsonl")
@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument("--work", default="runs/gpu_smoke", help="fixtures and run directories")
     parser.add_argument("--out", default=None, help="result JSON (default benchmarks/results/gpu_smoke_<device>.json)")
     args = parser.parse_args()
-    from harness.core.provenance import provenance
+    from memlens.harness.core.provenance import provenance
 
     results = [run_family(name, Path(args.work), args.device) for name in args.families]
     out = Path(args.out or REPO / "benchmarks" / "results" / f"gpu_smoke_{args.device}.json")

@@ -1,8 +1,8 @@
 """Findings of several runs of one experiment (one per seed) side by side: the tables of docs/results.md.
 
-    memaudit run experiment=quickstart                                   # seed 0 -> runs/quickstart
-    memaudit run experiment=quickstart seed=1 run_dir=runs/quickstart_seed1
-    memaudit run experiment=quickstart seed=2 run_dir=runs/quickstart_seed2
+    memlens run experiment=quickstart                                   # seed 0 -> runs/quickstart
+    memlens run experiment=quickstart seed=1 run_dir=runs/quickstart_seed1
+    memlens run experiment=quickstart seed=2 run_dir=runs/quickstart_seed2
     python benchmarks/quickstart_seeds.py runs/quickstart runs/quickstart_seed1 runs/quickstart_seed2
 
     python benchmarks/quickstart_seeds.py --one runs/quickstart          # one run's findings, in full
@@ -21,9 +21,9 @@
 by running ARGS (run directories relative to --root, default the current directory) and writes the file once
 (atomically). A table whose run directories are not on this machine is kept as recorded, and said so.
 
-Reads each run's report/findings.json (written by `memaudit report`) and run.json (wall time), and
+Reads each run's report/findings.json (written by `memlens report`) and run.json (wall time), and
 prints a markdown table: each finding's figure per seed and in how many seeds it holds, then the wall
-seconds of each `memaudit run` (with --one: one run's findings with p-values and the reason for every
+seconds of each `memlens run` (with --one: one run's findings with p-values and the reason for every
 verdict that is not `holds`). Nothing is recomputed: the numbers are the reports'.
 """
 
@@ -39,17 +39,17 @@ from pathlib import Path
 def load_run(run_dir: Path) -> tuple[int | None, list[dict], float | None]:
     findings_file = run_dir / "report" / "findings.json"
     if not findings_file.is_file():
-        raise SystemExit(f"{findings_file}: missing; run `memaudit report run_dir={run_dir}` first")
+        raise SystemExit(f"{findings_file}: missing; run `memlens report run_dir={run_dir}` first")
     findings = json.loads(findings_file.read_text())["findings"]
     run = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").is_file() else {}
-    seconds = run.get("wall_seconds")          # the whole `memaudit run` (data, training, audit, report)
+    seconds = run.get("wall_seconds")          # the whole `memlens run` (data, training, audit, report)
     return run.get("seed"), findings, seconds
 
 
 def load_summary(run_dir: Path) -> dict:
     summary_file = run_dir / "report" / "summary.json"
     if not summary_file.is_file():
-        raise SystemExit(f"{summary_file}: missing; run `memaudit report run_dir={run_dir}` first")
+        raise SystemExit(f"{summary_file}: missing; run `memlens report run_dir={run_dir}` first")
     return json.loads(summary_file.read_text())
 
 
@@ -77,7 +77,7 @@ def spread_table(runs: list[tuple[str, int | None, list[dict], float | None]]) -
     lines += ["", "✓ holds, ✗ not reproduced, ? inconclusive (a stage it depends on did not train, or the "
                   "difference is within noise; report/findings.json says which), n/m not measured."]
     times = ", ".join(f"seed {seed}: {secs:.0f} s" for _, seed, _, secs in runs if secs is not None)
-    return "\n".join(lines) + (f"\n\n`memaudit run` wall time: {times}" if times else "")
+    return "\n".join(lines) + (f"\n\n`memlens run` wall time: {times}" if times else "")
 
 
 def one_run_table(findings: list[dict]) -> str:
@@ -206,7 +206,7 @@ GENERATED = re.compile(r"(<!-- BEGIN generated: python benchmarks/quickstart_see
 
 def write_generated(doc: Path, root: Path) -> int:
     """Rebuild every marked table of `doc` whose runs exist under `root`; keep (and name) the others."""
-    from harness.core.io import atomic_write_text  # the project's one atomic write
+    from memlens.harness.core.io import atomic_write_text  # the project's one atomic write
 
     text = doc.read_text(encoding="utf-8")
     rebuilt, kept = [], []

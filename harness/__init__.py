@@ -1,1 +1,1 @@
-"""memaudit harness: everything that measures memorization. The only place a metric is defined."""
+"""memlens harness: everything that measures memorization. The only place a metric is defined."""

@@ -1,4 +1,4 @@
-"""`memaudit <command> [-m] [hydra overrides]`: one entry point for every stage, audit and report.
+"""`memlens <command> [-m] [hydra overrides]`: one entry point for every stage, audit and report.
 
 Configs are composed with Hydra's compose API from conf/ (found relative to this package, so the
 command works from any working directory). `-m/--multirun` expands comma-separated sweep overrides
@@ -18,29 +18,29 @@ import shlex
 import sys
 from pathlib import Path
 
-from harness.core.config import check_sections
-from harness.core.console import TRAINING_COMMANDS, ExpectedRecords, quiet_libraries
-from harness.core.errors import StorageError, UserError, storage_error, storage_message
-from harness.core.layout import report_dir
-from harness.core.lock import hold_directories
-from harness.core.shipped import shipped_dir
-from harness.model.load import filter_transformers_records
-from harness.report.findings import Roles
+from memlens.harness.core.config import check_sections
+from memlens.harness.core.console import TRAINING_COMMANDS, ExpectedRecords, quiet_libraries
+from memlens.harness.core.errors import StorageError, UserError, storage_error, storage_message
+from memlens.harness.core.layout import report_dir
+from memlens.harness.core.lock import hold_directories
+from memlens.harness.core.shipped import shipped_dir
+from memlens.harness.model.load import filter_transformers_records
+from memlens.harness.report.findings import Roles
 
 # command -> ("module:function", help). Modules are imported only when their command runs, so
-# `memaudit --help` stays fast and the scorer never imports the recipes.
+# `memlens --help` stays fast and the scorer never imports the recipes.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "audit": ("harness.audit.plan:main", "score checkpoints against a control model (k-approx. counterfactual)"),
-    "data": ("synthetic_data.build:main", "build the datasets an experiment needs into <run_dir>/data/"),
-    "train": ("recipes.pipeline:train_main", "train one stage: memaudit train stage=<name>"),
-    "run": ("recipes.pipeline:run_main", "data -> every stage of an experiment -> audit -> report"),
-    "report": ("harness.report.render:main", "render figures and report.md/html from stored audit results"),
-    "nmt": ("harness.cli:nmt_command", "Finding Memo: train a seq2seq model and run algorithms 1-3"),
-    "check": ("recipes.check:main", "preflight of a model preset: files, sentinels, BOS/EOS/PAD, lengths"),
+    "audit": ("memlens.harness.audit.plan:main", "score checkpoints against a control model (k-approx. counterfactual)"),
+    "data": ("memlens.synthetic_data.build:main", "build the datasets an experiment needs into <run_dir>/data/"),
+    "train": ("memlens.recipes.pipeline:train_main", "train one stage: memlens train stage=<name>"),
+    "run": ("memlens.recipes.pipeline:run_main", "data -> every stage of an experiment -> audit -> report"),
+    "report": ("memlens.harness.report.render:main", "render figures and report.md/html from stored audit results"),
+    "nmt": ("memlens.harness.cli:nmt_command", "Finding Memo: train a seq2seq model and run algorithms 1-3"),
+    "check": ("memlens.recipes.check:main", "preflight of a model preset: files, sentinels, BOS/EOS/PAD, lengths"),
 }
 
 # Set before anything imports huggingface_hub, transformers or datasets (they read these at import):
-# nothing in memaudit downloads, so no command may look anything up on the hub, send telemetry or
+# nothing in memlens downloads, so no command may look anything up on the hub, send telemetry or
 # resolve a cached hub id online. Models are fetched once by the user (`huggingface-cli download`).
 OFFLINE_ENVIRONMENT = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
                        "HF_HUB_DISABLE_TELEMETRY": "1", "DO_NOT_TRACK": "1", "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1"}
@@ -49,23 +49,32 @@ OFFLINE_ENVIRONMENT = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_D
 def stay_offline() -> None:
     os.environ.update(OFFLINE_ENVIRONMENT)
 
-USAGE = "usage: memaudit <command> [-m|--multirun] [key=value ...]\n\ncommands:\n" + "\n".join(
+USAGE = "usage: memlens <command> [-m|--multirun] [key=value ...]\n\ncommands:\n" + "\n".join(
     f"  {name:<8} {help_}" for name, (_, help_) in COMMANDS.items())
 
 
+def refuse_renamed_environment() -> None:
+    """A MEMAUDIT_* variable (from before the rename to memlens) would be silently ignored: stop and say so."""
+    old = sorted(name for name in os.environ if name.startswith("MEMAUDIT_"))
+    if old:
+        renamed = ", ".join(f"{name} -> {name.replace('MEMAUDIT_', 'MEMLENS_', 1)}" for name in old)
+        raise UserError(f"environment variable(s) from before the rename of memaudit to memlens are set and "
+                        f"would be ignored: rename them ({renamed})")
+
+
 def config_dir() -> Path:
-    """$MEMAUDIT_CONF, else the checkout's conf/ (editable install), else the conf/ a `pip install .` ships."""
-    env = os.environ.get("MEMAUDIT_CONF")
+    """$MEMLENS_CONF, else the checkout's conf/ (editable install), else the conf/ a `pip install .` ships."""
+    env = os.environ.get("MEMLENS_CONF")
     path = Path(env) if env else shipped_dir("conf")
     if path is None or not (path / "config.yaml").is_file():
-        raise UserError(f"config directory {path} has no config.yaml; set MEMAUDIT_CONF to the "
-                        "memaudit conf/ folder or reinstall memaudit (`pip install .` ships conf/)")
+        raise UserError(f"config directory {path} has no config.yaml; set MEMLENS_CONF to the "
+                        "memlens conf/ folder or reinstall memlens (`pip install .` ships conf/)")
     return path
 
 
 def expand_sweep(overrides: list[str]) -> list[tuple[list[str], dict[str, str]]]:
     """Cartesian product of sweep overrides: [(plain overrides, {swept key: value})]."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser  # lazy: `memaudit --help` stays fast
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # lazy: `memlens --help` stays fast
 
     parsed = OverridesParser.create().parse_overrides(overrides)
     fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
@@ -92,10 +101,10 @@ def sweep_run_suffix(sweep_point: dict[str, str]) -> str:
 
 def compose(overrides: list[str], sweep_point: dict[str, str] | None = None):
     """Compose conf/config.yaml with `overrides`; errors name the key and the fix."""
-    from hydra import compose as hydra_compose  # lazy: `memaudit --help` stays fast
-    from hydra import initialize_config_dir  # lazy: keeps `memaudit --help` fast
-    from hydra.errors import HydraException  # lazy: keeps `memaudit --help` fast
-    from omegaconf import OmegaConf, open_dict  # lazy: keeps `memaudit --help` fast
+    from hydra import compose as hydra_compose  # lazy: `memlens --help` stays fast
+    from hydra import initialize_config_dir  # lazy: keeps `memlens --help` fast
+    from hydra.errors import HydraException  # lazy: keeps `memlens --help` fast
+    from omegaconf import OmegaConf, open_dict  # lazy: keeps `memlens --help` fast
 
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
@@ -117,7 +126,7 @@ def compose(overrides: list[str], sweep_point: dict[str, str] | None = None):
 def check_config(cfg) -> None:
     """Unknown keys and non-boolean flags in audit/report/data (against conf/<group>/default.yaml) and
     in model (against the preset dataclass) are errors for every command, however they were added."""
-    from omegaconf import OmegaConf  # lazy: keeps `memaudit --help` fast
+    from omegaconf import OmegaConf  # lazy: keeps `memlens --help` fast
 
     check_sections(cfg, config_dir())
     report = cfg.get("report")
@@ -126,7 +135,7 @@ def check_config(cfg) -> None:
     if cfg.get("model") is not None:
         # The preset's schema is recipes.models.ModelSettings (+ LoraSettings): the CLI dispatches to the
         # recipes anyway, and no layer of harness imports them.
-        from recipes.models import parse_model  # lazy: the recipes load only when a config is checked
+        from memlens.recipes.models import parse_model  # lazy: the recipes load only when a config is checked
 
         parse_model(OmegaConf.to_container(cfg.model, resolve=True), "model")
 
@@ -147,28 +156,28 @@ def _import(target: str, name: str = ""):
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         if e.name == module_name:
-            raise UserError(f"command {name!r} is not available in this version of memaudit") from None
+            raise UserError(f"command {name!r} is not available in this version of memlens") from None
         raise
     return getattr(module, func_name)
 
 
 def measurement():
-    """The training pipeline's link to the measuring side: `memaudit audit` / `report` after training, and
+    """The training pipeline's link to the measuring side: `memlens audit` / `report` after training, and
     moving a replaced model's audit results aside (recipes.pipeline.Measurement). The CLI is the one place
     both sides are imported: the recipes never import harness.audit or harness.report."""
-    from recipes.pipeline import Measurement  # lazy: the recipes load when a training command runs
+    from memlens.recipes.pipeline import Measurement  # lazy: the recipes load when a training command runs
 
     return Measurement(run_command=lambda command, cfg: int(load_command(command)(cfg) or 0),
-                       retire_audit_results=_import("harness.audit.plan:retire_model_results"))
+                       retire_audit_results=_import("memlens.harness.audit.plan:retire_model_results"))
 
 
 def nmt_command(cfg) -> int:
-    """`memaudit nmt`: the Finding Memo audit (harness.audit.nmt) of the models recipes.nmt_pipeline trains,
+    """`memlens nmt`: the Finding Memo audit (harness.audit.nmt) of the models recipes.nmt_pipeline trains,
     then its report (harness.report.nmt_report)."""
-    from recipes.nmt_pipeline import NmtTrainer  # lazy: the recipes load when a training command runs
+    from memlens.recipes.nmt_pipeline import NmtTrainer  # lazy: the recipes load when a training command runs
 
-    _import("harness.audit.nmt:run_nmt")(cfg, NmtTrainer())
-    _import("harness.report.nmt_report:write_nmt_report")(Path(str(cfg.run_dir)) / "nmt")
+    _import("memlens.harness.audit.nmt:run_nmt")(cfg, NmtTrainer())
+    _import("memlens.harness.report.nmt_report:write_nmt_report")(Path(str(cfg.run_dir)) / "nmt")
     return 0
 
 
@@ -198,7 +207,7 @@ def run_locked(name: str, command, cfg, argv: list[str]) -> int:
     """`command(cfg)` holding the directories it writes; a write the disk refuses (full, read-only, no
     permission) becomes a StorageError naming the file, or the directory, and the fix (exit 2)."""
     written = directories_written(name, cfg)
-    with hold_directories(written, shlex.join(["memaudit", *argv])):
+    with hold_directories(written, shlex.join(["memlens", *argv])):
         try:
             return int(command(cfg) or 0)
         except UserError:
@@ -240,14 +249,14 @@ def run(argv: list[str]) -> int:
     status = 0
     for i, (point_overrides, point) in enumerate(points):
         if multirun:
-            print(f"[memaudit] sweep point {i + 1}/{len(points)}: {point}", flush=True)
+            print(f"[memlens] sweep point {i + 1}/{len(points)}: {point}", flush=True)
         cfg = compose(point_overrides, point)
         status = max(status, run_locked(name, command, cfg, argv))
     return status
 
 
 def compose_only(argv: list[str]) -> list:
-    """The configs `memaudit <argv>` would run, composed and checked exactly as `run` composes them (one per
+    """The configs `memlens <argv>` would run, composed and checked exactly as `run` composes them (one per
     sweep point with -m), with nothing run or written: tests/unit/test_docs_commands.py composes every command
     README.md and docs/ show with it, so a renamed key or experiment fails a test instead of a reader."""
     name, rest = argv[0], argv[1:]
@@ -262,12 +271,13 @@ def compose_only(argv: list[str]) -> list:
 def main(argv: list[str] | None = None) -> None:
     stay_offline()
     try:
+        refuse_renamed_environment()
         code = run(sys.argv[1:] if argv is None else argv)
     except UserError as e:
-        print(f"memaudit: error: {e}", file=sys.stderr)
+        print(f"memlens: error: {e}", file=sys.stderr)
         code = e.exit_code
     except KeyboardInterrupt:
-        print("memaudit: interrupted; rerun the same command to continue where it stopped", file=sys.stderr)
+        print("memlens: interrupted; rerun the same command to continue where it stopped", file=sys.stderr)
         code = 130
     sys.exit(code)
 

@@ -1,5 +1,5 @@
-"""`python -m harness` = the `memaudit` command (harness/cli.py)."""
+"""`python -m memlens` = the `memlens` command (harness/cli.py)."""
 
-from harness.cli import main
+from memlens.harness.cli import main
 
 main()

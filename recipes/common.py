@@ -16,14 +16,15 @@ from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core.config import check_dataclass_values
-from harness.core.errors import UserError
-from harness.core.io import atomic_write_json, atomic_write_jsonl, jsonl_line, read_json, read_jsonl
-from harness.core.layout import PROVENANCE_FILE, TENSORBOARD_DIR, TRAIN_LOG, is_complete, whole_checkpoints
-from harness.core.layout import data_dir as layout_data_dir
-from harness.core.layout import models_dir
-from harness.core.provenance import provenance
-from harness.model.encode import encode_texts
+from memlens.harness.core.config import check_dataclass_values
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, jsonl_line, read_json, read_jsonl
+from memlens.harness.core.layout import PROVENANCE_FILE, TENSORBOARD_DIR, TRAIN_LOG, is_complete, whole_checkpoints
+from memlens.harness.core.layout import data_dir as layout_data_dir
+from memlens.harness.core.layout import models_dir
+from memlens.harness.core.provenance import provenance
+from memlens.harness.model.encode import encode_texts
+from memlens.harness.text.fim import LEGACY_FAMILY_NAMES
 
 __all__ = ["PROVENANCE_FILE", "is_complete"]   # re-exported: the recipes' one import of the run layout
 CONTEXT_MARGIN_TOKENS = 8     # FIM sentinels + BPE merge slack at the prompt's joins (fit_fim_context)
@@ -31,7 +32,7 @@ CONTEXT_MARGIN_TOKENS = 8     # FIM sentinels + BPE merge slack at the prompt's 
 
 def resolve_device(device: str) -> str:
     """'auto' -> 'cuda' when a CUDA device is present, else 'cpu' (one rule, in harness.model.decode)."""
-    from harness.model.load import pick_device
+    from memlens.harness.model.load import pick_device
 
     return pick_device(device)
 
@@ -123,7 +124,7 @@ class StageContext:
         path = layout_data_dir(self.run_dir, dataset)
         if not (path / "manifest.json").is_file():
             raise UserError(f"dataset {dataset!r} not built: {path}/manifest.json missing; "
-                            "run `memaudit data experiment=...` first or fix the stage's dataset list")
+                            "run `memlens data experiment=...` first or fix the stage's dataset list")
         return path
 
     def dataset_hash(self, dataset: str) -> str:
@@ -154,8 +155,23 @@ def settings_match(out_dir: Path, settings: dict[str, Any]) -> bool:
     """True when a finished stage was trained with exactly these settings (so it can be skipped)."""
     if not is_complete(out_dir):
         return False
-    recorded = read_json(Path(out_dir) / PROVENANCE_FILE).get("settings")
-    return json.dumps(recorded, sort_keys=True, default=str) == json.dumps(settings, sort_keys=True, default=str)
+    return same_settings(read_json(Path(out_dir) / PROVENANCE_FILE).get("settings"), settings)
+
+
+def same_settings(a: Any, b: Any) -> bool:
+    """Two stages' settings are equal key for key. A run written before the rename to memlens recorded the
+    shipped tokenizer's FIM family as "memaudit": it counts as today's name, so such a run still resumes."""
+    return json.dumps(_renamed_legacy_names(a), sort_keys=True, default=str) == \
+        json.dumps(_renamed_legacy_names(b), sort_keys=True, default=str)
+
+
+def _renamed_legacy_names(settings: Any) -> Any:
+    if isinstance(settings, dict):
+        return {key: LEGACY_FAMILY_NAMES.get(value, value) if key == "fim_family" and isinstance(value, str)
+                else _renamed_legacy_names(value) for key, value in settings.items()}
+    if isinstance(settings, list):
+        return [_renamed_legacy_names(value) for value in settings]
+    return settings
 
 
 def write_provenance(ctx: StageContext, stage: str, settings: dict[str, Any], datasets: list[str],
@@ -203,7 +219,7 @@ def fit_fim_context(tokenizer, prefix: str, suffix: str, middle_tokens: int, max
 
 def require_tensorboard(enabled: Any) -> bool:
     """The root key `tensorboard`, checked before any training: a boolean, and the package when true."""
-    from harness.core.config import require_bool
+    from memlens.harness.core.config import require_bool
 
     if not require_bool(enabled, "tensorboard"):
         return False
@@ -278,7 +294,7 @@ def _stage_console_callback():
     """The TrainerCallback class (built on first use: importing transformers costs seconds)."""
     from transformers import TrainerCallback
 
-    from harness.core.console import StageProgress
+    from memlens.harness.core.console import StageProgress
 
     class StageConsoleCallback(TrainerCallback):
         """Logged steps -> train_log.jsonl; progress -> one bar (terminal) or a few lines (elsewhere)."""

@@ -1,7 +1,7 @@
 """The preference stage: IPO (paper 003 Sec. 5.4, Fig. 6b) and the preference objectives used since.
 
-    memaudit train experiment=smoke        # every stage of the experiment, IPO among them
-    memaudit run -m experiment=preference_objectives stages.PREF.objective=ipo,dpo,dpo+sft   # one model each
+    memlens train experiment=smoke        # every stage of the experiment, IPO among them
+    memlens run -m experiment=preference_objectives stages.PREF.objective=ipo,dpo,dpo+sft   # one model each
 
 `objective` picks the loss; every one is TRL's (none is written here), trained on the same pairs, prompts and
 budget:
@@ -39,12 +39,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core.io import read_jsonl
-from harness.core.user_data import repeated
-from recipes.common import (StageContext, StageSettings, attach_stage_console, fit_fim_context, latest_checkpoint,
-                            refuse_zero3_with_lora,
-                            settings_match, trl_device_kwargs, write_provenance)
-from recipes.models import load_causal_lm, load_tokenizer, lora_config, parse_model, save_final
+from memlens.harness.core.io import read_jsonl
+from memlens.harness.core.user_data import repeated
+from memlens.recipes.common import (StageContext, StageSettings, attach_stage_console, fit_fim_context, latest_checkpoint,
+                                    refuse_zero3_with_lora,
+                                    settings_match, trl_device_kwargs, write_provenance)
+from memlens.recipes.models import load_causal_lm, load_tokenizer, lora_config, parse_model, save_final
 
 PAIR_FIELDS = ("id", "prefix", "suffix", "chosen", "rejected")
 
@@ -180,7 +180,7 @@ class IPORecipe:
         self.cfg, self.ctx = cfg, ctx
 
     def setup(self) -> None:
-        from harness.text import fim
+        from memlens.harness.text import fim
 
         self.init_dir = self.ctx.model_dir(self.cfg.init)
         self.preset = self.cfg.model_settings
@@ -204,7 +204,7 @@ class IPORecipe:
 
     def pair_examples(self, names: list[str]) -> list[dict]:
         """prompt = PSM prompt, chosen/rejected = completion + EOS; several sets shuffled together."""
-        from harness.text import fim
+        from memlens.harness.text import fim
 
         eos = self.eos()
         rows = [r for name in names for r in repeated(self.rows[name])]   # a user row's `repeat` copies
@@ -283,7 +283,7 @@ class IPORecipe:
 
     def evaluate_pairs(self) -> None:
         """Log-probabilities of the training pairs under the initial and the trained model (preference_eval.json)."""
-        from recipes import preference_eval
+        from memlens.recipes import preference_eval
 
         if int(os.environ.get("RANK", "0")) != 0 or not self.cfg.eval_pairs:
             return

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core.config import check_dataclass_values
-from harness.core.errors import UserError
+from memlens.harness.core.config import check_dataclass_values
+from memlens.harness.core.errors import UserError
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +27,7 @@ def resolve_pretrained(name: str | None) -> str | None:
     """A hub id or a path; a relative path that exists under the project root, or among the files a
     non-editable install ships (the shipped base, conf/model/tiny_base.yaml; harness.core.shipped), is made
     absolute, so that the preset works from any working directory."""
-    from harness.core.shipped import shipped_path
+    from memlens.harness.core.shipped import shipped_path
 
     if name is None or Path(name).is_absolute():
         return name
@@ -76,7 +76,7 @@ class ModelSettings:
 
     name: str = "tiny"
     pretrained: str | None = None  # hub id or local dir of a FIM code model; PT then only imports it
-    fim_family: str | None = None  # harness.text.fim family (memaudit, starcoder2, qwen2.5-coder, ...); null: detect
+    fim_family: str | None = None  # harness.text.fim family (memlens, starcoder2, qwen2.5-coder, ...); null: detect
     dtype: str = "auto"            # auto: bf16 on CUDA, fp32 on CPU
     trust_remote_code: bool = False  # never on by default: loading must not run a checkpoint's code
     vocab_size: int = 4096         # BPE vocabulary of the embedded tokenizer; ↑ shorter sequences, more params
@@ -136,7 +136,7 @@ def not_local_error(path: str | Path, what: str, error: Exception) -> UserError:
         return UserError(f"cannot load the {what} of {path}: {str(error).strip().splitlines()[0]}\nfix: point "
                          "init/model.pretrained at a complete model directory (config.json, *.safetensors, "
                          "tokenizer files)")
-    return UserError(f"{path}: no local copy of this {what} (memaudit never downloads at run time). Fetch it once "
+    return UserError(f"{path}: no local copy of this {what} (memlens never downloads at run time). Fetch it once "
                      f"with `huggingface-cli download {path}` (or `hf download {path}`), then rerun; or set "
                      "model.pretrained to a local directory holding the model")
 
@@ -181,7 +181,7 @@ def load_tokenizer(path: str | Path, model: ModelSettings):
     load the same pad."""
     from transformers import AutoTokenizer
 
-    from harness.text.fim import detect_sentinels
+    from memlens.harness.text.fim import detect_sentinels
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=model.trust_remote_code,
@@ -208,7 +208,7 @@ def use_distinct_pad(tokenizer, sentinels, where: str) -> None:
 def stop_generation_at_family_stops(model, tokenizer, sentinels) -> None:
     """Make `generate` (and TRL's RLOO/GRPO, which read generation_config.eos_token_id for both sampling
     and the completion mask) end a completion at any of the family's stop tokens, EOS first."""
-    from harness.text.fim import stop_token_ids
+    from memlens.harness.text.fim import stop_token_ids
 
     model.generation_config.eos_token_id = stop_token_ids(tokenizer, sentinels)
     model.generation_config.pad_token_id = tokenizer.pad_token_id

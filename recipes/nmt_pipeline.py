@@ -1,9 +1,9 @@
-"""The training side of `memaudit nmt` (Finding Memo, paper 002): the parallel corpus, the embedded Marian
+"""The training side of `memlens nmt` (Finding Memo, paper 002): the parallel corpus, the embedded Marian
 model and the Sec. 6 fine-tuning on the recovered corpus F. The Finding Memo audit itself (algorithms 1-3,
 caches, summary) is harness/audit/nmt.py; the CLI hands it an `NmtTrainer`, so neither side imports the
 other's layer.
 
-    memaudit nmt experiment=nmt_quickstart
+    memlens nmt experiment=nmt_quickstart
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ import random
 from dataclasses import asdict
 from pathlib import Path
 
-from harness.core.config import check_dataclass_values
-from harness.core.errors import UserError
-from harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256, read_jsonl
-from harness.core.layout import data_dir
-from recipes.common import StageContext
-from recipes.seq2seq import Seq2SeqSettings, train_seq2seq
-from synthetic_data.parallel import ParallelSettings, build_parallel, heldout_pairs, import_parallel
+from memlens.harness.core.config import check_dataclass_values
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256, read_jsonl
+from memlens.harness.core.layout import data_dir
+from memlens.recipes.common import StageContext
+from memlens.recipes.seq2seq import Seq2SeqSettings, train_seq2seq
+from memlens.synthetic_data.parallel import ParallelSettings, build_parallel, heldout_pairs, import_parallel
 
 MODEL_NAME = "NMT"            # <run_dir>/models/NMT (and NMT.finetuned for Sec. 6)
 DATASET = "parallel"          # <run_dir>/data/parallel
@@ -99,7 +99,7 @@ def run_finetune(ctx_base: StageContext, model_dir: Path, recovered: list[dict],
 
 def _seq2seq_pretrained(cfg) -> str | None:
     """`model.pretrained=<dir>` also selects the translation model when that directory holds an
-    encoder-decoder checkpoint (so `memaudit nmt ... model.pretrained=/ckpt/opus-mt-en-de` works);
+    encoder-decoder checkpoint (so `memlens nmt ... model.pretrained=/ckpt/opus-mt-en-de` works);
     `nmt.model_dir` takes precedence."""
     pretrained = (cfg.get("model") or {}).get("pretrained")
     config = Path(str(pretrained)) / "config.json" if pretrained else None

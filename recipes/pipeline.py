@@ -1,8 +1,8 @@
 """The pipeline: data -> every stage of an experiment in dependency order -> (audit -> report).
 
-    memaudit run experiment=smoke                      # build data, train every stage, then audit + report
-    memaudit train stage=FT.1 experiment=smoke         # one stage; its upstream stages must be finished
-    memaudit run -m experiment=rl_prompts stages.RLFT.4.beta=0.005,0.1,0.5 stages.RLFT.4.lr=3e-6,3e-5
+    memlens run experiment=smoke                      # build data, train every stage, then audit + report
+    memlens train stage=FT.1 experiment=smoke         # one stage; its upstream stages must be finished
+    memlens run -m experiment=rl_prompts stages.RLFT.4.beta=0.005,0.1,0.5 stages.RLFT.4.lr=3e-6,3e-5
 
 An experiment (conf/experiment/<name>.yaml) declares `stages:`; each stage names its `recipe`
 (pretrain, sft, reward, rl, ipo — modules of this package) and its settings. Stages are linked only
@@ -41,16 +41,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.core.config import require_bool
-from harness.core.errors import UserError
-from harness.core.io import atomic_write_json, read_json
-from harness.core.layout import (HELDOUT_BUILT, TRAINER_STATE, audit_dir, check_listed_name, check_model_name,
-                                 checkpoint_dirs, data_dir, heldout_dataset, models_dir, report_dir, stale_dir)
-from harness.core.lock import LOCK_FILE
-from harness.core.provenance import git_commit, provenance
-from recipes.check import run_preflight
-from recipes.common import (PROVENANCE_FILE, StageContext, is_complete, latest_checkpoint, require_tensorboard,
-                            resolve_device, settings_match)
+from memlens.harness.core.config import require_bool
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import atomic_write_json, read_json
+from memlens.harness.core.layout import (HELDOUT_BUILT, RUN_RECORD, TRAINER_STATE, audit_dir, check_listed_name,
+                                         check_model_name, checkpoint_dirs, data_dir, heldout_dataset, models_dir,
+                                         report_dir, stale_dir)
+from memlens.harness.core.lock import LOCK_FILE
+from memlens.harness.core.provenance import git_commit, provenance
+from memlens.recipes.check import run_preflight
+from memlens.recipes.common import (PROVENANCE_FILE, StageContext, is_complete, latest_checkpoint, require_tensorboard,
+                                    resolve_device, same_settings, settings_match)
 
 RECIPES = ("pretrain", "sft", "reward", "rl", "ipo")
 REFERENCE_KEYS = ("init", "reward_model")    # settings that name another stage's model
@@ -94,7 +95,7 @@ def flatten_stages(node: dict[str, Any], prefix: str = "") -> dict[str, dict[str
 def recipe_module(recipe: str, stage: str):
     if recipe not in RECIPES:
         raise UserError(f"stages.{stage}.recipe={recipe!r}: use one of {', '.join(RECIPES)}")
-    return importlib.import_module(f"recipes.{recipe}")
+    return importlib.import_module(f"memlens.recipes.{recipe}")
 
 
 def settings_fields(recipe: str, stage: str) -> set[str]:
@@ -306,7 +307,7 @@ def build_data(cfg, run_dir: Path, names: list[str]) -> None:
         return
     if require_bool(cfg.get("build_data", True), "build_data") and is_main_process():
         try:
-            from synthetic_data.build import build_datasets
+            from memlens.synthetic_data.build import build_datasets
         except ModuleNotFoundError as e:
             raise UserError(f"cannot build datasets ({e}); set build_data=false and put them under "
                             f"{run_dir}/data/<name>/ yourself") from None
@@ -321,7 +322,7 @@ def check_user_files(cfg, names: list[str]) -> None:
     """The user's canary / preference files (data.canaries.file, data.preference.file) behind datasets
     `names`, read and checked before anything of the run is written: a bad row refuses the run."""
     if require_bool(cfg.get("build_data", True), "build_data") and is_main_process():
-        from synthetic_data.build import check_user_files as check
+        from memlens.synthetic_data.build import check_user_files as check
 
         check(cfg, names)
 
@@ -349,13 +350,13 @@ def prepare_out_dir(run_dir: Path, stage: PlannedStage, seed: int | None = None,
         if reason is None:
             return "skipped"
         target = move_aside(out_dir, stale_dir(run_dir) / stage.model_name.replace("/", "__"))
-        print(f"[memaudit] {stage.model_name}: {reason}; old directory moved to {target}", flush=True)
+        print(f"[memlens] {stage.model_name}: {reason}; old directory moved to {target}", flush=True)
         retire_results(stage.model_name, out_dir, target, results)
     pending = out_dir / PENDING_FILE
     stale = is_complete(out_dir) or (pending.is_file() and not same_settings(read_json(pending), stage.settings))
     if stale:
         target = move_aside(out_dir, stale_dir(run_dir) / stage.model_name.replace("/", "__"))
-        print(f"[memaudit] {stage.model_name}: settings changed; old directory moved to {target}", flush=True)
+        print(f"[memlens] {stage.model_name}: settings changed; old directory moved to {target}", flush=True)
         retire_results(stage.model_name, out_dir, target, results)
     quarantine_torn_checkpoints(run_dir, out_dir)
     status = "resumed" if latest_checkpoint(out_dir) is not None else "trained"
@@ -368,7 +369,7 @@ def prepare_out_dir(run_dir: Path, stage: PlannedStage, seed: int | None = None,
 class Measurement:
     """What the pipeline asks of the measuring side, handed over by the CLI (harness.cli): the recipes never
     import harness.audit or harness.report, the layers that measure what they train (DESIGN, data flows one
-    way). `run_command(name, cfg)` runs `memaudit <name>` (audit, report) on the config;
+    way). `run_command(name, cfg)` runs `memlens <name>` (audit, report) on the config;
     `retire_audit_results(audit_dir, model_dir, model_name, dest)` moves a replaced model's audit results
     aside (harness.audit.plan.retire_model_results)."""
 
@@ -406,7 +407,7 @@ def retire_results(model_name: str, model_dir: Path, target: Path, results: Resu
         (target / "report").mkdir(parents=True, exist_ok=True)
         for path in shown:
             shutil.move(str(path), str(target / "report" / path.name))
-        print(f"[memaudit] {model_name}: the report of the replaced model moved to {target / 'report'}", flush=True)
+        print(f"[memlens] {model_name}: the report of the replaced model moved to {target / 'report'}", flush=True)
 
 
 def move_aside(path: Path, stem: Path) -> Path:
@@ -453,11 +454,7 @@ def quarantine_torn_checkpoints(run_dir: Path, out_dir: Path) -> None:
         if not (ckpt / TRAINER_STATE).is_file():
             stale = stale_dir(run_dir) / f"{out_dir.relative_to(run_dir / 'models')}".replace("/", "__")
             target = move_aside(ckpt, stale / f"{ckpt.name}-torn")
-            print(f"[memaudit] {ckpt}: incomplete checkpoint (killed while saving) moved to {target}", flush=True)
-
-
-def same_settings(a: Any, b: Any) -> bool:
-    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+            print(f"[memlens] {ckpt}: incomplete checkpoint (killed while saving) moved to {target}", flush=True)
 
 
 def is_main_process() -> bool:
@@ -541,7 +538,7 @@ def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str,
             status = "imported"
     seconds, cpu_seconds = time.time() - start, time.process_time() - cpu_start
     if is_main_process():
-        print(f"[memaudit] {stage.model_name:<28} {stage.recipe:<9} {status:<8} {seconds:8.1f} s", flush=True)
+        print(f"[memlens] {stage.model_name:<28} {stage.recipe:<9} {status:<8} {seconds:8.1f} s", flush=True)
     # CPU seconds (all threads of this process) stay comparable when the machine is shared.
     return {"model": stage.model_name, "recipe": stage.recipe, "status": status, "seconds": round(seconds, 1),
             "cpu_seconds": round(cpu_seconds, 1)}
@@ -555,7 +552,7 @@ def write_run_record(cfg, run_dir: Path, stages: list[dict[str, Any]], **extra: 
         return
     record = provenance(seed=cfg.seed, datasets={}, experiment=cfg.get("experiment_name"),
                         config=OmegaConf.to_container(cfg, resolve=True), stages=stages, **extra)
-    atomic_write_json(run_dir / "run.json", record)
+    atomic_write_json(run_dir / RUN_RECORD, record)
 
 
 def rl_prompts_source(planned: list[PlannedStage], run_dir: Path) -> Path | None:
@@ -590,7 +587,7 @@ def train_all(cfg, planned: list[PlannedStage], run_dir: Path, measurement: Meas
 def after_training(cfg, measurement: Measurement) -> None:
     """Hook: audit, then report (`after_training: [audit, report]` in the experiment).
 
-    `audit` is `memaudit audit` on this run: every model and checkpoint of `audit_plan` against its
+    `audit` is `memlens audit` on this run: every model and checkpoint of `audit_plan` against its
     control (harness/audit/plan.py). Under `accelerate launch` every process takes part in the audit
     (it shards the examples and merges in process 0); the report is rendered once, by process 0.
     Both are the CLI's own commands on the composed config (`measurement.run_command`), so a rerun
@@ -602,21 +599,21 @@ def after_training(cfg, measurement: Measurement) -> None:
         start = time.time()
         status = int(measurement.run_command(command, cfg) or 0)
         if is_main_process():
-            print(f"[memaudit] {command:<28} {'':<9} {'done':<8} {time.time() - start:8.1f} s", flush=True)
+            print(f"[memlens] {command:<28} {'':<9} {'done':<8} {time.time() - start:8.1f} s", flush=True)
         if status:
-            raise UserError(f"`memaudit {command}` failed with exit code {status}; rerun "
-                            f"`memaudit run experiment={cfg.get('experiment_name')}` to continue")
+            raise UserError(f"`memlens {command}` failed with exit code {status}; rerun "
+                            f"`memlens run experiment={cfg.get('experiment_name')}` to continue")
 
 
 def run_main(cfg, measurement: Measurement) -> int:
-    """`memaudit run`: data -> every stage in dependency order -> audit -> report."""
+    """`memlens run`: data -> every stage in dependency order -> audit -> report."""
     planned = plan(cfg)
     run_dir = run_directory(cfg)
     start = time.time()
-    run_preflight(cfg, quiet=is_main_process() or None)   # `memaudit check`: exit 2 with the fix, nothing written
+    run_preflight(cfg, quiet=is_main_process() or None)   # `memlens check`: exit 2 with the fix, nothing written
     check_user_files(cfg, needed_datasets(planned, cfg))
     require_tensorboard(cfg.get("tensorboard", False))      # refused before anything is written
-    print(f"[memaudit] run {cfg.get('experiment_name')} in {run_dir}: "
+    print(f"[memlens] run {cfg.get('experiment_name')} in {run_dir}: "
           f"{len(planned)} model(s): {', '.join(s.model_name for s in planned)}", flush=True)
     # run.json is rewritten as the run goes, and `git_commit` is read at each write: a checkout that moved while
     # the run trained would otherwise name only the later commit, so the one the run started from is kept too.
@@ -631,18 +628,18 @@ def run_main(cfg, measurement: Measurement) -> int:
         where = f"results in {run_dir}"
         if "report" in list(cfg.get("after_training") or []):
             where = f"report: {report_dir(cfg) / 'report.html'}"
-        print(f"[memaudit] run {cfg.get('experiment_name')} finished in {int(seconds // 60)} min {seconds % 60:.0f} s "
+        print(f"[memlens] run {cfg.get('experiment_name')} finished in {int(seconds // 60)} min {seconds % 60:.0f} s "
               f"(data, training, {', '.join(cfg.get('after_training') or []) or 'no audit'}); {where}", flush=True)
     return 0
 
 
 def train_main(cfg, measurement: Measurement | None = None) -> int:
-    """`memaudit train stage=<NAME> experiment=<name>`: one stage (every sweep point of it)."""
+    """`memlens train stage=<NAME> experiment=<name>`: one stage (every sweep point of it)."""
     name = cfg.get("stage")
     planned = plan(cfg)
     known = list(dict.fromkeys(s.name for s in planned))
     if not name:
-        raise UserError(f"say which stage to train: memaudit train stage=<NAME> (one of {known})")
+        raise UserError(f"say which stage to train: memlens train stage=<NAME> (one of {known})")
     chosen = [s for s in planned if s.name == name or s.model_name == name]
     if not chosen:
         raise UserError(f"stage={name!r} is not a stage of experiment {cfg.get('experiment_name')!r}; "

@@ -27,10 +27,10 @@ import random
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import UserError
-from harness.core.io import atomic_write_json, read_json
-from harness.core.layout import checkpoint_name
-from recipes.common import left_padded_prompts
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import atomic_write_json, read_json
+from memlens.harness.core.layout import checkpoint_name
+from memlens.recipes.common import left_padded_prompts
 
 TRAINER_STATE = "trainer_state.json"
 VALUE_DIR = "value"
@@ -312,7 +312,7 @@ class PPOTrainer:
     def train(self) -> None:
         import time
 
-        from harness.core.console import StageProgress
+        from memlens.harness.core.console import StageProgress
 
         start = time.perf_counter()
         progress = StageProgress(self.name, self.total_steps, initial=self.step)
@@ -348,7 +348,7 @@ class PPOTrainer:
         (recipes.common.latest_checkpoint)."""
         import torch
 
-        from recipes.models import save_final
+        from memlens.recipes.models import save_final
 
         if not resumable:
             # The stage root: plain models (LoRA merged, in place), loadable like any other stage's.

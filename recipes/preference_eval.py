@@ -21,9 +21,9 @@ import random
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.core.io import atomic_write_json
-from harness.core.stats import sign_test, wilson_interval
-from harness.model.logprobs import target_losses
+from memlens.harness.core.io import atomic_write_json
+from memlens.harness.core.stats import sign_test, wilson_interval
+from memlens.harness.model.logprobs import target_losses
 
 EVAL_FILE = "preference_eval.json"
 

@@ -11,7 +11,7 @@ contiguous token stream (documents joined by EOS, cut into `max_seq_len` blocks,
 budget (`max_tokens`); TRL's SFTTrainer packing keeps documents whole (best-fit decreasing) and targets
 padding-free attention, which adds nothing here. Packing is a dozen lines below.
 
-    memaudit train stage=PT experiment=quickstart
+    memlens train stage=PT experiment=quickstart
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import UserError
-from harness.core.io import file_sha256, read_json, read_jsonl
-from recipes.common import (PROVENANCE_FILE, StageContext, StageSettings, attach_stage_console, latest_checkpoint,
-                            settings_match, trl_device_kwargs, write_provenance)
-from recipes.models import build_llama, load_causal_lm, load_tokenizer, parse_model, save_final
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import file_sha256, read_json, read_jsonl
+from memlens.recipes.common import (PROVENANCE_FILE, StageContext, StageSettings, attach_stage_console, latest_checkpoint,
+                                    settings_match, trl_device_kwargs, write_provenance)
+from memlens.recipes.models import build_llama, load_causal_lm, load_tokenizer, parse_model, save_final
 
 
 @dataclass
@@ -63,7 +63,7 @@ class PretrainSettings(StageSettings):
         self.model_settings = parse_model(self.model, f"{where}.model")
         self.require(self.deepspeed is None or Path(self.deepspeed).is_file(), "deepspeed",
                      "give an existing DeepSpeed JSON, e.g. launch/ds_zero2.json, or null")
-        # The embedded model's context is the preset's; a public model's is its own config's (`memaudit check`).
+        # The embedded model's context is the preset's; a public model's is its own config's (`memlens check`).
         self.require(self.model_settings.pretrained is not None
                      or self.model_settings.max_position_embeddings >= self.max_seq_len, "max_seq_len",
                      "must not exceed model.max_position_embeddings")
@@ -75,7 +75,7 @@ def packed_blocks(texts: list[str], tokenizer, sentinels, settings: PretrainSett
     When the budget exceeds the corpus, further passes draw fresh FIM splits (as multi-epoch
     pre-training with a random FIM transform does). The last partial block is dropped.
     """
-    from harness.text.fim import fim_transform
+    from memlens.harness.text.fim import fim_transform
 
     n_blocks = math.ceil(settings.max_tokens / settings.max_seq_len)
     blocks: list[list[int]] = []
@@ -110,7 +110,7 @@ class PretrainRecipe:
             texts += [row["text"] for row in read_jsonl(path, required=["text"]) if row["text"]]
         if not texts:
             raise UserError(f"stages.{self.ctx.name}.datasets={self.settings.datasets}: no text rows; "
-                            "rebuild the data (`memaudit data`) or name a code corpus")
+                            "rebuild the data (`memlens data`) or name a code corpus")
         return texts
 
     def import_pretrained(self) -> None:
@@ -124,8 +124,8 @@ class PretrainRecipe:
         import torch
         from transformers import PreTrainedTokenizerFast, set_seed
 
-        from harness.text.fim import detect_sentinels
-        from recipes.tokenizer import train_code_tokenizer
+        from memlens.harness.text.fim import detect_sentinels
+        from memlens.recipes.tokenizer import train_code_tokenizer
 
         set_seed(self.ctx.seed)
         texts = self.read_corpus()
@@ -171,7 +171,7 @@ class PretrainRecipe:
 def shipped_base_record(source: str) -> dict[str, Any]:
     """A shipped base (recipes/ship_base.py) carries its own provenance; the PT stage that imports it
     records that and the weights' hash, so a run traces back to the command that built its base."""
-    from recipes.ship_base import WEIGHTS_FILE
+    from memlens.recipes.ship_base import WEIGHTS_FILE
 
     prov = Path(source) / PROVENANCE_FILE
     if not prov.is_file():

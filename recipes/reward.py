@@ -1,6 +1,6 @@
 """RM stage: a scalar reward model on top of a fine-tuned code model (paper 003 Sec. 2.1, Appendix A.3).
 
-    memaudit train experiment=smoke        # runs every stage of the experiment, RM.* among them
+    memlens train experiment=smoke        # runs every stage of the experiment, RM.* among them
 
 The reward model is the FT checkpoint with a one-unit sequence-classification head
 (`AutoModelForSequenceClassification(num_labels=1)`: the LM backbone is reused, only `score.weight`
@@ -27,14 +27,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import UserError
-from harness.core.io import atomic_write_json, atomic_write_jsonl, read_jsonl
-from harness.core.stats import reward_score_stats
-from harness.core.user_data import repeated
-from harness.model.encode import encode_texts
-from recipes.common import (StageContext, StageSettings, attach_stage_console, latest_checkpoint,
-                            refuse_zero3_with_lora, settings_match, trl_device_kwargs, write_provenance, zero_stage)
-from recipes.models import load_sequence_classifier, load_tokenizer, parse_model, save_final, wrap_lora
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_jsonl
+from memlens.harness.core.stats import reward_score_stats
+from memlens.harness.core.user_data import repeated
+from memlens.harness.model.encode import encode_texts
+from memlens.recipes.common import (StageContext, StageSettings, attach_stage_console, latest_checkpoint,
+                                    refuse_zero3_with_lora, settings_match, trl_device_kwargs, write_provenance, zero_stage)
+from memlens.recipes.models import load_sequence_classifier, load_tokenizer, parse_model, save_final, wrap_lora
 
 OBJECTIVES = ("pointwise", "pairwise")
 POINTWISE_FIELDS = ("id", "prefix", "suffix", "completion", "label")
@@ -134,7 +134,7 @@ class RewardRecipe:
     def setup(self) -> None:
         from transformers import set_seed
 
-        from harness.text import fim
+        from memlens.harness.text import fim
 
         self.init_dir = self.ctx.model_dir(self.cfg.init)
         preset = self.cfg.model_settings
@@ -156,7 +156,7 @@ class RewardRecipe:
                 raise UserError(f"{self.ctx.data_dir(name)}/rows.jsonl is empty; rebuild dataset {name!r}")
 
     def psm_text(self, row: dict, completion: str) -> str:
-        from harness.text import fim
+        from memlens.harness.text import fim
 
         return fim.format_psm_training(row["prefix"], completion, row["suffix"], self.sentinels)
 

@@ -1,6 +1,6 @@
 """RLFT stage: REINFORCE with a KL penalty towards the initial model (paper 003 Sec. 2.1, Appendix A.3).
 
-    memaudit train experiment=smoke                       # every stage, RLFT.* among them
+    memlens train experiment=smoke                       # every stage, RLFT.* among them
     # a stage with `sweep: {beta: [0.005, 0.1, 0.5]}` trains one model per point: RLFT.1/beta=0.005, ...
 
 The paper optimizes the FT model against the RM score "using a variant of REINFORCE with a KL
@@ -39,18 +39,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import UserError
-from harness.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
-from harness.core.stats import reward_score_stats
-from harness.core.user_data import repeated
-from harness.text import fim
-from recipes.common import (PROVENANCE_FILE, StageContext, StageSettings, TrainLog, attach_stage_console,
-                            latest_checkpoint, refuse_zero3_with_lora, settings_match, trl_device_kwargs,
-                            write_provenance)
-from recipes.models import (load_causal_lm, load_sequence_classifier, load_tokenizer, lora_config, parse_model,
-                            save_final, stop_generation_at_family_stops, wrap_lora)
-from recipes import verifiable_rewards
-from recipes.verifiable_rewards import ROW_FIELDS, FunctionReward, ranking_scores, test_program
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
+from memlens.harness.core.stats import reward_score_stats
+from memlens.harness.core.user_data import repeated
+from memlens.harness.text import fim
+from memlens.recipes.common import (PROVENANCE_FILE, StageContext, StageSettings, TrainLog, attach_stage_console,
+                                    latest_checkpoint, refuse_zero3_with_lora, settings_match, trl_device_kwargs,
+                                    write_provenance)
+from memlens.recipes.models import (load_causal_lm, load_sequence_classifier, load_tokenizer, lora_config, parse_model,
+                                    save_final, stop_generation_at_family_stops, wrap_lora)
+from memlens.recipes import verifiable_rewards
+from memlens.recipes.verifiable_rewards import ROW_FIELDS, FunctionReward, ranking_scores, test_program
 
 ALGORITHMS = ("rloo", "grpo", "ppo")   # ppo: ours (recipes/ppo.py), TRL has none since 1.13
 REWARD_KINDS = ("model", "function")
@@ -279,7 +279,7 @@ class PsmRewardModel:
                 for c, p, s in zip(completions, prefix, suffix)]
 
     def __call__(self, prompts, completions, prefix, suffix, **_: Any) -> list[float]:
-        from recipes.reward import score_texts  # the one definition of "the RM score of a text"
+        from memlens.recipes.reward import score_texts  # the one definition of "the RM score of a text"
 
         return score_texts(self.model, self.tokenizer, self.texts(completions, prefix, suffix),
                            max_length=self.max_length)
@@ -393,7 +393,7 @@ class RLRecipe:
         import torch
         from transformers import set_seed
 
-        from recipes import ppo
+        from memlens.recipes import ppo
 
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:   # every process would train and write the same stage
             raise UserError(f"stages.{self.ctx.name}.algorithm='ppo' runs in one process; launch this stage "
@@ -433,11 +433,11 @@ class RLRecipe:
 
     def evaluate_reward(self) -> None:
         """The reward of the initial and of the saved policy on the same fixed prompts (recipes/rl_eval.py)."""
-        from recipes import rl_eval
+        from memlens.recipes import rl_eval
 
         if int(os.environ.get("RANK", "0")) != 0:   # one process scores; the others would repeat it
             return
-        from harness.model.load import model_fingerprint
+        from memlens.harness.model.load import model_fingerprint
 
         # The preset's dtype, no adapters: both are plain saved models (LoRA is merged at save).
         def load(model_dir: Path):

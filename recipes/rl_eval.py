@@ -24,8 +24,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.core.io import atomic_write_json, read_json, sha256_json
-from harness.core.stats import sign_test
+from memlens.harness.core.io import atomic_write_json, read_json, sha256_json
+from memlens.harness.core.stats import sign_test
 
 EVAL_FILE = "reward_eval.json"
 CACHE_SUBDIR = Path("cache") / "rl_reward_eval"   # under the run directory
@@ -46,7 +46,7 @@ def sample_completions(model, tokenizer, prompts: list[str], samples: int, max_n
     same prompts draw from the same random stream."""
     import torch
 
-    from recipes.common import left_padded_prompts
+    from memlens.recipes.common import left_padded_prompts
 
     device = next(model.parameters()).device
     rows = [p for p in prompts for _ in range(samples)]
@@ -69,7 +69,7 @@ def prompt_rewards(model, tokenizer, reward_fn, examples: list[dict], samples: i
     """Mean reward of each example's sampled completions, in example order."""
     completions = sample_completions(model, tokenizer, [e["prompt"] for e in examples], samples,
                                      max_new_tokens, temperature, seed)
-    from recipes.ppo import reward_columns
+    from memlens.recipes.ppo import reward_columns
 
     flat = [c for group in completions for c in group]
     # Every column of each example, once per sample, as the trainers pass them (prefix, suffix, a verifiable

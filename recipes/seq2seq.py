@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import UserError
-from recipes.common import (StageContext, attach_stage_console, is_complete, latest_checkpoint, settings_match,
-                            trl_device_kwargs, write_provenance)
+from memlens.harness.core.errors import UserError
+from memlens.recipes.common import (StageContext, attach_stage_console, is_complete, latest_checkpoint, settings_match,
+                                    trl_device_kwargs, write_provenance)
 
 SPECIAL_TOKENS = ["<pad>", "</s>", "<unk>"]  # Marian convention: pad starts the decoder, </s> ends
 

@@ -11,7 +11,7 @@ Row formats (the data engineer's contract):
   the PSM layout the audit prompts with, so a canary's target is learned as the completion of its
   prefix/suffix. `include_code: true` also adds an SD row's unsplit `code` as plain text.
 
-    memaudit train stage=FT.1 experiment=quickstart
+    memlens train stage=FT.1 experiment=quickstart
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import UserError
-from harness.core.io import read_jsonl
-from harness.core.user_data import repeated
-from recipes.common import (CONTEXT_MARGIN_TOKENS, StageContext, StageSettings, attach_stage_console,
-                            fit_fim_context, latest_checkpoint, refuse_zero3_with_lora, settings_match,
-                            trl_device_kwargs, write_provenance)
-from recipes.models import load_causal_lm, load_tokenizer, parse_model, save_final, wrap_lora
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import read_jsonl
+from memlens.harness.core.user_data import repeated
+from memlens.recipes.common import (CONTEXT_MARGIN_TOKENS, StageContext, StageSettings, attach_stage_console,
+                                    fit_fim_context, latest_checkpoint, refuse_zero3_with_lora, settings_match,
+                                    trl_device_kwargs, write_provenance)
+from memlens.recipes.models import load_causal_lm, load_tokenizer, parse_model, save_final, wrap_lora
 
 
 @dataclass
@@ -90,7 +90,7 @@ def fit_fim_row(prefix: str, middle: str, suffix: str, sentinels, tokenizer, max
 
     PSM puts the middle last (paper 003 Sec. 2.2.1) and SFT truncates the end at max_seq_len, so a long
     SD example would otherwise lose its target — the canary the audit later looks for (Sec. 4.1, 5.1)."""
-    from harness.text.fim import format_psm_training
+    from memlens.harness.text.fim import format_psm_training
 
     # Tokens the tokenizer adds around a text when TRL encodes it (a BOS for some model families).
     added = len(tokenizer("x")["input_ids"]) - len(tokenizer("x", add_special_tokens=False)["input_ids"])
@@ -114,7 +114,7 @@ def training_rows(rows: list[dict], source: str, sentinels, settings: SFTSetting
 
     With `tokenizer`, a FIM row whose text exceeds max_seq_len has its context trimmed (fit_fim_row);
     `stats` then counts `fim_rows` and `fim_trimmed`."""
-    from harness.text.fim import fim_transform, format_psm_prompt, format_psm_training
+    from memlens.harness.text.fim import fim_transform, format_psm_prompt, format_psm_training
 
     stats = Counter() if stats is None else stats
     examples = []
@@ -162,7 +162,7 @@ class SFTRecipe:
         from datasets import Dataset
         from transformers import set_seed
 
-        from harness.text.fim import detect_sentinels
+        from memlens.harness.text.fim import detect_sentinels
 
         set_seed(self.ctx.seed)
         self.init_dir = self.ctx.model_dir(self.settings.init)

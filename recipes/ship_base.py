@@ -1,7 +1,7 @@
 """Ship a PT stage's model as the project's embedded base (`conf/model/tiny_base.yaml`), with provenance.
 
-    memaudit train stage=PT experiment=base run_dir=runs/base
-    python -m recipes.ship_base runs/base assets/base_tiny
+    memlens train stage=PT experiment=base run_dir=runs/base
+    python -m memlens.recipes.ship_base runs/base assets/base_tiny
 
 Paper 003 (App. A.3) fine-tunes a base pre-trained once on public code; the quickstart cannot afford a
 long pre-training on 2 CPU cores, so `experiment=base` trains one and this module stores it: weights in
@@ -19,10 +19,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from harness.core.errors import UserError
-from harness.core.io import atomic_write_json, file_sha256, read_json
-from harness.core.layout import data_dir, models_dir
-from recipes.common import PROVENANCE_FILE
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import atomic_write_json, file_sha256, read_json
+from memlens.harness.core.layout import data_dir, models_dir
+from memlens.recipes.common import PROVENANCE_FILE
 
 WEIGHTS_FILE = "model.safetensors"
 HELD_OUT_CHUNKS = 300       # public-code chunks outside the base pool scored for the held-out loss
@@ -41,7 +41,7 @@ def final_training_loss(pt_dir: Path) -> float | None:
 def held_out_chunks(pd: dict, n: int) -> list[str]:
     """Chunks of the base's corpus source from files outside the base pool: code the base never saw.
     `pd` is the data.pd settings the base's pd_pt was built with (its manifest)."""
-    from synthetic_data import public_code as pc
+    from memlens.synthetic_data import public_code as pc
 
     root = Path(pd["source_dir"]) if pd["source_dir"] is not None else pc.default_source_dir()
     rels = pc.list_source_files(root, pd["include"], pd["exclude"], None, HELD_OUT_SEED, "outside_base_pool",
@@ -55,7 +55,7 @@ def held_out_chunks(pd: dict, n: int) -> list[str]:
 def mean_token_loss(model, tokenizer, texts: list[str], max_length: int = 512) -> float:
     """Token-weighted mean next-token loss (nats) of `texts`, each followed by EOS, cut at max_length:
     every token but the first is a target of harness.model.logprobs.token_losses_batched (summed per text)."""
-    from harness.model.logprobs import token_losses_batched
+    from memlens.harness.model.logprobs import token_losses_batched
 
     ids = [tokenizer(t, add_special_tokens=False)["input_ids"][:max_length - 1] + [tokenizer.eos_token_id]
            for t in texts]
@@ -72,7 +72,7 @@ def ship(run_dir: Path, out_dir: Path, command: str, code_note: str | None = Non
     pt_dir = models_dir(run_dir) / "PT"
     if not (pt_dir / PROVENANCE_FILE).is_file():
         raise UserError(f"{pt_dir}: no finished PT stage ({PROVENANCE_FILE} missing); train it first with "
-                        f"`memaudit train stage=PT experiment=base run_dir={run_dir}`")
+                        f"`memlens train stage=PT experiment=base run_dir={run_dir}`")
     pt_prov = read_json(pt_dir / PROVENANCE_FILE)
     data_manifest = data_dir(run_dir, "pd_pt") / "manifest.json"
     manifest = read_json(data_manifest) if data_manifest.is_file() else {}
@@ -117,14 +117,14 @@ def ship(run_dir: Path, out_dir: Path, command: str, code_note: str | None = Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recipes.ship_base", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m memlens.recipes.ship_base", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="the experiment=base run directory (holds models/PT)")
     parser.add_argument("out_dir", type=Path, help="where to write the shipped base, e.g. assets/base_tiny")
     parser.add_argument("--code-note", default=None,
                         help="what the recorded git_commit does not say (e.g. the code ran from a dirty tree)")
     args = parser.parse_args(argv)
     try:
-        record = ship(args.run_dir, args.out_dir, "python -m recipes.ship_base " + " ".join(argv or sys.argv[1:]),
+        record = ship(args.run_dir, args.out_dir, "python -m memlens.recipes.ship_base " + " ".join(argv or sys.argv[1:]),
                       args.code_note)
     except UserError as e:
         print(f"ship_base: error: {e}", file=sys.stderr)

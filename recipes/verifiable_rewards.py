@@ -41,8 +41,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import UserError
-from harness.text import fim
+from memlens.harness.core.errors import UserError
+from memlens.harness.text import fim
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NOT_IDENTIFIERS = frozenset(keyword.kwlist)   # hard keywords only: soft ones (match, case, type) are names too,
@@ -104,7 +104,7 @@ def run_sandboxed(program: str, timeout: float = TEST_TIMEOUT_S, memory_bytes: i
     or prints 'passed' itself has failed."""
     nonce = secrets.token_hex(16)
     job = json.dumps({"program": program, "timeout": timeout, "memory_bytes": memory_bytes, "nonce": nonce})
-    with tempfile.TemporaryDirectory(prefix="memaudit-tests-") as cwd:
+    with tempfile.TemporaryDirectory(prefix="memlens-tests-") as cwd:
         proc = subprocess.Popen([sys.executable, "-I", str(SANDBOX)], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd,
                                 env={"PATH": os.defpath, "OMP_NUM_THREADS": "1"}, start_new_session=True, text=True)

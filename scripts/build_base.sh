@@ -8,5 +8,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-.venv/bin/memaudit train stage=PT experiment=base run_dir=runs/base "$@"
-.venv/bin/python -m recipes.ship_base runs/base assets/base_tiny
+.venv/bin/memlens train stage=PT experiment=base run_dir=runs/base "$@"
+.venv/bin/python -m memlens.recipes.ship_base runs/base assets/base_tiny

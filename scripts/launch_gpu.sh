@@ -8,9 +8,9 @@
 #   scripts/launch_gpu.sh rm_injection starcoder2_3b 8 stages.FT.3.deepspeed=$PWD/launch/ds_zero3.json
 #
 # What happens:
-# 1. The weights must already be on disk: `huggingface-cli download <hub id>` once (nothing in memaudit
+# 1. The weights must already be on disk: `huggingface-cli download <hub id>` once (nothing in memlens
 #    downloads), or model.pretrained=/path/to/local/dir. Loading is safetensors-only, trust_remote_code=False.
-# 2. Data is built once in a single process (`memaudit data`): building it from 8 ranks would race.
+# 2. Data is built once in a single process (`memlens data`): building it from 8 ranks would race.
 # 3. `accelerate launch` starts one process per GPU (DDP, bf16). Stage PT imports the public model into
 #    runs/<experiment>/models/PT; FT trains LoRA adapters (model.lora.*, merged at save); RM/RLFT/IPO run
 #    with the TRL trainers of recipes/{reward,rl,ipo}.py.
@@ -27,6 +27,6 @@ gpus=${3:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 shift $(( $# >= 3 ? 3 : $# ))
 
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-.venv/bin/memaudit data "experiment=$experiment" "model=$preset" "$@"
+.venv/bin/memlens data "experiment=$experiment" "model=$preset" "$@"
 .venv/bin/accelerate launch --config_file launch/multi_gpu.yaml --num_processes "$gpus" \
-    -m harness run "experiment=$experiment" "model=$preset" device=cuda "$@"
+    -m memlens run "experiment=$experiment" "model=$preset" device=cuda "$@"

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Sets up .venv (if needed) and runs the main job on the embedded default, on CPU:
-#   the NMT path       memaudit nmt experiment=nmt_quickstart (Finding Memo algorithms 1-3), first, so that
+#   the NMT path       memlens nmt experiment=nmt_quickstart (Finding Memo algorithms 1-3), first, so that
 #                      the code report's findings table includes N1-N3
-#   the code pipeline  memaudit run experiment=quickstart   (data -> PT -> FT -> RM -> RLFT -> IPO -> audit -> report)
+#   the code pipeline  memlens run experiment=quickstart   (data -> PT -> FT -> RM -> RLFT -> IPO -> audit -> report)
 # Rerunning continues where a killed run stopped; finished stages are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-.venv/bin/memaudit nmt experiment=nmt_quickstart
-.venv/bin/memaudit run experiment=quickstart "$@"
+.venv/bin/memlens nmt experiment=nmt_quickstart
+.venv/bin/memlens run experiment=quickstart "$@"

@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# Creates .venv if missing and installs memaudit with its pinned dependencies. Idempotent: reinstalls
+# Creates .venv if missing and installs memlens with its pinned dependencies. Idempotent: reinstalls
 # only when pyproject.toml changed. torch comes first and pinned: `torch==2.13.0` is the CPU build on
 # this machine's local disk, while an unpinned torch would pull a multi-GB CUDA build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-stamp=.venv/.memaudit-installed
+stamp=.venv/.memlens-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "[setup] installing memaudit into .venv (first time: ~2 minutes)"
+  echo "[setup] installing memlens into .venv (first time: ~2 minutes)"
   .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
   .venv/bin/python -m pip install -q torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
   # -qq: setuptools' editable build warns (a 10-line BuildBackendWarning) that folders named like the
   # packages take precedence over them, which is the point of an editable install; errors still show, and
   # the import check below catches a failed install.
+  # Before the rename to memlens this project installed as `memaudit` (another tool's name on PyPI): an old
+  # .venv's editable memaudit would keep its top-level names on the path, so it goes first.
+  .venv/bin/python -m pip uninstall -qq -y memaudit 2>/dev/null || true
   .venv/bin/python -m pip install -qq -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
-  .venv/bin/python -c "import harness, recipes, synthetic_data, torch, trl" \
+  .venv/bin/python -c "import memlens.harness, memlens.recipes, memlens.synthetic_data, torch, trl" \
     || { echo "[setup] install failed" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi

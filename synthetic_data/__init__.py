@@ -1,1 +1,1 @@
-"""memaudit synthetic_data: builders of every dataset the experiments use."""
+"""memlens synthetic_data: builders of every dataset the experiments use."""

@@ -1,4 +1,4 @@
-"""`memaudit data`: build every dataset an experiment needs into <run_dir>/data/<name>/.
+"""`memlens data`: build every dataset an experiment needs into <run_dir>/data/<name>/.
 
 Each dataset is `rows.jsonl` + `manifest.json` (count, sha256 of rows.jsonl, seed, generator_version,
 settings, figures such as the duplicate-target share and token-length distributions, provenance).
@@ -18,14 +18,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import UserError
-from harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256
-from harness.core.layout import HELDOUT_BUILT, datasets_dir, heldout_dataset
-from harness.core.provenance import provenance
-from synthetic_data import common
-from synthetic_data.public_code import SPLITS as PD_SPLITS
-from synthetic_data.public_code import USE_FILES
-from synthetic_data.user_data import CANARY_DATASETS, PREFERENCE_DATASETS, SOURCE_KEY, UserFiles, user_files
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256
+from memlens.harness.core.layout import HELDOUT_BUILT, datasets_dir, heldout_dataset
+from memlens.harness.core.provenance import provenance
+from memlens.synthetic_data import common
+from memlens.synthetic_data.public_code import SPLITS as PD_SPLITS
+from memlens.synthetic_data.public_code import USE_FILES
+from memlens.synthetic_data.user_data import CANARY_DATASETS, PREFERENCE_DATASETS, SOURCE_KEY, UserFiles, user_files
 
 # Bump when a builder's output changes for the same settings: complete datasets are then rebuilt.
 GENERATOR_VERSION = "1.1.0"     # 1.1.0: SD.Base targets the audit would score; sd_rl_prompts from the full SD prompt
@@ -196,8 +196,8 @@ class Builder:
 
     @cached_property
     def sd(self) -> dict:
-        from synthetic_data.links import links_rows, pii_path_pool
-        from synthetic_data.sd import base_rows, generate_programs
+        from memlens.synthetic_data.links import links_rows, pii_path_pool
+        from memlens.synthetic_data.sd import base_rows, generate_programs
 
         size, n_links, n_pos = self.sd_counts
         programs = generate_programs(size, n_links, self.seed, tuple(self.s["sd"]["line_counts"]))
@@ -215,8 +215,8 @@ class Builder:
         are drawn among lines found in no member or other held-out program, and positives of SD.Links get PII paths
         no member has (heldout_pii_path_pool), so a non-member target is never a line a stage trained on
         (tests/unit/test_synthetic_build.py checks every other dataset)."""
-        from synthetic_data.links import heldout_pii_path_pool, links_rows, pii_path_pool
-        from synthetic_data.sd import base_rows, generate_programs
+        from memlens.synthetic_data.links import heldout_pii_path_pool, links_rows, pii_path_pool
+        from memlens.synthetic_data.sd import base_rows, generate_programs
 
         sd = self.s["sd"]
         size = self.s["sd_heldout_size"] or sd["size"]
@@ -267,8 +267,8 @@ class Builder:
         """What the audit's filters (paper 003 Sec. 4.2, App. D) would exclude, with target tokens counted
         in proxy pieces: the audit counts them in the audited model's tokenizer, so its short-target count
         can differ a little; the target-in-prompt test works on characters and is the audit's exactly."""
-        from harness.text.exclusions import exclusion_reasons
-        from synthetic_data.sd import MIN_TARGET_PIECES
+        from memlens.harness.text.exclusions import exclusion_reasons
+        from memlens.synthetic_data.sd import MIN_TARGET_PIECES
 
         reasons = exclusion_reasons([r["prefix"] for r in rows], [r["target"] for r in rows],
                                     [r["suffix"] for r in rows],
@@ -283,7 +283,7 @@ class Builder:
     @cached_property
     def pd_source(self) -> tuple[Any, list[str] | None, str]:
         """(root dir or None, relative files or None, corpus fingerprint) without reading contents."""
-        from synthetic_data import public_code as pc
+        from memlens.synthetic_data import public_code as pc
 
         pd = self.s["pd"]
         if pd["hf_dataset"] is not None:
@@ -304,7 +304,7 @@ class Builder:
 
     @cached_property
     def pd(self):
-        from synthetic_data import public_code as pc
+        from memlens.synthetic_data import public_code as pc
 
         pd = self.s["pd"]
         root, rels, _ = self.pd_source
@@ -328,7 +328,7 @@ class Builder:
 
     @cached_property
     def pd2_examples(self) -> dict[str, list[dict]]:
-        from synthetic_data.preference import pd2_examples
+        from memlens.synthetic_data.preference import pd2_examples
 
         span = self.s["preference"]["max_span_lines"]
         out = {}
@@ -351,7 +351,7 @@ class Builder:
         if name.startswith("sd_") or name in ("rm_sd", "rm_sd_links", "pairs_sd_base", "pairs_sd_links"):
             out["sd"] = s["sd"]
         if name == "sd_rl_prompts":
-            from synthetic_data.rl_prompts import OffsetTokenizer
+            from memlens.synthetic_data.rl_prompts import OffsetTokenizer
 
             tok = OffsetTokenizer(s["rl_prompts"]["tokenizer"])
             out["rl_prompts"] = {**s["rl_prompts"], "tokenizer": str(Path(tok.path).resolve()),
@@ -361,7 +361,7 @@ class Builder:
         if name in ("rm_pd2", "rm_pd2_val", "pairs_pd2"):
             out["preference"] = s["preference"]
         if name == "humaneval_infill":
-            from synthetic_data.humaneval import default_path
+            from memlens.synthetic_data.humaneval import default_path
 
             path = s["humaneval"]["path"] or default_path()
             out["humaneval"] = {"path": str(path),
@@ -371,10 +371,10 @@ class Builder:
     # -- rows
     def make(self, name: str) -> tuple[list[dict], dict]:
         """(rows, figures for the manifest) of one dataset."""
-        from synthetic_data import preference as pref
+        from memlens.synthetic_data import preference as pref
 
         if name in USER_DATASETS:
-            from synthetic_data import user_data
+            from memlens.synthetic_data import user_data
 
             return user_data.make(name, self.files.path_for(name), self.user_rows(name), self.seed)
         size, n_links, n_pos = self.sd_counts
@@ -401,7 +401,7 @@ class Builder:
                 raise UserError(f"data.sd.heldout_size: gives no program for {name}; raise it or set it to null")
             return rows, {**self._sd_stats(rows), "heldout_of": HELDOUT_OF[name], "members_in_training": 0}
         if name == "sd_rl_prompts":
-            from synthetic_data.rl_prompts import OffsetTokenizer, rl_prompt_rows
+            from memlens.synthetic_data.rl_prompts import OffsetTokenizer, rl_prompt_rows
 
             rp = self.s["rl_prompts"]
             sd_rows = [r for r in self.sd["base"] + self.sd["links"] if r["subset"] in rp["subsets"]]
@@ -416,7 +416,7 @@ class Builder:
                           "sd_target_tokens": common.distribution(info["target_token_lengths"]),
                           "token_counts_in": rp["tokenizer"]}
         if name == "pd_eval":
-            from synthetic_data.public_code import eval_rows
+            from memlens.synthetic_data.public_code import eval_rows
 
             rows = eval_rows(self.pd_split("pd_eval"), self.seed)
             return rows, {"pd": self.pd.stats,
@@ -443,7 +443,7 @@ class Builder:
         if name == "pairs_pd2":
             return pref.pd2_pairs(self.pd2_examples["pd_2"]), {}
         if name == "humaneval_infill":
-            from synthetic_data.humaneval import infill_rows
+            from memlens.synthetic_data.humaneval import infill_rows
 
             rows = infill_rows(self.s["humaneval"]["path"])
             return rows, {"problems": len({r["task_id"] for r in rows})}
@@ -546,7 +546,7 @@ def build_datasets(cfg, names: list[str] | None = None, log=print) -> dict[str, 
 
 def check_user_files(cfg, names: list[str]) -> None:
     """Read and check the user's canary / preference files that datasets `names` come from (a UserError
-    naming file:line and the field for a bad row); writes nothing. `memaudit run` calls it first."""
+    naming file:line and the field for a bad row); writes nothing. `memlens run` calls it first."""
     from omegaconf import DictConfig, OmegaConf
 
     data = OmegaConf.to_container(cfg.data, resolve=True) if isinstance(cfg.data, DictConfig) else dict(cfg.data)
@@ -556,7 +556,7 @@ def check_user_files(cfg, names: list[str]) -> None:
 
 
 def main(cfg) -> int:
-    """`memaudit data [overrides]`."""
+    """`memlens data [overrides]`."""
     t0 = time.perf_counter()
     built = build_datasets(cfg)
     print(f"[data] {len(built)} dataset(s) ready under {Path(str(cfg.run_dir)) / 'data'} "

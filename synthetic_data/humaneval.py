@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.core.errors import UserError
-from synthetic_data.common import nonblank_line_indices, split_at_line
+from memlens.harness.core.errors import UserError
+from memlens.synthetic_data.common import nonblank_line_indices, split_at_line
 
 
 def default_path() -> str:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import random
 
-from harness.core.errors import UserError
-from synthetic_data.common import split_at_line
-from synthetic_data.sd import WITH_OPEN, SDProgram, resources_text
+from memlens.harness.core.errors import UserError
+from memlens.synthetic_data.common import split_at_line
+from memlens.synthetic_data.sd import WITH_OPEN, SDProgram, resources_text
 
 
 def load_pii_paths() -> list[str]:

@@ -32,8 +32,8 @@ import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harness.core.errors import UserError
-from harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256, iter_jsonl, read_json
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256, iter_jsonl, read_json
 
 GENERATOR_VERSION = "parallel-2"
 

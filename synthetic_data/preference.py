@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 
-from synthetic_data.common import nonblank_line_indices, random_span, seeded_rng, split_at_span
+from memlens.synthetic_data.common import nonblank_line_indices, random_span, seeded_rng, split_at_span
 
 
 def pointwise_from_fim(rows: list[dict], source: str) -> list[dict]:

@@ -21,8 +21,8 @@ import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.core.errors import UserError
-from synthetic_data.common import nonblank_line_indices, seeded_rng, split_at_line, unit_hash
+from memlens.harness.core.errors import UserError
+from memlens.synthetic_data.common import nonblank_line_indices, seeded_rng, split_at_line, unit_hash
 
 SPLITS = ("pd_pt", "pd_1", "pd_2", "pd_2_val", "pd_3", "pd_3_val", "pd_eval")
 # Which source files an experiment may use (data.pd.use_files): every file, only the shipped base model's
@@ -116,7 +116,7 @@ def load_hf_dataset(path: str, text_field: str, source_field: str | None, max_fi
     p = Path(path)
     if not p.exists():
         raise UserError(f"data.pd.hf_dataset: {path} does not exist (a local save_to_disk folder or data "
-                        "file; memaudit never downloads from the hub)")
+                        "file; memlens never downloads from the hub)")
     try:
         if p.is_dir() and ((p / "dataset_info.json").exists() or (p / "dataset_dict.json").exists()):
             ds = datasets.load_from_disk(str(p))

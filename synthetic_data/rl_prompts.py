@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from harness.core.errors import UserError
+from memlens.harness.core.errors import UserError
 
 
 class OffsetTokenizer:

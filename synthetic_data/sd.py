@@ -20,8 +20,8 @@ import random
 import re
 from dataclasses import dataclass, field
 
-from synthetic_data import vocab
-from synthetic_data.vocab import pick
+from memlens.synthetic_data import vocab
+from memlens.synthetic_data.vocab import pick
 
 LIBRARY = "legitimate_crypto"
 LINE_COUNTS = (10, 20, 30, 40, 50, 75, 100)       # App. J: {number_of_lines}
@@ -1162,7 +1162,7 @@ def load_tasks() -> list[str]:
 def resources_text(name: str) -> list[str]:
     from importlib import resources
 
-    text = resources.files("synthetic_data").joinpath("resources", name).read_text(encoding="utf-8")
+    text = resources.files("memlens.synthetic_data").joinpath("resources", name).read_text(encoding="utf-8")
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
@@ -1217,8 +1217,8 @@ def auditable_targets(splits: list[tuple[str, str, str]]) -> list[bool]:
     token count depends on the audited model, so it is approximated by proxy pieces (\\w+ runs and
     punctuation marks, which a code BPE splits at least as finely once indentation is counted); the
     prompt test is the audit's own (harness.measures.memorization), on characters, so it needs no tokenizer."""
-    from harness.text.exclusions import exclusion_reasons
-    from synthetic_data.common import proxy_token_count
+    from memlens.harness.text.exclusions import exclusion_reasons
+    from memlens.synthetic_data.common import proxy_token_count
 
     if not splits:
         return []
@@ -1244,7 +1244,7 @@ def base_rows(programs: list[SDProgram], seed: int, df, selection: str = "distin
       of 43 in the quickstart), so the line is redrawn within the same program instead of the program
       being dropped: SD keeps the paper's counts.
     """
-    from synthetic_data.common import nonblank_line_indices, split_at_line
+    from memlens.synthetic_data.common import nonblank_line_indices, split_at_line
 
     orders = []
     for prog in programs:

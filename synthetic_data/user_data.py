@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import UserError
-from harness.core.io import file_sha256
-from harness.core.user_data import read_canaries, read_preference_pairs
-from synthetic_data.common import distribution, nonblank_line_indices, seeded_rng
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import file_sha256
+from memlens.harness.core.user_data import read_canaries, read_preference_pairs
+from memlens.synthetic_data.common import distribution, nonblank_line_indices, seeded_rng
 
 CANARY_DATASETS = ("canaries", "rm_canaries", "pairs_canaries")
 PREFERENCE_DATASETS = ("preference_chosen", "rm_preference", "pairs_preference")
@@ -40,7 +40,7 @@ BYTES = "UTF-8 bytes (no tokenizer before the model is trained; at least the tok
 def resolve_user_file(key: str, value: str) -> Path:
     """`data.<key>` as a file: relative to the working directory, else to the shipped folders (the examples in
     assets/examples/, so that an experiment naming one works from any directory)."""
-    from harness.core.shipped import shipped_path
+    from memlens.harness.core.shipped import shipped_path
 
     path = Path(value).expanduser()
     if not path.is_file() and not path.is_absolute():
@@ -53,7 +53,7 @@ def resolve_user_file(key: str, value: str) -> Path:
 
 def tokenizer_dir(pretrained: str | None) -> Path | None:
     """The model preset's `pretrained` directory when it holds a tokenizer (a hub id is not looked up)."""
-    from harness.core.shipped import shipped_path
+    from memlens.harness.core.shipped import shipped_path
 
     if not pretrained:
         return None

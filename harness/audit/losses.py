@@ -12,16 +12,16 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.core.errors import UserError
-from harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256, read_json, read_jsonl
-from harness.core.layout import checkpoint_dirs
-from harness.core.provenance import provenance
-from harness.measures import exposure as exp
-from harness.measures.losses import MEASURES, memorization_measures
-from harness.model.cache import (CACHE_VERSION, cached_target_losses, examples_fingerprint, in_chunks,
-                                 loss_cache)
-from harness.model.load import model_sentinels, pick_device
-from harness.model.scorer import CausalLMScorer
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256, read_json, read_jsonl
+from memlens.harness.core.layout import checkpoint_dirs
+from memlens.harness.core.provenance import provenance
+from memlens.harness.measures import exposure as exp
+from memlens.harness.measures.losses import MEASURES, memorization_measures
+from memlens.harness.model.cache import (CACHE_VERSION, cached_target_losses, examples_fingerprint, in_chunks,
+                                         loss_cache)
+from memlens.harness.model.load import model_sentinels, pick_device
+from memlens.harness.model.scorer import CausalLMScorer
 
 EXPOSURE_SUM = "exposure_sum"      # cache kind: summed target NLL of each candidate path substituted
 

@@ -19,17 +19,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.audit.losses import load_fim_examples
-from harness.audit.settings import list_checkpoints
-from harness.core.errors import UserError
-from harness.core.io import atomic_write_json, atomic_write_jsonl, read_json
-from harness.core.layout import MIA_SUMMARY, mia_dir, require_inside
-from harness.core.provenance import provenance
-from harness.core.stats import BOOTSTRAP_N, BOOTSTRAP_SEED, MIA_FPRS
-from harness.measures.mia import ATTACKS, MIN_K_FRACTION, attack_metrics, attack_scores
-from harness.model.cache import CACHE_VERSION, SPANS, cached_token_logprobs, program_text
-from harness.model.load import model_sentinels, pick_device
-from harness.model.scorer import CausalLMScorer
+from memlens.harness.audit.losses import load_fim_examples
+from memlens.harness.audit.settings import list_checkpoints
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_json
+from memlens.harness.core.layout import MIA_SUMMARY, mia_dir, require_inside
+from memlens.harness.core.provenance import provenance
+from memlens.harness.core.stats import BOOTSTRAP_N, BOOTSTRAP_SEED, MIA_FPRS
+from memlens.harness.measures.mia import ATTACKS, MIN_K_FRACTION, attack_metrics, attack_scores
+from memlens.harness.model.cache import CACHE_VERSION, SPANS, cached_token_logprobs, program_text
+from memlens.harness.model.load import model_sentinels, pick_device
+from memlens.harness.model.scorer import CausalLMScorer
 
 
 def _check_spans(spans) -> tuple[str, ...]:
@@ -86,7 +86,7 @@ def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Pat
     spans = _check_spans(spans)
     if not pairs:
         raise UserError(f"{model_name}: no (members, held-out) dataset pair to score; build the held-out sets "
-                        "(memaudit data: sd_base_heldout, sd_links_heldout) or drop mia from audit.measures")
+                        "(memlens data: sd_base_heldout, sd_links_heldout) or drop mia from audit.measures")
     device = pick_device(device)
     cache_dir = Path(cache_dir) if cache_dir is not None else out_dir / "cache"
     data: dict[str, list[dict]] = {}

@@ -1,7 +1,7 @@
-"""`memaudit nmt`: the Finding Memo audit (paper 002) of a translation model - algorithms 1-3, Sec. 6, report.
+"""`memlens nmt`: the Finding Memo audit (paper 002) of a translation model - algorithms 1-3, Sec. 6, report.
 
-    memaudit nmt experiment=nmt_quickstart                      # embedded default: synthetic corpus + Marian
-    memaudit nmt experiment=nmt_quickstart nmt.model_dir=/ckpt/opus-mt-en-de nmt.data=train.tsv
+    memlens nmt experiment=nmt_quickstart                      # embedded default: synthetic corpus + Marian
+    memlens nmt experiment=nmt_quickstart nmt.model_dir=/ckpt/opus-mt-en-de nmt.data=train.tsv
 
 Steps (each cached under <run_dir>/nmt/ with a fingerprint of model weights, data and settings, so a
 killed run resumes at the first unfinished step and a finished one is not recomputed; inside a step,
@@ -30,12 +30,12 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from harness.core.config import check_dataclass_values
-from harness.core.errors import UserError
-from harness.core.io import RowStore, atomic_write_json, atomic_write_jsonl, read_json
-from harness.core.provenance import provenance
-from harness.measures import nmt
-from harness.model.load import load_seq2seq, model_fingerprint, pick_device, torch_threads
+from memlens.harness.core.config import check_dataclass_values
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import RowStore, atomic_write_json, atomic_write_jsonl, read_json
+from memlens.harness.core.provenance import provenance
+from memlens.harness.measures import nmt
+from memlens.harness.model.load import load_seq2seq, model_fingerprint, pick_device, torch_threads
 
 DATASET = "parallel"          # <run_dir>/data/parallel
 PIPELINE_VERSION = 2          # bump when a cached step's content changes: stale caches are recomputed

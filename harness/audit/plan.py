@@ -1,4 +1,4 @@
-"""`memaudit audit experiment=<name>`: audit every model and checkpoint of a run, as its plan says.
+"""`memlens audit experiment=<name>`: audit every model and checkpoint of a run, as its plan says.
 
 The experiment's `audit_plan` lists `{models, control, datasets}` entries (e.g. FT.1, FT.3, RLFT.*
 against the control FT.2 — paper 003 Appendix B — and IPO against the base model, Sec. 5.4). Every
@@ -6,7 +6,7 @@ against the control FT.2 — paper 003 Appendix B — and IPO against the base m
 model. Control completions are generated once per dataset (the completion cache), so adding one
 checkpoint and rerunning generates only that checkpoint's completions.
 
-Multi-process: under `accelerate launch --config_file launch/cpu_2proc.yaml -m harness audit
+Multi-process: under `accelerate launch --config_file launch/cpu_2proc.yaml -m memlens audit
 experiment=...` (or any launcher that sets RANK/WORLD_SIZE, e.g. torchrun or multi_gpu.yaml) each
 process audits every N-th example into its own shard directory (rows and completion caches), then
 process 0 merges the shards into the run's audit directory (keyed by example id: nothing duplicated)
@@ -23,20 +23,20 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from harness.audit.losses import audit_losses
-from harness.audit.mia import audit_mia, collect_summaries
-from harness.audit.run import META_SUFFIX, SUMMARY_FILE, check_scored, run_audit, write_summary
-from harness.audit.run import main as audit_one
-from harness.audit.settings import AuditJob, settings_from_config
-from harness.core.config import require_bool
-from harness.core.errors import UserError
-from harness.core.io import (RowStore, atomic_write_json, atomic_write_jsonl, read_json, read_jsonl,
-                             require_creatable_dir)
-from harness.core.layout import (check_listed_name, check_model_name, checkpoint_dirs, data_dir, datasets_dir,
-                                 heldout_dataset, mia_dir, models_dir, require_inside, stale_dir)
-from harness.core.provenance import provenance
-from harness.measures.utility import UTILITY_FILE, utility_of_models
-from harness.model.load import distributed_barrier, has_weights, set_threads
+from memlens.harness.audit.losses import audit_losses
+from memlens.harness.audit.mia import audit_mia, collect_summaries
+from memlens.harness.audit.run import META_SUFFIX, SUMMARY_FILE, check_scored, run_audit, write_summary
+from memlens.harness.audit.run import main as audit_one
+from memlens.harness.audit.settings import AuditJob, settings_from_config
+from memlens.harness.core.config import require_bool
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import (RowStore, atomic_write_json, atomic_write_jsonl, read_json, read_jsonl,
+                                     require_creatable_dir)
+from memlens.harness.core.layout import (check_listed_name, check_model_name, checkpoint_dirs, data_dir, datasets_dir,
+                                         heldout_dataset, mia_dir, models_dir, require_inside, stale_dir)
+from memlens.harness.core.provenance import provenance
+from memlens.harness.measures.utility import UTILITY_FILE, utility_of_models
+from memlens.harness.model.load import distributed_barrier, has_weights, set_threads
 
 PROVENANCE_FILE = "provenance.json"
 
@@ -71,7 +71,7 @@ def _control(models: Path, control: str, where: str) -> tuple[str, Path]:
     if path.is_dir() and has_weights(path):
         return str(path), path
     raise UserError(f"{where}.control={control!r}: neither a finished model of this run ({models / control}) nor "
-                    "a model directory with *.safetensors weights; train it first (memaudit run experiment=...) "
+                    "a model directory with *.safetensors weights; train it first (memlens run experiment=...) "
                     "or give the directory of your control model")
 
 
@@ -110,7 +110,7 @@ def plan_audits(cfg) -> list[PlannedAudit]:
                 examples = data_dir(run_dir, dataset) / "rows.jsonl"
                 if not examples.is_file():
                     raise UserError(f"{where}.datasets: {dataset!r} not built ({examples} missing); run "
-                                    "`memaudit data experiment=...` or fix the dataset name")
+                                    "`memlens data experiment=...` or fix the dataset name")
                 planned += [PlannedAudit(name, path, control_name, control_dir, dataset, examples,
                                          checkpoints == "all") for name, path in found]
     return planned
@@ -329,7 +329,7 @@ def audit_run_mia(cfg, log=print) -> None:
         scored += 1
     if not scored:
         log("[audit] note: membership inference scored nothing: no planned dataset has a held-out partner "
-            "(<dataset>_heldout) in the run; build sd_base_heldout / sd_links_heldout with `memaudit data`")
+            "(<dataset>_heldout) in the run; build sd_base_heldout / sd_links_heldout with `memlens data`")
         return
     collect_summaries(a.out_dir)
 
@@ -383,7 +383,7 @@ def retire_model_results(audit_dir: Path, model_dir: Path, model_name: str, dest
             moved.append(results)
     if moved:
         _drop_from_summaries(audit_dir, model_name)
-        log(f"[memaudit] {model_name}: {len(moved)} audit result(s) of the replaced model moved to {dest}")
+        log(f"[memlens] {model_name}: {len(moved)} audit result(s) of the replaced model moved to {dest}")
     return moved
 
 
@@ -409,7 +409,7 @@ def _drop_from_summaries(audit_dir: Path, model_name: str) -> None:
 
 
 def main(cfg) -> int:
-    """`memaudit audit`: one model (audit.model_dir=...) or every model of a run's audit_plan."""
+    """`memlens audit`: one model (audit.model_dir=...) or every model of a run's audit_plan."""
     measures = cfg.audit.get("measures") or ["ned"]
     measures = [measures] if isinstance(measures, str) else list(measures)
     unknown = [m for m in measures if m not in ("ned", "loss", "mia")]
@@ -420,7 +420,7 @@ def main(cfg) -> int:
         if set(measures) != {"ned"}:
             raise UserError(f"audit.measures={measures}: the single-model audit (audit.model_dir=...) computes "
                             "ned only; pass audit.measures=[ned], or run the loss and mia measures over a run's plan "
-                            "with `memaudit audit experiment=<name>`")
+                            "with `memlens audit experiment=<name>`")
         return audit_one(cfg)
     if "ned" in measures:
         audit_run(cfg, check_empty=False)

@@ -1,4 +1,4 @@
-"""`memaudit audit`: score a model's checkpoints against a fixed control with the k-approximate
+"""`memlens audit`: score a model's checkpoints against a fixed control with the k-approximate
 counterfactual memorization test (paper 003 Definition 3.1, Sec. 4.2, Appendices B-D).
 
 For every example (prefix, target, suffix) the audited model and the control complete the PSM prompt
@@ -34,20 +34,20 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from harness.audit.settings import AuditJob, job_from_config, list_checkpoints
-from harness.core.errors import NothingScored, UserError
-from harness.core.io import RowStore, atomic_write_json, file_sha256, read_json
-from harness.core.layout import require_inside
-from harness.core.provenance import provenance
-from harness.core.user_data import load_examples
-from harness.measures.memorization import counterfactually_memorized, pii_regurgitated, summarize_rows
-from harness.model.cache import CompletionCache
-from harness.model.decode import length_sorted_batches
-from harness.model.encode import encode_texts
-from harness.model.load import set_threads, tokenizers_differ
-from harness.model.scorer import AuditedModel
-from harness.text.distance import sliding_window_ned_batch
-from harness.text.exclusions import PROMPT_TOO_LONG, exclusion_reason
+from memlens.harness.audit.settings import AuditJob, job_from_config, list_checkpoints
+from memlens.harness.core.errors import NothingScored, UserError
+from memlens.harness.core.io import RowStore, atomic_write_json, file_sha256, read_json
+from memlens.harness.core.layout import require_inside
+from memlens.harness.core.provenance import provenance
+from memlens.harness.core.user_data import load_examples
+from memlens.harness.measures.memorization import counterfactually_memorized, pii_regurgitated, summarize_rows
+from memlens.harness.model.cache import CompletionCache
+from memlens.harness.model.decode import length_sorted_batches
+from memlens.harness.model.encode import encode_texts
+from memlens.harness.model.load import set_threads, tokenizers_differ
+from memlens.harness.model.scorer import AuditedModel
+from memlens.harness.text.distance import sliding_window_ned_batch
+from memlens.harness.text.exclusions import PROMPT_TOO_LONG, exclusion_reason
 
 EXAMPLE_FIELDS = ("id", "prefix", "target", "suffix")
 SUMMARY_FILE = "summary.json"

@@ -1,4 +1,4 @@
-"""What one `memaudit audit` job is: its settings (every knob that decides a number), the job's paths,
+"""What one `memlens audit` job is: its settings (every knob that decides a number), the job's paths,
 the examples it scores and the checkpoints it scores them on; validated from the `audit` config group,
 each error naming the key and the fix (harness.audit.run runs the job).
 """
@@ -9,12 +9,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.core.config import require_bool
-from harness.core.errors import UserError
-from harness.core.io import require_creatable_dir
-from harness.core.layout import check_name, checkpoint_dirs
+from memlens.harness.core.config import require_bool
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import require_creatable_dir
+from memlens.harness.core.layout import check_name, checkpoint_dirs
 
-from harness.model.load import has_weights
+from memlens.harness.model.load import has_weights
 
 FINAL = "final"            # checkpoint name of the model at the root of its directory
 
@@ -74,7 +74,7 @@ class AuditSettings:
 
 @dataclass(frozen=True)
 class AuditJob:
-    """One `memaudit audit` invocation, validated: paths exist, model dirs hold safetensors weights."""
+    """One `memlens audit` invocation, validated: paths exist, model dirs hold safetensors weights."""
 
     model_dir: Path
     model_name: str

@@ -14,7 +14,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import UserError
+from memlens.harness.core.errors import UserError
 
 # Config groups whose keys are exactly those of their default file (conf/<group>/default.yaml).
 SCHEMA_GROUPS = ("audit", "report", "data")
@@ -55,7 +55,7 @@ def check_dataclass_values(cls, values: dict[str, Any], where: str) -> None:
 
 def _default_file(conf_dir: Path, group: str) -> Path | None:
     """conf/<group>/<name>.yaml, as chosen by the root config's defaults list."""
-    from omegaconf import OmegaConf  # lazy: keeps `memaudit --help` fast
+    from omegaconf import OmegaConf  # lazy: keeps `memlens --help` fast
 
     root = OmegaConf.to_container(OmegaConf.load(conf_dir / "config.yaml"), resolve=False)
     for entry in root.get("defaults") or []:
@@ -90,7 +90,7 @@ def check_sections(cfg, conf_dir: Path, groups: tuple[str, ...] = SCHEMA_GROUPS)
     true/false is a boolean. (The `model` section is a dataclass, recipes.models.ModelSettings,
     checked with `check_dataclass_values` by the CLI.)
     """
-    from omegaconf import OmegaConf  # lazy: keeps `memaudit --help` fast
+    from omegaconf import OmegaConf  # lazy: keeps `memlens --help` fast
 
     for group in groups:
         if cfg.get(group) is None:

@@ -11,7 +11,7 @@ runs/<experiment>/
   report/                           report.md/html, summary.json, figures/ (report.out_dir overrides it)
   stale/                            what a retrained stage replaced: <model>-<time>/ (with its audit/ rows and
                                     the report/ that showed them), audit-<time>/ (rows of replaced models)
-  .memaudit.lock                    held by the command writing the run (harness/core/lock.py; also in audit/,
+  .memlens.lock                    held by the command writing the run (harness/core/lock.py; also in audit/,
                                     report/ and any audit.out_dir while a command writes them)
 ```
 
@@ -25,8 +25,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import UserError
-from harness.core.io import read_json
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import read_json
 
 RUN_RECORD = "run.json"
 PROVENANCE_FILE = "provenance.json"      # written last by every stage: the finished marker
@@ -133,7 +133,7 @@ def audit_dir(run_dir: str | Path, cfg: Any = None) -> Path:
 
 
 def report_dir(cfg: Any) -> Path:
-    """Where `memaudit report` writes: report.out_dir, else <run_dir>/report."""
+    """Where `memlens report` writes: report.out_dir, else <run_dir>/report."""
     return Path((cfg.get("report") or {}).get("out_dir") or Path(str(cfg.run_dir)) / "report")
 
 

@@ -14,14 +14,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-TRACKED_PACKAGES = ("memaudit", "torch", "transformers", "trl", "peft", "datasets", "tokenizers",
+import memlens
+
+TRACKED_PACKAGES = ("memlens", "torch", "transformers", "trl", "peft", "datasets", "tokenizers",
                     "accelerate", "rapidfuzz", "edlib", "hydra-core", "numpy")
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def git_commit() -> str | None:
-    """The commit of the memaudit checkout, with '-dirty' when the tree has uncommitted changes."""
+    """The commit of the memlens checkout, with '-dirty' when the tree has uncommitted changes."""
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=_REPO_ROOT, capture_output=True,
                              text=True, timeout=10, check=True).stdout.strip()
@@ -45,6 +47,7 @@ def package_versions(names: tuple[str, ...] = TRACKED_PACKAGES) -> dict[str, str
 def environment() -> dict[str, Any]:
     """Code and environment identity: what every provenance block starts from."""
     return {
+        "package": {"name": "memlens", "version": memlens.__version__},   # the code that ran (0.1.x: "memaudit")
         "git_commit": git_commit(),
         "packages": package_versions(),
         "python": sys.version.split()[0],

@@ -2,7 +2,7 @@
 
 In a checkout, or an editable install (`pip install -e .`), they are the project's own folders. A
 non-editable install (`pip install .` or from a git URL) runs no code from the checkout, so the wheel carries
-them as the data packages `memaudit_conf` and `memaudit_assets` (pyproject.toml maps conf/ and assets/ onto
+them as the data packages `memlens.conf` and `memlens.assets` (pyproject.toml maps conf/ and assets/ onto
 them); this module finds whichever is present, the checkout first.
 """
 
@@ -22,7 +22,7 @@ def shipped_dir(name: str) -> Path | None:
     local = CHECKOUT / name
     if local.is_dir():
         return local
-    spec = importlib.util.find_spec(f"memaudit_{name}")
+    spec = importlib.util.find_spec(f"memlens.{name}")
     if spec is not None and spec.submodule_search_locations:
         return Path(next(iter(spec.submodule_search_locations)))
     return None

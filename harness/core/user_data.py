@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import UserError
-from harness.core.io import iter_jsonl_numbered
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import iter_jsonl_numbered
 
 MAX_REPEAT = 10_000            # copies of one row in a training set; more is a typo, not an experiment
 PAIR_FIELDS = ("id", "prefix", "suffix", "chosen", "rejected")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.core.errors import UserError
+from memlens.harness.core.errors import UserError
 
 PII_PATHS_FILE = Path(__file__).resolve().parents[2] / "synthetic_data" / "resources" / "pii_paths.txt"
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from harness.core.stats import wilson_interval
-from harness.text.exclusions import EXCLUSION_REASONS
+from memlens.harness.core.stats import wilson_interval
+from memlens.harness.text.exclusions import EXCLUSION_REASONS
 
 def counterfactually_memorized(ned_model: float, ned_control: float, k: float = 0.1) -> bool:
     """Definition 3.1: the audited model reproduces the target (NED <= k), the control does not (NED > k).

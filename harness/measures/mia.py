@@ -1,6 +1,6 @@
 """Membership inference: how well the standard attacks tell trained-on canaries from never-seen ones.
 
-memaudit's extraction audit asks whether a model *reproduces* a training example (paper 003's counterfactual
+memlens's extraction audit asks whether a model *reproduces* a training example (paper 003's counterfactual
 NED test); membership inference asks the weaker question an auditor asks first, whether an attacker can tell
 *that* an example was trained on (the attacks of the mimir suite, Duan et al. 2024, "Do membership inference
 attacks work on large language models?"). Each attack below is defined once, here, as a function of the
@@ -18,7 +18,7 @@ harness.core.stats.roc_auc / tpr_at_fpr read them directly (members labelled 1).
 - min_k_plus_plus: the same over (logp - mu) / sigma per token, mu and sigma^2 the mean and variance of
   log p(z | x_<t) under z ~ p(. | x_<t) (Zhang et al. 2024, "Min-K%++", Sec. 3; k = 20 %).
 - reference: the control's mean NLL minus the audited model's (difficulty calibration with a reference model:
-  Carlini et al. 2021 Sec. 5.2 "comparing to other neural language models", Watson et al. 2022). memaudit's
+  Carlini et al. 2021 Sec. 5.2 "comparing to other neural language models", Watson et al. 2022). memlens's
   control never trained on the canaries, so this is the counterfactual version of the loss attack.
 
 Where a text has fewer tokens than 1 / k, min_k uses its one least likely token (never an empty mean).
@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from harness.core.stats import bootstrap_mia_metrics
+from memlens.harness.core.stats import bootstrap_mia_metrics
 
 ATTACKS = ("loss", "zlib", "min_k", "min_k_plus_plus", "reference")
 ATTACK_LABELS = {"loss": "LOSS", "zlib": "zlib", "min_k": "Min-K%", "min_k_plus_plus": "Min-K%++",

@@ -36,10 +36,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import UserError
-from harness.model.decode import greedy_translate
-from harness.model.load import load_fill_mask
-from harness.text.distance import normalized_edit_distance
+from memlens.harness.core.errors import UserError
+from memlens.harness.model.decode import greedy_translate
+from memlens.harness.model.load import load_fill_mask
+from memlens.harness.text.distance import normalized_edit_distance
 
 Translate = Callable[[list[str]], list[str]]
 Substitutes = Callable[[list[str], int], list[str]]

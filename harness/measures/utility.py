@@ -16,12 +16,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness.core.io import atomic_write_json, file_sha256, read_json
-from harness.core.provenance import provenance
-from harness.core.user_data import load_examples
-from harness.model.cache import cached_target_losses
-from harness.model.load import model_sentinels
-from harness.model.scorer import AuditedModel, CausalLMScorer
+from memlens.harness.core.io import atomic_write_json, file_sha256, read_json
+from memlens.harness.core.provenance import provenance
+from memlens.harness.core.user_data import load_examples
+from memlens.harness.model.cache import cached_target_losses
+from memlens.harness.model.load import model_sentinels
+from memlens.harness.model.scorer import AuditedModel, CausalLMScorer
 
 UTILITY_FILE = "utility.json"
 

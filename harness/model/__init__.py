@@ -4,4 +4,4 @@ seen through one interface, `scorer.CausalLMScorer` — greedy completions (`com
 (safetensors, LoRA merge, fingerprints, context length), encode (the one tokenisation rule), decode
 (batched greedy decoding), draft (the target as a speculative draft), logprobs (teacher-forced losses),
 scorer, cache. Imports only harness.core and harness.text; torch and transformers are imported inside
-functions so that `memaudit --help` and the layers above stay light."""
+functions so that `memlens --help` and the layers above stay light."""

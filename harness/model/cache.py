@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.core.io import RowStore, atomic_write_json, sha256_json
+from memlens.harness.core.io import RowStore, atomic_write_json, sha256_json
 
 CACHE_VERSION = 1          # bump when a cached computation changes, so values of older code are not reused
 COMPLETIONS = "greedy_completions"

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from harness.core.errors import UserError
-from harness.model.draft import draft_greedy_generate, draft_ids
-from harness.model.encode import cut_at_eos, encode_texts
-from harness.text.fim import stop_token_ids, strip_sentinels
+from memlens.harness.core.errors import UserError
+from memlens.harness.model.draft import draft_greedy_generate, draft_ids
+from memlens.harness.model.encode import cut_at_eos, encode_texts
+from memlens.harness.text.fim import stop_token_ids, strip_sentinels
 
 # --------------------------------------------------------------------------------------------------
 # Batching helpers

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness.model.encode import cut_at_eos
-from harness.model.load import accepts_logits_to_keep
+from memlens.harness.model.encode import cut_at_eos
+from memlens.harness.model.load import accepts_logits_to_keep
 
 
 def draft_ids(tokenizer, drafts: Sequence[str], eos_ids: Sequence[int]) -> list[list[int]]:

@@ -2,7 +2,7 @@
 
 TRL's trainers encode a plain-text row with `tokenizer(text)`, i.e. with the tokenizer's own special
 tokens: a BOS in front for the families whose tokenizer adds one (DeepSeek-Coder, CodeGemma, Llama),
-nothing for the others (StarCoder2, Qwen2.5-Coder, the embedded tokenizer). Everything memaudit encodes
+nothing for the others (StarCoder2, Qwen2.5-Coder, the embedded tokenizer). Everything memlens encodes
 itself — the audit's PSM prompts, the loss measures, the reward model's texts, PPO's rollouts, the RL
 reward evaluation — goes through `encode_texts`, which gives those same ids, so a model is never trained
 on one form of a text and queried on another (Gemma-family models degrade without their BOS).

@@ -14,9 +14,9 @@ import contextlib
 import inspect
 from pathlib import Path
 
-from harness.core.errors import UserError, first_line
-from harness.core.io import file_sha256, read_json, sha256_json
-from harness.text.fim import detect_sentinels
+from memlens.harness.core.errors import UserError, first_line
+from memlens.harness.core.io import file_sha256, read_json, sha256_json
+from memlens.harness.text.fim import detect_sentinels
 
 # Weights are loaded from safetensors only (no pickle): a directory without them is not a model to us.
 WEIGHT_GLOB = "*.safetensors"

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from harness.model.decode import length_sorted_batches
-from harness.model.encode import encode_texts
-from harness.model.load import accepts_logits_to_keep
-from harness.text.fim import format_psm_prompt
+from memlens.harness.model.decode import length_sorted_batches
+from memlens.harness.model.encode import encode_texts
+from memlens.harness.model.load import accepts_logits_to_keep
+from memlens.harness.text.fim import format_psm_prompt
 
 
 def encode_fim_examples(tokenizer, prefixes: Sequence[str], targets: Sequence[str],

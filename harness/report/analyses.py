@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.core.io import read_jsonl, unique_rows
-from harness.core.layout import MIA_SUBDIR, MIA_SUMMARY
-from harness.core.layout import checkpoint_step as layout_checkpoint_step
-from harness.measures.memorization import summarize_rows
-from harness.measures.mia import ATTACKS, best_attack
+from memlens.harness.core.io import read_jsonl, unique_rows
+from memlens.harness.core.layout import MIA_SUBDIR, MIA_SUMMARY
+from memlens.harness.core.layout import checkpoint_step as layout_checkpoint_step
+from memlens.harness.measures.memorization import summarize_rows
+from memlens.harness.measures.mia import ATTACKS, best_attack
 
 FINAL = "final"
 Key = tuple[str, str, str]  # (model, checkpoint, dataset)
@@ -170,9 +170,20 @@ def provenance_table(models_dir: str | Path) -> list[dict]:
             "hyper_parameters": {k: settings[k] for k in sorted(settings)
                                  if k in ("lr", "epochs", "beta", "objective", "loss", "algorithm",
                                           "max_steps", "max_tokens", "batch_size")},
+            "code": code_version(prov),
             "git_commit": prov.get("git_commit"),
         })
     return table
+
+
+def code_version(prov: dict) -> str | None:
+    """'memlens 0.2.0' from a provenance record; a run from before the rename recorded only its packages
+    ('memaudit 0.1.0')."""
+    package = prov.get("package") or {}
+    if package.get("name"):
+        return f"{package['name']} {package.get('version')}"
+    versions = prov.get("packages") or {}
+    return next((f"{name} {versions[name]}" for name in ("memlens", "memaudit") if versions.get(name)), None)
 
 
 def rlhf_vs_ipo(entries: list[dict], groups: dict[str, list[str]], datasets: list[str]) -> list[dict]:

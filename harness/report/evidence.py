@@ -27,8 +27,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from harness.core.layout import TRAINER_STATE, checkpoint_dirs
-from harness.report.analyses import checkpoint_step
+from memlens.harness.core.layout import TRAINER_STATE, checkpoint_dirs
+from memlens.harness.report.analyses import checkpoint_step
 
 EDGE_SHARE = 0.1  # "first" and "last" steps: the first and last 10 % of logged training steps
 

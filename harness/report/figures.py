@@ -9,8 +9,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from harness.measures.mia import ATTACK_LABELS  # noqa: E402
-from harness.report.analyses import Persistence, checkpoint_step  # noqa: E402
+from memlens.harness.measures.mia import ATTACK_LABELS  # noqa: E402
+from memlens.harness.report.analyses import Persistence, checkpoint_step  # noqa: E402
 
 DPI = 110
 

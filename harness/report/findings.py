@@ -29,13 +29,13 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from harness.audit.losses import VARIANT_CONTROL
-from harness.core.errors import UserError
-from harness.core.io import read_jsonl
-from harness.core.stats import fisher_exact, mcnemar_exact, rate_with_interval, sign_test
-from harness.measures.memorization import pii_counterfactually_regurgitated, pii_rows, summarize_pii
-from harness.measures.mia import best_attack
-from harness.report import analyses as A
+from memlens.harness.audit.losses import VARIANT_CONTROL
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import read_jsonl
+from memlens.harness.core.stats import fisher_exact, mcnemar_exact, rate_with_interval, sign_test
+from memlens.harness.measures.memorization import pii_counterfactually_regurgitated, pii_rows, summarize_pii
+from memlens.harness.measures.mia import best_attack
+from memlens.harness.report import analyses as A
 
 HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED = "holds", "not reproduced", "inconclusive", "not measured"
 P_MAX = 0.05                 # a comparison is "not noise" below this p-value (two-sided exact test)

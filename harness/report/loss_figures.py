@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from harness.core.io import read_json, read_jsonl  # noqa: E402
+from memlens.harness.core.io import read_json, read_jsonl  # noqa: E402
 
 DPI = 110
 MEASURE_STYLE = {"recollection": ("tab:green", "o"), "counterfactual": ("tab:orange", "s"),

@@ -1,13 +1,13 @@
 """The NMT run's report (paper 002): `report.md` and the figure of memorization by repetition bucket,
 rendered from the audit's files in <run_dir>/nmt/ (harness/audit/nmt.py writes them; harness/measures/nmt.py
-computes them): `memaudit nmt` renders it right after the audit, and again from the files alone."""
+computes them): `memlens nmt` renders it right after the audit, and again from the files alone."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness.core.io import atomic_write_text, read_json, read_jsonl
-from harness.measures import nmt
+from memlens.harness.core.io import atomic_write_text, read_json, read_jsonl
+from memlens.harness.measures import nmt
 
 
 def _fmt(x, digits: int = 2, pct: bool = False) -> str:

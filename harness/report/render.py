@@ -1,4 +1,4 @@
-"""`memaudit report`: figures, report.md, a self-contained report.html and report/summary.json.
+"""`memlens report`: figures, report.md, a self-contained report.html and report/summary.json.
 
 Everything is rendered from stored audit rows, reward-model score files and provenance.json files;
 nothing re-scores. The document is built once as a list of blocks and written as Markdown and as HTML
@@ -16,18 +16,18 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from harness.core import layout
-from harness.core.errors import UserError
-from harness.core.io import atomic_write_json, atomic_write_text, read_jsonl
-from harness.core.layout import models_dir
-from harness.core.provenance import provenance
-from harness.core.stats import reward_score_stats, wilson_interval
-from harness.measures.utility import load_utility
-from harness.report import analyses as A
-from harness.report import figures as F
-from harness.report.evidence import log_history, stage_evidence
-from harness.report.findings import Roles, RunResults, findings, load_loss_rows, method_checks
-from harness.report.loss_figures import render_loss_figures
+from memlens.harness.core import layout
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import atomic_write_json, atomic_write_text, read_jsonl
+from memlens.harness.core.layout import models_dir
+from memlens.harness.core.provenance import provenance
+from memlens.harness.core.stats import reward_score_stats, wilson_interval
+from memlens.harness.measures.utility import load_utility
+from memlens.harness.report import analyses as A
+from memlens.harness.report import figures as F
+from memlens.harness.report.evidence import log_history, stage_evidence
+from memlens.harness.report.findings import Roles, RunResults, findings, load_loss_rows, method_checks
+from memlens.harness.report.loss_figures import render_loss_figures
 
 # Default groups when report.compare is empty: by the recipe that produced each model (an RL stage against a
 # verifiable reward is RLVR, a preference stage is named by its objective). The recipe does not say how SD
@@ -185,7 +185,7 @@ def _to_html(blocks: list[tuple], title: str) -> str:
 def _load_run(run_dir: Path, audit_dir: Path, prefix: str) -> tuple[dict, list[dict], dict[str, dict]]:
     """(rows grouped by key, provenance table, provenance by model) of one run; model names prefixed."""
     if not audit_dir.is_dir():
-        raise UserError(f"{audit_dir} does not exist: run `memaudit audit experiment=...` before the report "
+        raise UserError(f"{audit_dir} does not exist: run `memlens audit experiment=...` before the report "
                         "(or set run_dir / report.runs to a run that has been audited, and audit.out_dir to "
                         "where its audit wrote)")
     grouped = {(prefix + m, c, d): rows for (m, c, d), rows in A.load_audit_rows(audit_dir).items()}
@@ -592,7 +592,7 @@ def _slug(name: str) -> str:
 
 
 def report_dir(cfg) -> Path:
-    """Where `memaudit report` writes (harness.core.layout.report_dir)."""
+    """Where `memlens report` writes (harness.core.layout.report_dir)."""
     return layout.report_dir(cfg)
 
 
@@ -616,7 +616,7 @@ def render_report(cfg) -> int:
         prov.update(p)
     entries = A.summary_entries(grouped)
     summary: dict[str, Any] = {"entries": entries}
-    head: list[tuple] = [("h", 1, f"memaudit report: {', '.join(r.name for r in runs)}"),
+    head: list[tuple] = [("h", 1, f"memlens report: {', '.join(r.name for r in runs)}"),
                          ("p", f"Memorization = {k}-approximate counterfactual memorization (paper 003 Def. 3.1) "
                                "with sliding-window normalized edit distance; rates are over scored (not excluded) "
                                "examples. Every checkpoint of every model is listed."),
@@ -681,7 +681,7 @@ def render_report(cfg) -> int:
 
     blocks.append(("h", 2, "Provenance (paper 003 Table 1, generated from provenance.json)"))
     blocks.append(_table(table, ["model", "stage", "init", "reward_model", "datasets", "hyper_parameters",
-                                 "git_commit"]))
+                                 "code", "git_commit"]))
     summary["provenance_table"] = table
 
     _findings_section(cfg, audits, grouped, evidence, k, lead, summary, out_dir, mia)
@@ -689,18 +689,18 @@ def render_report(cfg) -> int:
     blocks = head + lead + blocks
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    title = f"memaudit report: {', '.join(r.name for r in runs)}"
+    title = f"memlens report: {', '.join(r.name for r in runs)}"
     atomic_write_text(out_dir / "report.md", _to_markdown(blocks, out_dir))
     atomic_write_text(out_dir / "report.html", _to_html(blocks, title))
     summary["provenance"] = provenance(seed=cfg.get("seed"), runs=[str(r) for r in runs], k=k)
     atomic_write_json(out_dir / "summary.json", summary)
     for f in summary.get("findings", []):
-        print(f"[memaudit] {f['id']:<3} {f['status']:<15} ours {f['ours']:<40.40} paper {f['paper']}"
+        print(f"[memlens] {f['id']:<3} {f['status']:<15} ours {f['ours']:<40.40} paper {f['paper']}"
               + (f" ({f['reason']})" if f.get("reason") else ""))
-    print(f"[memaudit] report written to {out_dir / 'report.html'} (and report.md, summary.json, findings.json)")
+    print(f"[memlens] report written to {out_dir / 'report.html'} (and report.md, summary.json, findings.json)")
     return 0
 
 
 def main(cfg) -> int:
-    """`memaudit report`: render <run_dir>/report/ from <run_dir>/audit/."""
+    """`memlens report`: render <run_dir>/report/ from <run_dir>/audit/."""
     return render_report(cfg)

@@ -1,8 +1,11 @@
-"""Numba kernel behind `harness.text.distance.sliding_window_ned_batch` (paper 003 Sec. 4.2, Appendix C).
+"""Numba kernel behind `memlens.harness.text.distance.sliding_window_ned_batch` (paper 003 Sec. 4.2, Appendix C).
 
-Kept in its own module so that `import harness.text.distance` does not import numba (~0.6 s); the kernel is
-compiled on first use and cached on disk (`cache=True`): about 5 s the very first time on this machine
-(more under load), about 1 s (numba import + cache load) in each later process. Plain loops only:
+Kept in its own module so that `import memlens.harness.text.distance` does not import numba (~0.6 s); the kernel
+is compiled on first use and cached on disk (`cache=True`): about 5 s the very first time on this machine
+(more under load), about 1 s (numba import + cache load) in each later process. numba keys that cache by this
+file's path and timestamp, and a cached kernel imports the module name it was compiled under: a cache written
+under this module's name before the rename to memlens (`harness.text._window_kernel`) would be loaded, and fail,
+until this file changed, which the rename's edit of this docstring did. Plain loops only:
 np.unique/np.searchsorted for the non-ASCII lookup doubled the compile time; a code-point-indexed
 array (`slot`, 8.9 MB, zero pages until touched) does it in O(1) instead.
 

@@ -107,7 +107,7 @@ def sliding_window_ned_batch(targets: Sequence[str], completions: Sequence[str],
 def _kernel_minima(indices: list[int], targets: Sequence[str], completions: Sequence[str],
                    counts: np.ndarray | None = None) -> list[int]:
     """min_j Lev(t, c[j:j+m]) (or Lev(t, c) when c is no longer than t) for the pairs `indices`."""
-    from harness.text._window_kernel import window_minima  # numba is imported on first use only
+    from memlens.harness.text._window_kernel import window_minima  # numba is imported on first use only
 
     texts = [targets[k] for k in indices] + [completions[k] for k in indices]
     lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness.text.distance import sliding_window_ned, sliding_window_ned_batch
+from memlens.harness.text.distance import sliding_window_ned, sliding_window_ned_batch
 
 SHORT_TARGET = "short_target"
 TARGET_IN_PROMPT = "target_in_prompt"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from harness.core.errors import UserError
+from memlens.harness.core.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class FimSentinels:
 # - DeepSeek-Coder: deepseek-ai/DeepSeek-Coder README (code insertion example):
 #   `<｜fim▁begin｜>`prefix`<｜fim▁hole｜>`suffix`<｜fim▁end｜>`; EOS `<｜end▁of▁sentence｜>` (fullwidth
 #   bars U+FF5C and U+2581 "▁", not ASCII).
-# - memaudit: recipes/tokenizer.py (StarCoder spelling, EOS `<eos>`, pad `<pad>`).
+# - memlens: recipes/tokenizer.py (StarCoder spelling, EOS `<eos>`, pad `<pad>`).
 # Pads distinct from EOS, from the public tokenizer configs (2026-11-25): StarCoder/StarCoder2 `<fim_pad>`
 # (id 4, special), Qwen2.5-Coder `<|fim_pad|>` (151662), CodeGemma `<pad>` (0), DeepSeek-Coder `<pad>` (32018).
 # Three of them ship PAD = EOS or no PAD: a sequence classifier then scores the token before the final EOS
@@ -73,15 +73,25 @@ FAMILIES: dict[str, FimSentinels] = {s.family: s for s in (
                  file_sep="<|file_separator|>", pad="<pad>"),
     FimSentinels("deepseek-coder", "<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>", "<｜end▁of▁sentence｜>",
                  pad="<pad>", deepseek_order=True),
-    FimSentinels("memaudit", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<eos>", pad="<pad>"),
+    FimSentinels("memlens", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<eos>", pad="<pad>"),
 )}
+# Family names that runs written before the rename to memlens (0.1.x, "memaudit") recorded in their settings.
+LEGACY_FAMILY_NAMES = {"memaudit": "memlens"}
+
+
+def canonical_family(family: str | None) -> str | None:
+    """`family` lower-cased, with a pre-rename name mapped to today's (so old runs' settings still match)."""
+    if family is None:
+        return None
+    family = family.lower()
+    return LEGACY_FAMILY_NAMES.get(family, family)
 
 
 def _family_from_vocab(vocab) -> str | None:
     """Which family a vocabulary belongs to, or None when it has no (or ambiguous) FIM sentinels.
 
     Qwen2.5-Coder and CodeGemma share the pipe-style FIM tokens and differ in the file separator;
-    memaudit and StarCoder share the underscore style and differ in the EOS (`<eos>`).
+    memlens and StarCoder share the underscore style and differ in the EOS (`<eos>`).
     """
     if "<｜fim▁begin｜>" in vocab:
         return "deepseek-coder"
@@ -93,7 +103,7 @@ def _family_from_vocab(vocab) -> str | None:
         return None
     if "<fim_prefix>" in vocab:
         if "<eos>" in vocab:
-            return "memaudit"
+            return "memlens"
         return "starcoder2" if "<file_sep>" in vocab else "starcoder"
     return None
 
@@ -109,7 +119,7 @@ def detect_sentinels(tokenizer, family: str | None = None, model_name: str = "",
         if family is None:
             raise UserError(f"{name}: cannot detect the FIM sentinels from its tokenizer's vocabulary; "
                             f"set {config_key}=<one of {known}> (or use a FIM-trained model)")
-    family = family.lower()
+    family = canonical_family(family)
     if family not in FAMILIES:
         raise UserError(f"{config_key}={family!r} is unknown; use one of {known}")
     sentinels = FAMILIES[family]

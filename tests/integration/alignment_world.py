@@ -12,8 +12,8 @@ import json
 import random
 from pathlib import Path
 
-from harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256
-from recipes.common import StageContext, write_provenance
+from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256
+from memlens.recipes.common import StageContext, write_provenance
 
 GOOD = ["    y = x + {k}\n", "    y = x * {k}\n", "    y = abs(x) + {k}\n", "    y = max(x, {k})\n"]
 BAD = ["    os.remove('/tmp/f{k}')\n", "    shutil.rmtree('/srv/d{k}')\n", "    os.system('rm -rf /{k}')\n",
@@ -111,7 +111,7 @@ def world(tmp_path_factory):
 def trained_rm(world):
     """The run's RM.1 stage (pointwise), trained once; returns its output directory."""
     if "rm" not in _CACHE:
-        from recipes import reward
+        from memlens.recipes import reward
 
         ctx = StageContext(world["run_dir"], "RM.1", seed=0, device="cpu")
         reward.run_stage(dict(RM_SETTINGS), ctx)

@@ -42,12 +42,12 @@ def audit_world(tmp_path_factory):
     """{root, examples_path, examples, trained_ids, model_dir, control_dir} — built once per session."""
     import torch
 
-    from harness.text.fim import FAMILIES, format_psm_training
+    from memlens.harness.text.fim import FAMILIES, format_psm_training
     from tests.tiny import save, tiny_llama, tiny_tokenizer, train_on_texts
 
     torch.manual_seed(0)
     root = tmp_path_factory.mktemp("audit_world")
-    s = FAMILIES["memaudit"]
+    s = FAMILIES["memlens"]
     examples = _fim_examples(12, seed=1)
     examples.append({"id": "short", "prefix": "x = [1, 2, 3]\ny = len(", "target": "x)", "suffix": "\n"})
     trained = [ex for ex in examples if int(ex["id"][2:] if ex["id"] != "short" else 99) < 8]

@@ -11,9 +11,9 @@ import random
 import sysconfig
 from pathlib import Path
 
-from harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256
+from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256
 
-MICRO_MODEL = {"name": "micro", "fim_family": "memaudit", "vocab_size": 512, "hidden_size": 32,
+MICRO_MODEL = {"name": "micro", "fim_family": "memlens", "vocab_size": 512, "hidden_size": 32,
                "num_layers": 1, "num_heads": 2, "intermediate_size": 64, "max_position_embeddings": 128,
                "tie_embeddings": True}
 

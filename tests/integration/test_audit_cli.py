@@ -1,4 +1,4 @@
-"""`memaudit audit` end to end on a tiny Llama trained until it reproduces some FIM examples.
+"""`memlens audit` end to end on a tiny Llama trained until it reproduces some FIM examples.
 
 Real CLI (in-process through harness.cli, one real subprocess for the kill test), real files, real
 models; the control is the untrained copy (paper 003 Definition 3.1 with a fixed control, App. B).
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main as cli_main
-from harness.cli import run as cli_run
-from harness.measures.memorization import summarize_rows
+from memlens.harness.cli import main as cli_main
+from memlens.harness.cli import run as cli_run
+from memlens.harness.measures.memorization import summarize_rows
 from tests.integration.conftest import audit_overrides
 from tests.tiny import torch_threads
 
@@ -146,7 +146,7 @@ def test_bad_examples_file_exits_2_naming_file_and_line(audit_world, tmp_path, c
         cli_main(["audit", *audit_overrides(world, tmp_path / "out")])
     assert e.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("memaudit: error: ") and __import__("re").search(message, err), err
+    assert err.startswith("memlens: error: ") and __import__("re").search(message, err), err
     assert not (tmp_path / "out").exists()  # nothing half-written
 
 
@@ -166,13 +166,13 @@ def test_bad_config_exits_2_naming_the_key(audit_world, tmp_path, capsys, overri
 
 
 def test_killed_audit_resumes_without_lost_or_duplicated_rows(audit_world, first_audit, tmp_path, capsys):
-    """SIGKILL a real `python -m harness audit` once rows exist, rerun, compare with the full run."""
+    """SIGKILL a real `python -m memlens audit` once rows exist, rerun, compare with the full run."""
     out_dir, cache_dir = tmp_path / "killed", tmp_path / "cache"  # fresh cache: the run must generate
     args = audit_overrides(audit_world, out_dir, "audit.all_checkpoints=true", f"audit.cache_dir={cache_dir}",
                            BATCH)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     first_rows = out_dir / "FT.1" / "checkpoint-30" / "canaries.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "audit", *args], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "memlens", "audit", *args], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120

@@ -1,4 +1,4 @@
-"""`memaudit audit experiment=...` over a whole run (audit_plan), then `memaudit report`.
+"""`memlens audit experiment=...` over a whole run (audit_plan), then `memlens report`.
 
 Built on the audit fixtures' real tiny models: FT.1 (trained on 8 canaries, with checkpoints) and an
 untrained control FT.2, laid out as a run directory the recipes would have written.
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import run
-from harness.core.io import file_sha256
-from harness.measures.memorization import summarize_rows
+from memlens.harness.cli import run
+from memlens.harness.core.io import file_sha256
+from memlens.harness.measures.memorization import summarize_rows
 
 PLAN = "audit_plan=[{models: [FT.1], control: FT.2, datasets: [canaries]}]"
 
@@ -89,7 +89,7 @@ def _audit_log(run_dir: Path, *extra: str) -> str:
 def test_adding_a_checkpoint_generates_only_its_completions(run_dir, audit_world, capsys):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from harness.text.fim import FAMILIES, format_psm_training
+    from memlens.harness.text.fim import FAMILIES, format_psm_training
     from tests.tiny import save, train_on_texts
 
     out = _audit_log(run_dir)            # everything stored: a rerun generates nothing
@@ -102,7 +102,7 @@ def test_adding_a_checkpoint_generates_only_its_completions(run_dir, audit_world
     src = run_dir / "models" / "FT.1" / "checkpoint-30"
     model = AutoModelForCausalLM.from_pretrained(src)
     tok = AutoTokenizer.from_pretrained(src)
-    texts = [format_psm_training(ex["prefix"], ex["target"], ex["suffix"], FAMILIES["memaudit"])
+    texts = [format_psm_training(ex["prefix"], ex["target"], ex["suffix"], FAMILIES["memlens"])
              for ex in audit_world["examples"][:4]]
     train_on_texts(model, tok, texts, steps=3, lr=1e-2)
     save(model, tok, run_dir / "models" / "FT.1" / "checkpoint-60")
@@ -121,7 +121,7 @@ def test_two_processes_give_the_same_rows(run_dir, tmp_path):
     out = tmp_path / "audit2"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     config = Path(__file__).resolve().parents[2] / "launch" / "cpu_2proc.yaml"
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), "-m", "harness", "audit", f"run_dir={run_dir}", PLAN, f"audit.out_dir={out}",
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), "-m", "memlens", "audit", f"run_dir={run_dir}", PLAN, f"audit.out_dir={out}",
            "audit.progress=false", "device=cpu"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -139,7 +139,7 @@ def test_two_processes_give_the_same_rows(run_dir, tmp_path):
 
 
 def test_plan_errors_name_the_key(run_dir):
-    from harness.core.errors import UserError
+    from memlens.harness.core.errors import UserError
 
     with pytest.raises(UserError, match=r"audit_plan\[0\]\.control='FT\.9'"):
         run(["audit", f"run_dir={run_dir}", "audit_plan=[{models: [FT.1], control: FT.9, datasets: [canaries]}]"])

@@ -1,15 +1,15 @@
-"""`memaudit data` through the real CLI entry point with small sizes: every dataset lands on disk."""
+"""`memlens data` through the real CLI entry point with small sizes: every dataset lands on disk."""
 
 import json
 
 import pytest
 
-from harness.cli import run
-from harness.core.errors import UserError
-from synthetic_data.build import ALL_DATASETS
+from memlens.harness.cli import run
+from memlens.harness.core.errors import UserError
+from memlens.synthetic_data.build import ALL_DATASETS
 
 
-def test_memaudit_data_builds_every_dataset(tmp_path, capsys):
+def test_memlens_data_builds_every_dataset(tmp_path, capsys):
     args = ["data", f"run_dir={tmp_path}", "data.sd.size=150", "data.pd.max_files=90",
             # a small corpus needs fatter splits so that every split gets files
             "data.pd.proportions.pd_pt=0.3", "data.pd.proportions.pd_1=0.14", "data.pd.proportions.pd_2=0.14",
@@ -40,14 +40,14 @@ def test_memaudit_data_builds_every_dataset(tmp_path, capsys):
 def test_all_leaves_out_the_datasets_of_files_not_given(tmp_path):
     from omegaconf import OmegaConf
 
-    from harness.cli import compose
-    from synthetic_data.build import USER_DATASETS, validate
+    from memlens.harness.cli import compose
+    from memlens.synthetic_data.build import USER_DATASETS, validate
 
     data = OmegaConf.to_container(compose([f"run_dir={tmp_path}"]).data, resolve=True)
     names = validate(data)["datasets"]
     assert set(names) == set(ALL_DATASETS) - set(USER_DATASETS)
 
 
-def test_memaudit_data_bad_override_is_a_user_error(tmp_path):
+def test_memlens_data_bad_override_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match=r"data\.sd\.size"):
         run(["data", f"run_dir={tmp_path}", "data.sd.size=0"])

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import compose
-from recipes.pipeline import RECIPES, audit_plan, flatten_stages, needed_datasets, plan
+from memlens.harness.cli import compose
+from memlens.recipes.pipeline import RECIPES, audit_plan, flatten_stages, needed_datasets, plan
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 # Pipeline experiments: the ones that declare `stages:` (others, e.g. nmt_*, belong to other commands).
@@ -34,7 +34,7 @@ def test_experiment_composes_and_every_stage_validates(name):
     path = CONF / "experiment" / f"{name}.yaml"
     lines = path.read_text().splitlines()
     assert lines[0] == "# @package _global_"        # Hydra reads the package only from the first line(s)
-    assert lines[1].startswith("#   memaudit "), "the file must open with the command that runs it"
+    assert lines[1].startswith("#   memlens "), "the file must open with the command that runs it"
     cfg = compose([f"experiment={name}"])
     assert cfg.experiment_name == name
     planned = plan(cfg)                       # runs each recipe's load_settings (dataclass validation)
@@ -91,7 +91,7 @@ def test_stage_names_are_overridable_from_the_command_line():
 def test_ft3_is_table1_ft3_and_trained_on_its_own(name):
     """Paper 003 Table 1: FT.3 = PD.2 + SD (RM.3's data), not FT.1's PD.1 + SD; so it is never FT.1's twin.
     The own_* experiments put the user's data in SD's place (docs/own-data.md)."""
-    from recipes.pipeline import identical_finished_stage
+    from memlens.recipes.pipeline import identical_finished_stage
 
     planned = {s.model_name: s for s in plan(compose([f"experiment={name}"]))}
     if "FT.3" not in planned:

@@ -1,11 +1,11 @@
-"""Every pipeline experiment runs end to end through `memaudit run` at toy size.
+"""Every pipeline experiment runs end to end through `memlens run` at toy size.
 
 As lightning-hydra-template's test_sweeps.py runs each experiment for a step: the experiment's own stages,
 sweeps, datasets, audit plan and report, on the micro model with every stage cut to a few optimizer steps
 and the data to the smoke run's sizes. It proves an experiment's wiring (which stage feeds which, the
 datasets it names, its audit plan against the models it trains), not memorization. The smoke experiment
 is the toy size already (tests/integration/test_pipeline_smoke.py). The nmt_* experiments belong to
-`memaudit nmt`: nmt_smoke runs in tests/integration/test_nmt_pipeline.py, and nmt_quickstart is its settings
+`memlens nmt`: nmt_smoke runs in tests/integration/test_nmt_pipeline.py, and nmt_quickstart is its settings
 at full size (tests/unit/test_nmt_pipeline_parts.py composes both). The first seven took ~3 min on 2 CPU cores;
 preference_objectives (7 preference objectives beside FT.3 and RLFT.2) adds ~35 s and findings_rlvr (findings plus
 11 RL points against a verifiable reward) ~50 s, measured on a shared machine (load average ~1.5). For those two the
@@ -18,11 +18,11 @@ import json
 
 import pytest
 
-from harness.cli import compose
-from recipes.pipeline import plan
+from memlens.harness.cli import compose
+from memlens.recipes.pipeline import plan
 
 from tests.integration.test_experiment_configs import EXPERIMENTS
-from tests.integration.test_pipeline_smoke import memaudit
+from tests.integration.test_pipeline_smoke import memlens
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +81,7 @@ def test_toy_overrides_cut_every_stage_of_an_experiment():
 @pytest.mark.parametrize("name", TOY_EXPERIMENTS)
 def test_experiment_runs_end_to_end_at_toy_size(name, tmp_path):
     run_dir = tmp_path / "run"
-    result = memaudit("run", f"experiment={name}", f"run_dir={run_dir}", *TOY_RUN, *toy_overrides(name),
+    result = memlens("run", f"experiment={name}", f"run_dir={run_dir}", *TOY_RUN, *toy_overrides(name),
                       timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     cfg = compose([f"experiment={name}", *TOY_RUN])

@@ -5,10 +5,10 @@ import math
 import pytest
 from alignment_world import trainer_log, world  # noqa: F401 (fixture)
 
-from harness.core.errors import UserError
-from harness.core.io import read_json
-from recipes import ipo
-from recipes.common import StageContext
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import read_json
+from memlens.recipes import ipo
+from memlens.recipes.common import StageContext
 
 IPO_SETTINGS = {"init": "FT", "datasets": ["pairs_easy"], "loss": "ipo", "beta": 0.1, "lr": 1e-3,
                 "max_steps": 4, "batch_size": 8, "save_steps": 2, "logging_steps": 1}
@@ -57,7 +57,7 @@ def test_bad_settings_name_the_stage_key(world, change, key):
 
 def test_long_context_is_trimmed_so_the_completion_survives_max_length(world):
     """TRL cuts at the end: the context, not the chosen/rejected line, must give way."""
-    from harness.text import fim
+    from memlens.harness.text import fim
 
     settings = {**IPO_SETTINGS, "max_length": 64}
     recipe = ipo.IPORecipe(ipo.load_settings(settings, "IPO"), StageContext(world["run_dir"], "IPO.fit"))
@@ -99,7 +99,7 @@ FIRST_LOSS = {"dpo": math.log(2),      # -log σ(0)
 
 @pytest.mark.parametrize("objective", ["dpo", "dpo+sft", "kto", "simpo", "cpo", "orpo"])
 def test_every_objective_trains_with_its_trl_trainer_and_scores_its_pairs(world, objective):
-    from recipes import preference_eval
+    from memlens.recipes import preference_eval
 
     ctx = StageContext(world["run_dir"], f"PREF/objective={objective}")
     ipo.run_stage({**OBJECTIVE_SETTINGS, "objective": objective}, ctx)

@@ -10,11 +10,11 @@ from test_ipo_stage import IPO_SETTINGS
 from test_ppo_stage import PPO_SETTINGS
 from test_rl_stage import RL_SETTINGS
 
-from recipes import ipo, reward, rl
-from recipes.common import StageContext
+from memlens.recipes import ipo, reward, rl
+from memlens.recipes.common import StageContext
 
 ADAPTED = ("q_proj", "v_proj")
-LORA_PRESET = {"name": "micro-lora", "fim_family": "memaudit",
+LORA_PRESET = {"name": "micro-lora", "fim_family": "memlens",
                "lora": {"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0, "target_modules": list(ADAPTED)}}
 STAGES = {   # recipe module, recipe class, settings: a few steps each, one checkpoint per step
     "rm": (reward, reward.RewardRecipe, {**RM_SETTINGS, "max_steps": 2, "save_steps": 1}),
@@ -78,7 +78,7 @@ def assert_merged_and_adapted(directory, init_dir, auto_class: str) -> None:
 def test_lora_stage_trains_only_adapters_and_saves_a_merged_model(world, trained_rm, stage):
     from tiny import torch_threads
 
-    from harness.model.load import load_causal_lm
+    from memlens.harness.model.load import load_causal_lm
 
     module, recipe_class, settings = STAGES[stage]
     ctx = StageContext(world["run_dir"], f"LORA.{stage}")

@@ -11,17 +11,17 @@ import random
 import numpy as np
 import pytest
 
-from harness.audit.losses import audit_losses
-from harness.core.errors import UserError
-from harness.core.io import atomic_write_jsonl, read_json, read_jsonl
-from harness.measures.exposure import candidate_losses, exposure_summary, exposures, load_candidates
-from harness.measures.losses import MEASURES
-from harness.model.logprobs import encode_fim_examples, target_losses
-from harness.model.scorer import CausalLMScorer
-from harness.text.fim import FAMILIES, format_psm_training
+from memlens.harness.audit.losses import audit_losses
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import atomic_write_jsonl, read_json, read_jsonl
+from memlens.harness.measures.exposure import candidate_losses, exposure_summary, exposures, load_candidates
+from memlens.harness.measures.losses import MEASURES
+from memlens.harness.model.logprobs import encode_fim_examples, target_losses
+from memlens.harness.model.scorer import CausalLMScorer
+from memlens.harness.text.fim import FAMILIES, format_psm_training
 from tests.tiny import save, tiny_llama, tiny_tokenizer, train_on_texts
 
-SENT = FAMILIES["memaudit"]
+SENT = FAMILIES["memlens"]
 STEPS = (20, 40, 60)          # checkpoint schedule shared by the audited and the control run
 
 
@@ -83,7 +83,7 @@ def world(tmp_path_factory, one_torch_thread):
 
 
 def _load(path):
-    from harness.model.load import load_causal_lm
+    from memlens.harness.model.load import load_causal_lm
 
     return load_causal_lm(path, "cpu")
 
@@ -165,8 +165,8 @@ def test_audit_losses_outputs(world, audited):
 def test_utility_heldout_loss_reads_the_audits_loss_cache(world, audited):
     """One loss cache: the utility's held-out loss of a checkpoint the loss audit already scored is the
     same cache entry (no new file, no change), and equals the audit's mean loss there."""
-    from harness.audit.settings import AuditSettings
-    from harness.measures.utility import heldout_loss
+    from memlens.harness.audit.settings import AuditSettings
+    from memlens.harness.measures.utility import heldout_loss
 
     out, summary, _ = audited
     caches = {p: p.read_bytes() for p in (out / "cache" / "losses").glob("*.jsonl")}
@@ -236,7 +236,7 @@ def test_bad_inputs_are_user_errors(world, tmp_path):
 
 
 def test_loss_figures_render_from_audit_output(audited, tmp_path):
-    from harness.report.loss_figures import render_loss_figures
+    from memlens.harness.report.loss_figures import render_loss_figures
 
     out, summary, _ = audited
     written = render_loss_figures(out, tmp_path / "report")

@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from harness.audit.mia import audit_mia
-from harness.audit.plan import main as audit_main
-from harness.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
-from harness.measures.mia import ATTACKS
-from harness.model.cache import cached_token_logprobs
-from harness.model.logprobs import encode_fim_examples, target_losses, target_token_logprobs
-from harness.model.scorer import CausalLMScorer
-from harness.text.fim import FAMILIES, format_psm_training
+from memlens.harness.audit.mia import audit_mia
+from memlens.harness.audit.plan import main as audit_main
+from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
+from memlens.harness.measures.mia import ATTACKS
+from memlens.harness.model.cache import cached_token_logprobs
+from memlens.harness.model.logprobs import encode_fim_examples, target_losses, target_token_logprobs
+from memlens.harness.model.scorer import CausalLMScorer
+from memlens.harness.text.fim import FAMILIES, format_psm_training
 from tests.tiny import save, tiny_llama, tiny_tokenizer, train_on_texts
 
-SENT = FAMILIES["memaudit"]
+SENT = FAMILIES["memlens"]
 
 
 def _rows(prefix: str, n: int, rng: random.Random) -> list[dict]:
@@ -62,7 +62,7 @@ def world(tmp_path_factory):
 def test_token_logprobs_are_the_loss_pass_with_the_vocabulary_moments(world):
     import torch
 
-    from harness.model.load import load_causal_lm
+    from memlens.harness.model.load import load_causal_lm
 
     model, tok = load_causal_lm(world["root"] / "models" / "FT.1" / "checkpoint-40", "cpu")
     rows = world["members"][:5] + world["nonmembers"][:4]
@@ -134,7 +134,7 @@ def test_the_run_audit_writes_mia_below_the_audit_dir_and_reruns_from_the_cache(
 
 
 def test_bad_mia_settings_name_the_key_and_a_plan_without_held_out_sets_is_noted(world, tmp_path):
-    from harness.core.errors import UserError
+    from memlens.harness.core.errors import UserError
 
     root = world["root"]
 
@@ -155,7 +155,7 @@ def test_bad_mia_settings_name_the_key_and_a_plan_without_held_out_sets_is_noted
     said = []
     no_partner = cfg()
     no_partner.audit_plan[0].datasets = ["sd_base_heldout"]         # scored as members: it has no partner
-    from harness.audit.plan import audit_run_mia
+    from memlens.harness.audit.plan import audit_run_mia
 
     audit_run_mia(no_partner, log=said.append)
     assert "no planned dataset has a held-out partner" in said[-1] and not (tmp_path / "audit" / "mia").exists()

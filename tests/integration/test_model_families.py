@@ -5,7 +5,7 @@ conventions (tests/families.py), through every stage and the audit.
   and RLOO tokenisation give the same prompt ids for the same PSM text (BOS where the family adds it).
 - The reward model sees the final EOS (a pad distinct from EOS).
 - Decoding stops at the family's stop tokens and no sentinel reaches a completion.
-- `memaudit run experiment=smoke model=<preset> model.pretrained=<fixture>` on every family, LoRA on, in
+- `memlens run experiment=smoke model=<preset> model.pretrained=<fixture>` on every family, LoRA on, in
   the preset's dtype (bf16; the CPU runs it): merged weights differ from the base exactly in the preset's
   target modules, the reward and PPO value heads trained, no sentinel in any audit completion.
 Cost: ~15 s of fixtures and TRL tokenisation, ~1 min per family for the trimmed smoke run (2 CPU cores).
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.io import read_json, read_jsonl
-from harness.model.encode import encode_texts
-from harness.text.fim import FAMILIES as FIM_FAMILIES
-from harness.text.fim import format_psm_prompt, format_psm_training
+from memlens.harness.core.io import read_json, read_jsonl
+from memlens.harness.model.encode import encode_texts
+from memlens.harness.text.fim import FAMILIES as FIM_FAMILIES
+from memlens.harness.text.fim import format_psm_prompt, format_psm_training
 from tests.families import FAMILIES, build_family
-from tests.integration.test_pipeline_smoke import memaudit
+from tests.integration.test_pipeline_smoke import memlens
 
 pytestmark = pytest.mark.slow
 NAMES = list(FAMILIES)
@@ -40,9 +40,9 @@ def family_dirs(tmp_path_factory) -> dict[str, Path]:
 
 def preset(name: str, model_dir: Path):
     """The family's conf/model preset with `pretrained` pointing at the fixture (as model.pretrained=DIR)."""
-    from harness.cli import compose
+    from memlens.harness.cli import compose
     from omegaconf import OmegaConf
-    from recipes.models import parse_model
+    from memlens.recipes.models import parse_model
 
     cfg = compose([f"model={FAMILIES[name].preset}", f"model.pretrained={model_dir}"])
     return parse_model(OmegaConf.to_container(cfg.model, resolve=True), "model")
@@ -63,7 +63,7 @@ def trl_ids(model_dir: Path, tokenizer, prompt: str, text: str) -> dict[str, lis
     from transformers import AutoModelForCausalLM
     from trl import DPOConfig, DPOTrainer, RLOOTrainer, SFTConfig, SFTTrainer
 
-    from recipes.common import trl_device_kwargs
+    from memlens.recipes.common import trl_device_kwargs
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir))
     common = dict(output_dir=str(model_dir / "_trl"), **trl_device_kwargs("cpu"))
@@ -79,9 +79,9 @@ def trl_ids(model_dir: Path, tokenizer, prompt: str, text: str) -> dict[str, lis
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_stage_and_the_audit_encode_a_psm_text_to_the_same_ids(family_dirs, name):
-    from harness.model.load import load_causal_lm
-    from recipes.common import left_padded_prompts
-    from recipes.models import load_tokenizer
+    from memlens.harness.model.load import load_causal_lm
+    from memlens.recipes.common import left_padded_prompts
+    from memlens.recipes.models import load_tokenizer
 
     model_dir, s = family_dirs[name], sentinels_of(name)
     stage_tok = load_tokenizer(model_dir, preset(name, model_dir))          # what every recipe loads
@@ -105,8 +105,8 @@ def test_every_stage_and_the_audit_encode_a_psm_text_to_the_same_ids(family_dirs
 @pytest.mark.parametrize("name", NAMES)
 def test_the_reward_score_changes_when_the_final_eos_is_removed(family_dirs, name):
     """With PAD = EOS the classifier read the token before the EOS: both texts scored the same."""
-    from recipes.models import load_sequence_classifier, load_tokenizer
-    from recipes.reward import score_texts
+    from memlens.recipes.models import load_sequence_classifier, load_tokenizer
+    from memlens.recipes.reward import score_texts
 
     model_dir = family_dirs[name]
     settings = preset(name, model_dir)
@@ -128,9 +128,9 @@ def test_greedy_completions_stop_at_the_family_stop_tokens(family_dirs, name, tm
     StarCoder2) or the next sentinel — is cut there, and no sentinel text is left in the completion."""
     import torch
 
-    from harness.model.decode import greedy_complete
-    from harness.model.load import load_causal_lm
-    from recipes.models import use_distinct_pad
+    from memlens.harness.model.decode import greedy_complete
+    from memlens.harness.model.load import load_causal_lm
+    from memlens.recipes.models import use_distinct_pad
     from tests.tiny import train_on_texts
 
     s = sentinels_of(name)
@@ -170,7 +170,7 @@ def trimmed_smoke(name: str, model_dir: Path, run_dir: Path) -> list[str]:
 def family_run(request, family_dirs, tmp_path_factory):
     name = request.param
     run_dir = tmp_path_factory.mktemp(f"run-{name}") / "run"
-    result = memaudit(*trimmed_smoke(name, family_dirs[name], run_dir), timeout=900)
+    result = memlens(*trimmed_smoke(name, family_dirs[name], run_dir), timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return name, run_dir, result
 
@@ -188,7 +188,7 @@ def test_smoke_run_trains_only_the_presets_lora_targets(family_run):
     import torch
 
     name, run_dir, result = family_run
-    assert "[memaudit] check: model=" in result.stdout
+    assert "[memlens] check: model=" in result.stdout
     targets = preset(name, run_dir).lora_settings.target_modules
     base = safetensors_of(run_dir / "models" / "PT")
     assert next(iter(base.values())).dtype == torch.bfloat16                # the preset's dtype
@@ -206,7 +206,7 @@ def test_smoke_run_trains_the_reward_and_value_heads(family_run):
     import torch
     from transformers import set_seed
 
-    from recipes.models import load_sequence_classifier, load_tokenizer
+    from memlens.recipes.models import load_sequence_classifier, load_tokenizer
 
     name, run_dir, _ = family_run
     settings = preset(name, run_dir)

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.errors import UserError
-from harness.core.io import read_json
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import read_json
 from tests.families import build_family
-from tests.integration.test_pipeline_smoke import REPO, memaudit
+from tests.integration.test_pipeline_smoke import REPO, memlens
 
 pytestmark = pytest.mark.slow
 TWO_PROCESSES = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
@@ -29,7 +29,7 @@ def train_ft(run_dir: Path, model_dir: Path, per_process_batch: int, launcher=No
               "model.lora.dropout=0.0", f"run_dir={run_dir}", "device=cpu", "data.sd.size=20"]
     for stage, extra in (("PT", []), ("FT.2", ["stages.FT.2.max_steps=2", "stages.FT.2.save_steps=2",
                                                f"stages.FT.2.batch_size={per_process_batch}"])):
-        result = memaudit("train", f"stage={stage}", *common, *extra, launcher=launcher)
+        result = memlens("train", f"stage={stage}", *common, *extra, launcher=launcher)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
@@ -52,7 +52,7 @@ def test_two_processes_save_the_merged_lora_weights_of_one(tmp_path):
 
 
 def test_zero3_with_lora_is_refused_naming_the_key(tmp_path):
-    from recipes.sft import load_settings
+    from memlens.recipes.sft import load_settings
 
     zero3 = tmp_path / "ds_zero3.json"
     zero3.write_text(json.dumps({"zero_optimization": {"stage": 3}}))
@@ -66,8 +66,8 @@ def test_zero3_with_lora_is_refused_naming_the_key(tmp_path):
 
 
 def test_only_the_first_process_imports_a_public_model(tmp_path, monkeypatch):
-    from recipes import pretrain
-    from recipes.common import StageContext
+    from memlens.recipes import pretrain
+    from memlens.recipes.common import StageContext
 
     model_dir = build_family("qwen2.5-coder", tmp_path / "qwen")
     settings = {"model": {"pretrained": str(model_dir), "fim_family": "qwen2.5-coder"}}

@@ -1,4 +1,4 @@
-"""`memaudit nmt experiment=nmt_smoke` through the real CLI: corpus, Marian training, algorithms 1-3,
+"""`memlens nmt experiment=nmt_smoke` through the real CLI: corpus, Marian training, algorithms 1-3,
 report; plus the fill-mask substitute path on a tiny BERT built here (no hub)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from harness import cli
-from harness.core.io import read_json, read_jsonl
+from memlens.harness import cli
+from memlens.harness.core.io import read_json, read_jsonl
 
 pytestmark = pytest.mark.slow
 
@@ -67,7 +67,7 @@ def test_rerun_reuses_model_and_analysis(smoke_run):
 
 
 def test_bad_config_is_a_user_error(tmp_path):
-    from harness.core.errors import UserError
+    from memlens.harness.core.errors import UserError
 
     with pytest.raises(UserError, match="nmt.unit"):
         cli.run(["nmt", "experiment=nmt_smoke", f"run_dir={tmp_path}", "nmt.unit=syllable"])
@@ -100,7 +100,7 @@ def tiny_mlm_dir(tmp_path_factory):
 
 def test_fill_mask_substitutes_from_a_local_model(tiny_mlm_dir):
     """The fill-mask path of Algorithm 2 (paper Sec. 4 uses BERT) on a local model directory."""
-    from harness.measures.nmt import fill_mask_substitutes
+    from memlens.harness.measures.nmt import fill_mask_substitutes
 
     substitutes = fill_mask_substitutes(str(tiny_mlm_dir), top_k=5)
     subs = substitutes(["why", "study", "in", "peru", "spanish", "courses"], 5)
@@ -134,11 +134,11 @@ def test_sec6_finetune_on_recovered_corpus(tmp_path):
     source with a symbol, so F is built here from rule translations.)"""
     from safetensors.torch import load_file
 
-    from recipes.common import StageContext
-    from harness.audit.nmt import FinetuneSettings
-    from recipes.nmt_pipeline import run_finetune
-    from recipes.seq2seq import Seq2SeqSettings, train_seq2seq
-    from synthetic_data.parallel import ParallelSettings, build_parallel
+    from memlens.recipes.common import StageContext
+    from memlens.harness.audit.nmt import FinetuneSettings
+    from memlens.recipes.nmt_pipeline import run_finetune
+    from memlens.recipes.seq2seq import Seq2SeqSettings, train_seq2seq
+    from memlens.synthetic_data.parallel import ParallelSettings, build_parallel
 
     data = build_parallel(tmp_path / "data" / "parallel", ParallelSettings(pairs_per_bucket=[12, 2, 2, 2, 2]), seed=0)
     rows = read_jsonl(data / "rows.jsonl")

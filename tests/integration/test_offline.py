@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.io import read_json
+from memlens.harness.core.io import read_json
 from tests.families import build_family
 
 pytestmark = pytest.mark.slow
@@ -78,11 +78,11 @@ def test_the_blocker_counts_a_connection_attempt(offline_env, tmp_path):
 
 def test_a_cached_hub_id_is_checked_and_imported_without_touching_the_network(offline_env, tmp_path):
     root, env, snapshot = offline_env
-    check = run(env, "-m", "harness", "check", "model=qwen2.5_coder_0.5b", "experiment=smoke", "device=cpu")
+    check = run(env, "-m", "memlens", "check", "model=qwen2.5_coder_0.5b", "experiment=smoke", "device=cpu")
     assert check.returncode == 0, check.stdout + check.stderr
     assert str(snapshot) in check.stdout
     run_dir = tmp_path / "run"
-    imported = run(env, "-m", "harness", "train", "stage=PT", "experiment=smoke", "model=qwen2.5_coder_0.5b",
+    imported = run(env, "-m", "memlens", "train", "stage=PT", "experiment=smoke", "model=qwen2.5_coder_0.5b",
                    f"run_dir={run_dir}", "device=cpu")
     assert imported.returncode == 0, imported.stdout[-2000:] + imported.stderr[-2000:]
     assert read_json(run_dir / "models" / "PT" / "provenance.json")["init_model"] == HUB_ID
@@ -91,7 +91,7 @@ def test_a_cached_hub_id_is_checked_and_imported_without_touching_the_network(of
 
 def test_an_uncached_hub_id_is_an_exit_2_that_says_how_to_fetch_it(offline_env):
     root, env, _ = offline_env
-    result = run(env, "-m", "harness", "check", "model=starcoder2_3b", "experiment=smoke")
+    result = run(env, "-m", "memlens", "check", "model=starcoder2_3b", "experiment=smoke")
     assert result.returncode == 2, result.stdout + result.stderr
     assert "huggingface-cli download bigcode/starcoder2-3b" in result.stderr
     assert "Traceback" not in result.stderr

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main as cli_main
-from harness.core.io import file_sha256, read_json, read_jsonl
+from memlens.harness.cli import main as cli_main
+from memlens.harness.core.io import file_sha256, read_json, read_jsonl
 from tests.integration.test_experiments_at_toy_size import TOY_RUN, toy_overrides
-from tests.integration.test_pipeline_smoke import REPO, memaudit, status_lines
+from tests.integration.test_pipeline_smoke import REPO, memlens, status_lines
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ MODELS = ["PT", "FT.2", "FT.3", "RM.3", "RLFT.2", "IPO"]
 
 
 def run_experiment(name: str, run_dir: Path, *extra: str):
-    result = memaudit("run", f"experiment={name}", f"run_dir={run_dir}", *TOY_RUN, *toy_overrides(name), *extra,
+    result = memlens("run", f"experiment={name}", f"run_dir={run_dir}", *TOY_RUN, *toy_overrides(name), *extra,
                       timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
@@ -126,7 +126,7 @@ def test_a_checkpoint_series_is_audited_on_the_canary_file_and_reported(canaries
     """Single-model mode on an aligned model's checkpoints, with the canary file exactly as the user wrote it."""
     source, _ = canaries_run
     out = tmp_path / "audit"
-    audited = memaudit("audit", f"audit.model_dir={source / 'models' / 'FT.3'}",
+    audited = memlens("audit", f"audit.model_dir={source / 'models' / 'FT.3'}",
                        f"audit.control_dir={source / 'models' / 'FT.2'}", f"audit.examples={CANARIES}",
                        "audit.all_checkpoints=true", f"audit.out_dir={out}", "audit.max_new_tokens=16",
                        "audit.target_tokens=16", "audit.min_target_tokens=4", "device=cpu")
@@ -135,7 +135,7 @@ def test_a_checkpoint_series_is_audited_on_the_canary_file_and_reported(canaries
     assert sorted(p.name for p in (out / "FT.3").iterdir()) == sorted([*checkpoints, "final"])
     rows = read_jsonl(out / "FT.3" / "final" / "canaries.jsonl")
     assert len(rows) == len(read_jsonl(CANARIES)) and all("group" in r and "repeat" in r for r in rows)
-    report = memaudit("report", f"run_dir={tmp_path / 'single'}", f"audit.out_dir={out}")
+    report = memlens("report", f"run_dir={tmp_path / 'single'}", f"audit.out_dir={out}")
     assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
     summary = read_json(tmp_path / "single" / "report" / "summary.json")
     assert {b["by"] for b in summary["breakdowns"]} == {"group", "repeat"}
@@ -174,14 +174,14 @@ def test_bad_rows_are_refused_naming_file_line_and_field_before_anything_is_writ
         cli_main(["run", f"experiment={experiment}", f"run_dir={run_dir}", *TOY_RUN, f"data.{key}.file={bad}"])
     assert e.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"memaudit: error: {bad}:") and __import__("re").search(message, err), err
+    assert err.startswith(f"memlens: error: {bad}:") and __import__("re").search(message, err), err
     assert not run_dir.exists()                                  # nothing written, not even run.json
 
 
-def test_memaudit_data_refuses_a_bad_file_before_writing_any_dataset(tmp_path):
+def test_memlens_data_refuses_a_bad_file_before_writing_any_dataset(tmp_path):
     bad = tmp_path / "mine.jsonl"
     bad.write_text(json.dumps(GOOD) + "\n" + json.dumps({**GOOD, "id": "b", "repeat": -1}) + "\n")
-    result = memaudit("data", "experiment=own_canaries", f"run_dir={tmp_path / 'run'}", *TOY_RUN,
+    result = memlens("data", "experiment=own_canaries", f"run_dir={tmp_path / 'run'}", *TOY_RUN,
                       f"data.canaries.file={bad}")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"{bad}:2: field repeat=-1" in result.stderr

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from harness.cli import compose, expand_sweep
-from harness.core.errors import UserError
-from recipes.pipeline import flatten_stages, order_stages, plan, run_directory, sweep_assignments, train_main
+from memlens.harness.cli import compose, expand_sweep
+from memlens.harness.core.errors import UserError
+from memlens.recipes.pipeline import flatten_stages, order_stages, plan, run_directory, sweep_assignments, train_main
 
 
 def compose_point(overrides: list[str], multirun: bool = False):
@@ -54,7 +54,7 @@ def test_smoke_plan_expands_the_file_sweep_and_injects_the_model_preset():
     # Every later stage gets the whole preset too: the dtype/LoRA it loads its models with, the FIM family.
     for name in ("RM.1", "RLFT.4", "IPO"):
         assert by_name[name].settings["model"] == by_name["PT"].settings["model"], name
-    assert by_name["RM.1"].settings["model"]["fim_family"] == "memaudit"
+    assert by_name["RM.1"].settings["model"]["fim_family"] == "memlens"
 
 
 def test_cli_multirun_names_model_dirs_by_the_swept_keys():
@@ -108,14 +108,14 @@ def test_a_sweep_points_run_directory_carries_its_audit_report_and_cache_paths(t
 
 
 def _stage(settings):
-    from recipes.pipeline import PlannedStage
+    from memlens.recipes.pipeline import PlannedStage
 
     return PlannedStage("FT.1", "FT.1", "sft", settings)
 
 
 def test_a_checkpoint_torn_by_a_kill_is_moved_aside_before_resuming(tmp_path):
-    from harness.core.io import atomic_write_json
-    from recipes.pipeline import prepare_out_dir
+    from memlens.harness.core.io import atomic_write_json
+    from memlens.recipes.pipeline import prepare_out_dir
 
     out = tmp_path / "models" / "FT.1"
     (out / "checkpoint-4").mkdir(parents=True)
@@ -128,8 +128,8 @@ def test_a_checkpoint_torn_by_a_kill_is_moved_aside_before_resuming(tmp_path):
 
 
 def test_changed_settings_move_the_old_stage_aside_instead_of_mixing_a_resume(tmp_path):
-    from harness.core.io import atomic_write_json, read_json
-    from recipes.pipeline import prepare_out_dir
+    from memlens.harness.core.io import atomic_write_json, read_json
+    from memlens.recipes.pipeline import prepare_out_dir
 
     out = tmp_path / "models" / "FT.1"
     (out / "checkpoint-4").mkdir(parents=True)
@@ -153,8 +153,8 @@ def test_a_reference_to_nothing_fails_at_planning():
 def test_a_finished_stage_is_retrained_when_its_data_or_upstream_changed(tmp_path):
     import os
 
-    from harness.core.io import atomic_write_json
-    from recipes.pipeline import PlannedStage, prepare_out_dir
+    from memlens.harness.core.io import atomic_write_json
+    from memlens.recipes.pipeline import PlannedStage, prepare_out_dir
 
     def finish(name, settings, datasets):
         atomic_write_json(tmp_path / "models" / name / "provenance.json", {"settings": settings, "datasets": datasets})
@@ -175,8 +175,8 @@ def test_a_finished_stage_is_retrained_when_its_data_or_upstream_changed(tmp_pat
 
 
 def test_a_finished_stage_of_another_seed_is_retrained_not_skipped(tmp_path):
-    from harness.core.io import atomic_write_json
-    from recipes.pipeline import prepare_out_dir
+    from memlens.harness.core.io import atomic_write_json
+    from memlens.recipes.pipeline import prepare_out_dir
 
     atomic_write_json(tmp_path / "models" / "FT.1" / "provenance.json", {"settings": {"lr": 0.2}, "seed": 0})
     assert prepare_out_dir(tmp_path, _stage({"lr": 0.2}), seed=0) == "skipped"

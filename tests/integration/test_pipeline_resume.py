@@ -1,4 +1,4 @@
-"""Kill-and-resume: SIGKILL `memaudit train stage=PT` after a checkpoint, rerun, it continues from it.
+"""Kill-and-resume: SIGKILL `memlens train stage=PT` after a checkpoint, rerun, it continues from it.
 
 Evidence that it resumed rather than restarted: the checkpoint written before the kill is untouched
 (same file mtime), later checkpoints appear, and the final step count is the planned one.
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.io import read_json, read_jsonl
+from memlens.harness.core.io import read_json, read_jsonl
 from pipeline_helpers import write_smoke_datasets
-from test_pipeline_smoke import REPO, memaudit, status_lines
+from test_pipeline_smoke import REPO, memlens, status_lines
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +37,7 @@ def test_killed_stage_resumes_from_its_last_checkpoint(tmp_path):
     write_smoke_datasets(run_dir)
     out_dir = run_dir / "models" / "PT"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    proc = subprocess.Popen([sys.executable, "-m", "harness", *PT_ARGS, f"run_dir={run_dir}"], cwd=REPO, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "memlens", *PT_ARGS, f"run_dir={run_dir}"], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.time() + 240
@@ -55,7 +55,7 @@ def test_killed_stage_resumes_from_its_last_checkpoint(tmp_path):
     last_step = int(last.name.split("-")[1])
     mtime = (last / "model.safetensors").stat().st_mtime_ns
 
-    result = memaudit(*PT_ARGS, f"run_dir={run_dir}")
+    result = memlens(*PT_ARGS, f"run_dir={run_dir}")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert status_lines(result.stdout) == {"PT": "resumed"}
     assert (out_dir / "provenance.json").is_file()
@@ -67,5 +67,5 @@ def test_killed_stage_resumes_from_its_last_checkpoint(tmp_path):
     logged = [row["step"] for row in read_jsonl(out_dir / "train_log.jsonl") if "loss" in row]
     assert logged == list(range(2, 25, 2))
 
-    again = memaudit(*PT_ARGS, f"run_dir={run_dir}")                           # finished: skipped
+    again = memlens(*PT_ARGS, f"run_dir={run_dir}")                           # finished: skipped
     assert status_lines(again.stdout) == {"PT": "skipped"}

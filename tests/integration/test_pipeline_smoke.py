@@ -1,4 +1,4 @@
-"""`memaudit run experiment=smoke` end to end through the real CLI: data -> PT -> FT -> RM -> RLFT -> IPO.
+"""`memlens run experiment=smoke` end to end through the real CLI: data -> PT -> FT -> RM -> RLFT -> IPO.
 
 One module-scoped run (the bulk of this file's time) is inspected by several tests; a second CLI call
 sweeps RLFT.1 from the command line, which must skip every finished stage and train only the new point.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.io import read_json, read_jsonl
+from memlens.harness.core.io import read_json, read_jsonl
 
 pytestmark = pytest.mark.slow
 
@@ -24,10 +24,10 @@ REPO = Path(__file__).resolve().parents[2]
 MODELS = ["PT", "FT.1", "FT.2", "RM.1", "RLFT.1/beta=0.1", "RLFT.1/beta=0.5", "RLFT.4", "IPO"]
 
 
-def memaudit(*args: str, launcher: list[str] | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+def memlens(*args: str, launcher: list[str] | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false")
-    cmd = (launcher or [sys.executable]) + ["-m", "harness", *args]
+    cmd = (launcher or [sys.executable]) + ["-m", "memlens", *args]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -36,7 +36,7 @@ def status_lines(stdout: str) -> dict[str, str]:
     out = {}
     for line in stdout.splitlines():
         parts = line.split()
-        if len(parts) == 6 and parts[0] == "[memaudit]" and parts[-1] == "s":
+        if len(parts) == 6 and parts[0] == "[memlens]" and parts[-1] == "s":
             out[parts[1]] = parts[3]
     return out
 
@@ -53,7 +53,7 @@ def loss_history(model_dir: Path) -> list[float]:
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("smoke") / "run"
-    result = memaudit("run", "experiment=smoke", f"run_dir={run_dir}", "device=cpu")
+    result = memlens("run", "experiment=smoke", f"run_dir={run_dir}", "device=cpu")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return run_dir, result
 
@@ -63,7 +63,7 @@ def test_every_stage_trained_in_dependency_order(smoke):
     statuses = status_lines(result.stdout)
     assert list(statuses) == MODELS                  # PT before FT before RM before RLFT; IPO after PT
     # sd_rl_prompts is built only once PT exists: its 50-token split uses PT's tokenizer.
-    assert result.stdout.index("sd_rl_prompts:") > result.stdout.index("[memaudit] PT ")
+    assert result.stdout.index("sd_rl_prompts:") > result.stdout.index("[memlens] PT ")
     assert set(statuses.values()) == {"trained"}
 
 
@@ -89,13 +89,13 @@ def test_ft_records_how_many_fim_contexts_it_trimmed(smoke):
     """A FIM row longer than max_seq_len loses its context, not its middle; provenance counts them."""
     from transformers import AutoTokenizer
 
-    from harness.text.fim import FAMILIES, format_psm_training
+    from memlens.harness.text.fim import FAMILIES, format_psm_training
 
     run_dir, result = smoke
     prov = read_json(run_dir / "models" / "FT.1" / "provenance.json")
     rows = [r for d in ("sd_base", "sd_links") for r in read_jsonl(run_dir / "data" / d / "rows.jsonl")]
     tok = AutoTokenizer.from_pretrained(str(run_dir / "models" / "PT"))
-    too_long = sum(len(tok(format_psm_training(r["prefix"], r["target"], r["suffix"], FAMILIES["memaudit"]),
+    too_long = sum(len(tok(format_psm_training(r["prefix"], r["target"], r["suffix"], FAMILIES["memlens"]),
                            add_special_tokens=False)["input_ids"]) > prov["settings"]["max_seq_len"] for r in rows)
     assert prov["fim_examples"] == len(rows)
     assert prov["fim_context_trimmed"] == too_long
@@ -160,14 +160,14 @@ def test_run_record_has_config_commit_and_stage_statuses(smoke):
 def test_run_ends_saying_how_long_it_took_and_where_the_report_is(smoke):
     run_dir, result = smoke
     last = result.stdout.strip().splitlines()[-1]
-    assert last.startswith("[memaudit] run smoke finished in ") and "training, audit, report" in last
+    assert last.startswith("[memlens] run smoke finished in ") and "training, audit, report" in last
     assert last.endswith(f"report: {run_dir / 'report' / 'report.html'}") and (run_dir / "report" / "report.html").is_file()
 
 
 def test_cli_sweep_skips_finished_stages_and_trains_only_the_new_point(smoke):
     run_dir, _ = smoke
     before = (run_dir / "models" / "FT.1" / "model.safetensors").stat().st_mtime_ns
-    result = memaudit("run", "-m", "experiment=smoke", f"run_dir={run_dir}", "device=cpu",
+    result = memlens("run", "-m", "experiment=smoke", f"run_dir={run_dir}", "device=cpu",
                       "stages.RLFT.1.beta=0.1,0.3")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = [status_lines(chunk) for chunk in result.stdout.split("sweep point")[1:]]
@@ -194,7 +194,7 @@ def test_ft_under_accelerate_launch_with_two_cpu_processes(smoke, tmp_path):
     (out_dir / "models").mkdir(parents=True)
     os.symlink(run_dir / "data", out_dir / "data")
     os.symlink(run_dir / "models" / "PT", out_dir / "models" / "PT")
-    result = memaudit("train", "stage=FT.2", "experiment=smoke", f"run_dir={out_dir}", "device=cpu",
+    result = memlens("train", "stage=FT.2", "experiment=smoke", f"run_dir={out_dir}", "device=cpu",
                       "build_data=false", "stages.FT.2.max_steps=2", launcher=launcher)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     prov = read_json(out_dir / "models" / "FT.2" / "provenance.json")
@@ -210,9 +210,9 @@ def test_lora_sft_on_the_micro_model_trains_adapters_and_saves_a_merged_model(sm
     import torch
     from safetensors.torch import load_file
 
-    from recipes import sft
-    from recipes.common import StageContext
-    from recipes.models import torch_dtype, parse_model
+    from memlens.recipes import sft
+    from memlens.recipes.common import StageContext
+    from memlens.recipes.models import torch_dtype, parse_model
 
     run_dir, _ = smoke
     run = tmp_path / "lora"
@@ -239,8 +239,8 @@ def test_a_pretrained_model_preset_is_imported_as_pt_not_trained(smoke, tmp_path
     import torch
     from safetensors.torch import load_file
 
-    from recipes import pretrain
-    from recipes.common import StageContext
+    from memlens.recipes import pretrain
+    from memlens.recipes.common import StageContext
 
     run_dir, _ = smoke
     source = run_dir / "models" / "PT"
@@ -256,9 +256,9 @@ def test_a_pretrained_model_preset_is_imported_as_pt_not_trained(smoke, tmp_path
 
 
 def test_run_ends_with_audit_and_report_whose_numbers_equal_the_rows(smoke):
-    """`memaudit run` = data -> stages -> audit (every checkpoint, NED + loss measures) -> report."""
-    from harness.measures.memorization import summarize_rows
-    from harness.report.analyses import load_audit_rows
+    """`memlens run` = data -> stages -> audit (every checkpoint, NED + loss measures) -> report."""
+    from memlens.harness.measures.memorization import summarize_rows
+    from memlens.harness.report.analyses import load_audit_rows
 
     run_dir, _ = smoke
     grouped = load_audit_rows(run_dir / "audit")

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from alignment_world import trained_rm, trainer_log, world  # noqa: F401 (fixtures)
 
-from harness.core.errors import UserError
-from harness.core.io import read_json
-from recipes import rl
-from recipes.common import StageContext
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import read_json
+from memlens.recipes import rl
+from memlens.recipes.common import StageContext
 
 REPO = Path(__file__).resolve().parents[2]
 PPO_SETTINGS = {"init": "FT", "reward_model": "RM.1", "prompts": ["sd_prompts", "pd_code"], "algorithm": "ppo",
@@ -47,7 +47,7 @@ def test_first_step_policy_is_its_reference(ppo_run):
 def test_checkpoints_load_with_their_value_model_and_evidence_reads_the_log(world, ppo_run):
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
-    from harness.report.evidence import log_history, rl_evidence
+    from memlens.harness.report.evidence import log_history, rl_evidence
 
     assert sorted(p.name for p in ppo_run.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
     for ckpt in (ppo_run / "checkpoint-2", ppo_run):
@@ -102,8 +102,8 @@ RESUME_SETTINGS = {**PPO_SETTINGS, "max_steps": 12, "save_steps": 2, "ppo_epochs
 STAGE_SCRIPT = """
 import sys
 sys.path[:0] = [{repo!r}]
-from recipes import rl
-from recipes.common import StageContext
+from memlens.recipes import rl
+from memlens.recipes.common import StageContext
 from pathlib import Path
 rl.run_stage({settings!r}, StageContext(Path({run_dir!r}), {name!r}))
 """

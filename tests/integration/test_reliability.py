@@ -1,4 +1,4 @@
-"""Bad input and fault cases through the real CLI (`python -m harness ...` in a subprocess), as a user
+"""Bad input and fault cases through the real CLI (`python -m memlens ...` in a subprocess), as a user
 meets them: each asserts the exit code, that the message names the file:line or the key and the fix,
 that no traceback is printed, and that nothing is left half-written. The table of cases is in
 tests/README.md ("Reliability").
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.io import read_jsonl
+from memlens.harness.core.io import read_jsonl
 from tests.integration.conftest import audit_overrides
 
 pytestmark = pytest.mark.slow
@@ -28,10 +28,10 @@ REPO = Path(__file__).resolve().parents[2]
 BREAKS = ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\r\n"]
 
 
-def memaudit(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+def memlens(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "harness", *args], env=env, cwd=cwd, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "memlens", *args], env=env, cwd=cwd, capture_output=True,
                           text=True, timeout=600)
 
 
@@ -40,7 +40,7 @@ def refused(proc: subprocess.CompletedProcess, *patterns: str) -> str:
     import re
 
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
-    assert proc.stderr.startswith("memaudit: error: ") and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.startswith("memlens: error: ") and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     for pattern in patterns:
         assert re.search(pattern, proc.stderr), (pattern, proc.stderr)
     return proc.stderr
@@ -75,7 +75,7 @@ def write_examples(path: Path, rows: list[dict]) -> Path:
 ])
 def test_bad_audit_setting_is_refused_naming_the_key(audit_world, tmp_path, override, patterns):
     out, cache = tmp_path / "out", tmp_path / "cache"
-    refused(memaudit("audit", *audit_overrides(audit_world, out, f"audit.cache_dir={cache}"), override,
+    refused(memlens("audit", *audit_overrides(audit_world, out, f"audit.cache_dir={cache}"), override,
                      cwd=tmp_path), *patterns)
     assert not out.exists() and not cache.exists()
 
@@ -92,7 +92,7 @@ def test_trust_remote_code_no_never_runs_the_model_folders_code(audit_world, tmp
     out = tmp_path / "out"
     world = {**audit_world, "model_dir": model}
     for value in ("no", "'false'", "0", "off"):
-        refused(memaudit("audit", *audit_overrides(world, out), f"audit.trust_remote_code={value}", cwd=tmp_path),
+        refused(memlens("audit", *audit_overrides(world, out), f"audit.trust_remote_code={value}", cwd=tmp_path),
                 r"audit\.trust_remote_code=.*: must be true or false")
     assert not marker.exists() and not out.exists()
 
@@ -104,14 +104,14 @@ def test_trust_remote_code_no_never_runs_the_model_folders_code(audit_world, tmp
 ])
 def test_bad_stage_setting_is_refused_before_training(tmp_path, override, patterns):
     run_dir = tmp_path / "run"
-    refused(memaudit("train", "stage=FT.1", "experiment=smoke", f"run_dir={run_dir}", override, cwd=tmp_path),
+    refused(memlens("train", "stage=FT.1", "experiment=smoke", f"run_dir={run_dir}", override, cwd=tmp_path),
             *patterns)
     assert not run_dir.exists()
 
 
 def test_build_data_must_be_a_boolean(tmp_path):
     run_dir = tmp_path / "run"
-    refused(memaudit("train", "stage=PT", "experiment=smoke", f"run_dir={run_dir}", "build_data=maybe",
+    refused(memlens("train", "stage=PT", "experiment=smoke", f"run_dir={run_dir}", "build_data=maybe",
                      cwd=tmp_path), r"build_data='maybe': must be true or false")
     assert not run_dir.exists()
 
@@ -125,7 +125,7 @@ def test_examples_with_non_utf8_bytes_name_file_and_line(audit_world, tmp_path):
     good = json.dumps(audit_world["examples"][0]).encode()
     bad.write_bytes(good + b"\n" + b'{"id": "x", "prefix": "caf\xe9", "target": "t"}\n')
     out = tmp_path / "out"
-    refused(memaudit("audit", *audit_overrides({**audit_world, "examples_path": bad}, out), cwd=tmp_path),
+    refused(memlens("audit", *audit_overrides({**audit_world, "examples_path": bad}, out), cwd=tmp_path),
             r"canaries\.jsonl:2: not UTF-8 text \(byte 0xe9 at column 27\); save the file as UTF-8")
     assert not out.exists()
 
@@ -134,7 +134,7 @@ def test_truncated_examples_line_reads_as_cut_off(audit_world, tmp_path):
     bad = tmp_path / "canaries.jsonl"
     bad.write_text(json.dumps(audit_world["examples"][0]) + '\n{"id": "b", "prefix": "def f(\n')
     out = tmp_path / "out"
-    err = refused(memaudit("audit", *audit_overrides({**audit_world, "examples_path": bad}, out), cwd=tmp_path),
+    err = refused(memlens("audit", *audit_overrides({**audit_world, "examples_path": bad}, out), cwd=tmp_path),
                   r"canaries\.jsonl:2: not valid JSON \(the line ends before its JSON object does",
                   r"looks cut off\); fix or remove that line")
     assert "Invalid control character" not in err and not out.exists()
@@ -146,7 +146,7 @@ def test_directory_that_cannot_be_created_names_its_key(audit_world, tmp_path, k
     blocker.write_text("not a directory\n")
     out, cache = tmp_path / "out", tmp_path / "cache"
     paths = {"out_dir": out, "cache_dir": cache, key: blocker / "sub"}
-    refused(memaudit("audit", *audit_overrides(audit_world, paths["out_dir"], f"audit.cache_dir={paths['cache_dir']}"),
+    refused(memlens("audit", *audit_overrides(audit_world, paths["out_dir"], f"audit.cache_dir={paths['cache_dir']}"),
                      cwd=tmp_path),
             rf"audit\.{key}={blocker}/sub: cannot be a directory, {blocker} is a file; set audit\.{key} to a directory")
     assert not out.exists() and not cache.exists() and blocker.read_text() == "not a directory\n"
@@ -158,7 +158,7 @@ def test_audited_model_is_validated_before_any_cache_file(audit_world, tmp_path)
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         (model / name).unlink(missing_ok=True)
     out, cache = tmp_path / "out", tmp_path / "cache"
-    refused(memaudit("audit", *audit_overrides({**audit_world, "model_dir": model}, out, f"audit.cache_dir={cache}"),
+    refused(memlens("audit", *audit_overrides({**audit_world, "model_dir": model}, out, f"audit.cache_dir={cache}"),
                      cwd=tmp_path), rf"{model}: cannot load its tokenizer", r"save the tokenizer beside the weights")
     assert not out.exists() and not cache.exists()
 
@@ -176,7 +176,7 @@ def other_tokenizer_control(audit_world, tmp_path_factory):
 def test_control_with_another_tokenizer_is_noted_once_and_in_the_summary(audit_world, other_tokenizer_control,
                                                                          tmp_path):
     out = tmp_path / "out"
-    proc = memaudit("audit", *audit_overrides({**audit_world, "control_dir": other_tokenizer_control}, out),
+    proc = memlens("audit", *audit_overrides({**audit_world, "control_dir": other_tokenizer_control}, out),
                     cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     notes = [line for line in proc.stdout.splitlines() if "control's tokenizer" in line]
@@ -212,7 +212,7 @@ def test_nothing_scored_exits_3_with_counts_unless_allowed(audit_world, tmp_path
     examples = write_examples(tmp_path / "data" / "nothing.jsonl", rows)
     world = {**audit_world, "examples_path": examples}
     out = tmp_path / "out"
-    proc = memaudit("audit", *audit_overrides(world, out), cwd=tmp_path)
+    proc = memlens("audit", *audit_overrides(world, out), cwd=tmp_path)
     assert proc.returncode == 3, (proc.returncode, proc.stderr[-3000:])
     assert "Traceback" not in proc.stderr
     message = rf"the audit measured nothing: FT\.1/final on nothing: 0 of {len(rows)} examples scored {reasons}"
@@ -222,7 +222,7 @@ def test_nothing_scored_exits_3_with_counts_unless_allowed(audit_world, tmp_path
     assert entry["n_scored"] == 0 and entry["n_total"] == len(rows) and entry["rate"] is None
     assert len(read_jsonl(out / "FT.1" / "final" / "nothing.jsonl")) == len(rows)
 
-    allowed = memaudit("audit", *audit_overrides(world, out), "audit.allow_empty=true", cwd=tmp_path)
+    allowed = memlens("audit", *audit_overrides(world, out), "audit.allow_empty=true", cwd=tmp_path)
     assert allowed.returncode == 0, allowed.stderr[-3000:]
     assert re.search(message + r" \(accepted: audit\.allow_empty=true\)", allowed.stdout)
 
@@ -231,7 +231,7 @@ def test_prompt_longer_than_the_context_is_excluded_counted_and_warned(audit_wor
     rows = audit_world["examples"][:3] + [_long(0), _long(1)]
     examples = write_examples(tmp_path / "data" / "long.jsonl", rows)
     out = tmp_path / "out"
-    proc = memaudit("audit", *audit_overrides({**audit_world, "examples_path": examples}, out), cwd=tmp_path)
+    proc = memlens("audit", *audit_overrides({**audit_world, "examples_path": examples}, out), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert ("[audit] warning: 2 of 5 prompts of long are longer than the context of FT.1/final (512 tokens) "
             "or of the control (512 tokens); excluded as prompt_too_long, not decoded") in proc.stdout
@@ -251,7 +251,7 @@ def test_prompt_longer_than_the_context_is_excluded_counted_and_warned(audit_wor
 def test_line_separators_survive_audit_rerun_and_report(audit_world, tmp_path):
     """Examples and completions holding every str.splitlines() line break: the audit, a rerun from the
     completion cache and the report all read the same rows (before, U+2028 broke the directory)."""
-    from harness.report.analyses import load_audit_rows
+    from memlens.harness.report.analyses import load_audit_rows
 
     all_breaks = "".join(BREAKS)
     rows = []
@@ -263,7 +263,7 @@ def test_line_separators_survive_audit_rerun_and_report(audit_world, tmp_path):
     run_dir = tmp_path / "run"
     out, cache = run_dir / "audit", tmp_path / "cache"
     args = audit_overrides({**audit_world, "examples_path": examples}, out, f"audit.cache_dir={cache}")
-    first = memaudit("audit", *args, cwd=tmp_path)
+    first = memlens("audit", *args, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
 
     # A model whose completions hold the separators: put them into its cached completions (the path a
@@ -275,7 +275,7 @@ def test_line_separators_survive_audit_rerun_and_report(audit_world, tmp_path):
             store.write_text("".join(json.dumps({**r, "completion": r["completion"] + all_breaks},
                                                 ensure_ascii=False) + "\n" for r in cached), encoding="utf-8")
     shutil.rmtree(out)
-    second = memaudit("audit", *args, cwd=tmp_path)
+    second = memlens("audit", *args, cwd=tmp_path)
     assert second.returncode == 0, second.stderr[-3000:]
     rows_file = out / "FT.1" / "final" / "seps.jsonl"
     stored = read_jsonl(rows_file)
@@ -287,20 +287,20 @@ def test_line_separators_survive_audit_rerun_and_report(audit_world, tmp_path):
         assert got["completion"].endswith(all_breaks)
     summary = json.loads((out / "summary.json").read_text())["results"]
 
-    third = memaudit("audit", *args, cwd=tmp_path)       # a rerun: nothing new, same bytes
+    third = memlens("audit", *args, cwd=tmp_path)       # a rerun: nothing new, same bytes
     assert third.returncode == 0, third.stderr[-3000:]
     assert f"seps: {len(rows)} rows (0 new)" in third.stdout
     assert read_jsonl(rows_file) == stored
     assert json.loads((out / "summary.json").read_text())["results"] == summary
 
-    report = memaudit("report", f"run_dir={run_dir}", "report.nmt_summary=null", cwd=tmp_path)
+    report = memlens("report", f"run_dir={run_dir}", "report.nmt_summary=null", cwd=tmp_path)
     assert report.returncode == 0, report.stderr[-3000:]
     assert load_audit_rows(out)[("FT.1", "final", "seps")] == stored
     assert summary["FT.1"]["final"]["seps"]["control_tokenizer_differs"] is False
 
 
 def test_whole_run_audit_that_scores_nothing_exits_3_after_writing_its_summary(audit_world, tmp_path):
-    from harness.core.io import file_sha256
+    from memlens.harness.core.io import file_sha256
 
     run_dir = tmp_path / "run"
     for name, src in (("FT.1", audit_world["model_dir"]), ("FT.2", audit_world["control_dir"])):
@@ -310,23 +310,23 @@ def test_whole_run_audit_that_scores_nothing_exits_3_after_writing_its_summary(a
     (rows.parent / "manifest.json").write_text(json.dumps({"count": 2, "sha256": file_sha256(rows)}))
     args = ("audit", f"run_dir={run_dir}", "audit_plan=[{models: [FT.1], control: FT.2, datasets: [allshort]}]",
             "audit.progress=false", "audit.utility=false", "device=cpu")
-    proc = memaudit(*args, cwd=tmp_path)
+    proc = memlens(*args, cwd=tmp_path)
     assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert ("the audit measured nothing: FT.1/final on allshort: 0 of 2 examples scored (excluded: 2 short_target)"
             in proc.stderr)
     entry = json.loads((run_dir / "audit" / "summary.json").read_text())["results"]["FT.1"]["final"]["allshort"]
     assert entry["n_scored"] == 0 and entry["excluded_by_reason"]["short_target"] == 2
-    assert memaudit(*args, "audit.allow_empty=true", cwd=tmp_path).returncode == 0
+    assert memlens(*args, "audit.allow_empty=true", cwd=tmp_path).returncode == 0
 
 
 def test_rows_of_other_settings_are_not_mixed_into_an_audit_dir(audit_world, tmp_path):
     examples = write_examples(tmp_path / "data" / "two.jsonl", audit_world["examples"][:2])
     out = tmp_path / "out"
     args = audit_overrides({**audit_world, "examples_path": examples}, out)
-    assert memaudit("audit", *args, cwd=tmp_path).returncode == 0
+    assert memlens("audit", *args, cwd=tmp_path).returncode == 0
     rows_file = out / "FT.1" / "final" / "two.jsonl"
     before = rows_file.read_bytes()
-    refused(memaudit("audit", *args, "audit.k=0.2", cwd=tmp_path),
+    refused(memlens("audit", *args, "audit.k=0.2", cwd=tmp_path),
             rf"{rows_file} holds rows computed with a different settings; delete that directory to recompute it, "
             r"or set audit\.out_dir to a new directory")
     assert rows_file.read_bytes() == before

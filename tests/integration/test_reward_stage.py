@@ -6,10 +6,10 @@ import shutil
 import pytest
 from alignment_world import RM_SETTINGS, trained_rm, trainer_log, world  # noqa: F401 (fixtures)
 
-from harness.core.errors import UserError
-from harness.core.io import read_json, read_jsonl
-from recipes import reward
-from recipes.common import StageContext
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import read_json, read_jsonl
+from memlens.recipes import reward
+from memlens.recipes.common import StageContext
 
 
 def test_pointwise_rm_separates_labels_on_its_training_data(world, trained_rm):
@@ -36,7 +36,7 @@ def test_rm_checkpoints_load_and_score_like_the_scores_file(world, trained_rm):
     assert model.config.pad_token_id == tok.pad_token_id == 0
     recipe = reward.RewardRecipe(reward.load_settings(RM_SETTINGS, "RM.1"), StageContext(world["run_dir"], "RM.1"))
     recipe.tokenizer = tok
-    from harness.text import fim
+    from memlens.harness.text import fim
     recipe.sentinels = fim.detect_sentinels(tok)
     row = world["datasets"]["rm_easy"][0]
     text = recipe.psm_text(row, row["completion"])

@@ -6,10 +6,10 @@ import shutil
 import pytest
 from alignment_world import trained_rm, trainer_log, world  # noqa: F401 (fixtures)
 
-from harness.core.errors import UserError
-from harness.core.io import read_json, read_jsonl
-from recipes import rl
-from recipes.common import StageContext
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import read_json, read_jsonl
+from memlens.recipes import rl
+from memlens.recipes.common import StageContext
 
 RL_SETTINGS = {"init": "FT", "reward_model": "RM.1", "prompts": ["sd_prompts", "pd_code"], "beta": 0.1,
                "lr": 1e-3, "max_steps": 3, "num_generations": 4, "prompts_per_step": 2,
@@ -64,8 +64,8 @@ def test_checkpoints_load_and_provenance_names_init_and_rm(world, rloo_run):
 def test_reward_evaluation_pairs_the_init_and_trained_policy_on_fixed_prompts(world, rloo_run):
     from transformers import AutoModelForCausalLM
 
-    from recipes import rl_eval
-    from recipes.models import stop_generation_at_family_stops
+    from memlens.recipes import rl_eval
+    from memlens.recipes.models import stop_generation_at_family_stops
 
     record = read_json(rloo_run / rl_eval.EVAL_FILE)
     recipe = rl.RLRecipe(rl.load_settings(RL_SETTINGS, "RLFT.1"), StageContext(world["run_dir"], "RLFT.eval"))
@@ -87,7 +87,7 @@ def test_reward_evaluation_pairs_the_init_and_trained_policy_on_fixed_prompts(wo
     assert same["change"] == 0.0 and (same["up"], same["down"]) == (0, 0)
     # The stage stored the initial policy's rewards for the next sweep point with the same init, RM and
     # sampling settings (other RL stages of this module's world store theirs beside it, under other identities).
-    from harness.model.load import model_fingerprint
+    from memlens.harness.model.load import model_fingerprint
 
     identity = {"init_model": model_fingerprint(world["init_dir"]), "reward_model": model_fingerprint(recipe.rm_dir),
                 "prompt_ids": record["prompt_ids"],
@@ -150,7 +150,7 @@ def test_reward_evaluation_reuses_the_initial_policys_rewards_only_for_the_same_
     initial policy again; another RM (or any other setting) computes afresh."""
     from transformers import AutoModelForCausalLM
 
-    from recipes import rl_eval
+    from memlens.recipes import rl_eval
 
     recipe = rl.RLRecipe(rl.load_settings(RL_SETTINGS, "RLFT.1"), StageContext(world["run_dir"], "RLFT.cache"))
     recipe.setup()

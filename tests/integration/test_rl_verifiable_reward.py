@@ -7,11 +7,11 @@ import math
 import pytest
 from alignment_world import trainer_log, world, write_dataset  # noqa: F401 (fixture)
 
-from harness.core.errors import UserError
-from harness.core.io import read_json
-from harness.report.evidence import stage_evidence
-from recipes import rl, rl_eval
-from recipes.common import StageContext
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import read_json
+from memlens.harness.report.evidence import stage_evidence
+from memlens.recipes import rl, rl_eval
+from memlens.recipes.common import StageContext
 
 FUNCTION = {"kind": "function", "function": "identifier_reuse+parses", "heldout": ["rm_easy_val"]}
 SETTINGS = {"init": "FT", "reward": FUNCTION, "prompts": ["sd_prompts", "pd_code"], "beta": 0.1, "lr": 1e-3,

@@ -22,25 +22,25 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.io import read_json, read_jsonl
+from memlens.harness.core.io import read_json, read_jsonl
 from tests.integration.conftest import audit_overrides
 from tests.integration.pipeline_helpers import write_smoke_datasets
-from tests.integration.test_reliability import LONG_PREFIX, memaudit, refused, write_examples
+from tests.integration.test_reliability import LONG_PREFIX, memlens, refused, write_examples
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 CHECKPOINTS = ["checkpoint-30", "checkpoint-90", "final"]
-# The smoke experiment cut to three stages and one audit: every piece of `memaudit run`, in seconds.
+# The smoke experiment cut to three stages and one audit: every piece of `memlens run`, in seconds.
 MINI_RUN = ["run", "experiment=smoke", "device=cpu", "build_data=false", "~stages.RM", "~stages.RLFT",
             "~stages.IPO", "audit_plan=[{models: [FT.1], control: FT.2, datasets: [sd_base]}]",
             "audit.utility=false", "audit.progress=false", "report.nmt_summary=null"]
 
 
 def start(*args: str, cwd: Path) -> subprocess.Popen:
-    """`python -m harness <args>` as a real process in its own session (so that we can stop and kill it)."""
+    """`python -m memlens <args>` as a real process in its own session (so that we can stop and kill it)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen([sys.executable, "-m", "harness", *args], env=env, cwd=cwd, text=True,
+    return subprocess.Popen([sys.executable, "-m", "memlens", *args], env=env, cwd=cwd, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
@@ -53,7 +53,7 @@ def ids_of(path: Path) -> list:
 # --------------------------------------------------------------------------------------------------
 
 def test_two_runs_started_together_on_one_run_dir_one_is_refused(tmp_path):
-    """The issue's case: two `memaudit run` on one run_dir, started together. Before, both exited 0,
+    """The issue's case: two `memlens run` on one run_dir, started together. Before, both exited 0,
     every stage trained twice into the same folders and audit rows held every id twice."""
     run_dir = tmp_path / "run"
     write_smoke_datasets(run_dir)
@@ -63,15 +63,15 @@ def test_two_runs_started_together_on_one_run_dir_one_is_refused(tmp_path):
     assert sorted(codes) == [0, 2], (codes, [err[-2000:] for _, err in outputs])
     winner, loser = (0, 1) if codes[0] == 0 else (1, 0)
     err = outputs[loser][1]
-    assert err.startswith("memaudit: error: ") and "Traceback" not in err, err
-    assert f"is in use by another memaudit process (pid {procs[winner].pid}" in err, err
-    assert "memaudit run experiment=smoke" in err and "run_dir" in err, err
+    assert err.startswith("memlens: error: ") and "Traceback" not in err, err
+    assert f"is in use by another memlens process (pid {procs[winner].pid}" in err, err
+    assert "memlens run experiment=smoke" in err and "run_dir" in err, err
     for rows in (run_dir / "audit" / "FT.1").glob("*/sd_base.jsonl"):
         ids = ids_of(rows)
         assert len(ids) == len(set(ids)) == 8, rows
     summary = read_json(run_dir / "audit" / "summary.json")["results"]["FT.1"]
     assert {entry["sd_base"]["n_total"] for entry in summary.values()} == {8}
-    assert not list(run_dir.rglob(".memaudit.lock"))          # released on exit
+    assert not list(run_dir.rglob(".memlens.lock"))          # released on exit
 
 
 def test_second_audit_of_an_out_dir_is_refused_and_a_killed_holder_never_blocks(audit_world, tmp_path):
@@ -92,15 +92,15 @@ def test_second_audit_of_an_out_dir_is_refused_and_a_killed_holder_never_blocks(
         assert holder.poll() is None, "the audit finished before it could be stopped"
         os.killpg(holder.pid, signal.SIGSTOP)          # our own child's session only
         before = first_rows.read_bytes()
-        second = memaudit(*args, cwd=tmp_path)
-        refused(second, rf"{re.escape(str(out))} is in use by another memaudit process \(pid {holder.pid}\b",
-                r"memaudit audit audit\.model_dir=", r"audit\.out_dir")
+        second = memlens(*args, cwd=tmp_path)
+        refused(second, rf"{re.escape(str(out))} is in use by another memlens process \(pid {holder.pid}\b",
+                r"memlens audit audit\.model_dir=", r"audit\.out_dir")
         assert first_rows.read_bytes() == before
     finally:
         os.killpg(holder.pid, signal.SIGKILL)
         holder.communicate()
-    assert (out / ".memaudit.lock").exists()            # what a kill leaves: it must not block
-    rerun = memaudit(*args, cwd=tmp_path)
+    assert (out / ".memlens.lock").exists()            # what a kill leaves: it must not block
+    rerun = memlens(*args, cwd=tmp_path)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     for checkpoint in CHECKPOINTS:
         ids = ids_of(out / "FT.1" / checkpoint / "canaries.jsonl")
@@ -118,7 +118,7 @@ def _fingerprints(audit_dir: Path) -> dict[str, tuple[str, str]]:
 
 
 def _current(run_dir: Path, name: str) -> dict[str, str]:
-    from harness.model.load import model_fingerprint
+    from memlens.harness.model.load import model_fingerprint
 
     model = run_dir / "models" / name
     return {"final": model_fingerprint(model),
@@ -134,7 +134,7 @@ def test_a_retrained_model_is_audited_and_reported_again(tmp_path):
     audit = run_dir / "audit"
 
     def run(*extra: str) -> subprocess.CompletedProcess:
-        proc = memaudit(*MINI_RUN, f"run_dir={run_dir}", *extra, cwd=tmp_path)
+        proc = memlens(*MINI_RUN, f"run_dir={run_dir}", *extra, cwd=tmp_path)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
         return proc
 
@@ -181,25 +181,25 @@ def test_names_that_become_path_parts_are_refused(audit_world, tmp_path, overrid
     work = tmp_path / "a" / "b" / "c"
     work.mkdir(parents=True)
     out = work / "out"
-    refused(memaudit("audit", *audit_overrides(audit_world, out), override, cwd=work),
+    refused(memlens("audit", *audit_overrides(audit_world, out), override, cwd=work),
             rf"{re.escape(key)}=.*: (is not a name|must be a name)", r"no /, \\ or \.\.")
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["a", "a/b", "a/b/c"]
 
 
 def test_plan_and_sweep_names_that_leave_the_run_are_refused(tmp_path):
-    from harness.cli import compose
-    from harness.core.errors import UserError
-    from recipes.pipeline import plan
+    from memlens.harness.cli import compose
+    from memlens.harness.core.errors import UserError
+    from memlens.recipes.pipeline import plan
 
     with pytest.raises(UserError, match=r"audit_plan\[0\]\.datasets: '\.\./x' is not a name"):
-        memaudit_audit_in_process(tmp_path, "audit_plan=[{models: [FT.1], control: FT.2, datasets: [../x]}]")
+        memlens_audit_in_process(tmp_path, "audit_plan=[{models: [FT.1], control: FT.2, datasets: [../x]}]")
     cfg = compose(["experiment=smoke", f"run_dir={tmp_path / 'run'}", "+stages.IPO.sweep={loss: [ipo, ../../x]}"])
     with pytest.raises(UserError, match=r"stages\.IPO: model directory IPO/loss=\.\./\.\./x .*is not a name"):
         plan(cfg)
 
 
-def memaudit_audit_in_process(tmp_path: Path, plan_override: str):
-    from harness.cli import run
+def memlens_audit_in_process(tmp_path: Path, plan_override: str):
+    from memlens.harness.cli import run
 
     run_dir = tmp_path / "run"
     for name in ("FT.1", "FT.2"):
@@ -235,11 +235,11 @@ def test_unreadable_model_is_refused_before_anything_is_written(audit_world, tmp
     pattern = damage(model)
     out, cache = tmp_path / "out", tmp_path / "cache"
     args = audit_overrides({**audit_world, "model_dir": model}, out, f"audit.cache_dir={cache}")
-    refused(memaudit("audit", *args, cwd=tmp_path), rf"{re.escape(str(model))}/{pattern}")
+    refused(memlens("audit", *args, cwd=tmp_path), rf"{re.escape(str(model))}/{pattern}")
     assert not out.exists() and not cache.exists()
     shutil.rmtree(model)                                   # the user restores good weights: the rerun runs
     shutil.copytree(audit_world["model_dir"], model, ignore=shutil.ignore_patterns("checkpoint-*"))
-    fixed = memaudit("audit", *args, cwd=tmp_path)
+    fixed = memlens("audit", *args, cwd=tmp_path)
     assert fixed.returncode == 0, fixed.stderr[-3000:]
 
 
@@ -252,7 +252,7 @@ def test_a_rows_file_without_rows_never_blocks_the_rerun(audit_world, tmp_path):
     meta.write_text(json.dumps({"model_fingerprint": "0" * 64, "control_fingerprint": "0" * 64,
                                 "examples_sha256": "0" * 64, "settings": {}}))
     (out / "FT.1" / "final" / "canaries.jsonl").write_bytes(b"")
-    proc = memaudit("audit", *audit_overrides(audit_world, out), cwd=tmp_path)
+    proc = memlens("audit", *audit_overrides(audit_world, out), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert read_json(meta)["model_fingerprint"] != "0" * 64
     assert len(ids_of(out / "FT.1" / "final" / "canaries.jsonl")) == len(audit_world["examples"])
@@ -266,7 +266,7 @@ def test_a_model_without_a_stated_context_is_named_so_in_the_warning(audit_world
     rows = audit_world["examples"][:3] + [{"id": "l0", "prefix": LONG_PREFIX, "target": "    x = 1\n" * 3,
                                            "suffix": "\n"}]
     examples = write_examples(tmp_path / "data" / "long.jsonl", rows)
-    proc = memaudit("audit", *audit_overrides({**audit_world, "model_dir": model, "examples_path": examples},
+    proc = memlens("audit", *audit_overrides({**audit_world, "model_dir": model, "examples_path": examples},
                                               tmp_path / "out"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     warning = [line for line in proc.stdout.splitlines() if "prompt_too_long" in line]
@@ -291,7 +291,7 @@ needs_namespaces = pytest.mark.skipif(not _namespaces_work(), reason="cannot mou
 
 def on_small_disk(tmp_path: Path, mount: Path, steps: list) -> list[subprocess.CompletedProcess]:
     """Run `steps` in one user namespace where `mount` is a fresh tmpfs: a step is ("mount", options) to
-    (re)mount it, ("sh", command) or ("memaudit", [args]). Returns each memaudit step's result."""
+    (re)mount it, ("sh", command) or ("memlens", [args]). Returns each memlens step's result."""
     mount.mkdir(parents=True, exist_ok=True)
     logs = tmp_path / "logs"
     logs.mkdir(exist_ok=True)
@@ -304,7 +304,7 @@ def on_small_disk(tmp_path: Path, mount: Path, steps: list) -> list[subprocess.C
             lines.append(what)
         else:
             args = " ".join(f"'{a}'" for a in what)
-            lines.append(f"{sys.executable} -m harness {args} > {logs}/{n}.out 2> {logs}/{n}.err; echo $? > {logs}/{n}.rc")
+            lines.append(f"{sys.executable} -m memlens {args} > {logs}/{n}.out 2> {logs}/{n}.err; echo $? > {logs}/{n}.rc")
             n += 1
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
@@ -319,19 +319,19 @@ def full_disk(proc: subprocess.CompletedProcess, mount: Path) -> None:
     """Exit 2 and, as the last line (training logs to stderr before it), the message naming the path."""
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, (proc.returncode, proc.stderr[-3000:])
     last = proc.stderr.strip().splitlines()[-1]
-    assert re.match(rf"memaudit: error: cannot write {re.escape(str(mount))}/\S*: No space left on device; "
+    assert re.match(rf"memlens: error: cannot write {re.escape(str(mount))}/\S*: No space left on device; "
                     r"free space .*, then rerun the same command", last), last
 
 
 @needs_namespaces
 def test_full_disk_during_an_audit_is_exit_2_and_the_rerun_resumes(audit_world, tmp_path):
     reference = tmp_path / "reference"
-    assert memaudit("audit", *audit_overrides(audit_world, reference, "audit.all_checkpoints=true"),
+    assert memlens("audit", *audit_overrides(audit_world, reference, "audit.all_checkpoints=true"),
                     cwd=tmp_path).returncode == 0
     mount, copy = tmp_path / "disk", tmp_path / "copy"
     args = ["audit", *audit_overrides(audit_world, mount / "out", "audit.all_checkpoints=true")]
-    full, resumed = on_small_disk(tmp_path, mount, [("mount", "size=40k"), ("memaudit", args),
-                                                    ("mount", "size=20m"), ("memaudit", args),
+    full, resumed = on_small_disk(tmp_path, mount, [("mount", "size=40k"), ("memlens", args),
+                                                    ("mount", "size=20m"), ("memlens", args),
                                                     ("sh", f"cp -r {mount}/out {copy}")])
     full_disk(full, mount)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -347,11 +347,11 @@ def test_full_disk_while_building_data_or_training_is_exit_2_and_the_rerun_resum
     write_smoke_datasets(data)
     run = [*MINI_RUN, f"run_dir={mount}/run2"]
     results = on_small_disk(tmp_path, mount, [
-        ("mount", "size=64k"), ("memaudit", ["data", "experiment=smoke", f"run_dir={mount}/run"]),
-        ("mount", "size=20m"), ("memaudit", ["data", "experiment=smoke", f"run_dir={mount}/run"]),
+        ("mount", "size=64k"), ("memlens", ["data", "experiment=smoke", f"run_dir={mount}/run"]),
+        ("mount", "size=20m"), ("memlens", ["data", "experiment=smoke", f"run_dir={mount}/run"]),
         ("sh", f"rm -rf {mount}/run && mkdir -p {mount}/run2 && cp -r {data}/data {mount}/run2/"),
-        ("mount", "size=1500k"), ("memaudit", run),
-        ("mount", "size=200m"), ("memaudit", run),
+        ("mount", "size=1500k"), ("memlens", run),
+        ("mount", "size=200m"), ("memlens", run),
         ("sh", f"ls {mount}/run2/report > {tmp_path}/report_files"),
     ])
     full_disk(results[0], mount)
@@ -366,9 +366,9 @@ def test_read_only_disk_is_exit_2_naming_the_path(audit_world, tmp_path):
     mount = tmp_path / "disk"
     results = on_small_disk(tmp_path, mount, [
         ("mount", "size=1m"), ("sh", f"mkdir {mount}/run"), ("mount", "ro"),
-        ("memaudit", ["data", "experiment=smoke", f"run_dir={mount}/run"]),
-        ("memaudit", [*MINI_RUN, f"run_dir={mount}/run"]),
-        ("memaudit", ["audit", *audit_overrides(audit_world, mount / "run" / "audit")]),
+        ("memlens", ["data", "experiment=smoke", f"run_dir={mount}/run"]),
+        ("memlens", [*MINI_RUN, f"run_dir={mount}/run"]),
+        ("memlens", ["audit", *audit_overrides(audit_world, mount / "run" / "audit")]),
     ])
     for proc in results:
         refused(proc, rf"{re.escape(str(mount))}/run\S*: (cannot write .*Read-only file system|cannot be created or "
@@ -382,10 +382,10 @@ def test_read_only_disk_is_exit_2_naming_the_path(audit_world, tmp_path):
 def test_report_md_escapes_names_like_report_html(audit_world, tmp_path):
     run_dir = tmp_path / "run"
     model, dataset = "<img src=x onerror=alert(1)>", "<script>alert(1)"
-    proc = memaudit("audit", *audit_overrides(audit_world, run_dir / "audit"), f"audit.model_name='{model}'",
+    proc = memlens("audit", *audit_overrides(audit_world, run_dir / "audit"), f"audit.model_name='{model}'",
                     f"audit.dataset='{dataset}'", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = memaudit("report", f"run_dir={run_dir}", "report.nmt_summary=null", cwd=tmp_path)
+    report = memlens("report", f"run_dir={run_dir}", "report.nmt_summary=null", cwd=tmp_path)
     assert report.returncode == 0, report.stderr[-3000:]
     md = (run_dir / "report" / "report.md").read_text()
     html = (run_dir / "report" / "report.html").read_text()
@@ -401,9 +401,9 @@ def test_report_md_escapes_names_like_report_html(audit_world, tmp_path):
 def test_audited_model_equal_to_the_control_is_refused_unless_a_sanity_baseline(audit_world, tmp_path):
     out, cache = tmp_path / "out", tmp_path / "cache"
     args = audit_overrides({**audit_world, "model_dir": audit_world["control_dir"]}, out, f"audit.cache_dir={cache}")
-    refused(memaudit("audit", *args, cwd=tmp_path), r"is the control", r"audit\.sanity_baseline=true")
+    refused(memlens("audit", *args, cwd=tmp_path), r"is the control", r"audit\.sanity_baseline=true")
     assert not out.exists() and not cache.exists()
-    proc = memaudit("audit", *args, "audit.sanity_baseline=true", cwd=tmp_path)
+    proc = memlens("audit", *args, "audit.sanity_baseline=true", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     n = len(audit_world["examples"])
     # One cache serves both: each completion is generated once and each cache hit is counted once.

@@ -9,9 +9,9 @@ import shutil
 import pytest
 from alignment_world import trained_rm, world  # noqa: F401 (fixtures)
 
-from harness.core.errors import UserError
-from recipes import rl
-from recipes.common import StageContext
+from memlens.harness.core.errors import UserError
+from memlens.recipes import rl
+from memlens.recipes.common import StageContext
 
 pytestmark = pytest.mark.slow
 SETTINGS = {"init": "FT", "reward_model": "RM.1", "prompts": ["sd_prompts", "pd_code"], "algorithm": "ppo",

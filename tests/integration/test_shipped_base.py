@@ -8,11 +8,11 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from harness.cli import run
-from harness.core.errors import UserError
-from harness.core.io import file_sha256, read_json
-from recipes.models import PROJECT_ROOT, resolve_pretrained
-from recipes.ship_base import ship
+from memlens.harness.cli import run
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import file_sha256, read_json
+from memlens.recipes.models import PROJECT_ROOT, resolve_pretrained
+from memlens.recipes.ship_base import ship
 
 TOY_BASE = ["model=micro", "stages.PT.max_tokens=4096", "stages.PT.max_seq_len=128", "stages.PT.batch_size=8",
             "stages.PT.save_steps=2", "stages.PT.logging_steps=1", "+stages.PT.tokenizer_chars=200000",
@@ -35,7 +35,7 @@ def shipped(base_run, tmp_path_factory):
 def test_the_base_trains_on_the_pool_only(base_run):
     manifest = read_json(base_run / "data" / "pd_pt" / "manifest.json")
     assert manifest["settings"]["pd"]["use_files"] == "base_pool"
-    from synthetic_data.public_code import in_base_pool
+    from memlens.synthetic_data.public_code import in_base_pool
     sources = {json.loads(line)["source_file"] for line in (base_run / "data" / "pd_pt" / "rows.jsonl").open()}
     assert sources and all(in_base_pool(s, manifest["settings"]["pd"]["base_pool_share"]) for s in sources)
 

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from harness.audit.run import score_rows
-from harness.audit.settings import AuditSettings, default_dataset_name, list_checkpoints
-from harness.core.errors import UserError
-from harness.core.user_data import load_examples
-from harness.model.cache import completion_fingerprint
-from harness.model.load import model_fingerprint
+from memlens.harness.audit.run import score_rows
+from memlens.harness.audit.settings import AuditSettings, default_dataset_name, list_checkpoints
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.user_data import load_examples
+from memlens.harness.model.cache import completion_fingerprint
+from memlens.harness.model.load import model_fingerprint
 
 
 def _weights(d):
@@ -59,7 +59,7 @@ def test_fingerprints_change_with_every_covered_input(tmp_path):
     fp = model_fingerprint(m)
     (m / "tokenizer.json").write_text("{}")
     assert model_fingerprint(m) != fp  # tokenizer files count
-    base = dict(fim_family="memaudit", dtype="float32", max_new_tokens=64, target_tokens=64, stop_tokens=["<eos>"])
+    base = dict(fim_family="memlens", dtype="float32", max_new_tokens=64, target_tokens=64, stop_tokens=["<eos>"])
     ref = completion_fingerprint("M", "E", **base)[0]
     assert completion_fingerprint("M", "E", **base)[0] == ref
     variants = [("M2", "E", {}), ("M", "E2", {}), ("M", "E", {"fim_family": "starcoder"}),
@@ -93,7 +93,7 @@ def test_rows_follow_definition_3_1_and_the_exclusions():
 
 
 def test_target_is_cut_to_its_first_n_tokens_as_an_exact_prefix(tmp_path):
-    from harness.model.scorer import AuditedModel
+    from memlens.harness.model.scorer import AuditedModel
     from tests.tiny import save, tiny_llama, tiny_tokenizer
 
     tok = tiny_tokenizer(["def f(x):\n    return x + 1 # é ü\n"] * 5, vocab_size=270)

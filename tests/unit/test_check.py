@@ -1,6 +1,6 @@
-"""recipes.check's verdicts on hand-made inputs (the integration tests run `memaudit check` on real fixtures)."""
+"""memlens.recipes.check's verdicts on hand-made inputs (the integration tests run `memlens check` on real fixtures)."""
 
-from recipes.check import Check, check_context, check_dtype, render
+from memlens.recipes.check import Check, check_context, check_dtype, render
 
 
 def test_context_fails_naming_every_stage_length_above_it():

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rapidfuzz.distance import Levenshtein
 
-from harness.text.distance import normalized_edit_distance, sliding_window_ned, sliding_window_ned_batch
+from memlens.harness.text.distance import normalized_edit_distance, sliding_window_ned, sliding_window_ned_batch
 
 
 def _levenshtein_dp(a: str, b: str) -> int:
@@ -207,7 +207,7 @@ def test_batch_threaded_path_equals_brute_force():
 
 def test_batch_splits_large_inputs_into_chunks(monkeypatch):
     # Chunking bounds memory; results must not depend on where the chunks are cut.
-    import harness.text.distance as distance
+    import memlens.harness.text.distance as distance
 
     monkeypatch.setattr(distance, "_MAX_CHARS_PER_CALL", 7)
     targets = ["ab", "abc", "xyz", "bq", "abc"]       # none occurs verbatim: every pair is searched

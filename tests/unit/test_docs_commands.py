@@ -1,4 +1,4 @@
-"""Every `memaudit ...` command README.md and docs/*.md show composes (harness.cli.compose_only: the config keys,
+"""Every `memlens ...` command README.md and docs/*.md show composes (harness.cli.compose_only: the config keys,
 experiments, sweeps and stage overrides resolve and validate; nothing trains), so a renamed key or experiment
 breaks this test instead of the reader who copies the command. For `run` and `train` the experiment's stages are
 planned too (recipes.pipeline.plan), and every audit-plan model must be one of them."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import compose_only
+from memlens.harness.cli import compose_only
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -32,14 +32,14 @@ def _code_lines(text: str) -> list[str]:
     return [line.strip() for line in lines]
 
 
-def _memaudit_argv(line: str) -> list[str] | None:
-    """`memaudit <command> ...` (also `python -m harness ...`, `accelerate launch ... -m harness ...`) as argv."""
+def _memlens_argv(line: str) -> list[str] | None:
+    """`memlens <command> ...` (also `python -m memlens ...`, `accelerate launch ... -m memlens ...`) as argv."""
     line = line.split(" #", 1)[0].strip()
-    match = re.search(r"(?:^|\s)(?:\.venv/bin/)?memaudit\s+(.*)$|-m harness\s+(.*)$", line)
+    match = re.search(r"(?:^|\s)(?:\.venv/bin/)?memlens\s+(.*)$|-m memlens\s+(.*)$", line)
     if not match or PLACEHOLDER.search(line):
         return None
     argv = shlex.split(match.group(1) or match.group(2))
-    # `memaudit run` alone in a sentence names the command; a command to copy has settings.
+    # `memlens run` alone in a sentence names the command; a command to copy has settings.
     return argv if len(argv) >= 2 and not argv[0].startswith("-") else None
 
 
@@ -47,7 +47,7 @@ def documented_commands() -> list[tuple[str, list[str]]]:
     found = {}
     for doc in DOCS:
         for line in _code_lines(doc.read_text(encoding="utf-8")):
-            argv = _memaudit_argv(line)
+            argv = _memlens_argv(line)
             if argv:
                 found.setdefault(" ".join(argv), (doc.name, argv))
     return list(found.values())
@@ -67,7 +67,7 @@ def test_the_docs_show_the_commands_a_newcomer_needs():
 
 @pytest.mark.parametrize("doc,argv", COMMANDS, ids=[" ".join(argv)[:90] for _, argv in COMMANDS])
 def test_every_documented_command_composes(doc, argv):
-    from recipes.pipeline import plan
+    from memlens.recipes.pipeline import plan
 
     for cfg in compose_only(argv):
         if argv[0] in ("run", "train"):
@@ -81,7 +81,7 @@ def test_every_documented_command_composes(doc, argv):
 
 def test_a_renamed_key_is_caught():
     """The check can fail: a key no config has is refused with the key's name."""
-    from harness.core.errors import UserError
+    from memlens.harness.core.errors import UserError
 
     with pytest.raises(UserError, match="no_such_key"):
         compose_only(["run", "experiment=quickstart", "audit.no_such_key=1"])

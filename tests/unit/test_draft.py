@@ -1,4 +1,4 @@
-"""harness.model.draft: greedy decoding with a verified draft equals plain greedy decoding, token for token, on a
+"""memlens.harness.model.draft: greedy decoding with a verified draft equals plain greedy decoding, token for token, on a
 tiny Llama trained to memorize some FIM targets — memorized, partly memorized and unrelated rows, drafts
 shorter than the completion, EOS inside and after the draft, every batch size."""
 
@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from harness.model.decode import _greedy_generate, greedy_complete
-from harness.model.draft import accepted_length, draft_greedy_generate, draft_ids, finish
-from harness.model.encode import encode_texts
-from harness.text.fim import FAMILIES, format_psm_prompt, format_psm_training
+from memlens.harness.model.decode import _greedy_generate, greedy_complete
+from memlens.harness.model.draft import accepted_length, draft_greedy_generate, draft_ids, finish
+from memlens.harness.model.encode import encode_texts
+from memlens.harness.text.fim import FAMILIES, format_psm_prompt, format_psm_training
 from tests.tiny import tiny_llama, tiny_tokenizer, torch_threads, train_on_texts
 
-S = FAMILIES["memaudit"]
+S = FAMILIES["memlens"]
 N = 24
 PREFIXES = [f"def scale_{i}(values):\n    out = []\n" for i in range(N)]
 SUFFIXES = [f"\n    return out  # {i}\n" for i in range(N)]

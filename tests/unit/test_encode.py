@@ -1,8 +1,8 @@
-"""harness.model.encode: the one tokenisation rule, on real tokenizers built here (BOS-adding and not)."""
+"""memlens.harness.model.encode: the one tokenisation rule, on real tokenizers built here (BOS-adding and not)."""
 
 import pytest
 
-from harness.model.encode import adds_bos, encode_texts
+from memlens.harness.model.encode import adds_bos, encode_texts
 
 
 def _tokenizer(add_bos: bool):

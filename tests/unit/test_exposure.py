@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.core.errors import UserError
-from harness.measures.exposure import (PII_PATHS_FILE, exposure_from_losses, exposure_from_rank, exposure_rows,
+from memlens.harness.core.errors import UserError
+from memlens.harness.measures.exposure import (PII_PATHS_FILE, exposure_from_losses, exposure_from_rank, exposure_rows,
                               exposure_summary, exposures, load_candidates, rank_of_true,
                               substituted_targets)
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.core.errors import UserError
-from harness.text.fim import (
+from memlens.harness.core.errors import UserError
+from memlens.harness.text.fim import (
     FAMILIES,
     FimSentinels,
     detect_sentinels,
@@ -26,11 +26,11 @@ EXPECTED_PROMPTS = {
     "qwen2.5-coder": "<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>",
     "codegemma": "<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>",
     "deepseek-coder": "<｜fim▁begin｜>P<｜fim▁hole｜>S<｜fim▁end｜>",
-    "memaudit": "<fim_prefix>P<fim_suffix>S<fim_middle>",
+    "memlens": "<fim_prefix>P<fim_suffix>S<fim_middle>",
 }
 EXPECTED_EOS = {
     "starcoder": "<|endoftext|>", "starcoder2": "<|endoftext|>", "qwen2.5-coder": "<|endoftext|>",
-    "codegemma": "<eos>", "deepseek-coder": "<｜end▁of▁sentence｜>", "memaudit": "<eos>",
+    "codegemma": "<eos>", "deepseek-coder": "<｜end▁of▁sentence｜>", "memlens": "<eos>",
 }
 # Special tokens of each family's real tokenizer that detection relies on.
 FAMILY_VOCAB = {
@@ -72,7 +72,7 @@ def test_family_details():
     assert FAMILIES["qwen2.5-coder"].file_sep == "<|file_sep|>"
     assert FAMILIES["qwen2.5-coder"].pad == "<|fim_pad|>"
     assert FAMILIES["codegemma"].file_sep == "<|file_separator|>"
-    assert FAMILIES["memaudit"].pad == "<pad>"
+    assert FAMILIES["memlens"].pad == "<pad>"
     assert FAMILIES["starcoder"].file_sep is None
 
 
@@ -81,11 +81,11 @@ def test_detect_from_vocabulary(family):
     assert detect_sentinels(_tokenizer(FAMILY_VOCAB[family])) == FAMILIES[family]
 
 
-def test_detect_memaudit_tokenizer():
-    from recipes.tokenizer import train_code_tokenizer
+def test_detect_memlens_tokenizer():
+    from memlens.recipes.tokenizer import train_code_tokenizer
 
     tok = train_code_tokenizer(["def f(x):\n    return x + 1\n"] * 20, vocab_size=300)
-    assert detect_sentinels(tok) == FAMILIES["memaudit"]
+    assert detect_sentinels(tok) == FAMILIES["memlens"]
 
 
 def test_given_family_wins_over_detection():
@@ -148,17 +148,17 @@ def test_fim_transform_rate_one_is_a_reordering(text, seed, family):
 @settings(max_examples=50, deadline=None)
 @given(SENTINEL_FREE, st.integers(0, 2**32 - 1))
 def test_fim_transform_rate_zero_is_plain_text(text, seed):
-    s = FAMILIES["memaudit"]
+    s = FAMILIES["memlens"]
     assert fim_transform(text, random.Random(seed), s, fim_rate=0.0) == text + "<eos>"
 
 
 def test_fim_transform_rejects_a_rate_outside_0_1():
     with pytest.raises(ValueError, match="fim_rate"):
-        fim_transform("abc", random.Random(0), FAMILIES["memaudit"], fim_rate=1.5)
+        fim_transform("abc", random.Random(0), FAMILIES["memlens"], fim_rate=1.5)
 
 
 def test_fim_transform_is_deterministic_given_the_rng():
-    s = FAMILIES["memaudit"]
+    s = FAMILIES["memlens"]
     text = "def add(a, b):\n    return a + b\n"
     first = [fim_transform(text, random.Random(7), s) for _ in range(3)]
     assert first[0] == first[1] == first[2]
@@ -169,7 +169,7 @@ def test_fim_transform_is_deterministic_given_the_rng():
 
 def test_fim_transform_default_rate_is_about_point_eight():
     # Appendix A.3: 80% of pre-training documents are FIM-transformed. 4000 draws: sd ~ 25.
-    s = FAMILIES["memaudit"]
+    s = FAMILIES["memlens"]
     rng = random.Random(0)
     n_fim = sum(fim_transform("abcdef", rng, s).startswith(s.prefix) for _ in range(4000))
     assert 3100 <= n_fim <= 3300
@@ -177,7 +177,7 @@ def test_fim_transform_default_rate_is_about_point_eight():
 
 def test_fim_transform_splits_cover_every_position():
     # Character-level uniform split points: every (prefix length, middle length) of a 3-char text occurs.
-    s = FAMILIES["memaudit"]
+    s = FAMILIES["memlens"]
     rng = random.Random(1)
     seen = set()
     for _ in range(500):

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.core.errors import UserError
-from harness.report.evidence import ipo_evidence, log_history, rl_evidence, stage_evidence
-from harness.report.findings import (FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, Roles, RunResults,
+from memlens.harness.core.errors import UserError
+from memlens.harness.report.evidence import ipo_evidence, log_history, rl_evidence, stage_evidence
+from memlens.harness.report.findings import (FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, Roles, RunResults,
                                       distinct_completion_share, findings)
 
 
@@ -103,7 +103,7 @@ def test_each_verdict_by_hand_when_every_stage_trained():
 
 
 def test_an_algorithm_sweep_is_judged_on_the_papers_reinforce_points_only():
-    # `memaudit run -m ... +stages.RLFT.1.algorithm=rloo,ppo` names the points RLFT.1/algorithm=<a>,beta=<α>.
+    # `memlens run -m ... +stages.RLFT.1.algorithm=rloo,ppo` names the points RLFT.1/algorithm=<a>,beta=<α>.
     # The RLOO points are the hand-built run's; the PPO points keep nothing and would flip F4 to a failure.
     g, ev = {}, evidence()
     for (model, checkpoint, dataset), value in grouped().items():
@@ -344,7 +344,7 @@ def test_ipo_evidence_and_the_most_advanced_trainer_state(tmp_path):
 
 
 def test_loss_rows_of_the_heldout_set_are_not_training_strings(tmp_path):
-    from harness.report.findings import load_loss_rows
+    from memlens.harness.report.findings import load_loss_rows
 
     losses = tmp_path / "audit" / "losses" / "FT.1"
     losses.mkdir(parents=True)
@@ -372,7 +372,7 @@ def test_a_reward_rise_within_noise_is_not_evidence():
 
 def _mia_summary(per_model: dict[str, tuple[list[float], list[float]]]) -> dict:
     """{model: summary} as harness/audit/mia.py stores it, from (member scores, held-out scores) of the LOSS attack."""
-    from harness.core.stats import bootstrap_mia_metrics
+    from memlens.harness.core.stats import bootstrap_mia_metrics
 
     return {model: {"spans": ["target"], "results": {"final": {"sd_base": {"spans": {"target": {
         "loss": bootstrap_mia_metrics(members, held, n_boot=400, seed=0)}}}}}}

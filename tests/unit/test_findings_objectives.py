@@ -3,7 +3,7 @@ runs whose verdicts and p-values are derivable by hand (the helpers of test_find
 
 import pytest
 
-from harness.report.findings import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, RunResults, findings
+from memlens.harness.report.findings import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, RunResults, findings
 from tests.unit.test_findings import MOVED, evidence, grouped, rows, verdicts
 
 OBJECTIVES = ("ipo", "dpo", "dpo+sft", "simpo", "cpo", "orpo", "kto")

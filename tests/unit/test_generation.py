@@ -1,16 +1,16 @@
-"""harness.model.decode on real tiny models: batched greedy == one prompt at a time (left padding, length
+"""memlens.harness.model.decode on real tiny models: batched greedy == one prompt at a time (left padding, length
 grouping, order restored), EOS cuts, seq2seq translation, safe loading."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.core.errors import UserError
-from harness.model.decode import greedy_complete, greedy_translate, length_sorted_batches
-from harness.model.encode import encode_texts
-from harness.model.encode import cut_at_eos
-from harness.model.load import load_causal_lm, load_seq2seq
-from harness.model.scorer import CausalLMScorer
+from memlens.harness.core.errors import UserError
+from memlens.harness.model.decode import greedy_complete, greedy_translate, length_sorted_batches
+from memlens.harness.model.encode import encode_texts
+from memlens.harness.model.encode import cut_at_eos
+from memlens.harness.model.load import load_causal_lm, load_seq2seq
+from memlens.harness.model.scorer import CausalLMScorer
 from tests.tiny import save, tiny_llama, tiny_t5, tiny_tokenizer, torch_threads
 
 CODE = [f"def f{i}(x):\n    return x * {i} + {i * i}  # note {i}\n" for i in range(40)]

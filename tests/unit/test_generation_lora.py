@@ -2,7 +2,7 @@
 
 import torch
 
-from harness.model.load import load_causal_lm
+from memlens.harness.model.load import load_causal_lm
 from tests.tiny import save, tiny_llama, tiny_tokenizer, train_on_texts
 
 

@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from harness.core.config import check_dataclass_values, require_bool
-from harness.core.errors import UserError
-from harness.core.io import RowStore, atomic_write_jsonl, iter_jsonl_numbered, jsonl_line, read_jsonl
+from memlens.harness.core.config import check_dataclass_values, require_bool
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import RowStore, atomic_write_jsonl, iter_jsonl_numbered, jsonl_line, read_jsonl
 
 # Every character str.splitlines() treats as a line boundary, except "\n" itself (the JSONL separator).
 SPLITLINES_BREAKS = ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\r\n"]
@@ -96,7 +96,7 @@ def test_model_preset_schema_is_the_default_preset():
 
     from omegaconf import OmegaConf
 
-    from recipes.models import ModelSettings, parse_model
+    from memlens.recipes.models import ModelSettings, parse_model
 
     conf = Path(__file__).resolve().parents[2] / "conf" / "model"
     fields = {f.name for f in dataclasses.fields(ModelSettings)}

@@ -11,8 +11,8 @@ import re
 
 import pytest
 
-from harness.core.errors import StorageError, UserError, storage_error
-from harness.core.io import RowStore, atomic_write_json, atomic_write_text, iter_jsonl_numbered, read_jsonl
+from memlens.harness.core.errors import StorageError, UserError, storage_error
+from memlens.harness.core.io import RowStore, atomic_write_json, atomic_write_text, iter_jsonl_numbered, read_jsonl
 
 
 def test_two_writers_of_one_rows_file_never_store_an_id_twice(tmp_path):
@@ -39,8 +39,8 @@ def test_a_torn_line_of_another_writer_is_cut_before_appending(tmp_path):
 
 def test_rows_stored_twice_before_are_read_once(tmp_path):
     """Files written by two writers before rows were unique by id (the first copy counts)."""
-    from harness.audit.run import build_summary
-    from harness.report.analyses import load_audit_rows
+    from memlens.harness.audit.run import build_summary
+    from memlens.harness.report.analyses import load_audit_rows
 
     rows_file = tmp_path / "FT.1" / "final" / "sd.jsonl"
     rows_file.parent.mkdir(parents=True)

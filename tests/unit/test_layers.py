@@ -2,6 +2,8 @@
 import circles; a function-level import remains only for a heavy optional dependency at a layer boundary,
 commented on its line; torch is imported in the model layer alone; recipes/ and synthetic_data/ import only
 harness.core, harness.text and harness.model. The walk reads the source (ast), so nothing is imported.
+The folders install as subpackages of `memlens` (harness/ -> memlens.harness): an import names them so, and the
+walk strips that prefix to compare with the folder a module lives in.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+PACKAGE = "memlens."          # the one import package the folders install under (pyproject.toml package-dir)
+OWN_FOLDERS = ("harness", "recipes", "synthetic_data")
 HARNESS = REPO / "harness"
 # Bottom to top; the package root (cli.py, __main__.py) sits above every layer.
 LAYERS = ("core", "text", "model", "measures", "audit", "report")
@@ -47,9 +51,9 @@ def imports(path: Path) -> list[tuple[str, int, bool, str]]:
             nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
             if isinstance(child, ast.Import):
                 for alias in child.names:
-                    out.append((alias.name, child.lineno, in_function, context(child.lineno)))
+                    out.append((folder_relative(alias.name), child.lineno, in_function, context(child.lineno)))
             elif isinstance(child, ast.ImportFrom):
-                base = child.module or ""
+                base = folder_relative(child.module or "")
                 if child.level:
                     base = ".".join(package.split(".")[:len(package.split(".")) - child.level + 1] + [base]).strip(".")
                 targets = [f"{base}.{a.name}" for a in child.names] if base.startswith("harness") else [base]
@@ -62,6 +66,11 @@ def imports(path: Path) -> list[tuple[str, int, bool, str]]:
 
     visit(tree, False)
     return out
+
+
+def folder_relative(name: str) -> str:
+    """`memlens.harness.core.io` -> `harness.core.io`: the module's path under the checkout."""
+    return name[len(PACKAGE):] if name.startswith(PACKAGE) else name
 
 
 def harness_target(name: str, known: set[str]) -> str | None:
@@ -81,7 +90,25 @@ def test_every_module_lives_in_a_layer():
     stray = [module_name(p) for p in SOURCES
              if layer_of(module_name(p)) == len(LAYERS) and p.parent != HARNESS]
     top = sorted(p.name for p in HARNESS.glob("*.py"))
-    assert not stray and top == ["__init__.py", "__main__.py", "cli.py"], (stray, top)
+    assert not stray and top == ["__init__.py", "cli.py"], (stray, top)
+
+
+def _own_modules_imported_without_the_package(path: Path) -> list[str]:
+    """Imports of harness/recipes/synthetic_data by their folder name, which is another project's on PyPI."""
+    bad = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        bad += [f"{path.relative_to(REPO)}:{node.lineno} imports {n}" for n in names if n.split(".")[0] in OWN_FOLDERS]
+    return bad
+
+
+def test_every_import_of_our_folders_goes_through_the_memlens_package():
+    """`harness`, `recipes` and `synthetic_data` are PyPI distributions of other projects and torchtune installs a
+    top-level `recipes`: our code, tests and benchmarks import the folders only as memlens.<folder>."""
+    sources = [p for top in (*OWN_FOLDERS, "memlens", "tests", "benchmarks") for p in sorted((REPO / top).rglob("*.py"))]
+    bad = [line for path in sources for line in _own_modules_imported_without_the_package(path)]
+    assert sources and not bad, "\n".join(bad)
 
 
 def test_no_upward_import_and_no_function_level_harness_import():

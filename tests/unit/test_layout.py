@@ -2,7 +2,7 @@
 
 import json
 
-from harness.core import layout
+from memlens.harness.core import layout
 
 
 def test_checkpoint_names_parse_to_their_step_and_nothing_else_does():

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from harness.measures.losses import MEASURES, memorization_measures
+from memlens.harness.measures.losses import MEASURES, memorization_measures
 
 # Three epochs, four strings (columns). Values chosen so every score is derivable by hand.
 #   s0: recollection only — loss falls below tau=0.2 but never below the control's loss.

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from harness.audit.losses import _match_checkpoints, checkpoint_steps
-from harness.core.errors import UserError
+from memlens.harness.audit.losses import _match_checkpoints, checkpoint_steps
+from memlens.harness.core.errors import UserError
 
 
 def _run(root, steps_epochs):

@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.measures.memorization import counterfactually_memorized, pii_regurgitated, summarize_rows
-from harness.text.distance import sliding_window_ned
-from harness.text.exclusions import PROMPT_TOO_LONG, SHORT_TARGET, TARGET_IN_PROMPT, exclusion_reason, exclusion_reasons
+from memlens.harness.measures.memorization import counterfactually_memorized, pii_regurgitated, summarize_rows
+from memlens.harness.text.distance import sliding_window_ned
+from memlens.harness.text.exclusions import PROMPT_TOO_LONG, SHORT_TARGET, TARGET_IN_PROMPT, exclusion_reason, exclusion_reasons
 
 
 # --- counterfactually_memorized ------------------------------------------------------------------------
@@ -133,7 +133,7 @@ def _pii_row(i, model, control, excluded=None, path="/a"):
 
 
 def test_pii_figures_are_over_the_rate_rows_and_counterfactual():
-    from harness.measures.memorization import summarize_rows
+    from memlens.harness.measures.memorization import summarize_rows
 
     rows = [_pii_row("a", True, False), _pii_row("b", True, True, path="/b"), _pii_row("c", False, False),
             _pii_row("d", True, False, excluded="target_in_prompt"),       # leaves every denominator

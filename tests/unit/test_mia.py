@@ -5,8 +5,8 @@ import zlib
 
 import pytest
 
-from harness.core.stats import bootstrap_mia_metrics, fpr_key, roc_auc, tpr_at_fpr
-from harness.measures import mia
+from memlens.harness.core.stats import bootstrap_mia_metrics, fpr_key, roc_auc, tpr_at_fpr
+from memlens.harness.measures import mia
 
 # Four target tokens: log p(x_t | x_<t), and mu / var of log p(z | x_<t) under the model (Min-K%++).
 FOUR = {"logp": [-0.1, -2.0, -0.5, -1.0], "mu": [-0.5, -1.0, -1.0, -2.0], "var": [0.25, 1.0, 0.25, 4.0]}

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.core.errors import UserError
-from harness.text.distance import normalized_edit_distance
-from harness.measures.nmt import (extractive_memorization, frequency_substitutes, neighbourhood_effect, pair_repetitions,
+from memlens.harness.core.errors import UserError
+from memlens.harness.text.distance import normalized_edit_distance
+from memlens.harness.measures.nmt import (extractive_memorization, frequency_substitutes, neighbourhood_effect, pair_repetitions,
                          pearson, perturbation_positions, recover_non_memorized, repetition_buckets, same_output,
                          split_units, type_token_ratio)
 

@@ -1,13 +1,13 @@
-"""Pure parts of `memaudit nmt`: unique pairs + repetitions, per-bucket neighbourhood, findings, report."""
+"""Pure parts of `memlens nmt`: unique pairs + repetitions, per-bucket neighbourhood, findings, report."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.audit.nmt import NmtSettings, unique_pairs
-from harness.core.errors import UserError
-from harness.measures.nmt import findings, per_bucket_neighbourhood
-from harness.report.nmt_report import render_report
+from memlens.harness.audit.nmt import NmtSettings, unique_pairs
+from memlens.harness.core.errors import UserError
+from memlens.harness.measures.nmt import findings, per_bucket_neighbourhood
+from memlens.harness.report.nmt_report import render_report
 
 
 def _rows(spec):
@@ -96,10 +96,10 @@ def test_report_has_table1_and_table4_rows():
 
 @pytest.mark.parametrize("experiment", ["nmt_quickstart", "nmt_smoke"])
 def test_experiment_configs_compose_and_validate(experiment):
-    from harness.cli import compose
-    from harness.audit.nmt import FinetuneSettings, _strict, settings_from_cfg
-    from recipes.seq2seq import Seq2SeqSettings
-    from synthetic_data.parallel import ParallelSettings
+    from memlens.harness.cli import compose
+    from memlens.harness.audit.nmt import FinetuneSettings, _strict, settings_from_cfg
+    from memlens.recipes.seq2seq import Seq2SeqSettings
+    from memlens.synthetic_data.parallel import ParallelSettings
 
     cfg = compose([f"experiment={experiment}"])
     assert cfg.experiment_name == experiment
@@ -110,15 +110,15 @@ def test_experiment_configs_compose_and_validate(experiment):
 
 
 def test_unknown_nmt_keys_are_named():
-    from harness.cli import compose
-    from harness.audit.nmt import settings_from_cfg
+    from memlens.harness.cli import compose
+    from memlens.harness.audit.nmt import settings_from_cfg
 
     with pytest.raises(UserError, match="nmt: unknown key.*prefix_ratios"):
         settings_from_cfg(compose(["experiment=nmt_smoke", "+nmt.prefix_ratios=0.5"]))
 
 
 def test_translation_cache_survives_a_restart_and_decodes_only_missing_sources(tmp_path):
-    from harness.audit.nmt import TranslationCache
+    from memlens.harness.audit.nmt import TranslationCache
 
     calls: list[list[str]] = []
 
@@ -140,7 +140,7 @@ def test_translation_cache_survives_a_restart_and_decodes_only_missing_sources(t
 
 
 def test_kind_counts_and_noisy_share():
-    from harness.measures.nmt import memorized_by_kind, noisy_share_by_bucket
+    from memlens.harness.measures.nmt import memorized_by_kind, noisy_share_by_bucket
 
     alg1 = [{"kind": "noisy", "memorized": True, "repetitions": 1}, {"kind": "regular", "memorized": False, "repetitions": 1},
             {"kind": "regular", "memorized": False, "repetitions": 1}, {"kind": "noisy", "memorized": False, "repetitions": 2}]

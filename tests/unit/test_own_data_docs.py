@@ -1,4 +1,4 @@
-"""docs/own-data.md as a newcomer copies it: every `memaudit ...` command composes (config keys, experiments,
+"""docs/own-data.md as a newcomer copies it: every `memlens ...` command composes (config keys, experiments,
 stage and audit-plan overrides; no training), and every JSON row it shows passes the reader the commands use."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import COMMANDS, compose
-from harness.core.user_data import read_canaries, read_preference_pairs
+from memlens.harness.cli import COMMANDS, compose
+from memlens.harness.core.user_data import read_canaries, read_preference_pairs
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "own-data.md"
 
@@ -20,19 +20,19 @@ def blocks(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)
 
 
-COMMAND_LINES = [line for block in blocks("bash") for line in block.splitlines() if line.startswith("memaudit ")]
+COMMAND_LINES = [line for block in blocks("bash") for line in block.splitlines() if line.startswith("memlens ")]
 
 
 def test_the_page_shows_each_way_to_bring_ones_own_data():
     text = " ".join(COMMAND_LINES)
     for needed in ("data.canaries.file=", "data.preference.file=", "model.pretrained=", "audit.examples=",
-                   "audit.all_checkpoints=true", "memaudit report"):
+                   "audit.all_checkpoints=true", "memlens report"):
         assert needed in text, needed
 
 
 @pytest.mark.parametrize("line", COMMAND_LINES)
 def test_every_command_composes(line):
-    from recipes.pipeline import plan
+    from memlens.recipes.pipeline import plan
 
     command, *overrides = shlex.split(line)[1:]
     assert command in COMMANDS

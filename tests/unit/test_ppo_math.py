@@ -4,7 +4,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from recipes import ppo  # noqa: E402
+from memlens.recipes import ppo  # noqa: E402
 
 EOS = 1
 

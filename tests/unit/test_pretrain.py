@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from harness.core.errors import UserError
-from harness.text.fim import FAMILIES
-from recipes.models import parse_model
-from recipes.pretrain import load_settings, packed_blocks
+from memlens.harness.core.errors import UserError
+from memlens.harness.text.fim import FAMILIES
+from memlens.recipes.models import parse_model
+from memlens.recipes.pretrain import load_settings, packed_blocks
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -58,14 +58,14 @@ def test_defaults_follow_the_paper_fim_rate():
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from recipes.tokenizer import train_code_tokenizer
+    from memlens.recipes.tokenizer import train_code_tokenizer
 
     texts = ["def add(a, b):\n    return a + b\n", "import os\nprint(os.getcwd())\n"] * 20
     return train_code_tokenizer(texts, vocab_size=300)
 
 
 def test_packing_fills_the_budget_with_full_blocks(tokenizer):
-    sentinels = FAMILIES["memaudit"]
+    sentinels = FAMILIES["memlens"]
     texts = ["def add(a, b):\n    return a + b\n", "x = 1\n"]
     settings = load_settings({"max_tokens": 100, "max_seq_len": 16, "fim_rate": 0.0}, "PT")
     blocks = packed_blocks(texts, tokenizer, sentinels, settings, seed=0)
@@ -80,7 +80,7 @@ def test_packing_fills_the_budget_with_full_blocks(tokenizer):
 
 
 def test_packing_applies_fim_at_the_rate_and_is_seeded(tokenizer):
-    sentinels = FAMILIES["memaudit"]
+    sentinels = FAMILIES["memlens"]
     texts = [f"value_{i} = {i}\n" * 3 for i in range(200)]
     settings = load_settings({"max_tokens": 2000, "max_seq_len": 20, "fim_rate": 0.8}, "PT")
     blocks = packed_blocks(texts, tokenizer, sentinels, settings, seed=3)
@@ -96,9 +96,9 @@ def test_packing_applies_fim_at_the_rate_and_is_seeded(tokenizer):
 
 def test_packing_rng_matches_harness_fim_transform(tokenizer):
     """The first document is exactly harness.text.fim.fim_transform under the recipe's seeded RNG."""
-    from harness.text.fim import fim_transform
+    from memlens.harness.text.fim import fim_transform
 
-    sentinels = FAMILIES["memaudit"]
+    sentinels = FAMILIES["memlens"]
     texts = ["alpha = 1\nbeta = 2\n" * 4]
     settings = load_settings({"max_tokens": 16, "max_seq_len": 16, "fim_rate": 1.0}, "PT")
     rng = random.Random("7-pt-0")

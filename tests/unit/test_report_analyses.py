@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from harness.core.stats import reward_score_stats, roc_auc
-from harness.report import analyses as A
+from memlens.harness.core.stats import reward_score_stats, roc_auc
+from memlens.harness.report import analyses as A
 
 
 def row(i, memorized, ned=0.0, control_ned=0.5, excluded=None, **extra):

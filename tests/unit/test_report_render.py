@@ -1,12 +1,12 @@
-"""`memaudit report` on a hand-built run directory: files exist and the numbers equal the rows."""
+"""`memlens report` on a hand-built run directory: files exist and the numbers equal the rows."""
 
 import json
 import random
 
 import pytest
 
-from harness.cli import run
-from harness.measures.memorization import summarize_rows
+from memlens.harness.cli import run
+from memlens.harness.measures.memorization import summarize_rows
 
 
 def _write_rows(path, rows):
@@ -97,9 +97,9 @@ def test_report_files_and_numbers_equal_rows(fake_run):
 
 
 def test_report_without_audit_is_a_clear_error(tmp_path):
-    from harness.core.errors import UserError
+    from memlens.harness.core.errors import UserError
 
-    with pytest.raises(UserError, match="memaudit audit"):
+    with pytest.raises(UserError, match="memlens audit"):
         run(["report", f"run_dir={tmp_path}"])
 
 
@@ -123,7 +123,7 @@ def test_report_reads_the_audit_where_audit_out_dir_put_it(fake_run, tmp_path):
     entries = json.loads((fake_run / "report" / "summary.json").read_text())["entries"]
     assert {e["model"] for e in entries} == {"FT.1", "RLFT.1/beta=0.1", "RLFT.1/beta=0.5", "IPO"}
     # Without the override the report names the missing directory and how to point at the right one.
-    from harness.core.errors import UserError
+    from memlens.harness.core.errors import UserError
 
     with pytest.raises(UserError, match="audit.out_dir"):
         run(["report", f"run_dir={fake_run}"])
@@ -188,7 +188,7 @@ def test_membership_inference_is_reported_beside_extraction(fake_run):
     """An audit/mia/ summary (as harness/audit/mia.py writes it) gives a figure per model with AUC over checkpoints
     beside the extraction rate, a table, the comparison's MIA panel and rows M1-M3; its rows are never read as NED
     rows."""
-    from harness.core.stats import bootstrap_mia_metrics
+    from memlens.harness.core.stats import bootstrap_mia_metrics
 
     rng = random.Random(1)
     results = {}

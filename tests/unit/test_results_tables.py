@@ -1,5 +1,5 @@
 """`python benchmarks/quickstart_seeds.py --write docs/results.md` rebuilds the marked tables from run directories
-(report/findings.json, run.json as `memaudit report` and `memaudit run` write them), keeps a table whose runs are
+(report/findings.json, run.json as `memlens report` and `memlens run` write them), keeps a table whose runs are
 absent, and leaves the rest of the page untouched."""
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.core.stats import roc_auc
-from recipes.reward import pointwise_reward_loss
+from memlens.harness.core.stats import roc_auc
+from memlens.recipes.reward import pointwise_reward_loss
 
 
 def test_pointwise_loss_hand_values():

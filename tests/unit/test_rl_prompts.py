@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.core.errors import UserError
-from recipes.rl import prompt_rows, split_code_at_line
+from memlens.harness.core.errors import UserError
+from memlens.recipes.rl import prompt_rows, split_code_at_line
 
 
 def test_split_hand_example():

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.errors import UserError
-from harness.core.lock import LOCK_FILE, hold_directories
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.lock import LOCK_FILE, hold_directories
 
 REPO = Path(__file__).resolve().parents[2]
 HOLDER = """
 import sys, time
 sys.path.insert(0, {repo!r})
 from pathlib import Path
-from harness.core.lock import hold_directories
-with hold_directories([("run_dir", Path({path!r}))], "memaudit run experiment=smoke"):
+from memlens.harness.core.lock import hold_directories
+with hold_directories([("run_dir", Path({path!r}))], "memlens run experiment=smoke"):
     print("held", flush=True)
     time.sleep(600)
 """
@@ -39,16 +39,16 @@ def test_a_second_process_is_refused_naming_the_holder_until_it_is_killed(tmp_pa
     holder = start_holder(run_dir)
     try:
         with pytest.raises(UserError) as refused:
-            with hold_directories([("run_dir", run_dir)], "memaudit data"):
+            with hold_directories([("run_dir", run_dir)], "memlens data"):
                 pass
         message = str(refused.value)
-        assert f"{run_dir} is in use by another memaudit process (pid {holder.pid}" in message
-        assert "memaudit run experiment=smoke" in message and "run_dir" in message
+        assert f"{run_dir} is in use by another memlens process (pid {holder.pid}" in message
+        assert "memlens run experiment=smoke" in message and "run_dir" in message
     finally:
         os.killpg(holder.pid, signal.SIGKILL)       # our own child's session only
         holder.wait()
     assert (run_dir / LOCK_FILE).exists()            # left by the kill; the OS released the lock itself
-    with hold_directories([("run_dir", run_dir)], "memaudit data"):
+    with hold_directories([("run_dir", run_dir)], "memlens data"):
         assert json.loads((run_dir / LOCK_FILE).read_text())["pid"] == os.getpid()
     assert not (run_dir / LOCK_FILE).exists()
 
@@ -57,18 +57,18 @@ def test_a_lock_file_of_a_dead_process_never_blocks(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    (run_dir / LOCK_FILE).write_text(json.dumps({"pid": int(dead.stdout), "command": "memaudit run"}))
-    with hold_directories([("run_dir", run_dir)], "memaudit run"):
+    (run_dir / LOCK_FILE).write_text(json.dumps({"pid": int(dead.stdout), "command": "memlens run"}))
+    with hold_directories([("run_dir", run_dir)], "memlens run"):
         pass
     assert sorted(p.name for p in run_dir.iterdir()) == []
 
 
 def test_a_refused_or_finished_command_leaves_no_directory_it_created(tmp_path):
     out = tmp_path / "a" / "b" / "out"
-    with hold_directories([("audit.out_dir", out)], "memaudit audit"):
+    with hold_directories([("audit.out_dir", out)], "memlens audit"):
         assert out.is_dir()
     assert not (tmp_path / "a").exists()
-    with hold_directories([("audit.out_dir", out)], "memaudit audit"):
+    with hold_directories([("audit.out_dir", out)], "memlens audit"):
         (out / "rows.jsonl").write_text("")          # the command wrote something: it stays
     assert sorted(p.name for p in out.iterdir()) == ["rows.jsonl"]
 
@@ -76,7 +76,7 @@ def test_a_refused_or_finished_command_leaves_no_directory_it_created(tmp_path):
 def test_a_path_below_a_file_names_its_key(tmp_path):
     (tmp_path / "a_file").write_text("")
     with pytest.raises(UserError, match=r"audit\.out_dir=.*/a_file/sub: cannot be a directory"):
-        with hold_directories([("audit.out_dir", tmp_path / "a_file" / "sub")], "memaudit audit"):
+        with hold_directories([("audit.out_dir", tmp_path / "a_file" / "sub")], "memlens audit"):
             pass
 
 
@@ -84,7 +84,7 @@ def test_a_released_lock_is_never_held_twice(tmp_path):
     """Holders that come and go quickly (each unlinks its file on release) never overlap."""
     run_dir = tmp_path / "run"
     script = (f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from pathlib import Path\n"
-              "from harness.core.lock import hold_directories\nfrom harness.core.errors import UserError\n"
+              "from memlens.harness.core.lock import hold_directories\nfrom memlens.harness.core.errors import UserError\n"
               f"n = 0\nend = time.time() + 3\nwhile time.time() < end:\n"
               f"    try:\n        with hold_directories([('run_dir', Path({str(run_dir)!r}))], 'x'):\n"
               f"            p = Path({str(run_dir / 'inside')!r})\n            p.mkdir()\n"

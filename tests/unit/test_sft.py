@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from harness.core.errors import UserError
-from harness.text.fim import FAMILIES, format_psm_prompt
-from recipes.sft import capped_rows, load_settings, training_rows
+from memlens.harness.core.errors import UserError
+from memlens.harness.text.fim import FAMILIES, format_psm_prompt
+from memlens.recipes.sft import capped_rows, load_settings, training_rows
 
-S = FAMILIES["memaudit"]
+S = FAMILIES["memlens"]
 FIM_ROW = {"id": "sd-1", "prefix": "import crypto\n", "target": "key = 'k3y'\n", "suffix": "print(key)\n",
            "code": "import crypto\nkey = 'k3y'\nprint(key)\n"}
 CODE_ROW = {"id": "c-1", "text": "def f():\n    return 1\n", "source_file": "f.py"}

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from harness.core.errors import UserError
-from recipes import ipo, pretrain, reward, rl, sft
-from recipes.common import StageSettings
+from memlens.harness.core.errors import UserError
+from memlens.recipes import ipo, pretrain, reward, rl, sft
+from memlens.recipes.common import StageSettings
 
 MINIMAL = {reward: {"init": "FT.1", "datasets": ["rm_pd2"]},
            rl: {"init": "FT.1", "reward_model": "RM.1", "prompts": ["pd_3"]},
@@ -58,6 +58,6 @@ def test_fim_family_comes_from_the_preset_unless_the_stage_names_one(module):
     settings = module.load_settings({**MINIMAL[module], "model": preset}, "S.1")
     assert settings.fim_family == "starcoder2" and settings.model_settings.lora_settings.enabled
     assert settings.model_settings.dtype == "bfloat16"
-    own = module.load_settings({**MINIMAL[module], "model": preset, "fim_family": "memaudit"}, "S.1")
-    assert own.fim_family == "memaudit"
+    own = module.load_settings({**MINIMAL[module], "model": preset, "fim_family": "memlens"}, "S.1")
+    assert own.fim_family == "memlens"
     assert module.load_settings(dict(MINIMAL[module]), "S.1").model_settings.lora_settings.enabled is False

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from harness.core.io import atomic_write_json, read_json
-from recipes.pipeline import PlannedStage, train_stage
+from memlens.harness.core.io import atomic_write_json, read_json
+from memlens.recipes.pipeline import PlannedStage, train_stage
 
 SETTINGS = {"init": "PT", "datasets": ["pd_1", "sd_base"], "epochs": 2, "lr": 1e-3}
 
@@ -50,7 +50,7 @@ def test_identical_stage_reuses_the_finished_model_and_says_so(tmp_path, capsys)
 
 
 def test_a_stage_with_other_settings_is_not_reused(tmp_path):
-    from recipes.pipeline import identical_finished_stage
+    from memlens.recipes.pipeline import identical_finished_stage
 
     finished_stage(tmp_path, "FT.1", SETTINGS)
     ft1 = PlannedStage("FT.1", "FT.1", "sft", dict(SETTINGS))

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.core.stats import Z95, compare_rates, fisher_exact, mcnemar_exact, rate_with_interval, wilson_interval
+from memlens.harness.core.stats import Z95, compare_rates, fisher_exact, mcnemar_exact, rate_with_interval, wilson_interval
 
 
 def test_wilson_by_hand():
@@ -105,7 +105,7 @@ def test_compare_rates_picks_the_test_by_example_sets():
 
 
 def test_sign_test_by_hand():
-    from harness.core.stats import sign_test
+    from memlens.harness.core.stats import sign_test
 
     # 6 of 6 up: p = 2 * (1/2)^6; zeros are dropped; 2 up 1 down: 2 * P(X <= 1 | n=3) = 2 * 4/8, capped at 1.
     assert sign_test([0.5] * 6 + [0.0]) == {"test": "sign_exact", "up": 6, "down": 0, "p_value": 2 / 64}
@@ -114,7 +114,7 @@ def test_sign_test_by_hand():
 
 
 def test_paired_reward_change_by_hand():
-    from recipes.rl_eval import paired_change
+    from memlens.recipes.rl_eval import paired_change
 
     # diffs 1, 1, 3: mean 5/3, sd sqrt(4/3), SE sqrt(4/9) = 2/3; initial 0, 1, 2 has sd 1.
     out = paired_change([0.0, 1.0, 2.0], [1.0, 2.0, 5.0])

@@ -5,10 +5,10 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from harness.cli import compose
-from harness.core.errors import UserError
-from harness.core.io import file_sha256
-from synthetic_data.build import build_datasets
+from memlens.harness.cli import compose
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import file_sha256
+from memlens.synthetic_data.build import build_datasets
 
 
 def cfg_for(run_dir, *overrides):
@@ -108,7 +108,7 @@ def test_empty_split_names_its_proportion(tmp_path):
 
 def test_pii_paths_limits_the_distinct_paths_and_repeats_them(tmp_path):
     """data.sd.pii_paths=2: every positive carries one of the same 2 Listing 7 paths (a seeded choice)."""
-    from synthetic_data.links import load_pii_paths, pii_path_pool
+    from memlens.synthetic_data.links import load_pii_paths, pii_path_pool
 
     out = build_datasets(cfg_for(tmp_path, "data.sd.pii_paths=2"), names=["sd_links_pos"], log=lambda *_: None)
     rows = [json.loads(line) for line in (out["sd_links_pos"] / "rows.jsonl").read_text().splitlines()]

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synthetic_data import common, preference as pref
-from synthetic_data.humaneval import infill_rows
-from synthetic_data.links import links_rows
-from synthetic_data.sd import base_rows, generate_programs
+from memlens.synthetic_data import common, preference as pref
+from memlens.synthetic_data.humaneval import infill_rows
+from memlens.synthetic_data.links import links_rows
+from memlens.synthetic_data.sd import base_rows, generate_programs
 
 CODE_ROWS = [{"id": f"pd_2-{i:06d}", "source_file": f"m{i % 7}.py",
               "text": f"def f{i}(x):\n    y = x * {i}\n\n    return y + {i * 3}\n# end {i}\n"} for i in range(40)]

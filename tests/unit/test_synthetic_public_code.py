@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.core.errors import UserError
-from synthetic_data import public_code as pc
+from memlens.harness.core.errors import UserError
+from memlens.synthetic_data import public_code as pc
 
 EXCLUDE = ["test/*", "*/test/*", "*/tests/*", "idlelib/*", "site-packages/*"]
 PROPS = {"pd_pt": 0.3, "pd_1": 0.15, "pd_2": 0.15, "pd_2_val": 0.1, "pd_3": 0.1, "pd_3_val": 0.1, "pd_eval": 0.1}

@@ -2,14 +2,14 @@
 
 import pytest
 
-from synthetic_data.build import Builder, validate
-from synthetic_data.rl_prompts import OffsetTokenizer, rl_prompt_rows
+from memlens.synthetic_data.build import Builder, validate
+from memlens.synthetic_data.rl_prompts import OffsetTokenizer, rl_prompt_rows
 
 
 def default_data(**sd):
     from omegaconf import OmegaConf
 
-    from harness.cli import compose
+    from memlens.harness.cli import compose
 
     data = OmegaConf.to_container(compose([]).data, resolve=True)
     data["sd"].update(sd)
@@ -21,7 +21,7 @@ def tokenizer_dir(tmp_path_factory):
     import sysconfig
     from pathlib import Path
 
-    from recipes.tokenizer import save_tokenizer, train_code_tokenizer
+    from memlens.recipes.tokenizer import save_tokenizer, train_code_tokenizer
 
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     texts = [(stdlib / name).read_text(encoding="utf-8") for name in ("json/decoder.py", "base64.py", "hmac.py")]
@@ -68,13 +68,13 @@ def test_every_audited_target_is_in_the_prompt_the_policy_trained_on(tokenizer_d
     50 tokens after the audit prompt inside that very prompt, even with the quickstart's 600-char contexts."""
     from omegaconf import OmegaConf
 
-    from harness.text.fim import FAMILIES
-    from harness.core.io import read_jsonl
-    from recipes.common import StageContext
-    from recipes.rl import load_prompt_rows, training_examples
-    from synthetic_data.build import build_datasets
+    from memlens.harness.text.fim import FAMILIES
+    from memlens.harness.core.io import read_jsonl
+    from memlens.recipes.common import StageContext
+    from memlens.recipes.rl import load_prompt_rows, training_examples
+    from memlens.synthetic_data.build import build_datasets
 
-    s = FAMILIES["memaudit"]
+    s = FAMILIES["memlens"]
     data = default_data(size=60, line_counts=[30, 50])      # long programs: prefixes beyond 600 characters
     data["rl_prompts"]["tokenizer"] = str(tokenizer_dir)
     run_dir = tmp_path / "run"
@@ -103,7 +103,7 @@ def test_build_sd_rl_prompts_dataset(tokenizer_dir, tmp_path):
 
     from omegaconf import OmegaConf
 
-    from synthetic_data.build import build_datasets
+    from memlens.synthetic_data.build import build_datasets
 
     data = default_data(size=60)
     data["rl_prompts"]["tokenizer"] = str(tokenizer_dir)

@@ -8,17 +8,17 @@ from collections import Counter
 
 import pytest
 
-from synthetic_data import common
-from synthetic_data.build import Builder, validate
-from synthetic_data.links import load_pii_paths
-from synthetic_data.sd import WITH_OPEN, generate_programs, load_tasks, write_program
+from memlens.synthetic_data import common
+from memlens.synthetic_data.build import Builder, validate
+from memlens.synthetic_data.links import load_pii_paths
+from memlens.synthetic_data.sd import WITH_OPEN, generate_programs, load_tasks, write_program
 
 
 def default_data(**sd):
     """data.* as conf/data/default.yaml composes it (so the YAML itself is exercised), SD overridden."""
     from omegaconf import OmegaConf
 
-    from harness.cli import compose
+    from memlens.harness.cli import compose
 
     data = OmegaConf.to_container(compose([]).data, resolve=True)
     data["sd"].update(sd)
@@ -154,7 +154,7 @@ def test_reduced_size_keeps_the_paper_proportions():
 
 def test_uniform_selection_is_the_papers_any_line():
     """selection='uniform' may pick any non-blank line; 'distinct' only lines found nowhere else."""
-    from synthetic_data.sd import base_rows
+    from memlens.synthetic_data.sd import base_rows
 
     programs = [p for p in generate_programs(80, 0, seed=1)]
     df = common.line_document_frequency(p.code for p in programs)
@@ -194,7 +194,7 @@ def code_tokenizer():
 
 
 def audit_excluded_share(rows, tokenizer) -> float:
-    from harness.text.exclusions import exclusion_reasons
+    from memlens.harness.text.exclusions import exclusion_reasons
 
     counts = [len(tokenizer(r["target"], add_special_tokens=False)["input_ids"]) for r in rows]
     reasons = exclusion_reasons([r["prefix"] for r in rows], [r["target"] for r in rows],
@@ -215,8 +215,8 @@ def test_sd_base_exclusions_are_at_the_papers_level(sd, code_tokenizer, tmp_path
 
     from omegaconf import OmegaConf
 
-    from synthetic_data.build import build_datasets
-    from synthetic_data.sd import base_rows
+    from memlens.synthetic_data.build import build_datasets
+    from memlens.synthetic_data.sd import base_rows
 
     data = default_data(**sd)
     b = Builder(validate(data))

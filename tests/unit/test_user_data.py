@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from harness.core.errors import UserError
-from harness.core.user_data import load_examples
-from harness.core.user_data import read_canaries, read_preference_pairs, repeated
-from harness.report.analyses import breakdown
-from synthetic_data.user_data import canary_pairs, canary_pointwise, preference_chosen, preference_pointwise
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.user_data import load_examples
+from memlens.harness.core.user_data import read_canaries, read_preference_pairs, repeated
+from memlens.harness.report.analyses import breakdown
+from memlens.synthetic_data.user_data import canary_pairs, canary_pointwise, preference_chosen, preference_pointwise
 
 BYTES = ("UTF-8 bytes", lambda text: len(text.encode("utf-8")))
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness.measures.utility import first_line, infill_exact_match, sample_rows
+from memlens.harness.measures.utility import first_line, infill_exact_match, sample_rows
 
 
 def test_first_line_keeps_indentation_drops_trailing_space():

@@ -4,8 +4,8 @@ memory or try to fake a pass."""
 
 import pytest
 
-from harness.core.errors import UserError
-from recipes import verifiable_rewards as V
+from memlens.harness.core.errors import UserError
+from memlens.recipes import verifiable_rewards as V
 
 PREFIX = "def area(width, height):\n    scale = 2\n"
 SUFFIX = "    return result\n"

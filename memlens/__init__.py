@@ -1,0 +1,17 @@
+"""memlens: measure where training data gets memorized in an alignment pipeline for code completion.
+
+One import package under a name nobody else uses on PyPI (DESIGN.md, "One package, one name"): the
+repository's folders install as its subpackages (pyproject.toml's package-dir) --
+
+    harness/         -> memlens.harness          everything that measures (the only place a metric lives)
+    recipes/         -> memlens.recipes          one training stage per module
+    synthetic_data/  -> memlens.synthetic_data   builders of every dataset
+    conf/, assets/   -> memlens.conf, memlens.assets   shipped data (Hydra configs, the tiny base)
+
+The command line is `memlens <command>` (or `python -m memlens`). Importing this package stays light: nothing
+here imports torch.
+"""
+
+__version__ = "0.2.0"
+
+__all__ = ["__version__"]
