@@ -1,13 +1,17 @@
-"""Plain data across the sandbox boundary (recipes/sandbox.py): every value a test passes to the program and every
+"""What both sandboxed sides share (their text is prepended to each): the plain-data codec, the frames, the limits.
+
+Plain data across the sandbox boundary (recipes/sandbox.py): every value a test passes to the program and every
 value the program returns is encoded to JSON here and decoded on the other side into plain Python objects, so no
 object of the program's making (with its own __eq__, __hash__ or __del__) ever reaches the grader's comparisons.
 
 JSON keeps list, str, int, float (with inf and nan), bool and None; the rest that HumanEval-style tests pass and
 return is tagged: {"~": "tuple" | "set" | "frozenset" | "dict" | "bytes" | "complex", "v": ...}. Anything else
-cannot be encoded and fails the call. This file runs inside both sandboxes (its text is prepended to theirs).
+cannot be encoded and fails the call.
 """
 
 import json
+import os
+import resource
 
 _TAGGED = {"tuple": tuple, "set": set, "frozenset": frozenset}
 MAX_DEPTH = 64       # deeper nesting fails the call (a value built to exhaust the decoder's stack)
@@ -74,3 +78,23 @@ def read_frame(stream, limit):
     if len(body) < size:
         return None
     return json.loads(body.decode("utf-8"))
+
+
+def protocol_channels():
+    """(inbox, outbox): private copies of stdin and stdout for the frames; fds 0-2 then point at /dev/null, so
+    whatever the sandboxed code prints goes nowhere."""
+    inbox, outbox = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    return inbox, outbox
+
+
+def apply_limits(limits):
+    """Hard limits, set before any program or test code runs; an unprivileged process cannot raise them again.
+    CPU: SIGXCPU at the soft limit, SIGKILL a second later (recipes/sandbox.py reads either as a time-out)."""
+    for name, value in (("RLIMIT_AS", limits["memory_bytes"]), ("RLIMIT_CPU", limits["cpu_seconds"]),
+                        ("RLIMIT_FSIZE", limits["file_bytes"]), ("RLIMIT_CORE", 0),
+                        ("RLIMIT_NPROC", limits.get("processes"))):
+        if value is not None:
+            resource.setrlimit(getattr(resource, name), (value, value + 1) if name == "RLIMIT_CPU" else (value, value))

@@ -9,8 +9,6 @@ Its last frame is the verdict. The file's text is handed to the interpreter with
 """
 
 import builtins
-import os
-import resource
 
 
 class RemoteError(Exception):
@@ -26,18 +24,10 @@ def names_used(code):
 
 
 def main():
-    inbox, outbox = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
+    inbox, outbox = protocol_channels()
     job = read_frame(inbox, 1 << 24)
     limits = job["limits"]
-    for name, value in (("RLIMIT_AS", limits["memory_bytes"]), ("RLIMIT_CPU", limits["cpu_seconds"]),
-                        ("RLIMIT_FSIZE", limits["file_bytes"]), ("RLIMIT_CORE", 0),
-                        ("RLIMIT_NPROC", limits.get("processes"))):
-        if value is not None:    # CPU: SIGXCPU at the soft limit, SIGKILL a second later
-            soft_hard = (value, value + 1) if name == "RLIMIT_CPU" else (value, value)
-            resource.setrlimit(getattr(resource, name), soft_hard)
+    apply_limits(limits)
 
     def send(message):
         outbox.write(encode_frame(message))

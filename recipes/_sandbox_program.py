@@ -7,26 +7,10 @@ those. Everything the program could do to this process (replace builtins, the co
 its own answers. The file's text is handed to the interpreter with -c, never read from disk inside the sandbox.
 """
 
-import os
-import resource
-import sys
-
-
-def apply_limits(limits):
-    """Hard limits, set before any program code runs; an unprivileged process cannot raise them again."""
-    for name, value in (("RLIMIT_AS", limits["memory_bytes"]), ("RLIMIT_CPU", limits["cpu_seconds"]),
-                        ("RLIMIT_FSIZE", limits["file_bytes"]), ("RLIMIT_CORE", 0),
-                        ("RLIMIT_NPROC", limits.get("processes"))):
-        if value is not None:    # CPU: SIGXCPU at the soft limit, SIGKILL a second later
-            soft_hard = (value, value + 1) if name == "RLIMIT_CPU" else (value, value)
-            resource.setrlimit(getattr(resource, name), soft_hard)
 
 
 def main():
-    inbox, outbox = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):            # the program's prints go nowhere; the protocol keeps its own descriptors
-        os.dup2(devnull, fd)
+    inbox, outbox = protocol_channels()
     job = read_frame(inbox, 1 << 24)
     apply_limits(job["limits"])
     frame_limit = job["limits"]["frame_bytes"]
