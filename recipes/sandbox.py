@@ -27,6 +27,7 @@ the limits hold, the isolation does not), loudly, and is recorded wherever a rew
 
 from __future__ import annotations
 
+import json
 import os
 import selectors
 import shutil
@@ -40,6 +41,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from memlens.harness.core.errors import UserError
+from memlens.recipes._sandbox_codec import encode_frame
 
 BUBBLEWRAP = "bubblewrap"
 NO_ISOLATION = "none"
@@ -51,7 +53,7 @@ PROGRAM_CODE = _CODEC + "\n" + (HERE / "_sandbox_program.py").read_text(encoding
 GRADER_CODE = _CODEC + "\n" + (HERE / "_sandbox_grader.py").read_text(encoding="utf-8")
 UID_BASE = 0x40000000          # sandbox uids when run as root: far above any account's
 GRADER = "separate-sandbox-plain-data/1"   # recorded beside the isolation: how a verdict is reached
-FRAME_HEADER = 4
+FRAME_HEADER = 4                 # bytes of the length prefix (recipes/_sandbox_codec.py encode_frame)
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,8 @@ def require_isolation(mode: str, where: str = "reward.sandbox") -> str:
 # --- one sandbox -----------------------------------------------------------------------------------------------
 
 
-def _root_view() -> list[str]:
+@lru_cache(maxsize=1)
+def _root_view() -> tuple[str, ...]:
     """Read-only /usr and the interpreter's prefix; /lib, /lib64, /bin as the host has them (symlinks on merged /usr)."""
     args = ["--ro-bind", "/usr", "/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
@@ -133,7 +136,7 @@ def _root_view() -> list[str]:
     for extra in {sys.base_prefix, str(Path(os.path.realpath(sys.executable)).parent)}:
         if not extra.startswith("/usr/") and extra != "/usr":
             args += ["--ro-bind", extra, extra]
-    return args
+    return tuple(args)
 
 
 def _interpreter() -> str:
@@ -224,8 +227,6 @@ class Relay:
         self.limits, self.deadline, self.read_total = limits, deadline, 0
 
     def receive(self, side: Sandbox) -> dict:
-        import json
-
         header = self._read_exactly(side, FRAME_HEADER)
         size = int.from_bytes(header, "big")
         if size > self.limits.frame_bytes:
@@ -265,13 +266,6 @@ def _out_of_cpu(side: Sandbox) -> bool:
     return code in {128 + signal.SIGXCPU, 128 + signal.SIGKILL, -signal.SIGXCPU, -signal.SIGKILL}
 
 
-def _frame(message: dict) -> bytes:
-    import json
-
-    body = json.dumps(message, separators=(",", ":")).encode("utf-8")
-    return len(body).to_bytes(FRAME_HEADER, "big") + body
-
-
 def check(program: str, test: str, entry_point: str, setup: str = "", *, mode: str = BUBBLEWRAP,
           limits: Limits = Limits()) -> str:
     """Run `test`'s `check(<entry_point>)` against `program`: 'passed', 'failed: <why>' or 'timed out'.
@@ -286,8 +280,8 @@ def check(program: str, test: str, entry_point: str, setup: str = "", *, mode: s
         program_side = Sandbox(PROGRAM_CODE, mode, limits)
         grader_side = Sandbox(GRADER_CODE, mode, limits)
         relay = Relay(limits, time.monotonic() + limits.startup_seconds + limits.wall_seconds)
-        program_side.send(_frame({"program": program, "limits": sandbox_limits}))
-        grader_side.send(_frame({"setup": setup, "test": test, "entry_point": entry_point, "limits": sandbox_limits}))
+        program_side.send(encode_frame({"program": program, "limits": sandbox_limits}))
+        grader_side.send(encode_frame({"setup": setup, "test": test, "entry_point": entry_point, "limits": sandbox_limits}))
         try:
             loaded = relay.receive(program_side)
         except SandboxBroken:               # it ended (or wrote garbage) before saying it loaded
@@ -298,9 +292,9 @@ def check(program: str, test: str, entry_point: str, setup: str = "", *, mode: s
             message = relay.receive(grader_side)
             if "verdict" in message:
                 return str(message["verdict"])[:200]
-            program_side.send(_frame({"call": message.get("call"), "args": message.get("args", []),
+            program_side.send(encode_frame({"call": message.get("call"), "args": message.get("args", []),
                                       "kwargs": message.get("kwargs", {})}))
-            grader_side.send(_frame(relay.receive(program_side)))
+            grader_side.send(encode_frame(relay.receive(program_side)))
     except TimeoutError:
         return "timed out"
     except SandboxBroken as e:
