@@ -10,6 +10,8 @@
     python benchmarks/quickstart_seeds.py runs/findings_sd175 ... --ids F  # only the findings whose id starts with F
 
     python benchmarks/quickstart_seeds.py --mia runs/quickstart          # extraction beside membership inference
+    python benchmarks/quickstart_seeds.py --marks runs/quickstart --ids F1,F2,F3,F8,N   # the README's table:
+                                      # a verdict mark and figure per seed, and where each run was computed
     python benchmarks/quickstart_seeds.py --rl runs/findings_rlvr runs/findings_rlvr_only_seed1 --models RLVR
                                       # each RL point's training evidence (reward, its AUC, reward rise, KL)
     python benchmarks/quickstart_seeds.py --pref runs/preference_objectives   # each preference model's fit and rates
@@ -34,6 +36,35 @@ import re
 import shlex
 import sys
 from pathlib import Path
+
+
+def computed_where(run_dir: Path) -> str:
+    """'commit abc1234 · AMD EPYC (x86_64, 2 cores) · torch kernels DEFAULT (pinned) · 2 threads' from run.json."""
+    from memlens.harness.report.analyses import computed_on  # the report's own wording of a provenance record
+
+    run = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").is_file() else {}
+    commit = (run.get("git_commit") or "unknown")[:7] + ("-dirty" if str(run.get("git_commit")).endswith("-dirty") else "")
+    return f"commit {commit} · {computed_on(run)}"
+
+
+def marks_table(run_dirs: list[Path], prefixes: list[str] | None) -> str:
+    """The README's table: per finding its claim, the paper's figure and per run a mark with this run's figure
+    ('✓ 64.3 % [49–77] (27/42)'), then the commit and machine of each run."""
+    runs = [(d, *load_run(d)) for d in run_dirs]
+    ids = [f["id"] for f in only_ids(runs[0][2], prefixes)]
+    lines = ["| finding | paper | " + " | ".join(f"seed {seed}" for _, seed, _, _ in runs) + " |",
+             "|---|---|" + ":-:|" * len(runs)]
+    for fid in ids:
+        first = next(f for f in runs[0][2] if f["id"] == fid)
+        cells = []
+        for _, _, findings, _ in runs:
+            f = next((x for x in findings if x["id"] == fid), None)
+            cells.append("–" if f is None else f"{mark(f)} {f['ours'] if f['status'] != 'not measured' else ''}".strip())
+        lines.append(f"| {fid} {first['claim']} | {first['paper']} | " + " | ".join(cells) + " |")
+    lines += ["", "✓ holds, ✗ not reproduced, ? inconclusive, ?~ inconclusive (unstable: the verdict changed when "
+                  "the run was repeated on other CPU kernels), n/m not measured. Computed on: "
+              + "; ".join(f"seed {seed}: {computed_where(d)}" for d, seed, _, _ in runs) + "."]
+    return "\n".join(lines)
 
 
 def load_run(run_dir: Path) -> tuple[int | None, list[dict], float | None]:
@@ -69,13 +100,13 @@ def spread_table(runs: list[tuple[str, int | None, list[dict], float | None]]) -
                 cells.append("–")
                 continue
             paper = f["paper"]
-            mark = MARKS.get(f["status"], "n/m")
-            cells.append(f"{f['ours']} {mark}")
+            cells.append(f"{f['ours']} {mark(f)}")
             measured += f["status"] != "not measured"
             held += f["status"] == "holds"
         lines.append(f"| {fid} | {paper} | " + " | ".join(cells) + f" | {held}/{measured} |")
     lines += ["", "✓ holds, ✗ not reproduced, ? inconclusive (a stage it depends on did not train, or the "
-                  "difference is within noise; report/findings.json says which), n/m not measured."]
+                  "difference is within noise; report/findings.json says which), ?~ inconclusive because the verdict "
+                  "changed under other CPU kernels (unstable), n/m not measured."]
     times = ", ".join(f"seed {seed}: {secs:.0f} s" for _, seed, _, secs in runs if secs is not None)
     return "\n".join(lines) + (f"\n\n`memlens run` wall time: {times}" if times else "")
 
@@ -87,7 +118,7 @@ def one_run_table(findings: list[dict]) -> str:
         p = f.get("p_value")
         why = (f.get("reason") or f.get("note") or "").replace("|", "/")
         lines.append(f"| {f['id']} | {f['claim']} | {f['paper']} | {f['ours']} | "
-                     f"{'–' if p is None else f'{p:.2g}'} | {f['status']} | {why} |")
+                     f"{'–' if p is None else f'{p:.2g}'} | {f['status']}{' (unstable)' if f.get('unstable') else ''} | {why} |")
     return "\n".join(lines)
 
 
@@ -173,6 +204,11 @@ def pref_table(run_dir: Path) -> str:
 MARKS = {"holds": "✓", "not reproduced": "✗", "inconclusive": "?"}
 
 
+def mark(finding: dict) -> str:
+    """A finding's verdict as one mark; '?~' where it is inconclusive because it was unstable."""
+    return "?~" if finding.get("unstable") else MARKS.get(finding["status"], "n/m")
+
+
 def table_for(args: list[str], root: Path) -> str:
     """The table one command line prints (`--one RUN` or `RUN ...`, optionally `--ids F,N`; `--rl RUN ...`,
     optionally `--models RLVR,RLFT`)."""
@@ -189,6 +225,8 @@ def table_for(args: list[str], root: Path) -> str:
         return rl_table([root / a for a in args[1:]], models)
     if args[0] == "--mia":
         return mia_table(root / args[1])
+    if args[0] == "--marks":
+        return marks_table([root / a for a in args[1:]], ids)
     if args[0] == "--one":
         return one_run_table(only_ids(load_run(root / args[1])[1], ids))
     runs = []

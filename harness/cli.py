@@ -13,6 +13,7 @@ import errno
 import functools
 import importlib
 import itertools
+import json
 import os
 import shlex
 import sys
@@ -23,6 +24,7 @@ from memlens.harness.core.console import TRAINING_COMMANDS, ExpectedRecords, qui
 from memlens.harness.core.errors import StorageError, UserError, storage_error, storage_message
 from memlens.harness.core.layout import report_dir
 from memlens.harness.core.lock import hold_directories
+from memlens.harness.core.provenance import cpu_description
 from memlens.harness.core.shipped import shipped_dir
 from memlens.harness.model.load import filter_transformers_records
 from memlens.harness.report.findings import Roles
@@ -48,6 +50,47 @@ OFFLINE_ENVIRONMENT = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_D
 
 def stay_offline() -> None:
     os.environ.update(OFFLINE_ENVIRONMENT)
+
+
+# torch reads ATEN_CPU_CAPABILITY once, when it first dispatches a kernel, and MKL reads MKL_CBWR when it first
+# multiplies matrices: so both are set before any command imports torch (composing a config already does). ATen's
+# kernel levels (portable, AVX2, AVX512) round differently, and MKL's per-processor code paths differ again; a
+# verdict decided by a few examples flipped with them (docs/methods.md, "What reproduces where"). Held to AVX2,
+# every x86-64 processor with AVX2 (Intel and AMD, AVX512 or not) runs the same code paths: the same bits from
+# the same torch build, at no cost on an AVX2 machine; the portable level costs ~25 % of a smoke run's time.
+CPU_KERNELS_VARIABLE = "MEMLENS_CPU_KERNELS"
+CPU_KERNEL_LEVELS = ("portable", "default", "avx2", "avx512", "native")
+
+
+def pinned_kernel_level(requested: str) -> str | None:
+    """The ATEN_CPU_CAPABILITY for MEMLENS_CPU_KERNELS=`requested`: `portable` (the default) is AVX2 on a CPU
+    that has it and torch's scalar kernels elsewhere; `native` pins nothing."""
+    if requested == "native":
+        return None
+    if requested == "portable":
+        return "avx2" if "avx2" in cpu_description()["isa"] else "default"
+    return requested
+
+
+def pin_cpu_kernels() -> None:
+    """ATEN_CPU_CAPABILITY (and, at the AVX2 level, MKL_CBWR=AVX2) from MEMLENS_CPU_KERNELS. Variables the
+    user set are kept, and child processes (launched trainers, sandboxes, the NMT stability rerun) inherit
+    them."""
+    requested = os.environ.get(CPU_KERNELS_VARIABLE, "portable").strip().lower()
+    if requested not in CPU_KERNEL_LEVELS:
+        raise UserError(f"{CPU_KERNELS_VARIABLE}={requested!r}: use one of {', '.join(CPU_KERNEL_LEVELS)} "
+                        f"(portable, the default: the same numbers on every x86-64 machine with AVX2)")
+    level = pinned_kernel_level(requested)
+    if level is None or "ATEN_CPU_CAPABILITY" in os.environ:
+        return
+    torch = sys.modules.get("torch")
+    if torch is not None:   # memlens called from a Python process that had loaded torch: children compute as it does
+        os.environ["ATEN_CPU_CAPABILITY"] = torch.backends.cpu.get_cpu_capability().lower()
+        return
+    os.environ["ATEN_CPU_CAPABILITY"] = level
+    if level == "avx2":
+        os.environ.setdefault("MKL_CBWR", "AVX2")   # MKL's AVX2 path, the same on AVX2 and AVX512 processors
+
 
 USAGE = "usage: memlens <command> [-m|--multirun] [key=value ...]\n\ncommands:\n" + "\n".join(
     f"  {name:<8} {help_}" for name, (_, help_) in COMMANDS.items())
@@ -177,8 +220,40 @@ def nmt_command(cfg) -> int:
     from memlens.recipes.nmt_pipeline import NmtTrainer  # lazy: the recipes load when a training command runs
 
     _import("memlens.harness.audit.nmt:run_nmt")(cfg, NmtTrainer())
+    _import("memlens.harness.audit.nmt:check_stability")(cfg, nmt_in_child_process)
     _import("memlens.harness.report.nmt_report:write_nmt_report")(Path(str(cfg.run_dir)) / "nmt")
     return 0
+
+
+def nmt_in_child_process(cfg, kernels: str) -> dict:
+    """Steps 1-5 of `memlens nmt` on a resolved config, in a child process whose torch computes with
+    ATEN_CPU_CAPABILITY=`kernels` (torch picks its kernels once per process); its summary.json."""
+    import subprocess  # lazy: only the NMT stability check starts a child
+
+    from omegaconf import OmegaConf  # lazy: keeps `memlens --help` fast
+
+    run_dir = Path(str(cfg.run_dir))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config = run_dir / "config.yaml"
+    config.write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
+    code = ("import sys; from memlens.harness.cli import nmt_from_config; nmt_from_config(sys.argv[1])")
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": kernels}
+    if subprocess.run([sys.executable, "-c", code, str(config)], env=env).returncode:
+        raise UserError(f"the NMT stability rerun in {run_dir} failed (its output is above); rerun the same "
+                        f"command to continue, or set nmt.stability_kernels=null to skip it")
+    return json.loads((run_dir / "nmt" / "summary.json").read_text(encoding="utf-8"))
+
+
+def nmt_from_config(path: str) -> None:
+    """The child of nmt_in_child_process: steps 1-5 on the config it wrote."""
+    from omegaconf import OmegaConf  # lazy: keeps `memlens --help` fast
+
+    from memlens.recipes.nmt_pipeline import NmtTrainer  # lazy: the recipes load when a training command runs
+
+    stay_offline()
+    quiet_libraries()
+    filter_transformers_records(ExpectedRecords())
+    _import("memlens.harness.audit.nmt:run_nmt")(OmegaConf.load(path), NmtTrainer())
 
 
 def directories_written(name: str, cfg) -> list[tuple[str, Path]]:
@@ -272,6 +347,7 @@ def main(argv: list[str] | None = None) -> None:
     stay_offline()
     try:
         refuse_renamed_environment()
+        pin_cpu_kernels()
         code = run(sys.argv[1:] if argv is None else argv)
     except UserError as e:
         print(f"memlens: error: {e}", file=sys.stderr)

@@ -1,5 +1,6 @@
-"""Test-wide settings: nothing touches a model hub; torch uses the machine's 2 cores; our folders are imported
-only as subpackages of memlens."""
+"""Test-wide settings: nothing touches a model hub; torch uses the machine's 2 cores on the kernels `memlens` pins
+by default (harness/cli.py pin_cpu_kernels), set before anything loads torch; our folders are imported only as
+subpackages of memlens."""
 
 import importlib.abc
 import os
@@ -9,6 +10,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from memlens.harness.cli import pin_cpu_kernels  # noqa: E402  (after the variables above; it loads no torch)
+
+pin_cpu_kernels()
 
 
 class RefuseBareFolderNames(importlib.abc.MetaPathFinder):

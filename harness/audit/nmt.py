@@ -14,6 +14,8 @@ every decoded chunk is kept in <run_dir>/nmt/cache/translations-*.jsonl, so a ki
  6. (optional) Sec. 6: fine-tune on the recovered corpus F mixed with a random training sample (the
     trainer's), re-measure
  7. summary.json (+ provenance) and report.md with a PNG of memorization by repetition bucket
+ 8. (`nmt.stability_kernels`) steps 1-5 again in a child process computing with a second level of torch's CPU
+    kernels, under <run_dir>/nmt/stability/<level>/: N1-N3 whose verdict differs are unstable (check_stability)
 The data and the models come from a trainer (recipes/nmt_pipeline.py) that the CLI hands over: the audit
 never imports the recipes, and the recipes never import the audit.
 """
@@ -33,11 +35,12 @@ from omegaconf import OmegaConf
 from memlens.harness.core.config import check_dataclass_values
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import RowStore, atomic_write_json, atomic_write_jsonl, read_json
-from memlens.harness.core.provenance import provenance
+from memlens.harness.core.provenance import provenance, torch_compute
 from memlens.harness.measures import nmt
 from memlens.harness.model.load import load_seq2seq, model_fingerprint, pick_device, torch_threads
 
 DATASET = "parallel"          # <run_dir>/data/parallel
+STABILITY_DIR = "stability"   # <run_dir>/nmt/stability/<kernel level>/: the run of step 8
 PIPELINE_VERSION = 2          # bump when a cached step's content changes: stale caches are recomputed
 
 
@@ -71,6 +74,7 @@ class NmtSettings:
     max_new_tokens: int = 64
     batch_size: int = 64
     torch_threads: int = 1
+    stability_kernels: str | None = "auto"
 
     def __post_init__(self):
         if self.unit not in nmt.UNITS:
@@ -86,6 +90,13 @@ class NmtSettings:
         if self.max_pairs_per_bucket is not None and int(self.max_pairs_per_bucket) < 1:
             raise UserError("nmt.max_pairs_per_bucket: null (all pairs) or a positive integer")
         self.recovery_symbols = [str(s) for s in self.recovery_symbols]
+        if self.stability_kernels not in STABILITY_KERNELS:
+            raise UserError(f"nmt.stability_kernels={self.stability_kernels!r}: one of "
+                            f"{', '.join(str(k) for k in STABILITY_KERNELS)} (null: no stability rerun)")
+
+
+# Step 8's kernel level: `auto` is AVX2 unless this run computed with AVX2, then the portable kernels.
+STABILITY_KERNELS = ("auto", "default", "avx2", "avx512", None)
 
 
 def settings_from_cfg(cfg) -> NmtSettings:
@@ -242,7 +253,8 @@ def _run(cfg, trainer, s: NmtSettings, run_dir: Path, out: Path, seed: int, devi
     model, tokenizer = load_seq2seq(model_dir, device)
     translate = nmt.hf_translator(model, tokenizer, max_new_tokens=s.max_new_tokens, batch_size=s.batch_size)
 
-    analysis = {k: v for k, v in asdict(s).items() if k not in ("train", "finetune", "torch_threads", "batch_size")}
+    analysis = {k: v for k, v in asdict(s).items()
+                if k not in ("train", "finetune", "torch_threads", "batch_size", "stability_kernels")}
     cache = StepCache(out, {"version": PIPELINE_VERSION, "model": model_fingerprint(model_dir),  # weights + tokenizer
                             "dataset": manifest["sha256"], "settings": analysis})
     # Keyed by what decides an output (weights, tokenizer, greedy length cap), not by the analysis settings.
@@ -358,3 +370,52 @@ def _maybe_finetune(cfg, trainer, s, model_dir, alg3, rows, memorized, seed, dev
 def main(cfg, trainer) -> int:
     run_nmt(cfg, trainer)
     return 0
+
+
+# ----------------------------------------------------------------------------- step 8: stability
+def second_kernel_level(setting: str, current: str) -> str:
+    """The kernel level of the stability rerun (ATEN_CPU_CAPABILITY): `auto` is AVX2, or the portable kernels
+    when this run computed with AVX2."""
+    if setting != "auto":
+        return setting
+    return "default" if current.lower() == "avx2" else "avx2"
+
+
+def stability_config(cfg, level: str):
+    """The config of the rerun: the same experiment under <run_dir>/nmt/stability/<level>/, without the
+    Sec. 6 fine-tuning (N1-N3 do not read it) and without a stability rerun of its own."""
+    from omegaconf import OmegaConf, open_dict  # lazy: only step 8 needs it
+
+    rerun = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    with open_dict(rerun):
+        rerun.run_dir = str(Path(cfg.run_dir) / "nmt" / STABILITY_DIR / level)
+        rerun.nmt.stability_kernels = None
+        rerun.nmt.finetune = {**OmegaConf.to_container(rerun.nmt.get("finetune") or {}), "enabled": False}
+    return rerun
+
+
+def check_stability(cfg, rerun, log=print) -> dict | None:
+    """Step 8 (issue: N3's verdict flipped with torch's CPU kernels). `rerun(config, level)` runs steps 1-5 on
+    `config` in a child process whose torch computes with kernel `level` and returns its summary; the two
+    summaries' findings go into this run's summary.json under `stability`, where the report compares each
+    N1-N3 verdict (harness/report/findings.py: a verdict that differs is `inconclusive (unstable)`)."""
+    s = settings_from_cfg(cfg)
+    if s.stability_kernels is None:
+        return None
+    current = (torch_compute() or {}).get("cpu_capability") or "unknown"
+    level = second_kernel_level(s.stability_kernels, current)
+    log(f"[nmt] stability: Algorithms 1-3 again with the model retrained, torch kernels {level} (this run: {current})")
+    config = stability_config(cfg, level)
+    other = rerun(config, level)
+    second = ((other.get("provenance") or {}).get("compute") or {}).get("torch") or {}
+    stability = {"kernels": current, "second_kernels": second.get("cpu_capability"),
+                 "informative": second.get("cpu_capability") != current,
+                 "memorized": other["memorized"], "unique_pairs": other["unique_pairs"],
+                 "findings": other["findings"], "buckets": other["buckets"], "run_dir": str(config.run_dir)}
+    out = Path(cfg.run_dir) / "nmt"
+    summary = read_json(out / "summary.json")
+    summary["stability"] = stability
+    atomic_write_json(out / "summary.json", summary)
+    log(f"[nmt] stability: {other['memorized']} memorized under {stability['second_kernels']} "
+        f"(this run: {summary['memorized']} under {current})")
+    return stability

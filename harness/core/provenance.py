@@ -7,6 +7,7 @@ number can be traced to its code, environment and data.
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import platform
 import subprocess
 import sys
@@ -44,6 +45,53 @@ def package_versions(names: tuple[str, ...] = TRACKED_PACKAGES) -> dict[str, str
     return out
 
 
+# The environment variables that choose kernels or thread counts, and so the last bits of every float result
+# (docs/methods.md, "What reproduces where").
+KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_NUM_THREADS", "OMP_NUM_THREADS",
+                    "ONEDNN_MAX_CPU_ISA", "CUBLAS_WORKSPACE_CONFIG")
+ISA_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "asimd", "sve")
+
+
+def cpu_description() -> dict[str, Any]:
+    """The processor as the kernels see it: model name, logical cores, and the vector extensions that decide
+    which kernels torch and MKL pick (/proc/cpuinfo on Linux; platform.processor() elsewhere)."""
+    model, flags = None, set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if model is None and key in ("model name", "Model", "cpu model"):
+                model = value.strip()
+            elif not flags and key in ("flags", "Features"):
+                flags = set(value.split())
+    except OSError:
+        pass
+    return {"model": model or platform.processor() or None, "logical_cores": os.cpu_count(),
+            "machine": platform.machine(), "isa": [f for f in ISA_FLAGS if f in flags]}
+
+
+def torch_compute() -> dict[str, Any] | None:
+    """torch's kernel choice and threads in this process; None when the process never loaded torch (then no
+    tensor was computed here, and loading torch only to describe it would cost seconds)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    record = {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
+              "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
+              "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+              "blas": "mkl" if torch.backends.mkl.is_available() else None}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        record["cuda_device"] = torch.cuda.get_device_name()
+    return record
+
+
+def compute_environment() -> dict[str, Any]:
+    """Where the numbers were computed (issue: a verdict flipped with torch's CPU kernels): the processor,
+    torch's kernel level and threads, and the variables that choose them."""
+    return {"cpu": cpu_description(), "torch": torch_compute(),
+            "variables": {name: os.environ[name] for name in KERNEL_VARIABLES if name in os.environ}}
+
+
 def environment() -> dict[str, Any]:
     """Code and environment identity: what every provenance block starts from."""
     return {
@@ -52,6 +100,7 @@ def environment() -> dict[str, Any]:
         "packages": package_versions(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
+        "compute": compute_environment(),
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
 

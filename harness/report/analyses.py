@@ -172,8 +172,25 @@ def provenance_table(models_dir: str | Path) -> list[dict]:
                                           "max_steps", "max_tokens", "batch_size")},
             "code": code_version(prov),
             "git_commit": prov.get("git_commit"),
+            "computed_on": computed_on(prov),
         })
     return table
+
+
+def computed_on(prov: dict) -> str:
+    """'AMD EPYC (x86_64, 2 cores) · torch kernels AVX2 · 2 threads' from a provenance record: what decides the
+    last bits of its numbers (docs/methods.md, "What reproduces where"); older runs did not record it."""
+    compute = prov.get("compute")
+    if not compute:
+        return "not recorded"
+    cpu, torch, variables = compute.get("cpu") or {}, compute.get("torch") or {}, compute.get("variables") or {}
+    parts = [f"{cpu.get('model') or 'unknown CPU'} ({cpu.get('machine')}, {cpu.get('logical_cores')} cores)"]
+    if torch:
+        pinned = " (pinned)" if variables.get("ATEN_CPU_CAPABILITY") else ""
+        parts += [f"torch kernels {torch.get('cpu_capability')}{pinned}", f"{torch.get('threads')} threads"]
+        if torch.get("cuda_device"):
+            parts.append(torch["cuda_device"])
+    return " · ".join(parts)
 
 
 def code_version(prov: dict) -> str | None:

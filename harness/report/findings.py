@@ -287,9 +287,12 @@ def count_check(check: str, count: int, minimum: int) -> dict:
 # ---------------------------------------------------------------- the verdict
 def _result(fid: str, claim: str, paper: str, rule: str, stages: list[str], *, measured: bool,
             rule_ok: bool | None = None, evidence: list[dict] | None = None, rates: list[dict] | None = None,
-            test: dict | None = None, needs_test: bool = False, ours: str = "–", note: str = "") -> dict:
-    """Status in order: not measured (data missing) > inconclusive (evidence failed) > not reproduced (rule
-    fails) > inconclusive (a comparison within noise, or nothing non-zero to compare) > holds."""
+            test: dict | None = None, needs_test: bool = False, ours: str = "–", note: str = "",
+            unstable: str = "") -> dict:
+    """Status in order: not measured (data missing) > inconclusive (evidence failed) > inconclusive (unstable:
+    the verdict changed when the run was repeated under a perturbation as small as another rounding of its
+    floats, `unstable` says how) > not reproduced (rule fails) > inconclusive (a comparison within noise, or
+    nothing non-zero to compare) > holds."""
     evidence = evidence or []
     reasons = []
     if not measured:
@@ -298,6 +301,9 @@ def _result(fid: str, claim: str, paper: str, rule: str, stages: list[str], *, m
         status = INCONCLUSIVE
         reasons = [f"{e['check']} = {'missing' if e['value'] is None else _fmt(e['value'])} (needs {e['threshold']})"
                    for e in failed]
+    elif unstable:
+        status = INCONCLUSIVE
+        reasons = [f"unstable: {unstable}"]
     elif not rule_ok:
         status = FAILS
     elif needs_test and (test is None or test["p_value"] >= P_MAX):
@@ -309,7 +315,7 @@ def _result(fid: str, claim: str, paper: str, rule: str, stages: list[str], *, m
     return {"id": fid, "claim": claim, "paper": paper, "ours": ours, "status": status, "rule": rule,
             "stages": stages, "evidence": evidence, "rates": rates or [], "n": primary.get("n"),
             "ci95": primary.get("ci95"), "p_value": test["p_value"] if test else None, "test": test,
-            "reason": "; ".join(reasons), "note": note}
+            "reason": "; ".join(reasons), "note": note, "unstable": bool(unstable) and measured}
 
 
 def _fmt(x: Any) -> str:
@@ -695,10 +701,34 @@ def _nmt(fid: str, keys: tuple[str, ...], numbers: str, claim: str, paper: str,
         rule = " and ".join(keys) + (f" (Fisher p < {P_MAX}, fewest vs most repetitions)" if test else "")
         if not all(k in f for k in keys):
             return _result(fid, claim, paper, rule, ["NMT"], measured=False)
+        unstable, note = nmt_stability(run.nmt, keys, numbers, test)
         return _result(fid, claim, paper, rule, ["NMT"], measured=True, rule_ok=all(bool(f[k]) for k in keys),
                        ours=_nmt_numbers(f.get(numbers)), test=test(run.nmt) if test else None,
-                       needs_test=test is not None)
+                       needs_test=test is not None, unstable=unstable, note=note)
     return check
+
+
+def nmt_stability(summary: dict, keys: tuple[str, ...], numbers: str,
+                  test: Callable[[dict], dict | None] | None = None) -> tuple[str, str]:
+    """(why the verdict is unstable or "", a note with the second run's figure) from the NMT summary's
+    `stability` block: the same run repeated with torch computing under a second level of CPU kernels
+    (harness/audit/nmt.py step 8). A verdict (its rule, and its test where it has one) that is not the same
+    under both is decided by rounding, not by the model."""
+    stability = summary.get("stability") or {}
+    second = stability.get("findings") or {}
+    if not stability.get("informative") or not all(k in second for k in keys):
+        return "", "not checked under a second kernel level" if stability else ""
+    first = summary["findings"]
+    here, there = stability.get("kernels"), stability.get("second_kernels")
+
+    def verdict(findings: dict, run: dict) -> bool:
+        passed = test(run) if test else None
+        return all(bool(findings[k]) for k in keys) and (test is None or (passed or {}).get("p_value", 1) < P_MAX)
+
+    ours, theirs = _nmt_numbers(first.get(numbers)), _nmt_numbers(second.get(numbers))
+    if verdict(first, summary) == verdict(second, stability):
+        return "", f"same verdict with {there} kernels ({theirs})"
+    return f"the verdict differs between torch's CPU kernel levels ({ours} with {here}, {theirs} with {there})", ""
 
 
 def repetition_test(nmt_summary: dict) -> dict | None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from memlens.harness.core.io import atomic_write_text, read_json, read_jsonl
 from memlens.harness.measures import nmt
+from memlens.harness.report.analyses import computed_on
 
 
 def _fmt(x, digits: int = 2, pct: bool = False) -> str:
@@ -134,12 +135,32 @@ def render_report(summary: dict) -> str:
               f"- N3 the recovery symbol gives new outputs for most memorized sources: "
               f"**{f['N3_recovery_for_most_memorized']}** (`{f['N3_best_symbol']}`: "
               f"{_fmt(None if f['N3_best_rate'] is None else 100 * f['N3_best_rate'], 1, True)})", "",
+              *stability_lines(summary),
               "## Examples (memorized)", "", "| Source | Reference (memorized output) | Prefix | Ratio |", "|---|---|---|---|"]
     for ex in summary["examples"]:
         lines.append(f"| {ex['source']} | {ex['reference']} | {ex['prefix']} | {_fmt(ex['prefix_ratio'])} |")
     lines += ["", f"Provenance: git {summary['provenance'].get('git_commit')}, seed {summary['provenance'].get('seed')}, "
-              f"datasets {summary['provenance'].get('datasets')}."]
+              f"datasets {summary['provenance'].get('datasets')}; computed on {computed_on(summary['provenance'])}."]
     return "\n".join(lines) + "\n"
+
+
+def stability_lines(summary: dict) -> list[str]:
+    """The stability rerun (harness/audit/nmt.py step 8) beside this run: memorized counts and each N1-N3
+    boolean under both kernel levels."""
+    st = summary.get("stability")
+    if not st:
+        return []
+    here, there = st["kernels"], st["second_kernels"]
+    lines = ["## Stability under a second level of torch's CPU kernels", ""]
+    if not st.get("informative"):
+        return lines + [f"Not informative: the rerun computed with the same kernels ({here}).", ""]
+    keys = [k for k in summary["findings"] if isinstance(summary["findings"][k], bool)]
+    lines += [f"The model retrained and Algorithms 1-3 rerun with {there} kernels (this run: {here}); the report's "
+              f"findings table marks a verdict that differs `inconclusive` (unstable).", "",
+              f"| | {here} | {there} |", "|---|---|---|",
+              f"| memorized of {summary['unique_pairs']} | {summary['memorized']} | {st['memorized']} |"]
+    lines += [f"| {k} | {summary['findings'][k]} | {st['findings'].get(k)} |" for k in keys]
+    return lines + [""]
 
 
 def write_nmt_report(out_dir: str | Path, log=print) -> Path:

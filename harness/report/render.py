@@ -130,7 +130,7 @@ _STYLE = ("body{font-family:sans-serif;max-width:1300px;margin:2em auto;padding:
           "td,th{border:1px solid #bbb;padding:3px 6px;vertical-align:top;overflow-wrap:anywhere}"
           "th{background:#eee;text-align:left;overflow-wrap:normal}td.short{white-space:nowrap}"
           ".tablebox{max-width:100%;overflow-x:auto}"
-          "td.status-holds{background:#dff0d8}td.status-inconclusive{background:#fcf8e3}"
+          "td.status-holds{background:#dff0d8}td.status-inconclusive,td.status-inconclusive-unstable{background:#fcf8e3}"
           "td.status-not-reproduced{background:#f2dede}"
           "details{margin:.4em 0;border:1px solid #ddd;padding:.3em .6em}summary{cursor:pointer;font-weight:bold}"
           "img{max-width:100%}nav ol{columns:2}")
@@ -410,9 +410,11 @@ def _findings_section(cfg, audits: dict[Path, Path], grouped: dict, evidence: di
     blocks.append(("h", 2, "Findings: what this run concluded"))
     blocks.append(("p", "A finding holds only when the stages it depends on trained (evidence), its rule's "
                         "margin is met, and a comparison passes an exact test (McNemar on the same examples) at "
-                        "p < 0.05. 'inconclusive' names what is missing; 'not measured' means the run has no "
-                        "models or data for it. Rates: percentage [95 % Wilson interval] (k/n)."))
+                        "p < 0.05. 'inconclusive' names what is missing; 'inconclusive (unstable)' a verdict "
+                        "that changed when the run was repeated on other CPU kernels; 'not measured' means the "
+                        "run has no models or data for it. Rates: percentage [95 % Wilson interval] (k/n)."))
     rows = [{**f, "p_value": f["p_value"], "why": f["reason"] or f["note"],
+             "status": f"{f['status']} (unstable)" if f.get("unstable") else f["status"],
              "evidence": "; ".join(f"{e['check']} = {_fmt_value(e['value'])} {'ok' if e['ok'] else 'FAILS'} "
                                    f"({e['threshold']})" for e in f["evidence"])} for f in table]
     # What the run concluded first; each finding's rule and the evidence checks behind it (long strings) folded.
@@ -681,7 +683,7 @@ def render_report(cfg) -> int:
 
     blocks.append(("h", 2, "Provenance (paper 003 Table 1, generated from provenance.json)"))
     blocks.append(_table(table, ["model", "stage", "init", "reward_model", "datasets", "hyper_parameters",
-                                 "code", "git_commit"]))
+                                 "code", "git_commit", "computed_on"]))
     summary["provenance_table"] = table
 
     _findings_section(cfg, audits, grouped, evidence, k, lead, summary, out_dir, mia)

@@ -155,6 +155,35 @@ def test_run_record_has_config_commit_and_stage_statuses(smoke):
     assert "git_commit" in record and record["packages"]
     assert record["git_commit_at_start"] == record["git_commit"]     # the checkout did not move during the run
     assert record["wall_seconds"] >= sum(s["seconds"] for s in record["stages"])
+    # Where it was computed: the processor, torch's kernel level (pinned by memlens) and threads.
+    compute = record["compute"]
+    assert compute["torch"]["cpu_capability"] == compute["variables"]["ATEN_CPU_CAPABILITY"].upper()
+    assert compute["cpu"]["logical_cores"] == os.cpu_count() and compute["torch"]["threads"] >= 1
+    prov = read_json(run_dir / "models" / "FT.1" / "provenance.json")
+    assert prov["compute"]["torch"]["cpu_capability"] == compute["torch"]["cpu_capability"]
+
+
+def test_the_smoke_run_on_the_other_cpu_kernel_level(smoke, tmp_path):
+    """The same run with torch on another kernel level (the scalar kernels beside the pinned AVX2 ones, or the
+    reverse): datasets byte-identical, every finding's status the same. The weights' last bits may differ
+    (docs/methods.md, "What reproduces where"); a verdict that followed them would fail here."""
+    run_dir, _ = smoke
+    here = read_json(run_dir / "run.json")["compute"]
+    other_level = "default" if here["torch"]["cpu_capability"] != "DEFAULT" else "avx2"
+    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR")}
+    other = tmp_path / "run"
+    result = subprocess.run([sys.executable, "-m", "memlens", "run", "experiment=smoke", f"run_dir={other}",
+                             "device=cpu"], cwd=REPO, env={**env, "MEMLENS_CPU_KERNELS": other_level},
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    there = read_json(other / "run.json")["compute"]
+    assert there["variables"]["ATEN_CPU_CAPABILITY"] == other_level
+    rows = sorted(p.relative_to(run_dir) for p in (run_dir / "data").rglob("rows.jsonl"))
+    assert rows and rows == sorted(p.relative_to(other) for p in (other / "data").rglob("rows.jsonl"))
+    for path in rows:
+        assert (run_dir / path).read_bytes() == (other / path).read_bytes(), path
+    status = {f["id"]: f["status"] for f in read_json(run_dir / "report" / "findings.json")["findings"]}
+    assert status == {f["id"]: f["status"] for f in read_json(other / "report" / "findings.json")["findings"]}
 
 
 def test_run_ends_saying_how_long_it_took_and_where_the_report_is(smoke):

@@ -308,6 +308,47 @@ def test_n1_needs_the_most_repeated_bucket_to_differ_beyond_noise():
     assert rise["status"] == HOLDS and rise["p_value"] < 0.001
 
 
+def _nmt_n3(best_rate: float, second_rate: float | None, informative: bool = True) -> dict:
+    """An NMT summary whose N3 rate is `best_rate`, rerun (step 8) under AVX2 kernels giving `second_rate`."""
+    def findings(rate):
+        return {"N3_recovery_for_most_memorized": rate > 0.5, "N3_best_rate": rate}
+    summary = {"findings": findings(best_rate)}
+    if second_rate is not None:
+        summary["stability"] = {"kernels": "DEFAULT", "second_kernels": "AVX2" if informative else "DEFAULT",
+                                "informative": informative, "findings": findings(second_rate),
+                                "buckets": {"buckets": []}}
+    return summary
+
+
+def test_a_verdict_that_flips_with_the_cpu_kernels_is_inconclusive_unstable():
+    # The issue's numbers: N3 65.4 % with the portable kernels, 32.4 % with AVX2: the rule (> 50 %) flips.
+    flip = verdicts(RunResults({}, {}, [], _nmt_n3(0.654, 0.324)))["N3"]
+    assert flip["status"] == INCONCLUSIVE and flip["unstable"]
+    assert flip["reason"] == ("unstable: the verdict differs between torch's CPU kernel levels "
+                              "(65.4 % with DEFAULT, 32.4 % with AVX2)")
+    # Both above 50 %: the verdict stands, and the note gives the second figure.
+    same = verdicts(RunResults({}, {}, [], _nmt_n3(0.654, 0.70)))["N3"]
+    assert same["status"] == HOLDS and not same["unstable"] and same["note"] == "same verdict with AVX2 kernels (70.0 %)"
+    # Both below: not reproduced, stably.
+    assert verdicts(RunResults({}, {}, [], _nmt_n3(0.3, 0.32)))["N3"]["status"] == FAILS
+    # A rerun that computed with the same kernels says nothing: the verdict is the run's, with a note.
+    blind = verdicts(RunResults({}, {}, [], _nmt_n3(0.654, 0.324, informative=False)))["N3"]
+    assert blind["status"] == HOLDS and blind["note"] == "not checked under a second kernel level"
+    # No rerun at all (nmt.stability_kernels=null, or an older run): the run's verdict, no note.
+    alone = verdicts(RunResults({}, {}, [], _nmt_n3(0.654, None)))["N3"]
+    assert alone["status"] == HOLDS and alone["note"] == "" and not alone["unstable"]
+
+
+def test_stability_compares_the_test_as_well_as_the_rule():
+    # N1's rule (Pearson r > 0) holds in both runs, but its Fisher test passes only in the first (10/100 vs
+    # 30/100, p ~ 6e-4) and not in the rerun (10/100 vs 12/100): the verdict holds once and not the other time.
+    summary = _nmt_with_buckets((10, 100), (30, 100))
+    second = _nmt_with_buckets((10, 100), (12, 100))
+    summary["stability"] = {"kernels": "DEFAULT", "second_kernels": "AVX2", "informative": True, **second}
+    got = verdicts(RunResults({}, {}, [], summary))["N1"]
+    assert got["status"] == INCONCLUSIVE and got["unstable"]
+
+
 # ---------------------------------------------------------------- evidence from stored logs
 def test_rl_evidence_from_a_log_by_hand():
     # 20 logged steps: first 10 % = 2 steps (rewards 1, 1; within-step std 0.4), last 2 steps rewards 2, 2
