@@ -56,8 +56,8 @@ def stay_offline() -> None:
 # multiplies matrices: so both are set before any command imports torch (composing a config already does). ATen's
 # kernel levels (portable, AVX2, AVX512) round differently, and MKL's per-processor code paths differ again; a
 # verdict decided by a few examples flipped with them (docs/methods.md, "What reproduces where"). Held to AVX2,
-# every x86-64 processor with AVX2 (Intel and AMD, AVX512 or not) runs the same code paths: the same bits from
-# the same torch build, at no cost on an AVX2 machine; the portable level costs ~25 % of a smoke run's time.
+# every x86-64 processor with AVX2 (Intel and AMD, AVX512 or not) runs the same code paths, at no cost on an AVX2
+# machine; torch's scalar kernels (`default`) would cost ~25 % of a smoke run's time, in decoding.
 CPU_KERNELS_VARIABLE = "MEMLENS_CPU_KERNELS"
 CPU_KERNEL_LEVELS = ("portable", "default", "avx2", "avx512", "native")
 
@@ -79,7 +79,7 @@ def pin_cpu_kernels() -> None:
     requested = os.environ.get(CPU_KERNELS_VARIABLE, "portable").strip().lower()
     if requested not in CPU_KERNEL_LEVELS:
         raise UserError(f"{CPU_KERNELS_VARIABLE}={requested!r}: use one of {', '.join(CPU_KERNEL_LEVELS)} "
-                        f"(portable, the default: the same numbers on every x86-64 machine with AVX2)")
+                        f"(portable, the default: the same code paths on every x86-64 machine with AVX2)")
     level = pinned_kernel_level(requested)
     if level is None or "ATEN_CPU_CAPABILITY" in os.environ:
         return
