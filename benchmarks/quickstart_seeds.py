@@ -113,12 +113,14 @@ def spread_table(runs: list[tuple[str, int | None, list[dict], float | None]]) -
 
 def one_run_table(findings: list[dict]) -> str:
     """One run's findings: figure with interval and n, p-value, status, and why it is not `holds`."""
+    from memlens.harness.report.findings import status_label  # the report's own wording of a status
+
     lines = ["| id | finding | paper | this run | p | status | why |", "|---|---|---|---|---|---|---|"]
     for f in findings:
         p = f.get("p_value")
         why = (f.get("reason") or f.get("note") or "").replace("|", "/")
         lines.append(f"| {f['id']} | {f['claim']} | {f['paper']} | {f['ours']} | "
-                     f"{'–' if p is None else f'{p:.2g}'} | {f['status']}{' (unstable)' if f.get('unstable') else ''} | {why} |")
+                     f"{'–' if p is None else f'{p:.2g}'} | {status_label(f)} | {why} |")
     return "\n".join(lines)
 
 

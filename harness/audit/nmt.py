@@ -384,7 +384,7 @@ def second_kernel_level(setting: str, current: str) -> str:
 def stability_config(cfg, level: str):
     """The config of the rerun: the same experiment under <run_dir>/nmt/stability/<level>/, without the
     Sec. 6 fine-tuning (N1-N3 do not read it) and without a stability rerun of its own."""
-    from omegaconf import OmegaConf, open_dict  # lazy: only step 8 needs it
+    from omegaconf import open_dict  # lazy: only step 8 needs it
 
     rerun = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     with open_dict(rerun):

@@ -318,6 +318,11 @@ def _result(fid: str, claim: str, paper: str, rule: str, stages: list[str], *, m
             "reason": "; ".join(reasons), "note": note, "unstable": bool(unstable) and measured}
 
 
+def status_label(finding: dict) -> str:
+    """A finding's status as tables print it: 'inconclusive (unstable)' where the verdict changed between runs."""
+    return f"{finding['status']} (unstable)" if finding.get("unstable") else finding["status"]
+
+
 def _fmt(x: Any) -> str:
     return f"{x:.3g}" if isinstance(x, float) else str(x)
 

@@ -26,7 +26,7 @@ from memlens.harness.measures.utility import load_utility
 from memlens.harness.report import analyses as A
 from memlens.harness.report import figures as F
 from memlens.harness.report.evidence import log_history, stage_evidence
-from memlens.harness.report.findings import Roles, RunResults, findings, load_loss_rows, method_checks
+from memlens.harness.report.findings import Roles, RunResults, findings, load_loss_rows, method_checks, status_label
 from memlens.harness.report.loss_figures import render_loss_figures
 
 # Default groups when report.compare is empty: by the recipe that produced each model (an RL stage against a
@@ -414,7 +414,7 @@ def _findings_section(cfg, audits: dict[Path, Path], grouped: dict, evidence: di
                         "that changed when the run was repeated on other CPU kernels; 'not measured' means the "
                         "run has no models or data for it. Rates: percentage [95 % Wilson interval] (k/n)."))
     rows = [{**f, "p_value": f["p_value"], "why": f["reason"] or f["note"],
-             "status": f"{f['status']} (unstable)" if f.get("unstable") else f["status"],
+             "status": status_label(f),
              "evidence": "; ".join(f"{e['check']} = {_fmt_value(e['value'])} {'ok' if e['ok'] else 'FAILS'} "
                                    f"({e['threshold']})" for e in f["evidence"])} for f in table]
     # What the run concluded first; each finding's rule and the evidence checks behind it (long strings) folded.
