@@ -175,6 +175,26 @@ def test_write_program_links_flag_controls_with_open():
         assert "open(" not in code, task
 
 
+def test_extra_operations_are_named_functions_that_write_ops():
+    """EXTRA_OPERATIONS (the follow-ups that lengthen a program): each entry is a named function with a
+    unique name, and on a fresh Writer it returns a non-empty list of Op with something to render."""
+    import inspect
+    import random
+
+    from memlens.synthetic_data.sd_extra_ops import EXTRA_OPERATIONS
+    from memlens.synthetic_data.sd_writer import Op, Writer
+
+    names = [getattr(make, "__name__", repr(make)) for make in EXTRA_OPERATIONS]
+    assert len(set(names)) == len(names), names
+    for i, make in enumerate(EXTRA_OPERATIONS):
+        assert inspect.isfunction(make) and make.__name__ != "<lambda>", make
+        for links in (False, True):
+            ops = make(Writer(random.Random(i), links=links))
+            assert isinstance(ops, list) and ops, make.__name__
+            assert all(isinstance(op, Op) for op in ops), make.__name__
+            assert any(op.body or op.after for op in ops), make.__name__
+
+
 def test_rows_are_json_serialisable(full_sd):
     json.dumps(full_sd["base"][:50] + full_sd["links"][:50])
 
