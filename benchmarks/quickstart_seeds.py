@@ -124,10 +124,6 @@ def one_run_table(findings: list[dict]) -> str:
     return "\n".join(lines)
 
 
-ATTACK_NAMES = {"loss": "LOSS", "zlib": "zlib", "min_k": "Min-K%", "min_k_plus_plus": "Min-K%++",
-                "reference": "reference (control-calibrated)"}
-
-
 def _pct(rate, ci) -> str:
     return "–" if rate is None else f"{100 * rate:.1f} % [{100 * ci[0]:.0f}–{100 * ci[1]:.0f}]"
 
@@ -136,6 +132,8 @@ def mia_table(run_dir: Path) -> str:
     """Extraction beside membership inference (report/summary.json `comparison_mia`, written when the audit ran
     `audit.measures=[...,mia]`): per model and dataset, the extraction rate with its interval and n, the best
     attack's AUC with its bootstrap interval and its TPR at 1 % FPR, and the number of members / non-members."""
+    from memlens.harness.measures.mia import attack_label  # the registry's label, the one the report prints
+
     rows = load_summary(run_dir).get("comparison_mia") or []
     lines = ["| model | dataset | extraction [95 % CI] (n) | best attack | AUC [95 % CI] | TPR at 1 % FPR | "
              "members / held out |", "|---|---|---|---|---|---|---|"]
@@ -143,7 +141,7 @@ def mia_table(run_dir: Path) -> str:
         auc = "–" if r.get("auc") is None else f"{r['auc']:.2f} [{r['auc_ci95'][0]:.2f}, {r['auc_ci95'][1]:.2f}]"
         tpr = r.get("tpr_at_fpr_1%")
         lines.append(f"| {r['model']} | {r['dataset']} | {_pct(r.get('rate'), r.get('ci95'))} ({r.get('n_scored')}) | "
-                     f"{ATTACK_NAMES.get(r.get('best_attack'), r.get('best_attack') or '–')} | {auc} | "
+                     f"{attack_label(r['best_attack']) if r.get('best_attack') else '–'} | {auc} | "
                      f"{'–' if tpr is None else f'{tpr:.2f}'} | {r.get('n_members')} / {r.get('n_nonmembers')} |")
     return "\n".join(lines)
 
@@ -192,7 +190,7 @@ def pref_table(run_dir: Path) -> str:
     datasets = sorted({d for _, d in rates if d.startswith("sd_")})
     lines = ["| model | objective | pair accuracy [95 % CI] (n) | Δ chosen / Δ rejected log-prob (nats) | "
              + " | ".join(datasets) + " |", "|---|---|---|---|" + "---|" * len(datasets)]
-    for m in sorted(summary.get("training", {}).get("ipo") or [], key=lambda m: m["model"]):
+    for m in sorted((summary.get("training", {}).get("preference") or summary.get("training", {}).get("ipo") or []), key=lambda m: m["model"]):
         acc, ci, n = m.get("pair_accuracy"), m.get("pair_accuracy_ci95") or [0, 0], m.get("pair_n")
         fit = "–" if acc is None else f"{acc:.2f} [{ci[0]:.2f}, {ci[1]:.2f}] ({n})"
         cells = [f"{_pct(r['rate'], r['ci95'])} ({r['n_scored']})" if (r := rates.get((m["model"], d))) else "–"

@@ -24,6 +24,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from memlens.harness.audit.losses import audit_losses
+from memlens.harness.audit.measures import MEASURES, Measure
 from memlens.harness.audit.mia import audit_mia, collect_summaries
 from memlens.harness.audit.run import META_SUFFIX, SUMMARY_FILE, check_scored, run_audit, write_summary
 from memlens.harness.audit.run import main as audit_one
@@ -408,26 +409,39 @@ def _drop_from_summaries(audit_dir: Path, model_name: str) -> None:
             atomic_write_json(utility, record)
 
 
-def main(cfg) -> int:
-    """`memlens audit`: one model (audit.model_dir=...) or every model of a run's audit_plan."""
+def _run_ned(cfg, log=print) -> None:
+    audit_run(cfg, log, check_empty=False)    # check_run_scored comes last: an empty NED audit still gets the rest
+
+
+MEASURES.register("ned", Measure("Extraction: the counterfactual NED test (paper 003 Sec. 4.2)", _run_ned,
+                                 single_model=True))
+MEASURES.register("loss", Measure("Loss measures (paper 004)", audit_run_losses))
+MEASURES.register("mia", Measure("Membership inference", audit_run_mia))
+
+
+def requested_measures(cfg) -> list[str]:
+    """`audit.measures` (default [ned]) checked against the registry, in registration order."""
     measures = cfg.audit.get("measures") or ["ned"]
     measures = [measures] if isinstance(measures, str) else list(measures)
-    unknown = [m for m in measures if m not in ("ned", "loss", "mia")]
+    unknown = [m for m in measures if m not in MEASURES]
     if unknown:
-        raise UserError(f"audit.measures={measures}: unknown {unknown}; use [ned], [ned,loss], [ned,mia] or "
-                        "[ned,loss,mia] (any list of ned, loss and mia)")
+        raise UserError(f"audit.measures={measures}: unknown {unknown}; use a list of {', '.join(MEASURES)} "
+                        "(e.g. [ned], [ned,loss,mia])")
+    return [m for m in MEASURES if m in measures]
+
+
+def main(cfg) -> int:
+    """`memlens audit`: one model (audit.model_dir=...) or every model of a run's audit_plan."""
+    measures = requested_measures(cfg)
     if cfg.audit.get("model_dir"):
-        if set(measures) != {"ned"}:
+        multi = [m for m in measures if not MEASURES[m].single_model]
+        if multi:
             raise UserError(f"audit.measures={measures}: the single-model audit (audit.model_dir=...) computes "
-                            "ned only; pass audit.measures=[ned], or run the loss and mia measures over a run's plan "
-                            "with `memlens audit experiment=<name>`")
+                            f"{', '.join(MEASURES.where(lambda m: m.single_model))} only; drop {multi}, or run "
+                            "them over a run's plan with `memlens audit experiment=<name>`")
         return audit_one(cfg)
-    if "ned" in measures:
-        audit_run(cfg, check_empty=False)
-    if "loss" in measures:
-        audit_run_losses(cfg)
-    if "mia" in measures:
-        audit_run_mia(cfg)
+    for name in measures:
+        MEASURES[name].run(cfg, log=print)
     if "ned" in measures:
         check_run_scored(cfg)    # last: an empty NED audit still gets its loss measures and utility
     return 0

@@ -27,15 +27,14 @@ Where a text has fewer tokens than 1 / k, min_k uses its one least likely token 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
+from memlens.harness.core.registry import Registry
 from memlens.harness.core.stats import bootstrap_mia_metrics
 
-ATTACKS = ("loss", "zlib", "min_k", "min_k_plus_plus", "reference")
-ATTACK_LABELS = {"loss": "LOSS", "zlib": "zlib", "min_k": "Min-K%", "min_k_plus_plus": "Min-K%++",
-                 "reference": "ref. loss (control)"}
 MIN_K_FRACTION = 0.2          # k = 20 %: the default of Shi et al. 2024 and of Zhang et al. 2024 (and mimir's)
 VAR_FLOOR = 1e-12             # a next-token distribution with all its mass on one token has variance 0
 
@@ -91,12 +90,40 @@ def reference_score(values: Mapping, control_values: Mapping) -> float:
     return mean_nll(control_values) - mean_nll(values)
 
 
+@dataclass(frozen=True)
+class Attack:
+    """One membership-inference attack: its label in tables and figures and its score of one text (higher =
+    member). `score(values, text, control_values, k)`; `needs_control` attacks get None without a control and
+    are left out of the metrics there."""
+
+    label: str
+    score: Callable[[Mapping, str, Mapping | None, float], float | None]
+    needs_control: bool = False
+
+
+# The attacks every MIA audit runs, in the order tables list them and best_attack breaks ties. A new attack is
+# one function of the per-token values plus `ATTACKS.register(name, Attack(...))`: the audit scores it, the
+# summary, report table and figure show it under its label, findings M1-M3 consider it for the best attack.
+ATTACKS: Registry[Attack] = Registry("MIA attack", "attack")
+ATTACKS.register("loss", Attack("LOSS", lambda v, text, c, k: loss_score(v)))
+ATTACKS.register("zlib", Attack("zlib", lambda v, text, c, k: zlib_score(v, text)))
+ATTACKS.register("min_k", Attack("Min-K%", lambda v, text, c, k: min_k_score(v, k)))
+ATTACKS.register("min_k_plus_plus", Attack("Min-K%++", lambda v, text, c, k: min_k_plus_plus_score(v, k)))
+ATTACKS.register("reference", Attack("ref. loss (control)", lambda v, text, c, k: reference_score(v, c),
+                                     needs_control=True))
+
+
+def attack_label(name: str) -> str:
+    """An attack's label (its name when it is not registered in this process, e.g. a summary from elsewhere)."""
+    return ATTACKS[name].label if name in ATTACKS else name
+
+
 def attack_scores(values: Mapping, text: str, control_values: Mapping | None = None,
                   k: float = MIN_K_FRACTION) -> dict[str, float | None]:
-    """Every attack's score of one text ({attack: score}; reference None without a control)."""
-    return {"loss": loss_score(values), "zlib": zlib_score(values, text), "min_k": min_k_score(values, k),
-            "min_k_plus_plus": min_k_plus_plus_score(values, k),
-            "reference": reference_score(values, control_values) if control_values is not None else None}
+    """Every registered attack's score of one text ({attack: score}; None for one that needs a control when
+    there is none)."""
+    return {name: None if attack.needs_control and control_values is None
+            else attack.score(values, text, control_values, k) for name, attack in ATTACKS.items()}
 
 
 def attack_metrics(member_scores: Sequence[float], nonmember_scores: Sequence[float], n_boot: int, seed: int

@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from memlens.harness.measures.mia import ATTACK_LABELS  # noqa: E402
+from memlens.harness.measures.mia import attack_label  # noqa: E402
 from memlens.harness.report.analyses import Persistence, checkpoint_step  # noqa: E402
 
 DPI = 110
@@ -242,7 +242,7 @@ def mia_over_training_plot(model: str, per_dataset: dict[str, tuple[dict, list[d
             xs = _checkpoint_x([p[0] for p in points])
             ys = [p[1] for p in points]
             err = [[y - p[2][0] for y, p in zip(ys, points)], [p[2][1] - y for y, p in zip(ys, points)]]
-            ax.errorbar(xs, ys, yerr=err, marker="o", ms=3, capsize=2, label=f"AUC {ATTACK_LABELS[attack]}")
+            ax.errorbar(xs, ys, yerr=err, marker="o", ms=3, capsize=2, label=f"AUC {attack_label(attack)}")
         ax.axhline(0.5, color="gray", ls=":", lw=1)
         ax.set(ylim=(0, 1.05), title=f"{model} on {dataset}", xlabel="training step (last point: final)",
                ylabel="membership ROC AUC (95 % bootstrap CI)")
@@ -272,7 +272,7 @@ def mia_comparison_plot(rows: list[dict], path: Path) -> Path:
     aucs = [r["auc"] for r in rows]
     bars = right.bar(xs, aucs, yerr=[[a - r["auc_ci95"][0] for a, r in zip(aucs, rows)],
                                      [r["auc_ci95"][1] - a for a, r in zip(aucs, rows)]], capsize=3, color="tab:blue")
-    right.bar_label(bars, labels=[f"{r['auc']:.2f} {ATTACK_LABELS[r['best_attack']]}\n{r['n_members']} vs "
+    right.bar_label(bars, labels=[f"{r['auc']:.2f} {attack_label(r['best_attack'])}\n{r['n_members']} vs "
                                   f"{r['n_nonmembers']}" for r in rows], fontsize=6)
     right.axhline(0.5, color="gray", ls=":", lw=1)
     right.set(title="detectable: best membership attack's AUC", ylabel="ROC AUC, 95 % bootstrap CI", ylim=(0, 1.15))

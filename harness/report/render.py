@@ -16,12 +16,15 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from memlens.harness.audit.measures import MEASURES
 from memlens.harness.core import layout
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, atomic_write_text, read_jsonl
 from memlens.harness.core.layout import models_dir
+from memlens.harness.core.objectives import OBJECTIVES, PREFERENCE_STAGE, is_preference_stage, recorded_objective
 from memlens.harness.core.provenance import provenance
 from memlens.harness.core.stats import reward_score_stats, wilson_interval
+from memlens.harness.measures.mia import attack_label
 from memlens.harness.measures.utility import load_utility
 from memlens.harness.report import analyses as A
 from memlens.harness.report import figures as F
@@ -33,8 +36,8 @@ from memlens.harness.report.loss_figures import render_loss_figures
 # verifiable reward is RLVR, a preference stage is named by its objective). The recipe does not say how SD
 # entered (RLFT.1 inherits it from FT.1, RLFT.2 only saw it through the reward model), so the experiments that
 # make that comparison set report.compare themselves (conf/experiment/quickstart.yaml).
-STAGE_GROUPS = {"sft": "FT", "rl": "RLFT", "ipo": "IPO"}
-GROUP_ORDER = ("FT", "RLFT", "RLVR", "IPO", "DPO", "DPO+SFT", "SIMPO", "CPO", "ORPO", "KTO")
+STAGE_GROUPS = {"sft": "FT", "rl": "RLFT"}
+GROUP_ORDER = ("FT", "RLFT", "RLVR", *(name.upper() for name in OBJECTIVES))   # a preference model: its objective
 
 
 def default_group(prov: dict) -> str | None:
@@ -42,9 +45,8 @@ def default_group(prov: dict) -> str | None:
     stage = prov.get("stage")
     if stage == "rl" and prov.get("reward_function"):
         return "RLVR"
-    if stage == "ipo":
-        hyper = prov.get("hyperparameters") or {}
-        return str(hyper.get("objective") or hyper.get("loss") or "ipo").upper()
+    if is_preference_stage(stage):
+        return recorded_objective(prov.get("hyperparameters") or {}).upper()
     return STAGE_GROUPS.get(stage)
 
 
@@ -60,7 +62,7 @@ COLUMN_LABELS = {
     "pii_counterfactual_ci95": "PII counterfactual 95 % CI", "pii_chance_level": "PII chance level",
     "ours": "this run", "claim": "finding", "p_value": "p", "why": "why (when not holds)",
     "evidence_ok": "evidence passed", "memorized_by_source": "memorized by source",
-    "still_memorized": "still memorized", "auc": "AUC", "reward_model": "reward model",
+    "still_memorized": "still memorized", "auc": "AUC", "reward_model": "reward model", "attack_label": "attack",
 }
 
 
@@ -335,6 +337,29 @@ def _loss_section(audits: dict[Path, Path], fig_dir: Path, blocks: list, summary
     summary["loss_measures"] = rows
 
 
+def _registered_measures_section(audits: dict[Path, Path], blocks: list, summary: dict) -> None:
+    """A measure registered with `report_rows` (harness/audit/measures.py) gets a table under its title: the
+    columns and rows it reads back from each run's audit directory, the run's name prefixed when several."""
+    for name, measure in MEASURES.items():
+        if measure.report_rows is None:
+            continue
+        tables = []
+        for run, audit in audits.items():
+            got = measure.report_rows(audit)
+            if got:
+                columns, rows = got
+                prefix = "" if len(audits) == 1 else f"{run.name}: "
+                tables.append((prefix, columns, rows))
+        if not tables:
+            continue
+        blocks.append(("h", 2, f"{measure.title} (audit.measures: {name})"))
+        for prefix, columns, rows in tables:
+            if prefix:
+                blocks.append(("p", prefix.rstrip(": ")))
+            blocks.append(_table(rows, columns))
+            summary.setdefault("measures", {}).setdefault(name, []).extend(rows)
+
+
 def _mia(audits: dict[Path, Path]) -> dict:
     """{model: MIA summary} of every run (a run's name prefixes its models when several are reported)."""
     out = {}
@@ -367,13 +392,13 @@ def _mia_section(mia: dict, entries: list[dict], fig_dir: Path, blocks: list, su
             for span in record.get("spans") or []:
                 for attack, m in (A.mia_entry(mia, model, d, span) or {}).items():
                     rows.append({"model": model, "dataset": d, "span": span, "attack": attack,
-                                 "auc": m["auc"]["value"], "auc_ci95": m["auc"]["ci95"],
+                                 "attack_label": attack_label(attack), "auc": m["auc"]["value"], "auc_ci95": m["auc"]["ci95"],
                                  "tpr_at_fpr_1%": m["tpr_at_fpr_1%"]["value"],
                                  "tpr_at_fpr_1%_ci95": m["tpr_at_fpr_1%"]["ci95"],
                                  "tpr_at_fpr_0.1%": m["tpr_at_fpr_0.1%"]["value"],
                                  "n_members": m["n_members"], "n_nonmembers": m["n_nonmembers"],
                                  "n_boot": m["bootstrap"]["n"]})
-    blocks.append(_table(rows, ["model", "dataset", "span", "attack", "auc", "auc_ci95", "tpr_at_fpr_1%",
+    blocks.append(_table(rows, ["model", "dataset", "span", "attack_label", "auc", "auc_ci95", "tpr_at_fpr_1%",
                                 "tpr_at_fpr_1%_ci95", "tpr_at_fpr_0.1%", "n_members", "n_nonmembers", "n_boot"]))
     summary["membership_inference"] = rows
 
@@ -521,7 +546,7 @@ def _training_section(evidence: dict, runs: list[Path], fig_dir: Path, blocks: l
          "model's place (recipes/verifiable_rewards.py); reward_heldout_auc: its ranking of held-out labelled rows, "
          "the check a reward model's held-out AUC gets.",
          F.rl_training_plots, "RL training curves"),
-        ("ipo", ["objective", "pair_n", "pair_accuracy", "pair_accuracy_ci95", "pair_chosen_change",
+        (PREFERENCE_STAGE, ["objective", "pair_n", "pair_accuracy", "pair_accuracy_ci95", "pair_chosen_change",
                  "pair_rejected_change", "steps_logged", "accuracy_first", "accuracy_final", "margin_final",
                  "loss_first", "loss_final", "logps_chosen_first", "logps_chosen_final", "logps_rejected_first",
                  "logps_rejected_final"],
@@ -543,14 +568,15 @@ def _training_section(evidence: dict, runs: list[Path], fig_dir: Path, blocks: l
     stage_rows = {}
     for kind, columns, text, plot, title in stages:
         stage_rows[kind] = _stage_table(evidence, kind, columns, blocks, text)
-        if kind == "ipo" and any(r.get("pair_accuracy") is not None for r in stage_rows[kind]):
+        if kind == PREFERENCE_STAGE and any(r.get("pair_accuracy") is not None for r in stage_rows[kind]):
             path = F.preference_displacement_plot([r for r in stage_rows[kind] if r.get("pair_accuracy") is not None],
                                                   fig_dir / "preference_displacement.png")
             blocks.append(("img", str(path), "Preference pairs: chosen and rejected log-probability change"))
         if stage_rows[kind]:
             for path in plot(_histories(runs, evidence, kind), fig_dir):
                 blocks.append(("img", str(path), f"{title}: {path.stem}"))
-    summary["training"] = {"reward_models": rm_rows, "rl": stage_rows["rl"], "ipo": stage_rows["ipo"]}
+    summary["training"] = {"reward_models": rm_rows, "rl": stage_rows["rl"],
+                          "preference": stage_rows[PREFERENCE_STAGE]}
 
 
 def _stage_table(evidence: dict, stage: str, columns: list[str], blocks: list, caption: str) -> list[dict]:
@@ -679,6 +705,7 @@ def render_report(cfg) -> int:
     mia = _mia(audits)
     _mia_section(mia, entries, fig_dir, blocks, summary)
     _utility_section(runs, audits, blocks, summary)
+    _registered_measures_section(audits, blocks, summary)
     _maps_section(grouped, finals, rcfg, k, fig_dir, blocks)
 
     blocks.append(("h", 2, "Provenance (paper 003 Table 1, generated from provenance.json)"))

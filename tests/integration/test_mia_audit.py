@@ -159,3 +159,51 @@ def test_bad_mia_settings_name_the_key_and_a_plan_without_held_out_sets_is_noted
 
     audit_run_mia(no_partner, log=said.append)
     assert "no planned dataset has a held-out partner" in said[-1] and not (tmp_path / "audit" / "mia").exists()
+
+
+def test_an_attack_and_a_measure_registered_from_here_reach_the_audit_and_the_report(world, tmp_path):
+    """The registries are the only edit: an attack (the target's length in characters, shorter = member, a
+    deliberately weak feature) and a measure (rows per dataset, written by the measure, read back for the
+    report) registered in this file appear in the MIA summary and rows, the audit's output and report.html."""
+    from memlens.harness.audit.measures import MEASURES, Measure
+    from memlens.harness.measures.mia import Attack
+    from memlens.harness.report.render import render_report
+
+    root = world["root"]
+    out = tmp_path / "audit"
+
+    def count_rows(cfg, log=print) -> None:
+        counts = {d: len(read_jsonl(root / "data" / d / "rows.jsonl")) for d in ("sd_base", "sd_base_heldout")}
+        atomic_write_json(out / "row_count.json", counts)
+
+    def row_count_table(audit_dir):
+        path = audit_dir / "row_count.json"
+        if not path.is_file():
+            return None
+        return ["dataset", "rows"], [{"dataset": d, "rows": n} for d, n in read_json(path).items()]
+
+    length = Attack("target length", lambda values, text, control, k: -float(len(text)))
+    measure = Measure("Rows per dataset", count_rows, report_rows=row_count_table)
+    cfg = OmegaConf.create({
+        "run_dir": str(root), "seed": 0,
+        "audit": {"out_dir": str(out), "cache_dir": str(root / "audit" / "cache"), "measures": ["mia", "row_count"],
+                  "mia_spans": ["target"], "mia_bootstrap": 50, "batch_size": 8, "device": "cpu", "fim_family": None},
+        "audit_plan": [{"models": ["FT.1"], "control": "FT.2", "datasets": ["sd_base"]}],
+        "report": {"out_dir": str(tmp_path / "report")}})
+    with ATTACKS.registered("target_length", length), MEASURES.registered("row_count", measure):
+        assert audit_main(cfg) == 0
+        assert render_report(cfg) == 0
+    assert "target_length" not in ATTACKS and "row_count" not in MEASURES    # the with-blocks took them back
+    summary = read_json(out / "mia" / "FT.1" / "summary.json")
+    assert summary["attacks"][-1] == "target_length"
+    auc = summary["results"]["final"]["sd_base"]["spans"]["target"]["target_length"]["auc"]
+    assert 0 <= auc["value"] <= 1 and auc["ci95"][0] <= auc["value"] <= auc["ci95"][1]
+    row = read_jsonl(out / "mia" / "FT.1" / "final" / "sd_base.jsonl")[0]
+    member = next(r for r in world["members"] if r["id"] == row["id"])
+    assert row["score"]["target"]["target_length"] == -len(member["target"])
+    assert read_json(out / "row_count.json") == {"sd_base": 16, "sd_base_heldout": 16}
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert "target length" in html                                       # the attack's label, in the MIA table
+    assert "Rows per dataset (audit.measures: row_count)" in html and "sd_base_heldout" in html
+    assert read_json(tmp_path / "report" / "summary.json")["measures"]["row_count"] == [
+        {"dataset": "sd_base", "rows": 16}, {"dataset": "sd_base_heldout", "rows": 16}]

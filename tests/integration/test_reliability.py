@@ -20,36 +20,13 @@ import pytest
 
 from memlens.harness.core.io import read_jsonl
 from tests.integration.conftest import audit_overrides
+from tests.integration.run_helpers import LONG_PREFIX, REPO, refused, write_examples
+from tests.integration.run_helpers import memlens_in as memlens
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
 # Every character str.splitlines() treats as a line break besides "\n" (tests/unit/test_io_config.py
 # checks that this list is complete).
 BREAKS = ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\r\n"]
-
-
-def memlens(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "memlens", *args], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=600)
-
-
-def refused(proc: subprocess.CompletedProcess, *patterns: str) -> str:
-    """Exit 2, a one-paragraph error (no traceback) matching every pattern."""
-    import re
-
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
-    assert proc.stderr.startswith("memlens: error: ") and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    for pattern in patterns:
-        assert re.search(pattern, proc.stderr), (pattern, proc.stderr)
-    return proc.stderr
-
-
-def write_examples(path: Path, rows: list[dict]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    return path
 
 
 # --------------------------------------------------------------------------------------------------
@@ -70,8 +47,8 @@ def write_examples(path: Path, rows: list[dict]) -> Path:
     ("+data.sd.kk=1", [r"data\.sd\.kk: unknown key; the valid keys under data\.sd are heldout_size, line_counts, "]),
     ("+model.kk=1", [r"model: unknown key\(s\) \['kk'\]; valid keys are \['dtype', "]),
     ("+model.lora.rank=8", [r"model\.lora: unknown key\(s\) \['rank'\]; valid keys are \['alpha', "]),
-    ("audit.measures=[ned,los]", [r"audit\.measures=\['ned', 'los'\]: unknown \['los'\]; use \[ned\]"]),
-    ("audit.measures=[ned,loss]", [r"the single-model audit .* computes ned only; pass audit\.measures=\[ned\]"]),
+    ("audit.measures=[ned,los]", [r"audit\.measures=\['ned', 'los'\]: unknown \['los'\]; use a list of ned, loss, mia"]),
+    ("audit.measures=[ned,loss]", [r"the single-model audit .* computes ned only; drop \['loss'\]"]),
 ])
 def test_bad_audit_setting_is_refused_naming_the_key(audit_world, tmp_path, override, patterns):
     out, cache = tmp_path / "out", tmp_path / "cache"
@@ -189,7 +166,6 @@ def test_control_with_another_tokenizer_is_noted_once_and_in_the_summary(audit_w
 # 5 and 6: nothing scored; prompts longer than the context
 # --------------------------------------------------------------------------------------------------
 
-LONG_PREFIX = "".join(f"value_{i} = compute_{i}(value_{i - 1}, {i * 7919 % 1000})\n" for i in range(1, 200))
 
 
 def _short(i):

@@ -1,0 +1,29 @@
+"""The audit measures a run can ask for (`audit.measures=[ned, loss, mia, ...]`), one registry.
+
+A measure scores a run's audit plan and writes its results under the audit directory; `audit.measures`
+validates against this registry and `memlens audit` runs the requested ones in registration order. A measure
+without a dedicated report section gives `report_rows`: (columns, rows) read back from what it wrote, and the
+report lays them out as a table under its title (harness/report/render.py). The three built-in measures
+register in harness/audit/plan.py, beside the functions that run them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from memlens.harness.core.registry import Registry
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One audit measure. `run(cfg, log)` scores the run's plan (cfg.audit.out_dir is its output root)."""
+
+    title: str                                       # a section heading in the report
+    run: Callable[..., None]
+    single_model: bool = False                       # also runs in the one-model audit (audit.model_dir=...)
+    report_rows: Callable[[Path], tuple[list[str], list[dict]] | None] | None = None   # from <audit dir>
+
+
+MEASURES: Registry[Measure] = Registry("audit measure", "audit.measures")
