@@ -45,7 +45,7 @@ def main() -> None:
     import tiny
     from alignment_world import write_dataset
 
-    from memlens.recipes import ipo, reward, rl
+    from memlens.recipes import preference, reward, rl
     from memlens.recipes.common import StageContext, write_provenance
 
     out = Path(args.out)
@@ -82,7 +82,7 @@ def main() -> None:
             "init": "FT", "reward_model": "RM.point", "prompts": ["prompts"], "algorithm": "grpo", "lr": 1e-5,
             "max_steps": n, "num_generations": 4, "prompts_per_step": 2, "max_completion_length": 64,
             "save_steps": 1000}),
-        "IPO (batch 4 pairs, ≤256 tok)": (ipo, "IPO", {
+        "IPO (batch 4 pairs, ≤256 tok)": (preference, "IPO", {
             "init": "FT", "datasets": ["pairs"], "lr": 1e-5, "max_steps": n, "batch_size": 4, "max_length": 256,
             "save_steps": 1000}),
     }

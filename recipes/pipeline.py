@@ -29,7 +29,6 @@ old directory is moved to `<run_dir>/stale/` first, so a resume never mixes two 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import itertools
 import json
 import os
@@ -52,8 +51,8 @@ from memlens.harness.core.provenance import git_commit, provenance
 from memlens.recipes.check import run_preflight
 from memlens.recipes.common import (PROVENANCE_FILE, StageContext, is_complete, latest_checkpoint, require_tensorboard,
                                     resolve_device, same_settings, settings_match)
+from memlens.recipes.stages import STAGES, canonical_recipe, recipe_module
 
-RECIPES = ("pretrain", "sft", "reward", "rl", "ipo")
 REFERENCE_KEYS = ("init", "reward_model")    # settings that name another stage's model
 DATASET_KEYS = ("datasets", "eval_datasets", "score_datasets", "prompts", "reward.heldout")   # dotted: nested
 RL_PROMPTS = "sd_rl_prompts"                 # built with the PT tokenizer (50 + 50 tokens of each RL prompt)
@@ -88,14 +87,8 @@ def flatten_stages(node: dict[str, Any], prefix: str = "") -> dict[str, dict[str
         elif value:
             stages.update(flatten_stages(value, name))
         else:
-            raise UserError(f"stages.{name} is empty; give it `recipe:` ({', '.join(RECIPES)}) and its settings")
+            raise UserError(f"stages.{name} is empty; give it `recipe:` ({', '.join(STAGES)}) and its settings")
     return stages
-
-
-def recipe_module(recipe: str, stage: str):
-    if recipe not in RECIPES:
-        raise UserError(f"stages.{stage}.recipe={recipe!r}: use one of {', '.join(RECIPES)}")
-    return importlib.import_module(f"memlens.recipes.{recipe}")
 
 
 def settings_fields(recipe: str, stage: str) -> set[str]:
@@ -216,7 +209,7 @@ def plan(cfg) -> list[PlannedStage]:
     model_names: dict[str, list[str]] = {}
     for name in order_stages(stages):
         stage = stages[name]
-        recipe = stage.get("recipe")
+        recipe = canonical_recipe(stage.get("recipe"), name)
         accepted = settings_fields(recipe, name)
         for point_name, settings in expand_stage(name, stage, cli_keys.get(name, [])):
             check_model_name(point_name, f"stages.{name}")        # models/<point_name> must stay in the run

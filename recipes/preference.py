@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from memlens.harness.core.io import read_jsonl
+from memlens.harness.core.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
+from memlens.harness.core.registry import Registry
 from memlens.harness.core.user_data import repeated
 from memlens.recipes.common import (StageContext, StageSettings, attach_stage_console, fit_fim_context, latest_checkpoint,
                                     refuse_zero3_with_lora,
@@ -49,39 +51,16 @@ from memlens.recipes.models import load_causal_lm, load_tokenizer, lora_config, 
 PAIR_FIELDS = ("id", "prefix", "suffix", "chosen", "rejected")
 
 
-@dataclass(frozen=True)
-class Objective:
-    """One preference objective: which TRL trainer runs it and how."""
-
-    trainer: str                 # dpo (trl.DPOTrainer) | cpo, orpo (trl.experimental) | kto (trl.KTOTrainer)
-    reference: bool              # anchored to the initial model (a KL or log-ratio term) or reference-free
-    nll: bool                    # has an NLL term on the chosen completion
-    beta: float                  # β when the stage sets none: TRL's default, or the objective paper's
-    loss_type: tuple[str, ...] | str = ()   # DPOTrainer's loss_type list, CPOTrainer's loss_type
-
-
-OBJECTIVES = {
-    "ipo": Objective("dpo", reference=True, nll=False, beta=0.1, loss_type=("ipo",)),
-    "dpo": Objective("dpo", reference=True, nll=False, beta=0.1, loss_type=("sigmoid",)),
-    "dpo+sft": Objective("dpo", reference=True, nll=True, beta=0.1, loss_type=("sigmoid", "sft")),
-    # SimPO's β: the paper's 2.0 (its models use 2.0-2.5; TRL's CPOConfig default, 0.1, is CPO's); γ TRL's 0.5
-    "simpo": Objective("cpo", reference=False, nll=False, beta=2.0, loss_type="simpo"),
-    "cpo": Objective("cpo", reference=False, nll=True, beta=0.1, loss_type="sigmoid"),
-    "orpo": Objective("orpo", reference=False, nll=True, beta=0.1),
-    "kto": Objective("kto", reference=True, nll=False, beta=0.1),
-}
-LEGACY_LOSSES = {"ipo": "ipo", "dpo": "dpo"}   # the older key `loss` (ipo | dpo) names the same objectives
-
-
 @dataclass
-class IPOSettings(StageSettings):
-    """Keys of a `recipe: ipo` stage (conf/experiment/*.yaml, `stages.<NAME>`)."""
+class PreferenceSettings(StageSettings):
+    """Keys of a `recipe: preference` stage (conf/experiment/*.yaml, `stages.<NAME>`; `recipe: ipo`, its older
+    name, is accepted)."""
 
     init: str = ""                 # model to align and KL reference: a stage name (PT) or a model directory
     datasets: list[str] = field(default_factory=list)       # pairwise rows, e.g. [pairs_sd_base, pairs_sd_links]
     eval_datasets: list[str] = field(default_factory=list)  # pairwise validation sets (eval loss)
     objective: str | None = None   # ipo (paper Sec. 5.4; the default) | dpo | dpo+sft | simpo | cpo | orpo | kto
-    loss: str | None = None        # the older name of `objective` (ipo | dpo), kept so finished stages still match
+    loss: str | None = None        # the older name of `objective`: refused with a message that names `objective`
     beta: Any = None               # the objective's β (IPO: τ, target margin 1/(2β); smaller -> larger margin, more
                                    # drift); a number, {objective: β} per objective, or unset: OBJECTIVES' value
     sft_weight: float = 1.0        # dpo+sft: weight of the chosen completion's NLL (RPO: 1); ↑ more likelihood on chosen
@@ -137,14 +116,12 @@ class IPOSettings(StageSettings):
 
 
     def resolve_objective(self) -> str:
-        if self.loss is not None and self.loss not in LEGACY_LOSSES:
-            raise self.bad("loss", f"the older key takes {' or '.join(LEGACY_LOSSES)}; for the other objectives set "
-                           f"objective: one of {', '.join(OBJECTIVES)}")
+        if self.loss is not None:
+            raise self.bad("loss", f"the key is now `objective`; write objective: {self.loss} (one of "
+                           f"{', '.join(OBJECTIVES)}) and remove loss")
         if self.objective is not None and self.objective not in OBJECTIVES:
             raise self.bad("objective", f"use one of {', '.join(OBJECTIVES)}")
-        if self.loss is not None and self.objective is not None and LEGACY_LOSSES[self.loss] != self.objective:
-            raise self.bad("loss", f"it names another objective than objective={self.objective!r}; keep only objective")
-        return self.objective or LEGACY_LOSSES.get(self.loss or "ipo")
+        return self.objective or DEFAULT_OBJECTIVE
 
     def resolve_beta(self) -> float:
         """β of this stage's objective: the stage's number, its entry in a {objective: β} mapping, or OBJECTIVES'."""
@@ -169,14 +146,14 @@ def unpaired_rows(rows: list[dict]) -> list[dict]:
                                           {"prompt": r["prompt"], "completion": r["rejected"], "label": False})]
 
 
-def load_settings(settings: dict[str, Any], stage: str) -> IPOSettings:
-    return IPOSettings.load(settings, stage)
+def load_settings(settings: dict[str, Any], stage: str) -> PreferenceSettings:
+    return PreferenceSettings.load(settings, stage)
 
 
-class IPORecipe:
+class PreferenceRecipe:
     """setup -> train -> save for one preference stage (IPO or another objective)."""
 
-    def __init__(self, cfg: IPOSettings, ctx: StageContext):
+    def __init__(self, cfg: PreferenceSettings, ctx: StageContext):
         self.cfg, self.ctx = cfg, ctx
 
     def setup(self) -> None:
@@ -247,33 +224,13 @@ class IPORecipe:
                     **trl_device_kwargs(self.ctx.device, self.cfg.deepspeed))
 
     def trainer_for_objective(self):
-        """The TRL trainer of `objective` (OBJECTIVES), on this stage's data and budget."""
-        cfg, objective = self.cfg, OBJECTIVES[self.cfg.objective]
+        """The TRL trainer of `objective` (harness/core/objectives.py), built by its TRAINERS entry."""
+        cfg = self.cfg
         data = dict(train_dataset=self.dataset(cfg.datasets),
                     eval_dataset=self.dataset(cfg.eval_datasets) if cfg.eval_datasets else None,
                     processing_class=self.tokenizer, peft_config=lora_config(self.preset))
-        if objective.trainer == "dpo":
-            from trl import DPOConfig, DPOTrainer
-
-            weights = [1.0, float(cfg.sft_weight)] if objective.nll else None   # DPOTrainer's multi-loss weights
-            args = DPOConfig(loss_type=list(objective.loss_type), loss_weights=weights,
-                             **self.common_args(cfg.batch_size))
-            return DPOTrainer(model=self.policy, ref_model=self.reference, args=args, **data)
-        if objective.trainer == "kto":
-            from trl import KTOConfig, KTOTrainer
-
-            # Each pair gives two rows, so a step sees the completions of batch_size pairs, as the paired objectives do.
-            args = KTOConfig(**self.common_args(2 * cfg.batch_size))
-            return KTOTrainer(model=self.policy, ref_model=self.reference, args=args, **data)
-        if objective.trainer == "cpo":
-            from trl.experimental.cpo import CPOConfig, CPOTrainer
-
-            args = CPOConfig(loss_type=objective.loss_type, cpo_alpha=1.0 if objective.nll else 0.0,
-                             simpo_gamma=cfg.simpo_gamma, **self.common_args(cfg.batch_size))
-            return CPOTrainer(model=self.policy, args=args, **data)
-        from trl.experimental.orpo import ORPOConfig, ORPOTrainer
-
-        return ORPOTrainer(model=self.policy, args=ORPOConfig(**self.common_args(cfg.batch_size)), **data)
+        objective = OBJECTIVES[cfg.objective]
+        return TRAINERS[objective.trainer](self, objective, data)
 
     def train(self) -> None:
         self.trainer = self.trainer_for_objective()
@@ -303,14 +260,54 @@ class IPORecipe:
         self.tokenizer.save_pretrained(str(self.ctx.out_dir))
 
 
+# The TRL trainers the objectives run on: (recipe, objective, data) -> a trainer ready to train. An objective names
+# one (Objective.trainer); a new objective on a new TRL trainer registers its builder here.
+TRAINERS: Registry = Registry("preference trainer", "Objective.trainer")
+
+
+@TRAINERS.register("dpo")
+def dpo_trainer(recipe: PreferenceRecipe, objective, data: dict):
+    from trl import DPOConfig, DPOTrainer
+
+    weights = [1.0, float(recipe.cfg.sft_weight)] if objective.nll else None   # DPOTrainer's multi-loss weights
+    args = DPOConfig(loss_type=list(objective.loss_type), loss_weights=weights,
+                     **recipe.common_args(recipe.cfg.batch_size))
+    return DPOTrainer(model=recipe.policy, ref_model=recipe.reference, args=args, **data)
+
+
+@TRAINERS.register("kto")
+def kto_trainer(recipe: PreferenceRecipe, objective, data: dict):
+    from trl import KTOConfig, KTOTrainer
+
+    # Each pair gives two rows, so a step sees the completions of batch_size pairs, as the paired objectives do.
+    args = KTOConfig(**recipe.common_args(2 * recipe.cfg.batch_size))
+    return KTOTrainer(model=recipe.policy, ref_model=recipe.reference, args=args, **data)
+
+
+@TRAINERS.register("cpo")
+def cpo_trainer(recipe: PreferenceRecipe, objective, data: dict):
+    from trl.experimental.cpo import CPOConfig, CPOTrainer
+
+    args = CPOConfig(loss_type=objective.loss_type, cpo_alpha=1.0 if objective.nll else 0.0,
+                     simpo_gamma=recipe.cfg.simpo_gamma, **recipe.common_args(recipe.cfg.batch_size))
+    return CPOTrainer(model=recipe.policy, args=args, **data)
+
+
+@TRAINERS.register("orpo")
+def orpo_trainer(recipe: PreferenceRecipe, objective, data: dict):
+    from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+
+    return ORPOTrainer(model=recipe.policy, args=ORPOConfig(**recipe.common_args(recipe.cfg.batch_size)), **data)
+
+
 def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
     if settings_match(ctx.out_dir, settings):
         return
     cfg = load_settings(settings, ctx.name.split("/")[0])
-    recipe = IPORecipe(cfg, ctx)
+    recipe = PreferenceRecipe(cfg, ctx)
     recipe.setup()
     recipe.train()
     recipe.save()
     recipe.evaluate_pairs()
-    write_provenance(ctx, "ipo", settings, datasets=list(recipe.rows), init_model=str(recipe.init_dir),
+    write_provenance(ctx, "preference", settings, datasets=list(recipe.rows), init_model=str(recipe.init_dir),
                      hyperparameters=asdict(cfg))

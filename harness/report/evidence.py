@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from memlens.harness.core.layout import TRAINER_STATE, checkpoint_dirs
+from memlens.harness.core.objectives import PREFERENCE_STAGE, is_preference_stage, recorded_objective
 from memlens.harness.report.analyses import checkpoint_step
 
 EDGE_SHARE = 0.1  # "first" and "last" steps: the first and last 10 % of logged training steps
@@ -166,8 +167,7 @@ def stage_evidence(models_dir: str | Path, provenance: dict[str, dict],
                          **({"reward_auc": rm_evidence(model_dir, "reward_function")} if function else {}),
                          "init_model": init, **utility_evidence(utility or {}, name, init),
                          **rl_evidence(log_history(model_dir)), **rl_eval_evidence(model_dir)}
-        elif stage == "ipo":
-            hyper = prov.get("hyperparameters") or {}
-            out[name] = {"stage": stage, "objective": hyper.get("objective") or hyper.get("loss") or "ipo",
+        elif is_preference_stage(stage):
+            out[name] = {"stage": PREFERENCE_STAGE, "objective": recorded_objective(prov.get("hyperparameters") or {}),
                          **ipo_evidence(log_history(model_dir)), **preference_eval_evidence(model_dir)}
     return out

@@ -32,6 +32,7 @@ from typing import Any
 from memlens.harness.audit.losses import VARIANT_CONTROL
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_jsonl
+from memlens.harness.core.objectives import DEFAULT_OBJECTIVE, OBJECTIVES, PREFERENCE_STAGE
 from memlens.harness.core.stats import fisher_exact, mcnemar_exact, rate_with_interval, sign_test
 from memlens.harness.measures.memorization import pii_counterfactually_regurgitated, pii_rows, summarize_pii
 from memlens.harness.measures.mia import best_attack
@@ -271,7 +272,7 @@ def method_checks(run: RunResults, model: str, dataset: str) -> list[dict]:
     ev = run.evidence.get(model, {})
     if ev.get("stage") == "rl":
         return ([rm_heldout_check(run, model)] if ev.get("reward_function") else []) + rl_checks(run, [model], dataset)
-    if ev.get("stage") == "ipo":
+    if ev.get("stage") == PREFERENCE_STAGE:
         if "pair_accuracy" in ev or "accuracy_final" not in ev:
             return [pair_check(run, model)]
         acc = ev["accuracy_final"]
@@ -523,8 +524,8 @@ def f8(run: RunResults) -> dict:
 # ---------------------------------------------------------------- P1-P3: preference objectives beyond IPO
 # Not claims of paper 003: claims the field makes or implies about the objectives that replaced IPO, stated so that
 # the run can refute them, with F1-F8's rules (evidence first, then the rule, then an exact test at p < P_MAX).
-REFERENCE_FREE = ("simpo", "cpo", "orpo")            # recipes/ipo.py OBJECTIVES[...].reference is False
-REFERENCE_BASED = ("ipo", "dpo", "dpo+sft", "kto")
+REFERENCE_FREE = OBJECTIVES.where(lambda o: not o.reference)     # simpo, cpo, orpo (harness/core/objectives.py)
+REFERENCE_BASED = OBJECTIVES.where(lambda o: o.reference)         # ipo, dpo, dpo+sft, kto
 
 
 def preference_models(run: RunResults, dataset: str = "sd_base") -> dict[str, str]:
@@ -535,7 +536,7 @@ def preference_models(run: RunResults, dataset: str = "sd_base") -> dict[str, st
     for model, d in sorted(run._final):
         name, point = A.parse_sweep_point(model)
         if d == dataset and name == run.roles.preference:
-            objective = run.evidence.get(model, {}).get("objective") or point.get("objective") or "ipo"
+            objective = run.evidence.get(model, {}).get("objective") or point.get("objective") or DEFAULT_OBJECTIVE
             out.setdefault(str(objective), model)
     return out
 

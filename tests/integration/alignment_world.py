@@ -117,3 +117,14 @@ def trained_rm(world):
         reward.run_stage(dict(RM_SETTINGS), ctx)
         _CACHE["rm"] = ctx.out_dir
     return _CACHE["rm"]
+
+
+# Each stage's settings at test size (its test module and test_lora_stages.py train with them).
+IPO_SETTINGS = {"init": "FT", "datasets": ["pairs_easy"], "objective": "ipo", "beta": 0.1, "lr": 1e-3,
+                "max_steps": 4, "batch_size": 8, "save_steps": 2, "logging_steps": 1}
+PPO_SETTINGS = {"init": "FT", "reward_model": "RM.1", "prompts": ["sd_prompts", "pd_code"], "algorithm": "ppo",
+                "beta": 0.1, "lr": 1e-3, "max_steps": 3, "num_generations": 2, "prompts_per_step": 2,
+                "max_completion_length": 8, "save_steps": 2, "ppo_epochs": 1}
+RL_SETTINGS = {"init": "FT", "reward_model": "RM.1", "prompts": ["sd_prompts", "pd_code"], "beta": 0.1,
+               "lr": 1e-3, "max_steps": 3, "num_generations": 4, "prompts_per_step": 2,
+               "max_completion_length": 16, "save_steps": 2}

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from memlens.harness.cli import compose
-from memlens.recipes.pipeline import RECIPES, audit_plan, flatten_stages, needed_datasets, plan
+from memlens.recipes.pipeline import audit_plan, flatten_stages, needed_datasets, plan
+from memlens.recipes.stages import STAGES
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
-# Pipeline experiments: the ones that declare `stages:` (others, e.g. nmt_*, belong to other commands).
-EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if "\nstages:" in p.read_text())
+from tests.integration.run_helpers import CONF, EXPERIMENTS
+
 DATASETS = {"sd_base", "sd_links", "sd_links_pos", "sd_base_heldout", "sd_links_heldout", "sd_links_pos_heldout",
             "sd_rl_prompts", "pd_pt", "pd_1", "pd_2", "pd_2_val", "pd_3",
             "pd_3_val", "pd_eval", "rm_pd2", "rm_pd2_val", "rm_sd", "rm_sd_links", "pairs_sd_base",
@@ -38,7 +38,7 @@ def test_experiment_composes_and_every_stage_validates(name):
     cfg = compose([f"experiment={name}"])
     assert cfg.experiment_name == name
     planned = plan(cfg)                       # runs each recipe's load_settings (dataclass validation)
-    assert {s.recipe for s in planned} <= set(RECIPES)
+    assert {s.recipe for s in planned} <= set(STAGES)
     trained = {s.name for s in planned}
     for entry in audit_plan(cfg):             # the audit's models and control are stages of this experiment
         assert entry["control"] in trained, entry
@@ -75,7 +75,7 @@ def test_paper_table1_provenance():
     rl4 = [k for (e, k) in stages if e == "rl_prompts" and k.startswith("RLFT.4/")]
     assert len(rl4) == 6                                  # α x LR grid
     assert all(stages[("rl_prompts", k)]["reward_model"] == "RM.1" for k in rl4)
-    assert get("ipo", "IPO")["init"] == "PT" and get("ipo", "IPO")["loss"] == "ipo"
+    assert get("ipo", "IPO")["init"] == "PT" and get("ipo", "IPO")["objective"] == "ipo"
 
 
 def test_stage_names_are_overridable_from_the_command_line():

@@ -21,48 +21,13 @@ import pytest
 from memlens.harness.cli import compose
 from memlens.recipes.pipeline import plan
 
-from tests.integration.test_experiment_configs import EXPERIMENTS
-from tests.integration.test_pipeline_smoke import memlens
+from tests.integration.run_helpers import EXPERIMENTS, TOY_RUN, memlens, toy_overrides
 
 pytestmark = pytest.mark.slow
 
-# A few optimizer steps per recipe, at the smoke experiment's sequence lengths.
-TOY_STAGE = {
-    "pretrain": {"max_tokens": 16384, "max_seq_len": 128, "batch_size": 8, "save_steps": 8,
-                 "tokenizer_chars": 300000},
-    "sft": {"max_steps": 4, "save_steps": 2, "batch_size": 8, "max_seq_len": 256},
-    "reward": {"max_steps": 4, "save_steps": 2, "batch_size": 8, "max_length": 256},
-    "rl": {"max_steps": 2, "save_steps": 1, "num_generations": 2, "prompts_per_step": 2,
-           "max_completion_length": 8, "eval_prompts": 4, "eval_samples": 2},
-    "ipo": {"max_steps": 2, "save_steps": 1, "batch_size": 4, "max_length": 256},
-}
-# The smoke experiment's model, data and decoding budget, read from conf/experiment/smoke.yaml.
-SMOKE_KEYS = ("data.sd.size", "data.sd.line_counts", "data.pd.max_files", "data.pd.proportions",
-              "audit.max_new_tokens", "audit.target_tokens", "audit.min_target_tokens", "audit.utility_examples")
-
-
-def smoke_overrides() -> list[str]:
-    """`key=value` overrides (Hydra's grammar: unquoted dict keys) carrying smoke's values of SMOKE_KEYS."""
-    from omegaconf import OmegaConf
-
-    smoke = compose(["experiment=smoke"])
-    return [f"model={smoke.model.name}", "device=cpu",
-            *(f"{key}={OmegaConf.select(smoke, key)}".replace(" ", "").replace("'", "") for key in SMOKE_KEYS)]
-
-
-# Membership inference (on in findings and findings_rlvr) on the target span with 200 bootstrap resamples: the same
-# wiring, about half the teacher-forced passes of both spans (measured: ~1 min 45 s of findings' toy run at load ~10).
-TOY_RUN = [*smoke_overrides(), "audit.mia_spans=[target]", "audit.mia_bootstrap=200"]
 # own_canaries and own_preference run at this size in test_own_data.py, which also checks what they plant.
 OWN_DATA = ("own_canaries", "own_preference")
 TOY_EXPERIMENTS = [name for name in EXPERIMENTS if name != "smoke" and name not in OWN_DATA]
-
-
-def toy_overrides(name: str) -> list[str]:
-    """The experiment's composed stages, each cut to TOY_STAGE for its recipe (`++` adds a key it lacks)."""
-    stages = {s.name: s.recipe for s in plan(compose([f"experiment={name}", *TOY_RUN]))}
-    return [f"++stages.{stage}.{key}={value}" for stage, recipe in stages.items()
-            for key, value in TOY_STAGE[recipe].items()]
 
 
 def test_the_toy_runs_cover_every_pipeline_experiment():

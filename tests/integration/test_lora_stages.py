@@ -5,12 +5,10 @@ the stage root holds a plain merged model that differs from the init model in th
 import shutil
 
 import pytest
-from alignment_world import RM_SETTINGS, trained_rm, trainer_log, world  # noqa: F401 (fixtures)
-from test_ipo_stage import IPO_SETTINGS
-from test_ppo_stage import PPO_SETTINGS
-from test_rl_stage import RL_SETTINGS
+from alignment_world import (IPO_SETTINGS, PPO_SETTINGS, RL_SETTINGS, RM_SETTINGS, trained_rm,  # noqa: F401 (fixtures)
+                             trainer_log, world)
 
-from memlens.recipes import ipo, reward, rl
+from memlens.recipes import preference, reward, rl
 from memlens.recipes.common import StageContext
 
 ADAPTED = ("q_proj", "v_proj")
@@ -20,13 +18,13 @@ STAGES = {   # recipe module, recipe class, settings: a few steps each, one chec
     "rm": (reward, reward.RewardRecipe, {**RM_SETTINGS, "max_steps": 2, "save_steps": 1}),
     "rloo": (rl, rl.RLRecipe, {**RL_SETTINGS, "lr": 1e-2, "max_steps": 2, "save_steps": 1}),
     "ppo": (rl, rl.RLRecipe, {**PPO_SETTINGS, "lr": 1e-2, "max_steps": 2, "save_steps": 1}),
-    "ipo": (ipo, ipo.IPORecipe, {**IPO_SETTINGS, "max_steps": 2, "save_steps": 1}),
+    "ipo": (preference, preference.PreferenceRecipe, {**IPO_SETTINGS, "max_steps": 2, "save_steps": 1}),
 }
 # The other preference trainers: KTO (reference = the adapter-disabled policy), CPOTrainer's SimPO and ORPO
 # (trl.experimental, reference-free).
-_PREFERENCE = {k: v for k, v in IPO_SETTINGS.items() if k != "loss"}
-STAGES.update({objective: (ipo, ipo.IPORecipe, {**_PREFERENCE, "objective": objective, "max_steps": 2,
-                                                "save_steps": 1, "beta": None})
+_PREFERENCE = {k: v for k, v in IPO_SETTINGS.items() if k != "objective"}
+STAGES.update({objective: (preference, preference.PreferenceRecipe, {**_PREFERENCE, "objective": objective, "max_steps": 2,
+                                                                  "save_steps": 1, "beta": None})
                for objective in ("kto", "simpo", "orpo")})
 
 

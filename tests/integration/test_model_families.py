@@ -23,7 +23,7 @@ from memlens.harness.model.encode import encode_texts
 from memlens.harness.text.fim import FAMILIES as FIM_FAMILIES
 from memlens.harness.text.fim import format_psm_prompt, format_psm_training
 from tests.families import FAMILIES, build_family
-from tests.integration.test_pipeline_smoke import memlens
+from tests.integration.run_helpers import memlens
 
 pytestmark = pytest.mark.slow
 NAMES = list(FAMILIES)

@@ -15,7 +15,7 @@ import pytest
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_json
 from tests.families import build_family
-from tests.integration.test_pipeline_smoke import REPO, memlens
+from tests.integration.run_helpers import REPO, memlens
 
 pytestmark = pytest.mark.slow
 TWO_PROCESSES = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",

@@ -18,8 +18,7 @@ import pytest
 
 from memlens.harness.cli import main as cli_main
 from memlens.harness.core.io import file_sha256, read_json, read_jsonl
-from tests.integration.test_experiments_at_toy_size import TOY_RUN, toy_overrides
-from tests.integration.test_pipeline_smoke import REPO, memlens, status_lines
+from tests.integration.run_helpers import REPO, TOY_RUN, memlens, status_lines, toy_overrides
 
 pytestmark = pytest.mark.slow
 

@@ -82,8 +82,19 @@ def test_a_reference_to_a_swept_stage_must_pick_a_point():
 def test_bad_stage_settings_fail_before_any_training():
     with pytest.raises(UserError, match=re.escape("stages.FT.1: unknown key(s) ['epoch']")):
         plan(compose(["experiment=smoke", "+stages.FT.1.epoch=3"]))
-    with pytest.raises(UserError, match=re.escape("stages.PT.recipe='pretrian'")):
+    with pytest.raises(UserError, match=re.escape("stages.PT.recipe='pretrian': use one of pretrain, sft, reward, "
+                                                  "rl, preference")):
         plan(compose(["experiment=smoke", "stages.PT.recipe=pretrian"]))
+
+
+def test_the_preference_stage_answers_to_its_older_recipe_name():
+    """`recipe: ipo` (experiments written before the stage trained seven objectives) plans the preference stage
+    with the same settings as `recipe: preference`; the older `loss` key stops naming `objective`."""
+    [new] = [s for s in plan(compose(["experiment=smoke"])) if s.name == "IPO"]
+    [old] = [s for s in plan(compose(["experiment=smoke", "stages.IPO.recipe=ipo"])) if s.name == "IPO"]
+    assert new.recipe == old.recipe == "preference" and new.settings == old.settings
+    with pytest.raises(UserError, match=re.escape("stages.IPO.loss='ipo': the key is now `objective`")):
+        plan(compose(["experiment=smoke", "~stages.IPO.objective", "+stages.IPO.loss=ipo"]))
 
 
 def test_train_one_stage_needs_its_upstream(tmp_path):

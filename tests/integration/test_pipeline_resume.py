@@ -17,7 +17,7 @@ import pytest
 
 from memlens.harness.core.io import read_json, read_jsonl
 from pipeline_helpers import write_smoke_datasets
-from test_pipeline_smoke import REPO, memlens, status_lines
+from tests.integration.run_helpers import REPO, memlens, status_lines
 
 pytestmark = pytest.mark.slow
 

@@ -18,27 +18,11 @@ import pytest
 
 from memlens.harness.core.io import read_json, read_jsonl
 
+from tests.integration.run_helpers import REPO, memlens, status_lines
+
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 MODELS = ["PT", "FT.1", "FT.2", "RM.1", "RLFT.1/beta=0.1", "RLFT.1/beta=0.5", "RLFT.4", "IPO"]
-
-
-def memlens(*args: str, launcher: list[str] | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false")
-    cmd = (launcher or [sys.executable]) + ["-m", "memlens", *args]
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def status_lines(stdout: str) -> dict[str, str]:
-    """{model: status} from the pipeline's one-line-per-stage report."""
-    out = {}
-    for line in stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 6 and parts[0] == "[memlens]" and parts[-1] == "s":
-            out[parts[1]] = parts[3]
-    return out
 
 
 def loss_history(model_dir: Path) -> list[float]:

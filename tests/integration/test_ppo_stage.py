@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from alignment_world import trained_rm, trainer_log, world  # noqa: F401 (fixtures)
+from alignment_world import PPO_SETTINGS, trained_rm, trainer_log, world  # noqa: F401 (fixtures)
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_json
@@ -17,9 +17,6 @@ from memlens.recipes import rl
 from memlens.recipes.common import StageContext
 
 REPO = Path(__file__).resolve().parents[2]
-PPO_SETTINGS = {"init": "FT", "reward_model": "RM.1", "prompts": ["sd_prompts", "pd_code"], "algorithm": "ppo",
-                "beta": 0.1, "lr": 1e-3, "max_steps": 3, "num_generations": 2, "prompts_per_step": 2,
-                "max_completion_length": 8, "save_steps": 2, "ppo_epochs": 1}
 
 
 @pytest.fixture(scope="module")

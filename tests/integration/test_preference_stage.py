@@ -1,23 +1,23 @@
-"""IPO stage end to end: TRL DPOTrainer with loss_type="ipo" (and the dpo option) on a micro Llama."""
+"""The preference stage end to end (recipes/preference.py): IPO through TRL DPOTrainer with loss_type="ipo", and every
+other registered objective, on a micro Llama."""
 
 import math
 
 import pytest
-from alignment_world import trainer_log, world  # noqa: F401 (fixture)
+from alignment_world import IPO_SETTINGS, trainer_log, world  # noqa: F401 (fixture)
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_json
-from memlens.recipes import ipo
+from memlens.harness.core.objectives import OBJECTIVES
+from memlens.recipes import preference
 from memlens.recipes.common import StageContext
 
-IPO_SETTINGS = {"init": "FT", "datasets": ["pairs_easy"], "loss": "ipo", "beta": 0.1, "lr": 1e-3,
-                "max_steps": 4, "batch_size": 8, "save_steps": 2, "logging_steps": 1}
 
 
 @pytest.fixture(scope="module")
 def ipo_run(world):
     ctx = StageContext(world["run_dir"], "IPO")
-    ipo.run_stage(dict(IPO_SETTINGS), ctx)
+    preference.run_stage(dict(IPO_SETTINGS), ctx)
     return ctx.out_dir
 
 
@@ -38,12 +38,12 @@ def test_ipo_checkpoints_load_and_provenance(world, ipo_run):
         AutoTokenizer.from_pretrained(str(d))
     prov = read_json(ipo_run / "provenance.json")
     manifest = read_json(world["run_dir"] / "data" / "pairs_easy" / "manifest.json")
-    assert prov["datasets"] == {"pairs_easy": manifest["sha256"]} and prov["hyperparameters"]["loss"] == "ipo"
+    assert prov["datasets"] == {"pairs_easy": manifest["sha256"]} and prov["hyperparameters"]["objective"] == "ipo"
 
 
 def test_dpo_option_starts_at_log2(world):
     ctx = StageContext(world["run_dir"], "IPO.dpo")
-    ipo.run_stage({**IPO_SETTINGS, "loss": "dpo", "max_steps": 1, "save_steps": 1}, ctx)
+    preference.run_stage({**IPO_SETTINGS, "objective": "dpo", "max_steps": 1, "save_steps": 1}, ctx)
     losses = [e["loss"] for e in trainer_log(ctx.out_dir / "checkpoint-1") if "loss" in e]
     assert losses[0] == pytest.approx(math.log(2), rel=1e-4)   # -log σ(β·0) with policy = reference
 
@@ -52,7 +52,7 @@ def test_dpo_option_starts_at_log2(world):
                                          ({"beta": 0}, "beta"), ({"datasets": []}, "datasets")])
 def test_bad_settings_name_the_stage_key(world, change, key):
     with pytest.raises(UserError, match=rf"stages\.IPO(\.{key}\b|: unknown key\(s\) \['{key}'\])"):
-        ipo.run_stage({**IPO_SETTINGS, **change}, StageContext(world["run_dir"], "IPO"))
+        preference.run_stage({**IPO_SETTINGS, **change}, StageContext(world["run_dir"], "IPO"))
 
 
 def test_long_context_is_trimmed_so_the_completion_survives_max_length(world):
@@ -60,7 +60,7 @@ def test_long_context_is_trimmed_so_the_completion_survives_max_length(world):
     from memlens.harness.text import fim
 
     settings = {**IPO_SETTINGS, "max_length": 64}
-    recipe = ipo.IPORecipe(ipo.load_settings(settings, "IPO"), StageContext(world["run_dir"], "IPO.fit"))
+    recipe = preference.PreferenceRecipe(preference.load_settings(settings, "IPO"), StageContext(world["run_dir"], "IPO.fit"))
     recipe.setup()
     tok = recipe.tokenizer
     prefix = "".join(f"value_{i} = compute({i})\n" for i in range(60))
@@ -75,17 +75,19 @@ def test_long_context_is_trimmed_so_the_completion_survives_max_length(world):
     assert recipe.fit_context("a = 1\n", "b = 2\n", [chosen]) == ("a = 1\n", "b = 2\n")   # short: unchanged
 
 
-# --- the other preference objectives (recipes/ipo.py OBJECTIVES) ------------------------------------------------
-OBJECTIVE_SETTINGS = {k: v for k, v in IPO_SETTINGS.items() if k not in ("loss", "beta")} | {
+# --- the other preference objectives (harness/core/objectives.py) ------------------------------------------------
+OBJECTIVE_SETTINGS = {k: v for k, v in IPO_SETTINGS.items() if k not in ("objective", "beta")} | {
     "max_steps": 1, "save_steps": 1}
 
 
-def test_the_default_objective_is_ipo_and_trains_the_same_weights_as_the_older_key(world):
-    """`loss: ipo` (finished runs' settings), `objective: ipo` and neither train byte-identical models."""
+def test_the_default_objective_is_ipo_and_the_older_key_is_refused_naming_objective(world):
+    """`objective: ipo` and no objective train byte-identical models; `loss: ipo` (the older key) stops with the fix."""
+    with pytest.raises(UserError, match=r"stages\.IPO\.loss='ipo': the key is now `objective`; write objective: ipo"):
+        preference.load_settings({**OBJECTIVE_SETTINGS, "loss": "ipo"}, "IPO")
     digests = set()
-    for name, key in (("IPO.legacy", {"loss": "ipo"}), ("IPO.objective", {"objective": "ipo"}), ("IPO.default", {})):
+    for name, key in (("IPO.objective", {"objective": "ipo"}), ("IPO.default", {})):
         ctx = StageContext(world["run_dir"], name)
-        ipo.run_stage({**OBJECTIVE_SETTINGS, "beta": 0.1, **key}, ctx)
+        preference.run_stage({**OBJECTIVE_SETTINGS, "beta": 0.1, **key}, ctx)
         digests.add((ctx.out_dir / "model.safetensors").read_bytes())
         assert read_json(ctx.out_dir / "provenance.json")["hyperparameters"]["objective"] == "ipo"
     assert len(digests) == 1
@@ -102,7 +104,7 @@ def test_every_objective_trains_with_its_trl_trainer_and_scores_its_pairs(world,
     from memlens.recipes import preference_eval
 
     ctx = StageContext(world["run_dir"], f"PREF/objective={objective}")
-    ipo.run_stage({**OBJECTIVE_SETTINGS, "objective": objective}, ctx)
+    preference.run_stage({**OBJECTIVE_SETTINGS, "objective": objective}, ctx)
     log = [e for e in trainer_log(ctx.out_dir / "checkpoint-1") if "loss" in e][0]
     assert math.isfinite(log["loss"]) and "logps/chosen" in log and "logps/rejected" in log
     if objective in FIRST_LOSS:
@@ -112,7 +114,7 @@ def test_every_objective_trains_with_its_trl_trainer_and_scores_its_pairs(world,
     if objective in ("cpo", "orpo"):
         assert log["nll_loss"] > 0
     prov = read_json(ctx.out_dir / "provenance.json")["hyperparameters"]
-    assert prov["objective"] == objective and prov["beta"] == ipo.OBJECTIVES[objective].beta
+    assert prov["objective"] == objective and prov["beta"] == OBJECTIVES[objective].beta
     record = read_json(ctx.out_dir / preference_eval.EVAL_FILE)
     assert record["objective"] == objective and record["n_pairs"] == 8 == len(record["final"]["chosen"])
     assert 0 <= record["accuracy"] <= 1 and record["chosen_change"] == pytest.approx(
@@ -121,23 +123,23 @@ def test_every_objective_trains_with_its_trl_trainer_and_scores_its_pairs(world,
 
 def test_beta_per_objective_and_bad_objective_settings():
     base = {"init": "PT", "datasets": ["pairs_sd_base"]}
-    assert ipo.load_settings({**base, "objective": "simpo"}, "P").beta == 2.0
-    assert ipo.load_settings({**base, "objective": "dpo", "beta": {"ipo": 0.5}}, "P").beta == 0.1
-    assert ipo.load_settings({**base, "objective": "ipo", "beta": {"ipo": 0.5}}, "P").beta == 0.5
-    assert ipo.load_settings({**base, "beta": 0.3, "objective": "kto"}, "P").beta == 0.3
+    assert preference.load_settings({**base, "objective": "simpo"}, "P").beta == 2.0
+    assert preference.load_settings({**base, "objective": "dpo", "beta": {"ipo": 0.5}}, "P").beta == 0.1
+    assert preference.load_settings({**base, "objective": "ipo", "beta": {"ipo": 0.5}}, "P").beta == 0.5
+    assert preference.load_settings({**base, "beta": 0.3, "objective": "kto"}, "P").beta == 0.3
     for change, message in (({"objective": "rlhf"}, r"stages\.P\.objective='rlhf': use one of ipo, dpo"),
-                            ({"objective": "dpo", "loss": "ipo"}, r"stages\.P\.loss='ipo': it names another"),
+                            ({"objective": "dpo", "loss": "ipo"}, r"stages\.P\.loss='ipo': the key is now `objective`"),
                             ({"beta": {"dpoo": 0.1}}, r"stages\.P\.beta=.*unknown objective\(s\) \['dpoo'\]"),
                             ({"beta": "high"}, r"stages\.P\.beta='high': give a number"),
                             ({"sft_weight": -1}, r"stages\.P\.sft_weight=-1"),
                             ({"eval_pairs": -1}, r"stages\.P\.eval_pairs=-1")):
         with pytest.raises(UserError, match=message):
-            ipo.load_settings({**base, **change}, "P")
+            preference.load_settings({**base, **change}, "P")
 
 
 def test_kto_rows_are_the_same_pairs_unpaired():
     pairs = [{"prompt": "p1", "chosen": "a", "rejected": "b"}, {"prompt": "p2", "chosen": "c", "rejected": "d"}]
-    assert ipo.unpaired_rows(pairs) == [{"prompt": "p1", "completion": "a", "label": True},
+    assert preference.unpaired_rows(pairs) == [{"prompt": "p1", "completion": "a", "label": True},
                                         {"prompt": "p1", "completion": "b", "label": False},
                                         {"prompt": "p2", "completion": "c", "label": True},
                                         {"prompt": "p2", "completion": "d", "label": False}]

@@ -4,16 +4,13 @@ import math
 import shutil
 
 import pytest
-from alignment_world import trained_rm, trainer_log, world  # noqa: F401 (fixtures)
+from alignment_world import RL_SETTINGS, trained_rm, trainer_log, world  # noqa: F401 (fixtures)
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_json, read_jsonl
 from memlens.recipes import rl
 from memlens.recipes.common import StageContext
 
-RL_SETTINGS = {"init": "FT", "reward_model": "RM.1", "prompts": ["sd_prompts", "pd_code"], "beta": 0.1,
-               "lr": 1e-3, "max_steps": 3, "num_generations": 4, "prompts_per_step": 2,
-               "max_completion_length": 16, "save_steps": 2}
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,8 @@ import pytest
 from memlens.harness.core.io import read_json, read_jsonl
 from tests.integration.conftest import audit_overrides
 from tests.integration.pipeline_helpers import write_smoke_datasets
-from tests.integration.test_reliability import LONG_PREFIX, memlens, refused, write_examples
+from tests.integration.run_helpers import LONG_PREFIX, refused, write_examples
+from tests.integration.run_helpers import memlens_in as memlens
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

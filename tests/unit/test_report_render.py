@@ -147,7 +147,9 @@ def test_comparison_has_a_bar_per_method_with_its_training_evidence(fake_run):
         d = fake_run / "models" / f"PREF/objective={objective}"
         d.mkdir(parents=True)
         (d / "provenance.json").write_text(json.dumps({
-            "stage": "ipo", "settings": {"objective": objective}, "hyperparameters": {"objective": objective},
+            # IPO's record as a run made before the recipe's rename writes it (stage "ipo"): read the same way.
+            "stage": "ipo" if objective == "ipo" else "preference", "settings": {"objective": objective},
+            "hyperparameters": {"objective": objective},
             "datasets": {"sd_base": "abc"}}))
         (d / "preference_eval.json").write_text(json.dumps({
             "n_pairs": 20, "accuracy": accuracy, "accuracy_ci95": [accuracy - 0.1, 1.0], "chosen_change": 2.0,
@@ -175,7 +177,7 @@ def test_comparison_has_a_bar_per_method_with_its_training_evidence(fake_run):
     assert by_model["FT.1"]["evidence_ok"] is None                               # fine-tuning has no such check
     assert "reward function identifier_reuse: AUC on its held-out rows = 0.86 ok" in by_model["RLVR.2"]["evidence"]
     assert by_model["RLVR.2"]["evidence_ok"] is False                            # no fixed-prompt reward evaluation
-    prefs = {r["model"]: r for r in summary["training"]["ipo"]}
+    prefs = {r["model"]: r for r in summary["training"]["preference"]}
     assert prefs["PREF/objective=kto"]["objective"] == "kto" and prefs["PREF/objective=kto"]["pair_accuracy"] == 0.5
     assert prefs["PREF/objective=ipo"]["pair_rejected_change"] == -30.0
     assert {r["model"]: r["reward_heldout_auc"] for r in summary["training"]["rl"]}["RLVR.2"] == 0.86

@@ -7,12 +7,12 @@ import re
 import pytest
 
 from memlens.harness.core.errors import UserError
-from memlens.recipes import ipo, pretrain, reward, rl, sft
+from memlens.recipes import preference, pretrain, reward, rl, sft
 from memlens.recipes.common import StageSettings
 
 MINIMAL = {reward: {"init": "FT.1", "datasets": ["rm_pd2"]},
            rl: {"init": "FT.1", "reward_model": "RM.1", "prompts": ["pd_3"]},
-           ipo: {"init": "PT", "datasets": ["pairs_sd_base"]}}
+           preference: {"init": "PT", "datasets": ["pairs_sd_base"]}}
 RECIPES = [pytest.param(module, id=module.__name__.split(".")[-1]) for module in MINIMAL]
 
 
