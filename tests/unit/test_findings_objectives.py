@@ -1,10 +1,10 @@
 """Findings P1-P3 (preference objectives beyond IPO) and V4-V7 (F4-F7 under a verifiable reward) on hand-built
-runs whose verdicts and p-values are derivable by hand (the helpers of test_findings.py)."""
+runs whose verdicts and p-values are derivable by hand (tests/unit/findings_world.py)."""
 
 import pytest
 
 from memlens.harness.report.findings import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, RunResults, findings
-from tests.unit.test_findings import MOVED, evidence, grouped, rows, verdicts
+from tests.unit.findings_world import MOVED, evidence, grouped, rows, verdicts
 
 OBJECTIVES = ("ipo", "dpo", "dpo+sft", "simpo", "cpo", "orpo", "kto")
 
@@ -15,7 +15,7 @@ def preference_run(memorized: dict[str, int], accuracy: float = 0.95, n: int = 2
     for objective in OBJECTIVES:
         name = f"PREF/objective={objective}"
         g[(name, "final", "sd_base")] = rows(memorized.get(objective, 0), n)
-        ev[name] = {"stage": "ipo", "objective": objective, "pair_accuracy": accuracy}
+        ev[name] = {"stage": "preference", "objective": objective, "pair_accuracy": accuracy}
     return RunResults(g, ev)
 
 

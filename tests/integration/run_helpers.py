@@ -1,0 +1,101 @@
+"""What the integration tests share to drive the real CLI: the checkout, `python -m memlens` in a subprocess, its
+one-line-per-stage status, the bad-input assertions, and the toy-size overrides every pipeline experiment runs
+at. Helpers only: no test lives here, and test modules import from here, never from each other."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from memlens.harness.cli import compose
+from memlens.recipes.pipeline import plan
+
+REPO = Path(__file__).resolve().parents[2]
+CONF = REPO / "conf"
+# Pipeline experiments: the ones that declare `stages:` (others, e.g. nmt_*, belong to other commands).
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if "\nstages:" in p.read_text())
+
+
+def memlens(*args: str, launcher: list[str] | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+    """`python -m memlens ARGS` from the checkout, offline (or under `launcher`, e.g. accelerate launch)."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false")
+    cmd = (launcher or [sys.executable]) + ["-m", "memlens", *args]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def memlens_in(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`python -m memlens ARGS` run from `cwd` (a user's directory), one thread, offline."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "memlens", *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=600)
+
+
+def status_lines(stdout: str) -> dict[str, str]:
+    """{model: status} from the pipeline's one-line-per-stage report."""
+    out = {}
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 6 and parts[0] == "[memlens]" and parts[-1] == "s":
+            out[parts[1]] = parts[3]
+    return out
+
+
+def refused(proc: subprocess.CompletedProcess, *patterns: str) -> str:
+    """Exit 2, a one-paragraph error (no traceback) matching every pattern."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
+    assert proc.stderr.startswith("memlens: error: ") and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    for pattern in patterns:
+        assert re.search(pattern, proc.stderr), (pattern, proc.stderr)
+    return proc.stderr
+
+
+def write_examples(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+# A prefix longer than any tiny model's context: its prompt is excluded as prompt_too_long.
+LONG_PREFIX = "".join(f"value_{i} = compute_{i}(value_{i - 1}, {i * 7919 % 1000})\n" for i in range(1, 200))
+
+
+# A few optimizer steps per recipe, at the smoke experiment's sequence lengths.
+TOY_STAGE = {
+    "pretrain": {"max_tokens": 16384, "max_seq_len": 128, "batch_size": 8, "save_steps": 8,
+                 "tokenizer_chars": 300000},
+    "sft": {"max_steps": 4, "save_steps": 2, "batch_size": 8, "max_seq_len": 256},
+    "reward": {"max_steps": 4, "save_steps": 2, "batch_size": 8, "max_length": 256},
+    "rl": {"max_steps": 2, "save_steps": 1, "num_generations": 2, "prompts_per_step": 2,
+           "max_completion_length": 8, "eval_prompts": 4, "eval_samples": 2},
+    "preference": {"max_steps": 2, "save_steps": 1, "batch_size": 4, "max_length": 256},
+}
+# The smoke experiment's model, data and decoding budget, read from conf/experiment/smoke.yaml.
+SMOKE_KEYS = ("data.sd.size", "data.sd.line_counts", "data.pd.max_files", "data.pd.proportions",
+              "audit.max_new_tokens", "audit.target_tokens", "audit.min_target_tokens", "audit.utility_examples")
+
+
+def smoke_overrides() -> list[str]:
+    """`key=value` overrides (Hydra's grammar: unquoted dict keys) carrying smoke's values of SMOKE_KEYS."""
+    from omegaconf import OmegaConf
+
+    smoke = compose(["experiment=smoke"])
+    return [f"model={smoke.model.name}", "device=cpu",
+            *(f"{key}={OmegaConf.select(smoke, key)}".replace(" ", "").replace("'", "") for key in SMOKE_KEYS)]
+
+
+# Membership inference (on in findings and findings_rlvr) on the target span with 200 bootstrap resamples: the same
+# wiring, about half the teacher-forced passes of both spans (measured: ~1 min 45 s of findings' toy run at load ~10).
+TOY_RUN = [*smoke_overrides(), "audit.mia_spans=[target]", "audit.mia_bootstrap=200"]
+
+
+def toy_overrides(name: str) -> list[str]:
+    """The experiment's composed stages, each cut to TOY_STAGE for its recipe (`++` adds a key it lacks)."""
+    stages = {s.name: s.recipe for s in plan(compose([f"experiment={name}", *TOY_RUN]))}
+    return [f"++stages.{stage}.{key}={value}" for stage, recipe in stages.items()
+            for key, value in TOY_STAGE[recipe].items()]
