@@ -18,8 +18,8 @@ and after, since the CPU may be shared.
 from __future__ import annotations
 
 import argparse
-import random
 import os
+import random
 import subprocess
 import sys
 import sysconfig
@@ -147,8 +147,8 @@ def main() -> int:
     naive, naive_wall, naive_cpu = timed(lambda: naive_sliding_ned(targets, completions), args.repeats)
     rows = [("naive per-window loop", naive_wall, naive_cpu)]
     for workers in (1, -1):
-        fast, wall, cpu = timed(lambda: distance.sliding_window_ned_batch(targets, completions,
-                                                                          workers=workers), args.repeats)
+        fast, wall, cpu = timed(lambda w=workers: distance.sliding_window_ned_batch(targets, completions, workers=w),
+                                args.repeats)
         assert fast == naive, f"batch (workers={workers}) differs from the naive loop"
         rows.append((f"sliding_window_ned_batch workers={workers}", wall, cpu))
     naive_windows = sum(max(1, len(c) - len(t) + 1) for t, c in zip(targets, completions))

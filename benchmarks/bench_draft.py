@@ -32,13 +32,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.bench_audit import prefill_floor  # noqa: E402
 from memlens.harness.core.io import read_jsonl  # noqa: E402
 from memlens.harness.model.decode import _eos_ids, _pad_id, greedy_complete, length_sorted_batches  # noqa: E402
 from memlens.harness.model.draft import draft_greedy_generate, draft_ids  # noqa: E402
 from memlens.harness.model.encode import encode_texts  # noqa: E402
 from memlens.harness.model.load import load_causal_lm  # noqa: E402
 from memlens.harness.text.fim import detect_sentinels, format_psm_prompt  # noqa: E402
-from benchmarks.bench_audit import prefill_floor  # noqa: E402
 
 DATASETS = ("sd_base", "sd_links_pos", "pd_eval")
 MODELS = ("FT.1/checkpoint-150", "FT.1/checkpoint-450", "FT.1", "FT.2")

@@ -58,10 +58,10 @@ def compare_greedy(name: str, run_dir: Path, device: str) -> dict | None:
         return None
     import torch
 
-    from memlens.harness.text.fim import FAMILIES as SENTINELS
-    from memlens.harness.text.fim import format_psm_prompt
     from memlens.harness.model.decode import greedy_complete
     from memlens.harness.model.load import load_causal_lm
+    from memlens.harness.text.fim import FAMILIES as SENTINELS
+    from memlens.harness.text.fim import format_psm_prompt
 
     s = SENTINELS[name]
     rows = read_jsonl(run_dir / "data" / "sd_base" / "rows.jsonl")

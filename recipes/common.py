@@ -19,9 +19,15 @@ from typing import Any
 from memlens.harness.core.config import check_dataclass_values
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, jsonl_line, read_json, read_jsonl
-from memlens.harness.core.layout import PROVENANCE_FILE, TENSORBOARD_DIR, TRAIN_LOG, is_complete, whole_checkpoints
+from memlens.harness.core.layout import (
+    PROVENANCE_FILE,
+    TENSORBOARD_DIR,
+    TRAIN_LOG,
+    is_complete,
+    models_dir,
+    whole_checkpoints,
+)
 from memlens.harness.core.layout import data_dir as layout_data_dir
-from memlens.harness.core.layout import models_dir
 from memlens.harness.core.provenance import provenance
 from memlens.harness.model.encode import encode_texts
 from memlens.harness.text.fim import LEGACY_FAMILY_NAMES

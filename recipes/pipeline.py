@@ -43,14 +43,33 @@ from typing import Any
 from memlens.harness.core.config import require_bool
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, read_json
-from memlens.harness.core.layout import (HELDOUT_BUILT, RUN_RECORD, TRAINER_STATE, audit_dir, check_listed_name,
-                                         check_model_name, checkpoint_dirs, data_dir, heldout_dataset, models_dir,
-                                         report_dir, stale_dir)
+from memlens.harness.core.layout import (
+    HELDOUT_BUILT,
+    RUN_RECORD,
+    TRAINER_STATE,
+    audit_dir,
+    check_listed_name,
+    check_model_name,
+    checkpoint_dirs,
+    data_dir,
+    heldout_dataset,
+    models_dir,
+    report_dir,
+    stale_dir,
+)
 from memlens.harness.core.lock import LOCK_FILE
 from memlens.harness.core.provenance import git_commit, provenance
 from memlens.recipes.check import run_preflight
-from memlens.recipes.common import (PROVENANCE_FILE, StageContext, is_complete, latest_checkpoint, require_tensorboard,
-                                    resolve_device, same_settings, settings_match)
+from memlens.recipes.common import (
+    PROVENANCE_FILE,
+    StageContext,
+    is_complete,
+    latest_checkpoint,
+    require_tensorboard,
+    resolve_device,
+    same_settings,
+    settings_match,
+)
 from memlens.recipes.stages import STAGES, canonical_recipe, recipe_module
 
 REFERENCE_KEYS = ("init", "reward_model")    # settings that name another stage's model
@@ -361,8 +380,8 @@ def prepare_out_dir(run_dir: Path, stage: PlannedStage, seed: int | None = None,
 @dataclass(frozen=True)
 class Measurement:
     """What the pipeline asks of the measuring side, handed over by the CLI (harness.cli): the recipes never
-    import harness.audit or harness.report, the layers that measure what they train (DESIGN, data flows one
-    way). `run_command(name, cfg)` runs `memlens <name>` (audit, report) on the config;
+    import harness.audit or harness.report, the layers that measure what they train (docs/architecture.md: data flows
+    one way). `run_command(name, cfg)` runs `memlens <name>` (audit, report) on the config;
     `retire_audit_results(audit_dir, model_dir, model_name, dest)` moves a replaced model's audit results
     aside (harness.audit.plan.retire_model_results)."""
 

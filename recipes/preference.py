@@ -43,9 +43,17 @@ from memlens.harness.core.io import read_jsonl
 from memlens.harness.core.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 from memlens.harness.core.registry import Registry
 from memlens.harness.core.user_data import repeated
-from memlens.recipes.common import (StageContext, StageSettings, attach_stage_console, fit_fim_context, latest_checkpoint,
-                                    refuse_zero3_with_lora,
-                                    settings_match, trl_device_kwargs, write_provenance)
+from memlens.recipes.common import (
+    StageContext,
+    StageSettings,
+    attach_stage_console,
+    fit_fim_context,
+    latest_checkpoint,
+    refuse_zero3_with_lora,
+    settings_match,
+    trl_device_kwargs,
+    write_provenance,
+)
 from memlens.recipes.models import load_causal_lm, load_tokenizer, lora_config, parse_model, save_final
 
 PAIR_FIELDS = ("id", "prefix", "suffix", "chosen", "rejected")

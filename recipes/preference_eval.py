@@ -18,8 +18,9 @@ stage directory, written before provenance.json; harness/report/evidence.py read
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from memlens.harness.core.io import atomic_write_json
 from memlens.harness.core.stats import sign_test, wilson_interval

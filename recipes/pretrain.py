@@ -25,8 +25,16 @@ from typing import Any
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import file_sha256, read_json, read_jsonl
-from memlens.recipes.common import (PROVENANCE_FILE, StageContext, StageSettings, attach_stage_console, latest_checkpoint,
-                                    settings_match, trl_device_kwargs, write_provenance)
+from memlens.recipes.common import (
+    PROVENANCE_FILE,
+    StageContext,
+    StageSettings,
+    attach_stage_console,
+    latest_checkpoint,
+    settings_match,
+    trl_device_kwargs,
+    write_provenance,
+)
 from memlens.recipes.models import build_llama, load_causal_lm, load_tokenizer, parse_model, save_final
 
 

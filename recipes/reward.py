@@ -32,8 +32,17 @@ from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_
 from memlens.harness.core.stats import reward_score_stats
 from memlens.harness.core.user_data import repeated
 from memlens.harness.model.encode import encode_texts
-from memlens.recipes.common import (StageContext, StageSettings, attach_stage_console, latest_checkpoint,
-                                    refuse_zero3_with_lora, settings_match, trl_device_kwargs, write_provenance, zero_stage)
+from memlens.recipes.common import (
+    StageContext,
+    StageSettings,
+    attach_stage_console,
+    latest_checkpoint,
+    refuse_zero3_with_lora,
+    settings_match,
+    trl_device_kwargs,
+    write_provenance,
+    zero_stage,
+)
 from memlens.recipes.models import load_sequence_classifier, load_tokenizer, parse_model, save_final, wrap_lora
 
 OBJECTIVES = ("pointwise", "pairwise")

@@ -44,13 +44,30 @@ from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_
 from memlens.harness.core.stats import reward_score_stats
 from memlens.harness.core.user_data import repeated
 from memlens.harness.text import fim
-from memlens.recipes.common import (PROVENANCE_FILE, StageContext, StageSettings, TrainLog, attach_stage_console,
-                                    latest_checkpoint, refuse_zero3_with_lora, settings_match, trl_device_kwargs,
-                                    write_provenance)
-from memlens.recipes.models import (load_causal_lm, load_sequence_classifier, load_tokenizer, lora_config, parse_model,
-                                    save_final, stop_generation_at_family_stops, wrap_lora)
 from memlens.recipes import sandbox, verifiable_rewards
-from memlens.recipes.verifiable_rewards import ROW_FIELDS, FunctionReward, ranking_scores, unit_tests
+from memlens.recipes.common import (
+    PROVENANCE_FILE,
+    StageContext,
+    StageSettings,
+    TrainLog,
+    attach_stage_console,
+    latest_checkpoint,
+    refuse_zero3_with_lora,
+    settings_match,
+    trl_device_kwargs,
+    write_provenance,
+)
+from memlens.recipes.models import (
+    load_causal_lm,
+    load_sequence_classifier,
+    load_tokenizer,
+    lora_config,
+    parse_model,
+    save_final,
+    stop_generation_at_family_stops,
+    wrap_lora,
+)
+from memlens.recipes.verifiable_rewards import ROW_FIELDS, FunctionReward, ranking_scores
 
 ALGORITHMS = ("rloo", "grpo", "ppo")   # ppo: ours (recipes/ppo.py), TRL has none since 1.13
 REWARD_KINDS = ("model", "function")
@@ -322,12 +339,12 @@ class RLRecipe:
     def setup_function_reward(self) -> None:
         """A verifiable reward: no reward model; the function scores the completion in its prompt's context."""
         self.rm_dir = None
-        if "tests" in verifiable_rewards.parse_spec(self.cfg.reward_function):   # refused before any training
-            missing = next((r["id"] for r in self.rows if unit_tests(r) is None), None)
-            if missing is not None:
-                raise UserError(f"stages.{self.ctx.name}.reward.function={self.cfg.reward_function!r}: prompt row "
-                                f"{missing!r} of {self.cfg.prompts} has no unit tests (test and entry_point, or a "
-                                "HumanEval task_id); use prompts that carry them (humaneval_infill) or drop tests")
+        parts = verifiable_rewards.parse_spec(self.cfg.reward_function)
+        missing = verifiable_rewards.unscorable_row(parts, self.rows)      # refused before any training
+        if missing is not None:
+            raise UserError(f"stages.{self.ctx.name}.reward.function={self.cfg.reward_function!r}: prompt row "
+                            f"{missing['id']!r} of {self.cfg.prompts} has no unit tests (test and entry_point, or a "
+                            "HumanEval task_id); use prompts that carry them (humaneval_infill) or drop tests")
         # `tests` runs model-written code: refused here too when it cannot be isolated (exit 2, with the fix)
         self.reward = FunctionReward(self.cfg.reward_function, self.sentinels,
                                      sandbox_mode=self.cfg.reward.get("sandbox", sandbox.BUBBLEWRAP),
@@ -364,9 +381,11 @@ class RLRecipe:
                     logging_steps=cfg.logging_steps, seed=self.ctx.seed, data_seed=self.ctx.seed,
                     **trl_device_kwargs(self.ctx.device, self.cfg.deepspeed))
         if cfg.algorithm == "grpo":
-            from trl import GRPOConfig as Config, GRPOTrainer as Trainer
+            from trl import GRPOConfig as Config
+            from trl import GRPOTrainer as Trainer
         else:
-            from trl import RLOOConfig as Config, RLOOTrainer as Trainer
+            from trl import RLOOConfig as Config
+            from trl import RLOOTrainer as Trainer
         # With a peft_config TRL wraps the policy in fresh LoRA adapters and, having no ref_model then,
         # computes the KL reference with the adapters disabled (`use_adapter(model, None)` in RLOOTrainer and
         # GRPOTrainer): the frozen base weights, i.e. the initial model the paper's KL term points to (A.3).

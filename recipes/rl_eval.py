@@ -21,8 +21,9 @@ from __future__ import annotations
 import math
 import random
 import statistics
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from memlens.harness.core.io import atomic_write_json, read_json, sha256_json
 from memlens.harness.core.stats import sign_test

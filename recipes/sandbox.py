@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from memlens.harness.core.errors import UserError
@@ -82,7 +82,7 @@ def bwrap_path() -> str | None:
     return os.environ.get("MEMLENS_BWRAP") or shutil.which("bwrap")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _probe(bwrap: str | None, euid: int) -> str | None:
     """None when a sandbox starts and runs Python here; else why not (the first line bwrap printed)."""
     if bwrap is None or not Path(bwrap).is_file():
@@ -161,7 +161,7 @@ def sandbox_argv(bwrap: str, code: str, uid: int, limits: Limits = Limits()) -> 
     return argv + [_interpreter(), "-I", "-S", "-c", code]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _supports(bwrap: str, option: str) -> bool:
     try:
         return option in subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10).stdout

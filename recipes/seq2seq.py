@@ -16,8 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from memlens.harness.core.errors import UserError
-from memlens.recipes.common import (StageContext, attach_stage_console, is_complete, latest_checkpoint, settings_match,
-                                    trl_device_kwargs, write_provenance)
+from memlens.recipes.common import (
+    StageContext,
+    attach_stage_console,
+    is_complete,
+    latest_checkpoint,
+    settings_match,
+    trl_device_kwargs,
+    write_provenance,
+)
 
 SPECIAL_TOKENS = ["<pad>", "</s>", "<unk>"]  # Marian convention: pad starts the decoder, </s> ends
 
@@ -111,8 +118,13 @@ def train_seq2seq(ctx: StageContext, rows: list[dict], settings: Seq2SeqSettings
     if is_complete(ctx.out_dir):
         raise UserError(f"{ctx.out_dir} holds a finished model trained with other settings; delete it or "
                         "set a different experiment_name/run_dir")
-    from transformers import (AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainer,
-                              Seq2SeqTrainingArguments)
+    from transformers import (
+        AutoModelForSeq2SeqLM,
+        AutoTokenizer,
+        DataCollatorForSeq2Seq,
+        Seq2SeqTrainer,
+        Seq2SeqTrainingArguments,
+    )
 
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     resume = latest_checkpoint(ctx.out_dir)

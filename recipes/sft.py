@@ -25,9 +25,18 @@ from typing import Any
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_jsonl
 from memlens.harness.core.user_data import repeated
-from memlens.recipes.common import (CONTEXT_MARGIN_TOKENS, StageContext, StageSettings, attach_stage_console,
-                                    fit_fim_context, latest_checkpoint, refuse_zero3_with_lora, settings_match,
-                                    trl_device_kwargs, write_provenance)
+from memlens.recipes.common import (
+    CONTEXT_MARGIN_TOKENS,
+    StageContext,
+    StageSettings,
+    attach_stage_console,
+    fit_fim_context,
+    latest_checkpoint,
+    refuse_zero3_with_lora,
+    settings_match,
+    trl_device_kwargs,
+    write_provenance,
+)
 from memlens.recipes.models import load_causal_lm, load_tokenizer, parse_model, save_final, wrap_lora
 
 

@@ -37,6 +37,7 @@ from functools import lru_cache
 from typing import Any
 
 from memlens.harness.core.errors import UserError
+from memlens.harness.core.registry import Registry
 from memlens.harness.text import fim
 from memlens.recipes import sandbox
 
@@ -114,7 +115,23 @@ def tests(completion: str, prefix: str, suffix: str, sandbox_mode: str = sandbox
     return 1.0 if verdict == "passed" else 0.0
 
 
-FUNCTIONS: dict[str, Callable[..., float]] = {"identifier_reuse": identifier_reuse, "parses": parses, "tests": tests}
+@dataclass(frozen=True)
+class RewardFunction:
+    """One verifiable reward: `score(completion, prefix, suffix, **row)` -> float. A function that executes the
+    completion gets `sandbox_mode` (recipes/sandbox.py) and is refused before training when it cannot be isolated;
+    `can_score(row)` says whether a prompt row carries what it needs (tests: unit tests), checked before training."""
+
+    score: Callable[..., float]
+    executes_code: bool = False
+    can_score: Callable[[dict], bool] | None = None
+
+
+# `reward.function` names these (or a sum joined by +). A new function is a scorer plus one registration.
+REWARD_FUNCTIONS: Registry[RewardFunction] = Registry("reward function", "reward.function")
+REWARD_FUNCTIONS.register("identifier_reuse", RewardFunction(identifier_reuse))
+REWARD_FUNCTIONS.register("parses", RewardFunction(parses))
+REWARD_FUNCTIONS.register("tests", RewardFunction(tests, executes_code=True,
+                                                  can_score=lambda row: unit_tests(row) is not None))
 ROW_FIELDS = ("test", "entry_point", "task_id")    # prompt-row fields a function reads besides prefix and suffix
 
 
@@ -125,15 +142,21 @@ def parse_spec(spec: str, where: str = "reward.function") -> list[str]:
     """`identifier_reuse + parses` -> ['identifier_reuse', 'parses']; an unknown or repeated part is an error."""
     parts = [p.strip() for p in str(spec or "").split("+")]
     if not all(parts):
-        raise UserError(f"{where}={spec!r}: name one or more of {', '.join(FUNCTIONS)} joined by +, "
+        raise UserError(f"{where}={spec!r}: name one or more of {', '.join(REWARD_FUNCTIONS)} joined by +, "
                         "e.g. identifier_reuse+parses")
-    unknown = [p for p in parts if p not in FUNCTIONS]
+    unknown = [p for p in parts if p not in REWARD_FUNCTIONS]
     if unknown:
-        raise UserError(f"{where}={spec!r}: unknown reward function(s) {unknown}; use {', '.join(FUNCTIONS)} "
+        raise UserError(f"{where}={spec!r}: unknown reward function(s) {unknown}; use {', '.join(REWARD_FUNCTIONS)} "
                         "or a sum of them joined by +")
     if len(set(parts)) != len(parts):
         raise UserError(f"{where}={spec!r}: a function is named twice; name each once")
     return parts
+
+
+def unscorable_row(parts: list[str], rows: list[dict]) -> dict | None:
+    """The first row one of the functions `parts` cannot score (tests: a row without unit tests); None if none."""
+    checks = [REWARD_FUNCTIONS[p].can_score for p in parts if REWARD_FUNCTIONS[p].can_score is not None]
+    return next((r for r in rows if not all(check(r) for check in checks)), None)
 
 
 class FunctionReward:
@@ -149,7 +172,8 @@ class FunctionReward:
         self.sentinels = sentinels
         self.workers = workers or min(4, os.cpu_count() or 1)
         # Refused here, before any training, when the code it would run cannot be isolated (exit 2, with the fix).
-        self.isolation = sandbox.require_isolation(sandbox_mode, where) if "tests" in self.parts else None
+        self.executes_code = any(REWARD_FUNCTIONS[p].executes_code for p in self.parts)
+        self.isolation = sandbox.require_isolation(sandbox_mode, where) if self.executes_code else None
 
     def clean(self, completion: str) -> str:
         """The completion cut at the family's first stop token, as the audit and the reward model see it."""
@@ -159,7 +183,8 @@ class FunctionReward:
 
     def score(self, completion: str, prefix: str, suffix: str, row: dict) -> float:
         completion = self.clean(completion)
-        return float(sum(FUNCTIONS[p](completion, prefix, suffix, **row, **self._options(p)) for p in self.parts))
+        return float(sum(REWARD_FUNCTIONS[p].score(completion, prefix, suffix, **row, **self._options(p))
+                         for p in self.parts))
 
     def isolation_record(self) -> dict:
         """What every reward record and the provenance say of how `tests` ran its code (nothing without tests)."""
@@ -168,14 +193,14 @@ class FunctionReward:
         return {"reward_isolation": self.isolation, "reward_grader": sandbox.GRADER}
 
     def _options(self, part: str) -> dict:
-        return {"sandbox_mode": self.isolation} if part == "tests" else {}
+        return {"sandbox_mode": self.isolation} if REWARD_FUNCTIONS[part].executes_code else {}
 
     def __call__(self, prompts=None, completions=(), prefix=(), suffix=(), **columns: Any) -> list[float]:
         n = len(completions)
         rows = [{k: v[i] for k, v in columns.items() if isinstance(v, (list, tuple)) and len(v) == n}
                 for i in range(n)]
         jobs = list(zip(completions, prefix, suffix, rows))
-        if "tests" in self.parts and n > 1:
+        if self.executes_code and n > 1:
             with ThreadPoolExecutor(self.workers) as pool:   # each job waits on its own subprocess
                 return list(pool.map(lambda job: self.score(*job), jobs))
         return [self.score(*job) for job in jobs]
@@ -194,7 +219,7 @@ def ranking_scores(reward: FunctionReward, rows: list[dict]) -> list[dict] | Non
             items.append((row, row["completion"], int(row["label"])))
         elif "chosen" in row and "rejected" in row:
             items += [(row, row["chosen"], 1), (row, row["rejected"], 0)]
-    if "tests" in reward.parts and any(unit_tests(r) is None for r, _, _ in items):
+    if unscorable_row(reward.parts, [r for r, _, _ in items]) is not None:
         return None
     fields = [{k: r[k] for k in ROW_FIELDS if k in r} for r, _, _ in items]
     scores = reward(completions=[c for _, c, _ in items], prefix=[r["prefix"] for r, _, _ in items],

@@ -7,4 +7,5 @@ bash scripts/setup.sh
 command -v bwrap >/dev/null 2>&1 || echo "[test] bubblewrap (bwrap) is not installed: the tests reward's sandbox tests \
 will skip (apt-get install bubblewrap; .ci/run installs it as root)"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+.venv/bin/python -m ruff check .   # the linter, pinned in the test extras: a fraction of a second
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@" tests

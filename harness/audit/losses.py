@@ -18,8 +18,7 @@ from memlens.harness.core.layout import checkpoint_dirs
 from memlens.harness.core.provenance import provenance
 from memlens.harness.measures import exposure as exp
 from memlens.harness.measures.losses import MEASURES, memorization_measures
-from memlens.harness.model.cache import (CACHE_VERSION, cached_target_losses, examples_fingerprint, in_chunks,
-                                         loss_cache)
+from memlens.harness.model.cache import CACHE_VERSION, cached_target_losses, examples_fingerprint, in_chunks, loss_cache
 from memlens.harness.model.load import model_sentinels, pick_device
 from memlens.harness.model.scorer import CausalLMScorer
 

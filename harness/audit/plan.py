@@ -31,10 +31,26 @@ from memlens.harness.audit.run import main as audit_one
 from memlens.harness.audit.settings import AuditJob, settings_from_config
 from memlens.harness.core.config import require_bool
 from memlens.harness.core.errors import UserError
-from memlens.harness.core.io import (RowStore, atomic_write_json, atomic_write_jsonl, read_json, read_jsonl,
-                                     require_creatable_dir)
-from memlens.harness.core.layout import (check_listed_name, check_model_name, checkpoint_dirs, data_dir, datasets_dir,
-                                         heldout_dataset, mia_dir, models_dir, require_inside, stale_dir)
+from memlens.harness.core.io import (
+    RowStore,
+    atomic_write_json,
+    atomic_write_jsonl,
+    read_json,
+    read_jsonl,
+    require_creatable_dir,
+)
+from memlens.harness.core.layout import (
+    check_listed_name,
+    check_model_name,
+    checkpoint_dirs,
+    data_dir,
+    datasets_dir,
+    heldout_dataset,
+    mia_dir,
+    models_dir,
+    require_inside,
+    stale_dir,
+)
 from memlens.harness.core.provenance import provenance
 from memlens.harness.measures.utility import UTILITY_FILE, utility_of_models
 from memlens.harness.model.load import distributed_barrier, has_weights, set_threads

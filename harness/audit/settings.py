@@ -13,7 +13,6 @@ from memlens.harness.core.config import require_bool
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import require_creatable_dir
 from memlens.harness.core.layout import check_name, checkpoint_dirs
-
 from memlens.harness.model.load import has_weights
 
 FINAL = "final"            # checkpoint name of the model at the root of its directory

@@ -53,7 +53,7 @@ KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_NUM_THREADS", "OMP_N
 ISA_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "asimd", "sve")
 
 
-@functools.lru_cache(maxsize=None)   # the processor does not change while a process runs
+@functools.cache   # the processor does not change while a process runs
 def cpu_description() -> dict[str, Any]:
     """The processor as the kernels see it: model name, logical cores, and the vector extensions that decide
     which kernels torch and MKL pick (/proc/cpuinfo on Linux; platform.processor() elsewhere)."""

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from memlens.harness.core.stats import wilson_interval
 from memlens.harness.text.exclusions import EXCLUSION_REASONS
 
+
 def counterfactually_memorized(ned_model: float, ned_control: float, k: float = 0.1) -> bool:
     """Definition 3.1: the audited model reproduces the target (NED <= k), the control does not (NED > k).
 

@@ -19,8 +19,15 @@ from memlens.harness.core.errors import UserError, first_line
 from memlens.harness.model.cache import CompletionCache, completion_fingerprint
 from memlens.harness.model.decode import iter_greedy_complete
 from memlens.harness.model.encode import encode_texts
-from memlens.harness.model.load import (check_model_files, context_length, default_dtype, load_causal_lm, load_tokenizer,
-                                        model_fingerprint, pick_device)
+from memlens.harness.model.load import (
+    check_model_files,
+    context_length,
+    default_dtype,
+    load_causal_lm,
+    load_tokenizer,
+    model_fingerprint,
+    pick_device,
+)
 from memlens.harness.model.logprobs import program_token_logprobs, target_losses, target_token_logprobs
 from memlens.harness.text.fim import detect_sentinels, format_psm_prompt
 

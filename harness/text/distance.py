@@ -7,8 +7,8 @@ batch form that returns exactly the same values.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from rapidfuzz.distance import Levenshtein

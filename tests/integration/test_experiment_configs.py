@@ -13,7 +13,6 @@ import pytest
 from memlens.harness.cli import compose
 from memlens.recipes.pipeline import audit_plan, flatten_stages, needed_datasets, plan
 from memlens.recipes.stages import STAGES
-
 from tests.integration.run_helpers import CONF, EXPERIMENTS
 
 DATASETS = {"sd_base", "sd_links", "sd_links_pos", "sd_base_heldout", "sd_links_heldout", "sd_links_pos_heldout",

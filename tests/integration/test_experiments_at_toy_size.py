@@ -20,8 +20,7 @@ import pytest
 
 from memlens.harness.cli import compose
 from memlens.recipes.pipeline import plan
-
-from tests.integration.run_helpers import EXPERIMENTS, TOY_RUN, memlens, toy_overrides
+from tests.integration.run_helpers import EXPERIMENTS, TOY_RUN, TOY_STAGE, memlens, toy_overrides
 
 pytestmark = pytest.mark.slow
 

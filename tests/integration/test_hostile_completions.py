@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 
@@ -341,7 +339,9 @@ def test_rewriting_the_sandbox_from_inside_does_not_change_later_rewards():
 
 
 def test_an_oversized_answer_is_cut_off_without_costing_the_trainer():
-    rss = lambda: int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    def rss() -> int:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
     before, start = rss(), time.monotonic()
     assert reward_of("import os\nchunk = b'x' * (1 << 20)\nfor _ in range(128):\n    os.write(3, chunk)\nreturn True",
                      "return 'y' * (64 << 20)") == [0.0, 0.0]

@@ -5,8 +5,7 @@ the stage root holds a plain merged model that differs from the init model in th
 import shutil
 
 import pytest
-from alignment_world import (IPO_SETTINGS, PPO_SETTINGS, RL_SETTINGS, RM_SETTINGS, trained_rm,  # noqa: F401 (fixtures)
-                             trainer_log, world)
+from alignment_world import IPO_SETTINGS, PPO_SETTINGS, RL_SETTINGS, RM_SETTINGS, trained_rm, trainer_log, world  # noqa: F401 (fixtures)
 
 from memlens.recipes import preference, reward, rl
 from memlens.recipes.common import StageContext

@@ -40,8 +40,9 @@ def family_dirs(tmp_path_factory) -> dict[str, Path]:
 
 def preset(name: str, model_dir: Path):
     """The family's conf/model preset with `pretrained` pointing at the fixture (as model.pretrained=DIR)."""
-    from memlens.harness.cli import compose
     from omegaconf import OmegaConf
+
+    from memlens.harness.cli import compose
     from memlens.recipes.models import parse_model
 
     cfg = compose([f"model={FAMILIES[name].preset}", f"model.pretrained={model_dir}"])

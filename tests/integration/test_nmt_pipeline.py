@@ -178,8 +178,8 @@ def test_sec6_finetune_on_recovered_corpus(tmp_path):
     source with a symbol, so F is built here from rule translations.)"""
     from safetensors.torch import load_file
 
-    from memlens.recipes.common import StageContext
     from memlens.harness.audit.nmt import FinetuneSettings
+    from memlens.recipes.common import StageContext
     from memlens.recipes.nmt_pipeline import run_finetune
     from memlens.recipes.seq2seq import Seq2SeqSettings, train_seq2seq
     from memlens.synthetic_data.parallel import ParallelSettings, build_parallel

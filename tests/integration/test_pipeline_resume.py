@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
+from pipeline_helpers import write_smoke_datasets
 
 from memlens.harness.core.io import read_json, read_jsonl
-from pipeline_helpers import write_smoke_datasets
 from tests.integration.run_helpers import REPO, memlens, status_lines
 
 pytestmark = pytest.mark.slow

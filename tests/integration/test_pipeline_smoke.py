@@ -7,7 +7,6 @@ Also here: FT under `accelerate launch --cpu --num_processes 2`, and LoRA throug
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import subprocess
@@ -17,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from memlens.harness.core.io import read_json, read_jsonl
-
 from tests.integration.run_helpers import REPO, memlens, status_lines
 
 pytestmark = pytest.mark.slow
@@ -225,7 +223,7 @@ def test_lora_sft_on_the_micro_model_trains_adapters_and_saves_a_merged_model(sm
 
     from memlens.recipes import sft
     from memlens.recipes.common import StageContext
-    from memlens.recipes.models import torch_dtype, parse_model
+    from memlens.recipes.models import parse_model, torch_dtype
 
     run_dir, _ = smoke
     run = tmp_path / "lora"

@@ -13,7 +13,6 @@ from memlens.recipes import preference
 from memlens.recipes.common import StageContext
 
 
-
 @pytest.fixture(scope="module")
 def ipo_run(world):
     ctx = StageContext(world["run_dir"], "IPO")

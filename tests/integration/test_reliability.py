@@ -10,17 +10,13 @@ summary kept; audit.allow_empty=true makes that 0).
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from memlens.harness.core.io import read_jsonl
 from tests.integration.conftest import audit_overrides
-from tests.integration.run_helpers import LONG_PREFIX, REPO, refused, write_examples
+from tests.integration.run_helpers import LONG_PREFIX, refused, write_examples
 from tests.integration.run_helpers import memlens_in as memlens
 
 pytestmark = pytest.mark.slow

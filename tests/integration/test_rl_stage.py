@@ -12,7 +12,6 @@ from memlens.recipes import rl
 from memlens.recipes.common import StageContext
 
 
-
 @pytest.fixture(scope="module")
 def rloo_run(world, trained_rm):
     ctx = StageContext(world["run_dir"], "RLFT.1/beta=0.1")

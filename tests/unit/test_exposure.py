@@ -8,9 +8,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memlens.harness.core.errors import UserError
-from memlens.harness.measures.exposure import (PII_PATHS_FILE, exposure_from_losses, exposure_from_rank, exposure_rows,
-                              exposure_summary, exposures, load_candidates, rank_of_true,
-                              substituted_targets)
+from memlens.harness.measures.exposure import (
+    PII_PATHS_FILE,
+    exposure_from_losses,
+    exposure_from_rank,
+    exposure_rows,
+    exposure_summary,
+    exposures,
+    load_candidates,
+    rank_of_true,
+    substituted_targets,
+)
 
 
 def test_rank_and_exposure_by_hand():

@@ -8,10 +8,16 @@ from hypothesis import strategies as st
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.report.evidence import ipo_evidence, log_history, rl_evidence, stage_evidence
-from memlens.harness.report.findings import (FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, Roles, RunResults,
-                                             distinct_completion_share, findings)
-
-from tests.unit.findings_world import COLLAPSED, MOVED, STILL, evidence, grouped, pii_rows_, row, rows, verdicts
+from memlens.harness.report.findings import (
+    FAILS,
+    HOLDS,
+    INCONCLUSIVE,
+    NOT_MEASURED,
+    Roles,
+    RunResults,
+    distinct_completion_share,
+)
+from tests.unit.findings_world import COLLAPSED, MOVED, STILL, evidence, grouped, row, rows, verdicts
 
 
 def test_each_verdict_by_hand_when_every_stage_trained():

@@ -1,10 +1,9 @@
 """Findings P1-P3 (preference objectives beyond IPO) and V4-V7 (F4-F7 under a verifiable reward) on hand-built
 runs whose verdicts and p-values are derivable by hand (tests/unit/findings_world.py)."""
 
-import pytest
 
-from memlens.harness.report.findings import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, RunResults, findings
-from tests.unit.findings_world import MOVED, evidence, grouped, rows, verdicts
+from memlens.harness.report.findings import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, RunResults
+from tests.unit.findings_world import evidence, grouped, rows, verdicts
 
 OBJECTIVES = ("ipo", "dpo", "dpo+sft", "simpo", "cpo", "orpo", "kto")
 

@@ -7,8 +7,7 @@ import pytest
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.model.decode import greedy_complete, greedy_translate, length_sorted_batches
-from memlens.harness.model.encode import encode_texts
-from memlens.harness.model.encode import cut_at_eos
+from memlens.harness.model.encode import cut_at_eos, encode_texts
 from memlens.harness.model.load import load_causal_lm, load_seq2seq
 from memlens.harness.model.scorer import CausalLMScorer
 from tests.tiny import save, tiny_llama, tiny_t5, tiny_tokenizer, torch_threads

@@ -1,4 +1,4 @@
-"""harness/ in one-way layers (DESIGN.md): each layer imports only the layers below it, at module top, with no
+"""harness/ in one-way layers (docs/architecture.md): each layer imports only the layers below it, at module top, with no
 import circles; a function-level import remains only for a heavy optional dependency at a layer boundary,
 commented on its line; torch is imported in the model layer alone; recipes/ and synthetic_data/ import only
 harness.core, harness.text and harness.model. The walk reads the source (ast), so nothing is imported.

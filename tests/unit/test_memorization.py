@@ -7,8 +7,13 @@ from hypothesis import strategies as st
 
 from memlens.harness.measures.memorization import counterfactually_memorized, pii_regurgitated, summarize_rows
 from memlens.harness.text.distance import sliding_window_ned
-from memlens.harness.text.exclusions import PROMPT_TOO_LONG, SHORT_TARGET, TARGET_IN_PROMPT, exclusion_reason, exclusion_reasons
-
+from memlens.harness.text.exclusions import (
+    PROMPT_TOO_LONG,
+    SHORT_TARGET,
+    TARGET_IN_PROMPT,
+    exclusion_reason,
+    exclusion_reasons,
+)
 
 # --- counterfactually_memorized ------------------------------------------------------------------------
 

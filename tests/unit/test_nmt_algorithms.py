@@ -14,10 +14,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memlens.harness.core.errors import UserError
+from memlens.harness.measures.nmt import (
+    extractive_memorization,
+    frequency_substitutes,
+    neighbourhood_effect,
+    pair_repetitions,
+    pearson,
+    perturbation_positions,
+    recover_non_memorized,
+    repetition_buckets,
+    same_output,
+    split_units,
+    type_token_ratio,
+)
 from memlens.harness.text.distance import normalized_edit_distance
-from memlens.harness.measures.nmt import (extractive_memorization, frequency_substitutes, neighbourhood_effect, pair_repetitions,
-                         pearson, perturbation_positions, recover_non_memorized, repetition_buckets, same_output,
-                         split_units, type_token_ratio)
 
 
 class TableTranslator:

@@ -9,9 +9,19 @@ import pytest
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import file_sha256, read_json, read_jsonl
-from memlens.synthetic_data.parallel import (NounPhrase, ParallelSettings, Sentence, Title, build_parallel, generate_pairs,
-                                             heldout_pairs, import_parallel, load_parallel, rule_translate_words,
-                                             title_items)
+from memlens.synthetic_data.parallel import (
+    NounPhrase,
+    ParallelSettings,
+    Sentence,
+    Title,
+    build_parallel,
+    generate_pairs,
+    heldout_pairs,
+    import_parallel,
+    load_parallel,
+    rule_translate_words,
+    title_items,
+)
 
 
 def test_rule_translation_is_verb_final_with_agreement():

@@ -96,8 +96,8 @@ def test_report_has_table1_and_table4_rows():
 
 @pytest.mark.parametrize("experiment", ["nmt_quickstart", "nmt_smoke"])
 def test_experiment_configs_compose_and_validate(experiment):
-    from memlens.harness.cli import compose
     from memlens.harness.audit.nmt import FinetuneSettings, _strict, settings_from_cfg
+    from memlens.harness.cli import compose
     from memlens.recipes.seq2seq import Seq2SeqSettings
     from memlens.synthetic_data.parallel import ParallelSettings
 
@@ -110,8 +110,8 @@ def test_experiment_configs_compose_and_validate(experiment):
 
 
 def test_unknown_nmt_keys_are_named():
-    from memlens.harness.cli import compose
     from memlens.harness.audit.nmt import settings_from_cfg
+    from memlens.harness.cli import compose
 
     with pytest.raises(UserError, match="nmt: unknown key.*prefix_ratios"):
         settings_from_cfg(compose(["experiment=nmt_smoke", "+nmt.prefix_ratios=0.5"]))

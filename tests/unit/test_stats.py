@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memlens.harness.core.stats import Z95, compare_rates, fisher_exact, mcnemar_exact, rate_with_interval, wilson_interval
+from memlens.harness.core.stats import (
+    Z95,
+    compare_rates,
+    fisher_exact,
+    mcnemar_exact,
+    rate_with_interval,
+    wilson_interval,
+)
 
 
 def test_wilson_by_hand():

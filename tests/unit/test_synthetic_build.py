@@ -18,7 +18,7 @@ def cfg_for(run_dir, *overrides):
 def test_manifest_and_rows_on_disk(tmp_path):
     out = build_datasets(cfg_for(tmp_path), names=["sd_base", "sd_links", "sd_links_pos", "rm_sd", "pairs_sd_links"],
                          log=lambda *_: None)
-    for name, folder in out.items():
+    for folder in out.values():
         manifest = json.loads((folder / "manifest.json").read_text())
         rows = (folder / "rows.jsonl").read_text().splitlines()
         assert manifest["count"] == len(rows) and manifest["sha256"] == file_sha256(folder / "rows.jsonl")

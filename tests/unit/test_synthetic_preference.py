@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memlens.synthetic_data import common, preference as pref
+from memlens.synthetic_data import common
+from memlens.synthetic_data import preference as pref
 from memlens.synthetic_data.humaneval import infill_rows
 from memlens.synthetic_data.links import links_rows
 from memlens.synthetic_data.sd import base_rows, generate_programs

@@ -68,8 +68,8 @@ def test_every_audited_target_is_in_the_prompt_the_policy_trained_on(tokenizer_d
     50 tokens after the audit prompt inside that very prompt, even with the quickstart's 600-char contexts."""
     from omegaconf import OmegaConf
 
-    from memlens.harness.text.fim import FAMILIES
     from memlens.harness.core.io import read_jsonl
+    from memlens.harness.text.fim import FAMILIES
     from memlens.recipes.common import StageContext
     from memlens.recipes.rl import load_prompt_rows, training_examples
     from memlens.synthetic_data.build import build_datasets

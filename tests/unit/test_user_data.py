@@ -8,8 +8,7 @@ import json
 import pytest
 
 from memlens.harness.core.errors import UserError
-from memlens.harness.core.user_data import load_examples
-from memlens.harness.core.user_data import read_canaries, read_preference_pairs, repeated
+from memlens.harness.core.user_data import load_examples, read_canaries, read_preference_pairs, repeated
 from memlens.harness.report.analyses import breakdown
 from memlens.synthetic_data.user_data import canary_pairs, canary_pointwise, preference_chosen, preference_pointwise
 
