@@ -100,7 +100,7 @@ NOTES = [
 ]
 
 
-def _note(w: "Writer") -> str:
+def _note(w: Writer) -> str:
     rng = w.rng
     return pick(rng, NOTES).format(a=rng.randrange(1, 9), b=rng.randrange(0, 20), n=rng.randrange(100, 9999),
                                    date=vocab.timestamp(rng)[:10], name=pick(rng, vocab.FIRST_NAMES).capitalize(),
