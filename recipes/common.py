@@ -12,9 +12,10 @@ every recipe hands its trainer to `attach_stage_console`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 from memlens.harness.core.config import check_dataclass_values
 from memlens.harness.core.errors import UserError
@@ -28,6 +29,7 @@ from memlens.harness.core.layout import (
     whole_checkpoints,
 )
 from memlens.harness.core.layout import data_dir as layout_data_dir
+from memlens.harness.core.processes import is_main_process
 from memlens.harness.core.provenance import provenance
 from memlens.harness.model.encode import encode_texts
 from memlens.harness.text.fim import LEGACY_FAMILY_NAMES
@@ -191,6 +193,37 @@ def write_provenance(ctx: StageContext, stage: str, settings: dict[str, Any], da
         settings=settings, device=ctx.device, **extra,
     )
     atomic_write_json(ctx.out_dir / PROVENANCE_FILE, record)
+
+
+class Recipe(Protocol):
+    """The contract every stage recipe follows (torchtune's recipe interface): built from its settings and the
+    stage's context, then setup -> train -> save -> evaluate; `provenance()` is what provenance.json records
+    besides the common fields (datasets, init model, settings...). `stage` is provenance.json's `stage`."""
+
+    stage: ClassVar[str]
+
+    def __init__(self, cfg: Any, ctx: StageContext) -> None: ...
+    def setup(self) -> None: ...
+    def train(self) -> None: ...
+    def save(self) -> None: ...
+    def evaluate(self) -> None: ...
+    def provenance(self) -> dict[str, Any]: ...
+
+
+def run_recipe(recipe_class: type[Recipe], load: Callable[[dict[str, Any], str], Any], settings: dict[str, Any],
+               ctx: StageContext) -> None:
+    """The one stage runner: skip a stage whose provenance records these settings (finished), else set up (the
+    trainers resume from the last whole checkpoint), train, save, evaluate, and write provenance.json last — on
+    the main process only, as the marker that the stage finished."""
+    if settings_match(ctx.out_dir, settings):
+        return
+    recipe = recipe_class(load(settings, ctx.name.split("/")[0]), ctx)
+    recipe.setup()
+    recipe.train()
+    recipe.save()
+    recipe.evaluate()
+    if is_main_process():
+        write_provenance(ctx, recipe.stage, settings, **recipe.provenance())
 
 
 def left_padded_prompts(tokenizer, prompts: list[str]):

@@ -18,6 +18,7 @@ from typing import Any
 
 from memlens.harness.core.config import check_dataclass_values
 from memlens.harness.core.errors import UserError
+from memlens.harness.model.load import not_local_error, safe_from_pretrained
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -129,27 +130,11 @@ def build_llama(model: ModelSettings, tokenizer):
     return LlamaForCausalLM(config)
 
 
-def not_local_error(path: str | Path, what: str, error: Exception) -> UserError:
-    """The error for a model or tokenizer that is not on this machine: nothing is ever downloaded at run
-    time (`local_files_only=True` everywhere), so a hub id must be fetched once by the user."""
-    if Path(str(path)).exists():
-        return UserError(f"cannot load the {what} of {path}: {str(error).strip().splitlines()[0]}\nfix: point "
-                         "init/model.pretrained at a complete model directory (config.json, *.safetensors, "
-                         "tokenizer files)")
-    return UserError(f"{path}: no local copy of this {what} (memlens never downloads at run time). Fetch it once "
-                     f"with `huggingface-cli download {path}` (or `hf download {path}`), then rerun; or set "
-                     "model.pretrained to a local directory holding the model")
-
-
 def _from_pretrained(auto_class, path: str | Path, model: ModelSettings, device: str, **kwargs):
     """`auto_class.from_pretrained` in the preset's dtype: safetensors only, remote code only if allowed,
     local files only (a hub id resolves from the HF cache or fails with how to fetch it)."""
-    try:
-        return auto_class.from_pretrained(
-            str(path), dtype=torch_dtype(model, device), use_safetensors=True, local_files_only=True,
-            trust_remote_code=model.trust_remote_code, **kwargs)
-    except OSError as e:
-        raise not_local_error(path, "model", e) from None
+    return safe_from_pretrained(auto_class, path, dtype=torch_dtype(model, device),
+                                trust_remote_code=model.trust_remote_code, **kwargs)
 
 
 def load_causal_lm(path: str | Path, model: ModelSettings, device: str):

@@ -58,6 +58,7 @@ from memlens.harness.core.layout import (
     stale_dir,
 )
 from memlens.harness.core.lock import LOCK_FILE
+from memlens.harness.core.processes import is_main_process, world_size
 from memlens.harness.core.provenance import git_commit, provenance
 from memlens.recipes.check import run_preflight
 from memlens.recipes.common import (
@@ -469,18 +470,13 @@ def quarantine_torn_checkpoints(run_dir: Path, out_dir: Path) -> None:
             print(f"[memlens] {ckpt}: incomplete checkpoint (killed while saving) moved to {target}", flush=True)
 
 
-def is_main_process() -> bool:
-    """Rank 0 under `accelerate launch`/torchrun (which set RANK), or a plain single process."""
-    return int(os.environ.get("RANK", "0")) == 0
-
-
 def wait_for_everyone(device: str) -> None:
     """Barrier across the processes of `accelerate launch`; a no-op in a single process.
 
     `cpu=True` on CPU: accelerate's default state there is a single process (DistributedType.NO) whose
     barrier returns at once, so process 1 would read a stage process 0 has not finished writing (measured
     with the 2-process CPU launcher). The trainers then join the same gloo group (use_cpu=True)."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if world_size() > 1:
         from accelerate import PartialState
 
         PartialState(cpu=device == "cpu").wait_for_everyone()

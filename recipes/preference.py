@@ -33,14 +33,14 @@ whose tokenizer does not add it (StarCoder2's BOS is its EOS); the DPO and KTO o
 
 from __future__ import annotations
 
-import os
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from memlens.harness.core.io import read_jsonl
-from memlens.harness.core.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
+from memlens.harness.core.objectives import DEFAULT_OBJECTIVE, OBJECTIVES, PREFERENCE_STAGE
+from memlens.harness.core.processes import is_main_process
 from memlens.harness.core.registry import Registry
 from memlens.harness.core.user_data import repeated
 from memlens.recipes.common import (
@@ -50,9 +50,8 @@ from memlens.recipes.common import (
     fit_fim_context,
     latest_checkpoint,
     refuse_zero3_with_lora,
-    settings_match,
+    run_recipe,
     trl_device_kwargs,
-    write_provenance,
 )
 from memlens.recipes.models import load_causal_lm, load_tokenizer, lora_config, parse_model, save_final
 
@@ -159,7 +158,10 @@ def load_settings(settings: dict[str, Any], stage: str) -> PreferenceSettings:
 
 
 class PreferenceRecipe:
-    """setup -> train -> save for one preference stage (IPO or another objective)."""
+    """setup -> train -> save -> evaluate for one preference stage (IPO or another objective; recipes.common.run_recipe
+    drives it)."""
+
+    stage = PREFERENCE_STAGE
 
     def __init__(self, cfg: PreferenceSettings, ctx: StageContext):
         self.cfg, self.ctx = cfg, ctx
@@ -246,11 +248,14 @@ class PreferenceRecipe:
         resume = latest_checkpoint(self.ctx.out_dir)
         self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
 
-    def evaluate_pairs(self) -> None:
+    def provenance(self) -> dict[str, Any]:
+        return dict(datasets=list(self.rows), init_model=str(self.init_dir), hyperparameters=asdict(self.cfg))
+
+    def evaluate(self) -> None:
         """Log-probabilities of the training pairs under the initial and the trained model (preference_eval.json)."""
         from memlens.recipes import preference_eval
 
-        if int(os.environ.get("RANK", "0")) != 0 or not self.cfg.eval_pairs:
+        if not is_main_process() or not self.cfg.eval_pairs:
             return
         rows = self.trimmed([r for name in self.cfg.datasets for r in self.rows[name]])   # each pair once
         load = lambda d: load_causal_lm(d, self.preset, self.ctx.device).to(self.ctx.device)  # noqa: E731
@@ -309,13 +314,4 @@ def orpo_trainer(recipe: PreferenceRecipe, objective, data: dict):
 
 
 def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
-    if settings_match(ctx.out_dir, settings):
-        return
-    cfg = load_settings(settings, ctx.name.split("/")[0])
-    recipe = PreferenceRecipe(cfg, ctx)
-    recipe.setup()
-    recipe.train()
-    recipe.save()
-    recipe.evaluate_pairs()
-    write_provenance(ctx, "preference", settings, datasets=list(recipe.rows), init_model=str(recipe.init_dir),
-                     hyperparameters=asdict(cfg))
+    run_recipe(PreferenceRecipe, load_settings, settings, ctx)

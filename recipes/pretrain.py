@@ -17,7 +17,6 @@ padding-free attention, which adds nothing here. Packing is a dozen lines below.
 from __future__ import annotations
 
 import math
-import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,12 +24,14 @@ from typing import Any
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import file_sha256, read_json, read_jsonl
+from memlens.harness.core.processes import is_main_process
 from memlens.recipes.common import (
     PROVENANCE_FILE,
     StageContext,
     StageSettings,
     attach_stage_console,
     latest_checkpoint,
+    run_recipe,
     settings_match,
     trl_device_kwargs,
     write_provenance,
@@ -105,7 +106,9 @@ def packed_blocks(texts: list[str], tokenizer, sentinels, settings: PretrainSett
 
 
 class PretrainRecipe:
-    """setup -> train -> save, like a torchtune recipe."""
+    """setup -> train -> save for the PT stage (recipes.common.run_recipe drives it, like a torchtune recipe)."""
+
+    stage = "pretrain"
 
     def __init__(self, settings: PretrainSettings, ctx: StageContext):
         self.settings, self.ctx = settings, ctx
@@ -175,6 +178,13 @@ class PretrainRecipe:
         self.trainer.save_state()      # trainer_state.json: the loss curve, read by tests and the report
         self.trainer.save_model(str(self.ctx.out_dir))   # weights + tokenizer (gathers ZeRO-3 shards)
 
+    def evaluate(self) -> None:
+        """PT's evaluation is the audit's utility measure (held-out code loss)."""
+
+    def provenance(self) -> dict[str, Any]:
+        return dict(datasets=list(self.settings.datasets), init_model=None,
+                    parameters=sum(p.numel() for p in self.model.parameters()))
+
 
 def shipped_base_record(source: str) -> dict[str, Any]:
     """A shipped base (recipes/ship_base.py) carries its own provenance; the PT stage that imports it
@@ -195,21 +205,14 @@ def load_settings(settings: dict[str, Any], stage: str) -> PretrainSettings:
 
 
 def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
-    if settings_match(ctx.out_dir, settings):
+    parsed = load_settings(settings, ctx.name.split("/")[0])
+    if not parsed.model_settings.pretrained:
+        run_recipe(PretrainRecipe, load_settings, settings, ctx)
         return
-    parsed = load_settings(settings, ctx.name)
-    recipe = PretrainRecipe(parsed, ctx)
-    if parsed.model_settings.pretrained:
-        # One process imports; under `accelerate launch` the others wait at the pipeline's barrier
-        # (recipes.pipeline.train_stage) instead of each loading and writing a host copy of the model.
-        if int(os.environ.get("RANK", "0")) == 0:
-            recipe.import_pretrained()
-            write_provenance(ctx, "pretrain", settings, datasets=[], init_model=parsed.model_settings.pretrained,
-                             **shipped_base_record(parsed.model_settings.pretrained))
+    # A public model preset is imported, not trained. One process imports; under `accelerate launch` the others
+    # wait at the pipeline's barrier (recipes.pipeline.train_stage) instead of each loading and writing a host copy.
+    if settings_match(ctx.out_dir, settings) or not is_main_process():
         return
-    recipe.setup()
-    recipe.train()
-    recipe.save()
-    if recipe.trainer.is_world_process_zero():
-        write_provenance(ctx, "pretrain", settings, datasets=list(parsed.datasets), init_model=None,
-                         parameters=sum(p.numel() for p in recipe.model.parameters()))
+    PretrainRecipe(parsed, ctx).import_pretrained()
+    write_provenance(ctx, PretrainRecipe.stage, settings, datasets=[], init_model=parsed.model_settings.pretrained,
+                     **shipped_base_record(parsed.model_settings.pretrained))

@@ -38,9 +38,8 @@ from memlens.recipes.common import (
     attach_stage_console,
     latest_checkpoint,
     refuse_zero3_with_lora,
-    settings_match,
+    run_recipe,
     trl_device_kwargs,
-    write_provenance,
     zero_stage,
 )
 from memlens.recipes.models import load_sequence_classifier, load_tokenizer, parse_model, save_final, wrap_lora
@@ -135,7 +134,9 @@ def _pointwise_trainer_class():
 
 
 class RewardRecipe:
-    """setup -> train -> save for one RM stage."""
+    """setup -> train -> save -> evaluate for one RM stage (recipes.common.run_recipe drives it)."""
+
+    stage = "reward"
 
     def __init__(self, cfg: RewardSettings, ctx: StageContext):
         self.cfg, self.ctx = cfg, ctx
@@ -227,12 +228,18 @@ class RewardRecipe:
         else:
             self.trainer.save_model(str(self.ctx.out_dir))      # gathers ZeRO-3 shards, main process writes
             self.tokenizer.save_pretrained(str(self.ctx.out_dir))
+
+    def evaluate(self) -> None:
+        """The saved model's scores of its datasets (scores/: Fig. 2's distributions, the AUC evidence)."""
         if self.trainer.is_world_process_zero():
             if zero_stage(self.cfg.deepspeed) == 3:
                 # Partitioned weights cannot run a forward pass in one process: score the saved model.
                 self.model = load_sequence_classifier(self.ctx.out_dir, self.cfg.model_settings, self.ctx.device,
                                                       self.tokenizer.pad_token_id).to(self.ctx.device)
             self.write_scores()
+
+    def provenance(self) -> dict[str, Any]:
+        return dict(datasets=list(self.rows), init_model=str(self.init_dir), hyperparameters=asdict(self.cfg))
 
     def write_scores(self) -> None:
         """scores/<dataset>.jsonl (id, label, score, source) and scores/summary.json for the Fig. 2 analysis."""
@@ -296,12 +303,4 @@ def score_texts(model, tokenizer, texts: list[str], batch_size: int = 32, max_le
 
 
 def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
-    if settings_match(ctx.out_dir, settings):
-        return
-    cfg = load_settings(settings, ctx.name.split("/")[0])
-    recipe = RewardRecipe(cfg, ctx)
-    recipe.setup()
-    recipe.train()
-    recipe.save()
-    write_provenance(ctx, "reward", settings, datasets=list(recipe.rows), init_model=str(recipe.init_dir),
-                     hyperparameters=asdict(cfg))
+    run_recipe(RewardRecipe, load_settings, settings, ctx)

@@ -33,7 +33,6 @@ checkpoints hold the adapters. The reward model is frozen and never gets adapter
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -41,6 +40,7 @@ from typing import Any
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
+from memlens.harness.core.processes import is_main_process, world_size
 from memlens.harness.core.stats import reward_score_stats
 from memlens.harness.core.user_data import repeated
 from memlens.harness.text import fim
@@ -53,9 +53,8 @@ from memlens.recipes.common import (
     attach_stage_console,
     latest_checkpoint,
     refuse_zero3_with_lora,
-    settings_match,
+    run_recipe,
     trl_device_kwargs,
-    write_provenance,
 )
 from memlens.recipes.models import (
     load_causal_lm,
@@ -314,7 +313,9 @@ def rm_max_length(rm_dir, default: int = 1024) -> int:
 
 
 class RLRecipe:
-    """setup -> train -> save for one RLFT stage."""
+    """setup -> train -> save -> evaluate for one RLFT stage (recipes.common.run_recipe drives it)."""
+
+    stage = "rl"
 
     def __init__(self, cfg: RLSettings, ctx: StageContext):
         self.cfg, self.ctx = cfg, ctx
@@ -420,7 +421,7 @@ class RLRecipe:
 
         from memlens.recipes import ppo
 
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:   # every process would train and write the same stage
+        if world_size() > 1:   # every process would train and write the same stage
             raise UserError(f"stages.{self.ctx.name}.algorithm='ppo' runs in one process; launch this stage "
                             "without accelerate/torchrun or use algorithm: rloo")
         set_seed(self.ctx.seed)
@@ -456,11 +457,23 @@ class RLRecipe:
             self.trainer.resume(resume)
         self.trainer.train()
 
+    def evaluate(self) -> None:
+        """After training: the reward on fixed prompts (`eval_prompts`), a verifiable reward's held-out ranking."""
+        if self.cfg.eval_prompts:
+            self.evaluate_reward()
+        self.rank_heldout()
+
+    def provenance(self) -> dict[str, Any]:
+        cfg = self.cfg
+        return dict(datasets=cfg.prompts + cfg.reward.get("heldout", []), init_model=str(self.init_dir),
+                    reward_model=str(self.rm_dir) if self.rm_dir else None, reward_function=cfg.reward_function,
+                    hyperparameters=asdict(cfg), **(self.reward.isolation_record() if self.rm_dir is None else {}))
+
     def evaluate_reward(self) -> None:
         """The reward of the initial and of the saved policy on the same fixed prompts (recipes/rl_eval.py)."""
         from memlens.recipes import rl_eval
 
-        if int(os.environ.get("RANK", "0")) != 0:   # one process scores; the others would repeat it
+        if not is_main_process():   # one process scores; the others would repeat it
             return
         from memlens.harness.model.load import model_fingerprint
 
@@ -489,7 +502,7 @@ class RLRecipe:
         """A verifiable reward's ranking of labelled held-out rows (`reward.heldout`, e.g. rm_pd2_val), in a reward
         model's score-file format: `reward_function/<dataset>.jsonl` and `summary.json` (AUC, split "eval"), the
         evidence harness/report/evidence.py reads as it reads a reward model's held-out AUC."""
-        if self.rm_dir is not None or int(os.environ.get("RANK", "0")) != 0:
+        if self.rm_dir is not None or not is_main_process():
             return
         summary = {}
         for name in self.cfg.reward["heldout"]:
@@ -518,17 +531,4 @@ class RLRecipe:
 
 
 def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
-    if settings_match(ctx.out_dir, settings):
-        return
-    cfg = load_settings(settings, ctx.name.split("/")[0])
-    recipe = RLRecipe(cfg, ctx)
-    recipe.setup()
-    recipe.train()
-    recipe.save()
-    if cfg.eval_prompts:
-        recipe.evaluate_reward()
-    recipe.rank_heldout()
-    write_provenance(ctx, "rl", settings, datasets=cfg.prompts + cfg.reward.get("heldout", []),
-                     init_model=str(recipe.init_dir), reward_model=str(recipe.rm_dir) if recipe.rm_dir else None,
-                     reward_function=cfg.reward_function, hyperparameters=asdict(cfg),
-                     **(recipe.reward.isolation_record() if recipe.rm_dir is None else {}))
+    run_recipe(RLRecipe, load_settings, settings, ctx)

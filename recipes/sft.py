@@ -33,9 +33,8 @@ from memlens.recipes.common import (
     fit_fim_context,
     latest_checkpoint,
     refuse_zero3_with_lora,
-    settings_match,
+    run_recipe,
     trl_device_kwargs,
-    write_provenance,
 )
 from memlens.recipes.models import load_causal_lm, load_tokenizer, parse_model, save_final, wrap_lora
 
@@ -161,7 +160,9 @@ def capped_rows(rows: list[dict], cap: int | None, seed: str) -> list[dict]:
 
 
 class SFTRecipe:
-    """setup -> train -> save for one FT stage."""
+    """setup -> train -> save for one FT stage (recipes.common.run_recipe drives it)."""
+
+    stage = "sft"
 
     def __init__(self, settings: SFTSettings, ctx: StageContext):
         self.settings, self.ctx = settings, ctx
@@ -225,6 +226,15 @@ class SFTRecipe:
             # Trainer.save_model gathers ZeRO-3 shards and writes from the main process only.
             self.trainer.save_model(str(self.ctx.out_dir))
 
+    def evaluate(self) -> None:
+        """FT's evaluation is the audit's (its memorization is the measurement)."""
+
+    def provenance(self) -> dict[str, Any]:
+        return dict(datasets=list(self.settings.datasets), init_model=str(self.init_dir),
+                    num_processes=self.trainer.args.world_size, train_examples=len(self.train_dataset),
+                    # FIM rows whose context was trimmed so the middle survives max_seq_len (fit_fim_row)
+                    fim_examples=self.fim_stats["fim_rows"], fim_context_trimmed=self.fim_stats["fim_trimmed"])
+
 
 def load_settings(settings: dict[str, Any], stage: str) -> SFTSettings:
     """Validate `stages.<stage>` (unknown keys are an error), as every recipe module does."""
@@ -232,15 +242,4 @@ def load_settings(settings: dict[str, Any], stage: str) -> SFTSettings:
 
 
 def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
-    if settings_match(ctx.out_dir, settings):
-        return
-    recipe = SFTRecipe(load_settings(settings, ctx.name), ctx)
-    recipe.setup()
-    recipe.train()
-    recipe.save()
-    if recipe.trainer.is_world_process_zero():
-        write_provenance(ctx, "sft", settings, datasets=list(recipe.settings.datasets),
-                         init_model=str(recipe.init_dir), num_processes=recipe.trainer.args.world_size,
-                         train_examples=len(recipe.train_dataset),
-                         # FIM rows whose context was trimmed so the middle survives max_seq_len (fit_fim_row)
-                         fim_examples=recipe.fim_stats["fim_rows"], fim_context_trimmed=recipe.fim_stats["fim_trimmed"])
+    run_recipe(SFTRecipe, load_settings, settings, ctx)

@@ -51,6 +51,7 @@ from memlens.harness.core.layout import (
     require_inside,
     stale_dir,
 )
+from memlens.harness.core.processes import process_rank, world_size
 from memlens.harness.core.provenance import provenance
 from memlens.harness.measures.utility import UTILITY_FILE, utility_of_models
 from memlens.harness.model.load import distributed_barrier, has_weights, set_threads
@@ -134,7 +135,7 @@ def plan_audits(cfg) -> list[PlannedAudit]:
 
 
 def _distributed() -> tuple[int, int]:
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    return process_rank(), world_size()
 
 
 def _shard_examples(examples: Path, shard_dir: Path, rank: int, world: int) -> Path:

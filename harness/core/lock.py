@@ -29,6 +29,7 @@ from pathlib import Path
 
 from memlens.harness.core.errors import UserError, storage_error
 from memlens.harness.core.io import require_creatable_dir
+from memlens.harness.core.processes import process_rank, world_size
 
 LOCK_FILE = ".memlens.lock"
 LAUNCH_WAIT_SECONDS = 300      # how long processes 1..N-1 of a launch wait for process 0 to take the lock
@@ -74,12 +75,12 @@ def hold_directories(directories: list[tuple[str, Path]], command: str) -> Itera
 
 
 def _rank() -> int:
-    return int(os.environ.get("RANK", "0")) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0
+    return process_rank()
 
 
 def _launch_id() -> str | None:
     """What every process of one `accelerate launch` / torchrun shares (None outside a launch)."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+    if world_size() <= 1:
         return None
     return "{}:{}/{}".format(os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", ""),
                              os.environ.get("TORCHELASTIC_RUN_ID", ""))

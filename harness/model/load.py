@@ -58,6 +58,29 @@ def _check_model_dir(path: str | Path) -> Path:
     return path
 
 
+def not_local_error(path: str | Path, what: str, error: Exception) -> UserError:
+    """The error for a model or tokenizer that is not on this machine: nothing is ever downloaded at run
+    time (`local_files_only=True` everywhere), so a hub id must be fetched once by the user."""
+    if Path(str(path)).exists():
+        return UserError(f"cannot load the {what} of {path}: {str(error).strip().splitlines()[0]}\nfix: point "
+                         "init/model.pretrained at a complete model directory (config.json, *.safetensors, "
+                         "tokenizer files)")
+    return UserError(f"{path}: no local copy of this {what} (memlens never downloads at run time). Fetch it once "
+                     f"with `huggingface-cli download {path}` (or `hf download {path}`), then rerun; or set "
+                     "model.pretrained to a local directory holding the model")
+
+
+def safe_from_pretrained(auto_class, path: str | Path, *, dtype, trust_remote_code: bool, **kwargs):
+    """The one `from_pretrained` of a model, for the stages and the audit alike: safetensors only (no pickle),
+    local files only (nothing is downloaded at run time; a hub id resolves from the HF cache or fails saying how to
+    fetch it), remote code only when the user allowed it."""
+    try:
+        return auto_class.from_pretrained(str(path), dtype=dtype, use_safetensors=True, local_files_only=True,
+                                          trust_remote_code=trust_remote_code, **kwargs)
+    except OSError as e:
+        raise not_local_error(path, "model", e) from None
+
+
 ADAPTER_CONFIG = "adapter_config.json"
 
 
@@ -99,10 +122,8 @@ def _load(auto_cls_name: str, path: str | Path, device: str, trust_remote_code: 
         if (path / ADAPTER_CONFIG).is_file() and auto_cls_name == "AutoModelForCausalLM":
             model = _load_lora_checkpoint(path, trust_remote_code, dtype)
         else:
-            auto_cls = getattr(transformers, auto_cls_name)
-            model = auto_cls.from_pretrained(str(path), use_safetensors=True, trust_remote_code=trust_remote_code,
-                                             local_files_only=True,
-                                             dtype=dtype)
+            model = safe_from_pretrained(getattr(transformers, auto_cls_name), path, dtype=dtype,
+                                         trust_remote_code=trust_remote_code)
     model.to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code, local_files_only=True)
     return model, tokenizer
