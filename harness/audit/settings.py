@@ -13,6 +13,7 @@ from memlens.harness.core.config import require_bool
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import require_creatable_dir
 from memlens.harness.core.layout import check_name, checkpoint_dirs
+from memlens.harness.measures.memorization import DEFAULT_K
 from memlens.harness.model.load import has_weights
 
 FINAL = "final"            # checkpoint name of the model at the root of its directory
@@ -28,7 +29,7 @@ DRAFT_CHOICES = ("target", "none")
 class AuditSettings:
     """The knobs that decide every number of the audit (recorded in each .meta.json and the summary)."""
 
-    k: float = 0.1
+    k: float = DEFAULT_K
     max_new_tokens: int = 64
     target_tokens: int = 64
     min_target_tokens: int = 10

@@ -13,8 +13,10 @@ from collections.abc import Iterable, Mapping
 from memlens.harness.core.stats import wilson_interval
 from memlens.harness.text.exclusions import EXCLUSION_REASONS
 
+DEFAULT_K = 0.1     # Definition 3.1's k, the paper's value: the one default (audit.k overrides it per run)
 
-def counterfactually_memorized(ned_model: float, ned_control: float, k: float = 0.1) -> bool:
+
+def counterfactually_memorized(ned_model: float, ned_control: float, k: float = DEFAULT_K) -> bool:
     """Definition 3.1: the audited model reproduces the target (NED <= k), the control does not (NED > k).
 
     NEDs are sliding-window NEDs between the target and each model's greedy completion (Sec. 4.2).

@@ -18,7 +18,7 @@ from typing import Any
 from memlens.harness.core.io import read_jsonl, unique_rows
 from memlens.harness.core.layout import MIA_SUBDIR, MIA_SUMMARY
 from memlens.harness.core.layout import checkpoint_step as layout_checkpoint_step
-from memlens.harness.measures.memorization import summarize_rows
+from memlens.harness.measures.memorization import DEFAULT_K, summarize_rows
 from memlens.harness.measures.mia import ATTACKS, best_attack
 
 FINAL = "final"
@@ -88,7 +88,7 @@ class Persistence:
     ned_after: list[float]          # the later model's NED on the source-memorized examples
 
 
-def persistence(source_rows: list[dict], target_rows: list[dict], k: float = 0.1) -> Persistence:
+def persistence(source_rows: list[dict], target_rows: list[dict], k: float = DEFAULT_K) -> Persistence:
     """Share of the source model's memorized examples that the target model still memorizes.
 
     "Still memorized" uses the target row's own counterfactual verdict (NED <= k and control > k);

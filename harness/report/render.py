@@ -24,6 +24,7 @@ from memlens.harness.core.layout import models_dir
 from memlens.harness.core.objectives import OBJECTIVES, PREFERENCE_STAGE, is_preference_stage, recorded_objective
 from memlens.harness.core.provenance import provenance
 from memlens.harness.core.stats import reward_score_stats, wilson_interval
+from memlens.harness.measures.memorization import DEFAULT_K
 from memlens.harness.measures.mia import attack_label
 from memlens.harness.measures.utility import load_utility
 from memlens.harness.report import analyses as A
@@ -627,7 +628,7 @@ def report_dir(cfg) -> Path:
 def render_report(cfg) -> int:
     run_dir = Path(cfg.run_dir)
     rcfg = cfg.get("report") or {}
-    k = float((cfg.get("audit") or {}).get("k", 0.1))   # the audit's k: one setting, read by both
+    k = float((cfg.get("audit") or {}).get("k", DEFAULT_K))   # the audit's k: one setting, read by both
     out_dir = report_dir(cfg)
     extra_runs = [Path(p) for p in (rcfg.get("runs") or [])]
     runs = [run_dir] + extra_runs
