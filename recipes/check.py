@@ -42,7 +42,7 @@ def local_model_dir(pretrained: str) -> Path | None:
 
 def stage_lengths(cfg) -> dict[str, int]:
     """{"<stage>.<key>": tokens} of every planned stage's sequence-length settings (and the audit's budget)."""
-    from memlens.recipes.pipeline import plan
+    from memlens.recipes.plan import plan
 
     lengths = {f"{stage.model_name}.{key}": int(stage.settings[key])
                for stage in plan(cfg) for key in LENGTH_KEYS if stage.settings.get(key) is not None}

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from memlens.harness.cli import compose
-from memlens.recipes.pipeline import plan
+from memlens.recipes.plan import plan
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from memlens.harness.cli import compose
-from memlens.recipes.pipeline import audit_plan, flatten_stages, needed_datasets, plan
+from memlens.recipes.plan import audit_plan, flatten_stages, needed_datasets, plan
 from memlens.recipes.stages import STAGES
 from tests.integration.run_helpers import CONF, EXPERIMENTS
 

@@ -19,7 +19,7 @@ import json
 import pytest
 
 from memlens.harness.cli import compose
-from memlens.recipes.pipeline import plan
+from memlens.recipes.plan import plan
 from tests.integration.run_helpers import EXPERIMENTS, TOY_RUN, TOY_STAGE, memlens, toy_overrides
 
 pytestmark = pytest.mark.slow

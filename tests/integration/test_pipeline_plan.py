@@ -8,7 +8,8 @@ import pytest
 
 from memlens.harness.cli import compose, expand_sweep
 from memlens.harness.core.errors import UserError
-from memlens.recipes.pipeline import flatten_stages, order_stages, plan, run_directory, sweep_assignments, train_main
+from memlens.recipes.pipeline import train_main
+from memlens.recipes.plan import flatten_stages, order_stages, plan, run_directory, sweep_assignments
 
 
 def compose_point(overrides: list[str], multirun: bool = False):
@@ -119,7 +120,7 @@ def test_a_sweep_points_run_directory_carries_its_audit_report_and_cache_paths(t
 
 
 def _stage(settings):
-    from memlens.recipes.pipeline import PlannedStage
+    from memlens.recipes.plan import PlannedStage
 
     return PlannedStage("FT.1", "FT.1", "sft", settings)
 
@@ -165,7 +166,8 @@ def test_a_finished_stage_is_retrained_when_its_data_or_upstream_changed(tmp_pat
     import os
 
     from memlens.harness.core.io import atomic_write_json
-    from memlens.recipes.pipeline import PlannedStage, prepare_out_dir
+    from memlens.recipes.pipeline import prepare_out_dir
+    from memlens.recipes.plan import PlannedStage
 
     def finish(name, settings, datasets):
         atomic_write_json(tmp_path / "models" / name / "provenance.json", {"settings": settings, "datasets": datasets})

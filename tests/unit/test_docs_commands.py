@@ -67,7 +67,7 @@ def test_the_docs_show_the_commands_a_newcomer_needs():
 
 @pytest.mark.parametrize("doc,argv", COMMANDS, ids=[" ".join(argv)[:90] for _, argv in COMMANDS])
 def test_every_documented_command_composes(doc, argv):
-    from memlens.recipes.pipeline import plan
+    from memlens.recipes.plan import plan
 
     for cfg in compose_only(argv):
         if argv[0] in ("run", "train"):

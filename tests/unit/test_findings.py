@@ -10,12 +10,15 @@ from memlens.harness.core.errors import UserError
 from memlens.harness.report.evidence import ipo_evidence, log_history, rl_evidence, stage_evidence
 from memlens.harness.report.findings import (
     FAILS,
+    FINDINGS,
     HOLDS,
     INCONCLUSIVE,
     NOT_MEASURED,
+    Finding,
     Roles,
     RunResults,
     distinct_completion_share,
+    findings,
 )
 from tests.unit.findings_world import COLLAPSED, MOVED, STILL, evidence, grouped, row, rows, verdicts
 
@@ -387,3 +390,27 @@ def test_membership_findings_by_hand():
     assert verdicts(RunResults(leaky, evidence(), mia=run.mia))["M1"]["status"] == FAILS
     # RL that did not move is no evidence for anything RLFT.2 shows.
     assert verdicts(RunResults(grouped(), evidence(rl=STILL), mia=run.mia))["M1"]["status"] == INCONCLUSIVE
+
+
+# The findings table's rows, in its order (harness/report/findings/__init__.py imports the per-paper modules so).
+TABLE_ORDER = ("F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8", "V4", "V5", "V6", "V7", "P1", "P2", "P3",
+               "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3")
+
+
+def test_the_registry_holds_the_findings_in_table_order_and_runs_what_is_registered():
+    assert FINDINGS.names() == TABLE_ORDER
+    assert len(set(FINDINGS.names())) == len(FINDINGS) == 23
+    assert all(FINDINGS[fid].id == fid and FINDINGS[fid].source and FINDINGS[fid].title for fid in FINDINGS)
+    run = RunResults(grouped(), evidence())
+    assert tuple(f["id"] for f in findings(run)) == TABLE_ORDER      # each check answers under its own id
+    with pytest.raises(ValueError, match="registered twice"):
+        FINDINGS.register("F1", FINDINGS["F1"])
+    # A finding added by a test: F1's rule on FT.1 (10/20 memorized, like FT.3), last in the table while registered.
+    on_ft1 = Finding("X1", "a test", "F1 on FT.1",
+                     lambda run: {**FINDINGS["F1"].check(RunResults(run.grouped, run.evidence, roles=Roles(
+                         ft_direct="FT.1"))), "id": "X1"})
+    with FINDINGS.registered("X1", on_ft1):
+        table = findings(run)
+        assert [f["id"] for f in table] == [*TABLE_ORDER, "X1"]
+        assert table[-1]["status"] == HOLDS and table[-1]["stages"] == ["FT.1"] and "FT.1" in table[-1]["claim"]
+    assert tuple(f["id"] for f in findings(run)) == TABLE_ORDER and "X1" not in FINDINGS

@@ -11,7 +11,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from memlens.harness.core.io import atomic_write_json, read_json
-from memlens.recipes.pipeline import PlannedStage, train_stage
+from memlens.recipes.pipeline import train_stage
+from memlens.recipes.plan import PlannedStage
 
 SETTINGS = {"init": "PT", "datasets": ["pd_1", "sd_base"], "epochs": 2, "lr": 1e-3}
 
