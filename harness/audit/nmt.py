@@ -398,7 +398,7 @@ def check_stability(cfg, rerun, log=print) -> dict | None:
     """Step 8 (issue: N3's verdict flipped with torch's CPU kernels). `rerun(config, level)` runs steps 1-5 on
     `config` in a child process whose torch computes with kernel `level` and returns its summary; the two
     summaries' findings go into this run's summary.json under `stability`, where the report compares each
-    N1-N3 verdict (harness/report/findings.py: a verdict that differs is `inconclusive (unstable)`)."""
+    N1-N3 verdict (harness/report/findings/paper002.py: a verdict that differs is `inconclusive (unstable)`)."""
     s = settings_from_cfg(cfg)
     if s.stability_kernels is None:
         return None

@@ -15,7 +15,7 @@ models (Marian, T5, BART) on top of harness/model/decode.py; tests pass lookup t
 - `fill_mask_substitutes` / `frequency_substitutes` - substitute generators for Algorithm 2.
 - `per_bucket_neighbourhood`, `output_quality`, `memorized_by_kind`, `noisy_share_by_bucket` - the
   tables of the NMT report (Table 1's perturbation columns per bucket, Table 4's quality), and
-  `findings` - N1-N3 from them (harness/report/findings.py turns them into verdicts with tests).
+  `findings` - N1-N3 from them (harness/report/findings/paper002.py turns them into verdicts with tests).
 
 Every comparison of two translations goes through `same_output` (whitespace-normalized exact match,
 or NED <= k from harness/text/distance.py for the approximate variant), so the algorithms cannot drift.

@@ -2,7 +2,7 @@
 
 A finding about what RL or IPO does to memorization means nothing if RL or IPO did not move the model
 (a persistence of 100 % through an RL stage whose reward stayed flat only says the stage was inert).
-The findings (harness/report/findings.py) gate on these figures; the report's Training section shows
+The findings (harness/report/findings/evidence_gates.py) gate on these figures; the report's Training section shows
 them. Sources, all written by the recipes:
 - reward models: `models/<RM>/scores/summary.json`, ROC-AUC per scored dataset with its split
   (`train`, `eval` = held out, `scored`); an RL stage's verifiable reward, `models/<RL>/reward_function/summary.json`

@@ -2,10 +2,9 @@
 runs whose verdicts and p-values are derivable by hand (tests/unit/findings_world.py)."""
 
 
+from memlens.harness.core.objectives import OBJECTIVES
 from memlens.harness.report.findings import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, RunResults
 from tests.unit.findings_world import evidence, grouped, rows, verdicts
-
-OBJECTIVES = ("ipo", "dpo", "dpo+sft", "simpo", "cpo", "orpo", "kto")
 
 
 def preference_run(memorized: dict[str, int], accuracy: float = 0.95, n: int = 20):

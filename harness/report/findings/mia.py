@@ -1,0 +1,91 @@
+"""Findings M1-M3: membership inference (harness/measures/mia.py): is SD a stage trained on still detectable,
+whether or not it is extractable."""
+
+from __future__ import annotations
+
+from memlens.harness.measures.mia import best_attack
+from memlens.harness.report import analyses as A
+from memlens.harness.report.findings.evidence_gates import (
+    MIA_DETECTABLE_AUC,
+    NOT_EXTRACTABLE_MAX,
+    _rlft2_evidence,
+    ipo_check,
+)
+from memlens.harness.report.findings.registry import Finding, register
+from memlens.harness.report.findings.run import RunResults, _rate, memorized_flags
+from memlens.harness.report.findings.verdict import P_MAX, _pct, _result
+
+
+# ---------------------------------------------------------------- M1-M3: membership inference
+# Not claims of paper 003: whether SD a stage trained on stays *detectable* (members told from held-out canaries of
+# the same generator), the weaker question beside extraction. The test is the bootstrap's one-sided test of
+# H0: AUC <= MIA_DETECTABLE_AUC for the best of the attacks, Bonferroni-corrected for picking the best one.
+def mia_detection(run: RunResults, model: str, dataset: str = "sd_base") -> dict | None:
+    """The best attack on `dataset` (target span, final checkpoint) and its test; None when not measured."""
+    metrics = A.mia_entry(run.mia, model, dataset) or {}
+    best = best_attack(metrics)
+    if best is None:
+        return None
+    attack, m = best
+    key = f"{MIA_DETECTABLE_AUC:g}"
+    p_one = m["auc"].get("p_at_most", {}).get(key)
+    test = {"test": "bootstrap_one_sided_bonferroni", "null": f"AUC <= {key}", "attack": attack,
+            "n_attacks": len(metrics), "n_boot": m["bootstrap"]["n"],
+            "p_value": None if p_one is None else min(1.0, p_one * len(metrics))}
+    ours = (f"AUC {m['auc']['value']:.2f} [{m['auc']['ci95'][0]:.2f}, {m['auc']['ci95'][1]:.2f}] ({attack}; "
+            f"{m['n_members']} members vs {m['n_nonmembers']} held out)")
+    return {"attack": attack, "auc": m["auc"]["value"], "test": test, "ours": ours}
+
+
+def _detectable(run: RunResults, fid: str, model: str, claim: str, stages: list[str], evidence: list[dict],
+                not_extractable: bool = False) -> dict:
+    rule = (f"{model}'s best membership attack on sd_base (target span, final): AUC > {MIA_DETECTABLE_AUC} (bootstrap "
+            f"one-sided p < {P_MAX}, Bonferroni over the attacks)")
+    if not_extractable:
+        rule += f", and its extraction rate on sd_base < {100 * NOT_EXTRACTABLE_MAX:.0f} %"
+    paper = "not in paper 003 (membership inference: mimir, Duan et al. 2024)"
+    found = mia_detection(run, model)
+    rows = run.rows(model, "sd_base")
+    if found is None or (not_extractable and rows is None):
+        return _result(fid, claim, paper, rule, stages, measured=False)
+    ok = found["auc"] > MIA_DETECTABLE_AUC
+    rates, ours = [], found["ours"]
+    if not_extractable:
+        extraction = _rate(f"{model} sd_base extraction", memorized_flags(rows))
+        rates = [extraction]
+        ok = ok and extraction["rate"] is not None and extraction["rate"] < NOT_EXTRACTABLE_MAX
+        ours += f"; extraction {_pct(extraction)}"
+    test = found["test"] if found["test"]["p_value"] is not None else None
+    return _result(fid, claim, paper, rule, stages, measured=True, rule_ok=ok, evidence=evidence, rates=rates,
+                   test=test, needs_test=True, ours=ours)
+
+
+def m1(run: RunResults) -> dict:
+    """SD only in the reward model's data: RLFT.2 memorizes ~none of it (F2), yet is it still detectable?"""
+    r = run.roles
+    return _detectable(run, "M1", r.rl_sd_in_rm,
+                       f"RLFT via the reward model leaves SD detectable (AUC > {MIA_DETECTABLE_AUC}) though not "
+                       f"extractable ({r.rl_sd_in_rm})", [r.rm_sd, r.rl_sd_in_rm], _rlft2_evidence(run),
+                       not_extractable=True)
+
+
+def m2(run: RunResults) -> dict:
+    """Fine-tuning on SD makes it detectable (the premise the other M rows are read against)."""
+    ft = run.roles.ft_direct
+    return _detectable(run, "M2", ft, f"Fine-tuning on SD leaves it detectable (AUC > {MIA_DETECTABLE_AUC}, {ft})",
+                       [ft], [])
+
+
+def m3(run: RunResults) -> dict:
+    """IPO on SD pairs: detectable as well as extractable (F8)?"""
+    ipo = run.roles.ipo
+    return _detectable(run, "M3", ipo, f"IPO on SD preference pairs leaves SD detectable (AUC > "
+                                       f"{MIA_DETECTABLE_AUC}, {ipo})", [ipo], [ipo_check(run)])
+
+
+MIA_FINDINGS = register(
+    Finding("M1", "not in paper 003 (membership inference)",
+            "RLFT via the reward model leaves SD detectable though not extractable", m1),
+    Finding("M2", "not in paper 003 (membership inference)", "Fine-tuning on SD leaves it detectable", m2),
+    Finding("M3", "not in paper 003 (membership inference)", "IPO on SD preference pairs leaves SD detectable", m3),
+)
