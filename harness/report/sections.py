@@ -1,0 +1,411 @@
+"""The report's evidence sections, in the order a reader checks a conclusion: rates, the user's canaries, training,
+persistence, reward scores, sweeps, memorization over training, loss-based measures, membership inference,
+utility, registered measures and the maps. Each returns its blocks (harness/report/blocks.py) and files its rows
+under its key of `summary` (summary.json); render.py puts them after the findings and the comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from memlens.harness.audit.measures import MEASURES
+from memlens.harness.core.io import read_jsonl
+from memlens.harness.core.layout import models_dir
+from memlens.harness.core.objectives import PREFERENCE_STAGE
+from memlens.harness.core.stats import reward_score_stats, wilson_interval
+from memlens.harness.measures.mia import attack_label
+from memlens.harness.measures.utility import load_utility
+from memlens.harness.report import analyses as A
+from memlens.harness.report import figures as F
+from memlens.harness.report.blocks import Block, Details, Heading, Image, Paragraph, table
+from memlens.harness.report.evidence import log_history
+from memlens.harness.report.loss_figures import render_loss_figures
+
+
+def _reward_scores(run_dir: Path, prefix: str) -> dict[str, dict[str, dict[int, list[float]]]]:
+    """dataset -> reward model -> label -> scores, from models/<RM>/scores/<dataset>.jsonl."""
+    out: dict[str, dict[str, dict[int, list[float]]]] = defaultdict(dict)
+    for path in sorted(models_dir(run_dir).glob("**/scores/*.jsonl")):
+        rm = prefix + str(path.parent.parent.relative_to(models_dir(run_dir)))
+        by_label: dict[int, list[float]] = defaultdict(list)
+        for r in read_jsonl(path):
+            by_label[int(r["label"])].append(float(r["score"]))
+        out[path.stem][rm] = dict(by_label)
+    return out
+
+
+def rates_section(finals: list[dict]) -> list[Block]:
+    """The memorization rate of every audited model's final checkpoint, and its PII paths where they were scored."""
+    blocks: list[Block] = [
+        Heading(2, "Memorization rates (final checkpoints)"),
+        table(finals, ["model", "checkpoint", "dataset", "n_scored", "n_memorized", "rate", "ci95", "n_excluded",
+                       "excluded_by_reason"]),
+    ]
+    pii = [e for e in finals if e.get("pii_regurgitation_rate") is not None]
+    if pii:
+        blocks.append(Paragraph("PII paths (SD.Links, paper 003 Sec. 5.1-5.2): the share of scored positives whose "
+                                "completion contains the example's path verbatim, for the model and its control; "
+                                "counterfactual: the model does and the control does not; chance level: 1 / distinct "
+                                "paths."))
+        blocks.append(table(pii, ["model", "checkpoint", "dataset", "pii_regurgitation_rate",
+                                  "control_pii_regurgitation_rate", "pii_counterfactual_rate",
+                                  "pii_counterfactual_ci95", "pii_chance_level"]))
+    return blocks
+
+
+def breakdown_section(grouped: dict, entries: list[dict], fig_dir: Path, summary: dict) -> list[Block]:
+    """A user's canaries (data.canaries.file, or an audit.examples file with `group` / `repeat`): the final
+    checkpoint's memorization rate by group and by copies in training, each part with n and its interval."""
+    rows_out, series = [], {}
+    for e in sorted(A.final_entries(entries), key=lambda e: (e["model"], e["dataset"])):
+        rows = grouped[(e["model"], e["checkpoint"], e["dataset"])]
+        for key in A.BREAKDOWN_KEYS:
+            for part in A.breakdown(rows, key):
+                rows_out.append({"model": e["model"], "checkpoint": e["checkpoint"], "dataset": e["dataset"],
+                                 "by": key, "value": part[key], **{k: part[k] for k in (
+                                     "n_scored", "n_memorized", "rate", "ci95", "n_excluded")}})
+                if key == "repeat" and isinstance(part[key], int):
+                    series.setdefault(f"{e['model']} on {e['dataset']}", []).append(
+                        (part[key], part["rate"], part["ci95"]))
+    if not rows_out:
+        return []
+    blocks: list[Block] = [
+        Heading(2, "Your canaries: memorization by group and by copies in training"),
+        Paragraph("Final checkpoints. 'group' is the label each canary carries; 'repeat' is how many copies "
+                  "of it went into training. Rates over scored (not excluded) canaries, with the 95 % Wilson "
+                  "interval; a part with few canaries has a wide interval."),
+    ]
+    exposure = {label: points for label, points in series.items() if len(points) >= 2}
+    if exposure:
+        path = F.sweep_plot(exposure, "repeat", "Memorization rate against copies in training",
+                            fig_dir / "canaries_by_repeat.png")
+        blocks.append(Image(path, "Memorization rate against copies in training"))
+    blocks.append(table(rows_out, ["model", "checkpoint", "dataset", "by", "value", "n_scored", "n_memorized",
+                                   "rate", "ci95", "n_excluded"]))
+    summary["breakdowns"] = rows_out
+    return blocks
+
+
+def training_section(evidence: dict, runs: list[Path], fig_dir: Path, summary: dict) -> list[Block]:
+    """Did each stage train? Reward-model AUCs by split, RL reward/KL curves per stage (one line per
+    point), IPO accuracy/margin/loss — what a reader needs before believing a finding."""
+    if not evidence:
+        return []
+    blocks: list[Block] = [Heading(2, "Training: did each stage learn?")]
+    rm_rows = [{"reward_model": m, "dataset": d, "split": v.get("split"), "n": v.get("n"), "auc": v.get("auc")}
+               for m, ev in evidence.items() if ev["stage"] == "reward" for d, v in ev["auc"].items()]
+    if rm_rows:
+        blocks.append(Paragraph("Reward models: ROC-AUC of the scores on each scored dataset (split: train = its "
+                                "training rows, eval = held out, scored = never trained on)."))
+        blocks.append(table(rm_rows, ["reward_model", "dataset", "split", "n", "auc"]))
+    stages = (
+        ("rl", ["beta", "reward_model", "reward_function", "reward_heldout_auc", "eval_prompts", "eval_reward_initial", "eval_reward_final", "eval_change_ci95",
+                "eval_change_in_sd", "eval_up", "eval_down", "eval_p_value", "reward_change_in_std", "kl_final"],
+         "RL points. eval_*: the reward model's score of the initial and the trained policy's sampled completions "
+         "on the same fixed prompts (eval_prompts of the stage's own, 4 samples each), the mean change with its "
+         "95 % interval and in units of the initial spread across prompts, prompts up/down and the sign test's p "
+         "— the evidence that the reward rose. reward_change_in_std: the training log's last 10 % of steps vs "
+         "the first, in first-step std (each step draws other prompts, so it also measures their difficulty). "
+         "kl_final: final mean per-token KL to the reference. reward_function: a verifiable reward in the reward "
+         "model's place (recipes/verifiable_rewards.py); reward_heldout_auc: its ranking of held-out labelled rows, "
+         "the check a reward model's held-out AUC gets.",
+         F.rl_training_plots, "RL training curves"),
+        (PREFERENCE_STAGE, ["objective", "pair_n", "pair_accuracy", "pair_accuracy_ci95", "pair_chosen_change",
+                 "pair_rejected_change", "steps_logged", "accuracy_first", "accuracy_final", "margin_final",
+                 "loss_first", "loss_final", "logps_chosen_first", "logps_chosen_final", "logps_rejected_first",
+                 "logps_rejected_final"],
+         "Preference stages, one row per objective. pair_*: measured the same way for every objective after training "
+         "(recipes/preference_eval.py): pair_accuracy is the share of its training pairs whose chosen completion "
+         "gained more summed log-probability over the initial model than the rejected one (the findings' check), "
+         "pair_chosen_change / pair_rejected_change the mean change of each side's summed log-probability (nats): "
+         "likelihood displacement, when the rejected falls far more than the chosen rises, leaves the chosen line "
+         "no more likely to be decoded. The rest as each trainer logs it over the first and last 10 % of logged "
+         "steps: its own preference accuracy (DPO: implicit reward vs the reference; CPO, SimPO, ORPO: the policy's "
+         "log-likelihoods; KTO: none), reward margin, loss (IPO's starts at (1/2β)²) and the log-probabilities of "
+         "the chosen and rejected completions (DPO, KTO: summed; SimPO, ORPO: per token).",
+         F.ipo_training_plots, "Preference training curves"),
+    )
+    for ev in evidence.values():            # the verifiable reward's held-out ranking, for the RL table
+        if ev.get("reward_auc"):
+            aucs = [v["auc"] for v in ev["reward_auc"].values() if v.get("auc") is not None]
+            ev["reward_heldout_auc"] = min(aucs) if aucs else None
+    stage_rows = {}
+    for kind, columns, text, plot, title in stages:
+        stage_rows[kind] = _stage_rows(evidence, kind, columns)
+        if stage_rows[kind]:                # the evidence of the stage's models as a table, with its caption
+            blocks += [Paragraph(text), table(stage_rows[kind], ["model", *columns])]
+        if kind == PREFERENCE_STAGE and any(r.get("pair_accuracy") is not None for r in stage_rows[kind]):
+            path = F.preference_displacement_plot([r for r in stage_rows[kind] if r.get("pair_accuracy") is not None],
+                                                  fig_dir / "preference_displacement.png")
+            blocks.append(Image(path, "Preference pairs: chosen and rejected log-probability change"))
+        if stage_rows[kind]:
+            for path in plot(_histories(runs, evidence, kind), fig_dir):
+                blocks.append(Image(path, f"{title}: {path.stem}"))
+    summary["training"] = {"reward_models": rm_rows, "rl": stage_rows["rl"],
+                          "preference": stage_rows[PREFERENCE_STAGE]}
+    return blocks
+
+
+def _stage_rows(evidence: dict, stage: str, columns: list[str]) -> list[dict]:
+    """The evidence of every model of one stage kind, a row per model; [] if there is none."""
+    return [{"model": m, **{k: ev.get(k) for k in columns}} for m, ev in evidence.items() if ev["stage"] == stage]
+
+
+def _histories(runs: list[Path], evidence: dict, stage: str) -> dict[str, list[dict]]:
+    """{model: log_history} of the models of one stage kind (model names carry the run prefix)."""
+
+    out = {}
+    for name, ev in evidence.items():
+        if ev["stage"] != stage:
+            continue
+        run_name, _, model = name.rpartition(":")
+        run = next((r for r in runs if r.name == run_name), runs[0]) if run_name else runs[0]
+        out[name] = log_history(models_dir(run) / model)
+    return out
+
+
+def persistence_section(entries_rows: dict, prov: dict, k: float, fig_dir: Path, summary: dict) -> list[Block]:
+    """Fig. 1 for every audited model whose init model was audited too (e.g. FT.1 -> RLFT.1/beta=*)."""
+    finals = {(e["model"], e["dataset"]): e["checkpoint"] for e in A.final_entries(summary["entries"])}
+    by_source: dict[tuple[str, str], dict[str, A.Persistence]] = defaultdict(dict)
+    for (model, dataset), ckpt in finals.items():
+        init = (prov.get(model) or {}).get("init_model")
+        init_name = Path(init).name if init else None
+        source = next((m for (m, d) in finals if d == dataset and init_name and
+                       (m == init or m == init_name or m.endswith("/" + init_name))), None)
+        if source is None or source == model:
+            continue
+        result = A.persistence(entries_rows[(source, finals[(source, dataset)], dataset)],
+                               entries_rows[(model, ckpt, dataset)], k)
+        by_source[(source, dataset)][model] = result
+    if not by_source:
+        return []
+    blocks: list[Block] = [Heading(2, "Persistence of memorization through a later stage (paper 003 Fig. 1)")]
+    rows = []
+    for (source, dataset), results in sorted(by_source.items()):
+        path = F.persistence_plot(source, results, k, f"{dataset}: memorized by {source}, after the next stage",
+                                  fig_dir / f"persistence_{_slug(source)}_{_slug(dataset)}.png")
+        blocks.append(Image(path, f"Persistence from {source} on {dataset}"))
+        for target, r in sorted(results.items()):
+            rows.append({"source": source, "target": target, "dataset": dataset,
+                         "memorized_by_source": r.n_source_memorized, "still_memorized": r.n_still_memorized,
+                         "share": r.share, "ci95": wilson_interval(r.n_still_memorized, r.n_source_memorized)})
+    blocks.append(table(rows, ["source", "target", "dataset", "memorized_by_source", "still_memorized", "share",
+                               "ci95"]))
+    summary["persistence"] = rows
+    return blocks
+
+
+def reward_scores_section(runs: list[Path], fig_dir: Path, summary: dict) -> list[Block]:
+    """Fig. 2: reward-score distributions by label, a section per scored dataset of each run."""
+    blocks: list[Block] = []
+    for run in runs:
+        prefix = "" if len(runs) == 1 else f"{run.name}:"
+        for dataset, per_rm in _reward_scores(run, prefix).items():
+            blocks.append(Heading(2, f"Reward scores by label on {dataset} (paper 003 Fig. 2)"))
+            path = F.reward_scores_plot(per_rm, dataset, fig_dir / f"reward_scores_{_slug(prefix)}{_slug(dataset)}.png")
+            blocks.append(Image(path, f"Reward scores on {dataset}"))
+            stats = [{"reward_model": rm, "dataset": dataset, "mean_label_1": s["by_label"].get("1", {}).get("mean"),
+                      "mean_label_0": s["by_label"].get("0", {}).get("mean"), "auc": s["auc"]}
+                     for rm, s in ((rm, reward_score_stats([{"label": lbl, "score": x} for lbl, xs in by.items()
+                                                               for x in xs])) for rm, by in per_rm.items())]
+            blocks.append(table(stats, ["reward_model", "dataset", "mean_label_1", "mean_label_0", "auc"]))
+            summary.setdefault("reward_scores", []).extend(stats)
+    return blocks
+
+
+def sweep_section(entries: list[dict], fig_dir: Path, summary: dict) -> list[Block]:
+    """Fig. 4 / Fig. 7: rate against each swept key, one line per dataset and setting of the others."""
+    finals = A.final_entries(entries)
+    swept = defaultdict(set)
+    for e in finals:
+        base, point = A.parse_sweep_point(e["model"])
+        if point:
+            swept[base].update(point)
+    if not swept:
+        return []
+    blocks: list[Block] = [Heading(2, "Sweeps (paper 003 Fig. 4, Fig. 7)")]
+    out = []
+    for base, axes in sorted(swept.items()):
+        for axis in sorted(axes):
+            series: dict[str, list] = {}
+            others = sorted(axes - {axis})
+            combos = {tuple((o, A.parse_sweep_point(e["model"])[1].get(o)) for o in others)
+                      for e in finals if A.parse_sweep_point(e["model"])[0] == base}
+            for dataset in sorted({e["dataset"] for e in finals}):
+                for combo in sorted(combos, key=str):
+                    pts = A.sweep_series(entries, base, dataset, axis, fixed=dict(combo))
+                    if len([p for p in pts if p[1] is not None]) >= 2:
+                        label = dataset + ("" if not combo else " @ " + ",".join(f"{k}={v:g}" if isinstance(v, float)
+                                                                                  else f"{k}={v}" for k, v in combo))
+                        series[label] = pts
+                        out += [{"model": base, "axis": axis, "series": label, "value": x, "rate": y, "ci95": ci}
+                                for x, y, ci in pts]
+            if series:
+                path = F.sweep_plot(series, axis, f"{base}: memorization rate vs {axis}",
+                                    fig_dir / f"sweep_{_slug(base)}_{axis}.png")
+                blocks.append(Image(path, f"{base}: memorization rate against {axis}"))
+    blocks.append(table(out, ["model", "axis", "series", "value", "rate", "ci95"]))
+    summary["sweeps"] = out
+    return blocks
+
+
+def over_training_section(entries: list[dict], fig_dir: Path) -> list[Block]:
+    """Every checkpoint is scored: memorization over training, a figure per model with two or more checkpoints."""
+    over = defaultdict(dict)
+    for e in entries:
+        over[e["model"]][e["dataset"]] = A.over_training(entries, e["model"], e["dataset"])
+    trained = {m: d for m, d in over.items() if any(len([x for x in v if x["checkpoint"] != "final"]) >= 2
+                                                    for v in d.values())}
+    if not trained:
+        return []
+    blocks: list[Block] = [Heading(2, "Memorization over training (every checkpoint)")]
+    for model, per_dataset in sorted(trained.items()):
+        path = F.over_training_plot(model, per_dataset, fig_dir / f"over_training_{_slug(model)}.png")
+        blocks.append(Image(path, f"{model} over training"))
+    return blocks
+
+
+def loss_section(audits: dict[Path, Path], fig_dir: Path, summary: dict) -> list[Block]:
+    """Paper 004's recollection / counterfactual / contextual measures and canary exposure, per model,
+    from the `audit.measures=[loss]` outputs under <audit dir>/losses/<model>/."""
+
+    found = [(audit, p) for audit in audits.values() for p in sorted((audit / "losses").rglob("summary.json"))]
+    if not found:
+        return []
+    blocks: list[Block] = [Heading(2, "Loss-based measures (paper 004 Sec. 3-4) and canary exposure")]
+    rows = []
+    for audit, path in found:
+        model = str(path.parent.relative_to(audit / "losses"))
+        loss_summary = json.loads(path.read_text())
+        blocks.append(Paragraph(f"{model}: {loss_summary['variant_note']}"))
+        for fig in render_loss_figures(path.parent, fig_dir / "losses" / _slug(model)):
+            blocks.append(Image(fig, f"{model}: {fig.stem}"))
+        for dataset, entry in loss_summary["datasets"].items():
+            row = {"model": model, "dataset": dataset, "variant": loss_summary["variant"]}
+            for measure, m in entry["measures"].items():
+                row[f"{measure}_frac_last"] = m["frac"][-1] if m["frac"] else None
+            if entry.get("exposure"):
+                row["mean_exposure_last"] = entry["exposure"][-1].get("mean")
+            rows.append(row)
+    cols = ["model", "dataset", "variant", "recollection_frac_last", "counterfactual_frac_last",
+            "contextual_frac_last", "mean_exposure_last"]
+    blocks.append(table(rows, cols))
+    summary["loss_measures"] = rows
+    return blocks
+
+
+def mia_section(mia: dict, entries: list[dict], fig_dir: Path, summary: dict) -> list[Block]:
+    """Membership inference beside extraction (`audit.measures=[...,mia]`): per audited model, each attack's AUC
+    over checkpoints on the target span beside the extraction rate on the same canaries, and a table of the final
+    checkpoint's metrics per span and attack."""
+    if not mia:
+        return []
+    blocks: list[Block] = [
+        Heading(2, "Membership inference beside extraction"),
+        Paragraph("Can an attacker tell the canaries a model trained on from held-out ones of the same "
+                  "generator (<dataset>_heldout, never in any stage's data)? Attacks (harness/measures/mia.py): "
+                  "LOSS, zlib (Carlini et al. 2021), Min-K% and Min-K%++ (Shi et al. 2024; Zhang et al. 2024, "
+                  "k = 20 %), and the loss calibrated by the control's. ROC AUC and TPR at 1 % / 0.1 % FPR, each "
+                  "with a seeded stratified bootstrap 95 % interval; 0.5 is chance. Spans: target = the FIM "
+                  "target given its prompt (the extraction audit's inputs); program = the whole program."),
+    ]
+    rows = []
+    for model, record in sorted(mia.items()):
+        datasets = sorted({d for ck in (record.get("results") or {}).values() for d in ck})
+        per_dataset = {d: (A.mia_over_training(mia, model, d), A.over_training(entries, model, d)) for d in datasets}
+        path = F.mia_over_training_plot(model, per_dataset, fig_dir / f"mia_{_slug(model)}.png")
+        blocks.append(Image(path, f"{model}: membership AUC and extraction over training"))
+        for d in datasets:
+            for span in record.get("spans") or []:
+                for attack, m in (A.mia_entry(mia, model, d, span) or {}).items():
+                    rows.append({"model": model, "dataset": d, "span": span, "attack": attack,
+                                 "attack_label": attack_label(attack), "auc": m["auc"]["value"], "auc_ci95": m["auc"]["ci95"],
+                                 "tpr_at_fpr_1%": m["tpr_at_fpr_1%"]["value"],
+                                 "tpr_at_fpr_1%_ci95": m["tpr_at_fpr_1%"]["ci95"],
+                                 "tpr_at_fpr_0.1%": m["tpr_at_fpr_0.1%"]["value"],
+                                 "n_members": m["n_members"], "n_nonmembers": m["n_nonmembers"],
+                                 "n_boot": m["bootstrap"]["n"]})
+    blocks.append(table(rows, ["model", "dataset", "span", "attack_label", "auc", "auc_ci95", "tpr_at_fpr_1%",
+                               "tpr_at_fpr_1%_ci95", "tpr_at_fpr_0.1%", "n_members", "n_nonmembers", "n_boot"]))
+    summary["membership_inference"] = rows
+    return blocks
+
+
+def utility_section(runs: list[Path], audits: dict[Path, Path], summary: dict) -> list[Block]:
+    """Paper 003 Table 2 analogue: HumanEval single-line infilling exact match, held-out PD loss."""
+
+    rows = []
+    for run in runs:
+        prefix = "" if len(runs) == 1 else f"{run.name}:"
+        record = load_utility(audits[run])
+        for model, entry in sorted(((record or {}).get("results") or {}).items()):
+            rows.append({"model": prefix + model, **entry})
+    if not rows:
+        return []
+    blocks: list[Block] = [
+        Heading(2, "Utility of the final models (paper 003 Table 2 analogue)"),
+        Paragraph("HumanEval single-line infilling: exact match of the first generated line (no code is "
+                  "executed); pd_eval: mean target cross-entropy on held-out public code (lower is better)."),
+        table(rows, ["model", "humaneval_infill_exact_match", "humaneval_infill_n", "pd_eval_loss", "pd_eval_n"]),
+    ]
+    summary["utility"] = rows
+    return blocks
+
+
+def registered_measures_section(audits: dict[Path, Path], summary: dict) -> list[Block]:
+    """A measure registered with `report_rows` (harness/audit/measures.py) gets a table under its title: the
+    columns and rows it reads back from each run's audit directory, the run's name prefixed when several."""
+    blocks: list[Block] = []
+    for name, measure in MEASURES.items():
+        if measure.report_rows is None:
+            continue
+        tables = []
+        for run, audit in audits.items():
+            got = measure.report_rows(audit)
+            if got:
+                columns, rows = got
+                prefix = "" if len(audits) == 1 else f"{run.name}: "
+                tables.append((prefix, columns, rows))
+        if not tables:
+            continue
+        blocks.append(Heading(2, f"{measure.title} (audit.measures: {name})"))
+        for prefix, columns, rows in tables:
+            if prefix:
+                blocks.append(Paragraph(prefix.rstrip(": ")))
+            blocks.append(table(rows, columns))
+            summary.setdefault("measures", {}).setdefault(name, []).extend(rows)
+    return blocks
+
+
+def maps_section(grouped: dict, finals: list[dict], rcfg, k: float, fig_dir: Path) -> list[Block]:
+    """Fig. 3 / 8: a map per audited model and dataset (final checkpoint), grouped by model, each group folded."""
+    map_datasets = set(rcfg.get("map_datasets") or [])
+    by_model: dict[str, list[Image]] = defaultdict(list)
+    for e in sorted(finals, key=lambda e: (e["model"], e["dataset"])):
+        if map_datasets and e["dataset"] not in map_datasets:
+            continue
+        rows = grouped[(e["model"], e["checkpoint"], e["dataset"])]
+        path = F.memorization_map(rows, k, f"{e['model']} vs control on {e['dataset']}",
+                                  fig_dir / f"map_{_slug(e['model'])}_{_slug(e['dataset'])}.png")
+        by_model[e["model"]].append(Image(path, f"{e['model']} on {e['dataset']}"))
+    if not by_model:
+        return []
+    blocks: list[Block] = [
+        Heading(2, "Memorization maps (paper 003 Fig. 3, Fig. 8)"),
+        Paragraph("One point per example: the control's distance to the target (x) against the audited model's "
+                  "(y); memorized examples lie in the shaded corner (control above k, model at or below). "
+                  "One group per model, a map per dataset."),
+    ]
+    for model, images in by_model.items():
+        blocks.append(Details(f"{model}: {len(images)} map(s)", tuple(images)))
+    return blocks
+
+
+def _slug(name: str) -> str:
+    """A model or dataset name as part of a figure's file name: letters, digits, `.`, `-` and `_` only
+    (a sweep point `RLFT.1/beta=0.1` -> `RLFT.1_beta-0.1`)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name.replace("/", "_").replace("=", "-").replace(",", "_"))
