@@ -265,3 +265,44 @@ def test_report_html_fits_1400_px_in_chromium(fake_run, tmp_path):
     layout = shots.measure(fake_run / "report" / "report.html", tmp_path / "shots", 1400)
     assert layout["tables"] and all(layout["checks"].values()), layout
     assert (tmp_path / "shots" / "report_top.png").stat().st_size > 10_000
+
+
+def test_writers_lay_out_each_block_type(tmp_path):
+    """report.md and report.html from one hand-built list holding each block type once (a Details folding a
+    Table): the exact Markdown of a heading, a paragraph and a 2x2 table; the HTML's anchor, contents, fold, table
+    and embedded figure."""
+    from memlens.harness.report.blocks import (
+        Contents,
+        Details,
+        Heading,
+        Image,
+        Paragraph,
+        Table,
+        table,
+        to_html,
+        to_markdown,
+    )
+
+    figure = tmp_path / "figures" / "rate a.png"
+    figure.parent.mkdir()
+    figure.write_bytes(b"\x89PNG not really")
+    grid = table([{"model": "FT.1", "rate": 0.25}, {"model": "a|b", "rate": None}], ["model", "rate"])
+    assert grid == Table(("model", "rate"), (("FT.1", "0.25"), ("a|b", "–")))
+    blocks = [Heading(1, "Report"), Contents(), Heading(2, "Rates & <more>"), Paragraph("See [this] table."), grid,
+              Image(figure, "Rate figure"), Details("Folded rows", (Table(("id", "rule"), (("F1", "r1"),)),))]
+
+    md = to_markdown(blocks, tmp_path)
+    assert md.startswith("# Report\n\n- Rates &amp; &lt;more&gt;\n\n## Rates &amp; &lt;more&gt;\n\n"
+                         "See \\[this\\] table.\n\n"
+                         "| model | rate |\n|---|---|\n| FT.1 | 0.25 |\n| a\\|b | – |\n\n")
+    assert "![Rate figure](figures/rate%20a.png)\n\n### Folded rows\n\n| id | rule |\n|---|---|\n| F1 | r1 |\n" in md
+
+    page = to_html(blocks, "Report")
+    assert "<h1>Report</h1>" in page and "<h2 id='s-rates-more'>Rates &amp; &lt;more&gt;</h2>" in page
+    assert "<nav><strong>Contents</strong><ol><li><a href='#s-rates-more'>" in page
+    assert "<p>See [this] table.</p>" in page
+    assert "<div class='tablebox'><table><tr><th>model</th><th>rate</th></tr>" in page
+    assert "<tr><td class='short'>a|b</td><td class='short'>–</td></tr>" in page
+    assert "<img alt='Rate figure' src='data:image/png;base64," in page
+    folded = page[page.index("<details><summary>Folded rows</summary>"):page.index("</details>")]
+    assert "<table><tr><th>id</th><th>rule</th></tr>" in folded
