@@ -6,10 +6,18 @@ import importlib.abc
 import os
 import sys
 
+import pytest
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # scripts/test.sh runs two pytest-xdist workers on the two cores: one torch thread each (and in the CLI runs
+    # they start), set before torch loads. Weights and audit rows are the same at 1 and 2 threads (measured,
+    # docs/methods.md "What reproduces where"); tests compare runs made within one worker.
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["MKL_NUM_THREADS"] = "1"
 
 from memlens.harness.cli import pin_cpu_kernels  # noqa: E402  (after the variables above; it loads no torch)
 
@@ -30,3 +38,25 @@ class RefuseBareFolderNames(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, RefuseBareFolderNames())
+
+
+# --- two workers (scripts/test.sh: pytest -n 2 --dist loadgroup) ------------------------------------------------
+# Tests of one file share its module- and session-scoped fixtures (a trained world, a pipeline run), so a file runs
+# on one worker; in the files below every test builds its own run, so they spread test by test. Groups start
+# longest first (measured durations, tests/README.md "Time"), so the two workers finish together.
+SPREAD_FILES = {"test_experiments_at_toy_size.py"}
+LONGEST_FIRST = ()
+
+
+def _group(item) -> str:
+    return item.nodeid if item.path.name in SPREAD_FILES else item.nodeid.split("::")[0]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("dist", "no") != "loadgroup":
+        return
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))      # stable: file order kept within a group

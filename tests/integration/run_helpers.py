@@ -20,6 +20,18 @@ CONF = REPO / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if "\nstages:" in p.read_text())
 
 
+def two_processes() -> list[str]:
+    """`accelerate launch` of two CPU processes (launch/cpu_2proc.yaml: torchrun over gloo) on a free port, so two
+    test workers can each run one at once (the default port, 29500, would be taken by the first)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(REPO / "launch" / "cpu_2proc.yaml"),
+            "--main_process_port", str(port)]
+
+
 def memlens(*args: str, launcher: list[str] | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
     """`python -m memlens ARGS` from the checkout, offline (or under `launcher`, e.g. accelerate launch)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",

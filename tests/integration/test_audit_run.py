@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ import pytest
 from memlens.harness.cli import run
 from memlens.harness.core.io import file_sha256
 from memlens.harness.measures.memorization import summarize_rows
+from tests.integration.run_helpers import two_processes
 
 PLAN = "audit_plan=[{models: [FT.1], control: FT.2, datasets: [canaries]}]"
 
@@ -120,8 +120,7 @@ def test_two_processes_give_the_same_rows(run_dir, tmp_path):
     launch/cpu_2proc.yaml: accelerate 1.15's `--cpu --num_processes 2` starts one process."""
     out = tmp_path / "audit2"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    config = Path(__file__).resolve().parents[2] / "launch" / "cpu_2proc.yaml"
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), "-m", "memlens", "audit", f"run_dir={run_dir}", PLAN, f"audit.out_dir={out}",
+    cmd = [*two_processes(), "-m", "memlens", "audit", f"run_dir={run_dir}", PLAN, f"audit.out_dir={out}",
            "audit.progress=false", "device=cpu"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -7,7 +7,6 @@ public model is imported as PT by one process. ZeRO-3 with LoRA is refused befor
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,11 +14,9 @@ import pytest
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_json
 from tests.families import build_family
-from tests.integration.run_helpers import REPO, memlens
+from tests.integration.run_helpers import memlens, two_processes
 
 pytestmark = pytest.mark.slow
-TWO_PROCESSES = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-                 str(REPO / "launch" / "cpu_2proc.yaml")]
 
 
 def train_ft(run_dir: Path, model_dir: Path, per_process_batch: int, launcher=None):
@@ -39,7 +36,7 @@ def test_two_processes_save_the_merged_lora_weights_of_one(tmp_path):
 
     model_dir = build_family("qwen2.5-coder", tmp_path / "qwen")
     train_ft(tmp_path / "one", model_dir, per_process_batch=8)
-    train_ft(tmp_path / "two", model_dir, per_process_batch=4, launcher=TWO_PROCESSES)
+    train_ft(tmp_path / "two", model_dir, per_process_batch=4, launcher=two_processes())
     assert read_json(tmp_path / "two" / "models" / "FT.2" / "provenance.json")["num_processes"] == 2
     one = load_file(str(tmp_path / "one" / "models" / "FT.2" / "model.safetensors"))
     two = load_file(str(tmp_path / "two" / "models" / "FT.2" / "model.safetensors"))

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from memlens.harness.core.io import read_json, read_jsonl
-from tests.integration.run_helpers import REPO, memlens, status_lines
+from tests.integration.run_helpers import REPO, memlens, status_lines, two_processes
 
 pytestmark = pytest.mark.slow
 
@@ -199,8 +199,7 @@ def test_ft_under_accelerate_launch_with_two_cpu_processes(smoke, tmp_path):
     device=cpu (use_cpu=True) makes them join over gloo.
     """
     run_dir, _ = smoke
-    launcher = [sys.executable, "-m", "accelerate.commands.launch",
-                "--config_file", str(REPO / "launch" / "cpu_2proc.yaml")]
+    launcher = two_processes()
     out_dir = tmp_path / "run"
     (out_dir / "models").mkdir(parents=True)
     os.symlink(run_dir / "data", out_dir / "data")
