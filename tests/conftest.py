@@ -44,8 +44,11 @@ sys.meta_path.insert(0, RefuseBareFolderNames())
 # Tests of one file share its module- and session-scoped fixtures (a trained world, a pipeline run), so a file runs
 # on one worker; in the files below every test builds its own run, so they spread test by test. Groups start
 # longest first (measured durations, tests/README.md "Time"), so the two workers finish together.
-SPREAD_FILES = {"test_experiments_at_toy_size.py"}
-LONGEST_FIRST = ()
+SPREAD_FILES = {"test_experiments_at_toy_size.py", "test_model_families.py"}
+LONGEST_FIRST = ("test_pipeline_smoke.py", "test_model_families.py", "test_experiments_at_toy_size.py",
+                 "test_run_integrity.py", "test_reliability.py", "test_own_data.py", "test_nmt_pipeline.py",
+                 "test_multiprocess_save.py", "test_report_render.py", "test_ppo_stage.py", "test_install.py",
+                 "test_offline.py", "test_pipeline_resume.py")
 
 
 def _group(item) -> str:
