@@ -75,7 +75,8 @@ def hold_directories(directories: list[tuple[str, Path]], command: str) -> Itera
 
 
 def _rank() -> int:
-    return process_rank()
+    """The rank that names a lock's holder: 0 in a single process, whatever RANK an outer launcher left behind."""
+    return process_rank() if world_size() > 1 else 0
 
 
 def _launch_id() -> str | None:

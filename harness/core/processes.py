@@ -16,8 +16,8 @@ def world_size() -> int:
 
 
 def process_rank() -> int:
-    """This process's rank (0 outside a launch, and whenever the launch has one process)."""
-    return int(os.environ.get("RANK", "0")) if world_size() > 1 else 0
+    """This process's rank: the launcher's RANK (0 outside a launch)."""
+    return int(os.environ.get("RANK", "0"))
 
 
 def is_main_process() -> bool:

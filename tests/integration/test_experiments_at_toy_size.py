@@ -19,6 +19,7 @@ import json
 import pytest
 
 from memlens.harness.cli import compose
+from memlens.harness.core.objectives import OBJECTIVES
 from memlens.recipes.plan import plan
 from tests.integration.run_helpers import EXPERIMENTS, TOY_RUN, TOY_STAGE, memlens, toy_overrides
 
@@ -75,13 +76,13 @@ def _report(run_dir):
 def _preference_objectives_measured(run_dir):
     """Every objective trained, scored its pairs and got its own comparison bar; P1-P3 and F8 read them."""
     summary, findings = _report(run_dir)
-    objectives = ("ipo", "dpo", "dpo+sft", "simpo", "cpo", "orpo", "kto")
+    objectives = tuple(OBJECTIVES)
     for objective in objectives:
         record = json.loads((run_dir / "models" / f"PREF/objective={objective}" / "preference_eval.json").read_text())
         assert record["objective"] == objective and record["n_pairs"] > 0
     bars = {c["model"] for c in summary["comparison"] if c["dataset"] == "sd_base"}
     assert bars == {"FT.3", "RLFT.2", *(f"PREF/objective={o}" for o in objectives)}
-    assert {r["objective"] for r in summary["training"]["ipo"]} == set(objectives)
+    assert {r["objective"] for r in summary["training"]["preference"]} == set(objectives)
     for fid in ("P1", "P2", "P3", "F8"):
         assert findings[fid]["status"] != "not measured", fid
     assert "PREF/objective=ipo" in findings["F8"]["stages"]

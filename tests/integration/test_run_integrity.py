@@ -194,8 +194,8 @@ def test_plan_and_sweep_names_that_leave_the_run_are_refused(tmp_path):
 
     with pytest.raises(UserError, match=r"audit_plan\[0\]\.datasets: '\.\./x' is not a name"):
         memlens_audit_in_process(tmp_path, "audit_plan=[{models: [FT.1], control: FT.2, datasets: [../x]}]")
-    cfg = compose(["experiment=smoke", f"run_dir={tmp_path / 'run'}", "+stages.IPO.sweep={loss: [ipo, ../../x]}"])
-    with pytest.raises(UserError, match=r"stages\.IPO: model directory IPO/loss=\.\./\.\./x .*is not a name"):
+    cfg = compose(["experiment=smoke", f"run_dir={tmp_path / 'run'}", "+stages.IPO.sweep={objective: [ipo, ../../x]}"])
+    with pytest.raises(UserError, match=r"stages\.IPO: model directory IPO/objective=\.\./\.\./x .*is not a name"):
         plan(cfg)
 
 
