@@ -1,6 +1,6 @@
 """Which process of a launch this is: the one place the launcher's environment is read.
 
-`accelerate launch`, torchrun and SLURM's srun (through accelerate) set RANK and WORLD_SIZE; a plain process has
+`accelerate launch` and torchrun set RANK and WORLD_SIZE; a plain process has
 neither and is process 0 of 1. The barrier that waits for the others needs torch and lives in the model layer
 (harness.model.load.distributed_barrier); the pipeline's uses accelerate (recipes.pipeline.wait_for_everyone).
 """

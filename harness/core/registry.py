@@ -13,8 +13,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Generic, TypeVar
 
-from memlens.harness.core.errors import UserError
-
 T = TypeVar("T")
 
 
@@ -50,13 +48,6 @@ class Registry(Generic[T]):
             yield entry
         finally:
             self.unregister(name)
-
-    def get(self, name: str, where: str | None = None) -> T:
-        """The entry of `name`; an unknown name is a UserError naming the key and the registered choices."""
-        if name not in self._entries:
-            raise UserError(f"{where or self.key}={name!r}: unknown {self.kind}; use one of "
-                            f"{', '.join(self._entries)}")
-        return self._entries[name]
 
     def __getitem__(self, name: str) -> T:
         return self._entries[name]
