@@ -165,7 +165,7 @@ def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], o
             if with_exposure and pii_rows.get(name):
                 cache = loss_cache(cache_dir, EXPOSURE_SUM, model=scorer.fingerprint, candidates=candidates,
                                    examples=examples_fingerprint(pii_rows[name], FIM_FIELDS + ("pii_path",)),
-                                   sentinels=sentinels.family, device=device)
+                                   sentinels=sentinels.family, device=device, prompt_pass="shared")
                 got = cache.get(pii_rows[name], in_chunks(cand_loss, chunk=max(1, 2048 // len(candidates))))
                 cands[name] = np.array([got[r["id"]] for r in pii_rows[name]])
         scorer.release()

@@ -81,17 +81,16 @@ def exposure_rows(rows: Sequence[dict]) -> list[dict]:
 
 
 def candidate_losses(scorer, rows: Sequence[dict], candidates: Sequence[str], sentinels) -> np.ndarray:
-    """(rows, candidates) summed target NLL with each candidate path substituted (harness.model's scorer),
-    batched across rows."""
-    expanded = []
+    """(rows, candidates) summed target NLL with each candidate path substituted (harness.model's scorer); a
+    row's candidates share its prompt's forward pass."""
+    out = []
     for r in rows:
         if r["pii_path"] not in candidates:
             raise UserError(f"row {r.get('id')}: pii_path {r['pii_path']!r} is not among the {len(candidates)} "
                             "candidates; use the candidate list SD.Links was built from")
-        expanded += [{"prefix": r["prefix"], "target": t, "suffix": r["suffix"]}
-                     for t in substituted_targets(r["target"], r["pii_path"], candidates, r.get("id", "?"))]
-    losses = scorer.target_losses(expanded, sentinels, reduction="sum")
-    return np.asarray(losses, dtype=np.float64).reshape(len(rows), len(candidates))
+        targets = substituted_targets(r["target"], r["pii_path"], candidates, r.get("id", "?"))
+        out.append(scorer.candidate_losses(r, targets, sentinels))
+    return np.asarray(out, dtype=np.float64).reshape(len(rows), len(candidates))
 
 
 def exposures(losses: np.ndarray, rows: Sequence[dict], candidates: Sequence[str]) -> list[dict]:

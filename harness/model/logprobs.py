@@ -7,6 +7,7 @@ teacher-forced pass per length-sorted batch here, prompts encoded by the one rul
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import numpy as np
@@ -148,6 +149,58 @@ def target_losses(model, tokenizer, prefixes: Sequence[str], targets: Sequence[s
     examples = encode_fim_examples(tokenizer, prefixes, targets, suffixes, sentinels)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return token_losses_batched(model, examples, batch_size, pad_id, reduction, progress)
+
+
+def shared_prompt_target_nll(model, prompt: Sequence[int], targets: Sequence[Sequence[int]], batch_size: int = 16,
+                             pad_id: int = 0) -> np.ndarray:
+    """Summed negative log-likelihood of each of `targets` given one shared `prompt`: the prompt's forward pass
+    runs once and its KV cache serves every target (the exposure test scores ~100 candidate secrets behind the
+    same FIM prompt, paper 003 Sec. 4 after Carlini et al. 2019, where a prompt is ~20 times longer than a
+    target). Equal to `token_losses_batched(..., reduction="sum")` over (prompt, target) pairs up to float32
+    rounding: the target positions attend to cached keys instead of recomputed ones (tested to 1e-4)."""
+    import torch  # heavy: the model layer loads torch on first use
+
+    if not prompt:
+        raise ValueError("an empty prompt: the PSM prompt always has sentinels, so a tokenizer dropped them")
+    device = next(model.parameters()).device
+    kwargs = {"logits_to_keep": 1} if accepts_logits_to_keep(model) else {}
+    out = np.empty(len(targets), dtype=np.float64)
+    with torch.inference_mode():
+        first = model(input_ids=torch.tensor([list(prompt)], device=device), use_cache=True, **kwargs)
+        first_logp = torch.log_softmax(first.logits[0, -1].float(), dim=-1)   # predicts every target's token 0
+        for start in range(0, len(targets), batch_size):
+            chunk = [list(t) for t in targets[start:start + batch_size]]
+            if any(not t for t in chunk):
+                raise ValueError("an empty target has no tokens to score")
+            nll = [-float(first_logp[t[0]]) for t in chunk]
+            width = max(len(t) for t in chunk) - 1            # the rest of each target, fed after the prompt
+            if width > 0:
+                cache = copy.deepcopy(first.past_key_values)
+                cache.batch_repeat_interleave(len(chunk))
+                rest = torch.tensor([t[:-1] + [pad_id] * (width + 1 - len(t)) for t in chunk], device=device)
+                mask = torch.tensor([[1] * len(prompt) + [1] * (len(t) - 1) + [0] * (width + 1 - len(t))
+                                     for t in chunk], device=device)
+                logits = model(input_ids=rest, attention_mask=mask, past_key_values=cache, use_cache=True).logits
+                logp = torch.log_softmax(logits.float(), dim=-1)
+                for row, t in enumerate(chunk):
+                    nxt = torch.tensor(t[1:], device=device)
+                    nll[row] -= float(logp[row, :len(t) - 1].gather(1, nxt[:, None]).sum())
+            out[start:start + len(chunk)] = nll
+    return out
+
+
+def shared_prompt_losses(model, tokenizer, prefix: str, suffix: str, targets: Sequence[str], sentinels,
+                         batch_size: int = 16) -> np.ndarray:
+    """Summed target NLL of each of `targets` in the FIM hole between one `prefix` and `suffix`, the prompt and
+    targets encoded exactly as `target_losses` encodes them (`encode_fim_examples`)."""
+    if not targets:
+        return np.empty(0, dtype=np.float64)
+    prompt = encode_fim_examples(tokenizer, [prefix], [targets[0]], [suffix], sentinels)[0][0]
+    # The targets alone, as encode_fim_examples encodes a target (the prompt is the same for all: encoded once).
+    target_ids = [t for _, t in encode_fim_examples(tokenizer, [""] * len(targets), list(targets),
+                                                    [""] * len(targets), sentinels)]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return shared_prompt_target_nll(model, prompt, target_ids, batch_size, pad_id)
 
 
 def target_token_logprobs(model, tokenizer, prefixes: Sequence[str], targets: Sequence[str],

@@ -28,7 +28,12 @@ from memlens.harness.model.load import (
     model_fingerprint,
     pick_device,
 )
-from memlens.harness.model.logprobs import program_token_logprobs, target_losses, target_token_logprobs
+from memlens.harness.model.logprobs import (
+    program_token_logprobs,
+    shared_prompt_losses,
+    target_losses,
+    target_token_logprobs,
+)
 from memlens.harness.text.fim import detect_sentinels, format_psm_prompt
 
 
@@ -102,6 +107,13 @@ class CausalLMScorer:
         return target_losses(self.model, self.tokenizer, [e["prefix"] for e in examples],
                              [e["target"] for e in examples], [e["suffix"] for e in examples], sentinels,
                              self.batch_size, reduction=reduction, progress=self.progress).tolist()
+
+    def candidate_losses(self, example: dict, targets: Sequence[str], sentinels) -> list[float]:
+        """Summed target NLL of each of `targets` in `example`'s FIM hole (its prefix and suffix), the prompt's
+        forward pass shared by all of them (harness.model.logprobs.shared_prompt_losses)."""
+        self.ensure_loaded()
+        return shared_prompt_losses(self.model, self.tokenizer, example["prefix"], example["suffix"], targets,
+                                    sentinels, self.batch_size).tolist()
 
     def target_token_logprobs(self, examples: Sequence[dict], sentinels) -> list[dict[str, list[float]]]:
         """Per target token of each example, given its PSM prompt (the inputs of `target_losses`): `logp`, and

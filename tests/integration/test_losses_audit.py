@@ -16,7 +16,7 @@ from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_jsonl, read_json, read_jsonl
 from memlens.harness.measures.exposure import candidate_losses, exposure_summary, exposures, load_candidates
 from memlens.harness.measures.losses import MEASURES
-from memlens.harness.model.logprobs import encode_fim_examples, target_losses
+from memlens.harness.model.logprobs import encode_fim_examples, shared_prompt_losses, target_losses
 from memlens.harness.model.scorer import CausalLMScorer
 from memlens.harness.text.fim import FAMILIES, format_psm_training
 from tests.tiny import save, tiny_llama, tiny_tokenizer, train_on_texts
@@ -110,6 +110,23 @@ def test_target_loss_batched_equals_single_and_hf_loss(world):
     # Sum reduction = mean x number of target tokens.
     n_tokens = np.array([len(t) for _, t in encode_fim_examples(tok, *args)])
     np.testing.assert_allclose(target_losses(model, tok, *args, reduction="sum"), batched * n_tokens, rtol=1e-5)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 64])
+def test_candidates_sharing_one_prompt_pass_score_as_the_full_pass(world, batch_size):
+    """The exposure test's shortcut (one prompt pass, its KV cache behind every candidate) gives each candidate
+    the summed NLL of its own full teacher-forced pass, candidates of different lengths (one of one token)
+    chunked by any batch size; only float32 rounding differs (the pass order changes)."""
+    model, tok = _load(world["dirs"]["FT.1"])
+    row = world["sets"]["sd_links"][0]
+    targets = [row["target"].replace(row["pii_path"], p) for p in world["paths"][:9]] + ["x", "return 1\n" * 7]
+    full = target_losses(model, tok, [row["prefix"]] * len(targets), targets, [row["suffix"]] * len(targets), SENT,
+                         reduction="sum")
+    shared = shared_prompt_losses(model, tok, row["prefix"], row["suffix"], targets, SENT, batch_size=batch_size)
+    assert len({len(t) for _, t in encode_fim_examples(tok, [row["prefix"]] * 11, targets, [row["suffix"]] * 11,
+                                                       SENT)}) > 3
+    np.testing.assert_allclose(shared, full, rtol=1e-5, atol=1e-4)
+    assert list(np.argsort(shared, kind="stable")) == list(np.argsort(full, kind="stable"))
 
 
 def test_exposure_of_trained_canary_beats_untrained_copy(world):

@@ -120,6 +120,23 @@ def test_the_reward_score_changes_when_the_final_eos_is_removed(family_dirs, nam
     assert abs(with_eos - without_eos) > 1e-4, (with_eos, without_eos)
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_candidates_behind_one_cached_prompt_score_as_full_passes(family_dirs, name):
+    """The exposure test's shared prompt pass (its KV cache copied behind every candidate) on each family's
+    attention and cache classes equals a full teacher-forced pass per candidate up to float32 rounding."""
+    import numpy as np
+
+    from memlens.harness.model.load import load_causal_lm
+    from memlens.harness.model.logprobs import shared_prompt_losses, target_losses
+
+    model, tok = load_causal_lm(family_dirs[name], "cpu")
+    targets = [MIDDLE.replace("path", p) for p in ("p", "cfg_path", "'/etc/x'", "open('/home/u/.ssh/id')")] + ["x"]
+    s = sentinels_of(name)
+    full = target_losses(model, tok, [PREFIX] * len(targets), targets, [SUFFIX] * len(targets), s, reduction="sum")
+    np.testing.assert_allclose(shared_prompt_losses(model, tok, PREFIX, SUFFIX, targets, s, batch_size=2), full,
+                               rtol=1e-5, atol=1e-4)
+
+
 # --- stop and strip by family --------------------------------------------------------------------------------------
 
 
