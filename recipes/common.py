@@ -112,6 +112,32 @@ class StageSettings:
         if not ok:
             raise self.bad(key, fix)
 
+    def resolve_model(self, where: str, adapters: bool = True) -> None:
+        """What every trainer stage checks last: its model preset parsed (`model_settings`), its DeepSpeed file
+        present, ZeRO-3 refused with LoRA when the stage trains adapters (`adapters`), and an unset `fim_family`
+        taken from the preset."""
+        from memlens.recipes.models import parse_model  # models.py defines the preset; it imports nothing here
+
+        self.model_settings = parse_model(self.model, f"{where}.model")
+        deepspeed = getattr(self, "deepspeed", None)
+        self.require(deepspeed is None or Path(deepspeed).is_file(), "deepspeed",
+                     "give an existing DeepSpeed JSON, e.g. launch/ds_zero2.json, or null")
+        if adapters:
+            refuse_zero3_with_lora(self)
+        if getattr(self, "fim_family", "") is None:
+            self.fim_family = self.model_settings.fim_family
+
+
+def load_init_tokenizer(ctx: StageContext, init: str, preset, fim_family: str | None):
+    """(init model directory, its tokenizer as the preset loads it, its FIM sentinels): how every stage that starts
+    from another stage's model begins."""
+    from memlens.harness.text.fim import detect_sentinels
+    from memlens.recipes.models import load_tokenizer
+
+    init_dir = ctx.model_dir(init)
+    tokenizer = load_tokenizer(init_dir, preset)
+    return init_dir, tokenizer, detect_sentinels(tokenizer, fim_family, model_name=str(init_dir))
+
 
 @dataclass
 class StageContext:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from memlens.harness.core.io import read_jsonl
@@ -49,11 +48,11 @@ from memlens.recipes.common import (
     attach_stage_console,
     fit_fim_context,
     latest_checkpoint,
-    refuse_zero3_with_lora,
+    load_init_tokenizer,
     run_recipe,
     trl_device_kwargs,
 )
-from memlens.recipes.models import load_causal_lm, load_tokenizer, lora_config, parse_model, save_final
+from memlens.recipes.models import load_causal_lm, lora_config, save_final
 
 PAIR_FIELDS = ("id", "prefix", "suffix", "chosen", "rejected")
 
@@ -90,9 +89,6 @@ class PreferenceSettings(StageSettings):
 
     def __post_init__(self, where: str) -> None:
         super().__post_init__(where)
-        if self.deepspeed is not None and not Path(self.deepspeed).is_file():
-            raise self.bad("deepspeed", "point it at an existing DeepSpeed JSON file or remove the key")
-
         if not self.init:
             raise self.bad("init", "set it to the model to align (e.g. PT) or a model directory")
         if isinstance(self.datasets, str):
@@ -116,10 +112,7 @@ class PreferenceSettings(StageSettings):
                 raise self.bad(key, "must be a positive integer")
         if self.objective == "kto" and int(self.batch_size) * 2 < 2:
             raise self.bad("batch_size", "KTO estimates its KL term across a batch; use 1 or more pairs")
-        self.model_settings = parse_model(self.model, f"{where}.model")
-        refuse_zero3_with_lora(self)
-        if self.fim_family is None:
-            self.fim_family = self.model_settings.fim_family
+        self.resolve_model(where)
 
 
     def resolve_objective(self) -> str:
@@ -167,12 +160,9 @@ class PreferenceRecipe:
         self.cfg, self.ctx = cfg, ctx
 
     def setup(self) -> None:
-        from memlens.harness.text import fim
-
-        self.init_dir = self.ctx.model_dir(self.cfg.init)
         self.preset = self.cfg.model_settings
-        self.tokenizer = load_tokenizer(self.init_dir, self.preset)
-        self.sentinels = fim.detect_sentinels(self.tokenizer, self.cfg.fim_family, model_name=str(self.init_dir))
+        self.init_dir, self.tokenizer, self.sentinels = load_init_tokenizer(self.ctx, self.cfg.init, self.preset,
+                                                                            self.cfg.fim_family)
         self.policy = load_causal_lm(self.init_dir, self.preset, self.ctx.device)
         # With LoRA, DPOTrainer (and KTOTrainer) get a peft_config and no ref_model: they then compute the reference
         # log-probs with the adapters disabled (`use_adapter(model, None)`), i.e. with the frozen initial model.

@@ -36,7 +36,7 @@ from memlens.recipes.common import (
     trl_device_kwargs,
     write_provenance,
 )
-from memlens.recipes.models import build_llama, load_causal_lm, load_tokenizer, parse_model, save_final
+from memlens.recipes.models import build_llama, load_causal_lm, load_tokenizer, save_final
 
 
 @dataclass
@@ -69,9 +69,7 @@ class PretrainSettings(StageSettings):
         self.require(0 < self.lr < 1, "lr", "set a learning rate in (0, 1), e.g. 2e-3")
         self.require(0 <= self.fim_rate <= 1, "fim_rate", "a probability in [0, 1] (paper: 0.8)")
         self.require(self.save_steps >= 1, "save_steps", "use >= 1")
-        self.model_settings = parse_model(self.model, f"{where}.model")
-        self.require(self.deepspeed is None or Path(self.deepspeed).is_file(), "deepspeed",
-                     "give an existing DeepSpeed JSON, e.g. launch/ds_zero2.json, or null")
+        self.resolve_model(where, adapters=False)   # PT trains every weight from scratch (or is imported)
         # The embedded model's context is the preset's; a public model's is its own config's (`memlens check`).
         self.require(self.model_settings.pretrained is not None
                      or self.model_settings.max_position_embeddings >= self.max_seq_len, "max_seq_len",

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from memlens.harness.core.errors import UserError
@@ -37,12 +36,12 @@ from memlens.recipes.common import (
     StageSettings,
     attach_stage_console,
     latest_checkpoint,
-    refuse_zero3_with_lora,
+    load_init_tokenizer,
     run_recipe,
     trl_device_kwargs,
     zero_stage,
 )
-from memlens.recipes.models import load_sequence_classifier, load_tokenizer, parse_model, save_final, wrap_lora
+from memlens.recipes.models import load_sequence_classifier, save_final, wrap_lora
 
 OBJECTIVES = ("pointwise", "pairwise")
 POINTWISE_FIELDS = ("id", "prefix", "suffix", "completion", "label")
@@ -73,9 +72,6 @@ class RewardSettings(StageSettings):
 
     def __post_init__(self, where: str) -> None:
         super().__post_init__(where)
-        if self.deepspeed is not None and not Path(self.deepspeed).is_file():
-            raise self.bad("deepspeed", "point it at an existing DeepSpeed JSON file or remove the key")
-
         if not self.init:
             raise self.bad("init", "set it to the FT stage (e.g. FT.1) or a model directory to put the reward head on")
         for key in ("datasets", "eval_datasets", "score_datasets"):
@@ -91,10 +87,7 @@ class RewardSettings(StageSettings):
         for key in ("batch_size", "grad_accum", "max_length", "save_steps", "logging_steps"):
             if int(getattr(self, key)) < 1:
                 raise self.bad(key, "must be a positive integer")
-        self.model_settings = parse_model(self.model, f"{where}.model")
-        refuse_zero3_with_lora(self)
-        if self.fim_family is None:
-            self.fim_family = self.model_settings.fim_family
+        self.resolve_model(where)
 
 
 def load_settings(settings: dict[str, Any], stage: str) -> RewardSettings:
@@ -144,13 +137,10 @@ class RewardRecipe:
     def setup(self) -> None:
         from transformers import set_seed
 
-        from memlens.harness.text import fim
-
-        self.init_dir = self.ctx.model_dir(self.cfg.init)
         preset = self.cfg.model_settings
-        self.tokenizer = load_tokenizer(self.init_dir, preset)
+        self.init_dir, self.tokenizer, self.sentinels = load_init_tokenizer(self.ctx, self.cfg.init, preset,
+                                                                            self.cfg.fim_family)
         self.tokenizer.truncation_side = "left"  # a too-long PSM text keeps its end: the completion + EOS
-        self.sentinels = fim.detect_sentinels(self.tokenizer, self.cfg.fim_family, model_name=str(self.init_dir))
         set_seed(self.ctx.seed)   # the new score head is drawn from the global RNG: make it the run's seed
         self.model = wrap_lora(load_sequence_classifier(self.init_dir, preset, self.ctx.device,
                                                         self.tokenizer.pad_token_id), preset, task_type="SEQ_CLS")

@@ -52,7 +52,7 @@ from memlens.recipes.common import (
     TrainLog,
     attach_stage_console,
     latest_checkpoint,
-    refuse_zero3_with_lora,
+    load_init_tokenizer,
     run_recipe,
     trl_device_kwargs,
 )
@@ -61,7 +61,6 @@ from memlens.recipes.models import (
     load_sequence_classifier,
     load_tokenizer,
     lora_config,
-    parse_model,
     save_final,
     stop_generation_at_family_stops,
     wrap_lora,
@@ -122,9 +121,6 @@ class RLSettings(StageSettings):
 
     def __post_init__(self, where: str) -> None:
         super().__post_init__(where)
-        if self.deepspeed is not None and not Path(self.deepspeed).is_file():
-            raise self.bad("deepspeed", "point it at an existing DeepSpeed JSON file or remove the key")
-
         if not self.init:
             raise self.bad("init", "set it to the FT stage to start from (e.g. FT.1) or a model directory")
         self.check_reward()
@@ -153,10 +149,7 @@ class RLSettings(StageSettings):
                     "logging_steps", "eval_samples"):
             if int(getattr(self, key)) < 1:
                 raise self.bad(key, "must be a positive integer")
-        self.model_settings = parse_model(self.model, f"{where}.model")
-        refuse_zero3_with_lora(self)
-        if self.fim_family is None:
-            self.fim_family = self.model_settings.fim_family
+        self.resolve_model(where)
 
     def check_reward(self) -> None:
         """`reward`: the reward model (kind model, the paper's) or a verifiable reward function (kind function)."""
@@ -321,10 +314,9 @@ class RLRecipe:
         self.cfg, self.ctx = cfg, ctx
 
     def setup(self) -> None:
-        self.init_dir = self.ctx.model_dir(self.cfg.init)
         self.preset = self.cfg.model_settings
-        self.tokenizer = load_tokenizer(self.init_dir, self.preset)
-        self.sentinels = fim.detect_sentinels(self.tokenizer, self.cfg.fim_family, model_name=str(self.init_dir))
+        self.init_dir, self.tokenizer, self.sentinels = load_init_tokenizer(self.ctx, self.cfg.init, self.preset,
+                                                                            self.cfg.fim_family)
         # Loaded from its directory so that config._name_or_path points there: without LoRA, TRL rebuilds
         # the KL reference from that path, which makes the reference the initial model (Sec. 2.1).
         self.policy = load_causal_lm(self.init_dir, self.preset, self.ctx.device)

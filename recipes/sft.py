@@ -19,7 +19,6 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from memlens.harness.core.errors import UserError
@@ -32,11 +31,11 @@ from memlens.recipes.common import (
     attach_stage_console,
     fit_fim_context,
     latest_checkpoint,
-    refuse_zero3_with_lora,
+    load_init_tokenizer,
     run_recipe,
     trl_device_kwargs,
 )
-from memlens.recipes.models import load_causal_lm, load_tokenizer, parse_model, save_final, wrap_lora
+from memlens.recipes.models import load_causal_lm, save_final, wrap_lora
 
 
 @dataclass
@@ -86,10 +85,7 @@ class SFTSettings(StageSettings):
             self.require(int(getattr(self, key)) >= 1, key, "use a positive integer")
         self.require(not (self.packing and self.middle_only_loss), "packing",
                      "packing mixes rows into one context; turn it off when middle_only_loss is true")
-        self.model_settings = parse_model(self.model, f"{where}.model")
-        self.require(self.deepspeed is None or Path(self.deepspeed).is_file(), "deepspeed",
-                     "give an existing DeepSpeed JSON, e.g. launch/ds_zero2.json, or null")
-        refuse_zero3_with_lora(self)
+        self.resolve_model(where)
 
 
 def fit_fim_row(prefix: str, middle: str, suffix: str, sentinels, tokenizer, max_len: int) -> tuple[str, str, bool]:
@@ -172,12 +168,10 @@ class SFTRecipe:
         from datasets import Dataset
         from transformers import set_seed
 
-        from memlens.harness.text.fim import detect_sentinels
-
         set_seed(self.ctx.seed)
-        self.init_dir = self.ctx.model_dir(self.settings.init)
-        self.tokenizer = load_tokenizer(self.init_dir, self.model_preset)
-        self.sentinels = detect_sentinels(self.tokenizer, self.model_preset.fim_family, model_name=str(self.init_dir))
+        self.init_dir, self.tokenizer, self.sentinels = load_init_tokenizer(self.ctx, self.settings.init,
+                                                                            self.model_preset,
+                                                                            self.model_preset.fim_family)
         rng = random.Random(f"{self.ctx.seed}-sft")
         examples = []
         self.fim_stats: Counter = Counter()
