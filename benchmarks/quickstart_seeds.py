@@ -131,15 +131,16 @@ def _pct(rate, ci) -> str:
 def mia_table(run_dir: Path) -> str:
     """Extraction beside membership inference (report/summary.json `comparison_mia`, written when the audit ran
     `audit.measures=[...,mia]`): per model and dataset, the extraction rate with its interval and n, the best
-    attack's AUC with its bootstrap interval and its TPR at 1 % FPR, and the number of members / non-members."""
+    attack's AUC with its bootstrap interval and its TPR at FPR < 1 %, and the number of members / non-members."""
+    from memlens.harness.core.stats import fpr_key  # the one name of a TPR at FPR < a
     from memlens.harness.measures.mia import attack_label  # the registry's label, the one the report prints
 
     rows = load_summary(run_dir).get("comparison_mia") or []
-    lines = ["| model | dataset | extraction [95 % CI] (n) | best attack | AUC [95 % CI] | TPR at 1 % FPR | "
+    lines = ["| model | dataset | extraction [95 % CI] (n) | best attack | AUC [95 % CI] | TPR at FPR < 1 % | "
              "members / held out |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         auc = "–" if r.get("auc") is None else f"{r['auc']:.2f} [{r['auc_ci95'][0]:.2f}, {r['auc_ci95'][1]:.2f}]"
-        tpr = r.get("tpr_at_fpr_1%")
+        tpr = r.get(fpr_key(0.01))
         lines.append(f"| {r['model']} | {r['dataset']} | {_pct(r.get('rate'), r.get('ci95'))} ({r.get('n_scored')}) | "
                      f"{attack_label(r['best_attack']) if r.get('best_attack') else '–'} | {auc} | "
                      f"{'–' if tpr is None else f'{tpr:.2f}'} | {r.get('n_members')} / {r.get('n_nonmembers')} |")

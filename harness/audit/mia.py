@@ -11,7 +11,7 @@ the extraction audit, paper 003 Appendix B).
 
 On disk, below the run's audit dir (harness.core.layout.mia_dir):
     mia/<model>/<checkpoint>/<dataset>.jsonl   one row per example: id, member (1/0), score[span][attack]
-    mia/<model>/summary.json                   AUC and TPR at 1 % / 0.1 % FPR with bootstrap 95 % intervals
+    mia/<model>/summary.json                   AUC and TPR at FPR < 1 % / < 0.1 % with bootstrap 95 % intervals
     mia/summary.json                           every model's summary (the report reads this one)
 """
 
@@ -25,7 +25,7 @@ from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_json
 from memlens.harness.core.layout import MIA_SUMMARY, mia_dir, require_inside
 from memlens.harness.core.provenance import provenance
-from memlens.harness.core.stats import BOOTSTRAP_N, BOOTSTRAP_SEED, MIA_FPRS
+from memlens.harness.core.stats import BOOTSTRAP_N, BOOTSTRAP_SEED, MIA_FPRS, TPR_AT_FPR_RULE
 from memlens.harness.measures.mia import ATTACKS, MIN_K_FRACTION, attack_metrics, attack_scores
 from memlens.harness.model.cache import CACHE_VERSION, SPANS, cached_token_logprobs, program_text
 from memlens.harness.model.load import model_sentinels, pick_device
@@ -119,7 +119,8 @@ def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Pat
     summary = {
         "model": model_name, "model_dir": str(model_dir), "control": str(control_dir) if control_dir else None,
         "checkpoints": [c for c, _ in checkpoints], "spans": list(spans), "attacks": list(ATTACKS),
-        "min_k_fraction": MIN_K_FRACTION, "fprs": list(MIA_FPRS), "bootstrap": {"n": n_boot, "seed": seed},
+        "min_k_fraction": MIN_K_FRACTION, "fprs": list(MIA_FPRS), "tpr_at_fpr_rule": TPR_AT_FPR_RULE,
+        "bootstrap": {"n": n_boot, "seed": seed},
         "score_convention": "higher = member; AUC 0.5 = chance",
         "results": results,
         "provenance": provenance(seed=seed, datasets=sha, measure="membership_inference",

@@ -128,14 +128,15 @@ def roc_auc(scores: list[float], labels: list[int]) -> float | None:
 
 
 MIA_FPRS = (0.01, 0.001)        # the FPRs TPR is reported at (1 % and 0.1 %)
+TPR_AT_FPR_RULE = "fpr < a"     # how a TPR at FPR a is read (`_counts_metrics`); every MIA summary records it
 AUC_NULLS = (0.5, 0.6)          # bootstrap one-sided test of H0: AUC <= t (chance; the findings' "detectable" bar)
 BOOTSTRAP_N = 1000              # bootstrap resamples of every MIA interval
 BOOTSTRAP_SEED = 0
 
 
 def fpr_key(fpr: float) -> str:
-    """`tpr_at_fpr_1%`, `tpr_at_fpr_0.1%`: the name a TPR at `fpr` is stored under."""
-    return f"tpr_at_fpr_{100 * fpr:g}%"
+    """`tpr_at_fpr<1%`, `tpr_at_fpr<0.1%`: the name a TPR at FPR < `fpr` is stored and shown under (TPR_AT_FPR_RULE)."""
+    return f"tpr_at_fpr<{100 * fpr:g}%"
 
 
 def _counts_metrics(pos_counts: np.ndarray, neg_counts: np.ndarray, fprs) -> dict[str, np.ndarray]:
@@ -144,7 +145,9 @@ def _counts_metrics(pos_counts: np.ndarray, neg_counts: np.ndarray, fprs) -> dic
 
     AUC counts a tie 1/2 (the Mann-Whitney statistic, as `roc_auc`); TPR at FPR a is the largest share of members
     flagged by a threshold t (member iff score >= t, all tied scores on the same side) whose share of non-members
-    flagged is <= a (t above every score flags nothing: TPR 0)."""
+    flagged is strictly below a (t above every score flags nothing: TPR 0). Strict, as mimir (Duan et al. 2024),
+    LiRA (Carlini et al. 2022) and Shi et al. (2024) read `tpr[fpr < a]`: with a held-out count that is a multiple
+    of 1/a, FPR <= a would admit one more false positive and read higher."""
     n_pos, n_neg = pos_counts.sum(axis=1), neg_counts.sum(axis=1)
     neg_below = np.cumsum(neg_counts, axis=1) - neg_counts
     auc = (pos_counts * (neg_below + 0.5 * neg_counts)).sum(axis=1) / (n_pos * n_neg)
@@ -152,7 +155,7 @@ def _counts_metrics(pos_counts: np.ndarray, neg_counts: np.ndarray, fprs) -> dic
     fp = np.cumsum(neg_counts[:, ::-1], axis=1)
     out = {"auc": auc}
     for a in fprs:
-        ok = fp <= a * n_neg[:, None] + 1e-9
+        ok = fp < a * n_neg[:, None] - 1e-9             # FPR < a (a float product such as 0.01 * 300 is not exact)
         out[fpr_key(a)] = np.where(ok, tp, 0).max(axis=1) / n_pos
     return out
 
@@ -171,7 +174,8 @@ def _check_scores(members: list[float], nonmembers: list[float]) -> None:
 
 
 def tpr_at_fpr(scores: list[float], labels: list[int], max_fpr: float) -> float | None:
-    """Largest true-positive rate at a false-positive rate <= max_fpr (labels 1 = member); None if a class is empty."""
+    """Largest true-positive rate at a false-positive rate strictly below max_fpr (labels 1 = member; the field's
+    convention, `_counts_metrics`); None if a class is empty."""
     members = [s for s, y in zip(scores, labels) if y == 1]
     nonmembers = [s for s, y in zip(scores, labels) if y != 1]
     if not members or not nonmembers:
@@ -184,7 +188,7 @@ def tpr_at_fpr(scores: list[float], labels: list[int], max_fpr: float) -> float 
 
 def bootstrap_mia_metrics(members: list[float], nonmembers: list[float], n_boot: int = BOOTSTRAP_N,
                           seed: int = BOOTSTRAP_SEED, fprs=MIA_FPRS) -> dict:
-    """{"auc": {"value", "ci95"}, "tpr_at_fpr_1%": ..., "tpr_at_fpr_0.1%": ..., "n_members", "n_nonmembers",
+    """{"auc": {"value", "ci95"}, "tpr_at_fpr<1%": ..., "tpr_at_fpr<0.1%": ..., "n_members", "n_nonmembers",
     "bootstrap": {"n", "seed", "method"}} of one attack's scores (higher = member).
 
     The interval is the 2.5 / 97.5 percentile of `n_boot` stratified resamples (members and non-members each

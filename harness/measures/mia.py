@@ -128,7 +128,7 @@ def attack_scores(values: Mapping, text: str, control_values: Mapping | None = N
 
 def attack_metrics(member_scores: Sequence[float], nonmember_scores: Sequence[float], n_boot: int, seed: int
                    ) -> dict:
-    """ROC AUC and TPR at 1 % and 0.1 % FPR of one attack (members labelled 1), each with its bootstrap 95 %
+    """ROC AUC and TPR at FPR < 1 % and < 0.1 % of one attack (members labelled 1), each with its bootstrap 95 %
     interval (harness.core.stats.bootstrap_mia_metrics)."""
     return bootstrap_mia_metrics(list(member_scores), list(nonmember_scores), n_boot=n_boot, seed=seed)
 

@@ -15,14 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_jsonl, unique_rows
 from memlens.harness.core.layout import MIA_SUBDIR, MIA_SUMMARY
 from memlens.harness.core.layout import checkpoint_step as layout_checkpoint_step
+from memlens.harness.core.stats import TPR_AT_FPR_RULE, fpr_key
 from memlens.harness.measures.memorization import DEFAULT_K, summarize_rows
 from memlens.harness.measures.mia import ATTACKS, best_attack
 
 FINAL = "final"
 Key = tuple[str, str, str]  # (model, checkpoint, dataset)
+TPR_1 = fpr_key(0.01)       # the TPR the comparison shows beside each extraction rate
 NOT_ROWS = ("cache", "losses", "shards", MIA_SUBDIR)  # audit/ subfolders that hold no NED rows
 
 
@@ -221,9 +224,18 @@ def rlhf_vs_ipo(entries: list[dict], groups: dict[str, list[str]], datasets: lis
 
 # ---------------------------------------------------------------- membership inference (harness/audit/mia.py)
 def load_mia(audit_dir: str | Path) -> dict:
-    """{model: its MIA summary} of a run (<audit dir>/mia/summary.json); {} when the run measured none."""
+    """{model: its MIA summary} of a run (<audit dir>/mia/summary.json); {} when the run measured none. A summary
+    whose TPRs were read another way than TPR_AT_FPR_RULE (older memlens counted FPR <= a) is refused, not mixed in."""
     path = Path(audit_dir) / MIA_SUBDIR / MIA_SUMMARY
-    return (json.loads(path.read_text(encoding="utf-8")).get("results") or {}) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    results = json.loads(path.read_text(encoding="utf-8")).get("results") or {}
+    for model, record in results.items():
+        if record.get("tpr_at_fpr_rule") != TPR_AT_FPR_RULE:
+            raise UserError(f"{path}: model {model!r} has TPRs read as FPR <= a (an older memlens); the report reads "
+                            f"{TPR_AT_FPR_RULE!r} as mimir and LiRA do. Rerun its audit with audit.measures=[...,mia] "
+                            "(the scores are cached: it recomputes only the metrics)")
+    return results
 
 
 def mia_entry(mia: dict, model: str, dataset: str, span: str = "target", checkpoint: str = FINAL) -> dict | None:
@@ -252,6 +264,6 @@ def mia_comparison(comp_rows: list[dict], mia: dict, span: str = "target") -> li
             continue
         attack, m = best
         out.append({**r, "best_attack": attack, "auc": m["auc"]["value"], "auc_ci95": m["auc"]["ci95"],
-                    "tpr_at_fpr_1%": m["tpr_at_fpr_1%"]["value"], "n_members": m["n_members"],
+                    TPR_1: m[TPR_1]["value"], "n_members": m["n_members"],
                     "n_nonmembers": m["n_nonmembers"]})
     return out

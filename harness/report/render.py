@@ -174,7 +174,7 @@ def comparison_section(rcfg, prov: dict, entries: list[dict], grouped: dict, evi
                       "(target span, final checkpoint; members vs held-out canaries) for the same models."),
             Image(path, "Extraction rate and membership AUC by training method"),
             table(mia_rows, ["group", "model", "dataset", "rate", "ci95", "n_scored", "best_attack", "auc",
-                             "auc_ci95", "tpr_at_fpr_1%", "n_members", "n_nonmembers"]),
+                             "auc_ci95", A.TPR_1, "n_members", "n_nonmembers"]),
         ]
         summary["comparison_mia"] = mia_rows
     return blocks

@@ -15,7 +15,7 @@ from memlens.harness.audit.measures import MEASURES
 from memlens.harness.core.io import read_jsonl
 from memlens.harness.core.layout import models_dir
 from memlens.harness.core.objectives import PREFERENCE_STAGE
-from memlens.harness.core.stats import reward_score_stats, wilson_interval
+from memlens.harness.core.stats import MIA_FPRS, fpr_key, reward_score_stats, wilson_interval
 from memlens.harness.measures.mia import attack_label
 from memlens.harness.measures.utility import load_utility
 from memlens.harness.report import analyses as A
@@ -309,7 +309,7 @@ def mia_section(mia: dict, entries: list[dict], fig_dir: Path, summary: dict) ->
         Paragraph("Can an attacker tell the canaries a model trained on from held-out ones of the same "
                   "generator (<dataset>_heldout, never in any stage's data)? Attacks (harness/measures/mia.py): "
                   "LOSS, zlib (Carlini et al. 2021), Min-K% and Min-K%++ (Shi et al. 2024; Zhang et al. 2024, "
-                  "k = 20 %), and the loss calibrated by the control's. ROC AUC and TPR at 1 % / 0.1 % FPR, each "
+                  "k = 20 %), and the loss calibrated by the control's. ROC AUC and TPR at FPR < 1 % / < 0.1 % (strict, as mimir and LiRA), each "
                   "with a seeded stratified bootstrap 95 % interval; 0.5 is chance. Spans: target = the FIM "
                   "target given its prompt (the extraction audit's inputs); program = the whole program."),
     ]
@@ -324,13 +324,13 @@ def mia_section(mia: dict, entries: list[dict], fig_dir: Path, summary: dict) ->
                 for attack, m in (A.mia_entry(mia, model, d, span) or {}).items():
                     rows.append({"model": model, "dataset": d, "span": span, "attack": attack,
                                  "attack_label": attack_label(attack), "auc": m["auc"]["value"], "auc_ci95": m["auc"]["ci95"],
-                                 "tpr_at_fpr_1%": m["tpr_at_fpr_1%"]["value"],
-                                 "tpr_at_fpr_1%_ci95": m["tpr_at_fpr_1%"]["ci95"],
-                                 "tpr_at_fpr_0.1%": m["tpr_at_fpr_0.1%"]["value"],
+                                 **{f"{key}{part}": m[key][field] for key in map(fpr_key, MIA_FPRS)
+                                    for part, field in (("", "value"), ("_ci95", "ci95"))},
                                  "n_members": m["n_members"], "n_nonmembers": m["n_nonmembers"],
                                  "n_boot": m["bootstrap"]["n"]})
-    blocks.append(table(rows, ["model", "dataset", "span", "attack_label", "auc", "auc_ci95", "tpr_at_fpr_1%",
-                               "tpr_at_fpr_1%_ci95", "tpr_at_fpr_0.1%", "n_members", "n_nonmembers", "n_boot"]))
+    tprs = [fpr_key(0.01), fpr_key(0.01) + "_ci95", fpr_key(0.001)]
+    blocks.append(table(rows, ["model", "dataset", "span", "attack_label", "auc", "auc_ci95", *tprs,
+                               "n_members", "n_nonmembers", "n_boot"]))
     summary["membership_inference"] = rows
     return blocks
 

@@ -58,9 +58,30 @@ def _brute_tpr(scores, labels, fpr):
     neg = [s for s, y in zip(scores, labels) if y == 0]
     best = 0.0
     for t in sorted(set(scores)) + [float("inf")]:
-        if sum(n >= t for n in neg) / len(neg) <= fpr:
+        if sum(n >= t for n in neg) / len(neg) < fpr:
             best = max(best, sum(p >= t for p in pos) / len(pos))
     return best
+
+
+def test_tpr_at_fpr_counts_only_thresholds_strictly_below_the_fpr():
+    """100 non-members scored 0..99, members 99.5 and 98.5. Flagging 99.5 costs no false positive (TPR 1/2 at FPR 0);
+    flagging 98.5 as well flags non-member 99: FPR exactly 1 %, which `FPR < 1 %` (mimir, LiRA) does not allow."""
+    nonmembers = [float(i) for i in range(100)]
+    scores, labels = [99.5, 98.5, *nonmembers], [1, 1] + [0] * 100
+    assert tpr_at_fpr(scores, labels, 0.01) == 0.5
+    assert tpr_at_fpr(scores, labels, 0.0101) == 1.0          # just above 1 %: the second member counts
+    assert tpr_at_fpr(scores, labels, 0.001) == 0.5
+    assert bootstrap_mia_metrics([99.5, 98.5], nonmembers, n_boot=10)[fpr_key(0.01)]["value"] == 0.5
+
+
+def _mimir_tpr(scores, labels, fpr):
+    """mimir's and LiRA's reading of a ROC curve, written from their code: every (FPR, TPR) point of a descending
+    threshold sweep, then the TPR of the last point whose FPR is below `fpr`."""
+    pos, neg = sum(labels), len(labels) - sum(labels)
+    points = [(0.0, 0.0)] + [(sum(1 for s, y in zip(scores, labels) if s >= t and not y) / neg,
+                               sum(1 for s, y in zip(scores, labels) if s >= t and y) / pos)
+                              for t in sorted(set(scores), reverse=True)]
+    return [tpr for f, tpr in points if f < fpr][-1]
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -75,8 +96,9 @@ def test_auc_and_tpr_at_fpr_match_brute_force_with_ties(seed):
     got = bootstrap_mia_metrics(members, nonmembers, n_boot=20, seed=1)
     assert got["auc"]["value"] == pytest.approx(_brute_auc(scores, labels))
     assert got["auc"]["value"] == pytest.approx(roc_auc(scores, labels))
-    for fpr in (0.01, 0.001, 0.1, 0.5):
+    for fpr in (0.01, 0.001, 0.1, 0.5, 0.02, 0.25):
         assert tpr_at_fpr(scores, labels, fpr) == pytest.approx(_brute_tpr(scores, labels, fpr))
+        assert tpr_at_fpr(scores, labels, fpr) == pytest.approx(_mimir_tpr(scores, labels, fpr))
     for fpr in (0.01, 0.001):
         assert got[fpr_key(fpr)]["value"] == pytest.approx(_brute_tpr(scores, labels, fpr))
 

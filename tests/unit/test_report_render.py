@@ -190,7 +190,9 @@ def test_membership_inference_is_reported_beside_extraction(fake_run):
     """An audit/mia/ summary (as harness/audit/mia.py writes it) gives a figure per model with AUC over checkpoints
     beside the extraction rate, a table, the comparison's MIA panel and rows M1-M3; its rows are never read as NED
     rows."""
-    from memlens.harness.core.stats import bootstrap_mia_metrics
+    from memlens.harness.core.errors import UserError
+    from memlens.harness.core.stats import TPR_AT_FPR_RULE, bootstrap_mia_metrics
+    from memlens.harness.report import analyses as A
 
     rng = random.Random(1)
     results = {}
@@ -204,6 +206,11 @@ def test_membership_inference_is_reported_beside_extraction(fake_run):
             _write_rows(fake_run / "audit" / "mia" / name / ck / "sd_base.jsonl",
                         [{"id": "x", "member": 1, "score": {"target": {"loss": 1.0}}}])
         results[name] = {"model": name, "spans": ["target", "program"], "results": per_ck}
+    (fake_run / "audit" / "mia" / "summary.json").write_text(json.dumps({"results": results}))
+    with pytest.raises(UserError, match=r"mia/summary\.json: model 'FT\.1' has TPRs read as FPR <= a .* Rerun"):
+        A.load_mia(fake_run / "audit")            # an older summary (no rule recorded) is refused, not mixed in
+    for record in results.values():
+        record["tpr_at_fpr_rule"] = TPR_AT_FPR_RULE
     (fake_run / "audit" / "mia" / "summary.json").write_text(json.dumps({"results": results}))
     assert run(["report", f"run_dir={fake_run}"]) == 0
     out = fake_run / "report"
