@@ -46,9 +46,12 @@ def iter_target_log_softmax(model, examples: Sequence[tuple[list[int], list[int]
     """(example index, (target tokens, vocab) log-softmax, target ids tensor) per example, one forward pass per
     batch: the one teacher-forced pass under every loss and per-token log-prob of the project.
 
-    Rows are right-padded under an attention mask (positions 0..n-1 of every real token are then the
-    same as unpadded), grouped by length so a batch carries little padding. Only the logits from the
-    first target-predicting position onwards are materialised (`logits_to_keep`), which matters for
+    Rows are right-padded (positions 0..n-1 of every real token are then the same as unpadded), grouped by
+    length so a batch carries little padding. No attention mask is passed: under causal attention a real token
+    never sees the pads after it, so its logits are those of the row alone, and the pass takes the fused causal
+    attention kernel instead of a materialised (batch, query, key) mask (~35 % faster on CPU at ~700 tokens;
+    `test_target_loss_batched_equals_single_and_hf_loss` holds it to the unbatched loss). Only the logits from
+    the first target-predicting position onwards are materialised (`logits_to_keep`), which matters for
     49k-token vocabularies and long FIM prompts.
     """
     import torch  # heavy: the model layer loads torch on first use
@@ -63,7 +66,6 @@ def iter_target_log_softmax(model, examples: Sequence[tuple[list[int], list[int]
             rows = [examples[i][0] + examples[i][1] for i in idx]
             width = max(len(r) for r in rows)
             input_ids = torch.tensor([r + [pad_id] * (width - len(r)) for r in rows], device=device)
-            attention_mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device)
             # Target token j of a row sits at position len(prompt)+j and is predicted at len(prompt)+j-1.
             first = min(len(examples[i][0]) for i in idx) - 1
             if first < 0:
@@ -71,8 +73,7 @@ def iter_target_log_softmax(model, examples: Sequence[tuple[list[int], list[int]
                                  "so this means a tokenizer dropped them")
             kwargs = {"logits_to_keep": width - first} if keep_arg else {}
             with torch.inference_mode():
-                logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
-                               **kwargs).logits
+                logits = model(input_ids=input_ids, use_cache=False, **kwargs).logits
             offset = width - logits.shape[1]          # logits column c predicts token c + offset + 1
             for row, i in enumerate(idx):
                 n_prompt, target = len(examples[i][0]), examples[i][1]
