@@ -25,6 +25,7 @@ CACHE_VERSION = 1          # bump when a cached computation changes, so values o
 COMPLETIONS = "greedy_completions"
 TARGET_LOSS_MEAN = "target_loss_mean"
 TOKEN_LOGPROBS = "token_logprobs"       # per token: logp, and mu / var of the next-token log-prob (Min-K%++)
+SCHEME_LOGPROBS = "scheme_target_logprobs"  # per example and decoding scheme: log p(exact target) (discoverable)
 SPANS = ("target", "program")           # the FIM target given its prompt; the whole program as plain text
 LOSSES_SUBDIR = "losses"
 
@@ -161,3 +162,14 @@ def cached_token_logprobs(scorer, rows: Sequence[dict], sentinels, cache_dir: st
         return cache.get(rows, in_chunks(lambda part: scorer.target_token_logprobs(part, sentinels), chunk=64))
     return cache.get(rows, in_chunks(lambda part: scorer.program_token_logprobs([program_text(r) for r in part]),
                                      chunk=64))
+
+
+def cached_scheme_logprobs(scorer, rows: Sequence[dict], sentinels, cache_dir: str | Path, schemes
+                           ) -> dict[Any, list[float]]:
+    """{id: [log-probability of the exact target under each scheme]} of `rows` (their `target` as given: the
+    caller passes the compared target), computed only for ids missing from the cache. The schemes are part of
+    the key, in order, so a changed temperature or top-k is a new entry, never a stale one."""
+    cache = loss_cache(cache_dir, SCHEME_LOGPROBS, model=scorer.fingerprint, examples=examples_fingerprint(rows),
+                       sentinels=sentinels.family, device=scorer.device,
+                       schemes=[[s.name, s.temperature, s.top_k] for s in schemes])
+    return cache.get(rows, in_chunks(lambda part: scorer.scheme_logprobs(part, sentinels, schemes), chunk=64))

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.model.draft import draft_greedy_generate, draft_ids
-from memlens.harness.model.encode import cut_at_eos, encode_texts
+from memlens.harness.model.encode import cut_at_eos, encode_texts, pad_id_of
 from memlens.harness.text.fim import stop_token_ids, strip_sentinels
 
 # --------------------------------------------------------------------------------------------------
@@ -169,7 +169,7 @@ def greedy_translate(model, tokenizer, sources: Sequence[str], max_new_tokens: i
     import torch  # heavy: torch loads on first use, in the model layer only
 
     enc = tokenizer(list(sources), add_special_tokens=True, truncation=True)["input_ids"]
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad_id = pad_id_of(tokenizer)
     device = next(model.parameters()).device
     out: list[str | None] = [None] * len(sources)
     bar = _progress(len(sources), "translate", progress)

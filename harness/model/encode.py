@@ -56,3 +56,10 @@ def cut_at_eos(ids: Sequence[int], eos_ids: Sequence[int]) -> list[int]:
             break
         out.append(int(t))
     return out
+
+
+def pad_id_of(tokenizer) -> int:
+    """The id that fills a batch row to the batch's width: the tokenizer's pad token, else 0. No real token
+    attends to it (right-padded rows under causal attention, harness.model.logprobs; left-padded rows under an
+    attention mask, harness.model.decode), so any id is correct; the pad token keeps a batch's dump readable."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from memlens.harness.model.decode import length_sorted_batches
-from memlens.harness.model.encode import encode_texts
+from memlens.harness.model.encode import encode_texts, pad_id_of
 from memlens.harness.model.load import accepts_logits_to_keep
 from memlens.harness.text.fim import format_psm_prompt
 
@@ -148,7 +149,7 @@ def target_losses(model, tokenizer, prefixes: Sequence[str], targets: Sequence[s
     This is the loss of paper 004 Sec. 3 (recollection "loss(M_e, s)") for a FIM example.
     """
     examples = encode_fim_examples(tokenizer, prefixes, targets, suffixes, sentinels)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad_id = pad_id_of(tokenizer)
     return token_losses_batched(model, examples, batch_size, pad_id, reduction, progress)
 
 
@@ -200,7 +201,7 @@ def shared_prompt_losses(model, tokenizer, prefix: str, suffix: str, targets: Se
     # The targets alone, as encode_fim_examples encodes a target (the prompt is the same for all: encoded once).
     target_ids = [t for _, t in encode_fim_examples(tokenizer, [""] * len(targets), list(targets),
                                                     [""] * len(targets), sentinels)]
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad_id = pad_id_of(tokenizer)
     return shared_prompt_target_nll(model, prompt, target_ids, batch_size, pad_id)
 
 
@@ -210,13 +211,76 @@ def target_token_logprobs(model, tokenizer, prefixes: Sequence[str], targets: Se
     """Per-token log-probs (with Min-K%++'s mu and var) of `target` given the PSM prompt: the inputs of
     `target_losses`, one value per target token instead of their mean."""
     examples = encode_fim_examples(tokenizer, prefixes, targets, suffixes, sentinels)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad_id = pad_id_of(tokenizer)
     return token_logprob_stats_batched(model, examples, batch_size, pad_id, progress)
 
 
 def program_token_logprobs(model, tokenizer, texts: Sequence[str], batch_size: int = 16,
                            progress: bool | None = None, max_tokens: int | None = None) -> list[dict[str, list[float]]]:
     """Per-token log-probs (with mu and var) of each whole text as plain causal text (`encode_whole_programs`)."""
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad_id = pad_id_of(tokenizer)
     return token_logprob_stats_batched(model, encode_whole_programs(tokenizer, texts, max_tokens), batch_size,
                                        pad_id, progress)
+
+
+@dataclass(frozen=True)
+class SamplingScheme:
+    """A decoding scheme whose chance of producing an exact target is scored (probabilistic discoverable
+    extraction, Hayes et al. 2024 Sec. 3): `temperature` 0 is greedy decoding; otherwise logits are divided by
+    the temperature, then only the `top_k` largest are kept (None: all), as transformers' samplers apply them
+    (TemperatureLogitsWarper, then TopKLogitsWarper: a token ties with the k-th largest logit is kept)."""
+
+    name: str
+    temperature: float = 1.0
+    top_k: int | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.temperature, (int, float)) or isinstance(self.temperature, bool) \
+                or self.temperature < 0:
+            raise ValueError(f"scheme {self.name!r}: temperature={self.temperature!r} must be >= 0 (0 = greedy)")
+        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int)
+                                       or self.top_k < 1):
+            raise ValueError(f"scheme {self.name!r}: top_k={self.top_k!r} must be a positive integer or null")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def scheme_token_logprobs(logp, target, scheme: SamplingScheme):
+    """log p(target token | its prefix) under `scheme`, per target position, from the model's (tokens, vocab)
+    log-softmax `logp`: greedy gives 0 where the target token is the argmax (the first maximum, as argmax
+    decoding takes it) and -inf elsewhere; sampling renormalises over the kept tokens (-inf for a dropped one)."""
+    import torch  # heavy: the model layer loads torch on first use
+
+    if scheme.greedy:
+        hit = logp.argmax(dim=-1) == target
+        return torch.where(hit, 0.0, float("-inf"))
+    scaled = logp / scheme.temperature      # log_softmax is shift-invariant: same as logits / T
+    if scheme.top_k is not None and scheme.top_k < scaled.shape[-1]:
+        kth = torch.topk(scaled, scheme.top_k, dim=-1).values[:, -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    return torch.log_softmax(scaled, dim=-1).gather(1, target[:, None]).squeeze(1)
+
+
+def scheme_target_logprobs(model, examples: Sequence[tuple[list[int], list[int]]], schemes: Sequence[SamplingScheme],
+                           batch_size: int = 16, pad_id: int = 0, progress: bool | None = None) -> np.ndarray:
+    """(examples, schemes) log-probability that decoding the prompt under each scheme produces exactly the target
+    ids as its first tokens: the sum of the per-token log-probs (Hayes et al. 2024 Sec. 3, p_z = prod_t
+    p(z_t | z_<t)), from the one teacher-forced pass (`iter_target_log_softmax`), no sampling."""
+    import torch  # heavy: the model layer loads torch on first use
+
+    out = np.empty((len(examples), len(schemes)), dtype=np.float64)
+    for i, logp, target in iter_target_log_softmax(model, examples, batch_size, pad_id, progress,
+                                                   desc="discoverable"):
+        with torch.inference_mode():
+            out[i] = [float(scheme_token_logprobs(logp, target, s).sum()) for s in schemes]
+    return out
+
+
+def fim_scheme_logprobs(model, tokenizer, prefixes: Sequence[str], targets: Sequence[str], suffixes: Sequence[str],
+                        sentinels, schemes: Sequence[SamplingScheme], batch_size: int = 16,
+                        progress: bool | None = None) -> np.ndarray:
+    """`scheme_target_logprobs` of each target in its PSM prompt, encoded as the losses encode it."""
+    examples = encode_fim_examples(tokenizer, prefixes, targets, suffixes, sentinels)
+    return scheme_target_logprobs(model, examples, schemes, batch_size, pad_id_of(tokenizer), progress)

@@ -29,6 +29,7 @@ from memlens.harness.model.load import (
     pick_device,
 )
 from memlens.harness.model.logprobs import (
+    fim_scheme_logprobs,
     program_token_logprobs,
     shared_prompt_losses,
     target_losses,
@@ -122,6 +123,14 @@ class CausalLMScorer:
         return target_token_logprobs(self.model, self.tokenizer, [e["prefix"] for e in examples],
                                      [e["target"] for e in examples], [e["suffix"] for e in examples], sentinels,
                                      self.batch_size, progress=self.progress)
+
+    def scheme_logprobs(self, examples: Sequence[dict], sentinels, schemes) -> list[list[float]]:
+        """Per example, the log-probability that each decoding scheme (harness.model.logprobs.SamplingScheme)
+        completes its PSM prompt with exactly its `target`: one teacher-forced pass, no sampling."""
+        self.ensure_loaded()
+        return fim_scheme_logprobs(self.model, self.tokenizer, [e["prefix"] for e in examples],
+                                   [e["target"] for e in examples], [e["suffix"] for e in examples], sentinels,
+                                   schemes, self.batch_size, progress=self.progress).tolist()
 
     def program_token_logprobs(self, texts: Sequence[str]) -> list[dict[str, list[float]]]:
         """The same per-token values over each whole text as plain causal text (cut at the model's context)."""
