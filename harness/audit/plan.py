@@ -23,6 +23,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from memlens.harness.audit.discoverable import audit_discoverable
+from memlens.harness.audit.discoverable import report_rows as discoverable_report_rows
 from memlens.harness.audit.losses import audit_losses
 from memlens.harness.audit.measures import MEASURES, Measure
 from memlens.harness.audit.mia import audit_mia, collect_summaries
@@ -426,6 +428,14 @@ def _drop_from_summaries(audit_dir: Path, model_name: str) -> None:
             atomic_write_json(utility, record)
 
 
+def audit_run_discoverable(cfg, log=print) -> None:
+    """(n, p)-discoverable extraction for every planned model and dataset (`audit.measures` includes
+    `discoverable`, after `ned`: it scores the examples the extraction audit scored; harness.audit.discoverable)."""
+    if cfg.audit.get("threads"):
+        set_threads(int(cfg.audit.threads))
+    audit_discoverable(cfg, plan_audits(cfg), log)
+
+
 def _run_ned(cfg, log=print) -> None:
     audit_run(cfg, log, check_empty=False)    # check_run_scored comes last: an empty NED audit still gets the rest
 
@@ -434,6 +444,8 @@ MEASURES.register("ned", Measure("Extraction: the counterfactual NED test (paper
                                  single_model=True))
 MEASURES.register("loss", Measure("Loss measures (paper 004)", audit_run_losses))
 MEASURES.register("mia", Measure("Membership inference", audit_run_mia))
+MEASURES.register("discoverable", Measure("Probabilistic discoverable extraction (Hayes et al. 2024)",
+                                          audit_run_discoverable, report_rows=discoverable_report_rows))
 
 
 def requested_measures(cfg) -> list[str]:
@@ -458,7 +470,9 @@ def main(cfg) -> int:
                             "them over a run's plan with `memlens audit experiment=<name>`")
         return audit_one(cfg)
     for name in measures:
+        start = time.perf_counter()
         MEASURES[name].run(cfg, log=print)
+        print(f"[audit] measure {name}: {time.perf_counter() - start:.1f} s")   # what each measure costs a run
     if "ned" in measures:
         check_run_scored(cfg)    # last: an empty NED audit still gets its loss measures and utility
     return 0

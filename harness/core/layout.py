@@ -102,6 +102,7 @@ def data_dir(run_dir: str | Path, dataset: str) -> Path:
 
 MIA_SUBDIR = "mia"                       # <audit dir>/mia/<model>/<checkpoint>/<dataset>.jsonl + summaries
 MIA_SUMMARY = "summary.json"
+DISCOVERABLE_SUBDIR = "discoverable"     # <audit dir>/discoverable/<model>/<checkpoint>/<dataset>.jsonl + summary
 HELDOUT_SUFFIX = "_heldout"              # <dataset>_heldout: the never-trained-on partner of a canary dataset
 HELDOUT_BUILT = ("sd_base_heldout", "sd_links_heldout", "sd_links_pos_heldout")   # what synthetic_data builds
 
@@ -114,6 +115,12 @@ def heldout_dataset(dataset: str) -> str:
 def mia_dir(audit_dir: str | Path, model_name: str | None = None) -> Path:
     """Membership-inference results below an audit dir (one model's when `model_name` is given)."""
     root = Path(audit_dir) / MIA_SUBDIR
+    return root / model_name if model_name else root
+
+
+def discoverable_dir(audit_dir: str | Path, model_name: str | None = None) -> Path:
+    """Probabilistic-extraction results below an audit dir (one model's when `model_name` is given)."""
+    root = Path(audit_dir) / DISCOVERABLE_SUBDIR
     return root / model_name if model_name else root
 
 

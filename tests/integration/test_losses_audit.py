@@ -16,7 +16,13 @@ from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_jsonl, read_json, read_jsonl
 from memlens.harness.measures.exposure import candidate_losses, exposure_summary, exposures, load_candidates
 from memlens.harness.measures.losses import MEASURES
-from memlens.harness.model.logprobs import encode_fim_examples, shared_prompt_losses, target_losses
+from memlens.harness.model.logprobs import (
+    SamplingScheme,
+    encode_fim_examples,
+    scheme_target_logprobs,
+    shared_prompt_losses,
+    target_losses,
+)
 from memlens.harness.model.scorer import CausalLMScorer
 from memlens.harness.text.fim import FAMILIES, format_psm_training
 from tests.tiny import save, tiny_llama, tiny_tokenizer, train_on_texts
@@ -265,3 +271,55 @@ def test_loss_figures_render_from_audit_output(audited, tmp_path):
         data = p.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
     assert not list((tmp_path / "report").glob(".*tmp*"))
+
+
+SCHEMES = (SamplingScheme("t1", 1.0), SamplingScheme("t1_top2", 1.0, 2), SamplingScheme("t2_top40", 2.0, 40))
+
+
+def test_scheme_probabilities_agree_with_sampling_from_the_model(world):
+    """Probabilistic extraction's p_z (one teacher-forced pass) is the rate at which transformers' own sampler
+    (temperature, then top-k) produces the target: 1500 samples per example and scheme, on the first three
+    target tokens (so p_z is large enough to estimate), within 4.5 standard errors."""
+    import torch
+
+    model, tok = _load(world["dirs"]["FT.1"])
+    rows = world["sets"]["sd_base"][:2]
+    examples = [(p, t[:3]) for p, t in encode_fim_examples(tok, [r["prefix"] for r in rows], [r["target"] for r in rows],
+                                                           [r["suffix"] for r in rows], SENT)]
+    logps = scheme_target_logprobs(model, examples, SCHEMES, batch_size=4)
+    torch.manual_seed(0)
+    for i, (prompt, target) in enumerate(examples):
+        for j, scheme in enumerate(SCHEMES):
+            p_z = math.exp(logps[i, j])
+            with torch.no_grad():
+                out = model.generate(torch.tensor([prompt]), do_sample=True, temperature=scheme.temperature,
+                                     top_k=scheme.top_k or 0, top_p=1.0, max_new_tokens=len(target),
+                                     num_return_sequences=1500, pad_token_id=tok.pad_token_id)
+            rate = (out[:, len(prompt):len(prompt) + len(target)] == torch.tensor(target)).all(1).float().mean().item()
+            assert 0.05 < p_z < 0.99, (scheme, p_z)                        # a probability sampling can check
+            assert abs(rate - p_z) < 4.5 * math.sqrt(p_z * (1 - p_z) / 1500), (scheme.name, i, p_z, rate)
+    assert (logps[:, 1] > logps[:, 0]).all() and (logps[:, 2] < logps[:, 0]).all()   # top-2 sharpens, T = 2 flattens
+
+
+def test_greedy_scheme_is_exact_greedy_decoding_and_batching_changes_nothing(world):
+    import torch
+
+    model, tok = _load(world["dirs"]["FT.1"])
+    rows = world["sets"]["sd_base"] + world["sets"]["sd_links"] + world["sets"]["heldout"]
+    full = encode_fim_examples(tok, [r["prefix"] for r in rows], [r["target"] for r in rows],
+                               [r["suffix"] for r in rows], SENT)
+    examples = full + [(p, t[:3]) for p, t in full]     # whole targets (none extracted) and their first tokens
+    batched = scheme_target_logprobs(model, examples, SCHEMES[:1] + (SamplingScheme("greedy", 0),), batch_size=16)
+    for batch_size in (1, 3):
+        again = scheme_target_logprobs(model, examples, SCHEMES[:1] + (SamplingScheme("greedy", 0),),
+                                       batch_size=batch_size)
+        np.testing.assert_allclose(again, batched, rtol=1e-5, atol=1e-5)
+    extracted = []
+    for (prompt, target), greedy_logp in zip(examples, batched[:, 1]):
+        with torch.no_grad():
+            out = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=len(target),
+                                 min_new_tokens=len(target), pad_token_id=tok.pad_token_id)
+        produced = out[0, len(prompt):].tolist() == target
+        assert (greedy_logp == 0) == produced
+        extracted.append(produced)
+    assert any(extracted) and not all(extracted), extracted        # both outcomes occur

@@ -207,3 +207,51 @@ def test_an_attack_and_a_measure_registered_from_here_reach_the_audit_and_the_re
     assert "Rows per dataset (audit.measures: row_count)" in html and "sd_base_heldout" in html
     assert read_json(tmp_path / "report" / "summary.json")["measures"]["row_count"] == [
         {"dataset": "sd_base", "rows": 16}, {"dataset": "sd_base_heldout", "rows": 16}]
+
+
+def test_discoverable_extraction_over_the_run_reads_the_ned_rows_and_reruns_from_the_cache(world, tmp_path):
+    """`audit.measures=[ned, discoverable]` with the shipped audit settings: the members the model trained on
+    ~100 times are extracted by sampling where the untrained control extracts none, over exactly the examples
+    the NED audit scored; rates carry n and intervals; the report's table reads them; a rerun computes nothing
+    and rewrites the same bytes; without the NED rows it refuses with the fix."""
+    from memlens.harness.audit.discoverable import report_rows
+    from memlens.harness.core.errors import UserError
+    from memlens.harness.core.shipped import shipped_path
+
+    from memlens.harness.core.io import file_sha256
+
+    root = world["root"]
+    rows_file = root / "data" / "sd_base" / "rows.jsonl"
+    atomic_write_json(rows_file.with_name("manifest.json"), {"sha256": file_sha256(rows_file)})   # as `memlens data`
+    out = tmp_path / "audit"
+    audit = OmegaConf.merge(OmegaConf.load(shipped_path("conf/audit/default.yaml")), {
+        "out_dir": str(out), "cache_dir": str(out / "cache"), "measures": ["ned", "discoverable"],
+        "utility": False, "batch_size": 8, "threads": 1, "progress": False, "fim_family": None})
+    cfg = OmegaConf.create({"run_dir": str(root), "seed": 0, "device": "cpu", "audit": audit,
+                            "audit_plan": [{"models": ["FT.1"], "control": "FT.2", "datasets": ["sd_base"]}]})
+    assert audit_main(cfg) == 0
+    summary = read_json(out / "discoverable" / "summary.json")
+    ned = read_json(out / "summary.json")["results"]["FT.1"]
+    for checkpoint in ("checkpoint-40", "final"):
+        entry = summary["results"]["FT.1"][checkpoint]["sd_base"]
+        assert entry["n_scored"] == ned[checkpoint]["sd_base"]["n_scored"] > 0
+        assert entry["greedy_ned"]["k"] == ned[checkpoint]["sd_base"]["n_memorized"]
+    final = summary["results"]["FT.1"]["final"]["sd_base"]
+    sampled = {(pt["n_queries"], pt["p"]): pt for pt in final["schemes"]["top_k40"]}
+    loose = sampled[(10_000, 0.5)]
+    assert loose["counterfactual"]["rate"] > 0.5 and loose["control"]["k"] == 0, loose
+    assert loose["counterfactual"]["ci95"][0] <= loose["counterfactual"]["rate"] <= loose["counterfactual"]["ci95"][1]
+    # More queries never lower a rate; a surer p never raises it.
+    rates = [sampled[(n, 0.5)]["audited"]["k"] for n in summary["queries"]]
+    assert rates == sorted(rates) and sampled[(10_000, 0.9)]["audited"]["k"] <= loose["audited"]["k"]
+    columns, rows = report_rows(out)
+    assert {r["scheme"] for r in rows} == {"greedy", "top_k40"} and rows[0]["n"] == final["n_scored"]
+    assert "discoverable n=10000, p=0.5 [95% CI]" in columns
+    before = {p: p.read_bytes() for p in sorted((out / "discoverable").rglob("*.jsonl"))}
+    summary_rows = summary["results"]
+    assert audit_main(cfg) == 0
+    assert {p: p.read_bytes() for p in sorted((out / "discoverable").rglob("*.jsonl"))} == before
+    assert read_json(out / "discoverable" / "summary.json")["results"] == summary_rows
+    alone = OmegaConf.merge(cfg, {"audit": {"out_dir": str(tmp_path / "alone"), "measures": ["discoverable"]}})
+    with pytest.raises(UserError, match=r"no extraction-audit rows .* put ned before discoverable in audit\.measures"):
+        audit_main(alone)
