@@ -10,6 +10,7 @@
     python benchmarks/quickstart_seeds.py runs/findings_sd175 ... --ids F  # only the findings whose id starts with F
 
     python benchmarks/quickstart_seeds.py --mia runs/quickstart          # extraction beside membership inference
+    python benchmarks/quickstart_seeds.py --discoverable runs/quickstart # greedy beside probabilistic extraction
     python benchmarks/quickstart_seeds.py --marks runs/quickstart --ids F1,F2,F3,F8,N   # the README's table:
                                       # a verdict mark and figure per seed, and where each run was computed
     python benchmarks/quickstart_seeds.py --rl runs/findings_rlvr runs/findings_rlvr_only_seed1 --models RLVR
@@ -147,6 +148,23 @@ def mia_table(run_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def discoverable_table(run_dir: Path) -> str:
+    """Greedy NED extraction beside probabilistic discoverable extraction (audit/discoverable/summary.json,
+    written when the audit ran `audit.measures=[ned,...,discoverable]`): the report's own table
+    (harness.audit.discoverable.report_rows), as markdown."""
+    from memlens.harness.audit.discoverable import report_rows
+    from memlens.harness.core.layout import default_audit_dir
+
+    got = report_rows(default_audit_dir(run_dir))
+    if got is None:
+        raise SystemExit(f"{run_dir}: no audit/discoverable/summary.json; run `memlens audit experiment=... "
+                         f"run_dir={run_dir} audit.measures=[ned,discoverable]` first")
+    columns, rows = got
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(r.get(c, "–")) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
 def _held_out_auc(point: dict, reward_models: list[dict]) -> float | None:
     """The reward's ranking of held-out labelled rows: the function's (stored with the point) or the reward
     model's `eval` split."""
@@ -226,6 +244,8 @@ def table_for(args: list[str], root: Path) -> str:
         return rl_table([root / a for a in args[1:]], models)
     if args[0] == "--mia":
         return mia_table(root / args[1])
+    if args[0] == "--discoverable":
+        return discoverable_table(root / args[1])
     if args[0] == "--marks":
         return marks_table([root / a for a in args[1:]], ids)
     if args[0] == "--one":
