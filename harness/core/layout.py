@@ -6,7 +6,8 @@ runs/<experiment>/
   data/<dataset>/                   rows.jsonl + manifest.json (synthetic_data/)
   models/<NAME>/                    the final model at the root, checkpoint-<step>/ dirs, provenance.json last,
                                     train_log.jsonl (every logged training step; tensorboard/ when asked)
-  audit/                            NED rows, summary, utility, losses/, mia/, cache/ (audit.out_dir overrides it)
+  audit/                            NED rows, summary, utility, losses/, mia/, epsilon/, cache/ (audit.out_dir
+                                    overrides it)
   cache/rl_reward_eval/             the initial policy's fixed-prompt RL rewards (recipes/rl_eval.py)
   report/                           report.md/html, summary.json, figures/ (report.out_dir overrides it)
   stale/                            what a retrained stage replaced: <model>-<time>/ (with its audit/ rows and
@@ -114,6 +115,15 @@ def heldout_dataset(dataset: str) -> str:
 def mia_dir(audit_dir: str | Path, model_name: str | None = None) -> Path:
     """Membership-inference results below an audit dir (one model's when `model_name` is given)."""
     root = Path(audit_dir) / MIA_SUBDIR
+    return root / model_name if model_name else root
+
+
+EPSILON_SUBDIR = "epsilon"               # <audit dir>/epsilon/<model>/summary.json (harness/audit/epsilon.py)
+
+
+def epsilon_dir(audit_dir: str | Path, model_name: str | None = None) -> Path:
+    """One-run ε lower bounds below an audit dir (one model's when `model_name` is given)."""
+    root = Path(audit_dir) / EPSILON_SUBDIR
     return root / model_name if model_name else root
 
 

@@ -160,3 +160,106 @@ def test_random_scores_give_a_bound_near_zero_and_rarely_above_it():
         largest = max(largest, bound["epsilon_lower_bound"])
     assert positive <= 20, positive          # expected <= 10 of 200 (5 %); 20 is P < 0.002 under Binomial(200, .05)
     assert largest < 1.0, largest
+
+
+# --- the audit measure (harness/audit/epsilon.py) on hand-written MIA rows ---------------------------------------
+
+def _mia_world(root, membership: str = "coins") -> dict:
+    """What the mia measure leaves for FT.1 (two checkpoints) on sd_base, and the two datasets' manifests: 40
+    canaries by fair coins; at checkpoint-10 the loss score is noise, at the final model members score 1 above."""
+    from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256
+
+    rng = random.Random(1)
+    coins = [rng.getrandbits(1) for _ in range(40)]
+    ids = [f"sd-{i:05d}" for i in range(40)]
+    data = {}
+    for name, bit in (("sd_base", 1), ("sd_base_heldout", 0)):
+        rows = [{"id": i, "prefix": "p", "target": f"t{i}", "suffix": "s"} for i, c in zip(ids, coins) if c == bit]
+        path = root / "data" / name / "rows.jsonl"
+        atomic_write_jsonl(path, rows)
+        atomic_write_json(path.parent / "manifest.json", {"sha256": file_sha256(path), "membership": membership})
+        data[name] = path
+    audit = root / "audit"
+    for checkpoint, gap in (("checkpoint-10", 0.0), ("final", 1.0)):
+        rows = [{"id": i, "member": c, "score": {"target": {"loss": -1.0 + gap * c + 0.1 * rng.random(),
+                                                            "reference": None}}}
+                for i, c in zip(ids, coins)]
+        atomic_write_jsonl(audit / "mia" / "FT.1" / checkpoint / "sd_base.jsonl", rows)
+    atomic_write_json(audit / "mia" / "FT.1" / "summary.json", {
+        "model": "FT.1", "checkpoints": ["checkpoint-10", "final"],
+        "results": {c: {"sd_base": {"members_file": str(data["sd_base"]), "nonmembers_file": str(data["sd_base_heldout"])}}
+                    for c in ("checkpoint-10", "final")},
+        "provenance": {"datasets": {"sd_base:members": file_sha256(data["sd_base"]),
+                                    "sd_base:nonmembers": file_sha256(data["sd_base_heldout"])}}})
+    return {"audit": audit, "coins": coins}
+
+
+def _cfg(root, **audit):
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create({"run_dir": str(root), "audit": {"out_dir": str(root / "audit"),
+                                                            "measures": ["mia", "epsilon"], "mia_spans": ["target"],
+                                                            "epsilon_delta": 0.0, **audit}})
+
+
+def test_the_measure_bounds_each_checkpoint_writes_its_summary_and_reports_a_table(tmp_path):
+    from memlens.harness.audit.epsilon import audit_epsilon_models, report_rows
+    from memlens.harness.core.io import read_json
+
+    world = _mia_world(tmp_path)
+    said = []
+    audit_epsilon_models(_cfg(tmp_path, epsilon_guesses=[[0.25, 0.25]]), ["FT.1"], log=said.append)
+    path = world["audit"] / "epsilon" / "FT.1" / "summary.json"
+    summary = read_json(path)
+    final = summary["results"]["final"]["sd_base"]
+    # members score 1 above everyone else: all 20 guesses right -> the hand formula at δ = 0
+    assert (final["m"], final["k_plus"], final["k_minus"], final["r"], final["v"]) == (40, 10, 10, 20, 20)
+    assert final["epsilon_lower_bound"] == pytest.approx(_all_right_bound(20), abs=2 * BISECTION_TOL)
+    assert final["rule"].startswith("fixed guess counts") and final["delta"] == 0.0
+    assert summary["results"]["checkpoint-10"]["sd_base"]["epsilon_lower_bound"] < 1.0     # noise: near 0
+    assert summary["settings"]["attack"] == "loss" and any("fair coin" in a for a in summary["assumptions"])
+    assert summary["provenance"]["measure"] == "epsilon_one_run" and set(summary["provenance"]["mia_rows"]) == {
+        "checkpoint-10/sd_base", "final/sd_base"}
+    assert "20/20 right guesses of m=40 -> ε >= 1.823 (δ=0, 95 %)" in said[-1]
+    columns, rows = report_rows(world["audit"])
+    assert columns == ["model", "checkpoint", "dataset", "m", "guesses r", "correct v", "ε lower bound", "δ"]
+    assert [r["checkpoint"] for r in rows] == ["checkpoint-10", "final"]
+    assert rows[1] | {"ε lower bound": None} == {"model": "FT.1", "checkpoint": "final", "dataset": "sd_base", "m": 40,
+                                                  "guesses r": 20, "correct v": 20, "ε lower bound": None, "δ": 0.0}
+    # a rerun (e.g. after a kill) writes the same results
+    before = {k: v for k, v in summary.items() if k != "provenance"}
+    audit_epsilon_models(_cfg(tmp_path, epsilon_guesses=[[0.25, 0.25]]), ["FT.1"], log=said.append)
+    assert {k: v for k, v in read_json(path).items() if k != "provenance"} == before
+
+
+def test_the_measure_refuses_split_membership_stale_rows_and_bad_settings(tmp_path):
+    from memlens.harness.audit.epsilon import audit_epsilon_models
+    from memlens.harness.audit.plan import requested_measures
+    from memlens.harness.core.errors import UserError
+
+    _mia_world(tmp_path, membership="split")
+    said = []
+    with pytest.raises(UserError, match=r"every planned dataset was refused .* data\.sd\.membership=coins"):
+        audit_epsilon_models(_cfg(tmp_path), ["FT.1"], log=said.append)
+    assert "refuses sd_base: sd_base: membership split" in said[-1] and "data.sd.membership=coins" in said[-1]
+    _mia_world(tmp_path / "stale")
+    manifest = tmp_path / "stale" / "data" / "sd_base" / "manifest.json"       # rebuilt after mia scored it
+    manifest.write_text(manifest.read_text().replace('"sha256": "', '"sha256": "0'))
+    with pytest.raises(UserError):
+        audit_epsilon_models(_cfg(tmp_path / "stale"), ["FT.1"], log=said.append)
+    assert "rebuilt after the MIA audit scored it" in said[-1]
+    cases = [({"measures": ["ned", "epsilon"]}, r"audit\.measures=\['ned', 'epsilon'\]: epsilon reads .* add mia"),
+             ({"epsilon_attack": "best"}, r"audit\.epsilon_attack='best': use one registered MIA attack"),
+             ({"epsilon_span": "program"}, r"audit\.epsilon_span='program': use a span the MIA audit scores"),
+             ({"epsilon_delta": 2}, r"audit\.epsilon_delta=2: must be a number in \[0, 1\)"),
+             ({"epsilon_confidence": 1.0}, r"audit\.epsilon_confidence=1\.0: must be a number in \(0, 1\)"),
+             ({"epsilon_guesses": [[0.7, 0.7]]}, r"audit\.epsilon_guesses=.*sum at most 1"),
+             ({"epsilon_guesses": []}, r"audit\.epsilon_guesses=.*non-empty list")]
+    for audit, message in cases:
+        with pytest.raises(UserError, match=message):
+            audit_epsilon_models(_cfg(tmp_path, **audit), ["FT.1"], log=said.append)
+    _mia_world(tmp_path / "coins")
+    with pytest.raises(UserError, match="needs a control"):
+        audit_epsilon_models(_cfg(tmp_path / "coins", epsilon_attack="reference"), ["FT.1"], log=said.append)
+    # registered after mia, so `memlens audit` runs it after the scores it reads
+    assert requested_measures(_cfg(tmp_path, measures=["epsilon", "mia"])) == ["mia", "epsilon"]
