@@ -43,6 +43,16 @@ ALL_DATASETS = (*SD_DATASETS, *HELDOUT_DATASETS, "sd_rl_prompts", *PD_SPLITS, *R
                 *USER_DATASETS)
 SD_SUBSETS = ("SD.Base", "SD.Links")
 TARGET_SELECTIONS = ("distinct", "uniform")
+# data.sd.membership: which SD.Base programs are trained on. "split": the first data.sd.size programs are members,
+# the held-out stream's are not (the default; every dataset as before). "coins": the members' and held-out SD.Base
+# programs form one pool and an independent fair coin per program decides (1: sd_base and everything built from
+# it, 0: sd_base_heldout), the randomization one-run privacy auditing needs (Steinke, Nasr & Jagielski 2023,
+# Algorithm 1; harness/measures/epsilon.py). SD.Links keeps its split under both: its held-out positives get PII
+# paths no member has, which a coin per program could not keep.
+MEMBERSHIPS = ("split", "coins")
+COIN_STREAM = "sd-membership-coins"      # the named seed stream of the coins: seeded_rng(COIN_STREAM, data.seed)
+LINKS_SPLIT_NOTE = ("SD.Links keeps its split under data.sd.membership=coins: its held-out positives need PII paths "
+                    "no member has; only SD.Base is randomized by coins")
 
 
 # ----------------------------------------------------------------------------- settings
@@ -92,6 +102,10 @@ def validate(data: dict) -> dict:
     selection = _get(data, "sd.target_selection")
     if selection not in TARGET_SELECTIONS:
         raise UserError(f"data.sd.target_selection={selection!r}: use one of {', '.join(TARGET_SELECTIONS)}")
+    membership = _membership(data)
+    if membership == "coins" and selection != "distinct":
+        raise UserError(f"data.sd.target_selection={selection}: data.sd.membership=coins needs target_selection="
+                        "distinct (a held-out target must be a line no trained program has); set one of the two back")
     props = _get(data, "pd.proportions")
     if not isinstance(props, dict):
         raise UserError("data.pd.proportions: must map each split to its share")
@@ -137,6 +151,7 @@ def validate(data: dict) -> dict:
                "line_counts": list(line_counts), "target_selection": selection,
                "pii_paths": _int(data, "sd.pii_paths", 1)},
         "sd_heldout_size": _heldout_size(data),
+        "sd_membership": membership,
         "pd": {"source_dir": _get(data, "pd.source_dir"), "hf_dataset": _get(data, "pd.hf_dataset"),
                "text_field": _get(data, "pd.text_field"), "source_field": _get(data, "pd.source_field"),
                "include": list(_get(data, "pd.include")), "exclude": list(_get(data, "pd.exclude")),
@@ -162,6 +177,15 @@ def _heldout_size(data: dict) -> int | None:
     if "heldout_size" not in sd:
         return None
     return _int(data, "sd.heldout_size", 1, allow_none=True)
+
+
+def _membership(data: dict) -> str:
+    """data.sd.membership (split | coins); absent in older configs = split."""
+    value = (data.get("sd") or {}).get("membership", "split")
+    if value not in MEMBERSHIPS:
+        raise UserError(f"data.sd.membership={value!r}: use split (the first data.sd.size programs are trained on) "
+                        "or coins (an independent fair coin per SD.Base program, for audit.measures=[...,epsilon])")
+    return value
 
 
 # ----------------------------------------------------------------------------- builders
@@ -195,41 +219,100 @@ class Builder:
         return sd["size"], n_links, round(n_links * sd["positive_fraction"])
 
     @cached_property
-    def sd(self) -> dict:
+    def sd_programs(self) -> tuple[list, list[dict]]:
+        """(SD.Base programs, SD.Links rows) of the first data.sd.size programs of the seed stream."""
         from memlens.synthetic_data.links import links_rows, pii_path_pool
-        from memlens.synthetic_data.sd import base_rows, generate_programs
+        from memlens.synthetic_data.sd import generate_programs
 
         size, n_links, n_pos = self.sd_counts
         programs = generate_programs(size, n_links, self.seed, tuple(self.s["sd"]["line_counts"]))
         links = links_rows([p for p in programs if p.links], n_pos, self.seed,
                            pii_path_pool(self.s["sd"]["pii_paths"], self.seed))
-        base_programs = [p for p in programs if not p.links]
+        return [p for p in programs if not p.links], links
+
+    @cached_property
+    def sd(self) -> dict:
+        """The trained SD: SD.Base rows, SD.Links rows and the line document frequency of their programs."""
+        from memlens.synthetic_data.sd import base_rows
+
+        if self.s["sd_membership"] == "coins":
+            return self.sd_coins["members"]
+        base_programs, links = self.sd_programs
         df = common.line_document_frequency([p.code for p in base_programs] + [r["code"] for r in links])
         base = base_rows(base_programs, self.seed, df, self.s["sd"]["target_selection"])
         return {"base": base, "links": links, "df": df}
 
     @cached_property
-    def sd_heldout(self) -> dict:
-        """Held-out SD: `heldout_size` programs continuing the members' seed stream (synthetic_data.sd.
-        generate_programs), the same links and positive shares, rows built by the same functions. Target lines
-        are drawn among lines found in no member or other held-out program, and positives of SD.Links get PII paths
-        no member has (heldout_pii_path_pool), so a non-member target is never a line a stage trained on
-        (tests/unit/test_synthetic_build.py checks every other dataset)."""
+    def sd_heldout_programs(self) -> tuple[list, list[dict], list[str]]:
+        """(SD.Base programs, SD.Links rows, the first stream's program texts) of the held-out stream:
+        `heldout_size` programs continuing the seed stream (synthetic_data.sd.generate_programs), the same links
+        and positive shares, none equal to a program of the first stream. Positives of SD.Links get PII paths no
+        member has (heldout_pii_path_pool)."""
         from memlens.synthetic_data.links import heldout_pii_path_pool, links_rows, pii_path_pool
-        from memlens.synthetic_data.sd import base_rows, generate_programs
+        from memlens.synthetic_data.sd import generate_programs
 
         sd = self.s["sd"]
         size = self.s["sd_heldout_size"] or sd["size"]
         n_links = round(size * sd["links_fraction"])
         n_pos = round(n_links * sd["positive_fraction"])
-        members = [r["code"] for r in self.sd["base"] + self.sd["links"]]
+        first_base, first_links = self.sd_programs
+        members = [p.code for p in first_base] + [r["code"] for r in first_links]
         programs = generate_programs(size, n_links, self.seed, tuple(sd["line_counts"]), first_index=sd["size"],
                                      id_prefix="sdh", exclude=frozenset(p for p in members))
         paths = heldout_pii_path_pool(pii_path_pool(sd["pii_paths"], self.seed), self.seed)
         links = links_rows([p for p in programs if p.links], n_pos, self.seed, paths)
-        base_programs = [p for p in programs if not p.links]
+        return [p for p in programs if not p.links], links, members
+
+    @cached_property
+    def sd_heldout(self) -> dict:
+        """Held-out SD: rows of the held-out stream built by the same functions. Target lines are drawn among lines
+        found in no member or other held-out program, so a non-member target is never a line a stage trained on
+        (tests/unit/test_synthetic_build.py checks every other dataset). Under coins: the zeros' SD.Base rows."""
+        from memlens.synthetic_data.sd import base_rows
+
+        if self.s["sd_membership"] == "coins":
+            return self.sd_coins["heldout"]
+        base_programs, links, members = self.sd_heldout_programs
         df = common.line_document_frequency(members + [p.code for p in base_programs] + [r["code"] for r in links])
-        return {"base": base_rows(base_programs, self.seed, df, sd["target_selection"]), "links": links}
+        return {"base": base_rows(base_programs, self.seed, df, self.s["sd"]["target_selection"]), "links": links}
+
+    @cached_property
+    def sd_coins(self) -> dict:
+        """data.sd.membership=coins: the SD.Base programs of both streams in one pool, targets drawn as under split
+        but among lines found in no other SD program of either stream, then an independent fair coin per program
+        from the seed stream COIN_STREAM (1: trained, 0: held out). A program whose target line also occurs in another
+        SD program (the distinct draw's fallback) is left out of the pool before any coin is drawn, so no zero's
+        target is a line a trained program has, and what is left out never depends on a coin."""
+        from memlens.synthetic_data.sd import base_rows
+
+        first_base, first_links = self.sd_programs
+        held_base, held_links, _ = self.sd_heldout_programs
+        pool = first_base + held_base
+        df = common.line_document_frequency([p.code for p in pool] + [r["code"] for r in first_links + held_links])
+        rows = base_rows(pool, self.seed, df, "distinct")
+        kept = [r for r in rows if df[r["target"].strip()] == 1]
+        rng = common.seeded_rng(COIN_STREAM, self.seed)
+        coins = [rng.getrandbits(1) for _ in kept]
+        ones = [r for r, coin in zip(kept, coins) if coin == 1]
+        zeros = [r for r, coin in zip(kept, coins) if coin == 0]
+        if not ones or not zeros:
+            raise UserError(f"data.sd.membership=coins: the coins gave {len(ones)} trained and {len(zeros)} held-out "
+                            "SD.Base program(s); raise data.sd.size or data.sd.heldout_size")
+        info = {"membership": "coins",
+                "coins": {"stream": f"{COIN_STREAM}:{self.seed}", "pool": len(rows), "ones": len(ones),
+                          "zeros": len(zeros), "left_out_shared_target": len(rows) - len(kept),
+                          "rule": "one fair coin per SD.Base program of both streams: 1 -> sd_base, "
+                                  "0 -> sd_base_heldout"}}
+        return {"members": {"base": ones, "links": first_links, "df": df},
+                "heldout": {"base": zeros, "links": held_links}, "info": info}
+
+    def membership_figures(self, name: str) -> dict:
+        """What the manifest says about membership under coins (nothing under split: manifests as before)."""
+        if self.s["sd_membership"] != "coins":
+            return {}
+        if name in ("sd_base", "sd_base_heldout"):
+            return dict(self.sd_coins["info"])
+        return {"membership": "split", "membership_note": LINKS_SPLIT_NOTE}
 
     def _sd_stats(self, rows: list[dict]) -> dict:
         df = self.sd["df"]
@@ -350,6 +433,8 @@ class Builder:
             out["heldout_size"] = s["sd_heldout_size"]
         if name.startswith("sd_") or name in ("rm_sd", "rm_sd_links", "pairs_sd_base", "pairs_sd_links"):
             out["sd"] = s["sd"]
+            if s["sd_membership"] == "coins":     # split adds nothing: datasets built before the option stay complete
+                out["membership"] = {"sd_base": "coins", "stream": COIN_STREAM, "heldout_size": s["sd_heldout_size"]}
         if name == "sd_rl_prompts":
             from memlens.synthetic_data.rl_prompts import OffsetTokenizer
 
@@ -386,20 +471,21 @@ class Builder:
             raise UserError("data.sd.positive_fraction: gives no positive SD.Links program; raise it or data.sd.size")
         if name == "sd_base":
             rows = self.sd["base"]
-            return rows, self._sd_stats(rows)
+            return rows, {**self._sd_stats(rows), **self.membership_figures(name)}
         if name == "sd_links":
             rows = self.sd["links"]
-            return rows, self._sd_stats(rows)
+            return rows, {**self._sd_stats(rows), **self.membership_figures(name)}
         if name == "sd_links_pos":
             rows = [r for r in self.sd["links"] if r["label"] == 1]
-            return rows, self._sd_stats(rows)
+            return rows, {**self._sd_stats(rows), **self.membership_figures(name)}
         if name in HELDOUT_DATASETS:
             rows = self.sd_heldout["base" if name == "sd_base_heldout" else "links"]
             if name == "sd_links_pos_heldout":
                 rows = [r for r in rows if r["label"] == 1]
             if not rows:
                 raise UserError(f"data.sd.heldout_size: gives no program for {name}; raise it or set it to null")
-            return rows, {**self._sd_stats(rows), "heldout_of": HELDOUT_OF[name], "members_in_training": 0}
+            return rows, {**self._sd_stats(rows), "heldout_of": HELDOUT_OF[name], "members_in_training": 0,
+                          **self.membership_figures(name)}
         if name == "sd_rl_prompts":
             from memlens.synthetic_data.rl_prompts import OffsetTokenizer, rl_prompt_rows
 

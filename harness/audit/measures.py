@@ -3,7 +3,7 @@
 A measure scores a run's audit plan and writes its results under the audit directory; `audit.measures`
 validates against this registry and `memlens audit` runs the requested ones in registration order. A measure
 without a dedicated report section gives `report_rows`: (columns, rows) read back from what it wrote, and the
-report lays them out as a table under its title (harness/report/render.py). The three built-in measures
+report lays them out as a table under its title (harness/report/render.py). The built-in measures
 register in harness/audit/plan.py, beside the functions that run them.
 """
 

@@ -25,6 +25,9 @@ from omegaconf import OmegaConf
 
 from memlens.harness.audit.discoverable import audit_discoverable
 from memlens.harness.audit.discoverable import report_rows as discoverable_report_rows
+from memlens.harness.audit.epsilon import TITLE as EPSILON_TITLE
+from memlens.harness.audit.epsilon import audit_epsilon_models
+from memlens.harness.audit.epsilon import report_rows as epsilon_report_rows
 from memlens.harness.audit.losses import audit_losses
 from memlens.harness.audit.measures import MEASURES, Measure
 from memlens.harness.audit.mia import audit_mia, collect_summaries
@@ -446,6 +449,14 @@ MEASURES.register("loss", Measure("Loss measures (paper 004)", audit_run_losses)
 MEASURES.register("mia", Measure("Membership inference", audit_run_mia))
 MEASURES.register("discoverable", Measure("Probabilistic discoverable extraction (Hayes et al. 2024)",
                                           audit_run_discoverable, report_rows=discoverable_report_rows))
+
+
+def audit_run_epsilon(cfg, log=print) -> None:
+    """One-run ε lower bounds (harness/audit/epsilon.py) from the MIA rows of every planned model; after mia."""
+    audit_epsilon_models(cfg, list(dict.fromkeys(p.model_name for p in plan_audits(cfg))), log)
+
+
+MEASURES.register("epsilon", Measure(EPSILON_TITLE, audit_run_epsilon, report_rows=epsilon_report_rows))
 
 
 def requested_measures(cfg) -> list[str]:

@@ -6,7 +6,8 @@ runs/<experiment>/
   data/<dataset>/                   rows.jsonl + manifest.json (synthetic_data/)
   models/<NAME>/                    the final model at the root, checkpoint-<step>/ dirs, provenance.json last,
                                     train_log.jsonl (every logged training step; tensorboard/ when asked)
-  audit/                            NED rows, summary, utility, losses/, mia/, cache/ (audit.out_dir overrides it)
+  audit/                            NED rows, summary, utility, losses/, mia/, epsilon/, cache/ (audit.out_dir
+                                    overrides it)
   cache/rl_reward_eval/             the initial policy's fixed-prompt RL rewards (recipes/rl_eval.py)
   report/                           report.md/html, summary.json, figures/ (report.out_dir overrides it)
   stale/                            what a retrained stage replaced: <model>-<time>/ (with its audit/ rows and
@@ -103,6 +104,7 @@ def data_dir(run_dir: str | Path, dataset: str) -> Path:
 MIA_SUBDIR = "mia"                       # <audit dir>/mia/<model>/<checkpoint>/<dataset>.jsonl + summaries
 MIA_SUMMARY = "summary.json"
 DISCOVERABLE_SUBDIR = "discoverable"     # <audit dir>/discoverable/<model>/<checkpoint>/<dataset>.jsonl + summary
+EPSILON_SUBDIR = "epsilon"               # <audit dir>/epsilon/<model>/summary.json (harness/audit/epsilon.py)
 HELDOUT_SUFFIX = "_heldout"              # <dataset>_heldout: the never-trained-on partner of a canary dataset
 HELDOUT_BUILT = ("sd_base_heldout", "sd_links_heldout", "sd_links_pos_heldout")   # what synthetic_data builds
 
@@ -121,6 +123,12 @@ def mia_dir(audit_dir: str | Path, model_name: str | None = None) -> Path:
 def discoverable_dir(audit_dir: str | Path, model_name: str | None = None) -> Path:
     """Probabilistic-extraction results below an audit dir (one model's when `model_name` is given)."""
     root = Path(audit_dir) / DISCOVERABLE_SUBDIR
+    return root / model_name if model_name else root
+
+
+def epsilon_dir(audit_dir: str | Path, model_name: str | None = None) -> Path:
+    """One-run ε lower bounds below an audit dir (one model's when `model_name` is given)."""
+    root = Path(audit_dir) / EPSILON_SUBDIR
     return root / model_name if model_name else root
 
 

@@ -216,9 +216,8 @@ def test_discoverable_extraction_over_the_run_reads_the_ned_rows_and_reruns_from
     and rewrites the same bytes; without the NED rows it refuses with the fix."""
     from memlens.harness.audit.discoverable import report_rows
     from memlens.harness.core.errors import UserError
-    from memlens.harness.core.shipped import shipped_path
-
     from memlens.harness.core.io import file_sha256
+    from memlens.harness.core.shipped import shipped_path
 
     root = world["root"]
     rows_file = root / "data" / "sd_base" / "rows.jsonl"

@@ -1,0 +1,206 @@
+"""The one-run ε lower bound over a run (`audit.measures=[..., mia, epsilon]`): for every planned model, checkpoint
+and canary dataset whose membership was decided by fair coins (`data.sd.membership=coins`), the ε that the MIA
+audit's scores prove at `audit.epsilon_confidence` (harness.measures.epsilon; Steinke, Nasr & Jagielski 2023).
+
+It scores nothing itself: it reads the rows the `mia` measure wrote (harness/audit/mia.py,
+mia/<model>/<checkpoint>/<dataset>.jsonl: id, member, score[span][attack]), so `mia` must run first
+(registration order does that) and be asked for. The attack and span are settings fixed before any score is seen
+(`audit.epsilon_attack`, `audit.epsilon_span`): picking the attack that scored best on the same canaries would be a
+multiple comparison the bound does not pay for.
+
+On disk, below the run's audit dir (harness.core.layout.epsilon_dir), written atomically after everything of the
+model is computed (a killed run rewrites the same file when rerun):
+    epsilon/<model>/summary.json   per checkpoint and dataset: m, r, v, k+, k-, the bound, δ, the rule, the
+                                   assumptions, the datasets refused and why, provenance
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import atomic_write_json, file_sha256, read_json, read_jsonl
+from memlens.harness.core.layout import epsilon_dir, mia_dir, require_inside
+from memlens.harness.core.provenance import provenance
+from memlens.harness.measures.epsilon import CONFIDENCE, audit_epsilon, guess_counts
+from memlens.harness.measures.mia import ATTACKS
+
+TITLE = "Privacy auditing in one run: ε lower bounds (Steinke et al. 2023)"
+SUMMARY_FILE = "summary.json"
+DEFAULT_GUESSES = ((0.05, 0.05), (0.1, 0.1), (0.25, 0.25), (0.5, 0.5))
+ASSUMPTIONS = (
+    "membership of every canary was decided by an independent fair coin (data.sd.membership=coins), and the "
+    "training pipeline saw the canaries only through that decision (Steinke et al. 2023, Algorithm 1)",
+    "the guesses depend only on the audited model's scores of the canaries (attack and span fixed in the config "
+    "before any score was seen), never on the coins; ties are broken by id",
+    "one run: the bound is about this one training pipeline and seed, the privacy unit is one SD.Base program "
+    "wherever the pipeline uses it (SFT rows, reward and preference rows, RL prompts built from it)",
+    "each (model, checkpoint, dataset) bound is a separate statement at the stated confidence, not a simultaneous "
+    "one over checkpoints or models; the guess counts are chosen by the stated rule",
+    "a lower bound on ε of the training algorithm at the stated δ: training without differential privacy has no "
+    "finite ε, so the number measures how much membership the fixed attack reveals, not a guarantee",
+)
+
+
+@dataclass(frozen=True)
+class EpsilonSettings:
+    """The audit.epsilon_* keys (recorded in every summary)."""
+
+    attack: str = "loss"
+    span: str = "target"
+    delta: float = 1e-5
+    confidence: float = CONFIDENCE
+    guesses: tuple[tuple[float, float], ...] = DEFAULT_GUESSES
+
+
+def _number(a, key: str, default, low: float, high: float, *, closed_low: bool, why: str) -> float:
+    value = a.get(key, default)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not (low <= value if closed_low else low < value) or not value < high:
+        raise UserError(f"audit.{key}={value!r}: {why}")
+    return float(value)
+
+
+def epsilon_settings(a) -> EpsilonSettings:
+    """The audit group's epsilon_* keys, checked; each error names the key and the fix."""
+    attack = a.get("epsilon_attack", "loss")
+    if attack not in ATTACKS:
+        raise UserError(f"audit.epsilon_attack={attack!r}: use one registered MIA attack, fixed before the scores "
+                        f"are seen: {', '.join(ATTACKS)}")
+    span = a.get("epsilon_span", "target")
+    spans = list(a.get("mia_spans") or ["target", "program"])
+    if span not in spans:
+        raise UserError(f"audit.epsilon_span={span!r}: use a span the MIA audit scores (audit.mia_spans={spans}), "
+                        "or add it to audit.mia_spans")
+    delta = _number(a, "epsilon_delta", 1e-5, 0.0, 1.0, closed_low=True,
+                    why="must be a number in [0, 1) (δ of the (ε, δ)-DP claim tested; 1e-5 is the default, 0 pure DP)")
+    confidence = _number(a, "epsilon_confidence", CONFIDENCE, 0.0, 1.0, closed_low=False,
+                         why="must be a number in (0, 1), e.g. 0.95")
+    raw = a.get("epsilon_guesses", [list(g) for g in DEFAULT_GUESSES])
+    try:
+        guesses = tuple((float(p), float(n)) for p, n in raw)
+        guess_counts(1, guesses)
+        if not guesses:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise UserError(f"audit.epsilon_guesses={raw!r}: give a non-empty list of [k+ share, k- share] pairs of the "
+                        "canaries (each in [0, 1], their sum at most 1), e.g. [[0.1, 0.1]] for one fixed choice "
+                        "or several for a Bonferroni-corrected choice") from None
+    return EpsilonSettings(attack, span, delta, confidence, guesses)
+
+
+def require_mia(measures) -> None:
+    """`epsilon` reads the rows `mia` writes: it must be asked for with it."""
+    measures = [measures] if isinstance(measures, str) else list(measures or [])
+    if "mia" not in measures:
+        raise UserError(f"audit.measures={measures}: epsilon reads the membership-inference scores; add mia "
+                        "(e.g. audit.measures=[ned,mia,epsilon])")
+
+
+def _refusal(entry: dict, mia_sha: dict, dataset: str) -> str | None:
+    """Why a dataset's MIA scores cannot give a bound (None when they can): its membership was not decided by coins,
+    or its rows changed after `mia` scored them."""
+    for role, key in (("members", "members_file"), ("nonmembers", "nonmembers_file")):
+        manifest_path = Path(entry[key]).parent / "manifest.json"
+        manifest = read_json(manifest_path) if manifest_path.is_file() else {}
+        membership = manifest.get("membership", "split")
+        if membership != "coins":
+            return (f"{manifest_path.parent.name}: membership {membership}, not decided by fair coins; build SD with "
+                    "data.sd.membership=coins (SD.Links keeps its split and is never audited for ε)")
+        if manifest.get("sha256") != mia_sha.get(f"{dataset}:{role}"):
+            return (f"{manifest_path.parent.name}: rebuilt after the MIA audit scored it; rerun "
+                    "audit.measures=[mia,epsilon]")
+    return None
+
+
+def _bound(rows: list[dict], s: EpsilonSettings, where: Path) -> dict:
+    scores = []
+    for r in rows:
+        value = ((r.get("score") or {}).get(s.span) or {}).get(s.attack)
+        if value is None:
+            raise UserError(f"{where}: no {s.span}/{s.attack} score (row {r.get('id')!r}); the attack needs a control "
+                            "or was not registered when mia ran: rerun mia, or pick another audit.epsilon_attack")
+        scores.append(float(value))
+    ids, members = [str(r["id"]) for r in rows], [int(r["member"]) for r in rows]
+    return audit_epsilon(ids, scores, members, guess_counts(len(rows), s.guesses), s.delta, s.confidence)
+
+
+def epsilon_of_model(audit_dir: Path, model_name: str, s: EpsilonSettings, log=print) -> dict | None:
+    """Bounds of every checkpoint and dataset the MIA audit scored for one model; written to
+    epsilon/<model>/summary.json. None (nothing written) when mia left no summary for the model."""
+    mia_summary_path = mia_dir(audit_dir, model_name) / "summary.json"
+    if not mia_summary_path.is_file():
+        log(f"[audit] note: epsilon for {model_name}: no MIA summary ({mia_summary_path}); nothing to bound")
+        return None
+    mia = read_json(mia_summary_path)
+    mia_sha = (mia.get("provenance") or {}).get("datasets") or {}
+    results: dict = {}
+    refused: dict[str, str] = {}
+    rows_sha: dict[str, str] = {}
+    for checkpoint in mia["checkpoints"]:
+        for dataset, entry in (mia["results"].get(checkpoint) or {}).items():
+            reason = refused.get(dataset) or _refusal(entry, mia_sha, dataset)
+            if reason:
+                refused[dataset] = reason
+                continue
+            path = mia_dir(audit_dir, model_name) / checkpoint / f"{dataset}.jsonl"
+            results.setdefault(checkpoint, {})[dataset] = _bound(read_jsonl(path), s, path)
+            rows_sha[f"{checkpoint}/{dataset}"] = file_sha256(path)
+    for dataset, reason in refused.items():
+        log(f"[audit] note: epsilon for {model_name} refuses {dataset}: {reason}")
+    summary = {"model": model_name, "checkpoints": [c for c in mia["checkpoints"] if c in results],
+               "settings": {**asdict(s), "guesses": [list(g) for g in s.guesses]},
+               "score_source": f"mia/{model_name}/<checkpoint>/<dataset>.jsonl: score[{s.span}][{s.attack}]",
+               "assumptions": list(ASSUMPTIONS), "results": results, "refused": refused,
+               "provenance": provenance(datasets=mia_sha, mia_rows=rows_sha, measure="epsilon_one_run",
+                                        method="Steinke, Nasr & Jagielski 2023, arXiv 2305.08846")}
+    out = require_inside(epsilon_dir(audit_dir, model_name) / SUMMARY_FILE, audit_dir, "audit.out_dir")
+    atomic_write_json(out, summary)
+    return summary
+
+
+def audit_epsilon_models(cfg, models: list[str], log=print) -> None:
+    """The measure's body for the run's planned `models` (harness/audit/plan.py hands them over)."""
+    a = cfg.audit
+    require_mia(a.get("measures"))
+    s = epsilon_settings(a)
+    audit_dir = Path(str(a.out_dir))
+    bounded = 0
+    for name in models:
+        summary = epsilon_of_model(audit_dir, name, s, log)
+        if summary is None:
+            continue
+        for checkpoint, by_dataset in summary["results"].items():
+            for dataset, r in by_dataset.items():
+                bounded += 1
+                if checkpoint == summary["checkpoints"][-1]:
+                    log(f"[audit] epsilon {name} {checkpoint} on {dataset}: {r['v']}/{r['r']} right guesses of "
+                        f"m={r['m']} -> ε >= {r['epsilon_lower_bound']:.3f} (δ={s.delta:g}, "
+                        f"{100 * s.confidence:g} %)")
+    if not bounded:
+        raise UserError("audit.measures includes epsilon but every planned dataset was refused (the notes above say "
+                        "why): build SD with data.sd.membership=coins and rerun the pipeline and mia, or drop epsilon "
+                        "from audit.measures")
+
+
+def report_rows(audit_dir: Path) -> tuple[list[str], list[dict]] | None:
+    """(columns, rows) of every model's bounds for the report: one row per model, checkpoint and dataset. A model
+    whose MIA results were retired (a retrained stage moved them to stale/) is left out: its bounds are stale."""
+    root = epsilon_dir(audit_dir)
+    if not root.is_dir():
+        return None
+    rows = []
+    for path in sorted(root.rglob(SUMMARY_FILE)):
+        record = read_json(path)
+        model = record["model"]
+        if not (mia_dir(audit_dir, model) / "summary.json").is_file():
+            continue
+        for checkpoint in record["checkpoints"]:
+            for dataset, r in sorted(record["results"][checkpoint].items()):
+                rows.append({"model": model, "checkpoint": checkpoint, "dataset": dataset, "m": r["m"],
+                             "guesses r": r["r"], "correct v": r["v"],
+                             "ε lower bound": round(r["epsilon_lower_bound"], 3), "δ": r["delta"]})
+    columns = ["model", "checkpoint", "dataset", "m", "guesses r", "correct v", "ε lower bound", "δ"]
+    return (columns, rows) if rows else None

@@ -1,0 +1,43 @@
+"""`audit.measures=[mia,epsilon]` end to end on a model that never saw the canaries: the shipped base
+(assets/base_tiny, pre-trained on public code only) scores a coins-built sd_base against its held-out zeros; the
+MIA audit writes the scores, the epsilon measure bounds them near 0 (the report's table is
+checked on hand-written rows in tests/unit/test_epsilon.py). The positive side
+(every guess right gives the hand-computed bound) is tests/unit/test_epsilon.py's, on hand-written MIA rows."""
+
+from __future__ import annotations
+
+import os
+
+from omegaconf import OmegaConf
+
+from memlens.harness.audit.plan import main as audit_main
+from memlens.harness.cli import compose
+from memlens.harness.core.io import read_json
+from memlens.recipes.models import PROJECT_ROOT
+from memlens.synthetic_data.build import build_datasets
+
+BASE = PROJECT_ROOT / "assets" / "base_tiny"
+
+
+def test_a_model_that_never_saw_the_canaries_gives_a_bound_near_zero(tmp_path):
+    import torch
+
+    torch.set_num_threads(1)
+    run_dir = tmp_path / "run"
+    build_datasets(compose([f"run_dir={run_dir}", "data.sd.size=60", "data.sd.line_counts=[10,20]",
+                            "data.sd.membership=coins"]), names=["sd_base", "sd_base_heldout"], log=lambda *_: None)
+    (run_dir / "models").mkdir()
+    os.symlink(BASE, run_dir / "models" / "BASE")        # a finished model of the run: it has provenance.json
+    cfg = OmegaConf.create({
+        "run_dir": str(run_dir), "seed": 0,
+        "audit": {"out_dir": str(run_dir / "audit"), "cache_dir": str(run_dir / "audit" / "cache"),
+                  "measures": ["mia", "epsilon"], "mia_spans": ["target"], "mia_bootstrap": 20, "batch_size": 16,
+                  "device": "cpu", "fim_family": None},
+        "audit_plan": [{"models": ["BASE"], "control": str(BASE), "datasets": ["sd_base"], "checkpoints": "final"}]})
+    assert audit_main(cfg) == 0
+    summary = read_json(run_dir / "audit" / "epsilon" / "BASE" / "summary.json")
+    bound = summary["results"]["final"]["sd_base"]
+    coins = read_json(run_dir / "data" / "sd_base" / "manifest.json")["coins"]
+    assert bound["m"] == coins["ones"] + coins["zeros"] and bound["n_members"] == coins["ones"]
+    assert bound["r"] > 0 and bound["epsilon_lower_bound"] < 0.5, bound
+    assert summary["refused"] == {} and summary["settings"]["attack"] == "loss" and bound["delta"] == 1e-5
