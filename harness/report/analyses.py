@@ -17,7 +17,7 @@ from typing import Any
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_jsonl, unique_rows
-from memlens.harness.core.layout import MIA_SUBDIR, MIA_SUMMARY
+from memlens.harness.core.layout import MIA_SUBDIR, MIA_SUMMARY, discoverable_dir, epsilon_dir
 from memlens.harness.core.layout import checkpoint_step as layout_checkpoint_step
 from memlens.harness.core.stats import TPR_AT_FPR_RULE, fpr_key
 from memlens.harness.measures.memorization import DEFAULT_K, summarize_rows
@@ -236,6 +236,34 @@ def load_mia(audit_dir: str | Path) -> dict:
                             f"{TPR_AT_FPR_RULE!r} as mimir and LiRA do. Rerun its audit with audit.measures=[...,mia] "
                             "(the scores are cached: it recomputes only the metrics)")
     return results
+
+
+def load_discoverable(audit_dir: str | Path) -> dict:
+    """{model: {"summary": its entries by checkpoint and dataset, "schemes", "queries", "p", "rows": {dataset:
+    final-checkpoint rows}}} of a run's probabilistic-extraction audit (harness/audit/discoverable.py); {} when
+    the run measured none."""
+    root = discoverable_dir(audit_dir)
+    path = root / "summary.json"
+    if not path.is_file():
+        return {}
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    out = {}
+    for model, checkpoints in (summary.get("results") or {}).items():
+        rows = {dataset: read_jsonl(root / model / FINAL / f"{dataset}.jsonl")
+                for dataset in (checkpoints.get(FINAL) or {}) if (root / model / FINAL / f"{dataset}.jsonl").is_file()}
+        out[model] = {"results": checkpoints, "schemes": summary["schemes"], "queries": summary["queries"],
+                      "p": summary["p"], "rows": rows}
+    return out
+
+
+def load_epsilon(audit_dir: str | Path) -> dict:
+    """{model: its one-run ε summary} (harness/audit/epsilon.py: epsilon/<model>/summary.json); {} when none."""
+    root = epsilon_dir(audit_dir)
+    out = {}
+    for path in sorted(root.rglob("summary.json")) if root.is_dir() else []:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        out[record["model"]] = record
+    return out
 
 
 def mia_entry(mia: dict, model: str, dataset: str, span: str = "target", checkpoint: str = FINAL) -> dict | None:

@@ -85,13 +85,19 @@ def _run_evidence(runs: list[Path], prov: dict, audits: dict[Path, Path]) -> dic
     return out
 
 
-def _mia(audits: dict[Path, Path]) -> dict:
-    """{model: MIA summary} of every run (a run's name prefixes its models when several are reported)."""
+def _by_model(audits: dict[Path, Path], load) -> dict:
+    """{model: what `load(audit dir)` gives for it} over every run (a run's name prefixes its models when several
+    are reported)."""
     out = {}
     for run, audit in audits.items():
         prefix = "" if len(audits) == 1 else f"{run.name}:"
-        out.update({prefix + model: entry for model, entry in A.load_mia(audit).items()})
+        out.update({prefix + model: entry for model, entry in load(audit).items()})
     return out
+
+
+def _mia(audits: dict[Path, Path]) -> dict:
+    """{model: MIA summary} of every run."""
+    return _by_model(audits, A.load_mia)
 
 
 # ---------------------------------------------------------------- what the run concluded (the report's lead)
@@ -108,7 +114,8 @@ def findings_section(cfg, audits: dict[Path, Path], grouped: dict, evidence: dic
     nmt_path = (cfg.get("report") or {}).get("nmt_summary")
     nmt = json.loads(Path(nmt_path).read_text()) if nmt_path and Path(nmt_path).is_file() else None
     loss_rows = [r for audit in audits.values() for r in load_loss_rows(audit)]
-    judged = findings(RunResults(grouped, evidence, loss_rows, nmt, k, roles, mia or {}))
+    judged = findings(RunResults(grouped, evidence, loss_rows, nmt, k, roles, mia or {},
+                                 _by_model(audits, A.load_discoverable), _by_model(audits, A.load_epsilon)))
     rows = [{**f, "p_value": f["p_value"], "why": f["reason"] or f["note"],
              "status": status_label(f),
              "evidence": "; ".join(f"{e['check']} = {_fmt_value(e['value'])} {'ok' if e['ok'] else 'FAILS'} "

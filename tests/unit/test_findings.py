@@ -39,6 +39,8 @@ def test_each_verdict_by_hand_when_every_stage_trained():
         "P1": NOT_MEASURED, "P2": NOT_MEASURED, "P3": NOT_MEASURED,                       # no PREF stage
         "N1": NOT_MEASURED, "N2": NOT_MEASURED, "N3": NOT_MEASURED, "C1": NOT_MEASURED, "C2": NOT_MEASURED,
         "M1": NOT_MEASURED, "M2": NOT_MEASURED, "M3": NOT_MEASURED,                       # no mia audit
+        "S1": NOT_MEASURED, "S2": NOT_MEASURED, "S3": NOT_MEASURED,                       # no discoverable audit
+        "E1": NOT_MEASURED,                                                               # no epsilon audit
     }
     assert got["F1"]["p_value"] == 2 / 2 ** 10
     assert got["F2"]["p_value"] == 2 / 2 ** 10
@@ -394,12 +396,12 @@ def test_membership_findings_by_hand():
 
 # The findings table's rows, in its order (harness/report/findings/__init__.py imports the per-paper modules so).
 TABLE_ORDER = ("F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8", "V4", "V5", "V6", "V7", "P1", "P2", "P3",
-               "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3")
+               "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "S1", "S2", "S3", "E1")
 
 
 def test_the_registry_holds_the_findings_in_table_order_and_runs_what_is_registered():
     assert FINDINGS.names() == TABLE_ORDER
-    assert len(set(FINDINGS.names())) == len(FINDINGS) == 23
+    assert len(set(FINDINGS.names())) == len(FINDINGS) == 27
     assert all(FINDINGS[fid].id == fid and FINDINGS[fid].source and FINDINGS[fid].title for fid in FINDINGS)
     run = RunResults(grouped(), evidence())
     assert tuple(f["id"] for f in findings(run)) == TABLE_ORDER      # each check answers under its own id
@@ -414,3 +416,39 @@ def test_the_registry_holds_the_findings_in_table_order_and_runs_what_is_registe
         assert [f["id"] for f in table] == [*TABLE_ORDER, "X1"]
         assert table[-1]["status"] == HOLDS and table[-1]["stages"] == ["FT.1"] and "FT.1" in table[-1]["claim"]
     assert tuple(f["id"] for f in findings(run)) == TABLE_ORDER and "X1" not in FINDINGS
+
+
+def _discoverable(ids, sampled_ids, control_ids=()):
+    """A discoverable record over `ids`: p_z = 1 under top_k40 for `sampled_ids` (the control's for `control_ids`),
+    0 otherwise; greedy never (the stored null is -inf)."""
+    return {"schemes": [{"name": "greedy", "temperature": 0, "top_k": None},
+                        {"name": "top_k40", "temperature": 1.0, "top_k": 40}],
+            "queries": [1, 100], "p": [0.5, 0.9], "results": {},
+            "rows": {"sd_base": [{"id": i, "logp": {"greedy": None, "top_k40": 0.0 if i in sampled_ids else None},
+                                  "control_logp": {"greedy": None, "top_k40": 0.0 if i in control_ids else None}}
+                                 for i in ids]}}
+
+
+def test_sampling_and_epsilon_findings_by_hand():
+    ids = [f"x{i}" for i in range(20)]
+    disc = {"FT.3": _discoverable(ids, ids),                   # all 20 by sampling; greedy memorized x0-x9
+            "RLFT.2": _discoverable(ids, ids[:5], ids[:5]),    # the control samples the same five: none count
+            "IPO": _discoverable(ids, ids[:8])}                # exactly IPO's greedy eight: no difference
+    eps = {m: {"model": m, "checkpoints": ["final"],
+               "results": {"final": {"sd_base": {"epsilon_lower_bound": b, "m": 40, "r": 8, "v": 8,
+                                                  "confidence": 0.95, "delta": 1e-5}}}}
+           for m, b in (("FT.3", 2.5), ("RLFT.2", 0.0), ("IPO", 0.4))}
+    got = verdicts(RunResults(grouped(), evidence(), discoverable=disc, epsilon=eps))
+    assert got["S1"]["status"] == HOLDS and got["S1"]["p_value"] == 2 / 2 ** 10     # 10 sampling-only, 0 greedy-only
+    assert [r["k"] for r in got["S1"]["rates"]] == [20, 10] and "(100, 0.5)-discoverable" in got["S1"]["rule"]
+    assert got["S2"]["status"] == FAILS and got["S2"]["rates"][0]["k"] == 0          # 0 vs 0: the rule fails
+    assert got["S3"]["status"] == FAILS and got["S3"]["test"]["a_only"] == got["S3"]["test"]["b_only"] == 0
+    assert got["E1"]["status"] == HOLDS and "FT.3: ε >= 2.50" in got["E1"]["ours"]
+    eps["IPO"]["results"]["final"]["sd_base"]["epsilon_lower_bound"] = 2.5          # a tie is not "exceeds"
+    assert verdicts(RunResults(grouped(), evidence(), epsilon=eps))["E1"]["status"] == FAILS
+    # The RL stage did not move: S2 and E1 are inconclusive, whatever the numbers say.
+    still = verdicts(RunResults(grouped(), evidence(rl=STILL), discoverable=disc, epsilon=eps))
+    assert still["S2"]["status"] == INCONCLUSIVE and still["E1"]["status"] == INCONCLUSIVE
+    # Rows that do not cover the NED audit's scored examples are not compared.
+    disc["FT.3"]["rows"]["sd_base"] = disc["FT.3"]["rows"]["sd_base"][:19]
+    assert verdicts(RunResults(grouped(), evidence(), discoverable=disc))["S1"]["status"] == NOT_MEASURED

@@ -17,28 +17,32 @@ Findings F1-F8 follow paper 003 Sec. 5 (5.1: FT.1 -> RLFT.1 persistence, Fig. 1;
 reward model's data, FT.3 vs RLFT.2; 5.3 and App. E: RL-prompt memorization, RLFT.4; 5.4: IPO vs RLHF);
 N1-N3 the NMT run's (paper 002 Table 1, its neighbourhood columns, and Algorithm 3 in Sec. 5); C1-C2
 paper 004 (Lemma 1's premise, Sec. 3; recollection vs contextual memorization, Sec. 5); M1-M3 membership
-inference (harness/measures/mia.py: is a stage's SD detectable, whether or not it is extractable).
+inference (harness/measures/mia.py: is a stage's SD detectable, whether or not it is extractable); S1-S3 what
+sampling reveals that greedy decoding does not (harness/measures/discoverable.py) and E1 the one-run ε lower
+bounds per stage (harness/measures/epsilon.py).
 
 The package, by what each module holds: `verdict` the statuses, P_MAX, one evidence line (`_check`) and the verdict
 (`_result`, `status_label`); `run` what a finding reads (`Roles`, `RunResults`, `load_loss_rows`) and the per-example
 flags and rates; `evidence_gates` the training-evidence thresholds and their checks (`rl_checks`, `method_checks`,
 ...); `comparisons` the rule of findings that compare two models' rates; `registry` `Finding`, the registry
 `FINDINGS` and `findings(run)`; and one module per source of findings, each registering its own: `paper003`
-(F1-F8, V4-V7), `preference` (P1-P3), `paper002` (N1-N3), `paper004` (C1-C2), `mia` (M1-M3). A new finding is a
-function of `RunResults` returning `_result(...)`, registered as a `Finding` in the module of its paper.
+(F1-F8, V4-V7), `preference` (P1-P3), `paper002` (N1-N3), `paper004` (C1-C2), `mia` (M1-M3), `extraction_risk`
+(S1-S3, E1). A new finding is a function of `RunResults` returning `_result(...)`, registered as a `Finding` in
+the module of its paper.
 """
 
 from __future__ import annotations
 
 # The per-paper modules register their findings on import, so the order of these imports is the order of the
-# findings table (F1-F8, V4-V7, P1-P3, N1-N3, C1-C2, M1-M3; tests/unit/test_findings.py checks it): kept by hand,
-# before any other import from the package.
+# findings table (F1-F8, V4-V7, P1-P3, N1-N3, C1-C2, M1-M3, S1-S3, E1; tests/unit/test_findings.py checks it):
+# kept by hand, before any other import from the package.
 # isort: off
 from memlens.harness.report.findings import paper003  # F1-F8, V4-V7
 from memlens.harness.report.findings import preference  # P1-P3
 from memlens.harness.report.findings import paper002  # N1-N3
 from memlens.harness.report.findings import paper004  # C1-C2
 from memlens.harness.report.findings import mia  # M1-M3
+from memlens.harness.report.findings import extraction_risk  # S1-S3, E1
 # isort: on
 from memlens.harness.report.findings.evidence_gates import (
     IPO_ACCURACY_MIN,
@@ -65,6 +69,7 @@ from memlens.harness.report.findings.evidence_gates import (
     rm_heldout_check,
     rm_sd_check,
 )
+from memlens.harness.report.findings.extraction_risk import e1, epsilon_bound, s1, s2, s3, sampling_flags
 from memlens.harness.report.findings.mia import m1, m2, m3, mia_detection
 from memlens.harness.report.findings.paper002 import nmt_stability, repetition_test
 from memlens.harness.report.findings.paper003 import f1, f2, f3, f4, f5, f6, f7, f8, under_verifiable_reward
@@ -101,4 +106,5 @@ __all__ = [
     "paper002", "nmt_stability", "repetition_test",
     "paper004", "lemma1_premise", "c1", "c2",
     "mia", "mia_detection", "m1", "m2", "m3",
+    "extraction_risk", "sampling_flags", "s1", "s2", "s3", "epsilon_bound", "e1",
 ]

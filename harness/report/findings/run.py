@@ -51,7 +51,8 @@ class Roles:
 
 @dataclass
 class RunResults:
-    """What a finding may read: stored audit rows, the stage evidence, loss rows, the NMT summary."""
+    """What a finding may read: stored audit rows, the stage evidence, loss rows, the NMT summary, and the
+    membership-inference, probabilistic-extraction and ε results of the measures that ran."""
 
     grouped: dict[A.Key, list[dict]]
     evidence: dict[str, dict] = field(default_factory=dict)
@@ -60,6 +61,8 @@ class RunResults:
     k: float = 0.1
     roles: Roles = field(default_factory=Roles)
     mia: dict = field(default_factory=dict)     # {model: membership-inference summary} (harness/audit/mia.py)
+    discoverable: dict = field(default_factory=dict)   # {model: probabilistic extraction} (analyses.load_discoverable)
+    epsilon: dict = field(default_factory=dict)   # {model: one-run ε summary} (harness/audit/epsilon.py)
 
     def __post_init__(self):
         self.entries = A.summary_entries(self.grouped)
