@@ -10,7 +10,7 @@
     python benchmarks/quickstart_seeds.py runs/findings_sd175 ... --ids F  # only the findings whose id starts with F
 
     python benchmarks/quickstart_seeds.py --mia runs/quickstart          # extraction beside membership inference
-    python benchmarks/quickstart_seeds.py --discoverable runs/quickstart # greedy beside probabilistic extraction
+    python benchmarks/quickstart_seeds.py --measure discoverable runs/quickstart   # a registered measure's table
     python benchmarks/quickstart_seeds.py --marks runs/quickstart --ids F1,F2,F3,F8,N   # the README's table:
                                       # a verdict mark and figure per seed, and where each run was computed
     python benchmarks/quickstart_seeds.py --rl runs/findings_rlvr runs/findings_rlvr_only_seed1 --models RLVR
@@ -148,17 +148,18 @@ def mia_table(run_dir: Path) -> str:
     return "\n".join(lines)
 
 
-def discoverable_table(run_dir: Path) -> str:
-    """Greedy NED extraction beside probabilistic discoverable extraction (audit/discoverable/summary.json,
-    written when the audit ran `audit.measures=[ned,...,discoverable]`): the report's own table
-    (harness.audit.discoverable.report_rows), as markdown."""
-    from memlens.harness.audit.discoverable import report_rows
+def measure_table(name: str, run_dir: Path) -> str:
+    """A registered audit measure's report table (its `report_rows`, harness/audit/measures.py: e.g. discoverable,
+    epsilon) read back from the run's audit directory, as markdown: the numbers the report prints."""
+    from memlens.harness.audit.plan import MEASURES  # importing the plan registers the built-in measures
     from memlens.harness.core.layout import default_audit_dir
 
-    got = report_rows(default_audit_dir(run_dir))
+    if name not in MEASURES or MEASURES[name].report_rows is None:
+        raise SystemExit(f"--measure {name}: use one of {', '.join(MEASURES.where(lambda m: m.report_rows))}")
+    got = MEASURES[name].report_rows(default_audit_dir(run_dir))
     if got is None:
-        raise SystemExit(f"{run_dir}: no audit/discoverable/summary.json; run `memlens audit experiment=... "
-                         f"run_dir={run_dir} audit.measures=[ned,discoverable]` first")
+        raise SystemExit(f"{run_dir}: the audit holds no {name} results; run `memlens audit experiment=... "
+                         f"run_dir={run_dir} audit.measures=[...,{name}]` first")
     columns, rows = got
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(str(r.get(c, "–")) for c in columns) + " |" for r in rows]
@@ -244,8 +245,8 @@ def table_for(args: list[str], root: Path) -> str:
         return rl_table([root / a for a in args[1:]], models)
     if args[0] == "--mia":
         return mia_table(root / args[1])
-    if args[0] == "--discoverable":
-        return discoverable_table(root / args[1])
+    if args[0] == "--measure":
+        return measure_table(args[1], root / args[2])
     if args[0] == "--marks":
         return marks_table([root / a for a in args[1:]], ids)
     if args[0] == "--one":

@@ -178,33 +178,38 @@ def audit_discoverable(cfg, planned, log=print) -> dict:
     return summary
 
 
-def _interval(rate: dict) -> str:
+def _percent(rate: dict) -> str:
+    """A rate as the report's tables print one: percentage [95 % Wilson interval]."""
     if rate["rate"] is None:
-        return "n/a"
+        return "–"
     low, high = rate["ci95"]
-    return f"{rate['rate']:.3f} [{low:.3f}, {high:.3f}]"
+    return f"{100 * rate['rate']:.1f} % [{100 * low:.0f}–{100 * high:.0f}]"
 
 
 def report_rows(audit_dir: Path) -> tuple[list[str], list[dict]] | None:
-    """The report's table: per final model, dataset and scheme, the greedy NED rate and the counterfactual
-    (n, p)-discoverable rate at the largest n of each p (the curve's end), with 95 % Wilson intervals."""
+    """The report's table: per model and dataset (final checkpoint), n, the greedy NED rate, and each scheme's
+    counterfactual rate: greedy decoding's exact extraction (p_z is 0 or 1, so n and p do not matter), a sampling
+    scheme's at the largest n audited for each p; percentages with 95 % Wilson intervals."""
     path = discoverable_dir(audit_dir) / SUMMARY
     if not path.is_file():
         return None
     summary = read_json(path)
     top_n = max(summary["queries"])
-    columns = ["model", "dataset", "scheme", "n", "greedy NED rate [95% CI]"]
-    columns += [f"discoverable n={top_n}, p={p:g} [95% CI]" for p in summary["p"]]
+    columns = ["model", "dataset", "n", "greedy NED"]
+    for scheme in summary["schemes"]:
+        columns += ([f"{scheme['name']} exact"] if scheme["temperature"] == 0 else
+                    [f"{scheme['name']} n={top_n}, p={p:g}" for p in summary["p"]])
     rows = []
     for model, checkpoints in sorted(summary["results"].items()):
-        final = checkpoints.get("final")
-        for dataset, entry in sorted((final or {}).items()):
-            for scheme, points in entry["schemes"].items():
-                row = {"model": model, "dataset": dataset, "scheme": scheme, "n": entry["n_scored"],
-                       "greedy NED rate [95% CI]": _interval(entry["greedy_ned"])}
-                for point in points:
-                    if point["n_queries"] == top_n:
-                        row[f"discoverable n={top_n}, p={point['p']:g} [95% CI]"] = _interval(point["counterfactual"])
-                rows.append(row)
+        for dataset, entry in sorted((checkpoints.get("final") or {}).items()):
+            row = {"model": model, "dataset": dataset, "n": entry["n_scored"],
+                   "greedy NED": _percent(entry["greedy_ned"])}
+            for scheme in summary["schemes"]:
+                points = [pt for pt in entry["schemes"][scheme["name"]] if pt["n_queries"] == top_n]
+                if scheme["temperature"] == 0:
+                    row[f"{scheme['name']} exact"] = _percent(points[0]["counterfactual"])
+                else:
+                    row.update({f"{scheme['name']} n={top_n}, p={pt['p']:g}": _percent(pt["counterfactual"])
+                                for pt in points})
+            rows.append(row)
     return columns, rows
-

@@ -244,8 +244,10 @@ def test_discoverable_extraction_over_the_run_reads_the_ned_rows_and_reruns_from
     rates = [sampled[(n, 0.5)]["audited"]["k"] for n in summary["queries"]]
     assert rates == sorted(rates) and sampled[(10_000, 0.9)]["audited"]["k"] <= loose["audited"]["k"]
     columns, rows = report_rows(out)
-    assert {r["scheme"] for r in rows} == {"greedy", "top_k40"} and rows[0]["n"] == final["n_scored"]
-    assert "discoverable n=10000, p=0.5 [95% CI]" in columns
+    assert columns == ["model", "dataset", "n", "greedy NED", "greedy exact", "top_k40 n=10000, p=0.5",
+                       "top_k40 n=10000, p=0.9"]
+    assert len(rows) == 1 and rows[0]["n"] == final["n_scored"]
+    assert rows[0]["top_k40 n=10000, p=0.5"].startswith(f"{100 * loose['counterfactual']['rate']:.1f} % [")
     before = {p: p.read_bytes() for p in sorted((out / "discoverable").rglob("*.jsonl"))}
     summary_rows = summary["results"]
     assert audit_main(cfg) == 0
