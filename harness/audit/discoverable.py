@@ -178,6 +178,27 @@ def audit_discoverable(cfg, planned, log=print) -> dict:
     return summary
 
 
+def drop_discoverable_model(audit_dir: Path, model_name: str) -> None:
+    """Take a replaced model's entries out of discoverable/summary.json: those where it is the audited model and
+    those where it is the control (computed against weights that are gone); the next run of the measure
+    recomputes them from the NED rows."""
+    path = discoverable_dir(audit_dir) / SUMMARY
+    if not path.is_file():
+        return
+    summary = read_json(path)
+    results = {}
+    for model, checkpoints in summary["results"].items():
+        if model == model_name:
+            continue
+        kept = {c: {d: e for d, e in datasets.items() if e.get("control") != model_name}
+                for c, datasets in checkpoints.items()}
+        kept = {c: datasets for c, datasets in kept.items() if datasets}
+        if kept:
+            results[model] = kept
+    if results != summary["results"]:
+        atomic_write_json(path, {**summary, "results": results})
+
+
 def _percent(rate: dict) -> str:
     """A rate as the report's tables print one: percentage [95 % Wilson interval]."""
     if rate["rate"] is None:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from memlens.harness.audit.discoverable import audit_discoverable
+from memlens.harness.audit.discoverable import audit_discoverable, drop_discoverable_model
 from memlens.harness.audit.discoverable import report_rows as discoverable_report_rows
 from memlens.harness.audit.epsilon import TITLE as EPSILON_TITLE
 from memlens.harness.audit.epsilon import audit_epsilon_models
@@ -50,6 +50,8 @@ from memlens.harness.core.layout import (
     checkpoint_dirs,
     data_dir,
     datasets_dir,
+    discoverable_dir,
+    epsilon_dir,
     heldout_dataset,
     mia_dir,
     models_dir,
@@ -398,7 +400,8 @@ def retire_model_results(audit_dir: Path, model_dir: Path, model_name: str, dest
                 shutil.move(str(path), str(target))
         moved.append(rows_file)
         _remove_empty_parents(meta_path.parent, audit_dir)
-    for results in (audit_dir / "losses" / model_name, mia_dir(audit_dir, model_name)):
+    for results in (audit_dir / "losses" / model_name, mia_dir(audit_dir, model_name),
+                    discoverable_dir(audit_dir, model_name), epsilon_dir(audit_dir, model_name)):
         if results.is_dir():
             target = dest / results.relative_to(audit_dir)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -423,6 +426,7 @@ def _drop_from_summaries(audit_dir: Path, model_name: str) -> None:
         write_summary(audit_dir, read_json(summary).get("provenance") or {})
     if mia_dir(audit_dir).is_dir():
         collect_summaries(audit_dir)
+    drop_discoverable_model(audit_dir, model_name)
     utility = audit_dir / UTILITY_FILE
     if utility.is_file():
         record = read_json(utility)

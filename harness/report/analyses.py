@@ -17,7 +17,14 @@ from typing import Any
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_jsonl, unique_rows
-from memlens.harness.core.layout import MIA_SUBDIR, MIA_SUMMARY, discoverable_dir, epsilon_dir
+from memlens.harness.core.layout import (
+    DISCOVERABLE_SUBDIR,
+    EPSILON_SUBDIR,
+    MIA_SUBDIR,
+    MIA_SUMMARY,
+    discoverable_dir,
+    epsilon_dir,
+)
 from memlens.harness.core.layout import checkpoint_step as layout_checkpoint_step
 from memlens.harness.core.stats import TPR_AT_FPR_RULE, fpr_key
 from memlens.harness.measures.memorization import DEFAULT_K, summarize_rows
@@ -26,7 +33,7 @@ from memlens.harness.measures.mia import ATTACKS, best_attack
 FINAL = "final"
 Key = tuple[str, str, str]  # (model, checkpoint, dataset)
 TPR_1 = fpr_key(0.01)       # the TPR the comparison shows beside each extraction rate
-NOT_ROWS = ("cache", "losses", "shards", MIA_SUBDIR)  # audit/ subfolders that hold no NED rows
+NOT_ROWS = ("cache", "losses", "shards", MIA_SUBDIR, DISCOVERABLE_SUBDIR, EPSILON_SUBDIR)  # audit/ subfolders: no NED rows
 
 
 def checkpoint_step(checkpoint: str) -> float:

@@ -279,3 +279,24 @@ def mia_comparison_plot(rows: list[dict], path: Path) -> Path:
     for ax in (left, right):
         ax.set_xticks(xs, labels, fontsize=7)
     return _save(fig, path)
+
+
+def discoverable_curve_plot(curves: dict[str, dict], dataset: str, path: Path) -> Path:
+    """Probabilistic extraction against the number of queries n (Hayes et al. 2024, Fig. 1's axes): per model, the
+    counterfactual (n, p)-discoverable rate of its sampling scheme with 95 % Wilson intervals, and its greedy NED
+    rate as a dashed line of the same colour. curves: {model: {"label", "points": [(n, rate, ci95)], "greedy"}}."""
+    fig, ax = plt.subplots(figsize=(5.8, 4.2))
+    for i, (model, curve) in enumerate(curves.items()):
+        colour = f"C{i % 10}"
+        kept = [p for p in curve["points"] if p[1] is not None]
+        ax.errorbar([p[0] for p in kept], [100 * p[1] for p in kept],
+                    yerr=_error_bars([p[1] for p in kept], [p[2] for p in kept]), marker="o", capsize=3,
+                    color=colour, label=f"{model}: {curve['label']}")
+        if curve["greedy"] is not None:
+            ax.axhline(100 * curve["greedy"], color=colour, linestyle="--", linewidth=1,
+                       label=f"{model}: greedy NED test")
+    ax.set_xscale("log")
+    ax.set(title=f"Extraction by sampling vs greedy decoding on {dataset}", xlabel="queries n (log scale)",
+           ylabel="counterfactual extraction rate (%), 95 % CI", ylim=(-3, 103))
+    ax.legend(fontsize=7)
+    return _save(fig, path)

@@ -356,6 +356,39 @@ def utility_section(runs: list[Path], audits: dict[Path, Path], summary: dict) -
     return blocks
 
 
+def discoverable_section(audits: dict[Path, Path], fig_dir: Path) -> list[Block]:
+    """The curve over n of probabilistic discoverable extraction (audit.measures=[...,discoverable]): per dataset,
+    each model's sampling-scheme rate at the smallest p audited against n, beside its greedy NED rate. The table
+    of the same results is the measure's registered one (below)."""
+    blocks: list[Block] = []
+    for run, audit in audits.items():
+        records = A.load_discoverable(audit)
+        for dataset in sorted({d for r in records.values() for d in (r["results"].get("final") or {})}):
+            curves = {}
+            for model, record in sorted(records.items()):
+                entry = (record["results"].get("final") or {}).get(dataset)
+                sampling = [s["name"] for s in record["schemes"] if s["temperature"] > 0]
+                if entry is None or not sampling:
+                    continue
+                p = min(record["p"])
+                points = [(pt["n_queries"], pt["counterfactual"]["rate"], pt["counterfactual"]["ci95"])
+                          for pt in entry["schemes"][sampling[0]] if pt["p"] == p]
+                curves[model] = {"label": f"{sampling[0]}, p={p:g}", "points": points,
+                                 "greedy": entry["greedy_ned"]["rate"]}
+            if curves:
+                name = f"discoverable_{_slug(run.name)}_{_slug(dataset)}.png" if len(audits) > 1 else \
+                    f"discoverable_{_slug(dataset)}.png"
+                path = F.discoverable_curve_plot(curves, dataset, fig_dir / name)
+                blocks.append(Image(path, f"{run.name}: {dataset}" if len(audits) > 1 else dataset))
+    if not blocks:
+        return []
+    return [Heading(2, "Extraction by sampling: the curve over queries (Hayes et al. 2024)"),
+            Paragraph("Each model's counterfactual (n, p)-discoverable rate under its sampling scheme (the audited "
+                      "model's chance that n queries produce the exact target is at least p, the control's is not; "
+                      "final checkpoint) against n, with 95 % Wilson intervals; the dashed line is the same model's "
+                      "greedy NED rate on the same examples. Rules: docs/methods.md."), *blocks]
+
+
 def registered_measures_section(audits: dict[Path, Path], summary: dict) -> list[Block]:
     """A measure registered with `report_rows` (harness/audit/measures.py) gets a table under its title: the
     columns and rows it reads back from each run's audit directory, the run's name prefixed when several."""

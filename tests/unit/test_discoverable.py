@@ -110,3 +110,23 @@ def test_bad_settings_name_the_key():
     for over, message in cases:
         with pytest.raises(UserError, match=message):
             settings_from_audit(cfg(**over))
+
+
+def test_a_retired_model_leaves_no_discoverable_result_behind(tmp_path):
+    """Retraining a model moves its discoverable rows to stale/ and takes out of the summary every entry computed
+    from its weights: as the audited model and as another model's control."""
+    from memlens.harness.audit.plan import retire_model_results
+    from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_json
+
+    audit = tmp_path / "audit"
+    entry = lambda control: {"n_scored": 1, "control": control}  # noqa: E731
+    atomic_write_json(audit / "discoverable" / "summary.json", {"rule": "r", "results": {
+        "FT.3": {"final": {"sd_base": entry("FT.2")}},
+        "RLFT.2": {"final": {"sd_base": entry("FT.3"), "sd_links_pos": entry("FT.2")}},
+        "IPO": {"final": {"sd_base": entry("FT.3")}}}})
+    atomic_write_jsonl(audit / "discoverable" / "FT.3" / "final" / "sd_base.jsonl", [{"id": 1}])
+    moved = retire_model_results(audit, tmp_path / "models" / "FT.3", "FT.3", tmp_path / "stale", log=lambda _: None)
+    assert moved == [audit / "discoverable" / "FT.3"]
+    assert (tmp_path / "stale" / "discoverable" / "FT.3" / "final" / "sd_base.jsonl").is_file()
+    left = read_json(audit / "discoverable" / "summary.json")
+    assert left["results"] == {"RLFT.2": {"final": {"sd_links_pos": entry("FT.2")}}} and left["rule"] == "r"
