@@ -11,6 +11,7 @@
 
     python benchmarks/quickstart_seeds.py --mia runs/quickstart          # extraction beside membership inference
     python benchmarks/quickstart_seeds.py --measure discoverable runs/quickstart   # a registered measure's table
+    python benchmarks/quickstart_seeds.py --measure epsilon runs/quickstart_coins --final   # final checkpoints only
     python benchmarks/quickstart_seeds.py --marks runs/quickstart --ids F1,F2,F3,F8,N   # the README's table:
                                       # a verdict mark and figure per seed, and where each run was computed
     python benchmarks/quickstart_seeds.py --rl runs/findings_rlvr runs/findings_rlvr_only_seed1 --models RLVR
@@ -148,9 +149,10 @@ def mia_table(run_dir: Path) -> str:
     return "\n".join(lines)
 
 
-def measure_table(name: str, run_dir: Path) -> str:
+def measure_table(name: str, run_dir: Path, final_only: bool = False) -> str:
     """A registered audit measure's report table (its `report_rows`, harness/audit/measures.py: e.g. discoverable,
-    epsilon) read back from the run's audit directory, as markdown: the numbers the report prints."""
+    epsilon) read back from the run's audit directory, as markdown: the numbers the report prints. `final_only`
+    keeps the final checkpoint's rows of a table that lists every checkpoint (and drops that column)."""
     from memlens.harness.audit.plan import MEASURES  # importing the plan registers the built-in measures
     from memlens.harness.core.layout import default_audit_dir
 
@@ -161,6 +163,9 @@ def measure_table(name: str, run_dir: Path) -> str:
         raise SystemExit(f"{run_dir}: the audit holds no {name} results; run `memlens audit experiment=... "
                          f"run_dir={run_dir} audit.measures=[...,{name}]` first")
     columns, rows = got
+    if final_only and "checkpoint" in columns:
+        rows = [r for r in rows if r["checkpoint"] == "final"]
+        columns = [c for c in columns if c != "checkpoint"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(str(r.get(c, "–")) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
@@ -246,7 +251,7 @@ def table_for(args: list[str], root: Path) -> str:
     if args[0] == "--mia":
         return mia_table(root / args[1])
     if args[0] == "--measure":
-        return measure_table(args[1], root / args[2])
+        return measure_table(args[1], root / args[2], final_only="--final" in args)
     if args[0] == "--marks":
         return marks_table([root / a for a in args[1:]], ids)
     if args[0] == "--one":

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "quickstart_seeds.py"
 
@@ -127,3 +129,27 @@ def test_an_empty_block_is_filled_in_place_and_keeps_the_text_after_it(tmp_path)
     first = text.split("--one runs/q -->\n")[1].split("<!-- END")[0]
     assert "| F1 | claim F1 | 17.6 % | 64.3 % | 1.5e-08 | holds |  |\n" == first.splitlines(keepends=True)[-1]
     assert "--one runs/gone -->\n<!-- END generated -->" in text          # absent runs: kept as it was
+
+
+def test_a_registered_measures_table_reads_what_the_audit_wrote(tmp_path):
+    """`--measure epsilon RUN [--final]`: the measure's own report rows (harness/audit/epsilon.py) as markdown;
+    --final keeps the final checkpoint and drops the column; an unknown measure or one not run says so."""
+    qs = _module()
+    audit = tmp_path / "runs" / "q" / "audit"
+    bound = {"m": 86, "r": 8, "v": 8, "epsilon_lower_bound": 1.2345, "delta": 1e-05}
+    (audit / "mia" / "FT.3").mkdir(parents=True)
+    (audit / "mia" / "FT.3" / "summary.json").write_text("{}")
+    (audit / "epsilon" / "FT.3").mkdir(parents=True)
+    (audit / "epsilon" / "FT.3" / "summary.json").write_text(json.dumps({
+        "model": "FT.3", "checkpoints": ["checkpoint-10", "final"],
+        "results": {"checkpoint-10": {"sd_base": {**bound, "epsilon_lower_bound": 0.0}}, "final": {"sd_base": bound}}}))
+    every = qs.table_for(["--measure", "epsilon", "runs/q"], tmp_path).splitlines()
+    assert every[0] == "| model | checkpoint | dataset | m | guesses r | correct v | ε lower bound | δ |"
+    assert len(every) == 4 and every[3] == "| FT.3 | final | sd_base | 86 | 8 | 8 | 1.234 | 1e-05 |"
+    final = qs.table_for(["--measure", "epsilon", "runs/q", "--final"], tmp_path).splitlines()
+    assert final == ["| model | dataset | m | guesses r | correct v | ε lower bound | δ |", "|---|---|---|---|---|---|---|",
+                     "| FT.3 | sd_base | 86 | 8 | 8 | 1.234 | 1e-05 |"]
+    with pytest.raises(SystemExit, match=r"--measure ned: use one of discoverable, epsilon"):
+        qs.table_for(["--measure", "ned", "runs/q"], tmp_path)
+    with pytest.raises(SystemExit, match=r"the audit holds no discoverable results"):
+        qs.table_for(["--measure", "discoverable", "runs/q"], tmp_path)
