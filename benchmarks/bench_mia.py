@@ -1,11 +1,13 @@
-"""Membership-inference audit cost relative to the extraction audit, on the same rows and the same model.
+"""Membership-inference and probabilistic-extraction audit cost relative to the extraction audit, on the same rows
+and the same model.
 
 Per model and checkpoint, the extraction audit (paper 003 Sec. 4.2) greedy-decodes each FIM prompt up to
 `audit.max_new_tokens` tokens; the membership-inference audit (harness/measures/mia.py) reads the per-token
 log-probabilities of the target given the same prompt in one teacher-forced pass (and, with
-`audit.mia_spans=[target,program]`, of the whole program as plain text in a second one). Both run through the one
-model interface (harness.model.scorer.CausalLMScorer), so this times exactly what the audits call, with nothing
-cached, on the shipped base (assets/base_tiny, 5 M parameters) and FIM examples cut from the Python standard
+`audit.mia_spans=[target,program]`, of the whole program as plain text in a second one); the discoverable audit
+(harness/measures/discoverable.py) one teacher-forced pass of the target for all its decoding schemes. All run
+through the one model interface (harness.model.scorer.CausalLMScorer), so this times exactly what the audits call,
+with nothing cached, on the shipped base (assets/base_tiny, 5 M parameters) and FIM examples cut from the Python standard
 library (a 100-600 character prefix, a 64-token target, a 0-300 character suffix).
 
     .venv/bin/python benchmarks/bench_mia.py              # 512 examples, batch 32, 2 threads
@@ -30,8 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.bench_audit import stdlib_texts  # noqa: E402
 from memlens.harness.core.shipped import shipped_path  # noqa: E402
 from memlens.harness.model.load import torch_threads  # noqa: E402
+from memlens.harness.model.logprobs import SamplingScheme  # noqa: E402
 from memlens.harness.model.scorer import CausalLMScorer  # noqa: E402
 from memlens.harness.text.fim import FAMILIES, format_psm_prompt  # noqa: E402
+
+SCHEMES = (SamplingScheme("greedy", 0), SamplingScheme("top_k40", 1.0, 40))   # conf/audit/default.yaml's
 
 
 def fim_examples(tokenizer, texts: list[str], n: int, target_tokens: int = 64, seed: int = 0) -> list[dict]:
@@ -78,6 +83,7 @@ def main() -> None:
         t_ned = seconds(lambda: scorer.complete(prompts))
         t_target = seconds(lambda: scorer.target_token_logprobs(examples, sentinels))
         t_program = seconds(lambda: scorer.program_token_logprobs([e["program"] for e in examples]))
+        t_discoverable = seconds(lambda: scorer.scheme_logprobs(examples, sentinels, SCHEMES))
     per_1k = 1000 / len(examples)
     print(f"{len(examples)} examples, batch {args.batch_size}, {args.threads} threads, greedy up to "
           f"{args.max_new_tokens} new tokens")
@@ -86,6 +92,8 @@ def main() -> None:
           f"({t_target / t_ned:.2f} x extraction)")
     print(f"mia, whole program (one pass):   {t_program * per_1k:7.1f} s per 1,000 examples "
           f"({t_program / t_ned:.2f} x extraction)")
+    print(f"discoverable, greedy + top-k 40:  {t_discoverable * per_1k:7.1f} s per 1,000 examples "
+          f"({t_discoverable / t_ned:.2f} x extraction)")
     print("load after:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
 
 
