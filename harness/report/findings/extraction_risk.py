@@ -103,7 +103,7 @@ def epsilon_bound(run: RunResults, model: str) -> dict | None:
 def e1(run: RunResults) -> dict:
     r = run.roles
     ft, others = r.ft_direct, [r.rl_sd_in_rm, r.ipo]
-    claim = f"{ft}'s ε lower bound exceeds {' and '.join(others)}'s"
+    claim = f"{ft}'s ε lower bound exceeds " + " and ".join(f"{m}'s" for m in others)
     rule = (f"one-run ε lower bound on {DATASET} (final; Steinke et al. 2023): {ft}'s > each of "
             f"{', '.join(others)}'s")
     bounds = {m: epsilon_bound(run, m) for m in (ft, *others)}
