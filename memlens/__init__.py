@@ -14,4 +14,13 @@ here imports torch.
 
 __version__ = "0.2.0"
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "inject"]
+
+
+def __getattr__(name: str):
+    """`memlens.inject` (synthetic_data/inject.py), imported on first use: `import memlens` stays light."""
+    if name == "inject":
+        from memlens.synthetic_data.inject import inject
+
+        return inject
+    raise AttributeError(f"module 'memlens' has no attribute {name!r}")

@@ -1,0 +1,135 @@
+"""`memlens.inject`: canaries planted in each TRL dataset format, in the field its trainer learns from and
+nowhere else, `repeat` copies at seeded positions with the original rows in order, held-out canaries absent, the
+manifest saying where each landed; the masked side, the RL-prompt side and bad input refused with the fix."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import memlens
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.user_data import load_examples
+from memlens.synthetic_data.inject import detect_format, inject
+
+CANARIES = [{"id": f"c{i}", "prefix": f"def load_{i}():\n    key = ", "target": f"'sk-{i:02d}-f3a9c1e7b2d4'",
+             "suffix": "\n    return key\n", "repeat": 1 + i % 3, "group": "api_key"} for i in range(8)]
+
+ROWS = {
+    "language_modeling": [{"text": f"print({i})\n"} for i in range(10)],
+    "prompt_completion": [{"prompt": f"# task {i}\n", "completion": f"x = {i}\n"} for i in range(10)],
+    "conversational": [{"messages": [{"role": "user", "content": f"task {i}"},
+                                     {"role": "assistant", "content": f"x = {i}"}]} for i in range(10)],
+    "preference": [{"prompt": f"# task {i}\n", "chosen": f"x = {i}\n", "rejected": f"y = {i}\n"} for i in range(10)],
+    "unpaired": [{"prompt": f"# task {i}\n", "completion": f"x = {i}\n", "label": i % 2 == 0} for i in range(10)],
+    "prompt_only": [{"prompt": f"# task {i}\n"} for i in range(10)],
+}
+
+
+def _dataset(fmt: str, extra: bool = False):
+    from datasets import Dataset
+
+    rows = ROWS[fmt]
+    return Dataset.from_list([{**r, "source": f"s{i}"} for i, r in enumerate(rows)] if extra else rows)
+
+
+def _trained_text(fmt: str, row: dict) -> str:
+    if fmt == "conversational":
+        return "".join(m["content"] for m in row["messages"] if m["role"] == "assistant")
+    return row[{"language_modeling": "text", "prompt_completion": "completion", "preference": "chosen",
+                "unpaired": "completion", "prompt_only": "prompt"}[fmt]]
+
+
+@pytest.mark.parametrize("fmt", sorted(ROWS))
+def test_each_format_gets_its_canaries_in_the_trained_field_only(fmt):
+    original = _dataset(fmt, extra=True)
+    out, manifest = inject(original, CANARIES, seed=3, rl_prompts=fmt == "prompt_only")
+    assert detect_format(original.column_names) == fmt == manifest["format"]
+    planted = {c["id"]: c for c in manifest["canaries"]}
+    heldout = [c["id"] for c in manifest["heldout"]]
+    assert planted and heldout and set(planted) | set(heldout) == {c["id"] for c in CANARIES}
+    copies = sum(c["repeat"] for c in planted.values())
+    assert len(out) == len(original) + copies == manifest["dataset"]["rows_after"]
+    canary_rows = set()
+    for c in planted.values():
+        assert len(c["positions"]) == c["repeat"]
+        for position in c["positions"]:
+            row = out[position]
+            assert c["target"] in _trained_text(fmt, row), (fmt, row)
+            if fmt not in ("language_modeling", "prompt_only"):
+                prompt = row["messages"][0]["content"] if fmt == "conversational" else row["prompt"]
+                assert c["target"] not in json.dumps(prompt)          # never on the masked side
+            assert row.get("source", "missing") is None             # other columns left empty
+            canary_rows.add(position)
+    # The original rows are all there, in their order, and no held-out target is anywhere.
+    rest = [out[i] for i in range(len(out)) if i not in canary_rows]
+    assert [r["source"] for r in rest] == [f"s{i}" for i in range(len(original))]
+    everything = json.dumps(out.to_list())
+    assert not any(c["target"] in everything for c in manifest["heldout"])
+    if fmt == "unpaired":
+        assert all(out[p]["label"] is True for c in planted.values() for p in c["positions"])
+    if fmt == "preference":
+        assert all(out[p]["rejected"] in {r["rejected"] for r in ROWS[fmt]} for c in planted.values()
+                   for p in c["positions"])
+
+
+def test_seeded_same_input_same_output_and_the_manifest_on_disk(tmp_path):
+    a, ma = inject(_dataset("prompt_completion"), CANARIES, seed=1, manifest_path=tmp_path / "m.json")
+    b, mb = inject(_dataset("prompt_completion"), CANARIES, seed=1)
+    c, mc = inject(_dataset("prompt_completion"), CANARIES, seed=2)
+    assert a.to_list() == b.to_list() and ma["canaries"] == mb["canaries"]
+    assert ma["dataset"]["sha256_after"] == mb["dataset"]["sha256_after"] != mc["dataset"]["sha256_after"]
+    assert ma["dataset"]["sha256_before"] == mc["dataset"]["sha256_before"]
+    on_disk = json.loads((tmp_path / "m.json").read_text())
+    assert on_disk["canaries"] == ma["canaries"] and on_disk["provenance"]["seed"] == 1
+    # The canaries as audit examples, read as `memlens audit audit.examples=` reads them.
+    assert [r["id"] for r in load_examples(tmp_path / "m.planted.jsonl")] == [c["id"] for c in ma["canaries"]]
+    assert [r["target"] for r in load_examples(tmp_path / "m.heldout.jsonl")] == [c["target"] for c in ma["heldout"]]
+    everything, _ = inject(_dataset("prompt_completion"), CANARIES, heldout_fraction=0)
+    assert len(everything) == 10 + sum(c["repeat"] for c in CANARIES)
+    assert memlens.inject is inject                      # the package's own name for it
+
+
+def test_a_canary_file_is_read_as_data_canaries_file_is(tmp_path):
+    path = tmp_path / "canaries.jsonl"
+    path.write_text("\n".join(json.dumps({"id": f"t{i}", "text": f"token = 'ghp_{i}a8c7e6f5d4c3b2a1'\nuse(token)\n",
+                                          "target": f"'ghp_{i}a8c7e6f5d4c3b2a1'"}) for i in range(6)) + "\n")
+    out, manifest = inject(_dataset("language_modeling"), path, heldout_fraction=0)
+    assert [c["prefix"] for c in manifest["canaries"]] == ["token = "] * 6
+    assert sum("ghp_" in r["text"] for r in out.to_list()) == 6
+
+
+def test_the_masked_side_and_the_rl_prompt_side_are_refused_unless_asked():
+    with pytest.raises(UserError, match=r"field='prompt': the prompt_completion trainer masks the loss on prompt"):
+        inject(_dataset("prompt_completion"), CANARIES, field="prompt")
+    out, manifest = inject(_dataset("prompt_completion"), CANARIES, field="prompt", allow_masked=True)
+    c = manifest["canaries"][0]
+    assert manifest["masked"] and c["target"] in out[c["positions"][0]]["prompt"]
+    with pytest.raises(UserError, match=r"field='user': the conversational trainer masks"):
+        inject(_dataset("conversational"), CANARIES, field="user")
+    with pytest.raises(UserError, match=r"prompt-only dataset \(GRPO/RLOO\).*pass rl_prompts=True"):
+        inject(_dataset("prompt_only"), CANARIES)
+    with pytest.raises(UserError, match=r"field='rejected': a preference dataset takes chosen or prompt"):
+        inject(_dataset("preference"), CANARIES, field="rejected")
+
+
+def test_bad_input_names_what_to_fix():
+    from datasets import Dataset
+
+    with pytest.raises(UserError, match=r"no TRL format found"):
+        inject(Dataset.from_list([{"code": "x"}]), CANARIES)
+    with pytest.raises(UserError, match=r"implicit prompt"):
+        inject(Dataset.from_list([{"chosen": "a", "rejected": "b"}]), CANARIES)
+    with pytest.raises(UserError, match=r"a datasets.Dataset, got list"):
+        inject([{"text": "x"}], CANARIES)
+    with pytest.raises(UserError, match=r"canary 'c0': its target already occurs in row 1"):
+        inject(Dataset.from_list([{"text": "a"}, {"text": CANARIES[0]["target"]}]), CANARIES)
+    with pytest.raises(UserError, match=r"heldout_fraction=1: must be in \[0, 1\)"):
+        inject(_dataset("language_modeling"), CANARIES, heldout_fraction=1)
+    with pytest.raises(UserError, match=r"canaries: duplicate ids"):
+        inject(_dataset("language_modeling"), CANARIES + CANARIES[:1])
+    with pytest.raises(UserError, match=r"empty target"):
+        inject(_dataset("language_modeling"), [{"id": "e", "prefix": "a", "target": ""}])
+    with pytest.raises(UserError, match=r"format='chat': use one of"):
+        inject(_dataset("language_modeling"), CANARIES, format="chat")
