@@ -8,7 +8,8 @@ the non-members of membership inference), and fingerprints of the dataset before
 
 TRL's dataset formats (detected from the columns, or named with `format=`), and where a canary goes:
     language_modeling   text                           text = prefix + target + suffix
-    prompt_completion   prompt, completion             prompt = prefix, completion = target + suffix
+    prompt_completion   prompt, completion             prompt = prefix, completion = target + suffix (spaces
+                                                       ending the prefix move to the completion: a token boundary)
     conversational      messages                       user: prefix; assistant: target + suffix
     preference          prompt, chosen, rejected       prompt = prefix, chosen = target + suffix, rejected = the
                                                        rejected side of a seeded row of the dataset itself
@@ -131,6 +132,11 @@ def _placed(fmt: str, field: str, canary: dict, rejected: Any = None) -> dict:
     if fmt == "prompt_only":
         return {"prompt": prefix + target + suffix}
     prompt, answer = (prefix, target + suffix) if trained else (prefix + target, suffix)
+    if fmt != "conversational":
+        # Spaces ending a prompt go to the completion: a BPE tokenizer merges " '" across the boundary, and TRL then
+        # drops the prompt's last piece from the training sequence (its "tokenized prompt is not a prefix" case).
+        head = prompt.rstrip(" \t")
+        prompt, answer = head, prompt[len(head):] + answer
     if not answer:
         raise UserError(f"canary {canary['id']!r}: field={field!r} puts the whole canary in the prompt and leaves "
                         "nothing to complete (no suffix); give the canary a suffix or plant it in the trained field")
