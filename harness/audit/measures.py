@@ -1,7 +1,8 @@
 """The audit measures a run can ask for (`audit.measures=[ned, loss, mia, ...]`), one registry.
 
 A measure scores a run's audit plan and writes its results under the audit directory; `audit.measures`
-validates against this registry and `memlens audit` runs the requested ones in registration order. A measure
+validates against this registry and `memlens audit` runs the requested ones in registration order, after every
+requested measure's `check(cfg)` passed (so a bad setting of the last measure stops the audit before the first runs). A measure
 without a dedicated report section gives `report_rows`: (columns, rows) read back from what it wrote, and the
 report lays them out as a table under its title (harness/report/render.py). The built-in measures
 register in harness/audit/plan.py, beside the functions that run them.
@@ -24,6 +25,7 @@ class Measure:
     run: Callable[..., None]
     single_model: bool = False                       # also runs in the one-model audit (audit.model_dir=...)
     report_rows: Callable[[Path], tuple[list[str], list[dict]] | None] | None = None   # from <audit dir>
+    check: Callable[..., None] | None = None         # check(cfg): its settings, before any measure runs
 
 
 MEASURES: Registry[Measure] = Registry("audit measure", "audit.measures")

@@ -25,8 +25,9 @@ from omegaconf import OmegaConf
 
 from memlens.harness.audit.discoverable import audit_discoverable, drop_discoverable_model
 from memlens.harness.audit.discoverable import report_rows as discoverable_report_rows
+from memlens.harness.audit.discoverable import settings_from_audit as discoverable_settings
 from memlens.harness.audit.epsilon import TITLE as EPSILON_TITLE
-from memlens.harness.audit.epsilon import audit_epsilon_models
+from memlens.harness.audit.epsilon import audit_epsilon_models, epsilon_settings, require_mia
 from memlens.harness.audit.epsilon import report_rows as epsilon_report_rows
 from memlens.harness.audit.losses import audit_losses
 from memlens.harness.audit.measures import MEASURES, Measure
@@ -452,7 +453,8 @@ MEASURES.register("ned", Measure("Extraction: the counterfactual NED test (paper
 MEASURES.register("loss", Measure("Loss measures (paper 004)", audit_run_losses))
 MEASURES.register("mia", Measure("Membership inference", audit_run_mia))
 MEASURES.register("discoverable", Measure("Probabilistic discoverable extraction (Hayes et al. 2024)",
-                                          audit_run_discoverable, report_rows=discoverable_report_rows))
+                                          audit_run_discoverable, report_rows=discoverable_report_rows,
+                                          check=lambda cfg: discoverable_settings(cfg.audit)))
 
 
 def audit_run_epsilon(cfg, log=print) -> None:
@@ -460,7 +462,13 @@ def audit_run_epsilon(cfg, log=print) -> None:
     audit_epsilon_models(cfg, list(dict.fromkeys(p.model_name for p in plan_audits(cfg))), log)
 
 
-MEASURES.register("epsilon", Measure(EPSILON_TITLE, audit_run_epsilon, report_rows=epsilon_report_rows))
+def _check_epsilon(cfg) -> None:
+    require_mia(cfg.audit.get("measures"))
+    epsilon_settings(cfg.audit)
+
+
+MEASURES.register("epsilon", Measure(EPSILON_TITLE, audit_run_epsilon, report_rows=epsilon_report_rows,
+                                     check=_check_epsilon))
 
 
 def requested_measures(cfg) -> list[str]:
@@ -484,6 +492,9 @@ def main(cfg) -> int:
                             f"{', '.join(MEASURES.where(lambda m: m.single_model))} only; drop {multi}, or run "
                             "them over a run's plan with `memlens audit experiment=<name>`")
         return audit_one(cfg)
+    for name in measures:                 # every requested measure's settings first: fail before anything runs
+        if MEASURES[name].check is not None:
+            MEASURES[name].check(cfg)
     for name in measures:
         start = time.perf_counter()
         MEASURES[name].run(cfg, log=print)

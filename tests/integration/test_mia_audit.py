@@ -256,3 +256,24 @@ def test_discoverable_extraction_over_the_run_reads_the_ned_rows_and_reruns_from
     alone = OmegaConf.merge(cfg, {"audit": {"out_dir": str(tmp_path / "alone"), "measures": ["discoverable"]}})
     with pytest.raises(UserError, match=r"no extraction-audit rows .* put ned before discoverable in audit\.measures"):
         audit_main(alone)
+
+
+def test_a_bad_setting_of_a_later_measure_stops_the_audit_before_the_first_runs(world, tmp_path):
+    """Every requested measure checks its settings before any runs (Measure.check): a bad discoverable or epsilon
+    setting fails in a second, not after the NED audit decoded every checkpoint."""
+    from memlens.harness.core.errors import UserError
+    from memlens.harness.core.shipped import shipped_path
+
+    audit = OmegaConf.merge(OmegaConf.load(shipped_path("conf/audit/default.yaml")), {
+        "out_dir": str(tmp_path / "audit"), "cache_dir": str(tmp_path / "audit" / "cache"), "utility": False,
+        "batch_size": 8, "threads": 1, "progress": False, "fim_family": None})
+    base = {"run_dir": str(world["root"]), "seed": 0, "device": "cpu",
+            "audit_plan": [{"models": ["FT.1"], "control": "FT.2", "datasets": ["sd_base"]}]}
+    cases = [({"measures": ["ned", "discoverable"], "discoverable_p": [2]}, r"audit\.discoverable_p=\[2\.0\]"),
+             ({"measures": ["ned", "epsilon"]}, r"epsilon reads the membership-inference scores; add mia"),
+             ({"measures": ["ned", "mia", "epsilon"], "epsilon_delta": 2}, r"audit\.epsilon_delta=2")]
+    for settings, message in cases:
+        cfg = OmegaConf.create({**base, "audit": OmegaConf.merge(audit, settings)})
+        with pytest.raises(UserError, match=message):
+            audit_main(cfg)
+        assert not (tmp_path / "audit").exists()                  # nothing ran, nothing was written
