@@ -17,7 +17,6 @@ On disk, below the run's audit dir (harness.core.layout.discoverable_dir):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from memlens.harness.core.io import RowStore, atomic_write_json, atomic_write_js
 from memlens.harness.core.layout import discoverable_dir, require_inside
 from memlens.harness.core.provenance import provenance
 from memlens.harness.core.stats import rate_with_interval
-from memlens.harness.measures.discoverable import discoverable_rates
+from memlens.harness.measures.discoverable import discoverable_rates, stored_logp
 from memlens.harness.model.cache import CACHE_VERSION, cached_scheme_logprobs, examples_fingerprint
 from memlens.harness.model.load import model_sentinels, pick_device
 from memlens.harness.model.logprobs import SamplingScheme
@@ -113,10 +112,6 @@ def _logps(model_dir: Path, rows: list[dict], settings: DiscoverableSettings, ca
     return out
 
 
-def _stored(logp: float) -> float | None:
-    return None if math.isinf(logp) else round(float(logp), 6)
-
-
 def _entry(scored: list[dict], logps: dict, control: dict, ned_rows: list[dict],
            settings: DiscoverableSettings) -> dict:
     """Rates of one checkpoint and dataset: per scheme every (n, p) point, beside the greedy NED rate."""
@@ -158,8 +153,8 @@ def audit_discoverable(cfg, planned, log=print) -> dict:
             rows_file = require_inside(discoverable_dir(out_dir, item.model_name) / checkpoint / f"{item.dataset}.jsonl",
                                        out_dir, "audit.out_dir")
             outputs[rows_file] = [
-                {"id": r["id"], "logp": {s.name: _stored(logps[r["id"]][j]) for j, s in enumerate(settings.schemes)},
-                 "control_logp": {s.name: _stored(control[r["id"]][j]) for j, s in enumerate(settings.schemes)}}
+                {"id": r["id"], "logp": {s.name: stored_logp(logps[r["id"]][j]) for j, s in enumerate(settings.schemes)},
+                 "control_logp": {s.name: stored_logp(control[r["id"]][j]) for j, s in enumerate(settings.schemes)}}
                 for r in scored]
             results.setdefault(item.model_name, {}).setdefault(checkpoint, {})[item.dataset] = {
                 **_entry(scored, logps, control, ned_rows, settings), "control": item.control_name}

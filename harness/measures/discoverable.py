@@ -17,8 +17,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
-
 from memlens.harness.core.stats import rate_with_interval
 
 
@@ -88,6 +86,11 @@ def queries_needed(logp: float, p: float) -> float:
     return float(max(1, math.ceil(math.log1p(-p) / math.log1p(-math.exp(logp)) - 1e-12)))
 
 
-def log_probabilities(values: Sequence[float | None]) -> np.ndarray:
-    """Stored log-probabilities (None = -inf, as the rows write them: JSON has no infinity) as an array."""
-    return np.array([-math.inf if v is None else float(v) for v in values], dtype=np.float64)
+def stored_logp(logp: float) -> float | None:
+    """A log-probability as the rows store it: None for -inf (probability 0; JSON has no infinity), 6 decimals."""
+    return None if math.isinf(logp) else round(float(logp), 6)
+
+
+def read_logp(value: float | None) -> float:
+    """A stored log-probability back as a float (None -> -inf): the inverse of `stored_logp`."""
+    return -math.inf if value is None else float(value)

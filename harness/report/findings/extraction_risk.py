@@ -13,10 +13,8 @@ Not claims of paper 003; phrased so a run can refute them:
 
 from __future__ import annotations
 
-import math
-
 from memlens.harness.core.stats import mcnemar_exact
-from memlens.harness.measures.discoverable import counterfactually_discoverable
+from memlens.harness.measures.discoverable import counterfactually_discoverable, read_logp
 from memlens.harness.report.findings.evidence_gates import _rlft2_evidence, ipo_check
 from memlens.harness.report.findings.registry import Finding, register
 from memlens.harness.report.findings.run import RunResults, _rate, memorized_flags
@@ -39,16 +37,12 @@ def sampling_point(record: dict) -> tuple[str, int, float] | None:
     return sampling[0], max(record["queries"]), p
 
 
-def _logp(value: float | None) -> float:
-    return -math.inf if value is None else value
-
-
 def sampling_flags(record: dict, scheme: str, n: int, p: float) -> dict | None:
     """{id: counterfactually (n, p)-discoverable under `scheme`} over the final checkpoint's sd_base rows."""
     rows = record["rows"].get(DATASET)
     if rows is None:
         return None
-    return {r["id"]: counterfactually_discoverable(_logp(r["logp"][scheme]), _logp(r["control_logp"][scheme]), n, p)
+    return {r["id"]: counterfactually_discoverable(read_logp(r["logp"][scheme]), read_logp(r["control_logp"][scheme]), n, p)
             for r in rows}
 
 
