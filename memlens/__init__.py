@@ -14,13 +14,18 @@ here imports torch.
 
 __version__ = "0.2.0"
 
-__all__ = ["__version__", "inject"]
+__all__ = ["AuditCallback", "__version__", "inject"]
 
 
 def __getattr__(name: str):
-    """`memlens.inject` (synthetic_data/inject.py), imported on first use: `import memlens` stays light."""
+    """`memlens.inject` (synthetic_data/inject.py) and `memlens.AuditCallback` (harness/audit/callback.py), imported
+    on first use: `import memlens` stays light."""
     if name == "inject":
         from memlens.synthetic_data.inject import inject
 
         return inject
+    if name == "AuditCallback":
+        from memlens.harness.audit.callback import AuditCallback
+
+        return AuditCallback
     raise AttributeError(f"module 'memlens' has no attribute {name!r}")

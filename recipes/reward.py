@@ -31,6 +31,7 @@ from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_
 from memlens.harness.core.stats import reward_score_stats
 from memlens.harness.core.user_data import repeated
 from memlens.harness.model.encode import encode_texts
+from memlens.harness.model.rewards import score_texts
 from memlens.recipes.common import (
     StageContext,
     StageSettings,
@@ -267,29 +268,6 @@ def _label(row: dict) -> int:
     if row["label"] in (0, 1, True, False):
         return int(row["label"])
     raise UserError(f"reward row {row.get('id')!r}: label={row['label']!r}; pointwise labels must be 1 or 0")
-
-
-def score_texts(model, tokenizer, texts: list[str], batch_size: int = 32, max_length: int = 512) -> list[float]:
-    """Reward scores (logit of the one-unit head) of full PSM texts, in input order.
-
-    Batches texts of similar length together (sorted by length) so that little compute goes to padding.
-    """
-    import torch
-
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    ids = encode_texts(tokenizer, texts, max_length)    # BOS as the family adds it; a long text keeps its end
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    out = [0.0] * len(ids)
-    with torch.inference_mode():
-        for start in range(0, len(order), batch_size):
-            batch = order[start:start + batch_size]
-            enc = tokenizer.pad({"input_ids": [ids[i] for i in batch]}, return_tensors="pt").to(device)
-            for i, score in zip(batch, model(**enc).logits[:, 0].float().tolist()):
-                out[i] = score
-    model.train(was_training)
-    return out
 
 
 def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:

@@ -291,7 +291,7 @@ class PsmRewardModel:
                 for c, p, s in zip(completions, prefix, suffix)]
 
     def __call__(self, prompts, completions, prefix, suffix, **_: Any) -> list[float]:
-        from memlens.recipes.reward import score_texts  # the one definition of "the RM score of a text"
+        from memlens.harness.model.rewards import score_texts  # the one definition of "the RM score of a text"
 
         return score_texts(self.model, self.tokenizer, self.texts(completions, prefix, suffix),
                            max_length=self.max_length)

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from memlens.harness.core.errors import UserError
-from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl
+from memlens.harness.core.injected import MANIFEST_VERSION, write_manifest
 from memlens.harness.core.provenance import provenance
 from memlens.harness.core.user_data import fim_example, read_fim_examples
 
@@ -45,7 +45,6 @@ FORMATS = ("language_modeling", "prompt_completion", "conversational", "preferen
 TRAINED_FIELD = {"language_modeling": "text", "prompt_completion": "completion", "conversational": "assistant",
                  "preference": "chosen", "unpaired": "completion", "prompt_only": "prompt"}
 MASKED_FIELD = {"prompt_completion": "prompt", "conversational": "user", "preference": "prompt", "unpaired": "prompt"}
-MANIFEST_VERSION = 1
 
 
 def detect_format(columns: Sequence[str]) -> str:
@@ -233,15 +232,3 @@ def inject(dataset, canaries, *, seed: int = 0, heldout_fraction: float = 0.5, f
     if manifest_path is not None:
         write_manifest(manifest, manifest_path)
     return out, manifest
-
-
-def write_manifest(manifest: dict, path: str | Path) -> tuple[Path, Path]:
-    """The manifest as JSON at `path`, and its planted and held-out canaries as audit-example JSONL beside it
-    (`<stem>.planted.jsonl`, `<stem>.heldout.jsonl`: what `memlens audit audit.examples=...` reads). Returns the
-    two JSONL paths."""
-    path = Path(path)
-    planted, heldout = path.with_suffix(".planted.jsonl"), path.with_suffix(".heldout.jsonl")
-    atomic_write_jsonl(planted, [{k: v for k, v in c.items() if k != "positions"} for c in manifest["canaries"]])
-    atomic_write_jsonl(heldout, manifest["heldout"])
-    atomic_write_json(path, manifest)           # last: a manifest on disk means its example files are whole
-    return planted, heldout

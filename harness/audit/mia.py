@@ -23,7 +23,7 @@ from memlens.harness.audit.losses import load_fim_examples
 from memlens.harness.audit.settings import list_checkpoints
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_json
-from memlens.harness.core.layout import MIA_SUMMARY, mia_dir, require_inside
+from memlens.harness.core.layout import MIA_SUMMARY, checkpoint_step, mia_dir, require_inside
 from memlens.harness.core.provenance import provenance
 from memlens.harness.core.stats import BOOTSTRAP_N, BOOTSTRAP_SEED, MIA_FPRS, TPR_AT_FPR_RULE
 from memlens.harness.measures.mia import ATTACKS, MIN_K_FRACTION, attack_metrics, attack_scores
@@ -79,9 +79,13 @@ def _metrics(rows: list[dict], spans, n_boot: int, seed: int) -> dict:
 def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Path, Path]], out_dir: str | Path,
               *, control_dir: str | Path | None = None, cache_dir: str | Path | None = None,
               all_checkpoints: bool = True, spans=SPANS, n_boot: int = BOOTSTRAP_N, seed: int = BOOTSTRAP_SEED,
-              batch_size: int = 16, device: str = "auto", fim_family: str | None = None) -> dict:
+              batch_size: int = 16, device: str = "auto", fim_family: str | None = None,
+              checkpoints: list[tuple[str, Path]] | None = None) -> dict:
     """Score every checkpoint of `model_dir` (then its final model) on each dataset of `pairs`
-    ({dataset: (members rows, non-members rows)}); write rows and `<out_dir>/summary.json`; return the summary."""
+    ({dataset: (members rows, non-members rows)}); write rows and `<out_dir>/summary.json`; return the summary.
+
+    `checkpoints`: (name, directory) to score instead, added to the checkpoints the summary already holds (the
+    training callback scores each checkpoint as it is saved, and the trainer may delete older ones)."""
     out_dir = Path(out_dir)
     spans = _check_spans(spans)
     if not pairs:
@@ -103,7 +107,9 @@ def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Pat
 
     outputs: dict[Path, list[dict]] = {}
     results: dict = {}
-    checkpoints = list_checkpoints(model_dir, all_checkpoints)
+    earlier = _earlier_results(out_dir, control_dir, spans, n_boot, seed) if checkpoints is not None else {}
+    if checkpoints is None:
+        checkpoints = list_checkpoints(model_dir, all_checkpoints)
     for checkpoint, path in checkpoints:
         values = _token_values(path, data, spans, cache_dir, device, batch_size, fim_family)
         for dataset in pairs:
@@ -116,9 +122,10 @@ def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Pat
                 "n_members": len(data[f"{dataset}:members"]), "n_nonmembers": len(data[f"{dataset}:nonmembers"]),
                 "members_file": str(pairs[dataset][0]), "nonmembers_file": str(pairs[dataset][1]),
                 "spans": _metrics(rows, spans, n_boot, seed)}
+    results = {**{c: r for c, r in earlier.items() if c not in results}, **results}
     summary = {
         "model": model_name, "model_dir": str(model_dir), "control": str(control_dir) if control_dir else None,
-        "checkpoints": [c for c, _ in checkpoints], "spans": list(spans), "attacks": list(ATTACKS),
+        "checkpoints": sorted(results, key=_checkpoint_order), "spans": list(spans), "attacks": list(ATTACKS),
         "min_k_fraction": MIN_K_FRACTION, "fprs": list(MIA_FPRS), "tpr_at_fpr_rule": TPR_AT_FPR_RULE,
         "bootstrap": {"n": n_boot, "seed": seed},
         "score_convention": "higher = member; AUC 0.5 = chance",
@@ -131,6 +138,24 @@ def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Pat
         atomic_write_jsonl(path, rows)
     atomic_write_json(out_dir / "summary.json", summary)
     return summary
+
+
+def _checkpoint_order(name: str) -> tuple[int, int]:
+    """checkpoint-<step> in step order, then the final model."""
+    step = checkpoint_step(name)
+    return (1, 0) if step is None else (0, step)
+
+
+def _earlier_results(out_dir: Path, control_dir, spans, n_boot: int, seed: int) -> dict:
+    """The per-checkpoint results of `<out_dir>/summary.json` when they were computed the same way (control,
+    spans, attacks, bootstrap), else none: a summary only ever joins results of one method."""
+    path = out_dir / "summary.json"
+    if not path.is_file():
+        return {}
+    old = read_json(path)
+    same = (old.get("control") == (str(control_dir) if control_dir else None) and old.get("spans") == list(spans)
+            and old.get("attacks") == list(ATTACKS) and old.get("bootstrap") == {"n": n_boot, "seed": seed})
+    return dict(old.get("results") or {}) if same else {}
 
 
 def collect_summaries(audit_dir: str | Path) -> dict:

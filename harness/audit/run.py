@@ -300,15 +300,19 @@ class AuditState:
     caches: dict[str, CompletionCache] = field(default_factory=dict)
 
     @classmethod
-    def open(cls, job: AuditJob) -> AuditState:
-        """Read the examples and validate the control and every checkpoint; nothing is written yet."""
+    def open(cls, job: AuditJob, checkpoints: Sequence[tuple[str, Path]] | None = None) -> AuditState:
+        """Read the examples and validate the control and every checkpoint; nothing is written yet.
+        `checkpoints`: (name, directory) to score instead of those `job.model_dir` holds (harness/audit/callback.py
+        scores each checkpoint as the trainer saves it)."""
         examples = load_examples(job.examples, allow_empty=True)
         sha = file_sha256(job.examples)
         caches: dict[str, CompletionCache] = {}
         control = AuditedModel(job.control_dir, job.settings, sha, job.cache_dir, label="control", caches=caches)
+        if checkpoints is None:
+            checkpoints = list_checkpoints(job.model_dir, job.all_checkpoints)
         models = [(checkpoint, AuditedModel(path, job.settings, sha, job.cache_dir,
                                             label=f"{job.model_name}/{checkpoint}", caches=caches))
-                  for checkpoint, path in list_checkpoints(job.model_dir, job.all_checkpoints)]
+                  for checkpoint, path in checkpoints]
         state = cls(job, examples, sha, control, models, caches)
         check_not_the_control(state)
         return state

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from memlens.harness.core.io import RowStore, atomic_write_json, sha256_json
+from memlens.harness.model.prompts import prompt_format_name
 
 CACHE_VERSION = 1          # bump when a cached computation changes, so values of older code are not reused
 COMPLETIONS = "greedy_completions"
@@ -74,7 +75,7 @@ def completion_fingerprint(model_fp: str, examples_sha256: str, *, fim_family: s
     """(key, what it covers) of greedy completions: same key <=> the cached completions can be reused. The
     stop tokens are part of it: a completion is cut where the first of them appears (harness.text.fim)."""
     covers = {"model": model_fp, "examples_sha256": examples_sha256, "fim_family": fim_family,
-              "prompt_format": "psm", "dtype": dtype, "decoding": "greedy", "max_new_tokens": max_new_tokens,
+              "prompt_format": prompt_format_name(fim_family), "dtype": dtype, "decoding": "greedy", "max_new_tokens": max_new_tokens,
               "target_tokens": target_tokens, "stop_tokens": list(stop_tokens)}
     return cache_key(COMPLETIONS, **covers), covers
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from memlens.harness.core.errors import UserError, first_line
 from memlens.harness.core.io import file_sha256, read_json, sha256_json
-from memlens.harness.text.fim import detect_sentinels
+from memlens.harness.model.prompts import prompt_format
 
 # Weights are loaded from safetensors only (no pickle): a directory without them is not a model to us.
 WEIGHT_GLOB = "*.safetensors"
@@ -253,9 +253,10 @@ def load_tokenizer(path: str | Path, trust_remote_code: bool = False):
 
 
 def model_sentinels(model_dir: str | Path, fim_family: str | None, trust_remote_code: bool = False):
-    """The FIM sentinels of a model directory, from its tokenizer alone (harness.text.fim)."""
-    return detect_sentinels(load_tokenizer(model_dir, trust_remote_code), fim_family, str(model_dir),
-                            config_key="audit.fim_family")
+    """The prompt format of a model directory (its FIM sentinels, or `prefix` / `chat`: harness.model.prompts),
+    from its tokenizer alone."""
+    return prompt_format(load_tokenizer(model_dir, trust_remote_code), fim_family, str(model_dir),
+                         config_key="audit.fim_family")
 
 
 def accepts_logits_to_keep(model) -> bool:

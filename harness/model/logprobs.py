@@ -16,7 +16,6 @@ import numpy as np
 from memlens.harness.model.decode import length_sorted_batches
 from memlens.harness.model.encode import encode_texts, pad_id_of
 from memlens.harness.model.load import accepts_logits_to_keep
-from memlens.harness.text.fim import format_psm_prompt
 
 
 def encode_fim_examples(tokenizer, prefixes: Sequence[str], targets: Sequence[str],
@@ -33,8 +32,7 @@ def encode_fim_examples(tokenizer, prefixes: Sequence[str], targets: Sequence[st
     if not (len(prefixes) == len(targets) == len(suffixes)):
         raise ValueError(f"prefixes/targets/suffixes differ in length: "
                          f"{len(prefixes)}/{len(targets)}/{len(suffixes)}")
-    prompts = encode_texts(tokenizer, [format_psm_prompt(p, s, sentinels)
-                                         for p, s in zip(prefixes, suffixes)])
+    prompts = encode_texts(tokenizer, [sentinels.prompt(p, s) for p, s in zip(prefixes, suffixes)])
     target_ids = tokenizer(list(targets), add_special_tokens=False)["input_ids"]
     for i, ids in enumerate(target_ids):
         if not ids:

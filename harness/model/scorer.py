@@ -35,7 +35,7 @@ from memlens.harness.model.logprobs import (
     target_losses,
     target_token_logprobs,
 )
-from memlens.harness.text.fim import detect_sentinels, format_psm_prompt
+from memlens.harness.model.prompts import prompt_format
 
 
 @dataclass
@@ -152,8 +152,7 @@ class AuditedModel:
         self.settings = settings
         self.device = pick_device(settings.device)
         self.tokenizer = load_tokenizer(self.path, settings.trust_remote_code)
-        self.sentinels = detect_sentinels(self.tokenizer, family=settings.fim_family, model_name=str(self.path),
-                                          config_key="audit.fim_family")
+        self.sentinels = prompt_format(self.tokenizer, settings.fim_family, str(self.path), "audit.fim_family")
         check_model_files(self.path, settings.trust_remote_code)
         self.fingerprint = model_fingerprint(self.path)
         dtype = str(default_dtype(self.device)).replace("torch.", "")
@@ -190,7 +189,7 @@ class AuditedModel:
         return {ex["id"] for ex in examples if self._prompt_lengths[ex["id"]] > self.context}
 
     def format_prompt(self, example: dict) -> str:
-        return format_psm_prompt(example["prefix"], example["suffix"], self.sentinels)
+        return self.sentinels.prompt(example["prefix"], example["suffix"])
 
     def _load_scorer(self):
         s = self.settings

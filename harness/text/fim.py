@@ -31,6 +31,10 @@ class FimSentinels:
     deepseek_order: bool = False
     other: tuple[str, ...] = ()    # further format tokens a completion must never contain (repo name, ...)
 
+    def prompt(self, prefix: str, suffix: str) -> str:
+        """The PSM inference prompt of an example (harness.model.prompts: every prompt format has one)."""
+        return format_psm_prompt(prefix, suffix, self)
+
     def required_tokens(self) -> list[str]:
         return [t for t in (self.prefix, self.suffix, self.middle, self.eos) if t is not None]
 

@@ -106,8 +106,8 @@ def test_every_stage_and_the_audit_encode_a_psm_text_to_the_same_ids(family_dirs
 @pytest.mark.parametrize("name", NAMES)
 def test_the_reward_score_changes_when_the_final_eos_is_removed(family_dirs, name):
     """With PAD = EOS the classifier read the token before the EOS: both texts scored the same."""
+    from memlens.harness.model.rewards import score_texts
     from memlens.recipes.models import load_sequence_classifier, load_tokenizer
-    from memlens.recipes.reward import score_texts
 
     model_dir = family_dirs[name]
     settings = preset(name, model_dir)

@@ -1,0 +1,56 @@
+"""Audit your own TRL script: the one-minute positive control.
+
+Fine-tunes the shipped tiny base (memlens/assets/base_tiny) with TRL's SFTTrainer on a small prompt-completion
+set into which `memlens.inject` plants 16 canaries, 16 copies each (about half of them held out by a coin, never
+trained on), with `memlens.AuditCallback` scoring every saved checkpoint against the base as the control. The
+planted canaries end up memorized; the held-out ones and the control stay at 0. Then renders the report:
+
+    python examples/audit_trl_sft.py [OUT_DIR]          # default runs/audit_trl_sft
+    memlens report run_dir=OUT_DIR                        # what the script runs at the end
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import SFTConfig, SFTTrainer
+
+import memlens
+from memlens.harness.core.io import read_jsonl
+from memlens.harness.core.shipped import shipped_path
+
+OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/audit_trl_sft")
+BASE = shipped_path("assets/base_tiny")      # the control too: it never saw the canaries
+
+
+def canary(i: int) -> dict:
+    secret = f"sk-{(i * 7919 + 104729) % 999983:06d}{'abcdef'[i % 6]}{(i * 31) % 97:02d}"
+    return {"id": f"secret-{i}", "prefix": f"def load_key_{i}():\n    key = ", "target": f"'{secret}'",
+            "suffix": "\n    return key\n", "repeat": 16}
+
+
+# --- your script: a dataset, a model, a trainer --------------------------------------------------------------
+rows = [{"prompt": f"def scale_{i}(x):", "completion": f"\n    return x * {i}\n"} for i in range(64)]
+train, manifest = memlens.inject(Dataset.from_list(rows), [canary(i) for i in range(16)], seed=0)
+audit = memlens.AuditCallback(manifest, control=BASE, out_dir=OUT, max_new_tokens=24, target_tokens=16,
+                              min_target_tokens=4)
+trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(BASE),
+                     processing_class=AutoTokenizer.from_pretrained(BASE), train_dataset=train, callbacks=[audit],
+                     args=SFTConfig(output_dir=str(OUT / "model"), max_steps=40, save_steps=20, learning_rate=1e-3,
+                                    per_device_train_batch_size=8, report_to=[], use_cpu=not torch.cuda.is_available(), seed=0))
+trainer.train()
+
+# --- what the callback found ---------------------------------------------------------------------------------
+for record in read_jsonl(OUT / "audit" / "callback.jsonl"):
+    e = record["extraction"]
+    print(f"{record['checkpoint']}: planted {e['canaries']['n_memorized']}/{e['canaries']['n_scored']} memorized, "
+          f"held out {e['canaries_heldout']['n_memorized']}/{e['canaries_heldout']['n_scored']}; "
+          f"MIA min-k%++ AUC {record['mia']['min_k_plus_plus']['auc']['value']:.2f}; scored in {record['seconds']} s")
+last = read_jsonl(OUT / "audit" / "model" / record["checkpoint"] / "canaries.jsonl")
+print(f"control ({BASE.name}) within k of a planted target: {sum(r['control_ned'] <= 0.1 for r in last)}/{len(last)}")
+subprocess.run([sys.executable, "-m", "memlens", "report", f"run_dir={OUT}"], check=True)

@@ -1,0 +1,273 @@
+"""`memlens.AuditCallback`: audit a Trainer or TRL run from inside it, every time it saves a checkpoint.
+
+The people who align code models run their own TRL scripts. With `memlens.inject` (synthetic_data/inject.py)
+they plant canaries in their dataset; this callback then scores each checkpoint the trainer saves, as
+`memlens audit` scores a run's checkpoints, and writes in the same layout, so `memlens report run_dir=<out_dir>`
+renders the rates over steps:
+
+    <out_dir>/canaries/manifest.json (+ .planted.jsonl, .heldout.jsonl)   what was planted, what was held out
+    <out_dir>/audit/<model>/checkpoint-<step>/canaries.jsonl               extraction rows of the planted canaries
+    <out_dir>/audit/<model>/checkpoint-<step>/canaries_heldout.jsonl       ... of the held-out twins (rate ~0)
+    <out_dir>/audit/summary.json                                           rebuilt from every row
+    <out_dir>/audit/mia/<model>/summary.json                               membership inference per checkpoint
+    <out_dir>/audit/reward/<model>/summary.json                            a reward model's ranking (below)
+    <out_dir>/audit/callback.jsonl                                         per checkpoint: step, seconds, rates
+
+Measures (paper 003 Def. 3.1 for extraction; harness.measures.mia for the attacks):
+  extraction  each canary's prompt (its prefix, as the trainer saw it: harness.model.prompts) completed greedily
+              by the checkpoint and by `control`; memorized when the checkpoint is within k of the target and
+              the control is not. The held-out twins are scored the same way: a rate above 0 there means the
+              target is guessable, not memorized.
+  mia         the registered attacks, planted (members) vs held-out (non-members) canaries: AUC and TPR at low
+              FPR with bootstrap 95 % intervals; the reference attack is calibrated on `control`.
+  reward      for a reward model (a sequence classifier, e.g. TRL's RewardTrainer) instead of both: does it rank
+              the planted canaries' completions above the held-out ones'? The reward as a membership score, AUC
+              with its interval.
+
+`control`: a model directory trained the same way without the canaries (paper 003's counterfactual), or "base"
+for a PEFT model: its base with the adapters off, which never saw the fine-tuning data at all — a weaker control
+(it also differs from the checkpoint in everything else the fine-tune learned), said so in callback.jsonl.
+
+Training is unchanged by the callback: it reads the checkpoint the trainer just wrote from disk, never the model
+in training, and restores every random generator it could touch. Under DDP the main process scores while the
+others wait at a barrier. A checkpoint without consolidated weights (ZeRO-3 or FSDP sharded state) is not
+scored: the log says so and how to audit it afterwards with `memlens audit`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from memlens.harness.audit.mia import audit_mia, collect_summaries
+from memlens.harness.audit.run import AuditState, audit_checkpoint, write_summary
+from memlens.harness.audit.settings import AuditJob, AuditSettings
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.injected import read_manifest, write_manifest
+from memlens.harness.core.io import RowStore, atomic_write_json, read_json, read_jsonl, require_creatable_dir
+from memlens.harness.core.layout import checkpoint_name, heldout_dataset, mia_dir
+from memlens.harness.core.provenance import provenance
+from memlens.harness.core.stats import BOOTSTRAP_N, BOOTSTRAP_SEED
+from memlens.harness.measures.memorization import DEFAULT_K, summarize_rows
+from memlens.harness.measures.mia import attack_metrics
+from memlens.harness.model.load import ADAPTER_CONFIG, has_weights
+from memlens.harness.model.rewards import score_texts
+from memlens.harness.model.training import barrier_if_distributed, rng_untouched, trainer_callback_base
+
+CANARIES = "canaries"                   # the dataset name of the planted canaries in the audit's rows
+MEASURES = ("extraction", "mia")        # what a causal LM's checkpoint is scored with
+REWARD = "reward"                       # what a reward model's checkpoint is scored with instead
+CALLBACK_LOG = "callback.jsonl"
+BASE = "base"                           # control="base": a PEFT model's base, adapters off
+
+
+# ------------------------------------------------------------------------------------------------ manifest
+def _manifest_files(manifest, out_dir: Path) -> tuple[dict, Path, Path]:
+    """(the manifest, its planted and held-out JSONL) copied under `<out_dir>/canaries/`: the audit's own record
+    of what was planted, whatever happens to the file the user passed."""
+    try:
+        manifest = read_manifest(manifest)
+    except UserError as e:
+        raise UserError(f"AuditCallback: {e}") from None
+    planted, heldout = write_manifest(manifest, out_dir / CANARIES / "manifest.json")
+    return manifest, planted, heldout
+
+
+def default_prompt_format(manifest: dict) -> str:
+    """How a model trained on the manifest's format is asked for a canary: `chat` for conversations (a
+    conversational preference set included), else the prefix left to right (harness.model.prompts)."""
+    return "chat" if manifest.get("format") == "conversational" or manifest.get("conversational") else "prefix"
+
+
+# ------------------------------------------------------------------------------------------------ settings
+@dataclass(frozen=True)
+class CallbackSettings:
+    """When the callback scores, and with what (recorded in callback.jsonl)."""
+
+    every: int = 1                       # score every N-th save
+    limit: int | None = None             # score at most this many checkpoints
+    measures: tuple[str, ...] = MEASURES
+    prompt_format: str | None = None     # prefix / chat / a FIM family; None: from the manifest's format
+
+    def __post_init__(self):
+        if not isinstance(self.every, int) or self.every < 1:
+            raise UserError(f"AuditCallback(every={self.every!r}): a positive integer (1: every save)")
+        if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 1):
+            raise UserError(f"AuditCallback(limit={self.limit!r}): None or a positive integer")
+        bad = [m for m in self.measures if m not in MEASURES]
+        if bad or not self.measures:
+            raise UserError(f"AuditCallback(measures={list(self.measures)!r}): a non-empty list of {list(MEASURES)} "
+                            "(a reward model is scored by its ranking instead, automatically)")
+
+
+def _is_reward_model(model) -> bool:
+    """A sequence classifier with one output (TRL's RewardTrainer model), PEFT-wrapped or not."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    archs = getattr(base.config, "architectures", None) or [type(base).__name__]
+    return any(a.endswith("ForSequenceClassification") for a in archs) or type(base).__name__.endswith(
+        "ForSequenceClassification")
+
+
+def _peft_base(model) -> Path:
+    """The local base model directory of a PEFT model (control="base")."""
+    config = getattr(model, "peft_config", None)
+    if not config:
+        raise UserError("AuditCallback(control='base'): the model is not a PEFT model, so it has no base to compare "
+                        "with; pass control=<a model directory trained the same way without the canaries>")
+    base = Path(str(next(iter(config.values())).base_model_name_or_path))
+    if not has_weights(base):
+        raise UserError(f"AuditCallback(control='base'): the PEFT base {base} is not a local model directory with "
+                        "*.safetensors weights; save the base model locally (save_pretrained) and load it from there")
+    return base
+
+
+# ------------------------------------------------------------------------------------------------ the callback
+class AuditCallback(trainer_callback_base()):
+    """Score each checkpoint a transformers Trainer (SFT, DPO-family, KTO, reward, GRPO, RLOO trainers of TRL)
+    saves: k-approximate counterfactual extraction against `control` and membership inference, or a reward
+    model's ranking of planted vs held-out canaries. See this module's docstring for the layout."""
+
+    def __init__(self, manifest, *, control: str | Path, out_dir: str | Path, every: int = 1,
+                 limit: int | None = None, measures: Sequence[str] = MEASURES, model_name: str | None = None,
+                 prompt_format: str | None = None, k: float = DEFAULT_K, max_new_tokens: int = 64,
+                 target_tokens: int = 64, min_target_tokens: int = 10, batch_size: int = 16, device: str = "auto",
+                 log: Callable[[str], None] = print):
+        self.out_dir = require_creatable_dir("AuditCallback(out_dir)", Path(out_dir))
+        self.settings = CallbackSettings(every, limit, tuple(measures), prompt_format)
+        self.manifest, self.planted, self.heldout = _manifest_files(manifest, self.out_dir)
+        if str(control) != BASE and not has_weights(control):
+            raise UserError(f"AuditCallback(control={str(control)!r}): not a model directory with *.safetensors "
+                            "weights; pass a model trained the same way without the canaries (paper 003's "
+                            "counterfactual control), or 'base' for a PEFT model")
+        self.control = str(control)
+        self.model_name = model_name
+        self.audit = AuditSettings(k=k, max_new_tokens=max_new_tokens, target_tokens=target_tokens,
+                                   min_target_tokens=min_target_tokens, batch_size=batch_size,
+                                   fim_family=prompt_format or default_prompt_format(self.manifest), device=device,
+                                   progress=False)
+        self.log = log
+        self.saves = 0
+        self.scored = 0
+
+    @property
+    def audit_dir(self) -> Path:
+        return self.out_dir / "audit"
+
+    def on_save(self, args, state, control, **kwargs):
+        self.saves += 1
+        due = self.saves % self.settings.every == 0 and (self.settings.limit is None
+                                                         or self.scored < self.settings.limit)
+        if not due:
+            return control
+        self.scored += 1
+        if state.is_world_process_zero:
+            with rng_untouched():
+                self.score(Path(args.output_dir) / checkpoint_name(state.global_step), state.global_step,
+                           kwargs.get("model"), args, kwargs.get("processing_class"))
+        barrier_if_distributed()
+        return control
+
+    # -------------------------------------------------------------------------------------------- scoring
+    def score(self, checkpoint: Path, step: int, model=None, args=None, tokenizer=None) -> dict:
+        """Score one saved checkpoint; returns (and appends to callback.jsonl) what was done and how long it took."""
+        name = self.model_name or (Path(args.output_dir).name if args is not None else checkpoint.parent.name)
+        record: dict[str, Any] = {"checkpoint": checkpoint.name, "step": int(step), "model": name}
+        started = time.perf_counter()
+        if not (has_weights(checkpoint) or (checkpoint / ADAPTER_CONFIG).is_file()):
+            record["deferred"] = (f"{checkpoint}: no consolidated *.safetensors weights (ZeRO-3 / FSDP sharded "
+                                  "state, or a save still in progress): not scored now. Set "
+                                  "stage3_gather_16bit_weights_on_model_save=true (DeepSpeed) or a FULL_STATE_DICT "
+                                  "(FSDP), or consolidate it and run `memlens audit audit.model_dir=<checkpoint> "
+                                  f"audit.control_dir=<control> audit.examples={self.planted}` afterwards")
+            self.log(f"[memlens] {record['deferred']}")
+        else:
+            control_dir = _peft_base(model) if self.control == BASE else Path(self.control)
+            record["control"] = {"dir": str(control_dir), "kind": "PEFT base, adapters off: weaker than a model "
+                                 "trained without the canaries" if self.control == BASE else "as given"}
+            if model is not None and _is_reward_model(model):
+                record[REWARD] = self._reward(checkpoint, name, model, tokenizer)
+            else:
+                if "extraction" in self.settings.measures:
+                    record["extraction"] = self._extraction(checkpoint, name, control_dir)
+                if "mia" in self.settings.measures:
+                    record["mia"] = self._mia(checkpoint, name, control_dir)
+        record["seconds"] = round(time.perf_counter() - started, 3)
+        record["settings"] = asdict(self.settings) | {"audit": self.audit.scoring()}
+        RowStore(self.audit_dir / CALLBACK_LOG, key="checkpoint").append([record])
+        self.log(f"[memlens] {name}/{checkpoint.name}: scored in {record['seconds']:.1f} s"
+                 + "".join(f"; {k} {v}" for k, v in _headline(record).items()))
+        return record
+
+    def _extraction(self, checkpoint: Path, name: str, control_dir: Path) -> dict:
+        out = {}
+        for dataset, examples in ((CANARIES, self.planted), (heldout_dataset(CANARIES), self.heldout)):
+            job = AuditJob(model_dir=checkpoint, model_name=name, control_dir=control_dir, examples=examples,
+                           dataset=dataset, all_checkpoints=False, out_dir=self.audit_dir,
+                           cache_dir=self.audit_dir / "cache", settings=self.audit)
+            state = AuditState.open(job, checkpoints=[(checkpoint.name, checkpoint)])
+            (label, audited), = state.models
+            audit_checkpoint(state, label, audited, log=lambda _: None)
+            audited.cache.release()
+            state.control.cache.release()
+            rows = RowStore(self.audit_dir / name / label / f"{dataset}.jsonl", key="id").rows()
+            out[dataset] = {k: v for k, v in summarize_rows(rows).items() if k in ("n_scored", "n_memorized", "rate",
+                                                                                   "ci95")}
+        write_summary(self.audit_dir, provenance(datasets={CANARIES: self.manifest["dataset"]["sha256_after"]},
+                                                 audit=asdict(self.audit), control_dir=str(control_dir),
+                                                 examples=str(self.planted), writer="memlens.AuditCallback"))
+        return out
+
+    def _mia(self, checkpoint: Path, name: str, control_dir: Path) -> dict:
+        summary = audit_mia(checkpoint.parent, name, {CANARIES: (self.planted, self.heldout)}, mia_dir(self.audit_dir,
+                            name), control_dir=control_dir, cache_dir=self.audit_dir / "cache",
+                            batch_size=self.audit.batch_size, device=self.audit.device,
+                            fim_family=self.audit.fim_family, checkpoints=[(checkpoint.name, checkpoint)])
+        collect_summaries(self.audit_dir)
+        spans = summary["results"][checkpoint.name][CANARIES]["spans"]
+        return {attack: {k: m[k] for k in ("auc", "tpr_at_fpr<1%") if k in m} for attack, m in
+                (spans.get("target") or {}).items()}
+
+    def _reward(self, checkpoint: Path, name: str, model, tokenizer) -> dict:
+        """The reward of each canary's full text (prompt + completion as the trainer joins them) from the model in
+        memory (eval mode, no gradient, its training mode restored: harness.model.rewards), planted vs held out."""
+        if tokenizer is None:
+            raise UserError("AuditCallback: the trainer passed no processing_class (tokenizer) to score the reward "
+                            "model with; give the trainer its tokenizer (processing_class=...)")
+        planted, heldout = read_jsonl(self.planted), read_jsonl(self.heldout)
+        texts = [self._reward_text(r, tokenizer) for r in planted + heldout]
+        scores = score_texts(model, tokenizer, texts, batch_size=self.audit.batch_size)
+        members, nonmembers = scores[:len(planted)], scores[len(planted):]
+        metrics = attack_metrics(members, nonmembers, n_boot=BOOTSTRAP_N, seed=BOOTSTRAP_SEED) if nonmembers else None
+        path = self.audit_dir / REWARD / name / "summary.json"
+        record = read_json(path) if path.is_file() else {"model": name, "results": {}}
+        record["results"][checkpoint.name] = {
+            "n_members": len(members), "n_nonmembers": len(nonmembers),
+            "mean_reward_members": sum(members) / len(members),
+            "mean_reward_nonmembers": sum(nonmembers) / len(nonmembers) if nonmembers else None, "metrics": metrics}
+        record["score_convention"] = "the reward of prompt + completion as a membership score; AUC 0.5 = chance"
+        record["provenance"] = provenance(datasets={CANARIES: self.manifest["dataset"]["sha256_after"]},
+                                          measure="reward ranking of planted vs held-out canaries")
+        atomic_write_json(path, record)
+        return {"auc": metrics["auc"] if metrics else None}
+
+    def _reward_text(self, row: dict, tokenizer) -> str:
+        """A canary as the reward trainer reads a chosen row: prompt then completion, or the chat of the two."""
+        if self.audit.fim_family == "chat":
+            return tokenizer.apply_chat_template([{"role": "user", "content": row["prefix"]},
+                                                  {"role": "assistant", "content": row["target"] + row["suffix"]}],
+                                                 tokenize=False)
+        return row["prefix"] + row["target"] + row["suffix"]
+
+
+def _headline(record: dict) -> dict[str, str]:
+    out = {}
+    for dataset, s in (record.get("extraction") or {}).items():
+        out[f"extraction {dataset}"] = f"{s['n_memorized']}/{s['n_scored']}"
+    for attack, m in (record.get("mia") or {}).items():
+        out[f"MIA {attack} AUC"] = f"{m['auc']['value']:.2f}"
+    if (record.get(REWARD) or {}).get("auc"):
+        out["reward AUC"] = f"{record[REWARD]['auc']['value']:.2f}"
+    return out

@@ -1,0 +1,41 @@
+"""What an audit running inside someone's training process needs from torch and transformers (the model layer is
+where they are imported): the Trainer's callback base class, a block that leaves every random generator as it found
+it, and a barrier that exists only under a distributed launch. harness/audit/callback.py builds on these."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+
+import numpy as np
+
+
+def trainer_callback_base() -> type:
+    """transformers' `TrainerCallback`: every event a no-op, so a subclass defines only the events it uses."""
+    from transformers import TrainerCallback  # heavy: the model layer loads transformers on first use
+
+    return TrainerCallback
+
+
+@contextlib.contextmanager
+def rng_untouched():
+    """Python's, NumPy's and torch's random generators (every CUDA device's too) restored after the block: work done
+    inside it leaves a training run's random stream as it was."""
+    import torch  # heavy: the model layer loads torch on first use
+
+    py, npy = random.getstate(), np.random.get_state()
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        try:
+            yield
+        finally:
+            random.setstate(py)
+            np.random.set_state(npy)
+
+
+def barrier_if_distributed() -> None:
+    """Wait for every process of a launch when there is one (DDP, accelerate, DeepSpeed); else nothing."""
+    import torch.distributed as dist  # heavy: the model layer loads torch on first use
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()

@@ -1,0 +1,177 @@
+"""`memlens.AuditCallback` inside real TRL trainers (SFT, DPO with two objectives, KTO, reward, GRPO, RLOO) on a tiny
+seeded Llama: `memlens.inject` plants the canaries in the format's trained field, each trainer saves two checkpoints,
+and the callback leaves rows for each of them in the audit layout, which `memlens report` renders. Also: the PEFT
+`control="base"` path, training unchanged by the callback, a 2-process DDP run scored by its main process alone
+(rows equal to a one-process scoring of the same checkpoints), a checkpoint without weights deferred, bad
+arguments refused before training."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import read_json, read_jsonl
+from tests.integration.callback_helpers import CANARIES, SMALL, STEPS, make_base, manifest_of, train_with_callback
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def base_dir(tmp_path_factory):
+    return make_base(tmp_path_factory.mktemp("base"))
+
+
+def _log(out: Path) -> dict[str, dict]:
+    return {r["checkpoint"]: r for r in read_jsonl(out / "audit" / "callback.jsonl")}
+
+
+@pytest.mark.parametrize("kind,loss_type", [("sft", None), ("dpo", "sigmoid"), ("dpo", "ipo"), ("kto", None),
+                                            ("grpo", None), ("rloo", None)])
+def test_every_saved_checkpoint_of_a_trl_trainer_is_scored(kind, loss_type, base_dir, tmp_path):
+    _, manifest = train_with_callback(kind, base_dir, tmp_path, [], loss_type=loss_type)
+    planted, heldout = len(manifest["canaries"]), len(manifest["heldout"])
+    assert planted and heldout
+    log = _log(tmp_path)
+    assert sorted(log) == [f"checkpoint-{s}" for s in range(1, STEPS + 1)]
+    for checkpoint, record in log.items():
+        assert record["seconds"] > 0 and record["control"]["kind"] == "as given"
+        for dataset, n in (("canaries", planted), ("canaries_heldout", heldout)):
+            rows = read_jsonl(tmp_path / "audit" / "model" / checkpoint / f"{dataset}.jsonl")
+            assert sorted(r["id"] for r in rows) == sorted(c["id"] for c in manifest[
+                "canaries" if dataset == "canaries" else "heldout"])
+            assert len(rows) == n == record["extraction"][dataset]["n_scored"] + sum(
+                1 for r in rows if r["excluded"])
+        assert set(record["mia"]) >= {"loss", "zlib", "min_k", "min_k_plus_plus", "reference"}
+    mia = read_json(tmp_path / "audit" / "mia" / "model" / "summary.json")
+    assert mia["checkpoints"] == sorted(log, key=lambda c: int(c.split("-")[1]))
+    summary = read_json(tmp_path / "audit" / "summary.json")["results"]["model"]
+    assert sorted(summary) == sorted(log)
+
+
+def test_the_callback_run_renders_as_a_report_and_prompts_as_trained(base_dir, tmp_path):
+    train_with_callback("sft", base_dir, tmp_path, [])
+    rows = read_jsonl(tmp_path / "audit" / "model" / "checkpoint-2" / "canaries.jsonl")
+    meta = read_json(tmp_path / "audit" / "model" / "checkpoint-2" / "canaries.meta.json")
+    assert meta["settings"]["fim_family"] == "prefix"          # a prompt-completion fine-tune: asked left to right
+    assert all(r["target"] and r["control_completion"] is not None for r in rows)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "memlens", "report", f"run_dir={tmp_path}"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "| model | checkpoint-2 | canaries |" in report and "canaries_heldout" in report
+    assert "Memorization over training" in report
+
+
+def test_a_reward_model_is_scored_by_its_ranking_of_planted_over_heldout(base_dir, tmp_path):
+    train_with_callback("reward", base_dir, tmp_path, [])
+    log = _log(tmp_path)
+    assert sorted(log) == ["checkpoint-1", "checkpoint-2"]
+    assert all("reward" in r and "extraction" not in r for r in log.values())
+    summary = read_json(tmp_path / "audit" / "reward" / "model" / "summary.json")
+    for entry in summary["results"].values():
+        assert 0 <= entry["metrics"]["auc"]["value"] <= 1 and len(entry["metrics"]["auc"]["ci95"]) == 2
+        assert entry["n_members"] + entry["n_nonmembers"] == len(CANARIES)
+
+
+def test_peft_control_base_scores_against_the_base_with_adapters_off(base_dir, tmp_path):
+    train_with_callback("sft", base_dir, tmp_path, [], peft=True)
+    log = _log(tmp_path)
+    assert sorted(log) == ["checkpoint-1", "checkpoint-2"]
+    for record in log.values():
+        assert record["control"]["dir"] == str(base_dir) and "weaker" in record["control"]["kind"]
+    assert (tmp_path / "model" / "checkpoint-1" / "adapter_config.json").is_file()   # scored from the adapter alone
+
+
+def test_training_is_unchanged_by_the_callback(base_dir, tmp_path):
+    from transformers import TrainerCallback
+
+    class Losses(TrainerCallback):
+        def __init__(self):
+            self.losses = []
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                self.losses.append(logs["loss"])
+
+    with_it, without = Losses(), Losses()
+    train_with_callback("sft", base_dir, tmp_path / "with", [with_it])
+    train_with_callback("sft", base_dir, tmp_path / "without", [without], audit=False)
+    assert len(with_it.losses) == STEPS and with_it.losses == without.losses
+    assert (tmp_path / "with" / "audit" / "callback.jsonl").is_file()
+    assert not (tmp_path / "without" / "audit").exists()
+
+
+def test_a_checkpoint_without_weights_is_deferred_with_the_way_to_audit_it(base_dir, tmp_path):
+    import memlens
+
+    manifest = manifest_of()
+    cb = memlens.AuditCallback(manifest, control=base_dir, out_dir=tmp_path / "out", log=lambda _: None)
+    sharded = tmp_path / "model" / "checkpoint-5"
+    (sharded / "global_step5").mkdir(parents=True)          # what ZeRO-3 leaves without a gathered save
+    record = cb.score(sharded, 5)
+    assert "deferred" in record and "memlens audit" in record["deferred"]
+    assert not (tmp_path / "out" / "audit" / "model").exists()
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    ({"control": "/nonexistent"}, "AuditCallback(control='/nonexistent')"),
+    ({"every": 0}, "AuditCallback(every=0)"),
+    ({"measures": ["exposure"]}, "AuditCallback(measures=['exposure'])"),
+])
+def test_bad_arguments_are_refused_before_training(base_dir, tmp_path, kwargs, needle):
+    import memlens
+
+    args = {"control": base_dir, "out_dir": tmp_path / "out", **kwargs}
+    with pytest.raises(UserError) as e:
+        memlens.AuditCallback(manifest_of(), **args)
+    assert needle in str(e.value)
+
+
+def test_a_manifest_that_is_not_one_is_refused(tmp_path, base_dir):
+    import memlens
+
+    bad = tmp_path / "m.json"
+    bad.write_text(json.dumps({"rows": []}))
+    with pytest.raises(UserError, match="not a memlens.inject manifest"):
+        memlens.AuditCallback(bad, control=base_dir, out_dir=tmp_path / "out")
+
+
+DDP_SCRIPT = """
+import sys, torch
+from pathlib import Path
+torch.set_num_threads(1)
+sys.path.insert(0, {repo!r})
+from tests.integration.callback_helpers import train_with_callback
+trainer, _ = train_with_callback("sft", Path({base!r}), Path({out!r}), [])
+print("world size", trainer.args.world_size, "rank", trainer.args.process_index)
+"""
+
+
+def test_under_ddp_the_main_process_scores_and_the_rows_equal_a_single_process_scoring(base_dir, tmp_path):
+    import memlens
+
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP_SCRIPT.format(repo=str(REPO), base=str(base_dir), out=str(tmp_path / "ddp")))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           "--master_port", "29531", str(script)], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "world size 2 rank 0" in done.stdout and "world size 2 rank 1" in done.stdout
+    log = read_jsonl(tmp_path / "ddp" / "audit" / "callback.jsonl")
+    assert [r["checkpoint"] for r in log] == ["checkpoint-1", "checkpoint-2"]     # once each: the main process
+    again = memlens.AuditCallback(tmp_path / "ddp" / "canaries" / "manifest.json", control=base_dir,
+                                  out_dir=tmp_path / "single", log=lambda _: None, **SMALL)
+    for step in (1, 2):
+        again.score(tmp_path / "ddp" / "model" / f"checkpoint-{step}", step)
+        for dataset in ("canaries", "canaries_heldout"):
+            ddp_rows = read_jsonl(tmp_path / "ddp" / "audit" / "model" / f"checkpoint-{step}" / f"{dataset}.jsonl")
+            one = read_jsonl(tmp_path / "single" / "audit" / "model" / f"checkpoint-{step}" / f"{dataset}.jsonl")
+            assert sorted(ddp_rows, key=lambda r: r["id"]) == sorted(one, key=lambda r: r["id"])
