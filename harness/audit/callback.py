@@ -201,6 +201,11 @@ class AuditCallback(trainer_callback_base()):
                  + "".join(f"; {k} {v}" for k, v in _headline(record).items()))
         return record
 
+    def _dataset_hash(self) -> dict[str, str]:
+        """The trained dataset's sha256 as the manifest recorded it (a hand-built manifest may not have one)."""
+        sha = (self.manifest.get("dataset") or {}).get("sha256_after")
+        return {CANARIES: sha} if sha else {}
+
     def _extraction(self, checkpoint: Path, name: str, control_dir: Path) -> dict:
         out = {}
         for dataset, examples in ((CANARIES, self.planted), (heldout_dataset(CANARIES), self.heldout)):
@@ -215,7 +220,7 @@ class AuditCallback(trainer_callback_base()):
             rows = RowStore(self.audit_dir / name / label / f"{dataset}.jsonl", key="id").rows()
             out[dataset] = {k: v for k, v in summarize_rows(rows).items() if k in ("n_scored", "n_memorized", "rate",
                                                                                    "ci95")}
-        write_summary(self.audit_dir, provenance(datasets={CANARIES: self.manifest["dataset"]["sha256_after"]},
+        write_summary(self.audit_dir, provenance(datasets=self._dataset_hash(),
                                                  audit=asdict(self.audit), control_dir=str(control_dir),
                                                  examples=str(self.planted), writer="memlens.AuditCallback"))
         return out
@@ -248,7 +253,7 @@ class AuditCallback(trainer_callback_base()):
             "mean_reward_members": sum(members) / len(members),
             "mean_reward_nonmembers": sum(nonmembers) / len(nonmembers) if nonmembers else None, "metrics": metrics}
         record["score_convention"] = "the reward of prompt + completion as a membership score; AUC 0.5 = chance"
-        record["provenance"] = provenance(datasets={CANARIES: self.manifest["dataset"]["sha256_after"]},
+        record["provenance"] = provenance(datasets=self._dataset_hash(),
                                           measure="reward ranking of planted vs held-out canaries")
         atomic_write_json(path, record)
         return {"auc": metrics["auc"] if metrics else None}
