@@ -39,7 +39,7 @@ rows = [{"prompt": f"def scale_{i}(x):", "completion": f"\n    return x * {i}\n"
 train, manifest = memlens.inject(Dataset.from_list(rows), [canary(i) for i in range(16)], seed=0)
 audit = memlens.AuditCallback(manifest, control=BASE, out_dir=OUT, max_new_tokens=24, target_tokens=16,
                               min_target_tokens=4)
-trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(BASE),
+trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(BASE, dtype=torch.float32),
                      processing_class=AutoTokenizer.from_pretrained(BASE), train_dataset=train, callbacks=[audit],
                      args=SFTConfig(output_dir=str(OUT / "model"), max_steps=40, save_steps=20, learning_rate=1e-3,
                                     per_device_train_batch_size=8, report_to=[], use_cpu=not torch.cuda.is_available(), seed=0))
@@ -50,7 +50,9 @@ for record in read_jsonl(OUT / "audit" / "callback.jsonl"):
     e = record["extraction"]
     print(f"{record['checkpoint']}: planted {e['canaries']['n_memorized']}/{e['canaries']['n_scored']} memorized, "
           f"held out {e['canaries_heldout']['n_memorized']}/{e['canaries_heldout']['n_scored']}; "
-          f"MIA min-k%++ AUC {record['mia']['min_k_plus_plus']['auc']['value']:.2f}; scored in {record['seconds']} s")
+          f"MIA LOSS AUC {record['mia']['loss']['auc']['value']:.2f}; exposure planted "
+          f"{record['exposure']['planted']['mean']:.2f} vs held out {record['exposure']['heldout']['mean']:.2f} bits; "
+          f"scored in {record['seconds']} s")
 last = read_jsonl(OUT / "audit" / "model" / record["checkpoint"] / "canaries.jsonl")
 print(f"control ({BASE.name}) within k of a planted target: {sum(r['control_ned'] <= 0.1 for r in last)}/{len(last)}")
 subprocess.run([sys.executable, "-m", "memlens", "report", f"run_dir={OUT}"], check=True)

@@ -10,6 +10,7 @@ renders the rates over steps:
     <out_dir>/audit/<model>/checkpoint-<step>/canaries_heldout.jsonl       ... of the held-out twins (rate ~0)
     <out_dir>/audit/summary.json                                           rebuilt from every row
     <out_dir>/audit/mia/<model>/summary.json                               membership inference per checkpoint
+    <out_dir>/audit/exposure/<model>/checkpoint-<step>.jsonl + summary.json exposure of each canary (below)
     <out_dir>/audit/reward/<model>/summary.json                            a reward model's ranking (below)
     <out_dir>/audit/callback.jsonl                                         per checkpoint: step, seconds, rates
 
@@ -20,6 +21,10 @@ Measures (paper 003 Def. 3.1 for extraction; harness.measures.mia for the attack
               target is guessable, not memorized.
   mia         the registered attacks, planted (members) vs held-out (non-members) canaries: AUC and TPR at low
               FPR with bootstrap 95 % intervals; the reference attack is calibrated on `control`.
+  exposure    Carlini et al. 2019 (Sec. 4), the rank form, with the held-out twins as the sample of the canaries'
+              randomness space: each canary's target given its prompt ranked by summed NLL among the held-out
+              targets in the same place; exposure = log2(candidates) - log2(rank), ties against the canary
+              (harness.measures.exposure). A held-out canary ranked among the other held-out targets is the null.
   reward      for a reward model (a sequence classifier, e.g. TRL's RewardTrainer) instead of both: does it rank
               the planted canaries' completions above the held-out ones'? The reward as a membership score, AUC
               with its interval.
@@ -47,18 +52,35 @@ from memlens.harness.audit.run import AuditState, audit_checkpoint, write_summar
 from memlens.harness.audit.settings import AuditJob, AuditSettings
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.injected import read_manifest, write_manifest
-from memlens.harness.core.io import RowStore, atomic_write_json, read_json, read_jsonl, require_creatable_dir
-from memlens.harness.core.layout import checkpoint_name, heldout_dataset, mia_dir
+from memlens.harness.core.io import (
+    RowStore,
+    atomic_write_json,
+    atomic_write_jsonl,
+    read_json,
+    read_jsonl,
+    require_creatable_dir,
+)
+from memlens.harness.core.layout import (
+    CANARY_EXPOSURE_SUBDIR,
+    REWARD_RANKING_SUBDIR,
+    check_name,
+    checkpoint_name,
+    heldout_dataset,
+    mia_dir,
+    require_inside,
+)
 from memlens.harness.core.provenance import provenance
 from memlens.harness.core.stats import BOOTSTRAP_N, BOOTSTRAP_SEED
+from memlens.harness.measures.exposure import exposure_from_losses, exposure_summary
 from memlens.harness.measures.memorization import DEFAULT_K, summarize_rows
 from memlens.harness.measures.mia import attack_metrics
-from memlens.harness.model.load import ADAPTER_CONFIG, has_weights
+from memlens.harness.model.load import ADAPTER_CONFIG, has_weights, model_sentinels
 from memlens.harness.model.rewards import score_texts
+from memlens.harness.model.scorer import CausalLMScorer
 from memlens.harness.model.training import barrier_if_distributed, rng_untouched, trainer_callback_base
 
 CANARIES = "canaries"                   # the dataset name of the planted canaries in the audit's rows
-MEASURES = ("extraction", "mia")        # what a causal LM's checkpoint is scored with
+MEASURES = ("extraction", "mia", "exposure")   # what a causal LM's checkpoint can be scored with
 REWARD = "reward"                       # what a reward model's checkpoint is scored with instead
 CALLBACK_LOG = "callback.jsonl"
 BASE = "base"                           # control="base": a PEFT model's base, adapters off
@@ -143,7 +165,7 @@ class AuditCallback(trainer_callback_base()):
                             "weights; pass a model trained the same way without the canaries (paper 003's "
                             "counterfactual control), or 'base' for a PEFT model")
         self.control = str(control)
-        self.model_name = model_name
+        self.model_name = check_name(model_name, "AuditCallback(model_name)") if model_name is not None else None
         self.audit = AuditSettings(k=k, max_new_tokens=max_new_tokens, target_tokens=target_tokens,
                                    min_target_tokens=min_target_tokens, batch_size=batch_size,
                                    fim_family=prompt_format or default_prompt_format(self.manifest), device=device,
@@ -194,6 +216,8 @@ class AuditCallback(trainer_callback_base()):
                     record["extraction"] = self._extraction(checkpoint, name, control_dir)
                 if "mia" in self.settings.measures:
                     record["mia"] = self._mia(checkpoint, name, control_dir)
+                if "exposure" in self.settings.measures:
+                    record["exposure"] = self._exposure(checkpoint, name)
         record["seconds"] = round(time.perf_counter() - started, 3)
         record["settings"] = asdict(self.settings) | {"audit": self.audit.scoring()}
         RowStore(self.audit_dir / CALLBACK_LOG, key="checkpoint").append([record])
@@ -235,6 +259,36 @@ class AuditCallback(trainer_callback_base()):
         return {attack: {k: m[k] for k in ("auc", "tpr_at_fpr<1%") if k in m} for attack, m in
                 (spans.get("target") or {}).items()}
 
+    def _exposure(self, checkpoint: Path, name: str) -> dict:
+        """Each planted and each held-out canary's exposure among the held-out targets (module docstring)."""
+        planted, heldout = read_jsonl(self.planted), read_jsonl(self.heldout)
+        if len(heldout) < 2:
+            return {"skipped": f"{len(heldout)} held-out canaries: exposure ranks a canary among held-out ones; give "
+                               "more canaries (inject's heldout_fraction holds half out)"}
+        scorer = CausalLMScorer.load(checkpoint, self.audit.device, batch_size=self.audit.batch_size, lazy=True)
+        sentinels = model_sentinels(checkpoint, self.audit.fim_family)
+        rows = []
+        for member, group in ((1, planted), (0, heldout)):
+            for row in group:
+                others = [h["target"] for h in heldout if h["id"] != row["id"]]
+                rank, value = exposure_from_losses(scorer.candidate_losses(row, [row["target"], *others], sentinels), 0)
+                rows.append({"id": row["id"], "member": member, "rank": rank, "n_candidates": 1 + len(others),
+                             "exposure": value})
+        scorer.release()
+        out = exposure_dir(self.audit_dir, name)
+        atomic_write_jsonl(out / f"{checkpoint.name}.jsonl", rows)
+        summary = {group: exposure_summary([r["exposure"] for r in rows if r["member"] == member],
+                                           len(heldout) + 1 - (1 - member))
+                   for group, member in (("planted", 1), ("heldout", 0))}
+        path = out / "summary.json"
+        record = read_json(path) if path.is_file() else {"model": name, "results": {}}
+        record["results"][checkpoint.name] = summary
+        record["rule"] = ("rank among the held-out canaries' targets in the same prompt, by summed NLL, ties against "
+                          "the canary; exposure = log2(candidates) - log2(rank) (Carlini et al. 2019, Sec. 4)")
+        record["provenance"] = provenance(datasets=self._dataset_hash(), measure="exposure among held-out twins")
+        atomic_write_json(path, record)
+        return summary
+
     def _reward(self, checkpoint: Path, name: str, model, tokenizer) -> dict:
         """The reward of each canary's full text (prompt + completion as the trainer joins them) from the model in
         memory (eval mode, no gradient, its training mode restored: harness.model.rewards), planted vs held out."""
@@ -246,7 +300,8 @@ class AuditCallback(trainer_callback_base()):
         scores = score_texts(model, tokenizer, texts, batch_size=self.audit.batch_size)
         members, nonmembers = scores[:len(planted)], scores[len(planted):]
         metrics = attack_metrics(members, nonmembers, n_boot=BOOTSTRAP_N, seed=BOOTSTRAP_SEED) if nonmembers else None
-        path = self.audit_dir / REWARD / name / "summary.json"
+        path = require_inside(self.audit_dir / REWARD_RANKING_SUBDIR / name / "summary.json", self.audit_dir,
+                              "AuditCallback(model_name)")
         record = read_json(path) if path.is_file() else {"model": name, "results": {}}
         record["results"][checkpoint.name] = {
             "n_members": len(members), "n_nonmembers": len(nonmembers),
@@ -267,12 +322,20 @@ class AuditCallback(trainer_callback_base()):
         return row["prefix"] + row["target"] + row["suffix"]
 
 
+def exposure_dir(audit_dir: Path, model_name: str) -> Path:
+    """<audit dir>/exposure/<model>/, proven to lie inside the audit dir (the model name becomes a path part)."""
+    return require_inside(Path(audit_dir) / CANARY_EXPOSURE_SUBDIR / model_name, audit_dir, "AuditCallback(model_name)")
+
+
 def _headline(record: dict) -> dict[str, str]:
     out = {}
     for dataset, s in (record.get("extraction") or {}).items():
         out[f"extraction {dataset}"] = f"{s['n_memorized']}/{s['n_scored']}"
     for attack, m in (record.get("mia") or {}).items():
         out[f"MIA {attack} AUC"] = f"{m['auc']['value']:.2f}"
+    exposure = record.get("exposure") or {}
+    if "planted" in exposure and exposure["planted"]["mean"] is not None:
+        out["exposure planted/held out"] = f"{exposure['planted']['mean']:.2f}/{exposure['heldout']['mean']:.2f} bits"
     if (record.get(REWARD) or {}).get("auc"):
         out["reward AUC"] = f"{record[REWARD]['auc']['value']:.2f}"
     return out

@@ -104,6 +104,8 @@ def data_dir(run_dir: str | Path, dataset: str) -> Path:
 MIA_SUBDIR = "mia"                       # <audit dir>/mia/<model>/<checkpoint>/<dataset>.jsonl + summaries
 MIA_SUMMARY = "summary.json"
 DISCOVERABLE_SUBDIR = "discoverable"     # <audit dir>/discoverable/<model>/<checkpoint>/<dataset>.jsonl + summary
+CANARY_EXPOSURE_SUBDIR = "exposure"      # <audit dir>/exposure/<model>/<checkpoint>.jsonl + summary (the training callback)
+REWARD_RANKING_SUBDIR = "reward"         # <audit dir>/reward/<model>/summary.json (the training callback, a reward model)
 EPSILON_SUBDIR = "epsilon"               # <audit dir>/epsilon/<model>/summary.json (harness/audit/epsilon.py)
 HELDOUT_SUFFIX = "_heldout"              # <dataset>_heldout: the never-trained-on partner of a canary dataset
 HELDOUT_BUILT = ("sd_base_heldout", "sd_links_heldout", "sd_links_pos_heldout")   # what synthetic_data builds

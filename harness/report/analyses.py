@@ -18,10 +18,12 @@ from typing import Any
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_jsonl, unique_rows
 from memlens.harness.core.layout import (
+    CANARY_EXPOSURE_SUBDIR,
     DISCOVERABLE_SUBDIR,
     EPSILON_SUBDIR,
     MIA_SUBDIR,
     MIA_SUMMARY,
+    REWARD_RANKING_SUBDIR,
     discoverable_dir,
     epsilon_dir,
 )
@@ -33,7 +35,8 @@ from memlens.harness.measures.mia import ATTACKS, best_attack
 FINAL = "final"
 Key = tuple[str, str, str]  # (model, checkpoint, dataset)
 TPR_1 = fpr_key(0.01)       # the TPR the comparison shows beside each extraction rate
-NOT_ROWS = ("cache", "losses", "shards", MIA_SUBDIR, DISCOVERABLE_SUBDIR, EPSILON_SUBDIR)  # audit/ subfolders: no NED rows
+NOT_ROWS = ("cache", "losses", "shards", MIA_SUBDIR, DISCOVERABLE_SUBDIR, EPSILON_SUBDIR, CANARY_EXPOSURE_SUBDIR,
+            REWARD_RANKING_SUBDIR)  # audit/ subfolders: no NED rows
 
 
 def checkpoint_step(checkpoint: str) -> float:
@@ -302,3 +305,11 @@ def mia_comparison(comp_rows: list[dict], mia: dict, span: str = "target") -> li
                     TPR_1: m[TPR_1]["value"], "n_members": m["n_members"],
                     "n_nonmembers": m["n_nonmembers"]})
     return out
+
+
+def load_callback_summaries(audit_dir: str | Path, subdir: str) -> dict[str, dict]:
+    """{model: its summary} of what the training callback (harness/audit/callback.py) wrote under
+    `<audit dir>/<subdir>/<model>/summary.json` (exposure, a reward model's ranking); {} when it wrote none."""
+    root = Path(audit_dir) / subdir
+    return {str(p.parent.relative_to(root)): json.loads(p.read_text(encoding="utf-8"))
+            for p in sorted(root.glob("*/summary.json"))} if root.is_dir() else {}

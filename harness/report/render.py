@@ -236,6 +236,7 @@ def render_report(cfg) -> int:
     blocks += S.mia_section(mia, entries, fig_dir, summary)
     blocks += S.utility_section(runs, audits, summary)
     blocks += S.discoverable_section(audits, fig_dir)
+    blocks += S.callback_section(audits, summary)
     blocks += S.registered_measures_section(audits, summary)
     blocks += S.maps_section(grouped, finals, rcfg, k, fig_dir)
 

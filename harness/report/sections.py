@@ -13,7 +13,7 @@ from pathlib import Path
 
 from memlens.harness.audit.measures import MEASURES
 from memlens.harness.core.io import read_jsonl
-from memlens.harness.core.layout import models_dir
+from memlens.harness.core.layout import CANARY_EXPOSURE_SUBDIR, REWARD_RANKING_SUBDIR, models_dir
 from memlens.harness.core.objectives import PREFERENCE_STAGE
 from memlens.harness.core.stats import MIA_FPRS, fpr_key, reward_score_stats, wilson_interval
 from memlens.harness.measures.mia import attack_label
@@ -387,6 +387,53 @@ def discoverable_section(audits: dict[Path, Path], fig_dir: Path) -> list[Block]
                       "model's chance that n queries produce the exact target is at least p, the control's is not; "
                       "final checkpoint) against n, with 95 % Wilson intervals; the dashed line is the same model's "
                       "greedy NED rate on the same examples. Rules: docs/methods.md."), *blocks]
+
+
+def _interval(m: dict | None) -> str:
+    if not m:
+        return "–"
+    lo, hi = m.get("ci95") or (None, None)
+    return f"{m['value']:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if lo is not None else "")
+
+
+def callback_section(audits: dict[Path, Path], summary: dict) -> list[Block]:
+    """What memlens.AuditCallback measured beside extraction and MIA at each saved checkpoint: exposure of the
+    planted canaries next to its null (the held-out ones), and a reward model's ranking of planted over held out."""
+    exposure, reward = [], []
+    for run, audit in audits.items():
+        prefix = "" if len(audits) == 1 else f"{run.name}:"
+        for model, record in A.load_callback_summaries(audit, CANARY_EXPOSURE_SUBDIR).items():
+            for checkpoint, s in sorted(record["results"].items(), key=lambda kv: A.checkpoint_step(kv[0])):
+                p, h = s["planted"], s["heldout"]
+                exposure.append({"model": prefix + model, "checkpoint": checkpoint,
+                                 "planted mean (n)": f"{p['mean']:.2f} ({p['count']})" if p["count"] else "–",
+                                 "planted at max": f"{p['share_max']:.2f}" if p["count"] else "–",
+                                 "held out mean (n)": f"{h['mean']:.2f} ({h['count']})" if h["count"] else "–",
+                                 "max bits": f"{p['max_exposure']:.2f}"})
+        for model, record in A.load_callback_summaries(audit, REWARD_RANKING_SUBDIR).items():
+            for checkpoint, s in sorted(record["results"].items(), key=lambda kv: A.checkpoint_step(kv[0])):
+                metrics = s.get("metrics") or {}
+                reward.append({"model": prefix + model, "checkpoint": checkpoint,
+                               "AUC [95 % CI]": _interval(metrics.get("auc")),
+                               "mean reward planted / held out": f"{s['mean_reward_members']:.3f} / "
+                               + (f"{s['mean_reward_nonmembers']:.3f}" if s["mean_reward_nonmembers"] is not None
+                                  else "–"),
+                               "n planted / held out": f"{s['n_members']} / {s['n_nonmembers']}"})
+    blocks: list[Block] = []
+    if exposure:
+        blocks += [Heading(2, "Exposure of the canaries over training (memlens.AuditCallback)"),
+                   Paragraph("Carlini et al. 2019, rank form: each canary's target ranked by summed NLL among the "
+                             "held-out canaries' targets in its prompt, exposure = log2(candidates) - log2(rank), ties "
+                             "against the canary. The held-out canaries, ranked among each other, are the null: their "
+                             "mean is what a model that learned nothing of them gives. 'at max': the share ranked first."),
+                   table(exposure, list(exposure[0]))]
+    if reward:
+        blocks += [Heading(2, "A reward model's ranking of the canaries (memlens.AuditCallback)"),
+                   Paragraph("The reward of each canary's prompt + completion as a membership score, planted vs held "
+                             "out: ROC AUC with its seeded bootstrap 95 % interval (0.5 = chance)."),
+                   table(reward, list(reward[0]))]
+    summary["callback"] = {"exposure": exposure, "reward": reward}
+    return blocks
 
 
 def registered_measures_section(audits: dict[Path, Path], summary: dict) -> list[Block]:

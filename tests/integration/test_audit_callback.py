@@ -8,6 +8,7 @@ arguments refused before training."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -48,6 +49,11 @@ def test_every_saved_checkpoint_of_a_trl_trainer_is_scored(kind, loss_type, base
             assert len(rows) == n == record["extraction"][dataset]["n_scored"] + sum(
                 1 for r in rows if r["excluded"])
         assert set(record["mia"]) >= {"loss", "zlib", "min_k", "min_k_plus_plus", "reference"}
+        assert record["exposure"]["planted"]["count"] == planted and record["exposure"]["heldout"]["count"] == heldout
+        for row in read_jsonl(tmp_path / "audit" / "exposure" / "model" / f"{checkpoint}.jsonl"):
+            # a planted canary ranks among every held-out target, a held-out one among the others
+            assert row["n_candidates"] == heldout + row["member"] and 1 <= row["rank"] <= row["n_candidates"]
+            assert row["exposure"] == pytest.approx(math.log2(row["n_candidates"]) - math.log2(row["rank"]))
     mia = read_json(tmp_path / "audit" / "mia" / "model" / "summary.json")
     assert mia["checkpoints"] == sorted(log, key=lambda c: int(c.split("-")[1]))
     summary = read_json(tmp_path / "audit" / "summary.json")["results"]["model"]
@@ -67,6 +73,7 @@ def test_the_callback_run_renders_as_a_report_and_prompts_as_trained(base_dir, t
     report = (tmp_path / "report" / "report.md").read_text()
     assert "| model | checkpoint-2 | canaries |" in report and "canaries_heldout" in report
     assert "Memorization over training" in report
+    assert "Exposure of the canaries over training" in report and "| model | checkpoint-2 |" in report
 
 
 def test_a_reward_model_is_scored_by_its_ranking_of_planted_over_heldout(base_dir, tmp_path):
@@ -75,6 +82,11 @@ def test_a_reward_model_is_scored_by_its_ranking_of_planted_over_heldout(base_di
     assert sorted(log) == ["checkpoint-1", "checkpoint-2"]
     assert all("reward" in r and "extraction" not in r for r in log.values())
     summary = read_json(tmp_path / "audit" / "reward" / "model" / "summary.json")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "memlens", "report", f"run_dir={tmp_path}"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "A reward model's ranking of the canaries" in (tmp_path / "report" / "report.md").read_text()
     for entry in summary["results"].values():
         assert 0 <= entry["metrics"]["auc"]["value"] <= 1 and len(entry["metrics"]["auc"]["ci95"]) == 2
         assert entry["n_members"] + entry["n_nonmembers"] == len(CANARIES)
@@ -123,7 +135,8 @@ def test_a_checkpoint_without_weights_is_deferred_with_the_way_to_audit_it(base_
 @pytest.mark.parametrize("kwargs,needle", [
     ({"control": "/nonexistent"}, "AuditCallback(control='/nonexistent')"),
     ({"every": 0}, "AuditCallback(every=0)"),
-    ({"measures": ["exposure"]}, "AuditCallback(measures=['exposure'])"),
+    ({"measures": ["bleu"]}, "AuditCallback(measures=['bleu'])"),
+    ({"model_name": "../x"}, "AuditCallback(model_name)='../x'"),
 ])
 def test_bad_arguments_are_refused_before_training(base_dir, tmp_path, kwargs, needle):
     import memlens
