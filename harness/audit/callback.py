@@ -21,10 +21,12 @@ Measures (paper 003 Def. 3.1 for extraction; harness.measures.mia for the attack
               target is guessable, not memorized.
   mia         the registered attacks, planted (members) vs held-out (non-members) canaries: AUC and TPR at low
               FPR with bootstrap 95 % intervals; the reference attack is calibrated on `control`.
-  exposure    Carlini et al. 2019 (Sec. 4), the rank form, with the held-out twins as the sample of the canaries'
-              randomness space: each canary's target given its prompt ranked by summed NLL among the held-out
-              targets in the same place; exposure = log2(candidates) - log2(rank), ties against the canary
-              (harness.measures.exposure). A held-out canary ranked among the other held-out targets is the null.
+  exposure    Carlini et al. 2019 (Sec. 4), the rank form, with held-out twins as the sample of the canaries'
+              randomness space: each canary's target given its prompt ranked by summed NLL among a pool of held-out
+              targets (`exposure_candidates`, seeded) in the same place; exposure = log2(candidates) - log2(rank),
+              ties against the canary (harness.measures.exposure). Each pooled held-out canary ranked among the rest
+              of the pool is the null: what the procedure gives a canary the model never trained on (uniform only
+              when a prompt says nothing of its own target).
   reward      for a reward model (a sequence classifier, e.g. TRL's RewardTrainer) instead of both: does it rank
               the planted canaries' completions above the held-out ones'? The reward as a membership score, AUC
               with its interval.
@@ -41,6 +43,7 @@ scored: the log says so and how to audit it afterwards with `memlens audit`.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -156,7 +159,7 @@ class AuditCallback(trainer_callback_base()):
                  limit: int | None = None, measures: Sequence[str] = MEASURES, model_name: str | None = None,
                  prompt_format: str | None = None, k: float = DEFAULT_K, max_new_tokens: int = 64,
                  target_tokens: int = 64, min_target_tokens: int = 10, batch_size: int = 16, device: str = "auto",
-                 log: Callable[[str], None] = print):
+                 exposure_candidates: int = 32, log: Callable[[str], None] = print):
         self.out_dir = require_creatable_dir("AuditCallback(out_dir)", Path(out_dir))
         self.settings = CallbackSettings(every, limit, tuple(measures), prompt_format)
         self.manifest, self.planted, self.heldout = _manifest_files(manifest, self.out_dir)
@@ -170,6 +173,10 @@ class AuditCallback(trainer_callback_base()):
                                    min_target_tokens=min_target_tokens, batch_size=batch_size,
                                    fim_family=prompt_format or default_prompt_format(self.manifest), device=device,
                                    progress=False)
+        if not isinstance(exposure_candidates, int) or exposure_candidates < 1:
+            raise UserError(f"AuditCallback(exposure_candidates={exposure_candidates!r}): a positive integer (held-out "
+                            "targets each canary is ranked among; 32 gives up to 5 bits)")
+        self.exposure_candidates = exposure_candidates
         self.log = log
         self.saves = 0
         self.scored = 0
@@ -219,7 +226,8 @@ class AuditCallback(trainer_callback_base()):
                 if "exposure" in self.settings.measures:
                     record["exposure"] = self._exposure(checkpoint, name)
         record["seconds"] = round(time.perf_counter() - started, 3)
-        record["settings"] = asdict(self.settings) | {"audit": self.audit.scoring()}
+        record["settings"] = asdict(self.settings) | {"audit": self.audit.scoring(),
+                                                      "exposure_candidates": self.exposure_candidates}
         RowStore(self.audit_dir / CALLBACK_LOG, key="checkpoint").append([record])
         self.log(f"[memlens] {name}/{checkpoint.name}: scored in {record['seconds']:.1f} s"
                  + "".join(f"; {k} {v}" for k, v in _headline(record).items()))
@@ -260,8 +268,9 @@ class AuditCallback(trainer_callback_base()):
                 (spans.get("target") or {}).items()}
 
     def _exposure(self, checkpoint: Path, name: str) -> dict:
-        """Each planted and each held-out canary's exposure among the held-out targets (module docstring)."""
-        planted, heldout = read_jsonl(self.planted), read_jsonl(self.heldout)
+        """Each planted canary's exposure among the candidate pool of held-out targets, and each pooled held-out
+        canary's among the rest of the pool (module docstring)."""
+        planted, heldout = read_jsonl(self.planted), self._exposure_pool()
         if len(heldout) < 2:
             return {"skipped": f"{len(heldout)} held-out canaries: exposure ranks a canary among held-out ones; give "
                                "more canaries (inject's heldout_fraction holds half out)"}
@@ -288,6 +297,14 @@ class AuditCallback(trainer_callback_base()):
         record["provenance"] = provenance(datasets=self._dataset_hash(), measure="exposure among held-out twins")
         atomic_write_json(path, record)
         return summary
+
+    def _exposure_pool(self) -> list[dict]:
+        """The held-out canaries whose targets are the exposure candidates: at most `exposure_candidates` of them, a
+        seeded draw fixed for the whole run (every checkpoint ranks against the same pool). The cost is one target
+        pass per (canary, candidate) pair, so the pool bounds it; the resolution is log2(pool + 1) bits."""
+        heldout = read_jsonl(self.heldout)
+        random.Random(f"exposure-pool:{self.manifest.get('seed', 0)}").shuffle(heldout)
+        return heldout[:self.exposure_candidates]
 
     def _reward(self, checkpoint: Path, name: str, model, tokenizer) -> dict:
         """The reward of each canary's full text (prompt + completion as the trainer joins them) from the model in

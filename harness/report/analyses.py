@@ -276,9 +276,13 @@ def load_epsilon(audit_dir: str | Path) -> dict:
     return out
 
 
-def mia_entry(mia: dict, model: str, dataset: str, span: str = "target", checkpoint: str = FINAL) -> dict | None:
-    """{attack: metrics} of one model x checkpoint x dataset x span; None when not measured."""
-    entry = ((((mia.get(model) or {}).get("results") or {}).get(checkpoint) or {}).get(dataset) or {})
+def mia_entry(mia: dict, model: str, dataset: str, span: str = "target", checkpoint: str | None = None) -> dict | None:
+    """{attack: metrics} of one model x checkpoint x dataset x span; None when not measured. The checkpoint defaults
+    to the model's last ('final' when present, else the highest step: a training callback's run has no 'final')."""
+    results = (mia.get(model) or {}).get("results") or {}
+    if checkpoint is None:
+        checkpoint = max(results, key=checkpoint_step, default=FINAL)
+    entry = ((results.get(checkpoint) or {}).get(dataset) or {})
     return (entry.get("spans") or {}).get(span)
 
 

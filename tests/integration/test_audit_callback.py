@@ -74,6 +74,7 @@ def test_the_callback_run_renders_as_a_report_and_prompts_as_trained(base_dir, t
     assert "| model | checkpoint-2 | canaries |" in report and "canaries_heldout" in report
     assert "Memorization over training" in report
     assert "Exposure of the canaries over training" in report and "| model | checkpoint-2 |" in report
+    assert "| model | canaries | target | LOSS |" in report     # MIA at the last checkpoint (no 'final' here)
 
 
 def test_a_reward_model_is_scored_by_its_ranking_of_planted_over_heldout(base_dir, tmp_path):
@@ -118,6 +119,25 @@ def test_training_is_unchanged_by_the_callback(base_dir, tmp_path):
     assert len(with_it.losses) == STEPS and with_it.losses == without.losses
     assert (tmp_path / "with" / "audit" / "callback.jsonl").is_file()
     assert not (tmp_path / "without" / "audit").exists()
+
+
+def test_exposure_ranks_among_a_seeded_pool_of_heldout_targets(base_dir, tmp_path):
+    from datasets import Dataset
+
+    import memlens
+
+    canaries = [{**c, "id": f"{c['id']}-{k}", "target": c["target"][:-2] + f"{k}{c['target'][-2:]}"}
+                for c in CANARIES for k in range(3)]
+    manifest = memlens.inject(Dataset.from_list([{"prompt": "a", "completion": "b"}]), canaries, seed=1)[1]
+    assert len(manifest["heldout"]) > 3
+    runs = []
+    for out in ("a", "b"):
+        cb = memlens.AuditCallback(manifest, control=base_dir, out_dir=tmp_path / out, measures=["exposure"],
+                                   exposure_candidates=3, model_name="m", log=lambda _: None, **SMALL)
+        runs.append(cb.score(base_dir, 0)["exposure"])
+        rows = read_jsonl(tmp_path / out / "audit" / "exposure" / "m" / f"{base_dir.name}.jsonl")
+        assert [r["n_candidates"] for r in rows] == [4] * len(manifest["canaries"]) + [3] * 3
+    assert runs[0] == runs[1] and runs[0]["heldout"]["count"] == 3     # the same seeded pool every time
 
 
 def test_a_checkpoint_without_weights_is_deferred_with_the_way_to_audit_it(base_dir, tmp_path):
