@@ -1,4 +1,4 @@
-"""Audit your own TRL script: the one-minute positive control.
+"""Audit your own TRL script: the positive control (about 1.5 minutes on 2 CPU cores).
 
 Fine-tunes the shipped tiny base (memlens/assets/base_tiny) with TRL's SFTTrainer on a small prompt-completion
 set into which `memlens.inject` plants 16 canaries, 16 copies each (about half of them held out by a coin, never
