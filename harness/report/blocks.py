@@ -37,8 +37,9 @@ class Table:
 
 @dataclass(frozen=True)
 class Image:
-    """A figure (a PNG under the report's directory) with its caption, which is also its alt text."""
-    path: Path
+    """A figure (a PNG under the report's directory) with its caption, which is also its alt text. `path` None: the
+    figure was not drawn (report.figures=false), and the block renders as nothing."""
+    path: Path | None
     alt: str
 
 
@@ -118,6 +119,8 @@ def to_markdown(blocks: Sequence[Block], out_dir: Path) -> str:
                 lines += ["| " + " | ".join(_md(c) for c in columns) + " |", "|" + "---|" * len(columns)]
                 lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows]
                 lines.append("")
+            case Image(None, _):
+                pass
             case Image(path, alt):
                 link = urllib.parse.quote(Path(path).relative_to(out_dir).as_posix())
                 lines += [f"![{_md(alt)}]({link})", ""]
@@ -175,6 +178,8 @@ def _html_blocks(blocks: Sequence[Block], all_blocks: Sequence[Block]) -> list[s
                 parts.append(f"<p>{html.escape(text)}</p>")
             case Table(columns, rows):
                 parts += _html_table(columns, rows)
+            case Image(None, _):
+                pass
             case Image(path, alt):
                 data = base64.b64encode(Path(path).read_bytes()).decode()
                 parts.append(f"<figure><img alt='{html.escape(alt)}' src='data:image/png;base64,{data}'>"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 from pathlib import Path
 
 import matplotlib
@@ -13,19 +14,28 @@ from memlens.harness.measures.mia import attack_label  # noqa: E402
 from memlens.harness.report.analyses import Persistence, checkpoint_step  # noqa: E402
 
 DPI = 110
+# `report.figures=false` (conf/report/default.yaml): every figure is built but neither laid out, drawn nor written, and
+# the report is its tables and text alone. Drawing is ~80 % of a report's time (53 PNGs, 30 of 37 s, for a toy
+# `findings` run), and CI's toy runs check the numbers, not the pictures. render_report sets it for one report.
+DRAW_FIGURES: contextvars.ContextVar[bool] = contextvars.ContextVar("memlens_draw_figures", default=True)
 
 
-def _save(fig, path: Path) -> Path:
+def save_figure(fig, path: Path) -> Path | None:
+    """Lay out and write `fig` as a PNG at `path` (atomically), or, under report.figures=false, only close it: None."""
+    if not DRAW_FIGURES.get():
+        plt.close(fig)
+        return None
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
+    tmp = path.with_name(f".{path.stem}.tmp.png")
     fig.savefig(tmp, dpi=DPI)
     plt.close(fig)
     tmp.replace(path)
     return path
 
 
-def memorization_map(rows: list[dict], k: float, title: str, path: Path) -> Path:
+def memorization_map(rows: list[dict], k: float, title: str, path: Path) -> Path | None:
     """Fig. 3 / Fig. 8: control NED (x) against audited-model NED (y) with the k-regions shaded.
 
     Memorized = x > k and y <= k (Definition 3.1); x <= k are possible false positives, because the
@@ -45,10 +55,10 @@ def memorization_map(rows: list[dict], k: float, title: str, path: Path) -> Path
     ax.set(xlim=(0, 1), ylim=(0, 1), title=title,
            xlabel="control model: sliding-window NED to target", ylabel="audited model: sliding-window NED to target")
     ax.legend(fontsize=7, loc="upper left")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
-def persistence_plot(source: str, results: dict[str, Persistence], k: float, title: str, path: Path) -> Path:
+def persistence_plot(source: str, results: dict[str, Persistence], k: float, title: str, path: Path) -> Path | None:
     """Fig. 1: NED after the later stage on the examples the source model memorized, per target model."""
     fig, ax = plt.subplots(figsize=(6, 4))
     names = list(results)
@@ -64,7 +74,7 @@ def persistence_plot(source: str, results: dict[str, Persistence], k: float, tit
     ax.set(ylim=(0, 1), title=f"{title}\n({n_src} examples memorized by {source})",
            ylabel="NED to target after the later stage", xlabel="model")
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _error_bars(values: list[float | None], intervals: list) -> list[list[float]]:
@@ -80,7 +90,7 @@ def _error_bars(values: list[float | None], intervals: list) -> list[list[float]
     return [low, high]
 
 
-def sweep_plot(series: dict[str, list[tuple]], axis: str, title: str, path: Path) -> Path:
+def sweep_plot(series: dict[str, list[tuple]], axis: str, title: str, path: Path) -> Path | None:
     """Fig. 4 / Fig. 7: memorization rate against a swept hyper-parameter, one line per dataset, with
     95 % Wilson intervals as error bars. Points are (value, rate, ci95)."""
     fig, ax = plt.subplots(figsize=(5.5, 4))
@@ -92,10 +102,10 @@ def sweep_plot(series: dict[str, list[tuple]], axis: str, title: str, path: Path
     ax.set_xscale("log")
     ax.set(title=title, xlabel=f"{axis} (log scale)", ylabel="memorization rate (%), 95 % CI")
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
-def over_training_plot(model: str, per_dataset: dict[str, list[dict]], path: Path) -> Path:
+def over_training_plot(model: str, per_dataset: dict[str, list[dict]], path: Path) -> Path | None:
     """Memorization rate (and counterfactual PII regurgitation) against checkpoint step, with 95 % Wilson
     intervals: every checkpoint is scored."""
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -114,10 +124,10 @@ def over_training_plot(model: str, per_dataset: dict[str, list[dict]], path: Pat
            ylabel="rate (%), 95 % CI")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
-def reward_scores_plot(scores: dict[str, dict[int, list[float]]], dataset: str, path: Path) -> Path:
+def reward_scores_plot(scores: dict[str, dict[int, list[float]]], dataset: str, path: Path) -> Path | None:
     """Fig. 2: reward-score distributions by label for each reward model."""
     fig, axes = plt.subplots(1, len(scores), figsize=(4 * len(scores), 3.4), squeeze=False)
     for ax, (rm, by_label) in zip(axes[0], scores.items()):
@@ -127,13 +137,13 @@ def reward_scores_plot(scores: dict[str, dict[int, list[float]]], dataset: str, 
                         label=f"label {label} ({'positive' if label else 'negative'})")
         ax.set(title=f"{rm} on {dataset}", xlabel="reward score", ylabel="examples")
         ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 EVIDENCE_MARK = {True: " ✓", False: " ✗", None: ""}
 
 
-def comparison_plot(rows: list[dict], title: str, path: Path) -> Path:
+def comparison_plot(rows: list[dict], title: str, path: Path) -> Path | None:
     """Sec. 5.2 / 5.4: memorization rate per dataset, a bar per model of each group (FT, RLFT via a reward model,
     RLVR, each preference objective), with its 95 % Wilson interval, n and training evidence: a bar whose stage
     failed its evidence check (`evidence_ok` False) is hatched and marked ✗, one that passed is marked ✓."""
@@ -160,10 +170,10 @@ def comparison_plot(rows: list[dict], title: str, path: Path) -> Path:
     ax.set(title=title, ylabel="memorization rate (%), 95 % CI", xlabel="dataset")
     ax.set_ylim(0, 115)
     ax.legend(fontsize=7, ncol=2 if len(methods) > 5 else 1)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
-def preference_displacement_plot(rows: list[dict], path: Path) -> Path:
+def preference_displacement_plot(rows: list[dict], path: Path) -> Path | None:
     """Why an objective did or did not memorize its pairs: per preference model, the mean change of the chosen and
     of the rejected completion's summed log-probability from the initial to the trained model on the training pairs
     (recipes/preference_eval.py). Likelihood displacement: the rejected falling far more than the chosen rises."""
@@ -179,7 +189,7 @@ def preference_displacement_plot(rows: list[dict], path: Path) -> Path:
     ax.set(title="Preference pairs: log-probability change from the initial model",
            ylabel="mean Δ summed log-prob (nats)")
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _curve(history: list[dict], key: str) -> tuple[list[float], list[float]]:
@@ -203,8 +213,8 @@ def rl_training_plots(histories: dict[str, list[dict]], fig_dir: Path) -> list[P
         ax_r.set(title=f"{stage}: reward-model score", xlabel="step", ylabel="mean reward")
         ax_k.set(title=f"{stage}: KL to the reference", xlabel="step", ylabel="mean per-token KL (nats)")
         ax_r.legend(fontsize=7)
-        paths.append(_save(fig, fig_dir / f"training_{stage.replace('/', '_').replace(':', '_')}.png"))
-    return paths
+        paths.append(save_figure(fig, fig_dir / f"training_{stage.replace('/', '_').replace(':', '_')}.png"))
+    return [p for p in paths if p is not None]     # none under report.figures=false
 
 
 def ipo_training_plots(histories: dict[str, list[dict]], fig_dir: Path) -> list[Path]:
@@ -221,8 +231,8 @@ def ipo_training_plots(histories: dict[str, list[dict]], fig_dir: Path) -> list[
             axes[3].plot(*_curve(history, f"logps/{side}"), marker=".", color=color, label=side)
         axes[3].set(title=f"{model}: log-prob of the completions", xlabel="step")
         axes[3].legend(fontsize=7)
-        paths.append(_save(fig, fig_dir / f"training_{model.replace('/', '_').replace(':', '_')}.png"))
-    return paths
+        paths.append(save_figure(fig, fig_dir / f"training_{model.replace('/', '_').replace(':', '_')}.png"))
+    return [p for p in paths if p is not None]     # none under report.figures=false
 
 
 def _checkpoint_x(checkpoints: list[str]) -> list[float]:
@@ -232,7 +242,7 @@ def _checkpoint_x(checkpoints: list[str]) -> list[float]:
     return [checkpoint_step(c) if c != "final" else (steps[-1] + gap if steps else 1.0) for c in checkpoints]
 
 
-def mia_over_training_plot(model: str, per_dataset: dict[str, tuple[dict, list[dict]]], path: Path) -> Path:
+def mia_over_training_plot(model: str, per_dataset: dict[str, tuple[dict, list[dict]]], path: Path) -> Path | None:
     """Membership inference beside extraction, one panel per dataset: each attack's ROC AUC (members vs held-out,
     95 % bootstrap interval) over the checkpoints, and on a second axis the extraction (memorization) rate with its
     95 % Wilson interval on the same canaries. per_dataset: {dataset: (analyses.mia_over_training, over_training)}."""
@@ -255,10 +265,10 @@ def mia_over_training_plot(model: str, per_dataset: dict[str, tuple[dict, list[d
             twin.set(ylim=(0, 105), ylabel="extraction (memorization) rate (%), 95 % CI")
             twin.legend(fontsize=7, loc="upper right")
         ax.legend(fontsize=7, loc="lower right")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
-def mia_comparison_plot(rows: list[dict], path: Path) -> Path:
+def mia_comparison_plot(rows: list[dict], path: Path) -> Path | None:
     """The RLHF-vs-IPO comparison's MIA panel: per model and dataset, the extraction rate (left) and the best
     attack's AUC (right), each with its 95 % interval (Wilson; bootstrap) and n."""
     labels = [f"{r['model']}\n{r['dataset']}" for r in rows]
@@ -278,10 +288,10 @@ def mia_comparison_plot(rows: list[dict], path: Path) -> Path:
     right.set(title="detectable: best membership attack's AUC", ylabel="ROC AUC, 95 % bootstrap CI", ylim=(0, 1.15))
     for ax in (left, right):
         ax.set_xticks(xs, labels, fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
-def discoverable_curve_plot(curves: dict[str, dict], dataset: str, path: Path) -> Path:
+def discoverable_curve_plot(curves: dict[str, dict], dataset: str, path: Path) -> Path | None:
     """Probabilistic extraction against the number of queries n (Hayes et al. 2024, Fig. 1's axes): per model, the
     counterfactual (n, p)-discoverable rate of its sampling scheme with 95 % Wilson intervals, and its greedy NED
     rate as a dashed line of the same colour. curves: {model: {"label", "points": [(n, rate, ci95)], "greedy"}}."""
@@ -299,4 +309,4 @@ def discoverable_curve_plot(curves: dict[str, dict], dataset: str, path: Path) -
     ax.set(title=f"Extraction by sampling vs greedy decoding on {dataset}", xlabel="queries n (log scale)",
            ylabel="counterfactual extraction rate (%), 95 % CI", ylim=(-3, 103))
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -14,21 +14,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from memlens.harness.core.io import read_json, read_jsonl  # noqa: E402
+from memlens.harness.report.figures import save_figure  # noqa: E402
 
-DPI = 110
 MEASURE_STYLE = {"recollection": ("tab:green", "o"), "counterfactual": ("tab:orange", "s"),
                  "contextual": ("tab:purple", "^")}
-
-
-def _save(fig, path: Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=DPI)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
 
 
 def checkpoint_axis(summary: dict) -> tuple[list[float], str]:
@@ -47,7 +36,7 @@ def _mark_best(ax, summary: dict, xs: list[float]) -> None:
 
 
 
-def memorization_fraction_plot(summary: dict, dataset: str, path: Path) -> Path:
+def memorization_fraction_plot(summary: dict, dataset: str, path: Path) -> Path | None:
     """Paper 004 Fig. 3: share of strings memorized (left) and weighted memorization (right) per epoch,
     for the three measures, with the epoch of lowest held-out loss (optimal learning e*) marked."""
     xs, xlabel = checkpoint_axis(summary)
@@ -66,10 +55,10 @@ def memorization_fraction_plot(summary: dict, dataset: str, path: Path) -> Path:
     # Say so rather than silently omit the paper's e* marker.
     no_best = "" if summary.get("best_epoch") is not None else "\n(no held-out set given: e* not marked)"
     fig.suptitle(f"{Path(summary['audited']).name} on {dataset}: memorization per epoch{variant}{no_best}")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
-def loss_curves_plot(summary: dict, rows: list[dict], path: Path, title: str) -> Path:
+def loss_curves_plot(summary: dict, rows: list[dict], path: Path, title: str) -> Path | None:
     """Paper 004 Fig. 2: training loss (solid) and control loss (dotted) of a few strings, with the
     thresholds of the three measures: tau (recollection), the same-epoch control loss (counterfactual)
     and the optimal contextual loss min_e control (contextual, dash-dot)."""
@@ -91,10 +80,10 @@ def loss_curves_plot(summary: dict, rows: list[dict], path: Path, title: str) ->
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="★ = contextual onset",
               title_fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
-def exposure_plot(summary: dict, dataset: str, path: Path) -> Path:
+def exposure_plot(summary: dict, dataset: str, path: Path) -> Path | None:
     """Canary exposure of the planted PII paths over training: mean and median (left axis) and the share
     of canaries at maximal exposure, i.e. ranked first among all candidates (right axis)."""
     xs, xlabel = checkpoint_axis(summary)
@@ -116,7 +105,7 @@ def exposure_plot(summary: dict, dataset: str, path: Path) -> Path:
     ax.legend(lines[0] + bars[0], lines[1] + bars[1], fontsize=8, loc="upper center",
               bbox_to_anchor=(0.5, -0.16), ncol=2)
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def pick_strings(rows: list[dict], n: int = 3) -> list[dict]:
@@ -140,4 +129,4 @@ def render_loss_figures(audit_dir: str | Path, fig_dir: str | Path, n_strings: i
                                         f"{name} on {dataset}: loss of {len(rows)} strings"))
         if entry.get("exposure"):
             written.append(exposure_plot(summary, dataset, fig_dir / f"exposure_{name}_{dataset}.png"))
-    return written
+    return [p for p in written if p is not None]     # none under report.figures=false

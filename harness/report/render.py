@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memlens.harness.core import layout
+from memlens.harness.core.config import require_bool
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, atomic_write_text
 from memlens.harness.core.layout import models_dir
@@ -194,8 +195,16 @@ def report_dir(cfg) -> Path:
 
 
 def render_report(cfg) -> int:
-    run_dir = Path(cfg.run_dir)
     rcfg = cfg.get("report") or {}
+    token = F.DRAW_FIGURES.set(require_bool(rcfg.get("figures", True), "report.figures"))
+    try:
+        return _render(cfg, rcfg)
+    finally:
+        F.DRAW_FIGURES.reset(token)
+
+
+def _render(cfg, rcfg) -> int:
+    run_dir = Path(cfg.run_dir)
     k = float((cfg.get("audit") or {}).get("k", DEFAULT_K))   # the audit's k: one setting, read by both
     out_dir = report_dir(cfg)
     extra_runs = [Path(p) for p in (rcfg.get("runs") or [])]

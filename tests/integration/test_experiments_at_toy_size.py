@@ -46,8 +46,10 @@ def test_toy_overrides_cut_every_stage_of_an_experiment():
 @pytest.mark.parametrize("name", TOY_EXPERIMENTS)
 def test_experiment_runs_end_to_end_at_toy_size(name, tmp_path):
     run_dir = tmp_path / "run"
+    # The report's numbers are checked, not its pictures: figures off (report.figures=false; drawing them is most of a
+    # report's time, and test_report_render.py checks that the tables are the same either way).
     result = memlens("run", f"experiment={name}", f"run_dir={run_dir}", *TOY_RUN, *toy_overrides(name),
-                      timeout=900)
+                      "report.figures=false", timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     cfg = compose([f"experiment={name}", *TOY_RUN])
     for stage in plan(cfg):                                    # every model it plans was trained and finished

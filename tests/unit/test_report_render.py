@@ -6,6 +6,7 @@ import random
 import pytest
 
 from memlens.harness.cli import run
+from memlens.harness.core.errors import UserError
 from memlens.harness.measures.memorization import summarize_rows
 
 
@@ -94,6 +95,28 @@ def test_report_files_and_numbers_equal_rows(fake_run):
     # A run without the evidence a finding needs: the finding is inconclusive, never an error or "holds".
     f4 = next(f for f in json.loads((out / "findings.json").read_text())["findings"] if f["id"] == "F4")
     assert f4["status"] == "inconclusive" and "RLFT.1/beta=0.5: reward rise on fixed prompts (in initial sd) = missing" in f4["reason"]
+
+
+def test_report_without_figures_says_the_same_in_its_tables_and_writes_no_png(fake_run, tmp_path):
+    assert run(["report", f"run_dir={fake_run}"]) == 0
+    assert run(["report", f"run_dir={fake_run}", f"report.out_dir={tmp_path / 'plain'}", "report.figures=false"]) == 0
+    drawn, plain = fake_run / "report", tmp_path / "plain"
+    assert list((drawn / "figures").glob("*.png")) and not (plain / "figures").exists()
+    for name in ("summary.json", "findings.json"):
+        a, b = (json.loads((d / name).read_text()) for d in (drawn, plain))
+        a.pop("provenance", None), b.pop("provenance", None)
+        assert a == b, name
+    # The Markdown is the drawn report's without its image lines; the HTML embeds no image.
+    def text_lines(path, drop_images=False):
+        return [line for line in path.read_text().splitlines() if line and not (drop_images and line.startswith("!["))]
+
+    assert text_lines(plain / "report.md") == text_lines(drawn / "report.md", drop_images=True)
+    assert "<img" not in (plain / "report.html").read_text()
+
+
+def test_report_figures_must_be_a_boolean(fake_run):
+    with pytest.raises(UserError, match="report.figures='maybe': must be true or false"):
+        run(["report", f"run_dir={fake_run}", "report.figures=maybe"])
 
 
 def test_report_without_audit_is_a_clear_error(tmp_path):
