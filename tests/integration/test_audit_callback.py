@@ -157,6 +157,7 @@ def test_a_checkpoint_without_weights_is_deferred_with_the_way_to_audit_it(base_
     ({"every": 0}, "AuditCallback(every=0)"),
     ({"measures": ["bleu"]}, "AuditCallback(measures=['bleu'])"),
     ({"model_name": "../x"}, "AuditCallback(model_name)='../x'"),
+    ({"exposure_candidates": 0}, "AuditCallback(exposure_candidates=0)"),
 ])
 def test_bad_arguments_are_refused_before_training(base_dir, tmp_path, kwargs, needle):
     import memlens

@@ -6,7 +6,7 @@ import pytest
 
 from memlens.harness.cli import run
 from memlens.harness.core.errors import UserError
-from memlens.synthetic_data.build import ALL_DATASETS
+from memlens.synthetic_data.data_settings import ALL_DATASETS
 
 
 def test_memlens_data_builds_every_dataset(tmp_path, capsys):
@@ -41,7 +41,7 @@ def test_all_leaves_out_the_datasets_of_files_not_given(tmp_path):
     from omegaconf import OmegaConf
 
     from memlens.harness.cli import compose
-    from memlens.synthetic_data.build import USER_DATASETS, validate
+    from memlens.synthetic_data.data_settings import USER_DATASETS, validate
 
     data = OmegaConf.to_container(compose([f"run_dir={tmp_path}"]).data, resolve=True)
     names = validate(data)["datasets"]

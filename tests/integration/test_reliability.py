@@ -37,7 +37,7 @@ BREAKS = ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u202
     ("audit.progress=maybe", [r"audit\.progress='maybe': must be true, false or null"]),
     ("model.trust_remote_code=yes", [r"model\.trust_remote_code='yes': must be true or false"]),
     ("+audit.kk=0.2", [r"audit\.kk: unknown key; the valid keys under audit are .*all_checkpoints, .*k, "]),
-    ("+report.kk=1", [r"report\.kk: unknown key; the valid keys under report are compare, findings_models, "]),
+    ("+report.kk=1", [r"report\.kk: unknown key; the valid keys under report are compare, figures, findings_models, "]),
     ("+report.findings_models.ft_dirct=FT.3", [r"report\.findings_models: unknown role\(s\) \['ft_dirct'\]; use "
                                                r"ft_source, ft_direct, "]),
     ("+data.sd.kk=1", [r"data\.sd\.kk: unknown key; the valid keys under data\.sd are heldout_size, line_counts, "]),

@@ -34,7 +34,7 @@ CHECKPOINTS = ["checkpoint-30", "checkpoint-90", "final"]
 # The smoke experiment cut to three stages and one audit: every piece of `memlens run`, in seconds.
 MINI_RUN = ["run", "experiment=smoke", "device=cpu", "build_data=false", "~stages.RM", "~stages.RLFT",
             "~stages.IPO", "audit_plan=[{models: [FT.1], control: FT.2, datasets: [sd_base]}]",
-            "audit.utility=false", "audit.progress=false", "report.nmt_summary=null"]
+            "audit.utility=false", "audit.progress=false", "report.nmt_summary=null", "report.figures=false"]
 
 
 def start(*args: str, cwd: Path) -> subprocess.Popen:

@@ -2,7 +2,8 @@
 
 import pytest
 
-from memlens.synthetic_data.build import Builder, validate
+from memlens.synthetic_data.build import Builder
+from memlens.synthetic_data.data_settings import validate
 from memlens.synthetic_data.rl_prompts import OffsetTokenizer, rl_prompt_rows
 
 

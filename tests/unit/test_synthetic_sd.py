@@ -9,7 +9,8 @@ from collections import Counter
 import pytest
 
 from memlens.synthetic_data import common
-from memlens.synthetic_data.build import Builder, validate
+from memlens.synthetic_data.build import Builder
+from memlens.synthetic_data.data_settings import validate
 from memlens.synthetic_data.links import load_pii_paths
 from memlens.synthetic_data.sd import WITH_OPEN, generate_programs, load_tasks, write_program
 
