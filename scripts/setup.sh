@@ -11,16 +11,14 @@ want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[setup] installing memlens into .venv (first time: ~2 minutes)"
   .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-  # --no-compile: pip would byte-compile every module of torch, transformers, ... (torch alone: 33 s instead of 12);
-  # Python compiles the ones a command imports on first use and keeps them (+3 s for torch, once).
-  .venv/bin/python -m pip install -q --no-compile torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/python -m pip install -q torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
   # -qq: setuptools' editable build warns (a 10-line BuildBackendWarning) that folders named like the
   # packages take precedence over them, which is the point of an editable install; errors still show, and
   # the import check below catches a failed install.
   # Before the rename to memlens this project installed as `memaudit` (another tool's name on PyPI): an old
   # .venv's editable memaudit would keep its top-level names on the path, so it goes first.
   .venv/bin/python -m pip uninstall -qq -y memaudit 2>/dev/null || true
-  .venv/bin/python -m pip install -qq --no-compile -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/python -m pip install -qq -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
   .venv/bin/python -c "import memlens.harness, memlens.recipes, memlens.synthetic_data, torch, trl" \
     || { echo "[setup] install failed" >&2; exit 1; }
   echo "$want" > "$stamp"
