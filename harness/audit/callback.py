@@ -131,9 +131,8 @@ class CallbackSettings:
 def _is_reward_model(model) -> bool:
     """A sequence classifier with one output (TRL's RewardTrainer model), PEFT-wrapped or not."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    archs = getattr(base.config, "architectures", None) or [type(base).__name__]
-    return any(a.endswith("ForSequenceClassification") for a in archs) or type(base).__name__.endswith(
-        "ForSequenceClassification")
+    names = [*(getattr(base.config, "architectures", None) or []), type(base).__name__]
+    return any(name.endswith("ForSequenceClassification") for name in names)
 
 
 def _peft_base(model) -> Path:
@@ -287,7 +286,7 @@ class AuditCallback(trainer_callback_base()):
         out = exposure_dir(self.audit_dir, name)
         atomic_write_jsonl(out / f"{checkpoint.name}.jsonl", rows)
         summary = {group: exposure_summary([r["exposure"] for r in rows if r["member"] == member],
-                                           len(heldout) + 1 - (1 - member))
+                                           len(heldout) + member)   # a planted canary also ranks among all held out
                    for group, member in (("planted", 1), ("heldout", 0))}
         path = out / "summary.json"
         record = read_json(path) if path.is_file() else {"model": name, "results": {}}
