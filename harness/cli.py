@@ -22,6 +22,7 @@ from pathlib import Path
 from memlens.harness.core.config import check_sections
 from memlens.harness.core.console import TRAINING_COMMANDS, ExpectedRecords, quiet_libraries
 from memlens.harness.core.errors import StorageError, UserError, storage_error, storage_message
+from memlens.harness.core.formal_study import FormalSettings
 from memlens.harness.core.layout import report_dir
 from memlens.harness.core.lock import hold_directories
 from memlens.harness.core.provenance import cpu_description
@@ -38,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("memlens.recipes.pipeline:run_main", "data -> every stage of an experiment -> audit -> report"),
     "report": ("memlens.harness.report.render:main", "render figures and report.md/html from stored audit results"),
     "nmt": ("memlens.harness.cli:nmt_command", "Finding Memo: train a seq2seq model and run algorithms 1-3"),
+    "formal": ("memlens.harness.cli:formal_command", "paper 004's formal languages: measures, findings C1-C7, report"),
     "check": ("memlens.recipes.check:main", "preflight of a model preset: files, sentinels, BOS/EOS/PAD, lengths"),
 }
 
@@ -222,6 +224,22 @@ def nmt_command(cfg) -> int:
     _import("memlens.harness.audit.nmt:run_nmt")(cfg, NmtTrainer())
     _import("memlens.harness.audit.nmt:check_stability")(cfg, nmt_in_child_process)
     _import("memlens.harness.report.nmt_report:write_nmt_report")(Path(str(cfg.run_dir)) / "nmt")
+    return 0
+
+
+def formal_command(cfg) -> int:
+    """`memlens formal`: paper 004's measures over the formal-language study's trained models
+    (harness.audit.formal), then its findings and report (harness.report.formal_report). `memlens run` on a formal
+    experiment trains the models and ends with this."""
+    from omegaconf import OmegaConf  # lazy: keeps `memlens --help` fast
+
+    if cfg.get("formal") is None:
+        raise UserError("memlens formal needs a formal-language experiment: experiment=formal_languages "
+                        "(or formal_toy)")
+    settings = FormalSettings.load(OmegaConf.to_container(cfg.formal, resolve=True))
+    _import("memlens.harness.audit.formal:analyse")(cfg.run_dir, settings)
+    path = _import("memlens.harness.report.formal_report:write_formal_report")(cfg.run_dir, settings)
+    print(f"[memlens] formal: report {path}", flush=True)
     return 0
 
 

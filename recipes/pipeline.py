@@ -366,7 +366,12 @@ def after_training(cfg, measurement: Measurement) -> None:
 
 
 def run_main(cfg, measurement: Measurement) -> int:
-    """`memlens run`: data -> every stage in dependency order -> audit -> report."""
+    """`memlens run`: data -> every stage in dependency order -> audit -> report (paper 004's formal-language study,
+    an experiment with a `formal:` section, has its own models: recipes/formal_lm.py)."""
+    if cfg.get("formal") is not None:
+        from memlens.recipes.formal_lm import run_formal  # lazy: only the formal-language experiment needs it
+
+        return run_formal(cfg, measurement)
     planned = plan(cfg)
     run_dir = run_directory(cfg)
     start = time.time()

@@ -49,7 +49,7 @@ SPREAD_FILES = {"test_experiments_at_toy_size.py", "test_model_families.py", "te
                 "test_run_integrity.py"}
 LONGEST_FIRST = ("test_pipeline_smoke.py", "test_model_families.py", "test_experiments_at_toy_size.py",
                  "test_run_integrity.py", "test_reliability.py", "test_own_data.py", "test_audit_callback.py",
-                 "test_nmt_pipeline.py",
+                 "test_nmt_pipeline.py", "test_formal_languages.py",
                  "test_multiprocess_save.py", "test_report_render.py", "test_ppo_stage.py", "test_install.py",
                  "test_offline.py", "test_pipeline_resume.py")
 

@@ -230,3 +230,29 @@ def reward_score_stats(score_rows: list[dict]) -> dict[str, Any]:
                              "std": math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))}
     return {"by_label": stats, "auc": roc_auc([float(r["score"]) for r in score_rows],
                                               [int(r["label"]) for r in score_rows])}
+
+
+def binomial_test_greater(k: int, n: int, p0: float = 0.5) -> dict:
+    """Exact one-sided binomial test of H0: rate <= p0 against rate > p0, for k successes in n trials."""
+    if not 0 <= k <= n:
+        raise ValueError(f"binomial_test_greater: need 0 <= k <= n, got {k} of {n}")
+    p = sum(math.comb(n, i) * p0 ** i * (1 - p0) ** (n - i) for i in range(k, n + 1)) if n else 1.0
+    return {"test": "binomial_exact_greater", "p0": p0, "p_value": min(1.0, p)}
+
+
+def permutation_test(a, b, statistic, n_permutations: int = 9999, seed: int = 0) -> dict:
+    """Two-sided Monte Carlo permutation test of statistic(a) - statistic(b) (seeded): p = (1 + #{|T*| >= |T|}) /
+    (1 + permutations), the exact-size form (Phipson & Smyth 2010), never 0."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if len(a) == 0 or len(b) == 0:
+        return {"test": "permutation", "difference": None, "p_value": 1.0, "permutations": 0}
+    observed = statistic(a) - statistic(b)
+    pooled = np.concatenate([a, b])
+    rng = np.random.default_rng(seed)
+    extreme = 0
+    for _ in range(n_permutations):
+        rng.shuffle(pooled)
+        if abs(statistic(pooled[:len(a)]) - statistic(pooled[len(a):])) >= abs(observed) - 1e-12:
+            extreme += 1
+    return {"test": "permutation", "difference": float(observed), "p_value": (1 + extreme) / (1 + n_permutations),
+            "permutations": n_permutations}
