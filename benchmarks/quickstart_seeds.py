@@ -17,6 +17,7 @@
     python benchmarks/quickstart_seeds.py --rl runs/findings_rlvr runs/findings_rlvr_only_seed1 --models RLVR
                                       # each RL point's training evidence (reward, its AUC, reward rise, KL)
     python benchmarks/quickstart_seeds.py --pref runs/preference_objectives   # each preference model's fit and rates
+    python benchmarks/quickstart_seeds.py --formal runs/formal_languages      # paper 004's formal study, C1-C7
 
     python benchmarks/quickstart_seeds.py --write docs/results.md [--root DIR]
 
@@ -66,6 +67,28 @@ def marks_table(run_dirs: list[Path], prefixes: list[str] | None) -> str:
     lines += ["", "✓ holds, ✗ not reproduced, ? inconclusive, ?~ inconclusive (unstable: the verdict changed when "
                   "the run was repeated on other CPU kernels), n/m not measured. Computed on: "
               + "; ".join(f"seed {seed}: {computed_where(d)}" for d, seed, _, _ in runs) + "."]
+    return "\n".join(lines)
+
+
+def formal_table(run_dir: Path) -> str:
+    """Paper 004's formal-language study (`memlens run experiment=formal_languages`): each finding C1-C7 with its
+    mark and figure, then how close each language came to its entropy and where the run was computed."""
+    findings = json.loads((run_dir / "formal" / "report" / "findings.json").read_text())
+    per_seed = json.loads((run_dir / "formal" / "report" / "findings_per_seed.json").read_text())
+    summary = json.loads((run_dir / "formal" / "analysis" / "summary.json").read_text())
+    lines = ["| finding | paper | " + " | ".join(f"seed {s}" for s in per_seed) + " | seeds pooled |",
+             "|---|---|" + ":-:|" * len(per_seed) + "---|"]
+    for i, f in enumerate(findings):
+        why = f" — {f['reason']}" if f["status"] != "holds" and f["reason"] else ""
+        p = f" (p = {f['p_value']:.2g})" if f.get("p_value") is not None else ""
+        seeds = " | ".join(mark(rows[i]) for rows in per_seed.values())
+        lines.append(f"| {f['id']} {f['claim']} | {f['paper']} | {seeds} | {mark(f)} {f['ours']}{p}{why} |")
+    gaps = {}
+    for e in summary["entries"]:
+        gaps.setdefault((e["language"], e["variant"]), []).append(e["learned_gap"])
+    learned = ", ".join(f"{lang}/{variant} {max(v):+.3f}" for (lang, variant), v in gaps.items())
+    lines += ["", f"✓ holds, ✗ not reproduced, ? inconclusive. Learned-language gap (worst seed's test loss at e* "
+                  f"minus the test strings' entropy, nats/token): {learned}. Computed on: {computed_where(run_dir)}."]
     return "\n".join(lines)
 
 
@@ -252,6 +275,8 @@ def table_for(args: list[str], root: Path) -> str:
         return mia_table(root / args[1])
     if args[0] == "--measure":
         return measure_table(args[1], root / args[2], final_only="--final" in args)
+    if args[0] == "--formal":
+        return formal_table(root / args[1])
     if args[0] == "--marks":
         return marks_table([root / a for a in args[1:]], ids)
     if args[0] == "--one":

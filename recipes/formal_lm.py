@@ -29,12 +29,13 @@ from memlens.harness.core.formal_study import (
     LOSSES_FILE,
     STRINGS_FILE,
     FormalSettings,
+    formal_report_dir,
     language_data_dir,
     model_dir,
     training_counts,
 )
 from memlens.harness.core.io import atomic_write_json, read_json, read_jsonl
-from memlens.harness.core.provenance import provenance
+from memlens.harness.core.provenance import git_commit, provenance
 from memlens.harness.model.logprobs import token_losses_batched
 from memlens.harness.model.training import rng_untouched, trainer_callback_base
 
@@ -181,21 +182,30 @@ def train_all(run_dir: str | Path, settings: FormalSettings, section: dict[str, 
 
 def run_formal(cfg, measurement) -> int:
     """`memlens run experiment=formal_languages`: data, every model, then `memlens formal` (the measures, the
-    findings and the report, harness/audit/formal.py) through the measuring side the CLI hands over."""
+    findings and the report, harness/audit/formal.py) through the measuring side the CLI hands over. run.json
+    records the config, commit, versions and each model's seconds, as every run's does."""
     from omegaconf import OmegaConf
 
+    from memlens.recipes.pipeline import write_run_record
     from memlens.synthetic_data.formal_data import build_all
+    from memlens.synthetic_data.grammars import load_grammar
 
     start = time.time()
     section = OmegaConf.to_container(cfg.formal, resolve=True)
     settings = FormalSettings.load(section)
+    for language in settings.languages:      # an unknown or unshipped grammar stops the run before anything is written
+        load_grammar(language)
     run_dir = Path(str(cfg.run_dir))
     print(f"[memlens] run {cfg.get('experiment_name')} in {run_dir}: paper 004's formal languages "
           f"{', '.join(settings.languages)}, seeds {settings.seeds}, {len(settings.jobs())} models", flush=True)
+    at_start = git_commit()
+    write_run_record(cfg, run_dir, [], git_commit_at_start=at_start)
     build_all(run_dir, settings)
-    train_all(run_dir, settings, section, log=lambda line: print(line, flush=True))
+    trained = train_all(run_dir, settings, section, log=lambda line: print(line, flush=True))
     status = int(measurement.run_command("formal", cfg) or 0)
     seconds = time.time() - start
-    print(f"[memlens] run {cfg.get('experiment_name')} finished in {int(seconds // 60)} min {seconds % 60:.0f} s",
-          flush=True)
+    write_run_record(cfg, run_dir, [], formal_models_trained=trained, wall_seconds=round(seconds, 1),
+                     git_commit_at_start=at_start)
+    print(f"[memlens] run {cfg.get('experiment_name')} finished in {int(seconds // 60)} min {seconds % 60:.0f} s; "
+          f"report: {formal_report_dir(run_dir) / 'report.md'}", flush=True)
     return status

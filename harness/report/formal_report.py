@@ -30,10 +30,11 @@ from memlens.harness.core.io import atomic_write_json, atomic_write_text, read_j
 from memlens.harness.measures.losses import MEASURES, memorization_measures  # noqa: E402
 from memlens.harness.report.figures import save_figure  # noqa: E402
 from memlens.harness.report.findings.verdict import status_label  # noqa: E402
-from memlens.harness.report.formal_findings import FormalResults, formal_findings  # noqa: E402
+from memlens.harness.report.formal_findings import FormalResults, findings_per_seed, formal_findings  # noqa: E402
 
 COLORS = {"recollection": "tab:orange", "counterfactual": "tab:blue", "contextual": "tab:red"}
 FINDINGS_FILE = "findings.json"
+PER_SEED_FILE = "findings_per_seed.json"
 
 
 def load_results(run_dir: str | Path, settings: FormalSettings) -> FormalResults:
@@ -208,12 +209,15 @@ def language_table(results: FormalResults) -> list[str]:
     return lines
 
 
-def findings_table(rows: list[dict]) -> list[str]:
-    lines = ["| id | claim | ours | status | why / note |", "|---|---|---|---|---|"]
-    for r in rows:
+def findings_table(rows: list[dict], per_seed: dict[int, list[dict]]) -> list[str]:
+    seeds = list(per_seed)
+    lines = ["| id | claim | seeds pooled | status | " + " | ".join(f"seed {s}" for s in seeds) + " | why / note |",
+             "|---|---|---|---|" + "---|" * len(seeds) + "---|"]
+    for i, r in enumerate(rows):
         why = "; ".join(x for x in (r["reason"], r["note"]) if x)
         p = f" (p = {r['p_value']:.3g})" if r.get("p_value") is not None else ""
-        lines.append(f"| {r['id']} | {r['claim']} | {r['ours']}{p} | {status_label(r)} | {why} |")
+        cells = " | ".join(status_label(per_seed[s][i]) for s in seeds)
+        lines.append(f"| {r['id']} | {r['claim']} | {r['ours']}{p} | {status_label(r)} | {cells} | {why} |")
     return lines
 
 
@@ -223,6 +227,8 @@ def write_formal_report(run_dir: str | Path, settings: FormalSettings) -> Path:
     out = formal_report_dir(run_dir)
     rows = formal_findings(results)
     figures = [(name, draw(results, out / "figures" / name)) for name, draw in FIGURES]
+    per_seed = findings_per_seed(results)
+    atomic_write_json(out / PER_SEED_FILE, {str(seed): seed_rows for seed, seed_rows in per_seed.items()})
     atomic_write_json(out / FINDINGS_FILE, rows)
     text = [
         "# Paper 004 on its own formal languages", "",
@@ -230,7 +236,8 @@ def write_formal_report(run_dir: str | Path, settings: FormalSettings) -> Path:
         f"|D| = {settings.train_size}, sizes {sorted(settings.sizes)}, {settings.folds} counterfactual folds, "
         f"{settings.epochs} epochs, batch {settings.batch_size}, lr {settings.lr}, tau = {settings.tau}. "
         "How each rule is read: docs/methods.md, \"Paper 004's formal languages\".", "",
-        "## Findings", "", *findings_table(rows), "",
+        "## Findings", "", "Each finding on every seed's strings pooled (its figure and status), then on each seed alone.",
+        "", *findings_table(rows, per_seed), "",
         "## Did the models learn their language?", "",
         "The gap is the test loss at e* minus the test strings' own entropy per token (the loss of a model that knows "
         f"L exactly); the findings need <= {settings.learned_gap} at every seed.", "",

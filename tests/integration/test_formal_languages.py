@@ -42,8 +42,10 @@ def test_formal_toy_run_writes_every_model_finding_and_figure(toy_run):
     findings = read_json(report / "findings.json")
     assert [f["id"] for f in findings] == [f"C{i}" for i in range(1, 8)]
     assert findings[0]["status"] == "holds"
+    per_seed = read_json(report / "findings_per_seed.json")
+    assert list(per_seed) == ["0"] and [f["id"] for f in per_seed["0"]] == [f["id"] for f in findings]
     for f in findings[1:]:           # three epochs of a 16-wide model learn nothing: the gate must say so
-        assert f["status"] == "inconclusive" and "test strings' entropy" in f["reason"], f
+        assert f["status"] == "inconclusive" and "learned gap" in f["reason"], f
     for name in ("fig2_onsets.png", "fig3_entropy.png", "fig4_frequency.png", "fig5_dedup.png", "fig6_size.png"):
         assert (report / "figures" / name).stat().st_size > 1000, name
     assert "| C7 |" in (report / "report.md").read_text()
@@ -96,3 +98,10 @@ def test_rerun_keeps_models_and_a_lost_model_retrains_to_the_same_losses(toy_run
 def test_formal_command_refuses_a_run_without_a_formal_section(tmp_path):
     with pytest.raises(UserError, match="experiment=formal_languages"):
         cli.run(["formal", "experiment=smoke", f"run_dir={tmp_path}"])
+
+
+def test_an_unshipped_grammar_stops_the_run_before_anything_is_written(tmp_path):
+    run_dir = tmp_path / "run"
+    with pytest.raises(UserError, match="G8.*not shipped"):
+        cli.run(["run", "experiment=formal_toy", f"run_dir={run_dir}", "formal.languages=[G2,G8]"])
+    assert not run_dir.exists()

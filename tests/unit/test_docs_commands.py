@@ -70,6 +70,13 @@ def test_every_documented_command_composes(doc, argv):
     from memlens.recipes.plan import plan
 
     for cfg in compose_only(argv):
+        if cfg.get("formal") is not None:          # paper 004's formal study: its own models, no stage plan
+            from omegaconf import OmegaConf
+
+            from memlens.harness.core.formal_study import FormalSettings
+
+            assert FormalSettings.load(OmegaConf.to_container(cfg.formal, resolve=True)).jobs(), doc
+            continue
         if argv[0] in ("run", "train"):
             planned = plan(cfg)
             names = {s.name for s in planned}
