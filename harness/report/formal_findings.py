@@ -190,9 +190,13 @@ def _onsets(strings: list[dict], measure: str) -> list[int]:
     return [s["onset"][measure] for s in strings if s["onset"][measure] is not None]
 
 
-def iqr(values) -> float:
+def iqr(values, axis=-1):
+    """Interquartile range (numpy's linear percentiles), over `axis` (the permutation test passes rows)."""
     values = np.asarray(values, dtype=np.float64)
-    return float(np.percentile(values, 75) - np.percentile(values, 25)) if len(values) else float("nan")
+    if values.shape[-1] == 0:
+        return float("nan")
+    q75, q25 = np.percentile(values, [75, 25], axis=axis)
+    return q75 - q25
 
 
 def c4(results: FormalResults) -> dict:

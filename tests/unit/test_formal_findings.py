@@ -102,3 +102,10 @@ def test_permutation_test_is_seeded_and_never_zero():
     same = permutation_test(a, a.copy(), np.mean, 199, seed=0)
     assert same["p_value"] == 1.0 and same["difference"] == 0.0
     assert iqr([1, 2, 3, 4, 5]) == 2.0
+
+
+def test_permutation_test_agrees_with_the_exact_enumeration():
+    # [0, 1, 2] vs [3, 4, 5]: of the C(6, 3) = 20 splits, only the observed one and its mirror reach |3|: p = 0.1
+    result = permutation_test([0, 1, 2], [3, 4, 5], np.mean, 9999, seed=1)
+    assert result["difference"] == -3.0
+    assert abs(result["p_value"] - 0.1) < 0.01
