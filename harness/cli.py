@@ -22,7 +22,6 @@ from pathlib import Path
 from memlens.harness.core.config import check_sections
 from memlens.harness.core.console import TRAINING_COMMANDS, ExpectedRecords, quiet_libraries
 from memlens.harness.core.errors import StorageError, UserError, storage_error, storage_message
-from memlens.harness.core.formal_study import FormalSettings
 from memlens.harness.core.layout import report_dir
 from memlens.harness.core.lock import hold_directories
 from memlens.harness.core.provenance import cpu_description
@@ -228,19 +227,12 @@ def nmt_command(cfg) -> int:
 
 
 def formal_command(cfg) -> int:
-    """`memlens formal`: paper 004's measures over the formal-language study's trained models
-    (harness.audit.formal), then its findings and report (harness.report.formal_report). `memlens run` on a formal
-    experiment trains the models and ends with this."""
-    from omegaconf import OmegaConf  # lazy: keeps `memlens --help` fast
-
+    """`memlens formal`: paper 004's formal-language study's measures, findings and report from its trained models
+    (harness.report.formal_report.formal_command)."""
     if cfg.get("formal") is None:
         raise UserError("memlens formal needs a formal-language experiment: experiment=formal_languages "
                         "(or formal_toy)")
-    settings = FormalSettings.load(OmegaConf.to_container(cfg.formal, resolve=True))
-    _import("memlens.harness.audit.formal:analyse")(cfg.run_dir, settings)
-    path = _import("memlens.harness.report.formal_report:write_formal_report")(cfg.run_dir, settings)
-    print(f"[memlens] formal: report {path}", flush=True)
-    return 0
+    return _import("memlens.harness.report.formal_report:formal_command")(cfg)
 
 
 def nmt_in_child_process(cfg, kernels: str) -> dict:

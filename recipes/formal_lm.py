@@ -188,19 +188,16 @@ def run_formal(cfg, measurement) -> int:
 
     from memlens.recipes.pipeline import write_run_record
     from memlens.synthetic_data.formal_data import build_all
-    from memlens.synthetic_data.grammars import load_grammar
 
     start = time.time()
     section = OmegaConf.to_container(cfg.formal, resolve=True)
     settings = FormalSettings.load(section)
-    for language in settings.languages:      # an unknown or unshipped grammar stops the run before anything is written
-        load_grammar(language)
     run_dir = Path(str(cfg.run_dir))
     print(f"[memlens] run {cfg.get('experiment_name')} in {run_dir}: paper 004's formal languages "
           f"{', '.join(settings.languages)}, seeds {settings.seeds}, {len(settings.jobs())} models", flush=True)
     at_start = git_commit()
+    build_all(run_dir, settings)          # first: an unshipped grammar stops the run before anything is written
     write_run_record(cfg, run_dir, [], git_commit_at_start=at_start)
-    build_all(run_dir, settings)
     trained = train_all(run_dir, settings, section, log=lambda line: print(line, flush=True))
     status = int(measurement.run_command("formal", cfg) or 0)
     seconds = time.time() - start

@@ -400,6 +400,10 @@ def run_main(cfg, measurement: Measurement) -> int:
 
 def train_main(cfg, measurement: Measurement | None = None) -> int:
     """`memlens train stage=<NAME> experiment=<name>`: one stage (every sweep point of it)."""
+    if cfg.get("formal") is not None:
+        raise UserError(f"experiment {cfg.get('experiment_name')!r} is paper 004's formal-language study, whose "
+                        f"models are not stages: train them with `memlens run experiment={cfg.get('experiment_name')}` "
+                        "(finished models are kept; formal.workers sets how many train at once)")
     name = cfg.get("stage")
     planned = plan(cfg)
     known = list(dict.fromkeys(s.name for s in planned))

@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from memlens.harness.core.errors import UserError
+from memlens.harness.core.formal_study import FormalSettings, formal_dir
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256
 from memlens.harness.core.layout import datasets_dir
 from memlens.harness.core.provenance import provenance
 from memlens.synthetic_data import common
 from memlens.synthetic_data.data_settings import ALL_DATASETS, HELDOUT_DATASETS, HELDOUT_OF, USER_DATASETS, validate
+from memlens.synthetic_data.formal_data import build_all
 from memlens.synthetic_data.public_code import SPLITS as PD_SPLITS
 from memlens.synthetic_data.user_data import SOURCE_KEY, UserFiles, user_files
 
@@ -488,9 +490,21 @@ def check_user_files(cfg, names: list[str]) -> None:
     Builder(settings, user_files(data, cfg)).check_user_files(settings["datasets"])
 
 
+def build_formal_data(cfg, t0: float) -> int:
+    from omegaconf import OmegaConf  # lazy, as everywhere in this module's config handling
+
+    settings = FormalSettings.load(OmegaConf.to_container(cfg.formal, resolve=True))
+    built = build_all(cfg.run_dir, settings)
+    print(f"[data] {len(built)} formal-language dataset(s) ready under {formal_dir(cfg.run_dir) / 'data'} "
+          f"in {time.perf_counter() - t0:.1f}s")
+    return 0
+
+
 def main(cfg) -> int:
-    """`memlens data [overrides]`."""
+    """`memlens data [overrides]` (for paper 004's formal-language study: its strings, synthetic_data/formal_data.py)."""
     t0 = time.perf_counter()
+    if cfg.get("formal") is not None:
+        return build_formal_data(cfg, t0)
     built = build_datasets(cfg)
     print(f"[data] {len(built)} dataset(s) ready under {Path(str(cfg.run_dir)) / 'data'} "
           f"in {time.perf_counter() - t0:.1f}s")

@@ -125,5 +125,7 @@ def _deal_folds(strings: list, folds: int, language: str, seed: int, variant: st
 
 
 def build_all(run_dir: str | Path, settings: FormalSettings) -> list[Path]:
-    """Every language and seed of the study."""
+    """Every language and seed of the study; an unknown or unshipped grammar stops it before anything is written."""
+    for language in settings.languages:
+        load_grammar(language)
     return [build_language(run_dir, settings, lang, seed) for lang in settings.languages for seed in settings.seeds]

@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from memlens.harness.audit.formal import STRINGS_FILE, SUMMARY_FILE  # noqa: E402
+from memlens.harness.audit.formal import STRINGS_FILE, SUMMARY_FILE, analyse  # noqa: E402
 from memlens.harness.core.formal_study import (  # noqa: E402
     BASE,
     DEDUP,
@@ -247,3 +247,16 @@ def write_formal_report(run_dir: str | Path, settings: FormalSettings) -> Path:
     ]
     atomic_write_text(out / "report.md", "\n".join(text))
     return out / "report.md"
+
+
+def formal_command(cfg) -> int:
+    """`memlens formal` (and `memlens report` on a formal-language experiment): the measures over the study's trained
+    models (harness/audit/formal.py), then its findings and report. `memlens run` on a formal experiment trains the
+    models and ends with this."""
+    from omegaconf import OmegaConf  # lazy: the config library loads with the command
+
+    settings = FormalSettings.load(OmegaConf.to_container(cfg.formal, resolve=True))
+    analyse(cfg.run_dir, settings)
+    path = write_formal_report(cfg.run_dir, settings)
+    print(f"[memlens] formal: report {path}", flush=True)
+    return 0

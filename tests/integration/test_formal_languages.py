@@ -105,3 +105,18 @@ def test_an_unshipped_grammar_stops_the_run_before_anything_is_written(tmp_path)
     with pytest.raises(UserError, match="G8.*not shipped"):
         cli.run(["run", "experiment=formal_toy", f"run_dir={run_dir}", "formal.languages=[G2,G8]"])
     assert not run_dir.exists()
+
+
+def test_report_and_data_commands_serve_the_study_and_train_points_to_run(toy_run, tmp_path):
+    run_dir, _ = toy_run
+    findings = read_json(run_dir / "formal" / "report" / "findings.json")
+    assert cli.run(["report", "experiment=formal_toy", f"run_dir={run_dir}"]) == 0      # = memlens formal
+    assert read_json(run_dir / "formal" / "report" / "findings.json") == findings
+    fresh = tmp_path / "data_only"
+    assert cli.run(["data", "experiment=formal_toy", f"run_dir={fresh}"]) == 0
+    for language in ("G1", "G2"):
+        built = fresh / "formal" / "data" / language / "seed0" / "strings.jsonl"
+        assert built.read_bytes() == (run_dir / "formal" / "data" / language / "seed0" / "strings.jsonl").read_bytes()
+    assert not (fresh / "formal" / "models").exists()
+    with pytest.raises(UserError, match="memlens run experiment=formal_toy"):
+        cli.run(["train", "experiment=formal_toy", f"run_dir={fresh}", "stage=G1"])
