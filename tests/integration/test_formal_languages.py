@@ -119,4 +119,4 @@ def test_report_and_data_commands_serve_the_study_and_train_points_to_run(toy_ru
         assert built.read_bytes() == (run_dir / "formal" / "data" / language / "seed0" / "strings.jsonl").read_bytes()
     assert not (fresh / "formal" / "models").exists()
     with pytest.raises(UserError, match="memlens run experiment=formal_toy"):
-        cli.run(["train", "experiment=formal_toy", f"run_dir={fresh}", "stage=G1"])
+        cli.run(["train", "experiment=formal_toy", f"run_dir={fresh}"])
