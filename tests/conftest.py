@@ -45,8 +45,11 @@ sys.meta_path.insert(0, RefuseBareFolderNames())
 # tests/README.md "Time"), so the two workers finish together. (xdist's own `--dist loadgroup` marks do not group
 # under pytest 9.2 with xdist 3.8: measured, every test ran as its own group; this scheduler is xdist's documented
 # hook instead.)
-SPREAD_FILES = {"test_experiments_at_toy_size.py", "test_model_families.py", "test_reliability.py",
-                "test_run_integrity.py"}
+SPREAD_FILES = {"test_experiments_at_toy_size.py", "test_reliability.py", "test_run_integrity.py"}
+# ... and in these, the tests of one parameter go together: test_model_families.py's `family_run` is a module-scoped
+# fixture per family (a trimmed smoke run, ~45 s), which a worker builds for every family it meets; spread test by
+# test, each family's run was built on both workers (measured at 36d7c68: 8 builds for 4 families, ~180 s).
+SPREAD_BY_PARAMETER = {"test_model_families.py"}
 LONGEST_FIRST = ("test_pipeline_smoke.py", "test_model_families.py", "test_experiments_at_toy_size.py",
                  "test_run_integrity.py", "test_reliability.py", "test_own_data.py", "test_audit_callback.py",
                  "test_nmt_pipeline.py", "test_formal_languages.py",
@@ -55,9 +58,13 @@ LONGEST_FIRST = ("test_pipeline_smoke.py", "test_model_families.py", "test_exper
 
 
 def work_unit(nodeid: str) -> str:
-    """What one worker runs together: the test's file, or the test alone in a SPREAD_FILES file."""
+    """What one worker runs together: the test's file, the test alone in a SPREAD_FILES file, or every test of one
+    parameter (`test_x[<param>]`) in a SPREAD_BY_PARAMETER file."""
     path = nodeid.split("::")[0]
-    return nodeid if path.rsplit("/", 1)[-1] in SPREAD_FILES else path
+    name = path.rsplit("/", 1)[-1]
+    if name in SPREAD_BY_PARAMETER and nodeid.endswith("]") and "[" in nodeid:
+        return f"{path}[{nodeid[nodeid.rindex('[') + 1:-1]}]"
+    return nodeid if name in SPREAD_FILES else path
 
 
 def pytest_xdist_make_scheduler(config, log):
