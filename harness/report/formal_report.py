@@ -125,48 +125,46 @@ def group_fraction(strings: list[dict], tau: float) -> dict[str, np.ndarray]:
     return {measure: m[measure]["frac"] for measure in MEASURES}
 
 
-def fig4_frequency(results: FormalResults, path: Path) -> Path | None:
-    """Fig. 4: top vs bottom 10 % frequent strings of the low-entropy D, per measure (seeds pooled)."""
-    strings = results.strings_of(results.settings.low_entropy, BASE)
-    top = group_fraction([s for s in strings if s["group"] == "top"], results.settings.tau)
-    bottom = group_fraction([s for s in strings if s["group"] == "bottom"], results.settings.tau)
-    if not top or not bottom:
-        return None
+def paired_curves(curves: dict[str, tuple[dict, dict]], e_stars: list[tuple[list[dict], str]], title: str,
+                  path: Path) -> Path | None:
+    """One panel per measure, two curves each ({label: (solid {measure: curve}, dashed ...)}), e* of every seed dotted."""
+    (solid_label, dashed_label), (solid, dashed) = zip(*curves.items())
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.4), sharey=True)
-    entries = results.entries_of(results.settings.low_entropy, BASE)
     for ax, measure in zip(axes, MEASURES):
-        x = _epochs(len(top[measure]))
-        ax.plot(x, top[measure], color=COLORS[measure], label="top 10 %")
-        ax.plot(x, bottom[measure], color=COLORS[measure], linestyle="--", label="bottom 10 %")
-        _e_star_lines(ax, entries)
+        x = _epochs(len(solid[measure]))
+        ax.plot(x, solid[measure], color=COLORS[measure], label=solid_label)
+        ax.plot(x, dashed[measure], color=COLORS[measure], linestyle="--", label=dashed_label)
+        for entries, color in e_stars:
+            _e_star_lines(ax, entries, color)
         ax.set_title(measure, fontsize=9)
         ax.set_xlabel("epoch")
     axes[0].set_ylabel("fraction memorized")
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"Fig. 4: top vs bottom 10 % frequent strings of {results.settings.low_entropy}", fontsize=10)
+    fig.suptitle(title, fontsize=10)
     return save_figure(fig, path)
 
 
-# ---------------------------------------------------------------- Fig. 5
+def fig4_frequency(results: FormalResults, path: Path) -> Path | None:
+    """Fig. 4: top vs bottom 10 % frequent strings of the low-entropy D, per measure (seeds pooled)."""
+    low = results.settings.low_entropy
+    strings = results.strings_of(low, BASE)
+    top = group_fraction([s for s in strings if s["group"] == "top"], results.settings.tau)
+    bottom = group_fraction([s for s in strings if s["group"] == "bottom"], results.settings.tau)
+    if not top or not bottom:
+        return None
+    return paired_curves({"top 10 %": top, "bottom 10 %": bottom}, [(results.entries_of(low, BASE), "k")],
+                         f"Fig. 4: top vs bottom 10 % frequent strings of {low}", path)
+
+
 def fig5_dedup(results: FormalResults, path: Path) -> Path | None:
     """Fig. 5: the low-entropy D with and without deduplication: fraction memorized per measure, e* dotted."""
     low = results.settings.low_entropy
     base, dedup = results.entries_of(low, BASE), results.entries_of(low, DEDUP)
     if not base or not dedup:
         return None
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4), sharey=True)
-    for ax, measure in zip(axes, MEASURES):
-        x = _epochs(base[0]["epochs"])
-        ax.plot(x, _mean_curve(base, measure), color=COLORS[measure], label="base")
-        ax.plot(x, _mean_curve(dedup, measure), color=COLORS[measure], linestyle="--", label="dedup")
-        _e_star_lines(ax, base, "k")
-        _e_star_lines(ax, dedup, "grey")
-        ax.set_title(measure, fontsize=9)
-        ax.set_xlabel("epoch")
-    axes[0].set_ylabel("fraction memorized")
-    axes[0].legend(fontsize=8)
-    fig.suptitle(f"Fig. 5: deduplication of {low}'s D (dotted: e*, black base, grey dedup)", fontsize=10)
-    return save_figure(fig, path)
+    curves = {"base": {m: _mean_curve(base, m) for m in MEASURES}, "dedup": {m: _mean_curve(dedup, m) for m in MEASURES}}
+    return paired_curves(curves, [(base, "k"), (dedup, "grey")],
+                         f"Fig. 5: deduplication of {low}'s D (dotted: e*, black base, grey dedup)", path)
 
 
 # ---------------------------------------------------------------- Fig. 6
