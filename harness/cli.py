@@ -23,7 +23,7 @@ from memlens.harness.core.config import check_sections
 from memlens.harness.core.console import TRAINING_COMMANDS, ExpectedRecords, quiet_libraries
 from memlens.harness.core.errors import StorageError, UserError, storage_error, storage_message
 from memlens.harness.core.layout import report_dir
-from memlens.harness.core.lock import hold_directories
+from memlens.harness.core.lock import SHARED, hold_directories
 from memlens.harness.core.provenance import cpu_description
 from memlens.harness.core.shipped import shipped_dir
 from memlens.harness.model.load import filter_transformers_records
@@ -279,7 +279,9 @@ def directories_written(name: str, cfg) -> list[tuple[str, Path]]:
     report = [("report.out_dir", report_dir(cfg))] if cfg.get("run_dir") else []
     if name == "audit":
         return audit_out if audit.get("model_dir") else run_dir + audit_out
-    if name in ("train", "run"):
+    if name == "train":            # shared: its models are locked one by one (recipes/pipeline.py training_locks)
+        return [(key, path, SHARED) for key, path in run_dir + audit_out + report]
+    if name == "run":
         return run_dir + audit_out + report
     if name == "report":
         return run_dir + report

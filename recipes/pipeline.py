@@ -15,6 +15,7 @@ old directory is moved to `<run_dir>/stale/` first, so a resume never mixes two 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -32,11 +33,13 @@ from memlens.harness.core.layout import (
     audit_dir,
     checkpoint_dirs,
     data_dir,
+    datasets_dir,
+    model_lock_dir,
     models_dir,
     report_dir,
     stale_dir,
 )
-from memlens.harness.core.lock import LOCK_FILE
+from memlens.harness.core.lock import EXCLUSIVE, LOCK_FILE, READERS_DIR, SHARED, hold_directories
 from memlens.harness.core.processes import is_main_process, world_size
 from memlens.harness.core.provenance import git_commit, provenance
 from memlens.recipes.check import run_preflight
@@ -167,11 +170,12 @@ def retire_results(model_name: str, model_dir: Path, target: Path, results: Resu
         return
     results.retire(results.audit, model_dir, model_name, target / "audit")
     report = results.report
-    shown = [p for p in report.iterdir() if p.name != LOCK_FILE] if report.is_dir() else []
+    shown = [p for p in report.iterdir() if p.name not in (LOCK_FILE, READERS_DIR)] if report.is_dir() else []
     if shown:                      # the report dir itself stays: this command holds its lock file
         (target / "report").mkdir(parents=True, exist_ok=True)
         for path in shown:
-            shutil.move(str(path), str(target / "report" / path.name))
+            with contextlib.suppress(FileNotFoundError):     # a training of another model beside this one moved it
+                shutil.move(str(path), str(target / "report" / path.name))
         print(f"[memlens] {model_name}: the report of the replaced model moved to {target / 'report'}", flush=True)
 
 
@@ -424,8 +428,28 @@ def train_main(cfg, measurement: Measurement | None = None) -> int:
     tokenizer_stage = rl_prompts_source(planned, run_dir)
     if RL_PROMPTS in names and tokenizer_stage is not None:
         cfg = set_rl_prompts_tokenizer(cfg, tokenizer_stage)
-    build_data(cfg, run_dir, names)
-    for stage in chosen:
-        train_stage(stage, run_dir, int(cfg.seed), device, results=results_dirs(cfg, run_dir, measurement),
-                    tensorboard=tensorboard)
+    with hold_directories(training_locks(run_dir, chosen, planned, names), f"memlens train stage={name}"):
+        build_data(cfg, run_dir, names)
+        for stage in chosen:
+            train_stage(stage, run_dir, int(cfg.seed), device, results=results_dirs(cfg, run_dir, measurement),
+                        tensorboard=tensorboard)
     return 0
+
+
+def training_locks(run_dir: Path, chosen: list[PlannedStage], planned: list[PlannedStage],
+                   datasets: list[str]) -> list[tuple[str, Path, str]]:
+    """What `memlens train` holds beside its run (which it shares with other trainings, harness/cli.py): each model
+    it trains exclusively, each model they start from (init, reward model) shared, so that two sweep points train
+    at once while the same model started twice, or a retraining of a model another training reads, is refused; the
+    data shared when every dataset is built, else exclusively while this command builds it."""
+    own = {s.model_name for s in chosen}
+    by_name = {s.name: s for s in planned} | {s.model_name: s for s in planned}
+    locks = [(f"stage={s.model_name}", model_lock_dir(run_dir, s.model_name), EXCLUSIVE) for s in chosen]
+    for stage in chosen:
+        for key in REFERENCE_KEYS:
+            upstream = by_name.get(stage.settings.get(key)) if isinstance(stage.settings.get(key), str) else None
+            if upstream is not None and upstream.model_name not in own:
+                locks.append((f"stages.{stage.name}.{key}", model_lock_dir(run_dir, upstream.model_name), SHARED))
+    built = all((data_dir(run_dir, d) / "manifest.json").is_file() for d in datasets)
+    locks.append(("run_dir", datasets_dir(run_dir), SHARED if built else EXCLUSIVE))
+    return locks

@@ -13,7 +13,10 @@ runs/<experiment>/
   stale/                            what a retrained stage replaced: <model>-<time>/ (with its audit/ rows and
                                     the report/ that showed them), audit-<time>/ (rows of replaced models)
   .memlens.lock                    held by the command writing the run (harness/core/lock.py; also in audit/,
-                                    report/ and any audit.out_dir while a command writes them)
+                                    report/ and any audit.out_dir while a command writes them); shared by the
+                                    `memlens train` commands of one run, each holding its model exclusively
+  .locks/models/<NAME>/             that model's lock (a training holds it exclusively, a training that starts
+                                    from the model holds it shared)
 ```
 
 A stage directory with `provenance.json` is finished; anything else is resumable work. Checkpoints are the
@@ -91,6 +94,14 @@ def require_inside(path: str | Path, root: str | Path, key: str) -> Path:
 
 def models_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "models"
+
+
+LOCKS = ".locks"                         # <run_dir>/.locks/models/<NAME>/: the lock of one model (harness/core/lock.py)
+
+
+def model_lock_dir(run_dir: str | Path, model_name: str) -> Path:
+    """Where `memlens train` locks one model: outside its directory, which a retraining moves to stale/."""
+    return Path(run_dir) / LOCKS / "models" / model_name
 
 
 def datasets_dir(run_dir: str | Path) -> Path:

@@ -12,6 +12,13 @@ Under `accelerate launch` / torchrun every process of one launch runs the same c
 the lock, and the others wait until the lock file names a live process 0 of their own launch (same
 rendezvous address, port and run id and, on one host, the same launcher process as parent), then go on
 without a lock of their own.
+
+A lock is exclusive (a writer of the directory) or shared (a reader, or one of several writers of separate parts
+of it): `memlens train stage=<model>` holds its run shared, its model exclusive and the models it starts from
+shared, so two sweep points of one run train at once while a `memlens run` of the run, a second training of the
+same model or a retraining of a model someone trains from is refused (flock's LOCK_SH / LOCK_EX). Shared holders
+write their records beside the lock file (`.memlens.lock.readers/`, one file each, removed on release) and leave
+the lock file when they release (another may still hold it); a refusal names every live holder.
 """
 
 from __future__ import annotations
@@ -32,7 +39,9 @@ from memlens.harness.core.io import require_creatable_dir
 from memlens.harness.core.processes import process_rank, world_size
 
 LOCK_FILE = ".memlens.lock"
+READERS_DIR = ".memlens.lock.readers"    # one record per shared holder
 LAUNCH_WAIT_SECONDS = 300      # how long processes 1..N-1 of a launch wait for process 0 to take the lock
+EXCLUSIVE, SHARED = "exclusive", "shared"
 
 
 @dataclass
@@ -40,12 +49,21 @@ class HeldLock:
     path: Path                                          # the lock file
     fd: int
     created: list[Path] = field(default_factory=list)   # directories made to hold it, outermost first
+    exclusive: bool = True
+    record: Path | None = None                          # a shared holder's own record file
 
     def release(self) -> None:
-        """Unlink the file while still holding it (the next taker makes a fresh one), then let go, and remove
-        the directories made for the lock if the command left them empty (a refused command writes nothing)."""
-        with contextlib.suppress(OSError):
-            self.path.unlink()
+        """Unlink the file while still holding it exclusively (the next taker makes a fresh one; a shared holder
+        leaves it, another may hold it), then let go, and remove the directories made for the lock if the command
+        left them empty (a refused command writes nothing)."""
+        if self.exclusive:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+        if self.record is not None:
+            with contextlib.suppress(OSError):
+                self.record.unlink()
+            with contextlib.suppress(OSError):
+                self.record.parent.rmdir()              # the last reader out removes the folder
         os.close(self.fd)
         for directory in reversed(self.created):
             try:
@@ -55,19 +73,24 @@ class HeldLock:
 
 
 @contextlib.contextmanager
-def hold_directories(directories: list[tuple[str, Path]], command: str) -> Iterator[None]:
-    """Hold the lock of every `(config key, directory)` for the duration of the block (the key names what
-    to change in the error). The same directory named twice is locked once."""
-    unique: dict[Path, str] = {}
-    for key, directory in directories:
-        unique.setdefault(Path(os.path.abspath(directory)), key)
+def hold_directories(directories: list[tuple], command: str) -> Iterator[None]:
+    """Hold the lock of every `(config key, directory)` or `(config key, directory, SHARED | EXCLUSIVE)`
+    (default exclusive) for the duration of the block (the key names what to change in the error). The same
+    directory named twice is locked once, exclusively if either asks so."""
+    unique: dict[Path, tuple[str, str]] = {}
+    for key, directory, *mode in directories:
+        path, wanted = Path(os.path.abspath(directory)), (mode[0] if mode else EXCLUSIVE)
+        if wanted not in (EXCLUSIVE, SHARED):
+            raise ValueError(f"lock mode {wanted!r}: use {EXCLUSIVE!r} or {SHARED!r}")
+        old = unique.get(path)
+        unique[path] = (old[0] if old else key, EXCLUSIVE if EXCLUSIVE in (wanted, old and old[1]) else SHARED)
     held: list[HeldLock] = []
     try:
-        for directory, key in sorted(unique.items()):
+        for directory, (key, mode) in sorted(unique.items()):
             if _rank() > 0:
                 _wait_for_launch_holder(directory, key)
             else:
-                held.append(_acquire(directory, key, command))
+                held.append(_acquire(directory, key, command, mode))
         yield
     finally:
         for lock in reversed(held):
@@ -109,7 +132,7 @@ def _make_dir(directory: Path, attempts: int = 100) -> None:
     directory.mkdir(parents=True, exist_ok=True)
 
 
-def _acquire(directory: Path, key: str, command: str) -> HeldLock:
+def _acquire(directory: Path, key: str, command: str, mode: str = EXCLUSIVE) -> HeldLock:
     require_creatable_dir(key, directory)
     created = _missing_parents(directory)
     path = directory / LOCK_FILE
@@ -125,21 +148,21 @@ def _acquire(directory: Path, key: str, command: str) -> HeldLock:
                 _make_dir(directory)
                 continue
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, (fcntl.LOCK_EX if mode == EXCLUSIVE else fcntl.LOCK_SH) | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = _read_record(fd)
+                holders = _read_records(fd, path)
                 os.close(fd)
-                raise UserError(_busy_message(directory, key, holder)) from None
+                raise UserError(_busy_message(directory, key, holders)) from None
             if _same_file(fd, path):
                 break
             os.close(fd)           # a releasing holder unlinked it after we opened it: take the new one
         record = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
-                  "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "launch": _launch_id(), "parent": os.getppid()}
+                  "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "launch": _launch_id(), "parent": os.getppid(),
+                  "mode": mode}
         try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, (json.dumps(record) + "\n").encode("utf-8"), 0)
+            record_path = _write_record(fd, path, record, mode)
         except OSError:            # e.g. a full disk: leave neither the lock nor its file
-            HeldLock(path, fd).release()
+            HeldLock(path, fd, exclusive=mode == EXCLUSIVE).release()
             raise
     except UserError:
         _remove_empty(created)
@@ -147,7 +170,24 @@ def _acquire(directory: Path, key: str, command: str) -> HeldLock:
     except OSError as e:
         _remove_empty(created)
         raise (storage_error(e, path) or e) from None
-    return HeldLock(path, fd, created)
+    return HeldLock(path, fd, created, exclusive=mode == EXCLUSIVE, record=record_path)
+
+
+def _write_record(fd: int, path: Path, record: dict, mode: str) -> Path | None:
+    """An exclusive holder writes its record into the lock file; a shared one into a file of its own in
+    READERS_DIR (returned, removed when it releases), since several hold the lock at once."""
+    line = (json.dumps(record) + "\n").encode("utf-8")
+    if mode == EXCLUSIVE:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, line, 0)
+        return None
+    readers = path.parent / READERS_DIR
+    readers.mkdir(exist_ok=True)
+    own = readers / f"{record['host']}-{record['pid']}-{time.monotonic_ns()}.json"
+    tmp = own.with_suffix(".tmp")
+    tmp.write_bytes(line)
+    tmp.replace(own)
+    return own
 
 
 def _same_file(fd: int, path: Path) -> bool:
@@ -165,27 +205,55 @@ def _remove_empty(created: list[Path]) -> None:
             break
 
 
-def _read_record(fd: int) -> dict:
-    """The holder's record; a holder that has just taken the lock may not have written it yet."""
+def _parse_records(data: bytes) -> list[dict]:
+    records = []
+    for line in data.decode("utf-8", "replace").splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict):
+                records.append(record)
+    return records
+
+
+def _all_records(lock_file: Path, fd: int | None = None) -> list[dict]:
+    """The exclusive holder's record (in the lock file) and every shared holder's (READERS_DIR)."""
+    records = []
+    with contextlib.suppress(OSError):
+        records += _parse_records(os.pread(fd, 1 << 20, 0) if fd is not None else lock_file.read_bytes())
+    with contextlib.suppress(OSError):
+        for reader in sorted((lock_file.parent / READERS_DIR).glob("*.json")):
+            with contextlib.suppress(OSError):
+                records += _parse_records(reader.read_bytes())
+    return records
+
+
+def _read_records(fd: int, lock_file: Path) -> list[dict]:
+    """The live holders' records (records of processes gone from this host are dropped); a holder that has just
+    taken the lock may not have written its record yet."""
+    host = socket.gethostname()
     for _ in range(20):
-        try:
-            data = os.pread(fd, 65536, 0)
-            if data.strip():
-                return json.loads(data)
-        except (OSError, ValueError):
-            pass
+        records = _all_records(lock_file, fd)
+        live = [r for r in records if r.get("host") != host or _alive(r.get("pid"))]
+        if live:
+            return live
         time.sleep(0.05)
-    return {}
+    return []
 
 
-def _busy_message(directory: Path, key: str, holder: dict) -> str:
-    pid = holder.get("pid", "unknown")
+def _describe(holder: dict) -> str:
     where = f" on {holder['host']}" if holder.get("host") else ""
     since = f", since {holder['started']}" if holder.get("started") else ""
     what = f": {holder['command']}" if holder.get("command") else ""
-    return (f"{directory} is in use by another memlens process (pid {pid}{where}{since}{what}); two processes "
+    return f"pid {holder.get('pid', 'unknown')}{where}{since}{what}"
+
+
+def _busy_message(directory: Path, key: str, holders: list[dict]) -> str:
+    holders = holders or [{}]
+    pids = " ".join(str(h.get("pid", "unknown")) for h in holders)
+    who = ("another memlens process" if len(holders) == 1 else f"{len(holders)} other memlens processes")
+    return (f"{directory} is in use by {who} ({'; '.join(_describe(h) for h in holders)}); two processes "
             "writing one directory would mix their results. Wait for it to finish, or stop it "
-            f"(kill {pid}) and rerun this command; to run both at once, give this one another {key}")
+            f"(kill {pids}) and rerun this command; to run both at once, give this one another {key}")
 
 
 def _alive(pid: object) -> bool:
@@ -207,17 +275,14 @@ def _wait_for_launch_holder(directory: Path, key: str) -> None:
     deadline = time.monotonic() + LAUNCH_WAIT_SECONDS
     path = directory / LOCK_FILE
     while time.monotonic() < deadline:
-        try:
-            holder = json.loads(path.read_text(encoding="utf-8") or "{}")
-        except (OSError, ValueError):
-            holder = {}
-        same_host = holder.get("host") == host
-        live = not same_host or _alive(holder.get("pid"))
-        ours = holder.get("launch") == launch and (not same_host or holder.get("parent") == os.getppid())
-        if holder and live and ours:
+        records = _all_records(path)
+        live = [r for r in records if r.get("host") != host or _alive(r.get("pid"))]
+        if any(r.get("launch") == launch and (r.get("host") != host or r.get("parent") == os.getppid())
+               for r in live):
             return
-        if holder and live and same_host:
-            raise UserError(_busy_message(directory, key, holder))
+        others = [r for r in live if r.get("host") == host and r.get("mode", EXCLUSIVE) == EXCLUSIVE]
+        if others:
+            raise UserError(_busy_message(directory, key, others))
         time.sleep(0.1)
     raise UserError(f"{directory}: process 0 of this launch did not take its lock within {LAUNCH_WAIT_SECONDS} s; "
                     "see its error above and rerun the launch")

@@ -75,6 +75,63 @@ def test_two_runs_started_together_on_one_run_dir_one_is_refused(tmp_path):
     assert not list(run_dir.rglob(".memlens.lock"))          # released on exit
 
 
+TRAIN = ["train", "experiment=smoke", "device=cpu", "build_data=false", "report.figures=false"]
+
+
+def wait_until_held(lock_dir: Path, proc: subprocess.Popen, shared: bool, seconds: float = 120) -> None:
+    """Until `proc` holds `lock_dir` (its record in the lock file, or in the readers folder when shared), then
+    freeze it (SIGSTOP): a frozen holder keeps its lock however fast its training would have been."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if shared:
+            held = any(f"-{proc.pid}-" in p.name for p in (lock_dir / ".memlens.lock.readers").glob("*.json"))
+        else:
+            held = (lock_dir / ".memlens.lock").is_file() and f'"pid": {proc.pid},' in (
+                lock_dir / ".memlens.lock").read_text()
+        if held:
+            os.kill(proc.pid, signal.SIGSTOP)
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError(f"pid {proc.pid} never took {lock_dir}")
+
+
+def test_two_sweep_points_train_at_once_and_one_model_is_never_trained_twice(tmp_path):
+    """Per-model locks: two `memlens train` of one run's sweep points hold their locks at once (each its model,
+    both the run and PT shared) and both finish; PT retrained while they read it, a `memlens run` of the run, and
+    the same model started twice are refused, naming the holders."""
+    run_dir = tmp_path / "run"
+    write_smoke_datasets(run_dir)
+    assert memlens(*TRAIN, f"run_dir={run_dir}", "stage=PT", cwd=tmp_path).returncode == 0
+    pt_lock = run_dir / ".locks" / "models" / "PT"
+    points = []
+    for lr in ("0.001", "0.002"):
+        points.append(start(*TRAIN, "-m", f"run_dir={run_dir}", "stage=FT.2", f"stages.FT.2.lr=choice({lr})", cwd=tmp_path))
+        wait_until_held(pt_lock, points[-1], shared=True)
+    try:
+        retrain_pt = memlens(*TRAIN, f"run_dir={run_dir}", "stage=PT", "stages.PT.lr=0.002", cwd=tmp_path)
+        whole_run = memlens(*MINI_RUN, f"run_dir={run_dir}", cwd=tmp_path)
+    finally:
+        for p in points:
+            os.kill(p.pid, signal.SIGCONT)
+    outputs = [p.communicate(timeout=900) for p in points]
+    assert [p.returncode for p in points] == [0, 0], [err[-2000:] for _, err in outputs]
+    for lr in ("0.001", "0.002"):
+        assert read_json(run_dir / "models" / f"FT.2/lr={lr}" / "provenance.json")["settings"]["lr"] == float(lr)
+    err = refused(retrain_pt, r"\.locks/models/PT is in use by 2 other memlens processes")
+    assert all(f"pid {p.pid}" in err for p in points) and "stage=FT.2" in err, err
+    refused(whole_run, rf"{re.escape(str(run_dir))} is in use by 2 other memlens processes")
+    first = start(*TRAIN, f"run_dir={run_dir}", "stage=FT.1", cwd=tmp_path)
+    wait_until_held(run_dir / ".locks" / "models" / "FT.1", first, shared=False)
+    try:
+        second = memlens(*TRAIN, f"run_dir={run_dir}", "stage=FT.1", cwd=tmp_path)
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    _, first_err = first.communicate(timeout=900)
+    assert first.returncode == 0, first_err[-2000:]
+    refused(second, rf"\.locks/models/FT\.1 is in use by another memlens process \(pid {first.pid}\b")
+
+
 def test_second_audit_of_an_out_dir_is_refused_and_a_killed_holder_never_blocks(audit_world, tmp_path):
     """A holder frozen mid-audit (SIGSTOP) keeps its lock: a second process is refused, naming the holder's
     pid and command, and writes nothing. Killed (SIGKILL), it leaves its lock file behind; the rerun is not

@@ -95,3 +95,61 @@ def test_a_released_lock_is_never_held_twice(tmp_path):
     results = [p.communicate(timeout=60) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err[-1000:] for _, err in results]   # mkdir never clashed
     assert sum(int(out) for out, _ in results) > 0
+
+
+SHARED_HOLDER = """
+import sys, time
+sys.path.insert(0, {repo!r})
+from pathlib import Path
+from memlens.harness.core.lock import hold_directories
+with hold_directories([("run_dir", Path({path!r}), {mode!r})], {command!r}):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def start_mode_holder(path: Path, mode: str, command: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", SHARED_HOLDER.format(repo=str(REPO), path=str(path), mode=mode,
+                                                                         command=command)],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_shared_holders_coexist_and_an_exclusive_taker_is_told_every_one(tmp_path):
+    from memlens.harness.core.lock import EXCLUSIVE, SHARED
+
+    run_dir = tmp_path / "run"
+    readers = [start_mode_holder(run_dir, SHARED, f"memlens train stage=RLFT.1 point {i}") for i in (1, 2)]
+    try:
+        with hold_directories([("run_dir", run_dir, SHARED)], "memlens train stage=RLFT.4"):
+            pass                                      # a third shared holder is let in
+        with pytest.raises(UserError) as refused:
+            with hold_directories([("run_dir", run_dir, EXCLUSIVE)], "memlens run"):
+                pass
+        message = str(refused.value)
+        assert "is in use by 2 other memlens processes" in message
+        assert all(f"pid {r.pid}" in message for r in readers) and "point 1" in message and "point 2" in message
+        assert f"kill {readers[0].pid} {readers[1].pid}" in message
+    finally:
+        for r in readers:
+            os.killpg(r.pid, signal.SIGKILL)
+            r.wait()
+    with hold_directories([("run_dir", run_dir, EXCLUSIVE)], "memlens run"):   # the OS released both
+        pass
+
+
+def test_an_exclusive_holder_refuses_a_shared_taker(tmp_path):
+    from memlens.harness.core.lock import SHARED
+
+    run_dir = tmp_path / "run"
+    holder = start_holder(run_dir)
+    try:
+        with pytest.raises(UserError, match=rf"in use by another memlens process \(pid {holder.pid}\b"):
+            with hold_directories([("run_dir", run_dir, SHARED)], "memlens train stage=FT.1"):
+                pass
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+    with hold_directories([("run_dir", run_dir, SHARED), ("run_dir", run_dir)], "memlens run"):
+        assert json.loads((run_dir / LOCK_FILE).read_text())["mode"] == "exclusive"   # named twice: the stronger
