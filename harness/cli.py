@@ -338,6 +338,12 @@ def run(argv: list[str]) -> int:
         if multirun:
             print(f"[memlens] sweep point {i + 1}/{len(points)}: {point}", flush=True)
         cfg = compose(point_overrides, point)
+        if name == "run" and (cfg.get("launcher") or {}).get("kind") is not None:
+            # each model a job that locks what it trains; the driver locks what it writes after them
+            from memlens.recipes.launcher import run_jobs  # lazy: the recipes load when a training command runs
+
+            status = max(status, run_jobs(cfg, point_overrides, measurement(), directories_written(name, cfg)))
+            continue
         status = max(status, run_locked(name, command, cfg, argv))
     return status
 

@@ -169,6 +169,29 @@ def test_the_smoke_run_on_the_other_cpu_kernel_level(smoke, tmp_path):
     assert status == {f["id"]: f["status"] for f in read_json(other / "report" / "findings.json")["findings"]}
 
 
+def test_the_smoke_run_as_local_jobs_trains_the_same_models(smoke, tmp_path):
+    """`launcher.kind=local`: every model a `memlens train` job (submitit, 2 at a time, level by level); the same
+    weights, byte for byte, and the same findings as the sequential run; a job's log beside each."""
+    run_dir, _ = smoke
+    other = tmp_path / "jobs"
+    result = memlens("run", "experiment=smoke", f"run_dir={other}", "device=cpu", "launcher.kind=local",
+                     "launcher.parallel=2", "report.figures=false")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "8 model(s) as jobs (local, 2 at a time)" in result.stdout
+    for model in MODELS:
+        for weights in sorted((run_dir / "models" / model).glob("*.safetensors")):
+            assert weights.read_bytes() == (other / "models" / model / weights.name).read_bytes(), (model, weights)
+        assert f"[memlens] {model:<28} job" in result.stdout
+    status = {f["id"]: f["status"] for f in read_json(run_dir / "report" / "findings.json")["findings"]}
+    assert status == {f["id"]: f["status"] for f in read_json(other / "report" / "findings.json")["findings"]}
+    assert len(list((other / "jobs").glob("*_log.out"))) == len(MODELS)
+    stamps = {p: p.stat().st_mtime_ns for p in (other / "models").rglob("*.safetensors")}
+    again = memlens("run", "experiment=smoke", f"run_dir={other}", "device=cpu", "launcher.kind=local",
+                    "after_training=[]")                   # a rerun keeps every finished model
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert stamps and all(p.stat().st_mtime_ns == t for p, t in stamps.items())
+
+
 def test_run_ends_saying_how_long_it_took_and_where_the_report_is(smoke):
     run_dir, result = smoke
     last = result.stdout.strip().splitlines()[-1]
