@@ -53,17 +53,25 @@ class HeldLock:
     record: Path | None = None                          # a shared holder's own record file
 
     def release(self) -> None:
-        """Unlink the file while still holding it exclusively (the next taker makes a fresh one; a shared holder
-        leaves it, another may hold it), then let go, and remove the directories made for the lock if the command
-        left them empty (a refused command writes nothing)."""
-        if self.exclusive:
-            with contextlib.suppress(OSError):
-                self.path.unlink()
+        """Unlink the file while holding it exclusively (the next taker makes a fresh one), then let go, and remove
+        the directories made for the lock if the command left them empty (a refused command writes nothing). A
+        shared holder first drops its record and tries to turn its lock exclusive: it unlinks the file only if no
+        other process holds it (flock's conversion is not atomic, but a taker that meets an unlinked file retries)."""
         if self.record is not None:
             with contextlib.suppress(OSError):
                 self.record.unlink()
             with contextlib.suppress(OSError):
                 self.record.parent.rmdir()              # the last reader out removes the folder
+        last = self.exclusive
+        if not last:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                last = True
+            except OSError:
+                last = False
+        if last:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
         os.close(self.fd)
         for directory in reversed(self.created):
             try:
