@@ -184,7 +184,8 @@ torch.set_num_threads(1)
 sys.path.insert(0, {repo!r})
 from tests.integration.callback_helpers import train_with_callback
 trainer, _ = train_with_callback("sft", Path({base!r}), Path({out!r}), [])
-print("world size", trainer.args.world_size, "rank", trainer.args.process_index)
+# a file per rank: two processes' prints interleave on one stdout (measured: a line cut in two by the other's log)
+Path(f"rank{{trainer.args.process_index}}.txt").write_text(f"world size {{trainer.args.world_size}}")
 """
 
 
@@ -198,7 +199,7 @@ def test_under_ddp_the_main_process_scores_and_the_rows_equal_a_single_process_s
                            "--master_port", "29531", str(script)], env=env, capture_output=True, text=True,
                           timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "world size 2 rank 0" in done.stdout and "world size 2 rank 1" in done.stdout
+    assert [(tmp_path / f"rank{r}.txt").read_text() for r in (0, 1)] == ["world size 2"] * 2
     log = read_jsonl(tmp_path / "ddp" / "audit" / "callback.jsonl")
     assert [r["checkpoint"] for r in log] == ["checkpoint-1", "checkpoint-2"]     # once each: the main process
     again = memlens.AuditCallback(tmp_path / "ddp" / "canaries" / "manifest.json", control=base_dir,
