@@ -1,125 +1,292 @@
-"""`memlens run launcher.kind=local`: the run's models as jobs, one `memlens train stage=<model>` each, through submitit.
+"""`memlens run launcher.kind=local|slurm`: the run's models as jobs, one `memlens train stage=<model>` each, through
+submitit.
 
-The driver plans the stage graph (recipes/plan.py), builds the data each dependency level needs (once, in the
-driver), submits the level's models as jobs — at most `launcher.parallel` at a time — waits for them, and goes on
-to the next level; then it runs the audit and the report as `memlens run` does. Each job is the real command
-line (`python -m memlens train <the run's overrides> stage=<model> build_data=false`), so a job holds exactly
+The driver plans the stage graph (recipes/plan.py), builds the data the jobs read (once, in the driver), submits one
+job per model and waits for them; then it runs the audit and the report as `memlens run` does. Each job is the real
+command line (`python -m memlens train <the run's overrides> stage=<model> build_data=false`), so a job holds exactly
 what `memlens train` holds: the run shared, its model exclusively, the models it starts from shared
 (harness/core/lock.py). A finished model is skipped by its job, so a killed driver, rerun, keeps what finished and
 submits the rest; a failed job stops the driver with the path of its log.
 
-`launcher.kind`: `local` (submitit's LocalExecutor: processes on this machine). SLURM (`slurm`, submitit's
-SlurmExecutor with `afterok` dependencies) is not built yet.
+- `local`: submitit's LocalExecutor, processes on this machine, level by level of the stage graph, at most
+  `launcher.parallel` at a time.
+- `slurm`: submitit's SlurmExecutor. Every model whose data exists is submitted at once, each with `afterok` on the
+  jobs of the models it starts from (and `kill-on-invalid-dep`, so a failed upstream cancels its dependants instead
+  of leaving them pending); the data that needs a trained model (sd_rl_prompts, split by PT's tokenizer) is built
+  when that model's job ends, then its readers are submitted. Resources per job from `launcher.slurm`, per stage
+  from `launcher.stages.<NAME>`; a job with `gpus > 1` trains under `accelerate launch` on its node.
+The driver waits on each job's result file and asks `squeue` for the state of a job that has none: submitit's own
+watcher reads `sacct`, which a cluster without accounting storage does not answer.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.lock import EXCLUSIVE, hold_directories
 from memlens.recipes import pipeline
-from memlens.recipes.plan import REFERENCE_KEYS
+from memlens.recipes.plan import REFERENCE_KEYS, needed_datasets
 
-KINDS = ("local",)
+KINDS = ("local", "slurm")
 JOBS_DIR = "jobs"          # <run_dir>/jobs/: submitit's pickles and each job's stdout / stderr
+# A SLURM job's resources: `launcher.slurm` for every job, `launcher.stages.<NAME>` for one stage's jobs.
+SLURM_DEFAULTS: dict[str, Any] = {"partition": None, "account": None, "time_min": 1440, "cpus_per_task": 4,
+                                  "mem_gb": None, "gpus": 0, "sbatch": {}}
+# squeue states of a job that may still write its result (anything else, or a job squeue no longer knows, has ended)
+LIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
+               "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"}
+RESULT_GRACE_S = 30        # an ended job's result file may reach a shared filesystem's other clients late
 
 
-def check_launcher(cfg) -> dict | None:
+def check_launcher(cfg, planned=None) -> dict | None:
     """The `launcher:` section, checked (None: train in this process, as before)."""
     section = cfg.get("launcher") or {}
+    if not isinstance(section, dict):                  # a DictConfig from the composed config
+        from omegaconf import OmegaConf
+
+        section = OmegaConf.to_container(section, resolve=True)
     kind = section.get("kind")
     if kind is None:
         return None
     if kind not in KINDS:
-        raise UserError(f"launcher.kind={kind!r}: use one of {', '.join(KINDS)} (or null: train in this process); "
-                        "SLURM is not built yet")
+        raise UserError(f"launcher.kind={kind!r}: use one of {', '.join(KINDS)} (or null: train in this process)")
     parallel = section.get("parallel", 2)
-    if not isinstance(parallel, int) or parallel < 1:
+    if not isinstance(parallel, int) or isinstance(parallel, bool) or parallel < 1:
         raise UserError(f"launcher.parallel={parallel!r}: use a positive integer (jobs at once)")
-    return {"kind": kind, "parallel": parallel}
+    defaults = check_resources(dict(section.get("slurm") or {}), "launcher.slurm", SLURM_DEFAULTS)
+    per_stage = flatten_resources(dict(section.get("stages") or {}))
+    names = None if planned is None else {s.name for s in planned}
+    for name, resources in per_stage.items():
+        if names is not None and name not in names:
+            raise UserError(f"launcher.stages.{name}: no stage {name!r} in this experiment (stages: "
+                            f"{', '.join(sorted(names))})")
+        per_stage[name] = check_resources(resources, f"launcher.stages.{name}", defaults)
+    return {"kind": kind, "parallel": parallel, "slurm": defaults, "stages": per_stage}
+
+
+def flatten_resources(node: dict, prefix: str = "") -> dict[str, dict]:
+    """`{FT: {"1": {gpus: 4}}}` -> `{"FT.1": {gpus: 4}}`, nested as `stages:` is (recipes/plan.py)."""
+    out: dict[str, dict] = {}
+    for key, value in node.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if not isinstance(value, dict):
+            raise UserError(f"launcher.stages.{name}: expected resources ({{gpus: 4, time_min: 120, ...}}), "
+                            f"got {value!r}")
+        if set(value) & set(SLURM_DEFAULTS):
+            out[name] = dict(value)
+        else:
+            out.update(flatten_resources(value, name))
+    return out
+
+
+def check_resources(given: dict, where: str, defaults: dict) -> dict:
+    """Resources over `defaults`, every key and type checked."""
+    unknown = sorted(set(given) - set(SLURM_DEFAULTS))
+    if unknown:
+        raise UserError(f"{where}.{unknown[0]}: unknown; the keys are {', '.join(SLURM_DEFAULTS)} (any other "
+                        f"sbatch option goes under {where}.sbatch, e.g. {{qos: high}})")
+    out = {**defaults, **given}
+    for key in ("time_min", "cpus_per_task", "gpus"):
+        value = out[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "gpus" else 1):
+            raise UserError(f"{where}.{key}={value!r}: use a {'non-negative' if key == 'gpus' else 'positive'} "
+                            "integer")
+    if out["mem_gb"] is not None and (not isinstance(out["mem_gb"], (int, float)) or out["mem_gb"] <= 0):
+        raise UserError(f"{where}.mem_gb={out['mem_gb']!r}: use a positive number of GB (or null: the partition's "
+                        "default)")
+    for key in ("partition", "account"):
+        if out[key] is not None and not isinstance(out[key], str):
+            raise UserError(f"{where}.{key}={out[key]!r}: use a name (or null: the cluster's default)")
+    if not isinstance(out["sbatch"], dict):
+        raise UserError(f"{where}.sbatch={out['sbatch']!r}: use a mapping of sbatch options, e.g. {{qos: high}}")
+    out["sbatch"] = {**defaults.get("sbatch", {}), **dict(out["sbatch"])}
+    return out
 
 
 def dependency_levels(planned) -> list[list]:
     """The planned models in levels: a model's level is one above the highest of the models it starts from."""
-    by_name = {s.name: s for s in planned} | {s.model_name: s for s in planned}
     level: dict[str, int] = {}
     for stage in planned:                      # the plan is in dependency order
-        ups = [by_name[ref].model_name for key in REFERENCE_KEYS
-               if isinstance(ref := stage.settings.get(key), str) and ref in by_name]
-        level[stage.model_name] = 1 + max((level[u] for u in ups if u in level), default=-1)
+        level[stage.model_name] = 1 + max((level[u] for u in upstream_models(stage, planned) if u in level),
+                                          default=-1)
     out: list[list] = [[] for _ in range(max(level.values(), default=-1) + 1)]
     for stage in planned:
         out[level[stage.model_name]].append(stage)
     return out
 
 
-def train_command(overrides: list[str], sweep_point: dict, model_name: str, has_stage_key: bool) -> list[str]:
+def upstream_models(stage, planned) -> list[str]:
+    """The planned models `stage` starts from (init, reward model, reference...)."""
+    by_name = {s.name: s for s in planned} | {s.model_name: s for s in planned}
+    return [by_name[ref].model_name for key in REFERENCE_KEYS
+            if isinstance(ref := stage.settings.get(key), str) and ref in by_name]
+
+
+def train_command(overrides: list[str], sweep_point: dict, model_name: str, has_stage_key: bool,
+                  gpus: int = 0) -> list[str]:
     """The job's command line: the run's own overrides (a `-m` point's swept keys as one-value sweeps, so that the
-    job names its model directory as the point does), this model, the data the driver built."""
+    job names its model directory as the point does), this model, the data the driver built. With `gpus > 1`, under
+    `accelerate launch` with one process per GPU of the job's node."""
     swept = {str(k) for k in sweep_point}
     fixed = [o for o in overrides if o.split("=", 1)[0] not in swept]
     points = [f"{k}=choice({v})" for k, v in sweep_point.items()]
     quoted = model_name.replace("'", "\\'")
     stage = f"{'' if has_stage_key else '+'}stage='{quoted}'"
-    return [sys.executable, "-m", "memlens", "train", *(["-m"] if points else []), *fixed, *points, stage,
+    python = [sys.executable]
+    if gpus > 1:
+        python += ["-m", "accelerate.commands.accelerate_cli", "launch", "--multi_gpu", "--num_machines", "1",
+                   "--num_processes", str(gpus)]
+    return [*python, "-m", "memlens", "train", *(["-m"] if points else []), *fixed, *points, stage,
             "build_data=false"]
 
 
 def run_jobs(cfg, overrides: list[str], measurement, after_locks: list[tuple]) -> int:
     """The driver (see the module docstring); the audit and the report run holding `after_locks` (what
     `memlens run` holds) once every job has finished."""
-    import submitit  # lazy: only a run with a launcher needs it
-
-    settings = check_launcher(cfg)
     if cfg.get("formal") is not None:
         raise UserError("launcher: the formal-language study trains its models in formal.workers processes of its "
                         "own; run it without launcher.kind")
     run_dir = Path(str(cfg.run_dir))
     planned = pipeline.plan(cfg)
+    settings = check_launcher(cfg, planned)
     start = time.time()
     pipeline.run_preflight(cfg, quiet=True)           # as `memlens run`: refused with the fix before anything is written
     pipeline.check_user_files(cfg, pipeline.needed_datasets(planned, cfg))
+    at_once = f"{settings['parallel']} at a time" if settings["kind"] == "local" else "afterok dependencies"
     print(f"[memlens] run {cfg.get('experiment_name')} in {run_dir}: {len(planned)} model(s) as jobs "
-          f"({settings['kind']}, {settings['parallel']} at a time)", flush=True)
-    executor = submitit.AutoExecutor(folder=str(run_dir / JOBS_DIR), cluster=settings["kind"])
-    executor.update_parameters(timeout_min=24 * 60)
-    threads = max(1, (os.cpu_count() or 1) // settings["parallel"])
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    for level in dependency_levels(planned):
-        build_level_data(cfg, run_dir, planned)
-        for i in range(0, len(level), settings["parallel"]):
-            batch = level[i:i + settings["parallel"]]
-            jobs = [(stage, executor.submit(submitit.helpers.CommandFunction(
-                train_command(overrides, dict(cfg.get("sweep_point") or {}), stage.model_name, "stage" in cfg),
-                cwd=os.getcwd(), env=env))) for stage in batch]
-            for stage, job in jobs:
-                wait_for(job, stage.model_name)
+          f"({settings['kind']}, {at_once})", flush=True)
+    commands = {s.model_name: train_command(overrides, dict(cfg.get("sweep_point") or {}), s.model_name,
+                                            "stage" in cfg, resources_of(settings, s)["gpus"]) for s in planned}
+    finished = finished_models(run_dir, planned, cfg.get("seed"))
+    for stage in planned:
+        if stage.model_name in finished:
+            print(f"[memlens] {stage.model_name:<28} {'job':<9} {'skipped':<8} (finished)", flush=True)
+    to_train = [s for s in planned if s.model_name not in finished]
+    if settings["kind"] == "local":
+        run_local(cfg, run_dir, planned, to_train, settings, commands)
+    else:
+        run_slurm(cfg, run_dir, planned, to_train, settings, commands)
     with hold_directories(after_locks, "memlens run (audit, report)"):
         pipeline.after_training(cfg, measurement)
     seconds = time.time() - start
-    pipeline.write_run_record(cfg, run_dir, [], wall_seconds=round(seconds, 1), launcher=settings)
+    pipeline.write_run_record(cfg, run_dir, [], wall_seconds=round(seconds, 1),
+                              launcher={"kind": settings["kind"], "parallel": settings["parallel"]})
     print(f"[memlens] run {cfg.get('experiment_name')} finished in {int(seconds // 60)} min {seconds % 60:.0f} s "
           f"(jobs: {run_dir / JOBS_DIR})", flush=True)
     return 0
 
 
-def build_level_data(cfg, run_dir: Path, planned) -> None:
-    """Every dataset the run reads (its stages and its audit), built once by the driver before a level's jobs start,
-    as `memlens run` builds them: sd_rl_prompts once the stage whose tokenizer splits it has trained. Held
-    exclusively while it builds; what is built already is kept."""
+def finished_models(run_dir: Path, planned, seed) -> set[str]:
+    """The models no job needs to train: finished, up to date, and every model they start from too (a model whose
+    upstream a job will retrain is outdated once it has; its own job then retrains it)."""
+    finished: set[str] = set()
+    for stage in planned:                      # dependency order: upstream models are decided first
+        if all(u in finished for u in upstream_models(stage, planned)) \
+                and pipeline.is_up_to_date(run_dir, stage, seed):
+            finished.add(stage.model_name)
+    return finished
+
+
+def resources_of(settings: dict, stage) -> dict:
+    """A stage's SLURM resources: its own `launcher.stages.<NAME>`, else `launcher.slurm`."""
+    return settings["stages"].get(stage.name, settings["slurm"])
+
+
+def run_local(cfg, run_dir: Path, planned, to_train, settings: dict, commands: dict) -> None:
+    """Level by level, `parallel` jobs at a time, each with cores / parallel torch threads."""
+    import submitit  # lazy: only a run with a launcher needs it
+
+    executor = submitit.AutoExecutor(folder=str(run_dir / JOBS_DIR), cluster="local")
+    executor.update_parameters(timeout_min=24 * 60)
+    threads = max(1, (os.cpu_count() or 1) // settings["parallel"])
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    for level in dependency_levels(planned):
+        level = [s for s in level if s in to_train]
+        build_level_data(cfg, run_dir, planned)
+        for i in range(0, len(level), settings["parallel"]):
+            batch = level[i:i + settings["parallel"]]
+            jobs = [(stage, executor.submit(submitit.helpers.CommandFunction(
+                commands[stage.model_name], cwd=os.getcwd(), env=env))) for stage in batch]
+            for stage, job in jobs:
+                wait_for(job, stage.model_name)
+
+
+def run_slurm(cfg, run_dir: Path, planned, to_train, settings: dict, commands: dict) -> None:
+    """Every model whose data exists submitted at once with `afterok` on its upstream jobs; the late data (built from
+    a trained model) once that model's job ends, then its readers; then every job waited for, in plan order."""
+    jobs: dict[str, Any] = {}
+    waited: set[str] = set()
+    waiting = list(to_train)
+    while waiting:
+        late = build_level_data(cfg, run_dir, planned)
+        ready = [s for s in waiting if not late & set(needed_datasets([s], cfg, with_audit=False))]
+        if not ready:                      # the late data waits for the model whose tokenizer splits it
+            source = pipeline.rl_prompts_source(planned, run_dir)
+            name = next((s.model_name for s in planned if pipeline.models_dir(run_dir) / s.model_name == source), None)
+            if name not in jobs:
+                raise UserError(f"{pipeline.RL_PROMPTS} waits for {source}, which no job trains: train it first "
+                                f"(memlens train stage={source.name})")
+            wait_for_slurm(jobs[name], name)
+            waited.add(name)
+            continue
+        for stage in ready:
+            after = [jobs[u].job_id for u in upstream_models(stage, planned) if u in jobs]
+            jobs[stage.model_name] = submit_slurm(run_dir, stage, resources_of(settings, stage),
+                                                  commands[stage.model_name], after)
+            print(f"[memlens] {stage.model_name:<28} {'job':<9} {'queued':<8} {jobs[stage.model_name].job_id}"
+                  + (f" (afterok:{':'.join(after)})" if after else ""), flush=True)
+        waiting = [s for s in waiting if s not in ready]
+    for stage in to_train:
+        if stage.model_name not in waited:
+            wait_for_slurm(jobs[stage.model_name], stage.model_name)
+
+
+def submit_slurm(run_dir: Path, stage, resources: dict, command: list[str], after: list[str]):
+    """One sbatch job through submitit's SlurmExecutor."""
+    import submitit  # lazy: only a run with a launcher needs it
+
+    executor = submitit.SlurmExecutor(folder=str(run_dir / JOBS_DIR))
+    params: dict[str, Any] = {"job_name": f"memlens:{stage.model_name}", "time": resources["time_min"],
+                              "cpus_per_task": resources["cpus_per_task"], "ntasks_per_node": 1,
+                              "setup": [f"export OMP_NUM_THREADS={resources['cpus_per_task']}",
+                                        f"export MKL_NUM_THREADS={resources['cpus_per_task']}"],
+                              "additional_parameters": {**({"kill-on-invalid-dep": "yes"} if after else {}),
+                                                        **resources["sbatch"]}}
+    optional = {"partition": resources["partition"], "account": resources["account"],
+                "gpus_per_node": resources["gpus"] or None,
+                "mem": f"{resources['mem_gb']}GB" if resources["mem_gb"] is not None else None,
+                "dependency": f"afterok:{':'.join(after)}" if after else None}
+    params.update({k: v for k, v in optional.items() if v is not None})
+    executor.update_parameters(**params)
+    try:
+        return executor.submit(submitit.helpers.CommandFunction(command, cwd=os.getcwd()))
+    except Exception as e:          # sbatch refused it (bad partition or account, no SLURM here)
+        raise UserError(f"sbatch refused the job training {stage.model_name}: {str(e).strip()[-1500:]} "
+                        f"(resources: launcher.stages.{stage.name} or launcher.slurm)") from None
+
+
+def build_level_data(cfg, run_dir: Path, planned) -> set[str]:
+    """Every dataset the run reads (its stages and its audit) that can be built now, built once by the driver, as
+    `memlens run` builds them: sd_rl_prompts once the stage whose tokenizer splits it has trained. Held
+    exclusively while it builds; what is built already is kept. Returns the datasets that must wait (late)."""
     names = pipeline.needed_datasets(planned, cfg)
     tokenizer_stage = pipeline.rl_prompts_source(planned, run_dir)
+    late: set[str] = set()
     if pipeline.RL_PROMPTS in names:
         if tokenizer_stage is not None and pipeline.is_complete(tokenizer_stage):
             cfg = pipeline.set_rl_prompts_tokenizer(cfg, tokenizer_stage)
         elif tokenizer_stage is not None:
             names = [n for n in names if n != pipeline.RL_PROMPTS]
+            late = {pipeline.RL_PROMPTS}
     with hold_directories([("run_dir", pipeline.datasets_dir(run_dir), EXCLUSIVE)], "memlens run (data)"):
         pipeline.build_data(cfg, run_dir, names)
+    return late
 
 
 def wait_for(job, model_name: str) -> None:
@@ -130,3 +297,31 @@ def wait_for(job, model_name: str) -> None:
         raise UserError(f"the job training {model_name} failed (log: {job.paths.stderr}); the models that "
                         f"finished are kept: rerun the same command to continue. {str(e).strip()[-1500:]}") from None
     print(f"[memlens] {model_name:<28} {'job':<9} {'done':<8} {job.job_id}", flush=True)
+
+
+def wait_for_slurm(job, model_name: str, poll_s: float = 1.0) -> None:
+    """Wait until the job's result file exists (then as `wait_for`); a job that ended without one (cancelled,
+    timed out, killed, its upstream failed) stops the driver with its state and log."""
+    ended_at = None
+    checked = 0.0
+    while not job.paths.result_pickle.exists():
+        if time.time() - checked > 10 * poll_s:
+            checked = time.time()
+            state = slurm_state(job.job_id)
+            if state.split(" ")[0] in LIVE_STATES:
+                ended_at = None
+            elif ended_at is None:
+                ended_at = time.time()
+            elif time.time() - ended_at > RESULT_GRACE_S:
+                raise UserError(f"the job training {model_name} ({job.job_id}) ended as {state or 'unknown to squeue'}"
+                                f" without a result (log: {job.paths.stderr}); the models that finished are kept: "
+                                "rerun the same command to continue")
+        time.sleep(poll_s)
+    wait_for(job, model_name)
+
+
+def slurm_state(job_id: str) -> str:
+    """`STATE REASON` of a job as squeue reports it ('' when squeue no longer knows it)."""
+    proc = subprocess.run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T %r"], capture_output=True,
+                          text=True, timeout=60)
+    return proc.stdout.strip() if proc.returncode == 0 else ""

@@ -213,6 +213,12 @@ def outdated_reason(run_dir: Path, out_dir: Path, stage: PlannedStage, seed: int
     return None
 
 
+def is_up_to_date(run_dir: Path, stage: PlannedStage, seed: int | None = None) -> bool:
+    """A finished model `prepare_out_dir` would skip: same settings, and nothing it was trained from has changed."""
+    out_dir = models_dir(run_dir) / stage.model_name
+    return settings_match(out_dir, stage.settings) and outdated_reason(run_dir, out_dir, stage, seed) is None
+
+
 def quarantine_torn_checkpoints(run_dir: Path, out_dir: Path) -> None:
     """Move aside checkpoints a kill interrupted mid-save, so the resume starts from a whole one.
 

@@ -32,9 +32,11 @@ def two_processes() -> list[str]:
             "--main_process_port", str(port)]
 
 
-def memlens(*args: str, launcher: list[str] | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
-    """`python -m memlens ARGS` from the checkout, offline (or under `launcher`, e.g. accelerate launch)."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+def memlens(*args: str, launcher: list[str] | None = None, timeout: int = 900,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python -m memlens ARGS` from the checkout, offline (or under `launcher`, e.g. accelerate launch; `env`: the
+    environment to start from, e.g. a test SLURM cluster's SLURM_CONF)."""
+    env = dict(env or os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false")
     cmd = (launcher or [sys.executable]) + ["-m", "memlens", *args]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -169,27 +171,77 @@ def test_the_smoke_run_on_the_other_cpu_kernel_level(smoke, tmp_path):
     assert status == {f["id"]: f["status"] for f in read_json(other / "report" / "findings.json")["findings"]}
 
 
-def test_the_smoke_run_as_local_jobs_trains_the_same_models(smoke, tmp_path):
-    """`launcher.kind=local`: every model a `memlens train` job (submitit, 2 at a time, level by level); the same
-    weights, byte for byte, and the same findings as the sequential run; a job's log beside each."""
+def same_models_and_findings(run_dir: Path, other: Path, models: list[str]) -> None:
+    """`models`' weights byte for byte, and every finding's status, as the sequential run's."""
+    for model in models:
+        weights = sorted((run_dir / "models" / model).glob("*.safetensors"))
+        assert weights, model
+        for path in weights:
+            assert path.read_bytes() == (other / "models" / model / path.name).read_bytes(), (model, path)
+    status = {f["id"]: f["status"] for f in read_json(run_dir / "report" / "findings.json")["findings"]}
+    assert status == {f["id"]: f["status"] for f in read_json(other / "report" / "findings.json")["findings"]}
+
+
+def test_the_smoke_run_as_local_jobs_trains_the_rest_as_the_sequential_run(smoke, tmp_path):
+    """`launcher.kind=local`: a run whose first two levels finished (the sequential run's data and PT, FT.1, FT.2,
+    IPO, copied: what a killed driver leaves) goes on as `memlens train` jobs (submitit, 2 at a time, level by
+    level): the finished models kept, the rest trained to the same weights, byte for byte, and the same findings."""
     run_dir, _ = smoke
     other = tmp_path / "jobs"
+    kept = ["PT", "FT.1", "FT.2", "IPO"]
+    for part in ["data", *(f"models/{m}" for m in kept)]:
+        shutil.copytree(run_dir / part, other / part, symlinks=True)
+    stamps = {p: p.stat().st_mtime_ns for p in (other / "models").rglob("*.safetensors")}
     result = memlens("run", "experiment=smoke", f"run_dir={other}", "device=cpu", "launcher.kind=local",
                      "launcher.parallel=2", "report.figures=false")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "8 model(s) as jobs (local, 2 at a time)" in result.stdout
-    for model in MODELS:
-        for weights in sorted((run_dir / "models" / model).glob("*.safetensors")):
-            assert weights.read_bytes() == (other / "models" / model / weights.name).read_bytes(), (model, weights)
-        assert f"[memlens] {model:<28} job" in result.stdout
-    status = {f["id"]: f["status"] for f in read_json(run_dir / "report" / "findings.json")["findings"]}
-    assert status == {f["id"]: f["status"] for f in read_json(other / "report" / "findings.json")["findings"]}
-    assert len(list((other / "jobs").glob("*_log.out"))) == len(MODELS)
-    stamps = {p: p.stat().st_mtime_ns for p in (other / "models").rglob("*.safetensors")}
-    again = memlens("run", "experiment=smoke", f"run_dir={other}", "device=cpu", "launcher.kind=local",
-                    "after_training=[]")                   # a rerun keeps every finished model
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert stamps and all(p.stat().st_mtime_ns == t for p, t in stamps.items())
+    assert stamps and all(p.stat().st_mtime_ns == t for p, t in stamps.items())     # kept, not retrained
+    same_models_and_findings(run_dir, other, MODELS)
+    for model in MODELS:          # the finished ones are not even submitted
+        assert f"[memlens] {model:<28} job       {'skipped' if model in kept else 'done'}" in result.stdout, model
+    assert len(list((other / "jobs").glob("*_log.out"))) == len(MODELS) - len(kept)
+
+
+def test_the_smoke_run_as_slurm_jobs_trains_the_same_models(smoke, tmp_path):
+    """`launcher.kind=slurm` on a real one-node SLURM cluster (slurm-wlm, tests/slurm_cluster.py): every model an
+    sbatch job with `afterok` on its upstream jobs, sd_rl_prompts built once PT's job ended; the sequential run's
+    weights byte for byte and its findings. A rerun while RLFT.4 is held by another process: every finished model
+    kept and not submitted again, RLFT.4 (deleted) submitted; its job fails (its lock refusal in its log) and the
+    driver exits naming that log."""
+    from memlens.harness.core.layout import model_lock_dir
+    from memlens.harness.core.lock import hold_directories
+    from tests.slurm_cluster import missing, one_node_slurm
+
+    if why := missing():
+        pytest.skip(why)
+    run_dir, _ = smoke
+    other = tmp_path / "slurm"
+    args = ["run", "experiment=smoke", f"run_dir={other}", "device=cpu", "launcher.kind=slurm",
+            "launcher.slurm.cpus_per_task=1", "launcher.slurm.time_min=30"]
+    with one_node_slurm(tmp_path / "cluster") as env:
+        result = memlens(*args, "report.figures=false", env=env)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert "8 model(s) as jobs (slurm, afterok dependencies)" in result.stdout
+        queued = {line.split()[1]: line.split()[4:] for line in result.stdout.splitlines() if " queued " in line}
+        job_id = {model: ids[0] for model, ids in queued.items()}
+        assert queued["PT"] == [job_id["PT"]]
+        assert queued["FT.2"] == [job_id["FT.2"], f"(afterok:{job_id['PT']})"]
+        assert queued["RLFT.1/beta=0.5"] == [job_id["RLFT.1/beta=0.5"],
+                                             f"(afterok:{job_id['FT.1']}:{job_id['RM.1']})"]
+        out = result.stdout   # the late data: built after PT's job, before RLFT.4 (its reader) is queued
+        assert out.index(f"[memlens] {'PT':<28} job") < out.index("sd_rl_prompts:") < out.index(f"[memlens] {'RLFT.4':<28} job")
+        same_models_and_findings(run_dir, other, MODELS)
+
+        shutil.rmtree(other / "models" / "RLFT.4")
+        stamps = {p: p.stat().st_mtime_ns for p in (other / "models").rglob("*.safetensors")}
+        with hold_directories([("stage", model_lock_dir(other, "RLFT.4"))], "a test holding RLFT.4"):
+            again = memlens(*args, "after_training=[]", env=env)
+        assert again.returncode == 2, again.stdout[-3000:] + again.stderr[-3000:]
+        log = re.search(r"the job training RLFT\.4 failed \(log: (\S+)\)", again.stderr)
+        assert log and "a test holding RLFT.4" in Path(log[1]).read_text(), again.stderr[-3000:]
+        assert stamps and all(p.stat().st_mtime_ns == t for p, t in stamps.items())
+        assert again.stdout.count(" queued ") == 1 and again.stdout.count("(finished)") == len(MODELS) - 1
 
 
 def test_run_ends_saying_how_long_it_took_and_where_the_report_is(smoke):
