@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -51,19 +52,103 @@ def trl_device_kwargs(device: str, deepspeed_config: str | None = None) -> dict[
     Every TRL config defaults to bf16=True and gradient_checkpointing=True, which fail or crawl on
     CPU: there we pass use_cpu=True, bf16=False, gradient_checkpointing=False (bf16 matmuls measured
     ~1.8x slower than fp32 on CPU). On CUDA we train in bf16 with activation checkpointing and hand
-    over the DeepSpeed config when one is given.
+    over the DeepSpeed config when one is given. On CPU a DeepSpeed config is used only when the stage
+    gives one explicitly (`stages.<NAME>.deepspeed`): DeepSpeed's CPU accelerator over gloo, under a
+    multi-process launch (deepspeed_on_cpu); without one the CPU flags are exactly as before.
     """
     if device == "cpu":
         # `activation_checkpointing`: transformers 5's name (`gradient_checkpointing` is its deprecated alias)
-        return {"use_cpu": True, "bf16": False, "activation_checkpointing": False,
-                "report_to": "none", "dataloader_num_workers": 0}
+        kwargs: dict[str, Any] = {"use_cpu": True, "bf16": False, "activation_checkpointing": False,
+                                  "report_to": "none", "dataloader_num_workers": 0}
+        if deepspeed_config:
+            del kwargs["use_cpu"]          # use_cpu=True makes accelerate skip DeepSpeed
+            kwargs.update(deepspeed_on_cpu(deepspeed_config), dataloader_pin_memory=False)  # no accelerator to pin for
+        return kwargs
     # Gradient checkpointing said explicitly: TRL's configs default it on, transformers' TrainingArguments
     # (the pointwise reward model's trainer) off; a 3 B model's activations need it on a GPU either way.
-    kwargs: dict[str, Any] = {"bf16": True, "report_to": "none", "gradient_checkpointing": True,
-                              "gradient_checkpointing_kwargs": {"use_reentrant": False}}
+    kwargs = {"bf16": True, "report_to": "none", "gradient_checkpointing": True,
+              "gradient_checkpointing_kwargs": {"use_reentrant": False}}
     if deepspeed_config:
         kwargs["deepspeed"] = deepspeed_config
     return kwargs
+
+
+def deepspeed_on_cpu(deepspeed_config: str) -> dict[str, Any]:
+    """Make DeepSpeed (its CPU accelerator, gloo) the distributed state of this process and return the
+    TrainingArguments flags that use it: `deepspeed` and `accelerator_config.use_configured_state`.
+
+    accelerate finds no DeepSpeed backend without CUDA: its PartialState gives DeepSpeed a backend only on an
+    accelerator, and with `use_cpu` it never takes DeepSpeed. So the state is made here — ACCELERATE_USE_DEEPSPEED
+    set, accelerate's state reset, a PartialState over gloo (DeepSpeed's comm joins the process group the launch
+    already set up) — and the Trainer told to use it as configured. Needs a launch (`accelerate launch`, e.g.
+    launch/cpu_2proc.yaml): a plain process has no process group to join. The environment variable is restored after
+    the stage (run_recipe)."""
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("deepspeed") is None:
+        raise UserError(f"deepspeed={deepspeed_config}: DeepSpeed is not installed; `pip install -e '.[deepspeed]'`, "
+                        "or remove the stage's deepspeed key")
+    if "LOCAL_RANK" not in os.environ:
+        raise UserError(f"deepspeed={deepspeed_config} with device=cpu: DeepSpeed on CPU needs a multi-process launch "
+                        "(`accelerate launch --config_file launch/cpu_2proc.yaml -m memlens train ...`); "
+                        "or remove the stage's deepspeed key to train in one process")
+    from accelerate import PartialState
+    from accelerate.state import AcceleratorState
+    from accelerate.utils import DistributedType
+    from deepspeed.accelerator import get_accelerator, set_accelerator
+
+    if get_accelerator().device_name() != "cpu":     # device=cpu on a machine that has an accelerator
+        from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
+
+        set_accelerator(CPU_Accelerator())
+    # Collectives over gloo, not DeepSpeed's shared-memory kernel: that one is compiled on first use (measured
+    # 133 s on 2 cores, and it needs g++ and ninja); `compatible: false` makes DeepSpeed skip it (deepspeed.ops keeps
+    # the edited table).
+    import deepspeed.ops
+    from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
+
+    deepspeed.ops.__compatible_ops__[ShareMemCommBuilder.NAME] = False
+    os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
+    # A fresh state for every trainer, as TrainingArguments makes one without use_configured_state (an Accelerator
+    # takes a DeepSpeed plugin only when it is the first of its state: a second stage in this process needs its own).
+    AcceleratorState._reset_state(reset_partial_state=True)
+    device = os.environ.get("ACCELERATE_TORCH_DEVICE")
+    os.environ["ACCELERATE_TORCH_DEVICE"] = "cpu"
+    try:
+        PartialState(backend="gloo")
+    finally:
+        if device is None:
+            del os.environ["ACCELERATE_TORCH_DEVICE"]
+        else:
+            os.environ["ACCELERATE_TORCH_DEVICE"] = device
+    if PartialState().distributed_type != DistributedType.DEEPSPEED:
+        raise UserError(f"deepspeed={deepspeed_config} with device=cpu: accelerate did not set up DeepSpeed over gloo "
+                        f"(distributed type {PartialState().distributed_type}); remove the stage's deepspeed key")
+    return {"deepspeed": deepspeed_config, "accelerator_config": {"use_configured_state": True}}
+
+
+@contextmanager
+def deepspeed_left_behind_cleared():
+    """Train and save a stage, then clear what a DeepSpeed trainer leaves in the process: accelerate sets
+    ACCELERATE_USE_DEEPSPEED=true for good once it is given a DeepSpeed plugin (a later stage's TrainingArguments
+    would then build a default DeepSpeed plugin of its own), and transformers' ZeRO-3 switch (HfDeepSpeedConfig, a
+    weak reference) lives as long as the trainer does (the stage's evaluation, which loads the saved model in the main
+    process alone, and a later stage's from_pretrained would build a partitioned model and wait for the other
+    processes). Without DeepSpeed neither is set, and this changes nothing."""
+    import os
+    import sys
+
+    before = os.environ.get("ACCELERATE_USE_DEEPSPEED")
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("ACCELERATE_USE_DEEPSPEED", None)
+        else:
+            os.environ["ACCELERATE_USE_DEEPSPEED"] = before
+        if "transformers.integrations.deepspeed" in sys.modules:
+            sys.modules["transformers.integrations.deepspeed"].unset_hf_deepspeed_config()
 
 
 def zero_stage(deepspeed_config: str | None) -> int | None:
@@ -71,17 +156,6 @@ def zero_stage(deepspeed_config: str | None) -> int | None:
     if not deepspeed_config:
         return None
     return int((read_json(Path(deepspeed_config)).get("zero_optimization") or {}).get("stage", 0))
-
-
-def refuse_zero3_with_lora(settings: StageSettings) -> None:
-    """ZeRO-3 partitions every weight across processes; merging LoRA adapters into a partitioned base at
-    save (recipes.models.save_final) would write empty or partial tensors. LoRA's few trainable parameters
-    gain nothing from ZeRO-3 anyway: ZeRO-2 shards their optimizer state, and the base stays whole."""
-    lora = settings.model_settings.lora_settings.enabled
-    if lora and zero_stage(settings.deepspeed) == 3:
-        raise settings.bad("deepspeed", "ZeRO-3 with LoRA would save partitioned weights; use "
-                           "launch/ds_zero2.json with LoRA, or model.lora.enabled=false for full fine-tuning "
-                           "under ZeRO-3")
 
 
 @dataclass
@@ -112,18 +186,16 @@ class StageSettings:
         if not ok:
             raise self.bad(key, fix)
 
-    def resolve_model(self, where: str, adapters: bool = True) -> None:
+    def resolve_model(self, where: str) -> None:
         """What every trainer stage checks last: its model preset parsed (`model_settings`), its DeepSpeed file
-        present, ZeRO-3 refused with LoRA when the stage trains adapters (`adapters`), and an unset `fim_family`
-        taken from the preset."""
+        present, and an unset `fim_family` taken from the preset. ZeRO-3 with LoRA is allowed: a LoRA stage's save
+        gathers the partitioned weights and merges them on the main process (recipes.models.save_lora_stage)."""
         from memlens.recipes.models import parse_model  # models.py defines the preset; it imports nothing here
 
         self.model_settings = parse_model(self.model, f"{where}.model")
         deepspeed = getattr(self, "deepspeed", None)
         self.require(deepspeed is None or Path(deepspeed).is_file(), "deepspeed",
                      "give an existing DeepSpeed JSON, e.g. launch/ds_zero2.json, or null")
-        if adapters:
-            refuse_zero3_with_lora(self)
         if getattr(self, "fim_family", "") is None:
             self.fim_family = self.model_settings.fim_family
 
@@ -244,9 +316,11 @@ def run_recipe(recipe_class: type[Recipe], load: Callable[[dict[str, Any], str],
     if settings_match(ctx.out_dir, settings):
         return
     recipe = recipe_class(load(settings, ctx.name.split("/")[0]), ctx)
-    recipe.setup()
-    recipe.train()
-    recipe.save()
+    with deepspeed_left_behind_cleared():
+        recipe.setup()
+        recipe.train()
+        recipe.save()
+    # After DeepSpeed's switches are cleared: an evaluation loads saved models whole, in the main process alone.
     recipe.evaluate()
     if is_main_process():
         write_provenance(ctx, recipe.stage, settings, **recipe.provenance())

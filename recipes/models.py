@@ -12,6 +12,8 @@ These are plain functions, not a base class: each recipe stays a short script th
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -232,3 +234,45 @@ def save_final(pretrained, tokenizer, out_dir: Path):
     if tokenizer is not None:
         tokenizer.save_pretrained(str(out_dir))
     return pretrained
+
+
+def save_lora_stage(trainer, tokenizer, out_dir: Path, rebuild: Callable[[], Any]):
+    """Save the LoRA model `trainer` trained as a plain merged model (save_final), written by the main process;
+    returns the merged model there and None on the other processes. Every process must call it.
+
+    Without ZeRO-3 the trainer's model is whole in every process: the main process merges and saves it, as always.
+    Under DeepSpeed ZeRO-3 each process holds only a partition of every weight (the others are empty tensors, so a
+    merge fails with `size of tensor a (0) must match ...`). There every process first takes part in gathering the
+    full state dict (DeepSpeed's consolidated 16-bit state dict: one module at a time, collected on the main
+    process's CPU; what `stage3_gather_16bit_weights_on_model_save` saves, but gathered whatever that flag says). The
+    main process then builds the model again un-partitioned (`rebuild`: the init model wrapped in the same adapters,
+    with transformers' ZeRO-3 switch off, since a partitioned from_pretrained there would wait for processes that
+    never join it), loads the gathered weights into it (strictly: every base and adapter key), then merges and saves
+    it exactly as without ZeRO-3."""
+    engine = trainer.model_wrapped
+    partitioned = getattr(trainer, "is_deepspeed_enabled", False) and engine.zero_optimization_partition_weights()
+    if not partitioned:
+        return save_final(trainer.model, tokenizer, out_dir) if trainer.is_world_process_zero() else None
+    state = engine._zero3_consolidated_16bit_state_dict()      # a collective: every process takes part
+    if not trainer.is_world_process_zero():
+        return None
+    with zero3_init_off():
+        model = rebuild()
+    model.load_state_dict(state, strict=True)
+    return save_final(model, tokenizer, out_dir)
+
+
+@contextmanager
+def zero3_init_off():
+    """transformers' ZeRO-3 switch (the HfDeepSpeedConfig its weak reference points to) off for the block, back on
+    after: a from_pretrained in the block builds a whole model in this process alone."""
+    from transformers.integrations import deepspeed as hf_deepspeed
+
+    ref = hf_deepspeed._hf_deepspeed_config_weak_ref
+    config = ref() if ref is not None else None
+    hf_deepspeed.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        if config is not None:
+            hf_deepspeed.set_hf_deepspeed_config(config)

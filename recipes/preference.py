@@ -52,7 +52,7 @@ from memlens.recipes.common import (
     run_recipe,
     trl_device_kwargs,
 )
-from memlens.recipes.models import load_causal_lm, lora_config, save_final
+from memlens.recipes.models import load_causal_lm, lora_config, save_lora_stage, wrap_lora
 
 PAIR_FIELDS = ("id", "prefix", "suffix", "chosen", "rejected")
 
@@ -85,7 +85,7 @@ class PreferenceSettings(StageSettings):
     logging_steps: int = 10        # log train/loss every N steps
     fim_family: str | None = None  # FIM sentinel family (harness.text.fim); None = the preset's, else detected
     model: dict[str, Any] = field(default_factory=dict)  # preset (dtype, lora, fim_family); injected by the pipeline
-    deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); CUDA only
+    deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); on CPU only under a launch
 
     def __post_init__(self, where: str) -> None:
         super().__post_init__(where)
@@ -255,9 +255,10 @@ class PreferenceRecipe:
 
     def save(self) -> None:
         if self.preset.lora_settings.enabled:
-            # Merged, so the audit loads a plain model at the stage root, as after full fine-tuning.
-            if self.trainer.is_world_process_zero():
-                save_final(self.trainer.model, self.tokenizer, self.ctx.out_dir)
+            # Merged, so the audit loads a plain model at the stage root, as after full fine-tuning; under ZeRO-3
+            # gathered by every process first into the init model in the adapters the trainer added (save_lora_stage).
+            save_lora_stage(self.trainer, self.tokenizer, self.ctx.out_dir,
+                            lambda: wrap_lora(load_causal_lm(self.init_dir, self.preset, self.ctx.device), self.preset))
             return
         self.trainer.save_model(str(self.ctx.out_dir))
         self.tokenizer.save_pretrained(str(self.ctx.out_dir))

@@ -57,7 +57,7 @@ class PretrainSettings(StageSettings):
     save_steps: int = 100          # checkpoint interval (resume granularity)
     save_total_limit: int | None = 2  # PT checkpoints are for resuming only; the audit scores later stages
     logging_steps: int = 10
-    deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); CUDA only
+    deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); on CPU only under a launch
 
     def __post_init__(self, where: str) -> None:
         super().__post_init__(where)
@@ -69,7 +69,7 @@ class PretrainSettings(StageSettings):
         self.require(0 < self.lr < 1, "lr", "set a learning rate in (0, 1), e.g. 2e-3")
         self.require(0 <= self.fim_rate <= 1, "fim_rate", "a probability in [0, 1] (paper: 0.8)")
         self.require(self.save_steps >= 1, "save_steps", "use >= 1")
-        self.resolve_model(where, adapters=False)   # PT trains every weight from scratch (or is imported)
+        self.resolve_model(where)   # PT trains every weight from scratch (or is imported)
         # The embedded model's context is the preset's; a public model's is its own config's (`memlens check`).
         self.require(self.model_settings.pretrained is not None
                      or self.model_settings.max_position_embeddings >= self.max_seq_len, "max_seq_len",

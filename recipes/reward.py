@@ -42,7 +42,7 @@ from memlens.recipes.common import (
     trl_device_kwargs,
     zero_stage,
 )
-from memlens.recipes.models import load_sequence_classifier, save_final, wrap_lora
+from memlens.recipes.models import load_sequence_classifier, save_lora_stage, wrap_lora
 
 OBJECTIVES = ("pointwise", "pairwise")
 POINTWISE_FIELDS = ("id", "prefix", "suffix", "completion", "label")
@@ -69,7 +69,7 @@ class RewardSettings(StageSettings):
     logging_steps: int = 10        # log train/loss every N steps
     fim_family: str | None = None  # FIM sentinel family (harness.text.fim); None = the preset's, else detected
     model: dict[str, Any] = field(default_factory=dict)  # preset (dtype, lora, fim_family); injected by the pipeline
-    deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); CUDA only
+    deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); on CPU only under a launch
 
     def __post_init__(self, where: str) -> None:
         super().__post_init__(where)
@@ -143,8 +143,7 @@ class RewardRecipe:
                                                                             self.cfg.fim_family)
         self.tokenizer.truncation_side = "left"  # a too-long PSM text keeps its end: the completion + EOS
         set_seed(self.ctx.seed)   # the new score head is drawn from the global RNG: make it the run's seed
-        self.model = wrap_lora(load_sequence_classifier(self.init_dir, preset, self.ctx.device,
-                                                        self.tokenizer.pad_token_id), preset, task_type="SEQ_CLS")
+        self.model = self.new_model()
         required = POINTWISE_FIELDS if self.cfg.objective == "pointwise" else PAIRWISE_FIELDS
         self.rows = {name: read_jsonl(self.ctx.data_dir(name) / "rows.jsonl", required=required)
                      for name in dict.fromkeys(self.cfg.datasets + self.cfg.eval_datasets)}
@@ -155,6 +154,12 @@ class RewardRecipe:
         for name, rows in self.rows.items():
             if not rows:
                 raise UserError(f"{self.ctx.data_dir(name)}/rows.jsonl is empty; rebuild dataset {name!r}")
+
+    def new_model(self):
+        """The init model with a score head, in LoRA adapters when the preset enables them (before training)."""
+        preset = self.cfg.model_settings
+        return wrap_lora(load_sequence_classifier(self.init_dir, preset, self.ctx.device, self.tokenizer.pad_token_id),
+                         preset, task_type="SEQ_CLS")
 
     def psm_text(self, row: dict, completion: str) -> str:
         from memlens.harness.text import fim
@@ -213,9 +218,10 @@ class RewardRecipe:
     def save(self) -> None:
         if self.cfg.model_settings.lora_settings.enabled:
             # Merged, so the RL stage and the audit load a plain sequence classifier; the scores below are
-            # then those of the saved model.
-            if self.trainer.is_world_process_zero():
-                self.model = save_final(self.trainer.model, self.tokenizer, self.ctx.out_dir)
+            # then those of the saved model. Under ZeRO-3 gathered by every process first (save_lora_stage).
+            merged = save_lora_stage(self.trainer, self.tokenizer, self.ctx.out_dir, self.new_model)
+            if merged is not None:
+                self.model = merged
         else:
             self.trainer.save_model(str(self.ctx.out_dir))      # gathers ZeRO-3 shards, main process writes
             self.tokenizer.save_pretrained(str(self.ctx.out_dir))

@@ -61,7 +61,7 @@ from memlens.recipes.models import (
     load_sequence_classifier,
     load_tokenizer,
     lora_config,
-    save_final,
+    save_lora_stage,
     stop_generation_at_family_stops,
     wrap_lora,
 )
@@ -106,7 +106,7 @@ class RLSettings(StageSettings):
     eval_samples: int = 4          # sampled completions per evaluation prompt
     fim_family: str | None = None  # FIM sentinel family (harness.text.fim); None = the preset's, else detected
     model: dict[str, Any] = field(default_factory=dict)  # preset (dtype, lora, fim_family); injected by the pipeline
-    deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); CUDA only (not ppo)
+    deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); on CPU only under a launch; not ppo
     # algorithm: ppo only (Ziegler et al. 2019; Schulman et al. 2016/2017 for GAE and clipping)
     ppo_epochs: int = 4            # optimisation passes over each rollout batch; more -> faster drift, less stable
     ppo_minibatches: int = 1       # minibatches per pass (one optimizer step each)
@@ -514,9 +514,10 @@ class RLRecipe:
         if self.cfg.algorithm == "ppo":
             return self.trainer.save_models(self.ctx.out_dir)
         if self.preset.lora_settings.enabled:
-            # Merged, so the audit loads a plain model at the stage root, as after full fine-tuning.
-            if self.trainer.is_world_process_zero():
-                save_final(self.trainer.model, self.tokenizer, self.ctx.out_dir)
+            # Merged, so the audit loads a plain model at the stage root, as after full fine-tuning; under ZeRO-3
+            # gathered by every process first into the init model in the adapters the trainer added (save_lora_stage).
+            save_lora_stage(self.trainer, self.tokenizer, self.ctx.out_dir,
+                            lambda: wrap_lora(load_causal_lm(self.init_dir, self.preset, self.ctx.device), self.preset))
             return
         self.trainer.save_model(str(self.ctx.out_dir))
         self.tokenizer.save_pretrained(str(self.ctx.out_dir))

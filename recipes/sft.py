@@ -35,7 +35,7 @@ from memlens.recipes.common import (
     run_recipe,
     trl_device_kwargs,
 )
-from memlens.recipes.models import load_causal_lm, save_final, wrap_lora
+from memlens.recipes.models import load_causal_lm, save_lora_stage, wrap_lora
 
 
 @dataclass
@@ -63,7 +63,7 @@ class SFTSettings(StageSettings):
     save_steps: int = 50           # a checkpoint-<step>/ every N steps (each is audited)
     save_total_limit: int | None = None  # keep all: the audit scores every checkpoint
     logging_steps: int = 10
-    deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); CUDA only
+    deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); on CPU only under a launch
 
     def __post_init__(self, where: str) -> None:
         super().__post_init__(where)
@@ -189,7 +189,11 @@ class SFTRecipe:
             raise UserError(f"stages.{self.ctx.name}.datasets={self.settings.datasets}: all empty; rebuild the data")
         rng.shuffle(examples)  # the size-proportional mixture of Appendix A.3
         self.train_dataset = Dataset.from_list(examples)
-        self.model = wrap_lora(load_causal_lm(self.init_dir, self.model_preset, self.ctx.device), self.model_preset)
+        self.model = self.new_model()
+
+    def new_model(self):
+        """The init model, in LoRA adapters when the preset enables them (the trained model before training)."""
+        return wrap_lora(load_causal_lm(self.init_dir, self.model_preset, self.ctx.device), self.model_preset)
 
     def train(self) -> None:
         from trl import SFTConfig, SFTTrainer
@@ -213,9 +217,9 @@ class SFTRecipe:
     def save(self) -> None:
         self.trainer.save_state()      # trainer_state.json: the loss curve
         if self.model_preset.lora_settings.enabled:
-            # Merge the adapters so downstream stages load a plain model (not under ZeRO-3 sharding).
-            if self.trainer.is_world_process_zero():
-                save_final(self.trainer.model, self.tokenizer, self.ctx.out_dir)
+            # Merge the adapters so downstream stages load a plain model; under ZeRO-3 every process gathers the
+            # partitioned weights first and the main process merges them into a new model (save_lora_stage).
+            save_lora_stage(self.trainer, self.tokenizer, self.ctx.out_dir, self.new_model)
         else:
             # Trainer.save_model gathers ZeRO-3 shards and writes from the main process only.
             self.trainer.save_model(str(self.ctx.out_dir))

@@ -33,12 +33,13 @@ def two_processes() -> list[str]:
 
 
 def memlens(*args: str, launcher: list[str] | None = None, timeout: int = 900,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+            env: dict[str, str] | None = None, module: str = "memlens") -> subprocess.CompletedProcess:
     """`python -m memlens ARGS` from the checkout, offline (or under `launcher`, e.g. accelerate launch; `env`: the
-    environment to start from, e.g. a test SLURM cluster's SLURM_CONF)."""
+    environment to start from, e.g. a test SLURM cluster's SLURM_CONF; `module`: a test's wrapper of the command,
+    e.g. tests.integration.zero3_probe)."""
     env = dict(env or os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false")
-    cmd = (launcher or [sys.executable]) + ["-m", "memlens", *args]
+    cmd = (launcher or [sys.executable]) + ["-m", module, *args]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
