@@ -300,7 +300,7 @@ def run_locked(name: str, command, cfg, argv: list[str]) -> int:
         except UserError:
             raise
         except Exception as e:
-            refused = storage_error(e) or _refusing_disk(e, [path for _, path in written])
+            refused = storage_error(e) or _refusing_disk(e, [entry[1] for entry in written])   # (key, path[, mode])
             if refused is None:
                 raise
             raise refused from None
@@ -334,17 +334,21 @@ def run(argv: list[str]) -> int:
     command = load_command(name)
     points = expand_sweep(overrides) if multirun else [(overrides, {})]
     status = 0
+    as_jobs = []
     for i, (point_overrides, point) in enumerate(points):
         if multirun:
             print(f"[memlens] sweep point {i + 1}/{len(points)}: {point}", flush=True)
         cfg = compose(point_overrides, point)
         if name == "run" and (cfg.get("launcher") or {}).get("kind") is not None:
-            # each model a job that locks what it trains; the driver locks what it writes after them
-            from memlens.recipes.launcher import run_jobs  # lazy: the recipes load when a training command runs
-
-            status = max(status, run_jobs(cfg, point_overrides, measurement(), directories_written(name, cfg)))
+            # each model a job that locks what it trains; the driver locks what it writes after them. The points go
+            # to one driver together, so that a cluster trains them at once.
+            as_jobs.append((cfg, point_overrides, directories_written(name, cfg)))
             continue
         status = max(status, run_locked(name, command, cfg, argv))
+    if as_jobs:
+        from memlens.recipes.launcher import run_jobs  # lazy: the recipes load when a training command runs
+
+        status = max(status, run_jobs(as_jobs, measurement()))
     return status
 
 

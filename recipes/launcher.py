@@ -14,7 +14,8 @@ submits the rest; a failed job stops the driver with the path of its log.
   jobs of the models it starts from (and `kill-on-invalid-dep`, so a failed upstream cancels its dependants instead
   of leaving them pending); the data that needs a trained model (sd_rl_prompts, split by PT's tokenizer) is built
   when that model's job ends, then its readers are submitted. Resources per job from `launcher.slurm`, per stage
-  from `launcher.stages.<NAME>`; a job with `gpus > 1` trains under `accelerate launch` on its node.
+  from `launcher.stages.<NAME>`; a job with `gpus > 1` trains under `accelerate launch` on its node. The points of
+  a `-m` sweep are submitted together by one driver (a model they share is one job).
 The driver waits on each job's result file and asks `squeue` for the state of a job that has none: submitit's own
 watcher reads `sacct`, which a cluster without accounting storage does not answer.
 """
@@ -25,6 +26,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -146,40 +148,74 @@ def train_command(overrides: list[str], sweep_point: dict, model_name: str, has_
             "build_data=false"]
 
 
-def run_jobs(cfg, overrides: list[str], measurement, after_locks: list[tuple]) -> int:
-    """The driver (see the module docstring); the audit and the report run holding `after_locks` (what
-    `memlens run` holds) once every job has finished."""
+@dataclass
+class Point:
+    """One run (one `-m` point) as the driver sees it: its config, plan, launcher settings, job command lines, the
+    models its jobs train, and what `memlens run` holds while the audit and the report write."""
+
+    cfg: Any
+    run_dir: Path
+    planned: list
+    settings: dict
+    commands: dict[str, list[str]]
+    to_train: list
+    after_locks: list[tuple]
+
+
+def run_jobs(points: list[tuple], measurement) -> int:
+    """The driver (see the module docstring) for `(cfg, overrides, after_locks)` per run or `-m` point. Every point is
+    checked before anything is submitted. `local`: point by point. `slurm`: every point's models submitted together (a
+    model two points share, e.g. their upstream PT, is one job), then each point's audit and report in turn, holding
+    `after_locks`."""
+    start = time.time()
+    prepared = [prepare_point(*point) for point in points]
+    kinds = {p.settings["kind"] for p in prepared}
+    if len(kinds) > 1:
+        raise UserError(f"launcher.kind differs between the sweep points ({', '.join(sorted(kinds))}): sweep it in "
+                        "separate commands")
+    if kinds == {"slurm"}:
+        run_slurm(prepared)
+    for point in prepared:
+        if point.settings["kind"] == "local":
+            run_local(point)
+        finish_point(point, measurement, start)
+    return 0
+
+
+def prepare_point(cfg, overrides: list[str], after_locks: list[tuple]) -> Point:
+    """A point checked as `memlens run` checks it (refused with the fix before anything is written), its job
+    command lines, and the models already finished (not submitted)."""
     if cfg.get("formal") is not None:
         raise UserError("launcher: the formal-language study trains its models in formal.workers processes of its "
                         "own; run it without launcher.kind")
     run_dir = Path(str(cfg.run_dir))
     planned = pipeline.plan(cfg)
     settings = check_launcher(cfg, planned)
-    start = time.time()
-    pipeline.run_preflight(cfg, quiet=True)           # as `memlens run`: refused with the fix before anything is written
+    pipeline.run_preflight(cfg, quiet=True)
     pipeline.check_user_files(cfg, pipeline.needed_datasets(planned, cfg))
     at_once = f"{settings['parallel']} at a time" if settings["kind"] == "local" else "afterok dependencies"
-    print(f"[memlens] run {cfg.get('experiment_name')} in {run_dir}: {len(planned)} model(s) as jobs "
-          f"({settings['kind']}, {at_once})", flush=True)
-    commands = {s.model_name: train_command(overrides, dict(cfg.get("sweep_point") or {}), s.model_name,
-                                            "stage" in cfg, resources_of(settings, s)["gpus"]) for s in planned}
+    point = dict(cfg.get("sweep_point") or {})
+    print(f"[memlens] run {cfg.get('experiment_name')} in {run_dir}{f' {point}' if point else ''}: {len(planned)} "
+          f"model(s) as jobs ({settings['kind']}, {at_once})", flush=True)
+    commands = {s.model_name: train_command(overrides, point, s.model_name, "stage" in cfg,
+                                            resources_of(settings, s)["gpus"]) for s in planned}
     finished = finished_models(run_dir, planned, cfg.get("seed"))
     for stage in planned:
         if stage.model_name in finished:
             print(f"[memlens] {stage.model_name:<28} {'job':<9} {'skipped':<8} (finished)", flush=True)
-    to_train = [s for s in planned if s.model_name not in finished]
-    if settings["kind"] == "local":
-        run_local(cfg, run_dir, planned, to_train, settings, commands)
-    else:
-        run_slurm(cfg, run_dir, planned, to_train, settings, commands)
-    with hold_directories(after_locks, "memlens run (audit, report)"):
-        pipeline.after_training(cfg, measurement)
+    return Point(cfg, run_dir, planned, settings, commands, [s for s in planned if s.model_name not in finished],
+                 after_locks)
+
+
+def finish_point(point: Point, measurement, start: float) -> None:
+    """The point's audit and report (as `memlens run` after training), and its run record."""
+    with hold_directories(point.after_locks, "memlens run (audit, report)"):
+        pipeline.after_training(point.cfg, measurement)
     seconds = time.time() - start
-    pipeline.write_run_record(cfg, run_dir, [], wall_seconds=round(seconds, 1),
-                              launcher={"kind": settings["kind"], "parallel": settings["parallel"]})
-    print(f"[memlens] run {cfg.get('experiment_name')} finished in {int(seconds // 60)} min {seconds % 60:.0f} s "
-          f"(jobs: {run_dir / JOBS_DIR})", flush=True)
-    return 0
+    pipeline.write_run_record(point.cfg, point.run_dir, [], wall_seconds=round(seconds, 1),
+                              launcher={"kind": point.settings["kind"], "parallel": point.settings["parallel"]})
+    print(f"[memlens] run {point.cfg.get('experiment_name')} finished in {int(seconds // 60)} min {seconds % 60:.0f} s "
+          f"(jobs: {point.run_dir / JOBS_DIR})", flush=True)
 
 
 def finished_models(run_dir: Path, planned, seed) -> set[str]:
@@ -198,53 +234,65 @@ def resources_of(settings: dict, stage) -> dict:
     return settings["stages"].get(stage.name, settings["slurm"])
 
 
-def run_local(cfg, run_dir: Path, planned, to_train, settings: dict, commands: dict) -> None:
+def run_local(point: Point) -> None:
     """Level by level, `parallel` jobs at a time, each with cores / parallel torch threads."""
     import submitit  # lazy: only a run with a launcher needs it
 
-    executor = submitit.AutoExecutor(folder=str(run_dir / JOBS_DIR), cluster="local")
+    executor = submitit.AutoExecutor(folder=str(point.run_dir / JOBS_DIR), cluster="local")
     executor.update_parameters(timeout_min=24 * 60)
-    threads = max(1, (os.cpu_count() or 1) // settings["parallel"])
+    parallel = point.settings["parallel"]
+    threads = max(1, (os.cpu_count() or 1) // parallel)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    for level in dependency_levels(planned):
-        level = [s for s in level if s in to_train]
-        build_level_data(cfg, run_dir, planned)
-        for i in range(0, len(level), settings["parallel"]):
-            batch = level[i:i + settings["parallel"]]
+    for level in dependency_levels(point.planned):
+        level = [s for s in level if s in point.to_train]
+        build_level_data(point.cfg, point.run_dir, point.planned)
+        for i in range(0, len(level), parallel):
             jobs = [(stage, executor.submit(submitit.helpers.CommandFunction(
-                commands[stage.model_name], cwd=os.getcwd(), env=env))) for stage in batch]
+                point.commands[stage.model_name], cwd=os.getcwd(), env=env))) for stage in level[i:i + parallel]]
             for stage, job in jobs:
                 wait_for(job, stage.model_name)
 
 
-def run_slurm(cfg, run_dir: Path, planned, to_train, settings: dict, commands: dict) -> None:
+def run_slurm(points: list[Point]) -> None:
     """Every model whose data exists submitted at once with `afterok` on its upstream jobs; the late data (built from
-    a trained model) once that model's job ends, then its readers; then every job waited for, in plan order."""
+    a trained model) once that model's job ends, then its readers; then every job waited for, in plan order. A model
+    that several points plan (same directory, same settings: their shared upstream) is one job."""
     jobs: dict[str, Any] = {}
     waited: set[str] = set()
-    waiting = list(to_train)
-    while waiting:
-        late = build_level_data(cfg, run_dir, planned)
-        ready = [s for s in waiting if not late & set(needed_datasets([s], cfg, with_audit=False))]
-        if not ready:                      # the late data waits for the model whose tokenizer splits it
-            source = pipeline.rl_prompts_source(planned, run_dir)
-            name = next((s.model_name for s in planned if pipeline.models_dir(run_dir) / s.model_name == source), None)
-            if name not in jobs:
+    waiting = {i: list(point.to_train) for i, point in enumerate(points)}
+    while any(waiting.values()):
+        submitted = False
+        for i, point in enumerate(points):
+            late = build_level_data(point.cfg, point.run_dir, point.planned)
+            ready = [s for s in waiting[i] if not late & set(needed_datasets([s], point.cfg, with_audit=False))]
+            for stage in ready:
+                if stage.model_name not in jobs:
+                    jobs[stage.model_name] = queue_slurm(point, stage, jobs)
+                    submitted = True
+            waiting[i] = [s for s in waiting[i] if s not in ready]
+        if not submitted and any(waiting.values()):  # the late data waits for the model whose tokenizer splits it
+            point = points[next(i for i, w in waiting.items() if w)]
+            source = pipeline.rl_prompts_source(point.planned, point.run_dir)
+            name = next((s.model_name for s in point.planned
+                         if pipeline.models_dir(point.run_dir) / s.model_name == source), None)
+            if name not in jobs or name in waited:
                 raise UserError(f"{pipeline.RL_PROMPTS} waits for {source}, which no job trains: train it first "
                                 f"(memlens train stage={source.name})")
             wait_for_slurm(jobs[name], name)
             waited.add(name)
-            continue
-        for stage in ready:
-            after = [jobs[u].job_id for u in upstream_models(stage, planned) if u in jobs]
-            jobs[stage.model_name] = submit_slurm(run_dir, stage, resources_of(settings, stage),
-                                                  commands[stage.model_name], after)
-            print(f"[memlens] {stage.model_name:<28} {'job':<9} {'queued':<8} {jobs[stage.model_name].job_id}"
-                  + (f" (afterok:{':'.join(after)})" if after else ""), flush=True)
-        waiting = [s for s in waiting if s not in ready]
-    for stage in to_train:
-        if stage.model_name not in waited:
-            wait_for_slurm(jobs[stage.model_name], stage.model_name)
+    for name, job in jobs.items():
+        if name not in waited:
+            wait_for_slurm(job, name)
+
+
+def queue_slurm(point: Point, stage, jobs: dict[str, Any]):
+    """Submit one model's job, `afterok` on the jobs of the models it starts from; print its line."""
+    after = [jobs[u].job_id for u in upstream_models(stage, point.planned) if u in jobs]
+    job = submit_slurm(point.run_dir, stage, resources_of(point.settings, stage), point.commands[stage.model_name],
+                       after)
+    print(f"[memlens] {stage.model_name:<28} {'job':<9} {'queued':<8} {job.job_id}"
+          + (f" (afterok:{':'.join(after)})" if after else ""), flush=True)
+    return job
 
 
 def submit_slurm(run_dir: Path, stage, resources: dict, command: list[str], after: list[str]):

@@ -153,3 +153,16 @@ def test_an_exclusive_holder_refuses_a_shared_taker(tmp_path):
         holder.wait()
     with hold_directories([("run_dir", run_dir, SHARED), ("run_dir", run_dir)], "memlens run"):
         assert json.loads((run_dir / LOCK_FILE).read_text())["mode"] == "exclusive"   # named twice: the stronger
+
+
+def test_a_training_that_fails_under_its_shared_locks_raises_its_own_error(tmp_path):
+    """`memlens train` holds (key, directory, SHARED) entries; a failure that is not the disk's passes through as it
+    is (it was a `too many values to unpack` from the disk check)."""
+    from memlens.harness.cli import compose, run_locked
+
+    def fails(cfg):
+        raise RuntimeError("the stage failed")
+
+    cfg = compose(["experiment=smoke", f"run_dir={tmp_path / 'run'}"])
+    with pytest.raises(RuntimeError, match="the stage failed"):
+        run_locked("train", fails, cfg, ["train", "stage=PT"])
