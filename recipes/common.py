@@ -86,13 +86,13 @@ def deepspeed_on_cpu(deepspeed_config: str) -> dict[str, Any]:
     import importlib.util
     import os
 
-    if importlib.util.find_spec("deepspeed") is None:
-        raise UserError(f"deepspeed={deepspeed_config}: DeepSpeed is not installed; `pip install -e '.[deepspeed]'`, "
-                        "or remove the stage's deepspeed key")
     if "LOCAL_RANK" not in os.environ:
         raise UserError(f"deepspeed={deepspeed_config} with device=cpu: DeepSpeed on CPU needs a multi-process launch "
                         "(`accelerate launch --config_file launch/cpu_2proc.yaml -m memlens train ...`); "
                         "or remove the stage's deepspeed key to train in one process")
+    if importlib.util.find_spec("deepspeed") is None:
+        raise UserError(f"deepspeed={deepspeed_config}: DeepSpeed is not installed; `pip install -e '.[deepspeed]'`, "
+                        "or remove the stage's deepspeed key")
     from accelerate import PartialState
     from accelerate.state import AcceleratorState
     from accelerate.utils import DistributedType

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 stamp=.venv/.memlens-installed
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[setup] installing memlens into .venv (first time: ~2 minutes)"
   .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
@@ -21,5 +21,11 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -qq -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
   .venv/bin/python -c "import memlens.harness, memlens.recipes, memlens.synthetic_data, torch, trl" \
     || { echo "[setup] install failed" >&2; exit 1; }
+  # DeepSpeed beside .venv, not in it (pyproject.toml's `deepspeed` extra says why): only the ZeRO-3 test's processes
+  # see it, on PYTHONPATH (tests/integration/run_helpers.py DEEPSPEED_OVERLAY). Pure Python, no ops compiled; the
+  # pins are deepspeed's own dependencies that .[test] does not bring.
+  rm -rf .venv/deepspeed-overlay
+  .venv/bin/python -m pip install -qq --no-deps --target .venv/deepspeed-overlay deepspeed==0.19.8 einops==0.8.2 \
+    hjson==3.1.0 msgpack==1.2.4 ninja==1.13.2 py-cpuinfo==9.0.0 2>&1 | grep -v "^WARNING: Location" || true
   echo "$want" > "$stamp"
 fi

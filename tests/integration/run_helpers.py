@@ -15,6 +15,8 @@ from memlens.harness.cli import compose
 from memlens.recipes.plan import plan
 
 REPO = Path(__file__).resolve().parents[2]
+# DeepSpeed for the ZeRO-3 test only, beside .venv (scripts/setup.sh installs it; pyproject.toml says why)
+DEEPSPEED_OVERLAY = REPO / ".venv" / "deepspeed-overlay"
 CONF = REPO / "conf"
 # Pipeline experiments: the ones that declare `stages:` (others, e.g. nmt_*, belong to other commands).
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if "\nstages:" in p.read_text())
@@ -114,3 +116,14 @@ def toy_overrides(name: str) -> list[str]:
     stages = {s.name: s.recipe for s in plan(compose([f"experiment={name}", *TOY_RUN]))}
     return [f"++stages.{stage}.{key}={value}" for stage, recipe in stages.items()
             for key, value in TOY_STAGE[recipe].items()]
+
+
+def copy_run(run_dir: Path, dest: Path, parts: list[str] | None = None) -> Path:
+    """A copy of a run (or of `parts` of it, e.g. ["data", "models/PT"]) to run commands on, times kept (a model's
+    up-to-date check compares them); no lock files, which another test's command on the original may be holding."""
+    import shutil
+
+    ignore = shutil.ignore_patterns(".memlens.lock*", ".locks")
+    for part in parts or [""]:
+        shutil.copytree(run_dir / part, dest / part, symlinks=True, ignore=ignore, dirs_exist_ok=True)
+    return dest

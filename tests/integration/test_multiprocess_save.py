@@ -16,7 +16,7 @@ import pytest
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_json
 from tests.families import build_family
-from tests.integration.run_helpers import REPO, memlens, two_processes
+from tests.integration.run_helpers import DEEPSPEED_OVERLAY, REPO, memlens, two_processes
 
 pytestmark = pytest.mark.slow
 
@@ -63,11 +63,14 @@ def test_zero3_with_lora_gathers_and_merges_into_the_zero3_models_logits(tmp_pat
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
+    if not DEEPSPEED_OVERLAY.is_dir():
+        pytest.skip(f"no {DEEPSPEED_OVERLAY}: bash scripts/setup.sh installs DeepSpeed there")
     model_dir = build_family("qwen2.5-coder", tmp_path / "qwen")
     probe = tmp_path / "zero3_logits.safetensors"
+    path = os.pathsep.join([str(DEEPSPEED_OVERLAY), *filter(None, [os.environ.get("PYTHONPATH")])])
     train_ft(tmp_path / "run", model_dir, per_process_batch=4, launcher=two_processes(), with_pt=False,
              ft_extra=[f"++stages.FT.2.deepspeed={REPO / 'launch' / 'ds_zero3.json'}"],
-             module="tests.integration.zero3_probe", env={**os.environ, "ZERO3_PROBE": str(probe)})
+             module="tests.integration.zero3_probe", env={**os.environ, "ZERO3_PROBE": str(probe), "PYTHONPATH": path})
     out = tmp_path / "run" / "models" / "FT.2"
     assert read_json(out / "provenance.json")["num_processes"] == 2
     with safe_open(str(probe), "pt") as f:
