@@ -41,11 +41,13 @@ sys.meta_path.insert(0, RefuseBareFolderNames())
 # --- two workers (scripts/test.sh: pytest -n 2) -----------------------------------------------------------------
 # Tests of one file share its module- and session-scoped fixtures (a trained world, a pipeline run), so a file runs
 # on one worker; in the files below every test builds its own run (on the session's audit world or the family
-# fixtures, built once per worker), so they spread test by test. Files start longest first (measured durations,
+# fixtures, built once per worker) or reads the smoke run both workers share (tests/integration/conftest.py
+# `smoke`, built once), so they spread test by test. Files start longest first (measured durations,
 # tests/README.md "Time"), so the two workers finish together. (xdist's own `--dist loadgroup` marks do not group
 # under pytest 9.2 with xdist 3.8: measured, every test ran as its own group; this scheduler is xdist's documented
 # hook instead.)
-SPREAD_FILES = {"test_experiments_at_toy_size.py", "test_reliability.py", "test_run_integrity.py"}
+SPREAD_FILES = {"test_experiments_at_toy_size.py", "test_reliability.py", "test_run_integrity.py",
+                "test_pipeline_smoke.py"}
 # ... and in these, the tests of one parameter go together: test_model_families.py's `family_run` is a module-scoped
 # fixture per family (a trimmed smoke run, ~45 s), which a worker builds for every family it meets; spread test by
 # test, each family's run was built on both workers (measured at 36d7c68: 8 builds for 4 families, ~180 s).

@@ -9,7 +9,9 @@ example give rows that must not be memorized.
 from __future__ import annotations
 
 import json
+import os
 import random
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -75,3 +77,32 @@ def audit_overrides(world: dict, out_dir: Path, *extra: str) -> list[str]:
     return [f"audit.model_dir={world['model_dir']}", f"audit.control_dir={world['control_dir']}",
             f"audit.examples={world['examples_path']}", f"audit.out_dir={out_dir}", "audit.progress=false",
             "device=cpu", *extra]
+
+
+@pytest.fixture(scope="session")
+def smoke(tmp_path_factory):
+    """(run_dir, result) of `memlens run experiment=smoke`, the sequential run, built once for the whole session:
+    the first pytest-xdist worker that needs it runs it under a lock in the workers' shared temporary root and
+    records its output; the other waits on the lock and reads it. So test_pipeline_smoke.py's tests spread over both
+    workers (tests/conftest.py SPREAD_FILES) around one run. Tests read it and never write into it: one that runs a
+    command on it works on a copy (`copy_run`)."""
+    import fcntl
+
+    from tests.integration.run_helpers import memlens
+
+    root = tmp_path_factory.getbasetemp()
+    shared = (root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root) / "smoke_shared"
+    shared.mkdir(exist_ok=True)
+    record = shared / "result.json"
+    with open(shared / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)          # released when the file closes, or the worker dies
+        if not record.is_file():
+            done = memlens("run", "experiment=smoke", f"run_dir={shared / 'run'}", "device=cpu")
+            tmp = record.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}))
+            tmp.replace(record)
+    saved = json.loads(record.read_text())
+    result = subprocess.CompletedProcess(["memlens", "run", "experiment=smoke"], saved["returncode"],
+                                         saved["stdout"], saved["stderr"])
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return shared / "run", result

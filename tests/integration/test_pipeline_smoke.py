@@ -1,7 +1,9 @@
 """`memlens run experiment=smoke` end to end through the real CLI: data -> PT -> FT -> RM -> RLFT -> IPO.
 
-One module-scoped run (the bulk of this file's time) is inspected by several tests; a second CLI call
-sweeps RLFT.1 from the command line, which must skip every finished stage and train only the new point.
+One sequential run (the `smoke` fixture, tests/integration/conftest.py: built once per session, shared by both
+pytest-xdist workers) is inspected by several tests and is the reference the other ways of running it (another CPU
+kernel level, local jobs, SLURM jobs) must reproduce; a sweep from the command line on a copy of it must skip every
+finished stage and train only the new point.
 Also here: FT under `accelerate launch --cpu --num_processes 2`, and LoRA through PEFT on the micro model.
 """
 
@@ -10,7 +12,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from memlens.harness.core.io import read_json, read_jsonl
-from tests.integration.run_helpers import REPO, memlens, status_lines, two_processes
+from tests.integration.run_helpers import REPO, copy_run, memlens, status_lines, two_processes
 
 pytestmark = pytest.mark.slow
 
@@ -32,14 +33,6 @@ def loss_history(model_dir: Path) -> list[float]:
         ckpts = sorted(model_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name[11:]))
         state = ckpts[-1]
     return [h["loss"] for h in read_json(state)["log_history"] if "loss" in h]
-
-
-@pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("smoke") / "run"
-    result = memlens("run", "experiment=smoke", f"run_dir={run_dir}", "device=cpu")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return run_dir, result
 
 
 def test_every_stage_trained_in_dependency_order(smoke):
@@ -189,8 +182,7 @@ def test_the_smoke_run_as_local_jobs_trains_the_rest_as_the_sequential_run(smoke
     run_dir, _ = smoke
     other = tmp_path / "jobs"
     kept = ["PT", "FT.1", "FT.2", "IPO"]
-    for part in ["data", *(f"models/{m}" for m in kept)]:
-        shutil.copytree(run_dir / part, other / part, symlinks=True)
+    copy_run(run_dir, other, ["data", *(f"models/{m}" for m in kept)])
     stamps = {p: p.stat().st_mtime_ns for p in (other / "models").rglob("*.safetensors")}
     result = memlens("run", "experiment=smoke", f"run_dir={other}", "device=cpu", "launcher.kind=local",
                      "launcher.parallel=2", "report.figures=false")
@@ -206,9 +198,10 @@ def test_the_smoke_run_as_local_jobs_trains_the_rest_as_the_sequential_run(smoke
 def test_the_smoke_run_as_slurm_jobs_trains_the_same_models(smoke, tmp_path):
     """`launcher.kind=slurm` on a real one-node SLURM cluster (slurm-wlm, tests/slurm_cluster.py): every model an
     sbatch job with `afterok` on its upstream jobs, sd_rl_prompts built once PT's job ended; the sequential run's
-    weights byte for byte and its findings. A rerun while RLFT.4 is held by another process: every finished model
-    kept and not submitted again, RLFT.4 (deleted) submitted; its job fails (its lock refusal in its log) and the
-    driver exits naming that log."""
+    weights byte for byte and its findings. Then a `-m` sweep of two new RLFT.4 points, one of them held by another
+    process: both points planned before any job, their shared finished models not submitted, the two points' jobs
+    queued together; the free one trains, the held one's job fails (its lock refusal in its log) and the driver exits
+    naming that log."""
     from memlens.harness.core.layout import model_lock_dir
     from memlens.harness.core.lock import hold_directories
     from tests.slurm_cluster import missing, one_node_slurm
@@ -233,15 +226,20 @@ def test_the_smoke_run_as_slurm_jobs_trains_the_same_models(smoke, tmp_path):
         assert out.index(f"[memlens] {'PT':<28} job") < out.index("sd_rl_prompts:") < out.index(f"[memlens] {'RLFT.4':<28} job")
         same_models_and_findings(run_dir, other, MODELS)
 
-        shutil.rmtree(other / "models" / "RLFT.4")
         stamps = {p: p.stat().st_mtime_ns for p in (other / "models").rglob("*.safetensors")}
-        with hold_directories([("stage", model_lock_dir(other, "RLFT.4"))], "a test holding RLFT.4"):
-            again = memlens(*args, "after_training=[]", env=env)
+        held = "RLFT.4/beta=0.3"
+        with hold_directories([("stage", model_lock_dir(other, held))], f"a test holding {held}"):
+            again = memlens("run", "-m", *args[1:], "stages.RLFT.4.beta=0.1,0.3", "after_training=[]", env=env)
         assert again.returncode == 2, again.stdout[-3000:] + again.stderr[-3000:]
-        log = re.search(r"the job training RLFT\.4 failed \(log: (\S+)\)", again.stderr)
-        assert log and "a test holding RLFT.4" in Path(log[1]).read_text(), again.stderr[-3000:]
+        lines = again.stdout.splitlines()
+        first_job = next(i for i, line in enumerate(lines) if " queued " in line)
+        assert sum("model(s) as jobs (slurm" in line for line in lines[:first_job]) == 2   # both points, then jobs
+        assert [line.split()[1] for line in lines if " queued " in line] == ["RLFT.4/beta=0.1", held]
+        assert again.stdout.count("(finished)") == 2 * (len(MODELS) - 1)   # each point's shared models: no job
+        assert f"[memlens] {'RLFT.4/beta=0.1':<28} job       done" in again.stdout
+        log = re.search(rf"the job training {re.escape(held)} failed \(log: (\S+)\)", again.stderr)
+        assert log and f"a test holding {held}" in Path(log[1]).read_text(), again.stderr[-3000:]
         assert stamps and all(p.stat().st_mtime_ns == t for p, t in stamps.items())
-        assert again.stdout.count(" queued ") == 1 and again.stdout.count("(finished)") == len(MODELS) - 1
 
 
 def test_run_ends_saying_how_long_it_took_and_where_the_report_is(smoke):
@@ -251,8 +249,8 @@ def test_run_ends_saying_how_long_it_took_and_where_the_report_is(smoke):
     assert last.endswith(f"report: {run_dir / 'report' / 'report.html'}") and (run_dir / "report" / "report.html").is_file()
 
 
-def test_cli_sweep_skips_finished_stages_and_trains_only_the_new_point(smoke):
-    run_dir, _ = smoke
+def test_cli_sweep_skips_finished_stages_and_trains_only_the_new_point(smoke, tmp_path):
+    run_dir = copy_run(smoke[0], tmp_path / "run")    # the shared run stays as the fixture left it
     before = (run_dir / "models" / "FT.1" / "model.safetensors").stat().st_mtime_ns
     # What is asserted is which stages trained: the sweep's points run no audit or report (the fixture's run did).
     result = memlens("run", "-m", "experiment=smoke", f"run_dir={run_dir}", "device=cpu",
