@@ -52,12 +52,11 @@ SPREAD_FILES = {"test_experiments_at_toy_size.py", "test_reliability.py", "test_
 # fixture per family (a trimmed smoke run, ~45 s), which a worker builds for every family it meets; spread test by
 # test, each family's run was built on both workers (measured at 36d7c68: 8 builds for 4 families, ~180 s).
 SPREAD_BY_PARAMETER = {"test_model_families.py"}
-# The two-process save tests (one unit, ~3 min) first, so that the other worker builds the shared smoke run meanwhile
-# and neither waits for it.
-LONGEST_FIRST = ("test_multiprocess_save.py", "test_pipeline_smoke.py", "test_experiments_at_toy_size.py",
-                 "test_model_families.py", "test_run_integrity.py", "test_reliability.py", "test_own_data.py",
-                 "test_audit_callback.py", "test_nmt_pipeline.py", "test_formal_languages.py", "test_report_render.py",
-                 "test_ppo_stage.py", "test_install.py", "test_offline.py", "test_pipeline_resume.py")
+LONGEST_FIRST = ("test_pipeline_smoke.py", "test_model_families.py", "test_experiments_at_toy_size.py",
+                 "test_run_integrity.py", "test_reliability.py", "test_own_data.py", "test_audit_callback.py",
+                 "test_nmt_pipeline.py", "test_formal_languages.py",
+                 "test_multiprocess_save.py", "test_report_render.py", "test_ppo_stage.py", "test_install.py",
+                 "test_offline.py", "test_pipeline_resume.py")
 
 
 def work_unit(nodeid: str) -> str:
@@ -77,10 +76,6 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
 
-    # Units start in the order pytest_collection_modifyitems gives, not xdist's default (units with more tests first,
-    # which put every one-test unit — the toy runs, the smoke file's spread tests — at the end: measured at 99a24fc,
-    # the two longest toy runs were the last two units, 28 min 40 s).
-    config.option.loadscopereorder = False
     return ByFile(config, log)
 
 
