@@ -10,7 +10,7 @@ whole page, every folded section closed) and DIR/layout.json, and prints one lin
     the page or of a table's own box);
   - the document leads with the findings table and the comparison figure (h2 order);
   - the maps are folded per model (<details>).
-Exit 0 when every check passes, 1 otherwise. tests/unit/test_report_render.py (test_report_html_fits_1400_px_in_chromium) runs the same checks on a small
+Exit 0 when every check passes, 1 otherwise. tests/unit/harness/report/test_report_render.py (test_report_html_fits_1400_px_in_chromium) runs the same checks on a small
 report and skips, saying why, where Chromium or playwright is absent (CI installs neither).
 """
 

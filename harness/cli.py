@@ -354,7 +354,7 @@ def run(argv: list[str]) -> int:
 
 def compose_only(argv: list[str]) -> list:
     """The configs `memlens <argv>` would run, composed and checked exactly as `run` composes them (one per
-    sweep point with -m), with nothing run or written: tests/unit/test_docs_commands.py composes every command
+    sweep point with -m), with nothing run or written: tests/unit/project/test_docs_commands.py composes every command
     README.md and docs/ show with it, so a renamed key or experiment fails a test instead of a reader."""
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:

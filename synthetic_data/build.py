@@ -116,7 +116,7 @@ class Builder:
     def sd_heldout(self) -> dict:
         """Held-out SD: rows of the held-out stream built by the same functions. Target lines are drawn among lines
         found in no member or other held-out program, so a non-member target is never a line a stage trained on
-        (tests/unit/test_synthetic_build.py checks every other dataset). Under coins: the zeros' SD.Base rows."""
+        (tests/unit/synthetic_data/test_synthetic_build.py checks every other dataset). Under coins: the zeros' SD.Base rows."""
         from memlens.synthetic_data.sd import base_rows
 
         if self.s["sd_membership"] == "coins":

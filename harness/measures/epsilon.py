@@ -15,7 +15,7 @@ so every ε whose p-value is below 1 - confidence is rejected, and the largest s
 bound is ln(a / (1 - a)), a = (1 - confidence)^(1/r): 100 right guesses give ε >= 3.49 at 95 %.
 
 The binomial tails are computed here in log space (math.lgamma and log-sum-exp), so a tail of 1e-300 is still
-exact to float precision, and scipy is not needed; tests/unit/test_epsilon.py checks them against exact fractions.
+exact to float precision, and scipy is not needed; tests/unit/harness/measures/test_epsilon.py checks them against exact fractions.
 
 Guesses (`guess`): one ranking of the canaries by score, highest first, ties broken by id (ascending), so the
 ranking never looks at the coins; IN = its first k+, OUT = its last k-. How many guesses to make is the auditor's

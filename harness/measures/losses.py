@@ -13,7 +13,7 @@ Where the task text and paper 004 differ (we follow the task text):
    (the audited model can forget a string again after onset), so the raw Eq. 1/2 can go negative.
    The task says to clip to [0, 1]; we clip both Eq. 1 and Eq. 2. The upper clip never binds because
    we require losses >= 0 (cross-entropy), which also makes Lemma 1 hold without the paper's
-   assumption (see `_validate`; tests/unit/test_losses.py checks it by property tests).
+   assumption (see `_validate`; tests/unit/harness/measures/test_losses.py checks it by property tests).
 2. "From onset on". The paper: mem(s, e) = Eq. for e >= e_s, 0 before (Sec. 2, RQ2). We apply the
    formula for every e >= onset and clip, exactly so. Because the raw Eq. 1 (Eq. 2) is > 0 exactly
    when the onset condition holds at that epoch, clipped scores after onset are 0 at epochs where

@@ -1,8 +1,8 @@
 """`audit.measures=[mia,epsilon]` end to end on a model that never saw the canaries: the shipped base
 (assets/base_tiny, pre-trained on public code only) scores a coins-built sd_base against its held-out zeros; the
 MIA audit writes the scores, the epsilon measure bounds them near 0 (the report's table is
-checked on hand-written rows in tests/unit/test_epsilon.py). The positive side
-(every guess right gives the hand-computed bound) is tests/unit/test_epsilon.py's, on hand-written MIA rows."""
+checked on hand-written rows in tests/unit/harness/measures/test_epsilon.py). The positive side
+(every guess right gives the hand-computed bound) is tests/unit/harness/measures/test_epsilon.py's, on hand-written MIA rows."""
 
 from __future__ import annotations
 

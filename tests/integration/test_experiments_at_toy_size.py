@@ -6,7 +6,7 @@ and the data to the smoke run's sizes. It proves an experiment's wiring (which s
 datasets it names, its audit plan against the models it trains), not memorization. The smoke experiment
 is the toy size already (tests/integration/test_pipeline_smoke.py). The nmt_* experiments belong to
 `memlens nmt`: nmt_smoke runs in tests/integration/test_nmt_pipeline.py, and nmt_quickstart is its settings
-at full size (tests/unit/test_nmt_pipeline_parts.py composes both). The first seven took ~3 min on 2 CPU cores;
+at full size (tests/unit/harness/audit/test_nmt_pipeline_parts.py composes both). The first seven took ~3 min on 2 CPU cores;
 preference_objectives (7 preference objectives beside FT.3 and RLFT.2) adds ~35 s and findings_rlvr (findings plus
 11 RL points against a verifiable reward) ~50 s, measured on a shared machine (load average ~1.5). For those two the
 test also checks what they measure (MEASURES). A worker's runs share the stages they have in common

@@ -20,7 +20,7 @@ from tests.integration.run_helpers import LONG_PREFIX, refused, write_examples
 from tests.integration.run_helpers import memlens_in as memlens
 
 pytestmark = pytest.mark.slow
-# Every character str.splitlines() treats as a line break besides "\n" (tests/unit/test_io_config.py
+# Every character str.splitlines() treats as a line break besides "\n" (tests/unit/harness/core/test_io_config.py
 # checks that this list is complete).
 BREAKS = ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\r\n"]
 

@@ -34,7 +34,7 @@ the module of its paper.
 from __future__ import annotations
 
 # The per-paper modules register their findings on import, so the order of these imports is the order of the
-# findings table (F1-F8, V4-V7, P1-P3, N1-N3, C1-C2, M1-M3, S1-S3, E1; tests/unit/test_findings.py checks it):
+# findings table (F1-F8, V4-V7, P1-P3, N1-N3, C1-C2, M1-M3, S1-S3, E1; tests/unit/harness/report/test_findings.py checks it):
 # kept by hand, before any other import from the package.
 # isort: off
 from memlens.harness.report.findings import paper003  # F1-F8, V4-V7

@@ -13,7 +13,7 @@ import pytest
 
 from memlens.harness.cli import compose_only
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # A template that names a placeholder (`experiment=<name>`, `key=value ...`) is a pattern, not a command.
 PLACEHOLDER = re.compile(r"<[^>]*>|\.\.\.|\[key=value")

@@ -9,7 +9,7 @@ import pytest
 
 from memlens.harness.core.errors import UserError
 from memlens.synthetic_data.build import COIN_STREAM, build_datasets
-from tests.unit.test_synthetic_build import _texts, cfg_for
+from tests.unit.synthetic_data.test_synthetic_build import _texts, cfg_for
 
 # a small corpus needs fatter splits so that every split gets files (as test_synthetic_build.py)
 FAT = ["data.pd.max_files=90", "data.pd.proportions.pd_pt=0.3", "data.pd.proportions.pd_1=0.14",

@@ -98,7 +98,7 @@ def test_model_preset_schema_is_the_default_preset():
 
     from memlens.recipes.models import ModelSettings, parse_model
 
-    conf = Path(__file__).resolve().parents[2] / "conf" / "model"
+    conf = Path(__file__).resolve().parents[4] / "conf" / "model"
     fields = {f.name for f in dataclasses.fields(ModelSettings)}
     assert set(OmegaConf.load(conf / "tiny.yaml")) == fields
     for preset in conf.glob("*.yaml"):

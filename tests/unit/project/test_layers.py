@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PACKAGE = "memlens."          # the one import package the folders install under (pyproject.toml package-dir)
 OWN_FOLDERS = ("harness", "recipes", "synthetic_data")
 HARNESS = REPO / "harness"

@@ -1,10 +1,10 @@
 """Findings P1-P3 (preference objectives beyond IPO) and V4-V7 (F4-F7 under a verifiable reward) on hand-built
-runs whose verdicts and p-values are derivable by hand (tests/unit/findings_world.py)."""
+runs whose verdicts and p-values are derivable by hand (tests/unit/harness/report/findings_world.py)."""
 
 
 from memlens.harness.core.objectives import OBJECTIVES
 from memlens.harness.report.findings import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, RunResults
-from tests.unit.findings_world import evidence, grouped, rows, verdicts
+from tests.unit.harness.report.findings_world import evidence, grouped, rows, verdicts
 
 
 def preference_run(memorized: dict[str, int], accuracy: float = 0.95, n: int = 20):

@@ -15,7 +15,7 @@ import pytest
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.lock import LOCK_FILE, hold_directories
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 HOLDER = """
 import sys, time
 sys.path.insert(0, {repo!r})

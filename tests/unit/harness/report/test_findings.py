@@ -20,7 +20,7 @@ from memlens.harness.report.findings import (
     distinct_completion_share,
     findings,
 )
-from tests.unit.findings_world import COLLAPSED, MOVED, STILL, evidence, grouped, row, rows, verdicts
+from tests.unit.harness.report.findings_world import COLLAPSED, MOVED, STILL, evidence, grouped, row, rows, verdicts
 
 
 def test_each_verdict_by_hand_when_every_stage_trained():

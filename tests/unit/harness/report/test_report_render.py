@@ -284,7 +284,7 @@ def test_report_html_fits_1400_px_in_chromium(fake_run, tmp_path):
     import importlib.util
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "report_screenshots.py"
+    script = Path(__file__).resolve().parents[4] / "benchmarks" / "report_screenshots.py"
     spec = importlib.util.spec_from_file_location("report_screenshots", script)
     shots = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(shots)

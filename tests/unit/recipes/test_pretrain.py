@@ -14,7 +14,7 @@ from memlens.harness.text.fim import FAMILIES
 from memlens.recipes.models import parse_model
 from memlens.recipes.pretrain import load_settings, packed_blocks
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
+CONF = Path(__file__).resolve().parents[3] / "conf"
 
 
 def test_every_model_preset_validates():

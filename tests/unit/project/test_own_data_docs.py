@@ -13,7 +13,7 @@ import pytest
 from memlens.harness.cli import COMMANDS, compose
 from memlens.harness.core.user_data import read_canaries, read_preference_pairs
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "own-data.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "own-data.md"
 
 
 def blocks(language: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""Hand-built runs for the findings tests (tests/unit/test_findings*.py): audit rows, training evidence and a run
+"""Hand-built runs for the findings tests (tests/unit/harness/report/test_findings*.py): audit rows, training evidence and a run
 where every effect is there, each number chosen so that a verdict, interval and p-value is derivable by hand."""
 
 from memlens.harness.report.findings import findings
