@@ -177,3 +177,16 @@ def test_recipes_and_data_builders_import_only_the_low_layers(client):
             if layer == len(LAYERS) or LAYERS[layer] not in allowed:
                 bad.append(f"{module_name(path)}:{line} imports {target}")
     assert not bad, "\n".join(bad)
+
+
+def test_no_test_module_imports_another():
+    """Shared fixtures live in conftest.py and shared helpers in modules that hold no test (tests/README.md): a test
+    module imported by another would run its tests' module-level code twice and tie two files' fixtures together."""
+    offenders = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            offenders += [(path.relative_to(REPO).as_posix(), name) for name in names
+                          if name.startswith("tests.") and name.rsplit(".", 1)[-1].startswith("test_")]
+    assert not offenders, offenders

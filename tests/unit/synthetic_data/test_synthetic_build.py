@@ -5,14 +5,10 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from memlens.harness.cli import compose
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import file_sha256
 from memlens.synthetic_data.build import build_datasets
-
-
-def cfg_for(run_dir, *overrides):
-    return compose([f"run_dir={run_dir}", "data.sd.size=120", *overrides])
+from tests.unit.synthetic_data.build_helpers import cfg_for, training_strings
 
 
 def test_manifest_and_rows_on_disk(tmp_path):
@@ -118,11 +114,6 @@ def test_pii_paths_limits_the_distinct_paths_and_repeats_them(tmp_path):
     assert pii_path_pool(100, 0) == load_pii_paths()                           # the default keeps Listing 7
 
 
-def _texts(row: dict) -> list[str]:
-    """Every string a stage could train on in a row (code, FIM parts, prompts, completions, chosen/rejected)."""
-    return [v for v in row.values() if isinstance(v, str) and len(v) > 2]
-
-
 def test_heldout_canaries_occur_in_no_training_split(tmp_path):
     """sd_base_heldout / sd_links_heldout: the same generator and seed stream, as many programs as SD by
     default, and no held-out program or target in any other dataset of the run (the training splits and the
@@ -143,7 +134,7 @@ def test_heldout_canaries_occur_in_no_training_split(tmp_path):
     assert {r["label"] for r in links_h} == {0, 1}
     assert [r for r in links_h if r["label"] == 1] == rows("sd_links_pos_heldout")
     training = [t for name in out if not name.endswith("_heldout")
-                for r in rows(name) for t in _texts(r)]
+                for r in rows(name) for t in training_strings(r)]
     corpus = "\n\x00".join(training)
     member_ids = {r["id"] for name in ("sd_base", "sd_links") for r in rows(name)}
     for r in base_h + links_h:

@@ -9,7 +9,7 @@ import pytest
 
 from memlens.harness.core.errors import UserError
 from memlens.synthetic_data.build import COIN_STREAM, build_datasets
-from tests.unit.synthetic_data.test_synthetic_build import _texts, cfg_for
+from tests.unit.synthetic_data.build_helpers import cfg_for, training_strings
 
 # a small corpus needs fatter splits so that every split gets files (as test_synthetic_build.py)
 FAT = ["data.pd.max_files=90", "data.pd.proportions.pd_pt=0.3", "data.pd.proportions.pd_1=0.14",
@@ -74,7 +74,7 @@ def test_no_zero_target_is_a_line_any_trained_dataset_has_and_targets_are_distin
             all_lines[line] = all_lines.get(line, 0) + 1
     assert all(all_lines[t] == 1 for t in targets)                    # each target in its own program only
     corpus = "\n\x00".join(t for name in coins if not name.endswith("_heldout")
-                           for r in _rows(coins[name]) for t in _texts(r))
+                           for r in _rows(coins[name]) for t in training_strings(r))
     for r in _rows(coins["sd_base_heldout"]):
         assert r["code"] not in corpus, r["id"]
         assert r["target"].strip() not in corpus, (r["id"], r["target"])
