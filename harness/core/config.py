@@ -39,8 +39,28 @@ def _is_bool_type(tp: Any) -> tuple[bool, bool]:
     return False, False
 
 
+def _is_number_type(tp: Any) -> tuple[bool, bool]:
+    """(is an int or float field, also accepts None) for a resolved type hint."""
+    if tp in (int, float):
+        return True, False
+    args = typing.get_args(tp)
+    numbers = [a for a in args if a is not type(None)]
+    if numbers and all(a in (int, float) for a in numbers):
+        return True, type(None) in args
+    return False, False
+
+
+def require_number(value: Any, key: str, allow_none: bool = False) -> None:
+    """A number (not a boolean, not a string such as `1e-3x` or `abc` that Hydra passes on as text) for `key`."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UserError(f"{key}={value!r}: must be a number{' or null' if allow_none else ''}")
+
+
 def check_dataclass_values(cls, values: dict[str, Any], where: str) -> None:
-    """Refuse keys `cls` does not have (naming the valid ones) and non-booleans for its bool fields."""
+    """Refuse keys `cls` does not have (naming the valid ones), non-booleans for its bool fields and non-numbers for
+    its int and float fields (their range is each recipe's own check)."""
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(values) - set(names))
     if unknown:
@@ -51,6 +71,9 @@ def check_dataclass_values(cls, values: dict[str, Any], where: str) -> None:
         is_bool, nullable = _is_bool_type(hints.get(name))
         if is_bool:
             require_bool(value, f"{where}.{name}", allow_none=nullable)
+        is_number, nullable = _is_number_type(hints.get(name))
+        if is_number:
+            require_number(value, f"{where}.{name}", allow_none=nullable)
 
 
 def _default_file(conf_dir: Path, group: str) -> Path | None:

@@ -74,6 +74,8 @@ def test_trust_remote_code_no_never_runs_the_model_folders_code(audit_world, tmp
     ("+stages.FT.1.packing=yes", [r"stages\.FT\.1\.packing='yes': must be true or false"]),
     ("+stages.FT.1.kk=1", [r"stages\.FT\.1: unknown key\(s\) \['kk'\]; valid keys are \['batch_size', "]),
     ("+stages.FT.1.model.trust_remote_code=no", [r"stages\.FT\.1\.model\.trust_remote_code='no': must be true"]),
+    ("stages.FT.1.lr=abc", [r"stages\.FT\.1\.lr='abc': must be a number$"]),
+    ("stages.FT.1.max_steps=true", [r"stages\.FT\.1\.max_steps=True: must be a number$"]),
 ])
 def test_bad_stage_setting_is_refused_before_training(tmp_path, override, patterns):
     run_dir = tmp_path / "run"
