@@ -42,21 +42,43 @@ sys.meta_path.insert(0, RefuseBareFolderNames())
 # Tests of one file share its module- and session-scoped fixtures (a trained world, a pipeline run), so a file runs
 # on one worker; in the files below every test builds its own run (on the session's audit world or the family
 # fixtures, built once per worker) or reads the smoke run both workers share (tests/integration/conftest.py
-# `smoke`, built once), so they spread test by test. Files start longest first (measured durations,
-# tests/README.md "Time"), so the two workers finish together. (xdist's own `--dist loadgroup` marks do not group
-# under pytest 9.2 with xdist 3.8: measured, every test ran as its own group; this scheduler is xdist's documented
-# hook instead.)
+# `smoke`, built once), so they spread test by test. (xdist's own `--dist loadgroup` marks do not group under
+# pytest 9.2 with xdist 3.8: measured, every test ran as its own group; this scheduler is xdist's documented hook.)
 SPREAD_FILES = {"test_experiments_at_toy_size.py", "test_reliability.py", "test_run_integrity.py",
                 "test_pipeline_smoke.py"}
 # ... and in these, the tests of one parameter go together: test_model_families.py's `family_run` is a module-scoped
-# fixture per family (a trimmed smoke run, ~45 s), which a worker builds for every family it meets; spread test by
+# fixture per family (a trimmed smoke run, ~20 s), which a worker builds for every family it meets; spread test by
 # test, each family's run was built on both workers (measured at 36d7c68: 8 builds for 4 families, ~180 s).
 SPREAD_BY_PARAMETER = {"test_model_families.py"}
-LONGEST_FIRST = ("test_pipeline_smoke.py", "test_model_families.py", "test_experiments_at_toy_size.py",
-                 "test_run_integrity.py", "test_reliability.py", "test_own_data.py", "test_audit_callback.py",
-                 "test_nmt_pipeline.py", "test_formal_languages.py",
-                 "test_multiprocess_save.py", "test_report_render.py", "test_ppo_stage.py", "test_install.py",
-                 "test_offline.py", "test_pipeline_resume.py")
+
+# Units start longest first, so that the two workers finish together instead of one running a long test alone at
+# the end (xdist hands the next unit in this order to whichever worker has run out; its own default order, by tests
+# per unit, put every one-test unit — the longest among them — last). Seconds of one worker, measured on an idle
+# 2-core machine (`scripts/test.sh --durations=150`, tests/README.md "Time"); units not listed (a few seconds each)
+# follow in file order. The first four are placed by hand: one worker builds the shared smoke run (`smoke`, ~75 s)
+# while the other runs two long units that do not read it, so neither waits on the other.
+SMOKE = "test_pipeline_smoke.py::"
+TOY = "test_experiments_at_toy_size.py::test_experiment_runs_end_to_end_at_toy_size"
+FIRST_UNITS = (f"{SMOKE}test_every_stage_trained_in_dependency_order", f"{TOY}[findings]",
+               f"{SMOKE}test_the_smoke_run_on_the_other_cpu_kernel_level", f"{TOY}[preference_objectives]")
+UNIT_SECONDS = {
+    f"{SMOKE}test_the_smoke_run_as_slurm_jobs_trains_the_same_models": 138,
+    f"{SMOKE}test_the_smoke_run_as_local_jobs_trains_the_rest_as_the_sequential_run": 91,
+    "test_multiprocess_save.py": 60, "test_own_data.py": 51, f"{TOY}[ft_persistence]": 42,
+    "test_run_integrity.py::test_a_retrained_model_is_audited_and_reported_again": 38, f"{TOY}[rm_injection]": 36,
+    "test_run_integrity.py::test_two_sweep_points_train_at_once_and_one_model_is_never_trained_twice": 35,
+    "test_report_render.py": 34, f"{TOY}[findings_rlvr]": 32, "test_nmt_pipeline.py": 32,
+    "test_audit_callback.py": 30, f"{TOY}[rl_prompts]": 26, "test_formal_languages.py": 25,
+    "test_run_integrity.py::test_full_disk_while_building_data_or_training_is_exit_2_and_the_rerun_resumes": 23,
+    "test_model_families.py[codegemma]": 22, "test_model_families.py[deepseek-coder]": 22,
+    "test_model_families.py[qwen2.5-coder]": 22, "test_model_families.py[starcoder2]": 21, "test_ppo_stage.py": 21,
+    "test_reliability.py::test_line_separators_survive_audit_rerun_and_report": 21,
+    "test_run_integrity.py::test_full_disk_during_an_audit_is_exit_2_and_the_rerun_resumes": 20,
+    f"{SMOKE}test_cli_sweep_skips_finished_stages_and_trains_only_the_new_point": 19,
+    "test_hostile_completions.py": 18, "test_offline.py": 18, f"{TOY}[base]": 17, f"{TOY}[quickstart]": 16,
+    "test_pipeline_resume.py": 16, "test_audit_run.py": 16, "test_install.py": 15, f"{TOY}[ipo]": 13,
+    f"{SMOKE}test_ft_under_accelerate_launch_with_two_cpu_processes": 14, "test_shipped_base.py": 14,
+}
 
 
 def work_unit(nodeid: str) -> str:
@@ -69,6 +91,16 @@ def work_unit(nodeid: str) -> str:
     return nodeid if name in SPREAD_FILES else path
 
 
+def start_rank(unit: str) -> tuple[int, float]:
+    """Where a unit starts: FIRST_UNITS in their order, then by UNIT_SECONDS, longest first (a unit is named from
+    its file name on, so the tables read without folders)."""
+    path, sep, test = unit.partition("::")
+    name = path.rsplit("/", 1)[-1] + sep + test
+    if name in FIRST_UNITS:
+        return 0, FIRST_UNITS.index(name)
+    return 1, -UNIT_SECONDS.get(name, 0)
+
+
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
@@ -76,10 +108,10 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
 
+    config.option.loadscopereorder = False        # units start in the order the workers collected them (below)
     return ByFile(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
     if os.environ.get("PYTEST_XDIST_WORKER"):          # the order each worker reports is the order units start
-        rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-        items.sort(key=lambda item: rank.get(item.path.name, len(rank)))   # stable: a file's own order kept
+        items.sort(key=lambda item: start_rank(work_unit(item.nodeid)))   # stable: a file's own order kept
