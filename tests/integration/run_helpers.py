@@ -34,13 +34,67 @@ def two_processes() -> list[str]:
             "--main_process_port", str(port)]
 
 
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+# The worker's environment as the session started (tests/conftest.py has set its variables): the environment of the
+# preloaded server, and so of every call forked from it.
+# (PYTEST_CURRENT_TEST, which pytest sets for each test, is not read by anything a command imports.)
+SESSION_ENV = {**os.environ, **OFFLINE}
+NOT_COMPARED = ("PYTEST_CURRENT_TEST",)
+# MEMLENS_TEST_FRESH_PROCESSES=1: every call a new interpreter, as before the preloaded server (to rule it out).
+_PRELOADED: list = []
+
+
+def preloaded_cli():
+    """This worker's preloaded server (tests/integration/preloaded_cli.py), started on first use; None when turned
+    off."""
+    if os.environ.get("MEMLENS_TEST_FRESH_PROCESSES") == "1":
+        return None
+    if not _PRELOADED:
+        import atexit
+        import shutil
+        import tempfile
+
+        from tests.integration.preloaded_cli import PreloadedCli
+
+        folder = Path(tempfile.mkdtemp(prefix="memlens-cli-"))     # short: a socket path has ~100 characters
+        server = PreloadedCli(folder)
+        server.start(SESSION_ENV, REPO)
+        atexit.register(shutil.rmtree, folder, True)
+        _PRELOADED.append(server)
+    return _PRELOADED[0]
+
+
+def forkable(env: dict[str, str]) -> bool:
+    """Whether a call in `env` may be forked from the preloaded server: the session's environment, save pytest's
+    PYTEST_CURRENT_TEST and a PYTHONPATH that only puts the checkout first (memlens_in: what the server's imports
+    came from already)."""
+    def comparable(e: dict[str, str]) -> dict[str, str]:
+        return {k: v for k, v in e.items() if k not in NOT_COMPARED and k != "PYTHONPATH"}
+
+    session_path = SESSION_ENV.get("PYTHONPATH", "")
+    return comparable(env) == comparable(SESSION_ENV) and \
+        env.get("PYTHONPATH", "") in (session_path, os.pathsep.join([str(REPO), session_path]))
+
+
+def run_memlens(args: list[str], env: dict[str, str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+    """`python -m memlens ARGS` in `env` from `cwd`, captured: forked from this worker's preloaded server where the
+    environment allows it (a process of its own that skips ~5 s of imports: tests/integration/preloaded_cli.py),
+    else a new interpreter."""
+    if forkable(env) and (server := preloaded_cli()):
+        return server.run(args, env, cwd, timeout)
+    return subprocess.run([sys.executable, "-m", "memlens", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
 def memlens(*args: str, launcher: list[str] | None = None, timeout: int = 900,
             env: dict[str, str] | None = None, module: str = "memlens") -> subprocess.CompletedProcess:
     """`python -m memlens ARGS` from the checkout, offline (or under `launcher`, e.g. accelerate launch; `env`: the
     environment to start from, e.g. a test SLURM cluster's SLURM_CONF; `module`: a test's wrapper of the command,
     e.g. tests.integration.zero3_probe)."""
-    env = dict(env or os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false")
+    env = {**(env or os.environ), **OFFLINE}
+    if launcher is None and module == "memlens":
+        return run_memlens(list(args), env, REPO, timeout)
     cmd = (launcher or [sys.executable]) + ["-m", module, *args]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -49,8 +103,7 @@ def memlens_in(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     """`python -m memlens ARGS` run from `cwd` (a user's directory), one thread, offline."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "memlens", *args], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=600)
+    return run_memlens(list(args), env, cwd, 600)
 
 
 def status_lines(stdout: str) -> dict[str, str]:
