@@ -141,12 +141,20 @@ def test_run_record_has_config_commit_and_stage_statuses(smoke):
 
 
 def test_the_smoke_run_on_the_other_cpu_kernel_level(smoke, tmp_path):
-    """The same run with torch on another kernel level (the scalar kernels beside the pinned AVX2 ones, or the
-    reverse): datasets byte-identical, every finding's status the same. The weights' last bits may differ
-    (docs/methods.md, "What reproduces where"); a verdict that followed them would fail here."""
+    """The same run with torch on another kernel level: datasets byte-identical, every finding's status the same.
+    The weights' last bits may differ (docs/methods.md, "What reproduces where"); a verdict that followed them would
+    fail here. Beside the pinned AVX2 kernels the other level is AVX512 where the processor has it (a reader's
+    machine that computes with `MEMLENS_CPU_KERNELS=native`; as fast as AVX2, where torch's scalar kernels take
+    twice as long), else the scalar kernels; beside the scalar ones, AVX2."""
+    from memlens.harness.core.provenance import cpu_description
+
     run_dir, _ = smoke
     here = read_json(run_dir / "run.json")["compute"]
-    other_level = "default" if here["torch"]["cpu_capability"] != "DEFAULT" else "avx2"
+    if here["torch"]["cpu_capability"] == "DEFAULT":
+        other_level = "avx2"
+    else:
+        other_level = "avx512" if "avx512f" in cpu_description()["isa"] and \
+            here["torch"]["cpu_capability"] != "AVX512" else "default"
     env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR")}
     other = tmp_path / "run"
     # Its report's tables are what is compared: its figures are not drawn (report.figures=false, ~20 s).
@@ -175,6 +183,14 @@ def same_models_and_findings(run_dir: Path, other: Path, models: list[str]) -> N
     assert status == {f["id"]: f["status"] for f in read_json(other / "report" / "findings.json")["findings"]}
 
 
+def with_the_audit_cache_of(run_dir: Path, other: Path) -> Path:
+    """`other` starting from `run_dir`'s audit cache. A cached completion or loss is keyed by the model's fingerprint
+    (its weights, config and tokenizer files: harness/model/load.py model_fingerprint), so it is read only for a model
+    byte-identical to the sequential run's, which is what these runs must train (asserted); a model that differed
+    would be scored afresh. It saves each run most of its audit (~35 s of ~45 s on 2 cores)."""
+    return copy_run(run_dir, other, ["audit/cache"])
+
+
 def test_the_smoke_run_as_local_jobs_trains_the_rest_as_the_sequential_run(smoke, tmp_path):
     """`launcher.kind=local`: a run whose first two levels finished (the sequential run's data and PT, FT.1, FT.2,
     IPO, copied: what a killed driver leaves) goes on as `memlens train` jobs (submitit, 2 at a time, level by
@@ -183,6 +199,7 @@ def test_the_smoke_run_as_local_jobs_trains_the_rest_as_the_sequential_run(smoke
     other = tmp_path / "jobs"
     kept = ["PT", "FT.1", "FT.2", "IPO"]
     copy_run(run_dir, other, ["data", *(f"models/{m}" for m in kept)])
+    with_the_audit_cache_of(run_dir, other)
     stamps = {p: p.stat().st_mtime_ns for p in (other / "models").rglob("*.safetensors")}
     result = memlens("run", "experiment=smoke", f"run_dir={other}", "device=cpu", "launcher.kind=local",
                      "launcher.parallel=2", "report.figures=false")
@@ -212,6 +229,7 @@ def test_the_smoke_run_as_slurm_jobs_trains_the_same_models(smoke, tmp_path):
     other = tmp_path / "slurm"
     args = ["run", "experiment=smoke", f"run_dir={other}", "device=cpu", "launcher.kind=slurm",
             "launcher.slurm.cpus_per_task=1", "launcher.slurm.time_min=30"]
+    with_the_audit_cache_of(run_dir, other)
     with one_node_slurm(tmp_path / "cluster") as env:
         result = memlens(*args, "report.figures=false", env=env)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
