@@ -10,6 +10,7 @@ experiment file, `key=value`, Hydra's `+key=value`), by `check_sections` at comp
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -29,11 +30,16 @@ def require_bool(value: Any, key: str, *, allow_none: bool = False) -> bool | No
                     f"number); pass {key}=true or {key}=false")
 
 
+def _union_members(tp: Any) -> tuple:
+    """The members of `X | Y` or Optional[X]; () for anything else (list[int]'s argument is not a member)."""
+    return typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else ()
+
+
 def _is_bool_type(tp: Any) -> tuple[bool, bool]:
     """(is a boolean field, also accepts None) for a resolved type hint."""
     if tp is bool:
         return True, False
-    args = typing.get_args(tp)
+    args = _union_members(tp)
     if args and bool in args and all(a in (bool, type(None)) for a in args):
         return True, type(None) in args
     return False, False
@@ -43,7 +49,7 @@ def _is_number_type(tp: Any) -> tuple[bool, bool]:
     """(is an int or float field, also accepts None) for a resolved type hint."""
     if tp in (int, float):
         return True, False
-    args = typing.get_args(tp)
+    args = _union_members(tp)
     numbers = [a for a in args if a is not type(None)]
     if numbers and all(a in (int, float) for a in numbers):
         return True, type(None) in args

@@ -77,16 +77,39 @@ class _Settings:
     flag: bool = False
     maybe: bool | None = None
     n: int = 1
+    lr: float | None = None
+    counts: list[int] = dataclasses.field(default_factory=list)
+    flags: list[bool] = dataclasses.field(default_factory=list)
 
 
 def test_dataclass_check_names_unknown_keys_and_bad_booleans():
     check_dataclass_values(_Settings, {"flag": True, "maybe": None, "n": 3}, "stages.X")
-    with pytest.raises(UserError, match=r"stages\.X: unknown key\(s\) \['nn'\]; valid keys are \['flag', 'maybe', 'n'\]"):
+    with pytest.raises(UserError, match=r"stages\.X: unknown key\(s\) \['nn'\]; valid keys are \['counts', 'flag', 'flags', "):
         check_dataclass_values(_Settings, {"nn": 1}, "stages.X")
     with pytest.raises(UserError, match=r"stages\.X\.flag='no': must be true or false"):
         check_dataclass_values(_Settings, {"flag": "no"}, "stages.X")
     with pytest.raises(UserError, match=r"stages\.X\.maybe='off': must be true, false or null"):
         check_dataclass_values(_Settings, {"maybe": "off"}, "stages.X")
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"n": "abc"}, r"stages\.X\.n='abc': must be a number$"),
+    ({"n": True}, r"stages\.X\.n=True: must be a number$"),          # a boolean is not a count
+    ({"n": None}, r"stages\.X\.n=None: must be a number$"),
+    ({"lr": "1e-3x"}, r"stages\.X\.lr='1e-3x': must be a number or null$"),
+    ({"lr": [1]}, r"stages\.X\.lr=\[1\]: must be a number or null$"),
+])
+def test_dataclass_check_refuses_non_numbers_for_number_fields(values, message):
+    with pytest.raises(UserError, match=message):
+        check_dataclass_values(_Settings, values, "stages.X")
+
+
+def test_dataclass_check_passes_numbers_and_leaves_lists_to_their_recipe():
+    """An int passes for a float field, None for an optional one; a list[int] or list[bool] field is not a number or
+    a boolean field (its items are the recipe's own check)."""
+    check_dataclass_values(_Settings, {"n": 3, "lr": 1, "counts": [24, 6], "flags": [True]}, "stages.X")
+    check_dataclass_values(_Settings, {"lr": 1e-3}, "stages.X")
+    check_dataclass_values(_Settings, {"lr": None}, "stages.X")
 
 
 def test_model_preset_schema_is_the_default_preset():
