@@ -40,7 +40,10 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFL
 # preloaded server, and so of every call forked from it.
 # (PYTEST_CURRENT_TEST, which pytest sets for each test, is not read by anything a command imports.)
 SESSION_ENV = {**os.environ, **OFFLINE}
-NOT_COMPARED = ("PYTEST_CURRENT_TEST",)
+# Variables set while the session runs that no import reads differently: pytest's name of the current test, and the
+# cache folder torch sets in a process the first time something asks for it (a test's training does; measured: before
+# it was ignored here, every later call went to a new interpreter).
+NOT_COMPARED = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR")
 # MEMLENS_TEST_FRESH_PROCESSES=1: every call a new interpreter, as before the preloaded server (to rule it out).
 _PRELOADED: list = []
 
@@ -99,11 +102,15 @@ def memlens(*args: str, launcher: list[str] | None = None, timeout: int = 900,
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def user_directory_env() -> dict[str, str]:
+    """memlens_in's environment: one thread, offline, the checkout first on the path."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+
 def memlens_in(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     """`python -m memlens ARGS` run from `cwd` (a user's directory), one thread, offline."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return run_memlens(list(args), env, cwd, 600)
+    return run_memlens(list(args), user_directory_env(), cwd, 600)
 
 
 def status_lines(stdout: str) -> dict[str, str]:
