@@ -106,9 +106,16 @@ def serve(path: str) -> None:
     import importlib
     import select
 
-    from memlens.harness.cli import pin_cpu_kernels
+    from memlens.harness.cli import pin_cpu_kernels, stay_offline
+    from memlens.harness.core.console import quiet_libraries
 
-    pin_cpu_kernels()                             # as `python -m memlens` does, before torch loads
+    # What the CLI sets before a command imports anything (harness/cli.py main and run): libraries read these
+    # variables when they are imported — the kernel level, the offline switches, their progress bars — so the
+    # server sets them before it imports those libraries, as each call would. (Measured: without quiet_libraries
+    # here, a forked run printed the hub's "Loading weights" bars that a new interpreter does not.)
+    stay_offline()
+    pin_cpu_kernels()
+    quiet_libraries()
     for name in PRELOAD:
         importlib.import_module(name)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -68,16 +68,31 @@ def preloaded_cli():
     return _PRELOADED[0]
 
 
-def forkable(env: dict[str, str]) -> bool:
-    """Whether a call in `env` may be forked from the preloaded server: the session's environment, save pytest's
-    PYTEST_CURRENT_TEST and a PYTHONPATH that only puts the checkout first (memlens_in: what the server's imports
-    came from already)."""
-    def comparable(e: dict[str, str]) -> dict[str, str]:
-        return {k: v for k, v in e.items() if k not in NOT_COMPARED and k != "PYTHONPATH"}
+def as_a_command_starts(env: dict[str, str]) -> dict[str, str]:
+    """`env` as every memlens command makes it before it imports a library (harness/cli.py stay_offline,
+    harness/core/console.py quiet_libraries), less what is not compared: a worker whose own tests ran those
+    functions in-process holds their variables, and a call would set them anyway."""
+    from memlens.harness.cli import OFFLINE_ENVIRONMENT
+    from memlens.harness.core.console import QUIET_LIBRARY_ENV
 
+    out = {**QUIET_LIBRARY_ENV, **env, **OFFLINE_ENVIRONMENT}
+    return {k: v for k, v in out.items() if k not in NOT_COMPARED and k != "PYTHONPATH"}
+
+
+def environment_drift(env: dict[str, str]) -> list[str]:
+    """The variables in which `env` differs from the preloaded server's, as a command starts: none means a call in
+    `env` may be forked from it. PYTHONPATH may also put the checkout first (memlens_in), where the server's imports
+    came from already."""
+    a, b = as_a_command_starts(env), as_a_command_starts(SESSION_ENV)
+    drift = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
     session_path = SESSION_ENV.get("PYTHONPATH", "")
-    return comparable(env) == comparable(SESSION_ENV) and \
-        env.get("PYTHONPATH", "") in (session_path, os.pathsep.join([str(REPO), session_path]))
+    if env.get("PYTHONPATH", "") not in (session_path, os.pathsep.join([str(REPO), session_path])):
+        drift.append("PYTHONPATH")
+    return drift
+
+
+def forkable(env: dict[str, str]) -> bool:
+    return not environment_drift(env)
 
 
 def run_memlens(args: list[str], env: dict[str, str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:

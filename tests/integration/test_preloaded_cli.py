@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tests.integration.conftest import audit_overrides
-from tests.integration.run_helpers import OFFLINE, forkable, preloaded_cli, user_directory_env
+from tests.integration.run_helpers import OFFLINE, environment_drift, forkable, preloaded_cli, user_directory_env
 
 pytestmark = pytest.mark.slow
 
@@ -29,9 +29,9 @@ def test_the_suites_calls_are_forked_after_torch_set_its_cache_variable():
     cache_dir()
     assert "TORCHINDUCTOR_CACHE_DIR" in os.environ
 
-    assert forkable({**os.environ, **OFFLINE})                                              # run_helpers.memlens
+    assert environment_drift({**os.environ, **OFFLINE}) == []                                # run_helpers.memlens
     if os.environ.get("OMP_NUM_THREADS") == "1":        # the workers of scripts/test.sh (tests/conftest.py)
-        assert forkable(user_directory_env())                                               # run_helpers.memlens_in
+        assert environment_drift(user_directory_env()) == []                                 # run_helpers.memlens_in
     assert not forkable({**os.environ, **OFFLINE, "MEMLENS_CPU_KERNELS": "default"})      # read before torch loads
 
 
