@@ -9,7 +9,7 @@ is the toy size already (tests/integration/test_pipeline_smoke.py). The nmt_* ex
 at full size (tests/unit/harness/audit/test_nmt_pipeline_parts.py composes both). The first seven took ~3 min on 2 CPU cores;
 preference_objectives (7 preference objectives beside FT.3 and RLFT.2) adds ~35 s and findings_rlvr (findings plus
 11 RL points against a verifiable reward) ~50 s, measured on a shared machine (load average ~1.5). For those two the
-test also checks what they measure (MEASURES). A worker's runs share the stages they have in common
+test also checks what they measure (MEASURES). The runs share the stages they have in common, across both workers
 (seed_from_previous_run) and draw no figures: measured alone, findings then quickstart then findings_rlvr_only take
 78 + 22 + 38 s instead of 78 + 48 + 70.
 """
@@ -50,24 +50,45 @@ def test_toy_overrides_cut_every_stage_of_an_experiment():
             assert stage.settings[key] == value, (stage.model_name, key)
 
 
-# The toy runs of one worker share what they have in common (the extension-points issue: "toy-size experiment runs
-# sharing their upstream models"): a run starts from the finished models of the worker's earlier toy run that has
-# the most of this run's stages with the same settings, and from that run's datasets and audit caches. The pipeline
-# keeps a copied model only when its settings, seed, datasets and upstream models are this run's
+# The toy runs share what they have in common (the extension-points issue: "toy-size experiment runs sharing their
+# upstream models"): a run starts from the finished models of the earlier toy run — of either pytest-xdist worker —
+# that has the most of this run's stages with the same settings, and from that run's datasets and audit caches. The
+# pipeline keeps a copied model only when its settings, seed, datasets and upstream models are this run's
 # (recipes/pipeline.py prepare_out_dir, outdated_reason) and retrains the others; the audit reuses a completion only
 # for the same model fingerprint and examples. So each run still trains, audits and reports everything of its own.
-PREVIOUS_RUNS: list[Path] = []
+# A finished run is listed (one line, appended once its test passed; nothing writes into it afterwards) in a file in
+# the workers' shared temporary root, so the order the scheduler gives the runs does not decide what they share.
 
 
-def seed_from_previous_run(run_dir: Path, cfg) -> list[str]:
-    """Copy into `run_dir` the finished models `cfg` plans with the same settings from the earlier toy run that has
-    the most of them, with that run's datasets and audit caches; returns the models copied."""
+@pytest.fixture(scope="session")
+def finished_runs(tmp_path_factory) -> Path:
+    """The file that lists the session's finished toy runs, shared by the workers."""
+    import os
+
+    root = tmp_path_factory.getbasetemp()
+    shared = (root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root) / "toy_runs_shared"
+    shared.mkdir(exist_ok=True)
+    return shared / "finished.txt"
+
+
+def previous_runs(index: Path) -> list[Path]:
+    return [Path(line) for line in index.read_text().splitlines() if line] if index.is_file() else []
+
+
+def record_finished(index: Path, run_dir: Path) -> None:
+    with open(index, "a", encoding="utf-8") as f:   # one short line in append mode: the workers' lines never mix
+        f.write(f"{run_dir}\n")
+
+
+def seed_from_previous_run(run_dir: Path, cfg, previous: list[Path]) -> list[str]:
+    """Copy into `run_dir` the finished models `cfg` plans with the same settings from the earlier toy run (of
+    `previous`) that has the most of them, with that run's datasets and audit caches; returns the models copied."""
     stages = plan(cfg)
 
     def same(run: Path) -> list:
         return [s for s in stages if settings_match(run / "models" / s.model_name, s.settings)]
 
-    best = max(PREVIOUS_RUNS, key=lambda run: len(same(run)), default=None)
+    best = max(previous, key=lambda run: len(same(run)), default=None)
     if best is None or not same(best):
         return []
     for stage in same(best):    # copytree keeps mtimes: an upstream model stays older than the models it started
@@ -81,9 +102,10 @@ def seed_from_previous_run(run_dir: Path, cfg) -> list[str]:
 
 
 @pytest.mark.parametrize("name", TOY_EXPERIMENTS)
-def test_experiment_runs_end_to_end_at_toy_size(name, tmp_path):
+def test_experiment_runs_end_to_end_at_toy_size(name, tmp_path, finished_runs):
     run_dir = tmp_path / "run"
-    seed_from_previous_run(run_dir, compose([f"experiment={name}", *TOY_RUN, *toy_overrides(name)]))
+    seed_from_previous_run(run_dir, compose([f"experiment={name}", *TOY_RUN, *toy_overrides(name)]),
+                           previous_runs(finished_runs))
     # The report's numbers are checked, not its pictures: figures off (report.figures=false; drawing them is most of a
     # report's time, and test_report_render.py checks that the tables are the same either way).
     result = memlens("run", f"experiment={name}", f"run_dir={run_dir}", *TOY_RUN, *toy_overrides(name),
@@ -106,7 +128,7 @@ def test_experiment_runs_end_to_end_at_toy_size(name, tmp_path):
         assert all(found[fid]["status"] != "not measured" for fid in ("M1", "M2", "M3")), found["M1"]
     if name in MEASURES:
         MEASURES[name](run_dir)
-    PREVIOUS_RUNS.append(run_dir)
+    record_finished(finished_runs, run_dir)
 
 
 def _report(run_dir):
