@@ -38,7 +38,6 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFL
            "TOKENIZERS_PARALLELISM": "false"}
 # The worker's environment as the session started (tests/conftest.py has set its variables): the environment of the
 # preloaded server, and so of every call forked from it.
-# (PYTEST_CURRENT_TEST, which pytest sets for each test, is not read by anything a command imports.)
 SESSION_ENV = {**os.environ, **OFFLINE}
 # Variables set while the session runs that no import reads differently: pytest's name of the current test, and the
 # cache folder torch sets in a process the first time something asks for it (a test's training does; measured: before
