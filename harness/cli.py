@@ -22,9 +22,9 @@ from pathlib import Path
 from memlens.harness.core.config import check_sections
 from memlens.harness.core.console import TRAINING_COMMANDS, ExpectedRecords, quiet_libraries
 from memlens.harness.core.errors import StorageError, UserError, storage_error, storage_message
+from memlens.harness.core.kernels import level_environment, pin_cpu_kernels
 from memlens.harness.core.layout import report_dir
 from memlens.harness.core.lock import SHARED, hold_directories
-from memlens.harness.core.provenance import cpu_description
 from memlens.harness.core.shipped import shipped_dir
 from memlens.harness.model.load import filter_transformers_records
 from memlens.harness.report.findings import Roles
@@ -51,46 +51,6 @@ OFFLINE_ENVIRONMENT = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_D
 
 def stay_offline() -> None:
     os.environ.update(OFFLINE_ENVIRONMENT)
-
-
-# torch reads ATEN_CPU_CAPABILITY once, when it first dispatches a kernel, and MKL reads MKL_CBWR when it first
-# multiplies matrices: so both are set before any command imports torch (composing a config already does). ATen's
-# kernel levels (portable, AVX2, AVX512) round differently, and MKL's per-processor code paths differ again; a
-# verdict decided by a few examples flipped with them (docs/methods.md, "What reproduces where"). Held to AVX2,
-# every x86-64 processor with AVX2 (Intel and AMD, AVX512 or not) runs the same code paths, at no cost on an AVX2
-# machine; torch's scalar kernels (`default`) would cost ~25 % of a smoke run's time, in decoding.
-CPU_KERNELS_VARIABLE = "MEMLENS_CPU_KERNELS"
-CPU_KERNEL_LEVELS = ("portable", "default", "avx2", "avx512", "native")
-
-
-def pinned_kernel_level(requested: str) -> str | None:
-    """The ATEN_CPU_CAPABILITY for MEMLENS_CPU_KERNELS=`requested`: `portable` (the default) is AVX2 on a CPU
-    that has it and torch's scalar kernels elsewhere; `native` pins nothing."""
-    if requested == "native":
-        return None
-    if requested == "portable":
-        return "avx2" if "avx2" in cpu_description()["isa"] else "default"
-    return requested
-
-
-def pin_cpu_kernels() -> None:
-    """ATEN_CPU_CAPABILITY (and, at the AVX2 level, MKL_CBWR=AVX2) from MEMLENS_CPU_KERNELS. Variables the
-    user set are kept, and child processes (launched trainers, sandboxes, the NMT stability rerun) inherit
-    them."""
-    requested = os.environ.get(CPU_KERNELS_VARIABLE, "portable").strip().lower()
-    if requested not in CPU_KERNEL_LEVELS:
-        raise UserError(f"{CPU_KERNELS_VARIABLE}={requested!r}: use one of {', '.join(CPU_KERNEL_LEVELS)} "
-                        f"(portable, the default: the same code paths on every x86-64 machine with AVX2)")
-    level = pinned_kernel_level(requested)
-    if level is None or "ATEN_CPU_CAPABILITY" in os.environ:
-        return
-    torch = sys.modules.get("torch")
-    if torch is not None:   # memlens called from a Python process that had loaded torch: children compute as it does
-        os.environ["ATEN_CPU_CAPABILITY"] = torch.backends.cpu.get_cpu_capability().lower()
-        return
-    os.environ["ATEN_CPU_CAPABILITY"] = level
-    if level == "avx2":
-        os.environ.setdefault("MKL_CBWR", "AVX2")   # MKL's AVX2 path, the same on AVX2 and AVX512 processors
 
 
 USAGE = "usage: memlens <command> [-m|--multirun] [key=value ...]\n\ncommands:\n" + "\n".join(
@@ -237,7 +197,8 @@ def formal_command(cfg) -> int:
 
 def nmt_in_child_process(cfg, kernels: str) -> dict:
     """Steps 1-5 of `memlens nmt` on a resolved config, in a child process whose torch computes with
-    ATEN_CPU_CAPABILITY=`kernels` (torch picks its kernels once per process); its summary.json."""
+    every library held to kernel level `kernels` (torch, MKL and oneDNN pick their kernels once per process,
+    harness/core/kernels.py); its summary.json."""
     import subprocess  # lazy: only the NMT stability check starts a child
 
     from omegaconf import OmegaConf  # lazy: keeps `memlens --help` fast
@@ -247,7 +208,7 @@ def nmt_in_child_process(cfg, kernels: str) -> dict:
     config = run_dir / "config.yaml"
     config.write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
     code = ("import sys; from memlens.harness.cli import nmt_from_config; nmt_from_config(sys.argv[1])")
-    env = {**os.environ, "ATEN_CPU_CAPABILITY": kernels}
+    env = level_environment(kernels, dict(os.environ))
     if subprocess.run([sys.executable, "-c", code, str(config)], env=env).returncode:
         raise UserError(f"the NMT stability rerun in {run_dir} failed (its output is above); rerun the same "
                         f"command to continue, or set nmt.stability_kernels=null to skip it")

@@ -197,6 +197,7 @@ def prepare_point(cfg, overrides: list[str], after_locks: list[tuple]) -> Point:
     point = dict(cfg.get("sweep_point") or {})
     print(f"[memlens] run {cfg.get('experiment_name')} in {run_dir}{f' {point}' if point else ''}: {len(planned)} "
           f"model(s) as jobs ({settings['kind']}, {at_once})", flush=True)
+    name_thread_difference(settings, planned)
     commands = {s.model_name: train_command(overrides, point, s.model_name, "stage" in cfg,
                                             resources_of(settings, s)["gpus"]) for s in planned}
     finished = finished_models(run_dir, planned, cfg.get("seed"))
@@ -229,6 +230,25 @@ def finished_models(run_dir: Path, planned, seed) -> set[str]:
     return finished
 
 
+def job_threads(settings: dict, stage) -> int:
+    """The torch threads a job computes with: a share of this machine's cores (local), its cpus_per_task (slurm)."""
+    if settings["kind"] == "local":
+        return max(1, (os.cpu_count() or 1) // settings["parallel"])
+    return int(resources_of(settings, stage)["cpus_per_task"])
+
+
+def name_thread_difference(settings: dict, planned) -> None:
+    """Say so when jobs compute with another thread count than a sequential run here would: where MKL honours
+    MKL_CBWR (Intel processors) the weights' last bits follow the thread count (docs/methods.md, "What reproduces
+    where"), so the two are not expected to be byte-identical there."""
+    here = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+    other = sorted({job_threads(settings, stage) for stage in planned} - {here})
+    if other:
+        print(f"[memlens] jobs compute with {'/'.join(map(str, other))} torch thread(s), a sequential run here with "
+              f"{here}: on processors where MKL honours MKL_CBWR (Intel) their weights may differ in the last bits",
+              flush=True)
+
+
 def resources_of(settings: dict, stage) -> dict:
     """A stage's SLURM resources: its own `launcher.stages.<NAME>`, else `launcher.slurm`."""
     return settings["stages"].get(stage.name, settings["slurm"])
@@ -241,7 +261,7 @@ def run_local(point: Point) -> None:
     executor = submitit.AutoExecutor(folder=str(point.run_dir / JOBS_DIR), cluster="local")
     executor.update_parameters(timeout_min=24 * 60)
     parallel = point.settings["parallel"]
-    threads = max(1, (os.cpu_count() or 1) // parallel)
+    threads = job_threads(point.settings, None)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     for level in dependency_levels(point.planned):
         level = [s for s in level if s in point.to_train]

@@ -1,5 +1,5 @@
 """Test-wide settings: nothing touches a model hub; torch uses the machine's 2 cores on the kernels `memlens` pins
-by default (harness/cli.py pin_cpu_kernels), set before anything loads torch; our folders are imported only as
+by default (harness/core/kernels.py pin_cpu_kernels), set before anything loads torch; our folders are imported only as
 subpackages of memlens."""
 
 import importlib.abc
@@ -10,14 +10,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    # scripts/test.sh runs two pytest-xdist workers on the two cores: one torch thread each (and in the CLI runs
-    # they start), set before torch loads. Weights and audit rows are the same at 1 and 2 threads (measured,
-    # docs/methods.md "What reproduces where"); tests compare runs made within one worker.
-    os.environ["OMP_NUM_THREADS"] = "1"
-    os.environ["MKL_NUM_THREADS"] = "1"
+# One torch thread in every test process and the CLI runs they start, set before torch loads, with or without
+# xdist: scripts/test.sh runs two workers on the two cores, and the runs a test compares (the sequential smoke run
+# against its SLURM and local jobs, which compute with `cpus_per_task` = 1 thread) must compute alike. Weights are
+# the same at 1 and 2 threads on AMD processors, where MKL picks its path itself; on an Intel Xeon, where MKL honours
+# MKL_CBWR, a plain `pytest -k slurm` (no xdist, so 2 threads) trained PT with other bits than its 1-thread job.
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["MKL_NUM_THREADS"] = "1"
 
-from memlens.harness.cli import pin_cpu_kernels  # noqa: E402  (after the variables above; it loads no torch)
+from memlens.harness.core.kernels import pin_cpu_kernels  # noqa: E402  (after the variables above; it loads no torch)
 
 pin_cpu_kernels()
 

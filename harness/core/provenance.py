@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import memlens
+from memlens.harness.core.kernels import cpu_flags, effective_kernels
 
 TRACKED_PACKAGES = ("memlens", "torch", "transformers", "trl", "peft", "datasets", "tokenizers",
                     "accelerate", "rapidfuzz", "edlib", "hydra-core", "numpy")
@@ -50,26 +51,37 @@ def package_versions(names: tuple[str, ...] = TRACKED_PACKAGES) -> dict[str, str
 # (docs/methods.md, "What reproduces where").
 KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_NUM_THREADS", "OMP_NUM_THREADS",
                     "ONEDNN_MAX_CPU_ISA", "CUBLAS_WORKSPACE_CONFIG")
-ISA_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "asimd", "sve")
+ISA_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "asimd", "sve")
 
 
 @functools.cache   # the processor does not change while a process runs
 def cpu_description() -> dict[str, Any]:
     """The processor as the kernels see it: model name, logical cores, and the vector extensions that decide
-    which kernels torch and MKL pick (/proc/cpuinfo on Linux; platform.processor() elsewhere)."""
-    model, flags = None, set()
+    which kernels torch, MKL and oneDNN pick (/proc/cpuinfo on Linux; platform.processor() elsewhere)."""
+    model = None
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
             key, _, value = line.partition(":")
-            key = key.strip()
-            if model is None and key in ("model name", "Model", "cpu model"):
+            if key.strip() in ("model name", "Model", "cpu model"):
                 model = value.strip()
-            elif not flags and key in ("flags", "Features"):
-                flags = set(value.split())
+                break
     except OSError:
         pass
+    flags = cpu_flags()
     return {"model": model or platform.processor() or None, "logical_cores": os.cpu_count(),
-            "machine": platform.machine(), "isa": [f for f in ISA_FLAGS if f in flags]}
+            "machine": platform.machine(), "vendor": cpu_vendor(), "isa": [f for f in ISA_FLAGS if f in flags]}
+
+
+def cpu_vendor() -> str | None:
+    """'GenuineIntel', 'AuthenticAMD', ...: MKL honours its reproducibility branches on Intel processors only."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "vendor_id":
+                return value.strip()
+    except OSError:
+        pass
+    return None
 
 
 def torch_compute() -> dict[str, Any] | None:
@@ -81,7 +93,7 @@ def torch_compute() -> dict[str, Any] | None:
     record = {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
               "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
               "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-              "blas": "mkl" if torch.backends.mkl.is_available() else None}
+              "blas": "mkl" if torch.backends.mkl.is_available() else None, "kernels": effective_kernels()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         record["cuda_device"] = torch.cuda.get_device_name()
     return record

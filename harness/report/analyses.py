@@ -200,10 +200,22 @@ def computed_on(prov: dict) -> str:
     parts = [f"{cpu.get('model') or 'unknown CPU'} ({cpu.get('machine')}, {cpu.get('logical_cores')} cores)"]
     if torch:
         pinned = " (pinned)" if variables.get("ATEN_CPU_CAPABILITY") else ""
-        parts += [f"torch kernels {torch.get('cpu_capability')}{pinned}", f"{torch.get('threads')} threads"]
+        parts.append(f"torch kernels {torch.get('cpu_capability')}{pinned}")
+        libraries = kernel_libraries(torch.get("kernels"), variables)
+        parts += [libraries] if libraries else []
+        parts.append(f"{torch.get('threads')} threads")
         if torch.get("cuda_device"):
             parts.append(torch["cuda_device"])
     return " · ".join(parts)
+
+
+def kernel_libraries(kernels: dict | None, variables: dict) -> str | None:
+    """'MKL AUTO, oneDNN AVX2': MKL's branch as MKL reported it (AUTO where it did not honour MKL_CBWR) and oneDNN's
+    ISA cap (harness/core/kernels.py); None for a run from before they were recorded."""
+    if not kernels:
+        return None
+    onednn = kernels.get("onednn_max_isa") or variables.get("ONEDNN_MAX_CPU_ISA") or "unpinned"
+    return f"MKL {kernels.get('mkl_branch') or 'n/a'}, oneDNN {onednn}"
 
 
 def code_version(prov: dict) -> str | None:

@@ -107,8 +107,9 @@ def serve(path: str) -> None:
     import importlib
     import select
 
-    from memlens.harness.cli import pin_cpu_kernels, stay_offline
+    from memlens.harness.cli import stay_offline
     from memlens.harness.core.console import quiet_libraries
+    from memlens.harness.core.kernels import pin_cpu_kernels
 
     # What the CLI sets before a command imports anything (harness/cli.py main and run): libraries read these
     # variables when they are imported — the kernel level, the offline switches, their progress bars — so the

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from memlens.harness.core.io import read_json, read_jsonl
+from memlens.harness.core.kernels import LEVEL_PINS, PINNED_VARIABLES
 from tests.integration.run_helpers import REPO, copy_run, memlens, status_lines, two_processes
 
 pytestmark = pytest.mark.slow
@@ -132,9 +133,10 @@ def test_run_record_has_config_commit_and_stage_statuses(smoke):
     assert "git_commit" in record and record["packages"]
     assert record["git_commit_at_start"] == record["git_commit"]     # the checkout did not move during the run
     assert record["wall_seconds"] >= sum(s["seconds"] for s in record["stages"])
-    # Where it was computed: the processor, torch's kernel level (pinned by memlens) and threads.
+    # Where it was computed: the processor, torch's kernel level (pinned by memlens, with MKL and oneDNN) and threads.
     compute = record["compute"]
     assert compute["torch"]["cpu_capability"] == compute["variables"]["ATEN_CPU_CAPABILITY"].upper()
+    assert compute["torch"]["kernels"]["onednn_max_isa"] == compute["variables"]["ONEDNN_MAX_CPU_ISA"]
     assert compute["cpu"]["logical_cores"] == os.cpu_count() and compute["torch"]["threads"] >= 1
     prov = read_json(run_dir / "models" / "FT.1" / "provenance.json")
     assert prov["compute"]["torch"]["cpu_capability"] == compute["torch"]["cpu_capability"]
@@ -155,7 +157,7 @@ def test_the_smoke_run_on_the_other_cpu_kernel_level(smoke, tmp_path):
     else:
         other_level = "avx512" if "avx512f" in cpu_description()["isa"] and \
             here["torch"]["cpu_capability"] != "AVX512" else "default"
-    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR")}
+    env = {k: v for k, v in os.environ.items() if k not in PINNED_VARIABLES}
     other = tmp_path / "run"
     # Its report's tables are what is compared: its figures are not drawn (report.figures=false, ~20 s).
     result = subprocess.run([sys.executable, "-m", "memlens", "run", "experiment=smoke", f"run_dir={other}",
@@ -163,7 +165,7 @@ def test_the_smoke_run_on_the_other_cpu_kernel_level(smoke, tmp_path):
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     there = read_json(other / "run.json")["compute"]
-    assert there["variables"]["ATEN_CPU_CAPABILITY"] == other_level
+    assert {k: there["variables"].get(k) for k in PINNED_VARIABLES} == LEVEL_PINS[other_level]   # all three moved
     rows = sorted(p.relative_to(run_dir) for p in (run_dir / "data").rglob("rows.jsonl"))
     assert rows and rows == sorted(p.relative_to(other) for p in (other / "data").rglob("rows.jsonl"))
     for path in rows:
