@@ -5,10 +5,17 @@ Stage recipes, preference objectives, MIA attacks, audit measures, reward functi
 `@REGISTRY.register(name)`), and everything that lists, validates or labels them reads the registry: config
 checks name the registered choices, the audit and the report iterate them in registration order.
 docs/architecture.md lists each registry and the one place to add to it.
+
+A registry whose built-in entries register in other modules names those modules (`builtins`) and the built-in
+names in their run order (`order`): the first read imports the modules, checks every named entry arrived, and
+lists the built-ins in that order, then any other entry (a user's plugin) in registration order. So every command
+sees the same entries in the same order in a fresh process, whatever it happened to import (a `memlens report` that
+imported no audit module saw no audit measures, and dropped their report sections).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Generic, TypeVar
@@ -20,10 +27,13 @@ class Registry(Generic[T]):
     """Name -> entry, in registration order. Names are unique: a second registration of a name is refused
     (two modules claiming one name would otherwise replace each other silently, by import order)."""
 
-    def __init__(self, kind: str, key: str):
+    def __init__(self, kind: str, key: str, builtins: tuple[str, ...] = (), order: tuple[str, ...] = ()):
         self.kind = kind          # what an entry is, for messages: "MIA attack", "audit measure", ...
         self.key = key            # the config key (or field) that names entries, for messages
         self._entries: dict[str, T] = {}
+        self._builtins = builtins  # modules that register the built-in entries, imported on the first read
+        self._order = order        # the built-in names, in run and report order
+        self._loaded = not builtins
 
     def register(self, name: str, entry: T | None = None):
         """Register `entry` under `name`; without `entry`, a decorator that registers what it decorates."""
@@ -43,36 +53,58 @@ class Registry(Generic[T]):
     @contextmanager
     def registered(self, name: str, entry: T) -> Iterator[T]:
         """`entry` registered under `name` for the duration of a `with` block (tests, notebooks)."""
+        self._load()
         self.register(name, entry)
         try:
             yield entry
         finally:
             self.unregister(name)
 
+    def _load(self) -> None:
+        """Import the modules that register the built-in entries (once), and check each named one arrived."""
+        if self._loaded:
+            return
+        self._loaded = True      # first: a module being imported may itself read the registry
+        for module in self._builtins:
+            importlib.import_module(module)
+        missing = [name for name in self._order if name not in self._entries]
+        if missing:
+            raise RuntimeError(f"{self.kind} registry: {', '.join(missing)} named as built-in but not registered "
+                               f"by {', '.join(self._builtins)}")
+
+    def _ordered(self) -> dict[str, T]:
+        """Every entry: the built-ins in their declared order, then the rest in registration order."""
+        self._load()
+        first = {name: self._entries[name] for name in self._order if name in self._entries}
+        return first | {name: entry for name, entry in self._entries.items() if name not in first}
+
     def __getitem__(self, name: str) -> T:
+        self._load()
         return self._entries[name]
 
     def __contains__(self, name: object) -> bool:
+        self._load()
         return name in self._entries
 
     def __iter__(self) -> Iterator[str]:
-        return iter(list(self._entries))
+        return iter(list(self._ordered()))
 
     def __len__(self) -> int:
+        self._load()
         return len(self._entries)
 
     def names(self) -> tuple[str, ...]:
-        return tuple(self._entries)
+        return tuple(self._ordered())
 
     def items(self) -> list[tuple[str, T]]:
-        return list(self._entries.items())
+        return list(self._ordered().items())
 
     def values(self) -> list[T]:
-        return list(self._entries.values())
+        return list(self._ordered().values())
 
     def where(self, test: Callable[[T], bool]) -> tuple[str, ...]:
-        """Names of the entries for which `test` holds, in registration order."""
-        return tuple(name for name, entry in self._entries.items() if test(entry))
+        """Names of the entries for which `test` holds, in order."""
+        return tuple(name for name, entry in self._ordered().items() if test(entry))
 
     def __repr__(self) -> str:
-        return f"Registry({self.kind}: {', '.join(self._entries)})"
+        return f"Registry({self.kind}: {', '.join(self.names())})"

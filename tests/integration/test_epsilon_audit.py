@@ -7,6 +7,8 @@ checked on hand-written rows in tests/unit/harness/measures/test_epsilon.py). Th
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 from omegaconf import OmegaConf
 
@@ -33,7 +35,8 @@ def test_a_model_that_never_saw_the_canaries_gives_a_bound_near_zero(tmp_path):
         "audit": {"out_dir": str(run_dir / "audit"), "cache_dir": str(run_dir / "audit" / "cache"),
                   "measures": ["mia", "epsilon"], "mia_spans": ["target"], "mia_bootstrap": 20, "batch_size": 16,
                   "device": "cpu", "fim_family": None},
-        "audit_plan": [{"models": ["BASE"], "control": str(BASE), "datasets": ["sd_base"], "checkpoints": "final"}]})
+        "audit_plan": [{"models": ["BASE"], "control": str(BASE), "datasets": ["sd_base"], "checkpoints": "final"}],
+        "report": {"out_dir": str(run_dir / "report"), "figures": False}})
     assert audit_main(cfg) == 0
     summary = read_json(run_dir / "audit" / "epsilon" / "BASE" / "summary.json")
     bound = summary["results"]["final"]["sd_base"]
@@ -41,3 +44,23 @@ def test_a_model_that_never_saw_the_canaries_gives_a_bound_near_zero(tmp_path):
     assert bound["m"] == coins["ones"] + coins["zeros"] and bound["n_members"] == coins["ones"]
     assert bound["r"] > 0 and bound["epsilon_lower_bound"] < 0.5, bound
     assert summary["refused"] == {} and summary["settings"]["attack"] == "loss" and bound["delta"] == 1e-5
+
+    # The report as `memlens run` renders it (in the process that ran the audit) and as `memlens report` renders it
+    # in a fresh process, which imports no audit module: the same sections, the epsilon table among them, and the
+    # same summary.json (the audit measures' registry loads its built-ins on its first read).
+    from memlens.harness.cli import load_command
+
+    assert load_command("report")(cfg) == 0
+    in_run = (run_dir / "report" / "report.md").read_text(), read_json(run_dir / "report" / "summary.json")
+    OmegaConf.save(cfg, tmp_path / "config.yaml")
+    fresh = ("import sys; from omegaconf import OmegaConf; from memlens.harness.cli import load_command; "
+             "assert 'memlens.harness.audit.plan' not in sys.modules; "
+             "sys.exit(load_command('report')(OmegaConf.load(sys.argv[1])))")
+    done = subprocess.run([sys.executable, "-c", fresh, str(tmp_path / "config.yaml")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    alone = (run_dir / "report" / "report.md").read_text(), read_json(run_dir / "report" / "summary.json")
+    headings = [line for line in alone[0].splitlines() if line.startswith("#")]
+    assert any("audit.measures: epsilon" in h for h in headings), headings
+    assert headings == [line for line in in_run[0].splitlines() if line.startswith("#")]
+    # (the report's own provenance says when and in which process it was rendered: the rest is the same)
+    assert {**alone[1], "provenance": None} == {**in_run[1], "provenance": None} and "epsilon" in alone[1]["measures"]

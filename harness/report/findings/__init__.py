@@ -33,17 +33,9 @@ the module of its paper.
 
 from __future__ import annotations
 
-# The per-paper modules register their findings on import, so the order of these imports is the order of the
-# findings table (F1-F8, V4-V7, P1-P3, N1-N3, C1-C2, M1-M3, S1-S3, E1; tests/unit/harness/report/test_findings.py checks it):
-# kept by hand, before any other import from the package.
-# isort: off
-from memlens.harness.report.findings import paper003  # F1-F8, V4-V7
-from memlens.harness.report.findings import preference  # P1-P3
-from memlens.harness.report.findings import paper002  # N1-N3
-from memlens.harness.report.findings import paper004  # C1-C2
-from memlens.harness.report.findings import mia  # M1-M3
-from memlens.harness.report.findings import extraction_risk  # S1-S3, E1
-# isort: on
+# The per-paper modules register their findings on import; the registry imports them itself on its first read and
+# orders the table (registry.py TABLE_ORDER), so the order of the imports below decides nothing.
+from memlens.harness.report.findings import extraction_risk, mia, paper002, paper003, paper004, preference  # noqa: F401
 from memlens.harness.report.findings.evidence_gates import (
     IPO_ACCURACY_MIN,
     MIA_DETECTABLE_AUC,

@@ -1,6 +1,7 @@
 """The findings table as a registry (harness/core/registry.py): each finding a `Finding`, registered by the module of
-the paper it comes from, in the table's order (the package's __init__ imports those modules in that order);
-`findings(run)` runs every registered finding in that order."""
+the paper it comes from; the registry imports those modules the first time it is read and lists the findings in the
+table's order below, whichever module was imported first; `findings(run)` runs every registered finding in that
+order."""
 
 from __future__ import annotations
 
@@ -22,7 +23,12 @@ class Finding:
     check: Callable[[RunResults], dict]
 
 
-FINDINGS: Registry[Finding] = Registry("finding", "id")
+# The modules that register the built-in findings, and the table's order of their ids.
+FINDING_MODULES = tuple(f"memlens.harness.report.findings.{name}" for name in (
+    "paper003", "preference", "paper002", "paper004", "mia", "extraction_risk"))
+TABLE_ORDER = ("F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8", "V4", "V5", "V6", "V7", "P1", "P2", "P3",
+               "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "S1", "S2", "S3", "E1")
+FINDINGS: Registry[Finding] = Registry("finding", "id", builtins=FINDING_MODULES, order=TABLE_ORDER)
 
 
 def register(*entries: Finding) -> tuple[Finding, ...]:
@@ -33,5 +39,5 @@ def register(*entries: Finding) -> tuple[Finding, ...]:
 
 
 def findings(run: RunResults) -> list[dict]:
-    """The findings table of a run: every registered finding's check, in registration order."""
+    """The findings table of a run: every registered finding's check, in the table's order."""
     return [finding.check(run) for finding in FINDINGS.values()]
