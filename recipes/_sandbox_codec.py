@@ -82,11 +82,15 @@ def read_frame(stream, limit):
 
 def protocol_channels():
     """(inbox, outbox): private copies of stdin and stdout for the frames; fds 0-2 then point at /dev/null, so
-    whatever the sandboxed code prints goes nowhere."""
+    whatever the sandboxed code prints goes nowhere. Its first frame says the sandbox started: sent by trusted code
+    before any program or test code runs, so a side that never sends it failed to start (bubblewrap, the kernel, the
+    interpreter), which recipes/sandbox.py reports as an error and never as a score."""
     inbox, outbox = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
+    outbox.write(encode_frame({"started": True}))
+    outbox.flush()
     return inbox, outbox
 
 

@@ -23,6 +23,12 @@ is passed with `python -I -S -c`, so no file it runs is read from a writable pla
 Where bubblewrap cannot run (not installed, no user namespaces), `sandbox: bubblewrap` (the default) refuses before
 training with exit code 2 and the fix; `sandbox: none` runs both sides as plain subprocesses (the grader split and
 the limits hold, the isolation does not), loudly, and is recorded wherever a reward is.
+
+A failure of ours is never a score. A sandbox that does not start (bubblewrap gone or refused by the kernel, e.g.
+ENOSPC once the namespace limit is used up; the interpreter missing: no "started" frame from its trusted code), a
+grader that breaks (trusted code: the program cannot reach it), and a sandbox that survives its kill raise
+`SandboxFailure` (exit 2, naming the cause and the fix), which stops the RL stage: scoring such a check 0.0 would
+train the policy on the machine's state instead of its answers.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -74,6 +81,17 @@ class SandboxBroken(Exception):
     """A side broke the protocol (closed, oversized, not JSON): the check fails."""
 
 
+class SandboxFailure(UserError):
+    """The sandbox itself failed (it did not start, the grader broke, a process survived its kill): an error of the
+    machine, not an answer of the program, so no score is given (exit 2)."""
+
+    def __init__(self, cause: str, fix: str = "check that `bwrap --version` runs, then rerun the same command to "
+                                                "continue where it stopped"):
+        super().__init__(f"the `tests` reward's sandbox failed: {cause}. No score was given: a failure of the sandbox "
+                         f"says nothing of the completion. Fix: {fix}")
+        self.cause = cause
+
+
 # --- is isolation available here? --------------------------------------------------------------------------------
 
 
@@ -98,11 +116,15 @@ def _probe(bwrap: str | None, euid: int) -> str | None:
     return None
 
 
-def require_isolation(mode: str, where: str = "reward.sandbox") -> str:
-    """The isolation the `tests` reward will use: `mode` if it can be had, else a UserError (exit 2) with the fix."""
+def require_isolation(mode: str, where: str = "reward.sandbox", warn: bool = True) -> str:
+    """The isolation the `tests` reward will use: `mode` if it can be had, else a UserError (exit 2) with the fix.
+    The probe runs once per process; `warn=False` (a direct call of the reward, which named its mode) skips the
+    opt-out's warning."""
     if mode not in MODES:
         raise UserError(f"{where}={mode!r}: use {BUBBLEWRAP} (the default: an OS sandbox) or {NO_ISOLATION} (run "
                         "model-written code without isolation, only on a machine you can lose)")
+    if mode == NO_ISOLATION and not warn:
+        return mode
     if mode == NO_ISOLATION:
         print(f"[memlens] WARNING: {where}={NO_ISOLATION}: the `tests` reward runs model-written code WITHOUT an OS "
               "sandbox (the grader split and the limits hold; files, network and processes are not contained). "
@@ -228,9 +250,28 @@ class Sandbox:
         argv = (sandbox_argv(bwrap_path(), code, self.uid, limits) if mode == BUBBLEWRAP
                 else [_interpreter(), "-I", "-S", "-c", code])
         env = {"PATH": "/usr/bin:/bin"} if mode == NO_ISOLATION else None
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     start_new_session=True, env=env, cwd="/" if mode == BUBBLEWRAP else None)
+        # What bubblewrap or the interpreter says before the trusted code starts (it then points fd 2 at /dev/null,
+        # so nothing the program writes lands here): read back only to name why a sandbox did not start.
+        self.startup_errors = tempfile.TemporaryFile()
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.startup_errors,
+                                         start_new_session=True, env=env, cwd="/" if mode == BUBBLEWRAP else None)
+        except OSError as e:      # bubblewrap (or the interpreter) removed or unreadable since the probe
+            _release_uid(self.uid)
+            self.startup_errors.close()
+            raise SandboxFailure(f"{argv[0]} could not be run ({e.strerror or e})", STARTUP_FIX) from None
         self.buffer = b""
+
+    def why_not_started(self) -> str:
+        """bubblewrap's (or the interpreter's) first words and exit status, for a sandbox that sent no frame."""
+        try:
+            code = self.proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            code = None
+        self.startup_errors.seek(0)
+        said = self.startup_errors.read(2000).decode("utf-8", "replace").strip().splitlines()
+        status = "still running" if code is None else f"exit code {code}"
+        return f"{said[0][:300]} ({status})" if said else status
 
     def send(self, frame: bytes) -> None:
         try:
@@ -250,6 +291,7 @@ class Sandbox:
             except OSError:
                 pass
         self.proc.wait()
+        self.startup_errors.close()
         try:
             if self.own_uid:
                 reap_uid(self.uid)
@@ -303,9 +345,36 @@ def _out_of_cpu(side: Sandbox) -> bool:
     return code in {128 + signal.SIGXCPU, 128 + signal.SIGKILL, -signal.SIGXCPU, -signal.SIGKILL}
 
 
+STARTUP_FIX = ("reinstall bubblewrap if it was removed (apt-get install bubblewrap); if the kernel refused a namespace "
+               "(No space left on device: the user.max_*_namespaces limits are used up), raise them (sysctl "
+               "user.max_user_namespaces=...) or lower the reward's parallel checks; then rerun the same command to "
+               "continue where it stopped")
+
+
+def await_start(side: Sandbox, what: str, deadline: float) -> None:
+    """The side's "started" frame, sent by its trusted code before anything else runs; without it the sandbox did not
+    start, which is a SandboxFailure naming what bubblewrap said."""
+    relay = Relay(Limits(), deadline)
+    try:
+        message = relay.receive(side)
+    except TimeoutError:
+        raise SandboxFailure(f"the {what} sandbox did not start within {STARTUP_SECONDS:.0f} s "
+                             f"({side.why_not_started()})", STARTUP_FIX) from None
+    except SandboxBroken:
+        raise SandboxFailure(f"the {what} sandbox did not start: {side.why_not_started()}", STARTUP_FIX) from None
+    if message != {"started": True}:
+        raise SandboxFailure(f"the {what} sandbox's first message was not its start ({str(message)[:100]})")
+
+
+# How long two sandboxes may take to start, apart from a check's own wall budget: a machine under load starts
+# interpreters slowly, and a slow start says nothing of the completion.
+STARTUP_SECONDS = 60.0
+
+
 def check(program: str, test: str, entry_point: str, setup: str = "", *, mode: str = BUBBLEWRAP,
           limits: Limits = Limits()) -> str:
     """Run `test`'s `check(<entry_point>)` against `program`: 'passed', 'failed: <why>' or 'timed out'.
+    A failure of the sandbox itself raises SandboxFailure instead (see the module's docstring).
 
     `setup` is trusted code the grader runs before the test (a HumanEval prompt's imports and helpers)."""
     sandbox_limits = {k: v for k, v in asdict(limits).items()
@@ -316,9 +385,16 @@ def check(program: str, test: str, entry_point: str, setup: str = "", *, mode: s
     try:
         program_side = Sandbox(PROGRAM_CODE, mode, limits)
         grader_side = Sandbox(GRADER_CODE, mode, limits)
+        started_by = time.monotonic() + STARTUP_SECONDS
+        await_start(program_side, "program", started_by)
+        await_start(grader_side, "grader", started_by)
         relay = Relay(limits, time.monotonic() + limits.startup_seconds + limits.wall_seconds)
         program_side.send(encode_frame({"program": program, "limits": sandbox_limits}))
-        grader_side.send(encode_frame({"setup": setup, "test": test, "entry_point": entry_point, "limits": sandbox_limits}))
+        try:
+            grader_side.send(encode_frame({"setup": setup, "test": test, "entry_point": entry_point,
+                                           "limits": sandbox_limits}))
+        except SandboxBroken as e:
+            raise SandboxFailure(f"the grader sandbox {e}") from None
         try:
             loaded = relay.receive(program_side)
         except SandboxBroken:               # it ended (or wrote garbage) before saying it loaded
@@ -326,15 +402,19 @@ def check(program: str, test: str, entry_point: str, setup: str = "", *, mode: s
         if loaded.get("loaded") is not True:
             return "timed out" if _out_of_cpu(program_side) else "failed: the program did not load"
         while True:
-            message = relay.receive(grader_side)
+            message = grader_message(relay, grader_side)
             if "verdict" in message:
                 return str(message["verdict"])[:200]
             program_side.send(encode_frame({"call": message.get("call"), "args": message.get("args", []),
                                       "kwargs": message.get("kwargs", {})}))
-            grader_side.send(encode_frame(relay.receive(program_side)))
+            answer = relay.receive(program_side)
+            try:
+                grader_side.send(encode_frame(answer))
+            except SandboxBroken as e:
+                raise SandboxFailure(f"the grader sandbox {e}") from None
     except TimeoutError:
         return "timed out"
-    except SandboxBroken as e:
+    except SandboxBroken as e:          # the program's side: its answer, however it broke
         return "timed out" if program_side is not None and _out_of_cpu(program_side) else f"failed: a sandbox {e}"
     finally:
         survived = []
@@ -345,4 +425,14 @@ def check(program: str, test: str, entry_point: str, setup: str = "", *, mode: s
                 except SandboxBroken as e:   # both sides are killed first; then a survivor is an error, not a score
                     survived.append(e)
         if survived:
-            raise survived[0]
+            raise SandboxFailure(str(survived[0]), "find and kill the sandbox's processes (their uid is named above), "
+                                 "then rerun the same command to continue where it stopped")
+
+
+def grader_message(relay: Relay, grader_side: Sandbox) -> dict:
+    """The grader's next frame. The grader is trusted code that catches whatever the test raises and sends a verdict,
+    and the program reaches it only as plain data, so a grader that breaks is a failure of ours, not a score."""
+    try:
+        return relay.receive(grader_side)
+    except SandboxBroken as e:
+        raise SandboxFailure(f"the grader sandbox {e} ({grader_side.why_not_started()})") from None

@@ -104,7 +104,10 @@ def unit_tests(row: dict) -> UnitTests | None:
 
 def tests(completion: str, prefix: str, suffix: str, sandbox_mode: str = sandbox.BUBBLEWRAP, **row: Any) -> float:
     """1 when the row's unit tests pass on prefix + completion + suffix (recipes/sandbox.py: the program and the
-    grader each in an OS sandbox of its own, meeting only through plain data), else 0."""
+    grader each in an OS sandbox of its own, meeting only through plain data), else 0. A sandbox that cannot be had
+    or fails is an error (UserError / sandbox.SandboxFailure, exit 2), never a 0: called directly, it checks the
+    isolation as FunctionReward does before training."""
+    sandbox.require_isolation(sandbox_mode, "tests(sandbox_mode=...)", warn=False)
     cases = unit_tests(row)
     if cases is None:
         raise UserError(f"reward function `tests`: row {row.get('id')!r} has no unit tests (fields test and "

