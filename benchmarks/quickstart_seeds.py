@@ -51,23 +51,43 @@ def computed_where(run_dir: Path) -> str:
 
 
 def marks_table(run_dirs: list[Path], prefixes: list[str] | None) -> str:
-    """The README's table: per finding its claim, the paper's figure and per run a mark with this run's figure
-    ('✓ 64.3 % [49–77] (27/42)'), then the commit and machine of each run."""
+    """The README's table: per finding its claim, the paper's figure, per run a mark with this run's figure
+    ('✓ 64.3 % [49–77] (27/42)'), and the verdict over the runs (harness/report/findings/verdict.py `over_seeds`:
+    decided only where at least three seeds agree and no kernel rerun disagreed), then the commit and machine of
+    each run."""
+    from memlens.harness.report.findings.verdict import MIN_SEEDS, over_seeds  # the rule, defined once
+
     runs = [(d, *load_run(d)) for d in run_dirs]
     ids = [f["id"] for f in only_ids(runs[0][2], prefixes)]
-    lines = ["| finding | paper | " + " | ".join(f"seed {seed}" for _, seed, _, _ in runs) + " |",
-             "|---|---|" + ":-:|" * len(runs)]
+    lines = ["| finding | paper | " + " | ".join(f"seed {seed}" for _, seed, _, _ in runs) + " | over the seeds |",
+             "|---|---|" + ":-:|" * len(runs) + "---|"]
     for fid in ids:
         first = next(f for f in runs[0][2] if f["id"] == fid)
-        cells = []
+        cells, per_seed = [], []
         for _, _, findings, _ in runs:
             f = next((x for x in findings if x["id"] == fid), None)
+            per_seed.append(f)
             cells.append("–" if f is None else f"{mark(f)} {f['ours'] if f['status'] != 'not measured' else ''}".strip())
-        lines.append(f"| {fid} {first['claim']} | {first['paper']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {fid} {first['claim']} | {first['paper']} | " + " | ".join(cells) + " | "
+                     + seeds_cell(over_seeds(per_seed)) + " |")
     lines += ["", "✓ holds, ✗ not reproduced, ? inconclusive, ?~ inconclusive (unstable: the verdict changed when "
-                  "the run was repeated on other CPU kernels), n/m not measured. Computed on: "
-              + "; ".join(f"seed {seed}: {computed_where(d)}" for d, seed, _, _ in runs) + "."]
+                  "the run was repeated on other CPU kernels), n/m not measured. Over the seeds: a verdict only where "
+                  f"all of at least {MIN_SEEDS} seeds give it and no kernel rerun changed it, else ? with how many "
+                  "seeds held, the spread of the rates and the values of every evidence gate that failed. Computed "
+                  "on: " + "; ".join(f"seed {seed}: {computed_where(d)}" for d, seed, _, _ in runs) + "."]
     return "\n".join(lines)
+
+
+def seeds_cell(verdict: dict) -> str:
+    """'? 1/3 hold · 0.0–0.0 % vs 54.8–64.3 % · gate: RLFT.2 ... 0.38 / 1.1 / 0.2 (needs >= 0.5)'."""
+    if verdict["status"] == "not measured":
+        return "n/m"
+    parts = [f"{MARKS.get(verdict['status'], 'n/m')} {verdict['held']}/{verdict['measured']} hold"]
+    parts += [verdict["spread"]] if verdict["spread"] else []
+    parts += [f"gate: {verdict['gates']}"] if verdict["gates"] else []
+    parts += [verdict["reason"]] if verdict["reason"] and verdict["status"] == "inconclusive" and not verdict["gates"] \
+        else []
+    return " · ".join(parts).replace("|", "/")
 
 
 def formal_table(run_dir: Path) -> str:
@@ -176,7 +196,7 @@ def measure_table(name: str, run_dir: Path, final_only: bool = False) -> str:
     """A registered audit measure's report table (its `report_rows`, harness/audit/measures.py: e.g. discoverable,
     epsilon) read back from the run's audit directory, as markdown: the numbers the report prints. `final_only`
     keeps the final checkpoint's rows of a table that lists every checkpoint (and drops that column)."""
-    from memlens.harness.audit.plan import MEASURES  # importing the plan registers the built-in measures
+    from memlens.harness.audit.measures import MEASURES  # the registry loads its built-in measures itself
     from memlens.harness.core.layout import default_audit_dir
 
     if name not in MEASURES or MEASURES[name].report_rows is None:

@@ -65,3 +65,59 @@ def status_label(finding: dict) -> str:
 
 def _fmt(x: Any) -> str:
     return f"{x:.3g}" if isinstance(x, float) else str(x)
+
+
+# ---------------------------------------------------------------- a verdict over seeds
+MIN_SEEDS = 3                # a verdict over seeds is decided only from at least this many runs
+
+
+def over_seeds(per_seed: list[dict | None]) -> dict:
+    """One finding's verdict over runs that differ only in their seed, by a rule fixed before any run: it `holds`
+    (or is `not reproduced`) only where every one of at least MIN_SEEDS runs measured it with that same verdict
+    and none was unstable under the kernel rerun; anything else is `inconclusive`, with how many runs held and the
+    spread of its figures and of every evidence gate that failed in any run. A verdict decided by a gate as close
+    as 0.38 against 0.81 of a spread on two processors needs this before it decides anything."""
+    measured = [f for f in per_seed if f is not None and f["status"] != NOT_MEASURED]
+    held = sum(f["status"] == HOLDS for f in measured)
+    if not measured:
+        status, why = NOT_MEASURED, ""
+    elif len(measured) < max(MIN_SEEDS, len(per_seed)):
+        status, why = INCONCLUSIVE, f"measured in {len(measured)} run(s), needs {MIN_SEEDS} or more"
+    elif any(f.get("unstable") for f in measured):
+        status, why = INCONCLUSIVE, "unstable under the kernel rerun in " + \
+            f"{sum(bool(f.get('unstable')) for f in measured)} of {len(measured)} runs"
+    elif {f["status"] for f in measured} in ({HOLDS}, {FAILS}):
+        status, why = measured[0]["status"], ""
+    else:
+        status, why = INCONCLUSIVE, "the verdict differs between runs"
+    return {"status": status, "held": held, "measured": len(measured), "reason": why,
+            "spread": rate_spread(measured), "gates": failed_gates(measured)}
+
+
+def rate_spread(findings: list[dict]) -> str:
+    """'0.0–0.0 % vs 54.8–64.3 %': each of the findings' rates, lowest to highest over the runs."""
+    columns = list(zip(*[f["rates"] for f in findings if f.get("rates")]))
+    if not columns or len(columns[0]) < len(findings):
+        return ""
+    parts = []
+    for rates in columns:
+        values = [r["rate"] for r in rates if r.get("rate") is not None]
+        if values:
+            parts.append(f"{100 * min(values):.1f}–{100 * max(values):.1f} %")
+    return " vs ".join(parts)
+
+
+def failed_gates(findings: list[dict]) -> str:
+    """'RLFT.2 reward rise (initial sd) 0.38 / 1.1 / 0.2 (needs >= 0.5)': every evidence gate that failed in any run,
+    with its value in each run."""
+    checks: dict[str, list] = {}
+    thresholds: dict[str, str] = {}
+    failed = set()
+    for f in findings:
+        for e in f.get("evidence") or []:
+            checks.setdefault(e["check"], []).append(e["value"])
+            thresholds[e["check"]] = e["threshold"]
+            if not e["ok"]:
+                failed.add(e["check"])
+    return "; ".join(f"{check} {' / '.join('missing' if v is None else _fmt(v) for v in checks[check])} "
+                     f"(needs {thresholds[check]})" for check in checks if check in failed)
