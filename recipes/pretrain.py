@@ -36,7 +36,7 @@ from memlens.recipes.common import (
     trl_device_kwargs,
     write_provenance,
 )
-from memlens.recipes.models import build_llama, load_causal_lm, load_tokenizer, save_final
+from memlens.recipes.models import build_llama, load_causal_lm, load_tokenizer, resolve_pretrained, save_final
 
 
 @dataclass
@@ -54,6 +54,9 @@ class PretrainSettings(StageSettings):
     weight_decay: float = 0.1
     fim_rate: float = 0.8          # Appendix A.3 (CodeGemma): share of documents in PSM form
     tokenizer_chars: int = 5_000_000  # characters of pd_pt the BPE tokenizer trains on; ↑ slower, marginal gain
+    tokenizer: str | None = None   # a tokenizer directory to use instead of training one (e.g. assets/base_tiny:
+                                   # the shipped base's, so a larger base shares its vocabulary); relative to the
+                                   # project root when it exists there
     save_steps: int = 100          # checkpoint interval (resume granularity)
     save_total_limit: int | None = 2  # PT checkpoints are for resuming only; the audit scores later stages
     logging_steps: int = 10
@@ -69,6 +72,11 @@ class PretrainSettings(StageSettings):
         self.require(0 < self.lr < 1, "lr", "set a learning rate in (0, 1), e.g. 2e-3")
         self.require(0 <= self.fim_rate <= 1, "fim_rate", "a probability in [0, 1] (paper: 0.8)")
         self.require(self.save_steps >= 1, "save_steps", "use >= 1")
+        if self.tokenizer is not None:
+            self.tokenizer = resolve_pretrained(str(self.tokenizer))
+            self.require(Path(self.tokenizer, "tokenizer.json").is_file(), "tokenizer",
+                         f"{self.tokenizer} has no tokenizer.json: name a tokenizer directory, e.g. assets/base_tiny, "
+                         "or null to train one")
         self.resolve_model(where)   # PT trains every weight from scratch (or is imported)
         # The embedded model's context is the preset's; a public model's is its own config's (`memlens check`).
         self.require(self.model_settings.pretrained is not None
@@ -139,9 +147,11 @@ class PretrainRecipe:
         set_seed(self.ctx.seed)
         texts = self.read_corpus()
         self.resume_from = latest_checkpoint(self.ctx.out_dir)
-        if self.resume_from is not None:
-            # Reuse the checkpoint's tokenizer: the resumed weights are tied to its vocabulary.
-            self.tokenizer = PreTrainedTokenizerFast.from_pretrained(str(self.resume_from), local_files_only=True)
+        if self.resume_from is not None or self.settings.tokenizer is not None:
+            # A resumed run reuses its checkpoint's tokenizer (the weights are tied to its vocabulary); a named one
+            # is used as it is.
+            source = self.resume_from if self.resume_from is not None else self.settings.tokenizer
+            self.tokenizer = PreTrainedTokenizerFast.from_pretrained(str(source), local_files_only=True)
         else:
             sample, size = [], 0
             for text in texts:
