@@ -46,10 +46,17 @@ def test_tiny_preset_matches_the_task_size():
     ({"model": {"hidden_size": 30, "num_heads": 4}}, "stages.PT.model.hidden_size"),
     ({"model": {"lora": {"enabled": True, "r": 0}}}, "stages.PT.model.lora.r"),
     ({"model": {"dtype": "fp8"}}, "stages.PT.model.dtype"),
+    ({"tokenizer": "assets/no_such_tokenizer"}, "stages.PT.tokenizer"),
 ])
 def test_bad_settings_name_the_key(settings, key):
     with pytest.raises(UserError, match=re.escape(key)):
         load_settings(settings, "PT")
+
+
+def test_a_named_tokenizer_resolves_against_the_project_root():
+    # the GPU ladder's base uses the shipped base's tokenizer (benchmarks/gpu_ladder.py)
+    assert load_settings({"tokenizer": "assets/base_tiny"}, "PT").tokenizer == str(CONF.parent / "assets" / "base_tiny")
+    assert load_settings({}, "PT").tokenizer is None                 # default: PT trains its own
 
 
 def test_defaults_follow_the_paper_fim_rate():
