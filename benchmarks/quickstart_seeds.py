@@ -19,12 +19,13 @@
     python benchmarks/quickstart_seeds.py --pref runs/preference_objectives   # each preference model's fit and rates
     python benchmarks/quickstart_seeds.py --formal runs/formal_languages      # paper 004's formal study, C1-C7
 
-    python benchmarks/quickstart_seeds.py --write docs/results.md [--root DIR]
+    python benchmarks/quickstart_seeds.py --write docs/results.md [--root DIR] [--only "--marks"]
 
 --write rebuilds every table of a markdown file that sits between
     <!-- BEGIN generated: python benchmarks/quickstart_seeds.py ARGS -->  and  <!-- END generated -->
 by running ARGS (run directories relative to --root, default the current directory) and writes the file once
-(atomically). A table whose run directories are not on this machine is kept as recorded, and said so.
+(atomically). A table whose run directories are not on this machine is kept as recorded, and said so; with --only,
+so is every table whose arguments do not start with the given text.
 
 Reads each run's report/findings.json (written by `memlens report`) and run.json (wall time), and
 prints a markdown table: each finding's figure per seed and in how many seeds it holds, then the wall
@@ -314,8 +315,9 @@ GENERATED = re.compile(r"(<!-- BEGIN generated: python benchmarks/quickstart_see
                        r"(?P<body>(?:(?!<!-- (?:BEGIN|END) generated).)*?)\n?(<!-- END generated -->)", re.S)
 
 
-def write_generated(doc: Path, root: Path) -> int:
-    """Rebuild every marked table of `doc` whose runs exist under `root`; keep (and name) the others."""
+def write_generated(doc: Path, root: Path, only: str | None = None) -> int:
+    """Rebuild every marked table of `doc` whose runs exist under `root` (and whose arguments start with `only`, when
+    given: a run directory can exist without the measure another table reads); keep (and name) the others."""
     from memlens.harness.core.io import atomic_write_text  # the project's one atomic write
 
     text = doc.read_text(encoding="utf-8")
@@ -323,6 +325,9 @@ def write_generated(doc: Path, root: Path) -> int:
 
     def replace(match: re.Match) -> str:
         args = shlex.split(match["args"])
+        if only is not None and not match["args"].startswith(only):
+            kept.append(f"{match['args']} (not selected by --only)")
+            return match.group(0)
         missing = [a for a in args if not a.startswith("--") and "/" in a and not (root / a).is_dir()]
         if missing:
             kept.append(f"{match['args']} (not here: {', '.join(missing)})")
@@ -350,8 +355,12 @@ def main(argv: list[str]) -> int:
     if "--root" in argv:
         i = argv.index("--root")
         root, argv = Path(argv[i + 1]), argv[:i] + argv[i + 2:]
+    only = None
+    if "--only" in argv:
+        i = argv.index("--only")
+        only, argv = argv[i + 1], argv[:i] + argv[i + 2:]
     if argv[0] == "--write":
-        return write_generated(Path(argv[1]), root)
+        return write_generated(Path(argv[1]), root, only)
     print(table_for(argv, root))
     return 0
 

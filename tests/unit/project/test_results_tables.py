@@ -64,6 +64,24 @@ def test_write_rebuilds_marked_tables_and_keeps_those_without_runs(tmp_path):
     assert doc.read_text() == text
 
 
+def test_only_rebuilds_the_selected_tables(tmp_path):
+    """`--only "--marks"`: a run directory may exist without the measure another table reads (the seed runs have no
+    MIA audit), so only the selected tables are rebuilt; the marks table gets the verdict over the seeds."""
+    for i in range(3):
+        _run(tmp_path, f"runs/q{i}", i, [{**_finding("F1", "holds", f"6{i}.0 % (n)"), "unstable": False,
+                                          "evidence": [], "rates": [{"rate": 0.6 + i / 100}]}], 800)
+    doc = tmp_path / "README.md"
+    doc.write_text("<!-- BEGIN generated: python benchmarks/quickstart_seeds.py --marks runs/q0 runs/q1 runs/q2 -->\n"
+                   "old\n<!-- END generated -->\n"
+                   "<!-- BEGIN generated: python benchmarks/quickstart_seeds.py --mia runs/q0 -->\nrecorded mia\n"
+                   "<!-- END generated -->\n")
+    out = subprocess.run([sys.executable, str(SCRIPT), "--write", str(doc), "--root", str(tmp_path), "--only",
+                          "--marks"], capture_output=True, text=True, check=True).stdout
+    text = doc.read_text()
+    assert "kept as recorded: --mia runs/q0 (not selected by --only)" in out and "recorded mia" in text
+    assert "| F1 claim F1 | 17.6 % | ✓ 60.0 % (n) | ✓ 61.0 % (n) | ✓ 62.0 % (n) | ✓ 3/3 hold · 60.0–62.0 % |" in text
+
+
 def test_results_md_marks_every_recorded_findings_table():
     """Each findings table of docs/results.md sits in a marked block the command can rebuild."""
     text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
