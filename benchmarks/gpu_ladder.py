@@ -13,10 +13,11 @@ In one run of at most `--budget` seconds (9 minutes by default) it
     FT.2, FT.3, RM.3 -> RLFT.2 and IPO from that base (`memlens run experiment=quickstart`, the base imported as PT);
  4. audits every checkpoint (NED and membership inference) and writes the findings table with every evidence
     gate, as the CPU run does; then the held-out code loss of this base beside the shipped base's.
-Outputs under --out: plan.json, timings.json (seconds per step, per invocation), ladder.json (model size,
-throughput, held-out losses, F1/F2/F3/F8 with their intervals and gates), findings.json, summary.json and report/
-(copied from the run's report), and the two run directories base/ and run/. Counts are chosen once: a second
-invocation reads plan.json and never re-chooses after a verdict was seen; `memlens run` skips finished stages.
+Outputs under --out: plan.json, timings.json (seconds per step, per invocation), done.json (the steps finished),
+ladder.json (model size, throughput, held-out losses, F1/F2/F3/F8 with their intervals and gates), findings.json,
+summary.json and report/ (copied from the run's report), and the two run directories base/ and run/. Counts are
+chosen once: a second invocation reads plan.json and never re-chooses after a verdict was seen; it skips the steps
+done.json lists, and `memlens run` continues a killed step from its last finished stage and checkpoint.
 """
 
 from __future__ import annotations
@@ -259,19 +260,28 @@ def ladder_record(out: Path, plan: dict, losses: dict) -> dict:
 
 
 class Timings:
-    """Seconds per step of each invocation, in timings.json (written after every step, atomically)."""
+    """Seconds per step of each invocation, in timings.json, and the steps finished so far, in done.json (each written
+    atomically after every step): a step that finished is not run again by a later invocation, and one that was
+    killed runs again, where `memlens run` itself continues from the last finished stage and checkpoint."""
 
-    def __init__(self, path: Path):
-        self.path = path
-        self.all = json.loads(path.read_text()) if path.is_file() else []
+    def __init__(self, out: Path):
+        self.path, self.done_path = out / "timings.json", out / "done.json"
+        self.all = json.loads(self.path.read_text()) if self.path.is_file() else []
+        self.done = json.loads(self.done_path.read_text()) if self.done_path.is_file() else {}
         self.this = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "steps": {}}
         self.all.append(self.this)
+        write_json(self.path, self.all)
 
     def step(self, name: str, run) -> object:
+        if name in self.done:
+            print(f"[ladder] {name}: done in an earlier invocation", flush=True)
+            return self.done[name]
         start = time.perf_counter()
         result = run()
         self.this["steps"][name] = round(time.perf_counter() - start, 1)
+        self.done[name] = result
         write_json(self.path, self.all)
+        write_json(self.done_path, self.done)
         return result
 
 
@@ -317,7 +327,7 @@ def main(argv: list[str]) -> int:
         if not torch.cuda.is_available():
             raise SystemExit("gpu_ladder: no CUDA device visible to torch (use --toy on a CPU)")
     args.out.mkdir(parents=True, exist_ok=True)
-    timings = Timings(args.out / "timings.json")
+    timings = Timings(args.out)
     plan = make_plan(args, device, timings)
     logs = args.out / "logs"
     timings.step("base", lambda: memlens(base_command(args.out, plan), logs / "base.log"))

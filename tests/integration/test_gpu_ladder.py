@@ -75,4 +75,16 @@ def test_the_toy_ladder_runs_every_step_writes_its_outputs_and_continues_without
     assert (out / "plan.json").read_bytes() == plan_bytes and weights(out) == trained
     assert (out / "findings.json").read_bytes() == findings
     steps = json.loads((out / "timings.json").read_text())
-    assert len(steps) == 2 and set(steps[1]["steps"]) == {"base", "chain", "heldout_loss"}
+    assert len(steps) == 2 and steps[1]["steps"] == {}                # every step was done: none ran again
+    assert again.stdout.count("done in an earlier invocation") == 3
+    # a step that did not finish runs again, and `memlens run` continues it: here the chain's report, removed
+    done = json.loads((out / "done.json").read_text())
+    del done["chain"]
+    (out / "done.json").write_text(json.dumps(done))
+    import shutil
+
+    shutil.rmtree(out / "run" / "report")
+    third = ladder(out)
+    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+    assert weights(out) == trained and (out / "findings.json").read_bytes() == findings
+    assert "chain" in json.loads((out / "timings.json").read_text())[2]["steps"]
