@@ -4,7 +4,7 @@
 #                      the code report's findings table includes N1-N3
 #   the code pipeline  memlens run experiment=quickstart   (data -> PT -> FT -> RM -> RLFT -> IPO -> audit -> report)
 # Rerunning continues where a killed run stopped; finished stages are skipped.
-# The CPU kernels (memlens pins them: MEMLENS_CPU_KERNELS, harness/cli.py) and the thread count (pinned here) decide
+# The CPU kernels (memlens pins them: MEMLENS_CPU_KERNELS, harness/core/kernels.py) and the thread count (pinned here) decide
 # the last bits of its numbers: docs/methods.md, "What reproduces where".
 set -euo pipefail
 cd "$(dirname "$0")/.."
