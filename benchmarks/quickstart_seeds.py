@@ -19,13 +19,13 @@
     python benchmarks/quickstart_seeds.py --pref runs/preference_objectives   # each preference model's fit and rates
     python benchmarks/quickstart_seeds.py --formal runs/formal_languages      # paper 004's formal study, C1-C7
 
-    python benchmarks/quickstart_seeds.py --write docs/results.md [--root DIR] [--only "--marks"]
+    python benchmarks/quickstart_seeds.py --write docs/results.md [--root DIR] [--only "--marks,--rl"]
 
 --write rebuilds every table of a markdown file that sits between
     <!-- BEGIN generated: python benchmarks/quickstart_seeds.py ARGS -->  and  <!-- END generated -->
 by running ARGS (run directories relative to --root, default the current directory) and writes the file once
 (atomically). A table whose run directories are not on this machine is kept as recorded, and said so; with --only,
-so is every table whose arguments do not start with the given text.
+so is every table whose arguments start with none of the given (comma-separated) texts.
 
 Reads each run's report/findings.json (written by `memlens report`) and run.json (wall time), and
 prints a markdown table: each finding's figure per seed and in how many seeds it holds, then the wall
@@ -325,7 +325,7 @@ def write_generated(doc: Path, root: Path, only: str | None = None) -> int:
 
     def replace(match: re.Match) -> str:
         args = shlex.split(match["args"])
-        if only is not None and not match["args"].startswith(only):
+        if only is not None and not match["args"].startswith(tuple(only.split(","))):
             kept.append(f"{match['args']} (not selected by --only)")
             return match.group(0)
         missing = [a for a in args if not a.startswith("--") and "/" in a and not (root / a).is_dir()]
