@@ -88,6 +88,8 @@ def over_seeds(per_seed: list[dict | None]) -> dict:
             f"{sum(bool(f.get('unstable')) for f in measured)} of {len(measured)} runs"
     elif {f["status"] for f in measured} in ({HOLDS}, {FAILS}):
         status, why = measured[0]["status"], ""
+    elif {f["status"] for f in measured} == {INCONCLUSIVE}:
+        status, why = INCONCLUSIVE, "inconclusive in every run"
     else:
         status, why = INCONCLUSIVE, "the verdict differs between runs"
     return {"status": status, "held": held, "measured": len(measured), "reason": why,

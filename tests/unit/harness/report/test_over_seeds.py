@@ -45,3 +45,8 @@ def test_a_verdict_the_kernel_rerun_changed_in_one_seed_is_inconclusive():
 def test_a_seed_that_did_not_measure_it_leaves_it_undecided_and_none_is_not_measured():
     assert over_seeds([finding(HOLDS), finding(HOLDS), finding(NOT_MEASURED)])["status"] == INCONCLUSIVE
     assert over_seeds([finding(NOT_MEASURED), None, finding(NOT_MEASURED)])["status"] == NOT_MEASURED
+
+
+def test_inconclusive_in_every_seed_says_so_and_mixed_verdicts_say_they_differ():
+    assert over_seeds([finding(INCONCLUSIVE)] * 3)["reason"] == "inconclusive in every run"
+    assert over_seeds([finding(HOLDS), finding(FAILS), finding(HOLDS)])["reason"] == "the verdict differs between runs"
