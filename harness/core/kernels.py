@@ -66,6 +66,12 @@ def pins_for(requested: str, flags: Iterable[str], environ: dict[str, str]) -> d
     level = user_level if user_level in LEVEL_PINS else level_for(requested, flags)
     if level is None:
         return {}
+    flags = set(flags)
+    missing = [flag for flag in LEVEL_NEEDS[level] if flags and flag not in flags]
+    if missing and level != user_level:
+        # torch would quietly compute at a lower level while the record said this one
+        raise UserError(f"{KERNELS_VARIABLE}={requested.strip().lower()}: this processor lacks {', '.join(missing)}; "
+                        "use portable (the default) or a level it has")
     return {name: value for name, value in LEVEL_PINS[level].items() if name not in environ}
 
 

@@ -122,6 +122,10 @@ def packs_for_amx(environ: dict[str, str], flags: set[str]) -> bool:
 @pytest.mark.parametrize("requested", kernels.LEVELS)
 def test_every_level_holds_the_three_libraries_together_on_each_processor(cpu, requested):
     flags = CPUS[cpu]
+    if requested == "avx512" and "avx512f" not in flags:
+        with pytest.raises(UserError, match="MEMLENS_CPU_KERNELS=avx512: this processor lacks avx512f"):
+            kernels.pins_for(requested, flags, {})
+        return
     pins = kernels.pins_for(requested, flags, {})
     if requested == "native":
         assert pins == {}                                # torch, MKL and oneDNN each pick from the hardware
@@ -132,7 +136,8 @@ def test_every_level_holds_the_three_libraries_together_on_each_processor(cpu, r
         cap = ONEDNN_ORDER.index(pins["ONEDNN_MAX_CPU_ISA"])
         assert cap <= ONEDNN_ORDER.index({"default": "SSE41", "avx2": "AVX2", "avx512": "AVX512_CORE"}[level])
     assert not packs_for_amx(pins, flags)
-    # and a user's lone ATen pin gets the companions of its level, so it cannot crash either
+    # and a user's lone ATen pin gets the companions of its level (even one the processor lacks: the user's to
+    # choose), so it cannot crash either
     for aten in ATEN_ORDER:
         assert not packs_for_amx({"ATEN_CPU_CAPABILITY": aten, **kernels.pins_for(requested, flags,
                                                                                   {"ATEN_CPU_CAPABILITY": aten})}, flags)
