@@ -168,8 +168,12 @@ def choose_counts(throughput: float, passes: dict[str, float], budget: float, to
     pt_tokens = int(max(pt_seconds, 0.05 * budget) * throughput * 0.8)     # 0.8: the Trainer's own overhead
     # at toy size the run proves the wiring, not the base: PT stays within a few seconds on 2 cores
     pt_tokens = min(max(pt_tokens, 16384), 32768) if toy else max(pt_tokens, PROBE_SEQ * PROBE_BATCH * 50)
+    # PT checkpoints are for resuming only (save_total_limit 2): about five per run, not one per 100 steps (each one
+    # writes the weights and AdamW's state, ~0.7 GB at 60 M parameters)
+    pt_steps = math.ceil(pt_tokens / (PROBE_SEQ * PROBE_BATCH))
     return {"chain_scale": round(scale, 3), "chain_seconds_estimate": round(chain_seconds * scale, 1),
-            "pt_tokens": pt_tokens, "pt_seconds_estimate": round(pt_tokens / throughput, 1)}
+            "pt_tokens": pt_tokens, "pt_seconds_estimate": round(pt_tokens / throughput, 1),
+            "pt_save_steps": max(100, pt_steps // 5)}
 
 
 def scaled(overrides: dict, scale: float) -> dict:
@@ -218,7 +222,7 @@ def base_command(out: Path, plan: dict) -> list[str]:
     toy = as_overrides(TOY_BASE) if plan["toy"] else []
     return ["run", "experiment=base", f"run_dir={out / 'base'}", f"seed={plan['seed']}", f"device={plan['device']}",
             *model, f"++stages.PT.max_tokens={plan['counts']['pt_tokens']}", f"++stages.PT.tokenizer={SHIPPED_BASE}",
-            *toy]
+            *([] if plan["toy"] else [f"++stages.PT.save_steps={plan['counts']['pt_save_steps']}"]), *toy]
 
 
 def chain_command(out: Path, plan: dict) -> list[str]:

@@ -1,0 +1,45 @@
+"""The GPU ladder's plan (benchmarks/gpu_ladder.py): how the 9-minute budget is split, derived by hand. The chain's
+estimate is its token passes over the measured throughput; it keeps the 175-program settings when it fits its 35 %,
+else every count is scaled by one factor; PT gets what is left after 75 s of fixed costs and the audit's 15 %, at
+80 % of the throughput."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu_ladder.py"
+PASSES = {"FT.2": 1e6, "FT.3": 3e6, "RM.3": 1e6, "RLFT.2": 1.5e6, "IPO": 2e6}       # 8.5 M token passes
+
+
+@pytest.fixture(scope="module")
+def ladder():
+    spec = importlib.util.spec_from_file_location("gpu_ladder", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_chain_that_fits_keeps_its_counts_and_pt_takes_the_rest(ladder):
+    # 8.5e6 / 150,000 = 56.7 s <= 0.35 x 540 = 189 s; PT: (540 - 75 - 81 - 56.67) s x 150,000 x 0.8 = 39,280,000
+    counts = ladder.choose_counts(150_000, PASSES, 540, toy=False)
+    assert counts["chain_scale"] == 1.0 and counts["chain_seconds_estimate"] == 56.7
+    assert counts["pt_tokens"] == pytest.approx(39_280_000, abs=2)
+    assert counts["pt_save_steps"] == 1918                     # ceil(39.28e6 / 4096) // 5
+    assert ladder.scaled(ladder.CHAIN, 1.0) == ladder.CHAIN
+
+
+def test_a_chain_that_does_not_fit_is_scaled_by_one_factor(ladder):
+    # 8.5e6 / 20,000 = 425 s > 189 s: scale 189 / 425 = 0.445; PT: (540 - 75 - 81 - 189) x 20,000 x 0.8 = 3,120,000
+    counts = ladder.choose_counts(20_000, PASSES, 540, toy=False)
+    assert counts["chain_scale"] == 0.445 and counts["pt_tokens"] == 3_120_000
+    half = ladder.scaled(ladder.CHAIN, 0.5)
+    assert (half["stages.RM.3.max_steps"], half["stages.IPO.max_steps"], half["stages.FT.3.epochs"]) == (75, 87, 7)
+    assert half["data.sd.size"] == 175                           # the data stay at the 175-program settings
+
+
+def test_the_scale_never_falls_below_the_floor_and_toy_pt_stays_small(ladder):
+    assert ladder.choose_counts(100, PASSES, 540, toy=False)["chain_scale"] == ladder.CHAIN_FLOOR
+    assert 16_384 <= ladder.choose_counts(11_000, PASSES, 100, toy=True)["pt_tokens"] <= 32_768
