@@ -38,6 +38,8 @@ from memlens.harness.report.blocks import (
 )
 from memlens.harness.report.evidence import stage_evidence
 from memlens.harness.report.findings import Roles, RunResults, findings, load_loss_rows, method_checks, status_label
+from memlens.harness.report.findings.registry import not_measured_line
+from memlens.harness.report.findings.verdict import NOT_MEASURED
 from memlens.harness.report.formal_report import formal_command
 
 # Default groups when report.compare is empty: by the recipe that produced each model (an RL stage against a
@@ -118,10 +120,13 @@ def findings_section(cfg, audits: dict[Path, Path], grouped: dict, evidence: dic
     loss_rows = [r for audit in audits.values() for r in load_loss_rows(audit)]
     judged = findings(RunResults(grouped, evidence, loss_rows, nmt, k, roles, mia or {},
                                  _by_model(audits, A.load_discoverable), _by_model(audits, A.load_epsilon)))
+    # the findings this run measured lead; the rest are one line, with what measures each (findings.json keeps all)
     rows = [{**f, "p_value": f["p_value"], "why": f["reason"] or f["note"],
              "status": status_label(f),
              "evidence": "; ".join(f"{e['check']} = {_fmt_value(e['value'])} {'ok' if e['ok'] else 'FAILS'} "
-                                   f"({e['threshold']})" for e in f["evidence"])} for f in judged]
+                                   f"({e['threshold']})" for e in f["evidence"])}
+            for f in judged if f["status"] != NOT_MEASURED]
+    unmeasured = not_measured_line(judged)
     summary["findings"] = judged
     atomic_write_json(out_dir / "findings.json", {"findings": judged, "nmt_summary": nmt_path,
                                                   "evidence": evidence})
@@ -130,13 +135,13 @@ def findings_section(cfg, audits: dict[Path, Path], grouped: dict, evidence: dic
         Paragraph("A finding holds only when the stages it depends on trained (evidence), its rule's "
                   "margin is met, and a comparison passes an exact test (McNemar on the same examples) at "
                   "p < 0.05. 'inconclusive' names what is missing; 'inconclusive (unstable)' a verdict "
-                  "that changed when the run was repeated on other CPU kernels; 'not measured' means the "
-                  "run has no models or data for it. Rates: percentage [95 % Wilson interval] (k/n)."),
+                  "that changed when the run was repeated on other CPU kernels. Rates: percentage [95 % Wilson "
+                  "interval] (k/n)."),
         # What the run concluded first; each finding's rule and the evidence checks behind it (long strings) folded.
         table(rows, ["id", "claim", "status", "ours", "paper", "p_value", "why"]),
         Details("Each finding's rule and the training evidence it checked",
                 (table(rows, ["id", "rule", "evidence"]),)),
-    ]
+    ] + ([Paragraph(f"Not measured by this run (no models or data for them): {unmeasured}.")] if unmeasured else [])
 
 
 def comparison_section(rcfg, prov: dict, entries: list[dict], grouped: dict, evidence: dict, k: float,
@@ -266,8 +271,11 @@ def _render(cfg, rcfg) -> int:
     summary["provenance"] = provenance(seed=cfg.get("seed"), runs=[str(r) for r in runs], k=k)
     atomic_write_json(out_dir / "summary.json", summary)
     for f in summary.get("findings", []):
-        print(f"[memlens] {f['id']:<3} {f['status']:<15} ours {f['ours']:<40.40} paper {f['paper']}"
-              + (f" ({f['reason']})" if f.get("reason") else ""))
+        if f["status"] != NOT_MEASURED:
+            print(f"[memlens] {f['id']:<3} {f['status']:<15} ours {f['ours']:<40.40} paper {f['paper']}"
+                  + (f" ({f['reason']})" if f.get("reason") else ""))
+    if unmeasured := not_measured_line(summary.get("findings", [])):
+        print(f"[memlens] not measured by this run: {unmeasured}")
     print(f"[memlens] report written to {out_dir / 'report.html'} (and report.md, summary.json, findings.json)")
     return 0
 

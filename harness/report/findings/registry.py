@@ -21,6 +21,7 @@ class Finding:
     source: str                              # the paper and section the claim comes from, e.g. "paper 003 Sec. 5.2"
     title: str                               # the claim in short (the row's own claim may name the run's models)
     check: Callable[[RunResults], dict]
+    measured_by: str = ""                    # what measures it, for a run that does not (built-ins: MEASURED_BY)
 
 
 # The modules that register the built-in findings, and the table's order of their ids.
@@ -29,6 +30,33 @@ FINDING_MODULES = tuple(f"memlens.harness.report.findings.{name}" for name in (
 TABLE_ORDER = ("F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8", "V4", "V5", "V6", "V7", "P1", "P2", "P3",
                "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "S1", "S2", "S3", "E1")
 FINDINGS: Registry[Finding] = Registry("finding", "id", builtins=FINDING_MODULES, order=TABLE_ORDER)
+# The run that measures each built-in finding: a report names it beside the findings its own run did not measure.
+QUICKSTART, FINDINGS_RUN = "experiment=quickstart", "experiment=findings"
+MEASURED_BY = {**dict.fromkeys(("F1", "F2", "F3", "F8"), QUICKSTART),
+               **dict.fromkeys(("F4", "F5", "F6", "F7"), FINDINGS_RUN),
+               **dict.fromkeys(("V4", "V5", "V6", "V7"), "experiment=findings_rlvr"),
+               **dict.fromkeys(("P1", "P2", "P3"), "experiment=preference_objectives"),
+               **dict.fromkeys(("N1", "N2", "N3"), "memlens nmt experiment=nmt_quickstart + report.nmt_summary"),
+               **dict.fromkeys(("C1", "C2"), "audit.measures=[...,loss], as experiment=smoke"),
+               **dict.fromkeys(("M1", "M2", "M3"), "audit.measures=[ned,mia]"),
+               **dict.fromkeys(("S1", "S2", "S3"), "audit.measures=[ned,discoverable]"),
+               "E1": "audit.measures=[...,mia,epsilon] with data.sd.membership=coins"}
+
+
+def measured_by(finding_id: str) -> str:
+    """What measures a finding (its registration's `measured_by`, else the built-in table's)."""
+    entry = FINDINGS[finding_id] if finding_id in FINDINGS else None
+    return (entry.measured_by if entry is not None else "") or MEASURED_BY.get(finding_id, "")
+
+
+def not_measured_line(judged: list[dict]) -> str:
+    """'F4, F5, F6, F7 (experiment=findings); N1, N2, N3 (memlens nmt ...)': the findings a run did not measure,
+    in one line, each group with what measures it ('' when it measured them all)."""
+    groups: dict[str, list[str]] = {}
+    for f in judged:
+        if f["status"] == "not measured":
+            groups.setdefault(measured_by(f["id"]) or "no run of memlens's", []).append(f["id"])
+    return "; ".join(f"{', '.join(ids)} ({how})" for how, ids in groups.items())
 
 
 def register(*entries: Finding) -> tuple[Finding, ...]:

@@ -29,3 +29,18 @@ def test_the_variable_names_one_for_any_command(monkeypatch):
     monkeypatch.setenv("MEMLENS_NMT_SUMMARY", "runs/nmt_quickstart_seed1/nmt/summary.json")
     assert compose([]).report.nmt_summary == "runs/nmt_quickstart_seed1/nmt/summary.json"
     assert compose(["experiment=quickstart"]).report.nmt_summary == "runs/nmt_quickstart_seed1/nmt/summary.json"
+
+
+def test_the_findings_a_run_did_not_measure_are_one_line_with_what_measures_each():
+    from memlens.harness.report.findings.registry import FINDINGS, Finding, not_measured_line
+
+    judged = [{"id": i, "status": s} for i, s in (("F1", "holds"), ("F4", "not measured"), ("F5", "not measured"),
+                                                  ("N1", "not measured"), ("M1", "inconclusive"),
+                                                  ("E1", "not measured"))]
+    assert not_measured_line(judged) == ("F4, F5 (experiment=findings); N1 (memlens nmt experiment=nmt_quickstart + "
+                                         "report.nmt_summary); E1 (audit.measures=[...,mia,epsilon] with "
+                                         "data.sd.membership=coins)")
+    assert not_measured_line([{"id": "F1", "status": "holds"}]) == ""
+    # a finding registered from elsewhere says what measures it itself
+    with FINDINGS.registered("X1", Finding("X1", "a test", "a plugin's claim", lambda run: {}, "experiment=mine")):
+        assert not_measured_line([{"id": "X1", "status": "not measured"}]) == "X1 (experiment=mine)"
