@@ -47,7 +47,10 @@ from memlens.harness.report.formal_report import formal_command
 # entered (RLFT.1 inherits it from FT.1, RLFT.2 only saw it through the reward model), so the experiments that
 # make that comparison set report.compare themselves (conf/experiment/quickstart.yaml).
 STAGE_GROUPS = {"sft": "FT", "rl": "RLFT"}
-GROUP_ORDER = ("FT", "RLFT", "RLVR", *(name.upper() for name in OBJECTIVES))   # a preference model: its objective
+def group_order() -> tuple[str, ...]:
+    """The comparison's default groups in pipeline order; a preference model's group is its objective, read from the
+    registry when asked (an objective registered from its own module is placed too)."""
+    return ("FT", "RLFT", "RLVR", *(name.upper() for name in OBJECTIVES))
 
 
 def default_group(prov: dict) -> str | None:
@@ -155,7 +158,7 @@ def comparison_section(rcfg, prov: dict, entries: list[dict], grouped: dict, evi
             group = default_group(p)
             if group and any(e["model"] == model for e in entries):
                 compare.setdefault(group, []).append(model)
-        order = {g: i for i, g in enumerate(GROUP_ORDER)}      # default groups in pipeline order;
+        order = {g: i for i, g in enumerate(group_order())}    # default groups in pipeline order;
         compare = dict(sorted(compare.items(), key=lambda kv: order.get(kv[0], len(order))))  # report.compare: its own
     comp_rows = A.rlhf_vs_ipo(entries, compare, sorted({e["dataset"] for e in entries}))
     if len({r["model"] for r in comp_rows}) < 2:

@@ -66,7 +66,7 @@ from memlens.harness.report.findings.mia import m1, m2, m3, mia_detection
 from memlens.harness.report.findings.paper002 import nmt_stability, repetition_test
 from memlens.harness.report.findings.paper003 import f1, f2, f3, f4, f5, f6, f7, f8, under_verifiable_reward
 from memlens.harness.report.findings.paper004 import c1, c2, lemma1_premise
-from memlens.harness.report.findings.preference import REFERENCE_BASED, REFERENCE_FREE, p1, p2, p3, preference_models
+from memlens.harness.report.findings.preference import p1, p2, p3, preference_models, reference_based, reference_free
 from memlens.harness.report.findings.registry import FINDINGS, Finding, findings
 from memlens.harness.report.findings.run import (
     PAPER_RL_ALGORITHM,
@@ -94,7 +94,7 @@ __all__ = [
     "Finding", "FINDINGS", "findings",
     # the findings and their helpers, by module
     "paper003", "f1", "f2", "f3", "f4", "f5", "f6", "f7", "f8", "under_verifiable_reward",
-    "preference", "REFERENCE_FREE", "REFERENCE_BASED", "preference_models", "p1", "p2", "p3",
+    "preference", "reference_free", "reference_based", "preference_models", "p1", "p2", "p3",
     "paper002", "nmt_stability", "repetition_test",
     "paper004", "lemma1_premise", "c1", "c2",
     "mia", "mia_detection", "m1", "m2", "m3",

@@ -12,11 +12,19 @@ from memlens.harness.report.findings.registry import Finding, register
 from memlens.harness.report.findings.run import RunResults, _rate, memorized_flags
 from memlens.harness.report.findings.verdict import P_MAX, _pct, _result
 
+
 # ---------------------------------------------------------------- P1-P3: preference objectives beyond IPO
 # Not claims of paper 003: claims the field makes or implies about the objectives that replaced IPO, stated so that
 # the run can refute them, with F1-F8's rules (evidence first, then the rule, then an exact test at p < P_MAX).
-REFERENCE_FREE = OBJECTIVES.where(lambda o: not o.reference)     # simpo, cpo, orpo (harness/core/objectives.py)
-REFERENCE_BASED = OBJECTIVES.where(lambda o: o.reference)         # ipo, dpo, dpo+sft, kto
+def reference_free() -> tuple[str, ...]:
+    """The registered objectives without a reference model (simpo, cpo, orpo: harness/core/objectives.py), read when
+    asked, so an objective registered from its own module counts too."""
+    return OBJECTIVES.where(lambda o: not o.reference)
+
+
+def reference_based() -> tuple[str, ...]:
+    """The registered objectives with one (ipo, dpo, dpo+sft, kto), read when asked."""
+    return OBJECTIVES.where(lambda o: o.reference)
 
 
 def preference_models(run: RunResults, dataset: str = "sd_base") -> dict[str, str]:
@@ -53,8 +61,8 @@ def p2(run: RunResults) -> dict:
     rule = (f"pooled sd_base rate of the reference-free objectives > that of the reference-based ones (ipo, dpo, "
             f"dpo+sft, kto), exact sign test over examples of their per-example shares, p < {P_MAX}")
     models = preference_models(run)
-    free = [models[o] for o in REFERENCE_FREE if o in models]
-    based = [models[o] for o in REFERENCE_BASED if o in models]
+    free = [models[o] for o in reference_free() if o in models]
+    based = [models[o] for o in reference_based() if o in models]
     if not free or not based:
         return _result("P2", claim, paper, rule, [run.roles.preference], measured=False)
     flags = {m: memorized_flags(run.rows(m, "sd_base")) for m in free + based}

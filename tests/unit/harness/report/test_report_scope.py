@@ -44,3 +44,15 @@ def test_the_findings_a_run_did_not_measure_are_one_line_with_what_measures_each
     # a finding registered from elsewhere says what measures it itself
     with FINDINGS.registered("X1", Finding("X1", "a test", "a plugin's claim", lambda run: {}, "experiment=mine")):
         assert not_measured_line([{"id": "X1", "status": "not measured"}]) == "X1 (experiment=mine)"
+
+
+def test_an_objective_registered_from_its_own_module_is_grouped_and_classed_when_read():
+    from memlens.harness.core.objectives import OBJECTIVES, Objective
+    from memlens.harness.report.findings.preference import reference_based, reference_free
+    from memlens.harness.report.render import group_order
+
+    mine = Objective("MyPO", "dpo", reference=False, nll=False, beta=0.1, loss_type=("sigmoid",))
+    with OBJECTIVES.registered("mypo", mine):
+        assert "mypo" in reference_free() and "mypo" not in reference_based()
+        assert group_order()[-1] == "MYPO"
+    assert "mypo" not in reference_free() and "MYPO" not in group_order()
