@@ -435,4 +435,8 @@ def grader_message(relay: Relay, grader_side: Sandbox) -> dict:
     try:
         return relay.receive(grader_side)
     except SandboxBroken as e:
+        if _out_of_cpu(grader_side):
+            # the test's own work on the program's answers used up the grader's CPU (a huge answer fed to a costly
+            # check): the program's doing, scored as a time-out like the program's own
+            raise TimeoutError from None
         raise SandboxFailure(f"the grader sandbox {e} ({grader_side.why_not_started()})") from None

@@ -439,3 +439,15 @@ def test_a_missing_interpreter_inside_the_sandbox_is_an_error(tmp_path, monkeypa
     reward = FunctionReward("tests")
     with pytest.raises(sandbox.SandboxFailure, match=r"did not start: bwrap: execvp .*No such file"):
         honest_batch(reward, 1)
+
+
+def test_a_grader_whose_check_runs_out_of_cpu_on_the_answer_scores_0_not_an_error():
+    """The grader is trusted, but its test works on the program's answers: a check that spins on an answer uses up
+    the grader's CPU limit. That is the answer's doing (as an endless program is), so it is a time-out, not a
+    SandboxFailure that would stop the RL stage."""
+    from memlens.recipes.verifiable_rewards import tests as tests_reward
+
+    spin = "def check(candidate):\n    n = candidate()\n    while n:\n        n += 1\n"
+    assert tests_reward("    return 1\n", "def f():\n", "", test=spin, entry_point="f") == 0.0
+    verdict = sandbox.check("def f():\n    return 1\n", spin, "f")
+    assert verdict == "timed out"
