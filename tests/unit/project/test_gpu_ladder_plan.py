@@ -43,3 +43,24 @@ def test_a_chain_that_does_not_fit_is_scaled_by_one_factor(ladder):
 def test_the_scale_never_falls_below_the_floor_and_toy_pt_stays_small(ladder):
     assert ladder.choose_counts(100, PASSES, 540, toy=False)["chain_scale"] == ladder.CHAIN_FLOOR
     assert 16_384 <= ladder.choose_counts(11_000, PASSES, 100, toy=True)["pt_tokens"] <= 32_768
+
+
+def test_the_gpu_runs_commands_compose_as_memlens_would_run_them(ladder, tmp_path):
+    """The GPU run's base and chain commands (not its toy ones) through the CLI's own composition and checks, with
+    nothing run: a key the GPU run names wrongly fails here, not on a lent machine."""
+    from memlens.harness.cli import compose_only
+    from memlens.recipes.plan import plan
+
+    counts = ladder.choose_counts(150_000, PASSES, 540, toy=False)
+    run_plan = {"toy": False, "device": "cuda", "seed": 0, "model": ladder.model_preset(False), "counts": counts,
+                "chain_overrides": ladder.as_overrides(ladder.scaled(ladder.CHAIN, 0.5))}
+    (base_cfg,) = compose_only(ladder.base_command(tmp_path, run_plan))
+    pt = {s.name: s for s in plan(base_cfg)}["PT"]
+    assert pt.settings["max_tokens"] == counts["pt_tokens"] and pt.settings["save_steps"] == counts["pt_save_steps"]
+    assert pt.settings["tokenizer"] == "assets/base_tiny" and base_cfg.model.hidden_size == 768
+    (chain_cfg,) = compose_only(ladder.chain_command(tmp_path, run_plan))
+    stages = {s.model_name: s.settings for s in plan(chain_cfg)}
+    assert set(stages) == {"PT", "FT.2", "FT.3", "RM.3", "RLFT.2", "IPO"}
+    assert stages["RM.3"]["max_steps"] == 75 and stages["IPO"]["max_steps"] == 87 and stages["FT.3"]["epochs"] == 7
+    assert chain_cfg.data.sd.size == 175 and list(chain_cfg.audit.measures) == ["ned", "mia"]
+    assert chain_cfg.report.nmt_summary is None and chain_cfg.model.pretrained == str(tmp_path / "base" / "models" / "PT")
