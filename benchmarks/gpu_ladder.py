@@ -194,8 +194,7 @@ def scaled(overrides: dict, scale: float) -> dict:
 def memlens(args: list[str], log: Path) -> None:
     """`python -m memlens ARGS`, its output to the console and to `log`; a failure stops the ladder (rerun it to
     continue where it stopped)."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}    # the CLI sets its offline switches itself
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a", encoding="utf-8") as f:
         f.write(f"$ memlens {' '.join(args)}\n")

@@ -19,6 +19,7 @@ and docs/methods.md ("What reproduces where") says what that makes identical acr
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 from collections.abc import Iterable, MutableMapping
@@ -75,16 +76,23 @@ def pins_for(requested: str, flags: Iterable[str], environ: dict[str, str]) -> d
     return {name: value for name, value in LEVEL_PINS[level].items() if name not in environ}
 
 
-def cpu_flags() -> set[str]:
-    """The processor's feature flags as /proc/cpuinfo lists them (empty where there is none)."""
+@functools.cache   # the processor does not change while a process runs
+def cpuinfo() -> dict[str, str]:
+    """/proc/cpuinfo as {key: the first processor's value} ({} where there is none): the one reader of that file."""
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
             key, _, value = line.partition(":")
-            if key.strip() in ("flags", "Features"):
-                return set(value.split())
+            fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return set()
+    return fields
+
+
+def cpu_flags() -> set[str]:
+    """The processor's feature flags as /proc/cpuinfo lists them (`Features` on ARM; empty where there is none)."""
+    info = cpuinfo()
+    return set((info.get("flags") or info.get("Features") or "").split())
 
 
 def pin_cpu_kernels(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:

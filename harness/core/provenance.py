@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import memlens
-from memlens.harness.core.kernels import cpu_flags, effective_kernels
+from memlens.harness.core.kernels import cpu_flags, cpuinfo, effective_kernels
 
 TRACKED_PACKAGES = ("memlens", "torch", "transformers", "trl", "peft", "datasets", "tokenizers",
                     "accelerate", "rapidfuzz", "edlib", "hydra-core", "numpy")
@@ -58,30 +58,11 @@ ISA_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx
 def cpu_description() -> dict[str, Any]:
     """The processor as the kernels see it: model name, logical cores, and the vector extensions that decide
     which kernels torch, MKL and oneDNN pick (/proc/cpuinfo on Linux; platform.processor() elsewhere)."""
-    model = None
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() in ("model name", "Model", "cpu model"):
-                model = value.strip()
-                break
-    except OSError:
-        pass
-    flags = cpu_flags()
+    info, flags = cpuinfo(), cpu_flags()
+    model = next((info[key] for key in ("model name", "Model", "cpu model") if info.get(key)), None)
     return {"model": model or platform.processor() or None, "logical_cores": os.cpu_count(),
-            "machine": platform.machine(), "vendor": cpu_vendor(), "isa": [f for f in ISA_FLAGS if f in flags]}
-
-
-def cpu_vendor() -> str | None:
-    """'GenuineIntel', 'AuthenticAMD', ...: MKL honours its reproducibility branches on Intel processors only."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "vendor_id":
-                return value.strip()
-    except OSError:
-        pass
-    return None
+            "machine": platform.machine(), "vendor": info.get("vendor_id") or None,   # MKL honours its branch on Intel
+            "isa": [f for f in ISA_FLAGS if f in flags]}
 
 
 def torch_compute() -> dict[str, Any] | None:
