@@ -76,7 +76,7 @@ from memlens.harness.core.provenance import provenance
 from memlens.harness.core.stats import BOOTSTRAP_N, BOOTSTRAP_SEED
 from memlens.harness.measures.exposure import exposure_from_losses, exposure_summary
 from memlens.harness.measures.memorization import DEFAULT_K, summarize_rows
-from memlens.harness.measures.mia import attack_metrics
+from memlens.harness.measures.mia import TokenFrequency, attack_metrics
 from memlens.harness.model.load import ADAPTER_CONFIG, has_weights, model_sentinels
 from memlens.harness.model.rewards import score_texts
 from memlens.harness.model.scorer import CausalLMScorer
@@ -86,6 +86,7 @@ CANARIES = "canaries"                   # the dataset name of the planted canari
 MEASURES = ("extraction", "mia", "exposure")   # what a causal LM's checkpoint can be scored with
 REWARD = "reward"                       # what a reward model's checkpoint is scored with instead
 CALLBACK_LOG = "callback.jsonl"
+REFERENCE_NAME = "the trainer's training rows (token ids)"   # DC-PDD's reference when the user names none
 BASE = "base"                           # control="base": a PEFT model's base, adapters off
 
 
@@ -148,6 +149,19 @@ def _peft_base(model) -> Path:
     return base
 
 
+def training_token_frequency(dataloader, tokenizer, max_rows: int = 20_000) -> TokenFrequency | None:
+    """DC-PDD's reference distribution from the trainer's own processed training rows (every `*input_ids` column,
+    the first `max_rows` rows), when the dataloader has them: the data the run already has. The planted copies are
+    among them, a few rows in thousands; their share of the counts only lowers their own DC-PDD scores."""
+    dataset = getattr(dataloader, "dataset", None)
+    columns = [c for c in (getattr(dataset, "column_names", None) or []) if str(c).endswith("input_ids")]
+    if not columns or tokenizer is None:
+        return None
+    rows = dataset.select(range(min(len(dataset), max_rows)))
+    ids = [list(seq) for c in columns for seq in rows[c] if seq is not None]
+    return TokenFrequency.of(ids, len(getattr(tokenizer, "tokenizer", tokenizer))) if ids else None
+
+
 # ------------------------------------------------------------------------------------------------ the callback
 class AuditCallback(trainer_callback_base()):
     """Score each checkpoint a transformers Trainer (SFT, DPO-family, KTO, reward, GRPO, RLOO trainers of TRL)
@@ -158,7 +172,8 @@ class AuditCallback(trainer_callback_base()):
                  limit: int | None = None, measures: Sequence[str] = MEASURES, model_name: str | None = None,
                  prompt_format: str | None = None, k: float = DEFAULT_K, max_new_tokens: int = 64,
                  target_tokens: int = 64, min_target_tokens: int = 10, batch_size: int = 16, device: str = "auto",
-                 exposure_candidates: int = 32, log: Callable[[str], None] = print):
+                 exposure_candidates: int = 32, reference: Sequence[str] | None = None,
+                 log: Callable[[str], None] = print):
         self.out_dir = require_creatable_dir("AuditCallback(out_dir)", Path(out_dir))
         self.settings = CallbackSettings(every, limit, tuple(measures), prompt_format)
         self.manifest, self.planted, self.heldout = _manifest_files(manifest, self.out_dir)
@@ -176,6 +191,11 @@ class AuditCallback(trainer_callback_base()):
             raise UserError(f"AuditCallback(exposure_candidates={exposure_candidates!r}): a positive integer (held-out "
                             "targets each canary is ranked among; 32 gives up to 5 bits)")
         self.exposure_candidates = exposure_candidates
+        if reference is not None and (isinstance(reference, str) or not all(isinstance(t, str) for t in reference)):
+            raise UserError("AuditCallback(reference=...): a list of texts (public text of the kind the model trains "
+                            "on, none of them a canary) whose token frequencies calibrate DC-PDD; None: the "
+                            "trainer's own tokenized training data")
+        self.reference: TokenFrequency | list[str] | None = list(reference) if reference is not None else None
         self.log = log
         self.saves = 0
         self.scored = 0
@@ -183,6 +203,11 @@ class AuditCallback(trainer_callback_base()):
     @property
     def audit_dir(self) -> Path:
         return self.out_dir / "audit"
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.reference is None:
+            self.reference = training_token_frequency(kwargs.get("train_dataloader"), kwargs.get("processing_class"))
+        return control
 
     def on_save(self, args, state, control, **kwargs):
         self.saves += 1
@@ -260,7 +285,9 @@ class AuditCallback(trainer_callback_base()):
         summary = audit_mia(checkpoint.parent, name, {CANARIES: (self.planted, self.heldout)}, mia_dir(self.audit_dir,
                             name), control_dir=control_dir, cache_dir=self.audit_dir / "cache",
                             batch_size=self.audit.batch_size, device=self.audit.device,
-                            fim_family=self.audit.fim_family, checkpoints=[(checkpoint.name, checkpoint)])
+                            fim_family=self.audit.fim_family, checkpoints=[(checkpoint.name, checkpoint)],
+                            reference=self.reference, reference_name=REFERENCE_NAME if isinstance(
+                                self.reference, TokenFrequency) else "AuditCallback(reference)")
         collect_summaries(self.audit_dir)
         spans = summary["results"][checkpoint.name][CANARIES]["spans"]
         return {attack: {k: m[k] for k in ("auc", "tpr_at_fpr<1%") if k in m} for attack, m in

@@ -17,19 +17,35 @@ On disk, below the run's audit dir (harness.core.layout.mia_dir):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from memlens.harness.audit.losses import load_fim_examples
 from memlens.harness.audit.settings import list_checkpoints
 from memlens.harness.core.errors import UserError
-from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_json
+from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
 from memlens.harness.core.layout import MIA_SUMMARY, checkpoint_step, mia_dir, require_inside
 from memlens.harness.core.provenance import provenance
 from memlens.harness.core.stats import BOOTSTRAP_N, BOOTSTRAP_SEED, MIA_FPRS, TPR_AT_FPR_RULE
-from memlens.harness.measures.mia import ATTACKS, MIN_K_FRACTION, attack_metrics, attack_scores
+from memlens.harness.measures.mia import (
+    ATTACKS,
+    MEMBER_PREFIX,
+    MIN_K_FRACTION,
+    NONMEMBER_PREFIX,
+    PREFIX_RULE,
+    AttackInputs,
+    TokenFrequency,
+    attack_metrics,
+    attack_scores,
+    inputs_needed,
+    prefix_text,
+    split_shots,
+)
 from memlens.harness.model.cache import CACHE_VERSION, SPANS, cached_token_logprobs, program_text
-from memlens.harness.model.load import model_sentinels, pick_device
+from memlens.harness.model.load import load_tokenizer, model_sentinels, pick_device
 from memlens.harness.model.scorer import CausalLMScorer
+
+PLAIN = "values"        # the plain teacher-forced pass, beside the conditioned ones (harness.measures.mia INPUTS)
 
 
 def _check_spans(spans) -> tuple[str, ...]:
@@ -42,50 +58,129 @@ def _check_spans(spans) -> tuple[str, ...]:
 
 
 def _token_values(model_dir: Path, sets: dict[str, list[dict]], spans, cache_dir: Path, device: str,
-                  batch_size: int, fim_family: str | None) -> dict[str, dict[str, dict]]:
-    """{set name: {span: {id: per-token values}}} of one model directory (weights loaded on a cache miss only)."""
+                  batch_size: int, fim_family: str | None, contexts: dict[str, dict[str, str]] | None = None
+                  ) -> dict[str, dict[str, dict[str, dict]]]:
+    """{set name: {span: {pass: {id: per-token values}}}} of one model directory, weights loaded on a cache miss
+    only. Pass "values" is the plain teacher-forced pass; each of `contexts[set name]` ({input: text}) is the same
+    pass after that text (harness.measures.mia: NONMEMBER_PREFIX, MEMBER_PREFIX), computed once here for every
+    attack that reads it."""
     scorer = CausalLMScorer.load(model_dir, device, batch_size=batch_size, lazy=True)
     sentinels = model_sentinels(model_dir, fim_family)
-    out = {name: {span: cached_token_logprobs(scorer, rows, sentinels, cache_dir, span) for span in spans}
-           for name, rows in sets.items()}
+    out: dict = {}
+    for name, rows in sets.items():
+        texts = {PLAIN: None, **((contexts or {}).get(name) or {})}
+        out[name] = {span: {kind: cached_token_logprobs(scorer, rows, sentinels, cache_dir, span, context=text)
+                            for kind, text in texts.items()} for span in spans}
     scorer.release()
     return out
 
 
-def _score_rows(rows: list[dict], member: int, values: dict, control: dict | None, spans) -> list[dict]:
+def _reserve_shots(data: dict[str, list[dict]], pairs) -> dict[str, dict[str, str]]:
+    """Take each dataset's prefix shots out of its members and non-members (harness.measures.mia.split_shots) and
+    return the prefix texts the conditioned passes put before every text of that dataset: {set name: {input:
+    text}}. Nothing is reserved when no registered attack reads a prefix, or where a set is too small."""
+    needs = inputs_needed() & {NONMEMBER_PREFIX, MEMBER_PREFIX}
+    contexts: dict[str, dict[str, str]] = {}
+    if not needs:
+        return contexts
+    for dataset in pairs:
+        members, nonmembers = f"{dataset}:members", f"{dataset}:nonmembers"
+        split = {role: split_shots(data[key]) for role, key in ((MEMBER_PREFIX, members),
+                                                                 (NONMEMBER_PREFIX, nonmembers))}
+        if any(s is None for s in split.values()):
+            continue
+        texts = {}
+        for role, (shots, rest) in split.items():
+            data[members if role == MEMBER_PREFIX else nonmembers] = rest
+            texts[role] = prefix_text(shots)
+        contexts[members] = contexts[nonmembers] = {k: v for k, v in texts.items() if k in needs}
+    return contexts
+
+
+def _reference_frequency(model_dir: Path, reference: TokenFrequency | Sequence[str] | None) -> TokenFrequency | None:
+    """DC-PDD's reference distribution: as given, or the token ids of reference texts under the model's own
+    tokenizer (None without either: the attacks that need it are then not scored)."""
+    if reference is None or isinstance(reference, TokenFrequency):
+        return reference
+    if not reference:
+        return None
+    tokenizer = load_tokenizer(model_dir)
+    ids = tokenizer(list(reference), add_special_tokens=False)["input_ids"]
+    return TokenFrequency.of(ids, len(tokenizer))
+
+
+def _earlier_scores(out_dir: Path, dataset: str, checkpoint: str, fresh: dict[Path, list[dict]]
+                    ) -> list[dict[str, dict]]:
+    """{id: {span: {attack: score}}} of every checkpoint of this model scored before `checkpoint` (step order), from
+    this call's rows or from disk: the TRAJECTORY input of the sequence attack."""
+    names = {p.parent.name for p in fresh} | {p.parent.name for p in out_dir.glob(f"*/{dataset}.jsonl")}
+    out = []
+    for name in sorted(names, key=_checkpoint_order):
+        if _checkpoint_order(name) >= _checkpoint_order(checkpoint):
+            continue
+        path = out_dir / name / f"{dataset}.jsonl"
+        rows = fresh[path] if path in fresh else read_jsonl(path)
+        out.append({r["id"]: r["score"] for r in rows})
+    return out
+
+
+def _score_rows(rows: list[dict], member: int, values: dict, control: dict | None, spans,
+                frequency: TokenFrequency | None, earlier: list[dict[str, dict]]) -> list[dict]:
     out = []
     for r in rows:
         text = {"target": r["target"], "program": program_text(r)}
-        out.append({"id": r["id"], "member": member,
-                    "score": {span: attack_scores(values[span][r["id"]], text[span],
-                                                  control[span][r["id"]] if control is not None else None)
-                              for span in spans}})
+        scores = {}
+        for span in spans:
+            passes = values[span]
+            history = [e[r["id"]][span] for e in earlier if r["id"] in e and span in e[r["id"]]]
+            scores[span] = attack_scores(AttackInputs(
+                values=passes[PLAIN][r["id"]], text=text[span],
+                control=control[span][PLAIN][r["id"]] if control is not None else None,
+                nonmember_prefix=passes[NONMEMBER_PREFIX][r["id"]] if NONMEMBER_PREFIX in passes else None,
+                member_prefix=passes[MEMBER_PREFIX][r["id"]] if MEMBER_PREFIX in passes else None,
+                token_frequency=frequency, trajectory=history or None))
+        row = {"id": r["id"], "member": member, "score": scores}
+        if "repeat" in r:
+            row["repeat"] = int(r["repeat"])
+        out.append(row)
     return out
 
 
-def _metrics(rows: list[dict], spans, n_boot: int, seed: int) -> dict:
-    """{span: {attack: metrics}} (attacks without a score, the reference without a control, left out)."""
+def _metrics_of(rows: list[dict], spans, n_boot: int, seed: int) -> dict:
+    """{span: {attack: metrics}} (attacks without a score, e.g. the reference without a control, left out)."""
     out: dict = {}
     for span in spans:
         for attack in ATTACKS:
-            members = [r["score"][span][attack] for r in rows if r["member"] == 1]
-            nonmembers = [r["score"][span][attack] for r in rows if r["member"] == 0]
-            if None in members or None in nonmembers:
+            members = [r["score"][span].get(attack) for r in rows if r["member"] == 1]
+            nonmembers = [r["score"][span].get(attack) for r in rows if r["member"] == 0]
+            if not members or not nonmembers or None in members or None in nonmembers:
                 continue
             out.setdefault(span, {})[attack] = attack_metrics(members, nonmembers, n_boot=n_boot, seed=seed)
     return out
+
+
+def _metrics(rows: list[dict], spans, n_boot: int, seed: int) -> tuple[dict, dict]:
+    """(metrics of all members, {repeat: metrics of the members planted that many times}) against every
+    non-member; tiers only where the members' `repeat` differs (a user's canaries: synthetic_data.inject)."""
+    tiers = sorted({r["repeat"] for r in rows if r["member"] == 1 and "repeat" in r})
+    by_tier = {} if len(tiers) < 2 else {
+        str(t): _metrics_of([r for r in rows if r["member"] == 0 or r.get("repeat") == t], spans, n_boot, seed)
+        for t in tiers}
+    return _metrics_of(rows, spans, n_boot, seed), by_tier
 
 
 def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Path, Path]], out_dir: str | Path,
               *, control_dir: str | Path | None = None, cache_dir: str | Path | None = None,
               all_checkpoints: bool = True, spans=SPANS, n_boot: int = BOOTSTRAP_N, seed: int = BOOTSTRAP_SEED,
               batch_size: int = 16, device: str = "auto", fim_family: str | None = None,
-              checkpoints: list[tuple[str, Path]] | None = None) -> dict:
+              checkpoints: list[tuple[str, Path]] | None = None,
+              reference: TokenFrequency | Sequence[str] | None = None, reference_name: str | None = None) -> dict:
     """Score every checkpoint of `model_dir` (then its final model) on each dataset of `pairs`
     ({dataset: (members rows, non-members rows)}); write rows and `<out_dir>/summary.json`; return the summary.
 
     `checkpoints`: (name, directory) to score instead, added to the checkpoints the summary already holds (the
-    training callback scores each checkpoint as it is saved, and the trainer may delete older ones)."""
+    training callback scores each checkpoint as it is saved, and the trainer may delete older ones).
+    `reference` (named `reference_name` in the summary): DC-PDD's token frequencies, or texts to count them in."""
     out_dir = Path(out_dir)
     spans = _check_spans(spans)
     if not pairs:
@@ -102,8 +197,11 @@ def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Pat
         if clash:
             raise UserError(f"{nonmembers_path}: ids {sorted(clash)[:3]} are also members ({members_path}); "
                             "held-out examples must be examples no stage trained on")
+    all_ids = {key: [r["id"] for r in rows] for key, rows in data.items()}
+    contexts = _reserve_shots(data, pairs)
     control = (_token_values(Path(control_dir), data, spans, cache_dir, device, batch_size, fim_family)
                if control_dir is not None else None)
+    frequency = _reference_frequency(Path(model_dir), reference)
 
     outputs: dict[Path, list[dict]] = {}
     results: dict = {}
@@ -111,22 +209,29 @@ def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Pat
     if checkpoints is None:
         checkpoints = list_checkpoints(model_dir, all_checkpoints)
     for checkpoint, path in checkpoints:
-        values = _token_values(path, data, spans, cache_dir, device, batch_size, fim_family)
+        values = _token_values(path, data, spans, cache_dir, device, batch_size, fim_family, contexts)
         for dataset in pairs:
+            target = require_inside(out_dir / checkpoint / f"{dataset}.jsonl", out_dir, "audit.out_dir")
+            history = _earlier_scores(out_dir, dataset, checkpoint, outputs)
             rows = []
             for role, member in (("members", 1), ("nonmembers", 0)):
                 key = f"{dataset}:{role}"
-                rows += _score_rows(data[key], member, values[key], control[key] if control else None, spans)
-            outputs[require_inside(out_dir / checkpoint / f"{dataset}.jsonl", out_dir, "audit.out_dir")] = rows
+                rows += _score_rows(data[key], member, values[key], control[key] if control else None, spans,
+                                    frequency, history)
+            outputs[target] = rows
+            overall, tiers = _metrics(rows, spans, n_boot, seed)
             results.setdefault(checkpoint, {})[dataset] = {
                 "n_members": len(data[f"{dataset}:members"]), "n_nonmembers": len(data[f"{dataset}:nonmembers"]),
                 "members_file": str(pairs[dataset][0]), "nonmembers_file": str(pairs[dataset][1]),
-                "spans": _metrics(rows, spans, n_boot, seed)}
+                "prefix_shots": _shot_ids(all_ids, data, dataset), "earlier_checkpoints": len(history),
+                "spans": overall, **({"tiers": tiers} if tiers else {})}
     results = {**{c: r for c, r in earlier.items() if c not in results}, **results}
     summary = {
         "model": model_name, "model_dir": str(model_dir), "control": str(control_dir) if control_dir else None,
         "checkpoints": sorted(results, key=_checkpoint_order), "spans": list(spans), "attacks": list(ATTACKS),
+        "attack_inputs": {name: sorted(attack.needs) for name, attack in ATTACKS.items()},
         "min_k_fraction": MIN_K_FRACTION, "fprs": list(MIA_FPRS), "tpr_at_fpr_rule": TPR_AT_FPR_RULE,
+        "prefix_rule": PREFIX_RULE, "reference_corpus": reference_name if frequency is not None else None,
         "bootstrap": {"n": n_boot, "seed": seed},
         "score_convention": "higher = member; AUC 0.5 = chance",
         "results": results,
@@ -138,6 +243,15 @@ def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Pat
         atomic_write_jsonl(path, rows)
     atomic_write_json(out_dir / "summary.json", summary)
     return summary
+
+
+def _shot_ids(all_ids: dict[str, list], data: dict[str, list[dict]], dataset: str) -> dict[str, list]:
+    """{members / nonmembers: ids taken out as prefix shots} of one dataset (empty lists when none were)."""
+    out = {}
+    for role in ("members", "nonmembers"):
+        kept = {r["id"] for r in data[f"{dataset}:{role}"]}
+        out[role] = [i for i in all_ids[f"{dataset}:{role}"] if i not in kept]
+    return out
 
 
 def _checkpoint_order(name: str) -> tuple[int, int]:
@@ -154,7 +268,8 @@ def _earlier_results(out_dir: Path, control_dir, spans, n_boot: int, seed: int) 
         return {}
     old = read_json(path)
     same = (old.get("control") == (str(control_dir) if control_dir else None) and old.get("spans") == list(spans)
-            and old.get("attacks") == list(ATTACKS) and old.get("bootstrap") == {"n": n_boot, "seed": seed})
+            and old.get("attacks") == list(ATTACKS) and old.get("bootstrap") == {"n": n_boot, "seed": seed}
+            and old.get("prefix_rule") == PREFIX_RULE)
     return dict(old.get("results") or {}) if same else {}
 
 

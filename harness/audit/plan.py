@@ -62,6 +62,7 @@ from memlens.harness.core.layout import (
 from memlens.harness.core.processes import process_rank, world_size
 from memlens.harness.core.provenance import provenance
 from memlens.harness.measures.utility import UTILITY_FILE, utility_of_models
+from memlens.harness.model.cache import program_text
 from memlens.harness.model.load import distributed_barrier, has_weights, set_threads
 
 PROVENANCE_FILE = "provenance.json"
@@ -320,6 +321,19 @@ def audit_run_losses(cfg, log=print) -> None:
                      seed=cfg.get("seed"))
 
 
+def mia_reference_texts(run_dir: Path, name: str | None, log=print) -> list[str] | None:
+    """The texts of the run's dataset `audit.mia_reference` (each row's `text`, else its whole program): DC-PDD's
+    reference corpus of token frequencies. None (and a note) when it is unset or not built in this run."""
+    if not name:
+        return None
+    path = data_dir(run_dir, str(name)) / "rows.jsonl"
+    if not path.is_file():
+        log(f"[audit] note: audit.mia_reference={name}: {path} is not built in this run, so DC-PDD is not scored; "
+            "name a dataset of the run that no audited set is part of (pd_eval: held-out public code)")
+        return None
+    return [r["text"] if isinstance(r.get("text"), str) else program_text(r) for r in read_jsonl(path)]
+
+
 def audit_run_mia(cfg, log=print) -> None:
     """Membership inference for every planned model (`audit.measures` includes `mia`): each planned dataset
     whose held-out partner (`<dataset>_heldout`, e.g. sd_base_heldout) is built in the run is scored at every
@@ -337,6 +351,7 @@ def audit_run_mia(cfg, log=print) -> None:
                         "interval; 1000 is the default)")
     if a.get("threads"):
         set_threads(int(a.threads))       # as the NED audit does (audit.threads)
+    reference = mia_reference_texts(run_dir, a.get("mia_reference"), log)
     scored = 0
     for (name, model_dir, control_dir, all_checkpoints), datasets in by_model.items():
         pairs = {}
@@ -351,7 +366,8 @@ def audit_run_mia(cfg, log=print) -> None:
                   control_dir=control_dir, cache_dir=Path(str(a.cache_dir)), all_checkpoints=all_checkpoints,
                   spans=list(a.get("mia_spans") or ["target", "program"]), n_boot=n_boot,
                   seed=int(cfg.get("seed") or 0), batch_size=int(a.batch_size),
-                  device=str(a.get("device") or "auto"), fim_family=a.get("fim_family"))
+                  device=str(a.get("device") or "auto"), fim_family=a.get("fim_family"),
+                  reference=reference, reference_name=a.get("mia_reference"))
         scored += 1
     if not scored:
         log("[audit] note: membership inference scored nothing: no planned dataset has a held-out partner "

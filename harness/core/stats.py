@@ -213,9 +213,66 @@ def bootstrap_mia_metrics(members: list[float], nonmembers: list[float], n_boot:
     # The percentile bootstrap's one-sided test of H0: AUC <= t: the share of resamples at or below t (Efron &
     # Tibshirani 1993 Ch. 16); the findings use it as their test of "detectable" (AUC above t).
     out["auc"]["p_at_most"] = {f"{t:g}": float(np.mean(boot["auc"] <= t)) for t in AUC_NULLS}
+    # Beside the bootstrap, the exact interval of the TPR as a share of the members (the threshold taken as fixed),
+    # and whether that FPR exists at this many non-members at all (`fpr_measurable`).
+    for a in fprs:
+        entry = out[fpr_key(a)]
+        entry["clopper_pearson95"] = clopper_pearson(round(entry["value"] * len(members)), len(members))
+        entry["measurable"] = fpr_measurable(len(nonmembers), a)
     out.update(n_members=len(members), n_nonmembers=len(nonmembers),
                bootstrap={"n": n_boot, "seed": seed, "method": "stratified percentile"})
     return out
+
+
+def _log_binomial_pmf(k: int, n: int, p: float) -> float:
+    if p <= 0.0:
+        return 0.0 if k == 0 else -math.inf
+    if p >= 1.0:
+        return 0.0 if k == n else -math.inf
+    return (math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * math.log(p)
+            + (n - k) * math.log1p(-p))
+
+
+def _binomial_cdf(k: int, n: int, p: float) -> float:
+    """P[Binomial(n, p) <= k], summed exactly in log space."""
+    if k < 0:
+        return 0.0
+    if k >= n:
+        return 1.0
+    logs = [_log_binomial_pmf(j, n, p) for j in range(k + 1)]
+    top = max(logs)
+    return 0.0 if top == -math.inf else min(1.0, math.exp(top) * sum(math.exp(x - top) for x in logs))
+
+
+def _bisect(f, lo: float, hi: float, iterations: int = 80) -> float:
+    """The root of a function that is increasing on [lo, hi] (f(lo) <= 0 <= f(hi))."""
+    for _ in range(iterations):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
+    return (lo + hi) / 2
+
+
+def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> list[float]:
+    """The exact (Clopper & Pearson 1934) two-sided interval of a binomial share k / n: the p whose upper tail
+    P[X >= k] is (1 - confidence) / 2 and the p whose lower tail P[X <= k] is. It never collapses to a point the way
+    a bootstrap of a perfectly separated sample does (every resample then reads TPR 1)."""
+    if not 0 <= k <= n or n < 1:
+        raise ValueError(f"k={k}, n={n}: need 0 <= k <= n and n >= 1")
+    tail = (1 - confidence) / 2
+    low = 0.0 if k == 0 else _bisect(lambda p: (1 - _binomial_cdf(k - 1, n, p)) - tail, 0.0, 1.0)
+    high = 1.0 if k == n else _bisect(lambda p: tail - _binomial_cdf(k, n, p), 0.0, 1.0)
+    return [low, high]
+
+
+def fpr_measurable(n_nonmembers: int, fpr: float) -> bool:
+    """Whether a TPR at FPR `fpr` exists with this many non-members: at least 1 / fpr of them, so that one false
+    positive is a share at most `fpr` (fewer, and `fpr < a` only ever reads the TPR at FPR 0)."""
+    return n_nonmembers * fpr >= 1 - 1e-9
+
+
+def min_nonmembers(fpr: float) -> int:
+    """The fewest non-members at which a TPR at FPR `fpr` is measurable (`fpr_measurable`)."""
+    return math.ceil(1 / fpr - 1e-9)
 
 
 def reward_score_stats(score_rows: list[dict]) -> dict[str, Any]:

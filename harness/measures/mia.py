@@ -26,6 +26,7 @@ Where a text has fewer tokens than 1 / k, min_k uses its one least likely token 
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ import numpy as np
 
 from memlens.harness.core.registry import Registry
 from memlens.harness.core.stats import bootstrap_mia_metrics
+from memlens.harness.model.cache import program_text
 
 MIN_K_FRACTION = 0.2          # k = 20 %: the default of Shi et al. 2024 and of Zhang et al. 2024 (and mimir's)
 VAR_FLOOR = 1e-12             # a next-token distribution with all its mass on one token has variance 0
@@ -90,40 +92,227 @@ def reference_score(values: Mapping, control_values: Mapping) -> float:
     return mean_nll(control_values) - mean_nll(values)
 
 
+PREFIX_SHOTS = 3              # texts of each side that make the ReCaLL / Con-ReCall prefixes (below)
+MIN_SCORED = 2                # a side keeps at least this many scored texts after its shots are taken out
+PREFIX_RULE = (f"the first {PREFIX_SHOTS} rows by id of the members and of the non-members are the prefix shots and "
+               "are scored by no attack; a prefix is their whole programs, joined by a blank line, before each "
+               "scored text's own tokens (cut from its start to fit the model's context)")
+
+
+def split_shots(rows: Sequence[dict], n: int = PREFIX_SHOTS) -> tuple[list[dict], list[dict]] | None:
+    """(the prefix shots, the rows left to score) of one side (PREFIX_RULE), or None when fewer than n + MIN_SCORED
+    rows. The shots are known members / non-members, so scoring them too would test an attack on its own prompt."""
+    if len(rows) < n + MIN_SCORED:
+        return None
+    shot_ids = {r["id"] for r in sorted(rows, key=lambda r: str(r["id"]))[:n]}
+    return ([r for r in sorted(rows, key=lambda r: str(r["id"])) if r["id"] in shot_ids],
+            [r for r in rows if r["id"] not in shot_ids])
+
+
+def prefix_text(shots: Sequence[dict]) -> str:
+    """The prefix the conditioned passes put before a text: the shots' whole programs, joined by a blank line."""
+    return "\n\n".join(program_text(r) for r in shots) + "\n\n"
+
+
+@dataclass(frozen=True)
+class TokenFrequency:
+    """A reference distribution of token ids: `counts` of each id over a corpus of `total` tokens, from a vocabulary
+    of `vocab_size` ids. `probability` is Laplace-smoothed (add one), so an id the corpus lacks is rare, not
+    impossible (DC-PDD, Zhang et al. 2024 Sec. 3.2)."""
+
+    counts: Mapping[int, int]
+    total: int
+    vocab_size: int
+
+    @classmethod
+    def of(cls, token_ids: Sequence[Sequence[int]], vocab_size: int) -> TokenFrequency:
+        counts: dict[int, int] = {}
+        for ids in token_ids:
+            for t in ids:
+                counts[int(t)] = counts.get(int(t), 0) + 1
+        return cls(counts, sum(counts.values()), int(vocab_size))
+
+    def probability(self, token_id: int) -> float:
+        return (self.counts.get(int(token_id), 0) + 1) / (self.total + self.vocab_size)
+
+
+# What an attack may ask for beyond the audited model's one teacher-forced pass over the text. The audit computes
+# each asked-for input once per model and checkpoint (harness.audit.mia), cached, and every attack shares it.
+CONTROL = "control"                     # the same pass under the fixed control model (reference-model calibration)
+NONMEMBER_PREFIX = "nonmember_prefix"   # the same tokens scored after a prefix of non-member text (ReCaLL)
+MEMBER_PREFIX = "member_prefix"         # ... after a prefix of member text (Con-ReCall)
+TOKEN_FREQUENCY = "token_frequency"     # a reference token-frequency distribution of the run's own data (DC-PDD)
+TRAJECTORY = "trajectory"               # this text's scores at every earlier checkpoint of the same model (sequence)
+INPUTS = (CONTROL, NONMEMBER_PREFIX, MEMBER_PREFIX, TOKEN_FREQUENCY, TRAJECTORY)
+
+
+CON_RECALL_GAMMA = 0.5        # Con-ReCall's weight of the member prefix (one value of the authors' grid, fixed)
+
+
+def mean_ll(values: Mapping) -> float:
+    """The mean token log-likelihood LL(x) (= -mean_nll), the quantity ReCaLL and Con-ReCall take ratios of."""
+    return float(_logp(values).mean())
+
+
+def _same_tokens(values: Mapping, other: Mapping, what: str) -> None:
+    if len(other["logp"]) != len(values["logp"]):
+        raise ValueError(f"{what}: {len(other['logp'])} token values for a text of {len(values['logp'])} tokens; "
+                         "the conditioned pass scores the same tokens as the plain one")
+
+
+def recall_score(values: Mapping, nonmember_prefixed: Mapping) -> float:
+    """ReCaLL (Xie et al. 2024 Sec. 3, Eq. 1): LL(x | P) / LL(x), P a prefix of non-member text. A non-member prefix
+    lowers a member's likelihood relatively more, so the ratio is higher for members (both LL are negative; the
+    authors' code reads it with label 1 = member, higher = member)."""
+    _same_tokens(values, nonmember_prefixed, "ReCaLL")
+    return mean_ll(nonmember_prefixed) / mean_ll(values)
+
+
+def con_recall_score(values: Mapping, nonmember_prefixed: Mapping, member_prefixed: Mapping,
+                     gamma: float = CON_RECALL_GAMMA) -> float:
+    """Con-ReCall (Wang et al. 2024 Sec. 3, Eq. 3): (LL(x | P_non) - gamma LL(x | P_mem)) / LL(x), the contrast of
+    a non-member and a member prefix; higher = member, as the authors' code reads it."""
+    _same_tokens(values, nonmember_prefixed, "Con-ReCall")
+    _same_tokens(values, member_prefixed, "Con-ReCall")
+    return (mean_ll(nonmember_prefixed) - gamma * mean_ll(member_prefixed)) / mean_ll(values)
+
+
+DC_PDD_CAP = 0.01             # DC-PDD's cap `a` on each token's score (the authors' and mimir's default)
+EZ_MIN_ERRORS = 2             # EZ-MIA scores 0 with fewer error-zone tokens than this (the authors' min_tokens)
+
+
+def dc_pdd_score(values: Mapping, frequency: TokenFrequency, cap: float = DC_PDD_CAP) -> float:
+    """DC-PDD (Zhang et al. 2024 Sec. 3.2-3.3, Eqs. 4-6): over the first occurrence of each token id in the text,
+    alpha_i = p(x_i | x_<i) * log(1 / f(x_i)), f the Laplace-smoothed reference frequency of the id, each alpha capped
+    at `cap`; the score is their mean (the authors compute -mean and read it negated: higher = member). A member's
+    rare tokens are likelier under the model than their frequency says."""
+    logp = _logp(values)
+    ids = [int(t) for t in values["ids"]]
+    if len(ids) != len(logp):
+        raise ValueError(f"DC-PDD: {len(ids)} token ids for {len(logp)} log-probs")
+    seen: set[int] = set()
+    alphas = []
+    for token, lp in zip(ids, logp):
+        if token in seen:
+            continue
+        seen.add(token)
+        alphas.append(min(math.exp(lp) * -math.log(frequency.probability(token)), cap))
+    return float(np.mean(alphas))
+
+
+def ez_mia_score(values: Mapping, reference: Mapping, min_errors: int = EZ_MIN_ERRORS) -> float:
+    """EZ-MIA (Ilic et al. 2026, "error zone"; the authors' `error_zone_pos_neg_sum_ratio`): at the positions where
+    the audited model's most likely token is not the text's (its errors), the deltas d_t = log p(x_t) - log p_ref(x_t)
+    against a reference model that never saw the text (memlens's control); the score is the sum of the positive
+    deltas over the sum of the negative ones' magnitudes (higher = member: training raises the true token's
+    probability even where it is not yet the top one). As the authors' code: the first scored position is left out
+    (their `ignore_bos`), and fewer than `min_errors` error positions or no negative delta score 0."""
+    logp, ref = _logp(values), np.asarray(reference["logp"], dtype=np.float64)
+    ids, top1 = np.asarray(values["ids"]), np.asarray(values["top1"])
+    if not (ref.shape == logp.shape == ids.shape == top1.shape):
+        raise ValueError(f"EZ-MIA: per-token values of different lengths ({logp.shape}, {ref.shape}, {ids.shape}, "
+                         f"{top1.shape}); the reference scores the same tokens")
+    errors = top1 != ids
+    errors[0] = False
+    if errors.sum() < min_errors:
+        return 0.0
+    deltas = (logp - ref)[errors]
+    negative = float(np.abs(deltas[deltas < 0]).sum())
+    if negative == 0:
+        return 0.0
+    return float(deltas[deltas > 0].sum() / (negative + 1e-12))
+
+
+def sequence_score(current: float, trajectory: Sequence[Mapping], attack: str) -> float | None:
+    """The checkpoint-sequence attack: the mean of one attack's score over every checkpoint of the stage up to this
+    one (the earlier ones' scores as `trajectory` recorded them, then `current`). SeMI* (arXiv 2602.16596) derives
+    the optimal test over a sequence of checkpoints; its own statistic reads gradients and parameters, which the
+    audit does not keep, so this is the closest variant defined on what it does keep, stated as such
+    (docs/methods.md): if a text's per-checkpoint scores are its membership shift plus independent Gaussian noise of
+    one variance, the Neyman-Pearson test of "shift > 0" thresholds their mean (a matched filter). None where an
+    earlier checkpoint lacks that attack's score."""
+    earlier = [t.get(attack) for t in trajectory]
+    if any(e is None for e in earlier):
+        return None
+    return float(np.mean([*earlier, current]))
+
+
+@dataclass(frozen=True)
+class AttackInputs:
+    """Everything an attack may read of one text. `values`: the audited model's per-token values on it (`ids`,
+    `logp`, `mu`, `var`: harness.model.logprobs.token_logprob_stats_batched); `text`: the scored text; `k`: the
+    Min-K% share. Each other field is the input of INPUTS of the same name, None where the audit has none (no
+    control, no earlier checkpoint): an attack that needs it is then not scored."""
+
+    values: Mapping
+    text: str
+    k: float = MIN_K_FRACTION
+    control: Mapping | None = None
+    nonmember_prefix: Mapping | None = None
+    member_prefix: Mapping | None = None
+    token_frequency: TokenFrequency | None = None
+    trajectory: Sequence[Mapping] | None = None     # {attack: score} of each earlier checkpoint, oldest first
+
+
 @dataclass(frozen=True)
 class Attack:
-    """One membership-inference attack: its label in tables and figures and its score of one text (higher =
-    member). `score(values, text, control_values, k)`; `needs_control` attacks get None without a control and
-    are left out of the metrics there."""
+    """One membership-inference attack: its label in tables and figures, `score(inputs: AttackInputs) -> float`
+    (higher = member), and the extra inputs (names of INPUTS) it needs; where one of them is missing the attack
+    scores None and is left out of the metrics there."""
 
     label: str
-    score: Callable[[Mapping, str, Mapping | None, float], float | None]
-    needs_control: bool = False
+    score: Callable[[AttackInputs], float]
+    needs: frozenset[str] = frozenset()
+
+    def __post_init__(self):
+        unknown = set(self.needs) - set(INPUTS)
+        if unknown:
+            raise ValueError(f"attack {self.label!r} needs {sorted(unknown)}: an attack's inputs are {list(INPUTS)}")
+
+    def scores(self, inputs: AttackInputs) -> float | None:
+        """Its score of `inputs`, or None where an input it needs is missing."""
+        if any(getattr(inputs, need) is None for need in self.needs):
+            return None
+        return self.score(inputs)
 
 
 # The attacks every MIA audit runs, in the order tables list them and best_attack breaks ties. A new attack is
-# one function of the per-token values plus `ATTACKS.register(name, Attack(...))`: the audit scores it, the
-# summary, report table and figure show it under its label, findings M1-M3 consider it for the best attack.
+# one function of AttackInputs plus `ATTACKS.register(name, Attack(label, score, needs))`: the audit computes what
+# it needs and scores it, the summary, report table and figure show it under its label, findings M1-M3 consider it
+# for the best attack (docs/architecture.md, "Add a membership-inference attack").
 ATTACKS: Registry[Attack] = Registry("MIA attack", "attack")
-ATTACKS.register("loss", Attack("LOSS", lambda v, text, c, k: loss_score(v)))
-ATTACKS.register("zlib", Attack("zlib", lambda v, text, c, k: zlib_score(v, text)))
-ATTACKS.register("min_k", Attack("Min-K%", lambda v, text, c, k: min_k_score(v, k)))
-ATTACKS.register("min_k_plus_plus", Attack("Min-K%++", lambda v, text, c, k: min_k_plus_plus_score(v, k)))
-ATTACKS.register("reference", Attack("ref. loss (control)", lambda v, text, c, k: reference_score(v, c),
-                                     needs_control=True))
-
+ATTACKS.register("loss", Attack("LOSS", lambda x: loss_score(x.values)))
+ATTACKS.register("zlib", Attack("zlib", lambda x: zlib_score(x.values, x.text)))
+ATTACKS.register("min_k", Attack("Min-K%", lambda x: min_k_score(x.values, x.k)))
+ATTACKS.register("min_k_plus_plus", Attack("Min-K%++", lambda x: min_k_plus_plus_score(x.values, x.k)))
+ATTACKS.register("reference", Attack("ref. loss (control)", lambda x: reference_score(x.values, x.control),
+                                     needs=frozenset({CONTROL})))
+ATTACKS.register("recall", Attack("ReCaLL", lambda x: recall_score(x.values, x.nonmember_prefix),
+                                  needs=frozenset({NONMEMBER_PREFIX})))
+ATTACKS.register("con_recall", Attack("Con-ReCall", lambda x: con_recall_score(x.values, x.nonmember_prefix,
+                                                                               x.member_prefix),
+                                      needs=frozenset({NONMEMBER_PREFIX, MEMBER_PREFIX})))
+ATTACKS.register("sequence_loss", Attack("sequence (LOSS)", lambda x: sequence_score(
+    loss_score(x.values), x.trajectory, "loss"), needs=frozenset({TRAJECTORY})))
+ATTACKS.register("sequence_reference", Attack("sequence (ref. loss)", lambda x: sequence_score(
+    reference_score(x.values, x.control), x.trajectory, "reference"), needs=frozenset({TRAJECTORY, CONTROL})))
+ATTACKS.register("dc_pdd", Attack("DC-PDD", lambda x: dc_pdd_score(x.values, x.token_frequency),
+                                  needs=frozenset({TOKEN_FREQUENCY})))
+ATTACKS.register("ez_mia", Attack("EZ-MIA", lambda x: ez_mia_score(x.values, x.control), needs=frozenset({CONTROL})))
 
 def attack_label(name: str) -> str:
     """An attack's label (its name when it is not registered in this process, e.g. a summary from elsewhere)."""
     return ATTACKS[name].label if name in ATTACKS else name
 
 
-def attack_scores(values: Mapping, text: str, control_values: Mapping | None = None,
-                  k: float = MIN_K_FRACTION) -> dict[str, float | None]:
-    """Every registered attack's score of one text ({attack: score}; None for one that needs a control when
-    there is none)."""
-    return {name: None if attack.needs_control and control_values is None
-            else attack.score(values, text, control_values, k) for name, attack in ATTACKS.items()}
+def inputs_needed() -> frozenset[str]:
+    """The extra inputs the registered attacks need together (each computed once per model)."""
+    return frozenset().union(*(attack.needs for attack in ATTACKS.values()))
+
+
+def attack_scores(inputs: AttackInputs) -> dict[str, float | None]:
+    """Every registered attack's score of one text ({attack: score}; None where an input it needs is missing)."""
+    return {name: attack.scores(inputs) for name, attack in ATTACKS.items()}
 
 
 def attack_metrics(member_scores: Sequence[float], nonmember_scores: Sequence[float], n_boot: int, seed: int

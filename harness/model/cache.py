@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from memlens.harness.core.io import RowStore, atomic_write_json, sha256_json
+from memlens.harness.model.logprobs import TOKEN_FIELDS
 from memlens.harness.model.prompts import prompt_format_name
 
 CACHE_VERSION = 1          # bump when a cached computation changes, so values of older code are not reused
 COMPLETIONS = "greedy_completions"
 TARGET_LOSS_MEAN = "target_loss_mean"
-TOKEN_LOGPROBS = "token_logprobs"       # per token: logp, and mu / var of the next-token log-prob (Min-K%++)
+TOKEN_LOGPROBS = "token_logprobs"       # per token: id, logp, and mu / var of the next-token log-prob (Min-K%++)
 SCHEME_LOGPROBS = "scheme_target_logprobs"  # per example and decoding scheme: log p(exact target) (discoverable)
 SPANS = ("target", "program")           # the FIM target given its prompt; the whole program as plain text
 LOSSES_SUBDIR = "losses"
@@ -149,20 +150,26 @@ def program_text(row: dict) -> str:
     return row["code"] if isinstance(row.get("code"), str) else row["prefix"] + row["target"] + row["suffix"]
 
 
-def cached_token_logprobs(scorer, rows: Sequence[dict], sentinels, cache_dir: str | Path, span: str = "target"
-                          ) -> dict[Any, dict[str, list[float]]]:
-    """{id: {"logp", "mu", "var"} per token} of `rows` under `scorer`'s model, on `span` ("target": the FIM target
-    given its prompt, the extraction audit's inputs; "program": the whole program), computed only for ids missing
-    from the cache (keyed like `cached_target_losses`)."""
+def cached_token_logprobs(scorer, rows: Sequence[dict], sentinels, cache_dir: str | Path, span: str = "target",
+                          context: str | None = None) -> dict[Any, dict[str, list]]:
+    """{id: {"ids", "logp", "mu", "var"} per token} of `rows` under `scorer`'s model, on `span` ("target": the FIM
+    target given its prompt, the extraction audit's inputs; "program": the whole program), computed only for ids
+    missing from the cache (keyed like `cached_target_losses`, plus the stored fields and the `context` text put
+    before each prompt, so that a conditioned pass is its own entry)."""
     if span not in SPANS:
         raise ValueError(f"span={span!r}: use one of {SPANS}")
     fields = ("id", "prefix", "target", "suffix") if span == "target" else ("id", "prefix", "target", "suffix", "code")
+    covers: dict[str, Any] = {"fields": list(TOKEN_FIELDS)}
+    if context:
+        covers["context_sha256"] = hashlib.sha256(context.encode("utf-8")).hexdigest()
     cache = loss_cache(cache_dir, TOKEN_LOGPROBS, model=scorer.fingerprint, examples=examples_fingerprint(rows, fields),
-                       sentinels=sentinels.family if span == "target" else None, device=scorer.device, span=span)
+                       sentinels=sentinels.family if span == "target" else None, device=scorer.device, span=span,
+                       **covers)
     if span == "target":
-        return cache.get(rows, in_chunks(lambda part: scorer.target_token_logprobs(part, sentinels), chunk=64))
-    return cache.get(rows, in_chunks(lambda part: scorer.program_token_logprobs([program_text(r) for r in part]),
-                                     chunk=64))
+        return cache.get(rows, in_chunks(lambda part: scorer.target_token_logprobs(part, sentinels, context=context),
+                                         chunk=64))
+    return cache.get(rows, in_chunks(lambda part: scorer.program_token_logprobs([program_text(r) for r in part],
+                                                                                context=context), chunk=64))
 
 
 def cached_scheme_logprobs(scorer, rows: Sequence[dict], sentinels, cache_dir: str | Path, schemes

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from memlens.harness.model.decode import length_sorted_batches
-from memlens.harness.model.encode import encode_texts, pad_id_of
+from memlens.harness.model.encode import adds_bos, encode_texts, pad_id_of
 from memlens.harness.model.load import accepts_logits_to_keep
 
 
@@ -99,22 +99,43 @@ def token_losses_batched(model, examples: Sequence[tuple[list[int], list[int]]],
     return out
 
 
+TOKEN_FIELDS = ("ids", "logp", "mu", "var", "top1")   # what `token_logprob_stats_batched` stores per token (the cache covers it)
+
+
 def token_logprob_stats_batched(model, examples: Sequence[tuple[list[int], list[int]]], batch_size: int = 16,
-                                pad_id: int = 0, progress: bool | None = None) -> list[dict[str, list[float]]]:
-    """Per example and target token: `logp` = log p(x_t | x_<t), and the mean `mu` and variance `var` of log p(z | x_<t)
-    under z ~ p(. | x_<t) (Zhang et al. 2024, Min-K%++ Sec. 3: the calibration of the next-token distribution),
-    all from the same forward pass as the losses. The mean of -logp is exactly `token_losses_batched`'s loss."""
+                                pad_id: int = 0, progress: bool | None = None) -> list[dict[str, list]]:
+    """Per example and target token: its id `ids`, `logp` = log p(x_t | x_<t), the mean `mu` and variance `var` of
+    log p(z | x_<t) under z ~ p(. | x_<t) (Zhang et al. 2024, Min-K%++ Sec. 3: the calibration of the next-token
+    distribution), and `top1`, the most likely next token (EZ-MIA's error zone, Ilic et al. 2026 Sec. 3: the
+    positions where it is not x_t), all from the same forward pass as the losses. The mean of -logp is exactly
+    `token_losses_batched`'s loss. The ids let an attack look a token up in a reference distribution (DC-PDD's
+    token frequencies). These few numbers per token are what the attacks read of the full next-token distribution,
+    so the cache never stores a vocabulary-sized row."""
     import torch  # heavy: the model layer loads torch on first use
 
-    out: list[dict[str, list[float]] | None] = [None] * len(examples)
+    out: list[dict[str, list] | None] = [None] * len(examples)
     for i, logp, target in iter_target_log_softmax(model, examples, batch_size, pad_id, progress, desc="logprobs"):
         with torch.inference_mode():
             p = logp.exp()
             mu = (p * logp).sum(-1)
             var = (p * (logp - mu[:, None]) ** 2).sum(-1).clamp_min(0.0)
             tok = logp.gather(1, target[:, None]).squeeze(1)
-        out[i] = {"logp": _float32_digits(tok), "mu": _float32_digits(mu), "var": _float32_digits(var)}
+        out[i] = {"ids": target.tolist(), "logp": _float32_digits(tok), "mu": _float32_digits(mu),
+                  "var": _float32_digits(var), "top1": logp.argmax(-1).tolist()}
     return out  # type: ignore[return-value]
+
+
+def with_context(examples: Sequence[tuple[list[int], list[int]]], context: Sequence[int], head: int,
+                 max_tokens: int | None = None) -> list[tuple[list[int], list[int]]]:
+    """The same (prompt, target) pairs with `context` ids inserted after the prompt's first `head` ids (its BOS,
+    where the tokenizer adds one): the same target tokens, scored given a text before them (ReCaLL's prefix, Xie
+    et al. 2024 Sec. 3). With `max_tokens`, the context keeps its last ids that fit beside each example."""
+    out = []
+    for prompt, target in examples:
+        room = len(context) if max_tokens is None else max(0, max_tokens - len(prompt) - len(target))
+        kept = list(context[len(context) - room:]) if room else []
+        out.append((list(prompt[:head]) + kept + list(prompt[head:]), list(target)))
+    return out
 
 
 def _float32_digits(values) -> list[float]:
@@ -203,22 +224,33 @@ def shared_prompt_losses(model, tokenizer, prefix: str, suffix: str, targets: Se
     return shared_prompt_target_nll(model, prompt, target_ids, batch_size, pad_id)
 
 
+def _in_context(tokenizer, examples: list[tuple[list[int], list[int]]], context: str | None,
+                max_tokens: int | None) -> list[tuple[list[int], list[int]]]:
+    """`examples` as they are (no context), or with `context`'s ids before each prompt, after its BOS."""
+    if not context:
+        return examples
+    ids = tokenizer(context, add_special_tokens=False)["input_ids"]
+    return with_context(examples, ids, head=1 if adds_bos(tokenizer) else 0, max_tokens=max_tokens)
+
+
 def target_token_logprobs(model, tokenizer, prefixes: Sequence[str], targets: Sequence[str],
                           suffixes: Sequence[str], sentinels, batch_size: int = 16,
-                          progress: bool | None = None) -> list[dict[str, list[float]]]:
+                          progress: bool | None = None, context: str | None = None,
+                          max_tokens: int | None = None) -> list[dict[str, list]]:
     """Per-token log-probs (with Min-K%++'s mu and var) of `target` given the PSM prompt: the inputs of
-    `target_losses`, one value per target token instead of their mean."""
-    examples = encode_fim_examples(tokenizer, prefixes, targets, suffixes, sentinels)
-    pad_id = pad_id_of(tokenizer)
-    return token_logprob_stats_batched(model, examples, batch_size, pad_id, progress)
+    `target_losses`, one value per target token instead of their mean. `context`: a text before the prompt."""
+    examples = _in_context(tokenizer, encode_fim_examples(tokenizer, prefixes, targets, suffixes, sentinels),
+                           context, max_tokens)
+    return token_logprob_stats_batched(model, examples, batch_size, pad_id_of(tokenizer), progress)
 
 
 def program_token_logprobs(model, tokenizer, texts: Sequence[str], batch_size: int = 16,
-                           progress: bool | None = None, max_tokens: int | None = None) -> list[dict[str, list[float]]]:
-    """Per-token log-probs (with mu and var) of each whole text as plain causal text (`encode_whole_programs`)."""
-    pad_id = pad_id_of(tokenizer)
-    return token_logprob_stats_batched(model, encode_whole_programs(tokenizer, texts, max_tokens), batch_size,
-                                       pad_id, progress)
+                           progress: bool | None = None, max_tokens: int | None = None,
+                           context: str | None = None) -> list[dict[str, list]]:
+    """Per-token log-probs (with mu and var) of each whole text as plain causal text (`encode_whole_programs`);
+    `context`: a text before it (the same tokens scored)."""
+    examples = _in_context(tokenizer, encode_whole_programs(tokenizer, texts, max_tokens), context, max_tokens)
+    return token_logprob_stats_batched(model, examples, batch_size, pad_id_of(tokenizer), progress)
 
 
 @dataclass(frozen=True)

@@ -116,13 +116,16 @@ class CausalLMScorer:
         return shared_prompt_losses(self.model, self.tokenizer, example["prefix"], example["suffix"], targets,
                                     sentinels, self.batch_size).tolist()
 
-    def target_token_logprobs(self, examples: Sequence[dict], sentinels) -> list[dict[str, list[float]]]:
-        """Per target token of each example, given its PSM prompt (the inputs of `target_losses`): `logp`, and
-        the mean `mu` and variance `var` of the next-token log-prob under the model (Min-K%++), one pass."""
+    def target_token_logprobs(self, examples: Sequence[dict], sentinels, context: str | None = None
+                              ) -> list[dict[str, list]]:
+        """Per target token of each example, given its PSM prompt (the inputs of `target_losses`): `ids`, `logp`, and
+        the mean `mu` and variance `var` of the next-token log-prob under the model (Min-K%++), one pass.
+        `context`: a text before the prompt (ReCaLL's prefix), cut to the model's context from its start."""
         self.ensure_loaded()
         return target_token_logprobs(self.model, self.tokenizer, [e["prefix"] for e in examples],
                                      [e["target"] for e in examples], [e["suffix"] for e in examples], sentinels,
-                                     self.batch_size, progress=self.progress)
+                                     self.batch_size, progress=self.progress, context=context,
+                                     max_tokens=context_length(self.path) if self.path else None)
 
     def scheme_logprobs(self, examples: Sequence[dict], sentinels, schemes) -> list[list[float]]:
         """Per example, the log-probability that each decoding scheme (harness.model.logprobs.SamplingScheme)
@@ -132,11 +135,12 @@ class CausalLMScorer:
                                    [e["target"] for e in examples], [e["suffix"] for e in examples], sentinels,
                                    schemes, self.batch_size, progress=self.progress).tolist()
 
-    def program_token_logprobs(self, texts: Sequence[str]) -> list[dict[str, list[float]]]:
-        """The same per-token values over each whole text as plain causal text (cut at the model's context)."""
+    def program_token_logprobs(self, texts: Sequence[str], context: str | None = None) -> list[dict[str, list]]:
+        """The same per-token values over each whole text as plain causal text (cut at the model's context);
+        `context`: a text before it."""
         self.ensure_loaded()
         return program_token_logprobs(self.model, self.tokenizer, texts, self.batch_size, progress=self.progress,
-                                      max_tokens=context_length(self.path) if self.path else None)
+                                      max_tokens=context_length(self.path) if self.path else None, context=context)
 
 
 class AuditedModel:

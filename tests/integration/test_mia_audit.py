@@ -16,7 +16,7 @@ from memlens.harness.audit.mia import audit_mia
 from memlens.harness.audit.plan import main as audit_main
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
 from memlens.harness.measures.mia import ATTACKS
-from memlens.harness.model.cache import cached_token_logprobs
+from memlens.harness.model.cache import cached_token_logprobs, program_text
 from memlens.harness.model.logprobs import encode_fim_examples, target_losses, target_token_logprobs
 from memlens.harness.model.scorer import CausalLMScorer
 from memlens.harness.text.fim import FAMILIES, format_psm_training
@@ -90,18 +90,31 @@ def test_token_logprobs_are_the_loss_pass_with_the_vocabulary_moments(world):
 def test_trained_members_separate_and_an_untrained_model_does_not(world):
     root = world["root"]
     pairs = {"sd_base": (root / "data" / "sd_base" / "rows.jsonl", root / "data" / "sd_base_heldout" / "rows.jsonl")}
+    reference = [program_text(r) for r in _rows("ref", 16, random.Random(7))]   # same template, never trained on
     trained = audit_mia(root / "models" / "FT.1", "FT.1", pairs, root / "out" / "FT.1",
-                        control_dir=root / "models" / "FT.2", cache_dir=root / "cache", n_boot=200, device="cpu")
+                        control_dir=root / "models" / "FT.2", cache_dir=root / "cache", n_boot=200, device="cpu",
+                        reference=reference, reference_name="ref")
     untrained = audit_mia(root / "models" / "FT.2", "FT.2", pairs, root / "out" / "FT.2", cache_dir=root / "cache",
                           n_boot=200, device="cpu")
     assert trained["checkpoints"] == ["checkpoint-40", "final"]
     final = trained["results"]["final"]["sd_base"]
-    assert final["n_members"] == 16 and final["n_nonmembers"] == 16
+    # The first three rows by id of each side are the ReCaLL / Con-ReCall prefix shots, scored by no attack.
+    assert final["prefix_shots"] == {"members": ["sd-0", "sd-1", "sd-10"], "nonmembers": ["sdh-0", "sdh-1", "sdh-10"]}
+    assert final["n_members"] == 13 and final["n_nonmembers"] == 13
     for span in ("target", "program"):
         assert set(final["spans"][span]) == set(ATTACKS)
-    for attack in ATTACKS:
+    for attack in set(ATTACKS) - {"ez_mia"}:    # ~100 epochs over 13 members: each tells them apart above chance
         auc = final["spans"]["target"][attack]["auc"]
-        assert auc["value"] >= 0.9 and auc["ci95"][0] > 0.5, (attack, auc)
+        assert auc["value"] >= (0.9 if attack == "loss" else 0.75) and auc["ci95"][0] > 0.5, (attack, auc)
+    # EZ-MIA, as its authors define it, scores only the positions a model gets wrong and scores 0 with fewer than two
+    # of them: a member the model reproduces token for token scores 0, below the non-members. At ~100 epochs that is
+    # most members, so the attack ranks them last (docs/methods.md).
+    rows = read_jsonl(root / "out" / "FT.1" / "final" / "sd_base.jsonl")
+    zero = [r["score"]["target"]["ez_mia"] == 0.0 for r in rows if r["member"] == 1]
+    assert sum(zero) > len(zero) / 2 and final["spans"]["target"]["ez_mia"]["auc"]["value"] < 0.5
+    assert final["earlier_checkpoints"] == 1                   # the sequence attacks read checkpoint-40's scores
+    first = trained["results"]["checkpoint-40"]["sd_base"]["spans"]["target"]
+    assert "sequence_loss" not in first and "loss" in first    # no earlier checkpoint: no sequence to score
     # The whole program as plain text is not the order the model trained on (PSM puts the middle last) and
     # its shared template tokens dilute the mean: weaker, still above chance.
     program = final["spans"]["program"]["loss"]["auc"]
@@ -111,8 +124,8 @@ def test_trained_members_separate_and_an_untrained_model_does_not(world):
     for span in ("target", "program"):
         auc = control_free[span]["loss"]["auc"]
         assert abs(auc["value"] - 0.5) < 0.25 and auc["ci95"][0] < 0.5 < auc["ci95"][1], (span, auc)
-    rows = read_jsonl(root / "out" / "FT.1" / "final" / "sd_base.jsonl")
-    assert len(rows) == 32 and {r["member"] for r in rows} == {0, 1}
+    assert len(rows) == 26 and {r["member"] for r in rows} == {0, 1}
+    assert not {r["id"] for r in rows} & {"sd-0", "sd-1", "sd-10", "sdh-0", "sdh-1", "sdh-10"}
 
 
 def test_the_run_audit_writes_mia_below_the_audit_dir_and_reruns_from_the_cache(world):
@@ -182,7 +195,7 @@ def test_an_attack_and_a_measure_registered_from_here_reach_the_audit_and_the_re
             return None
         return ["dataset", "rows"], [{"dataset": d, "rows": n} for d, n in read_json(path).items()]
 
-    length = Attack("target length", lambda values, text, control, k: -float(len(text)))
+    length = Attack("target length", lambda x: -float(len(x.text)))
     measure = Measure("Rows per dataset", count_rows, report_rows=row_count_table)
     cfg = OmegaConf.create({
         "run_dir": str(root), "seed": 0,

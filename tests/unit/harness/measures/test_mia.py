@@ -9,7 +9,8 @@ from memlens.harness.core.stats import bootstrap_mia_metrics, fpr_key, roc_auc, 
 from memlens.harness.measures import mia
 
 # Four target tokens: log p(x_t | x_<t), and mu / var of log p(z | x_<t) under the model (Min-K%++).
-FOUR = {"logp": [-0.1, -2.0, -0.5, -1.0], "mu": [-0.5, -1.0, -1.0, -2.0], "var": [0.25, 1.0, 0.25, 4.0]}
+FOUR = {"logp": [-0.1, -2.0, -0.5, -1.0], "mu": [-0.5, -1.0, -1.0, -2.0], "var": [0.25, 1.0, 0.25, 4.0],
+        "ids": [1, 2, 3, 4], "top1": [1, 0, 0, 0]}
 CONTROL = {"logp": [-1.0, -1.0, -1.0, -1.0], "mu": [0.0] * 4, "var": [1.0] * 4}
 
 
@@ -28,9 +29,10 @@ def test_each_attack_by_hand_on_four_tokens():
     assert mia.min_k_plus_plus_score(FOUR, k=0.2) == pytest.approx(-1.0)
     # reference: control NLL 1.0 minus audited 0.9
     assert mia.reference_score(FOUR, CONTROL) == pytest.approx(0.1)
-    scores = mia.attack_scores(FOUR, "abcd", CONTROL)
+    scores = mia.attack_scores(mia.AttackInputs(FOUR, "abcd", control=CONTROL))
     assert set(scores) == set(mia.ATTACKS)
-    assert mia.attack_scores(FOUR, "abcd")["reference"] is None
+    assert scores["reference"] == pytest.approx(0.1)
+    assert mia.attack_scores(mia.AttackInputs(FOUR, "abcd"))["reference"] is None
 
 
 def test_a_zero_variance_position_does_not_divide_by_zero():
