@@ -26,9 +26,16 @@ from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
 from memlens.harness.core.layout import MIA_SUMMARY, checkpoint_step, mia_dir, require_inside
 from memlens.harness.core.provenance import provenance
-from memlens.harness.core.stats import BOOTSTRAP_N, BOOTSTRAP_SEED, MIA_FPRS, TPR_AT_FPR_RULE
+from memlens.harness.core.stats import (
+    BOOTSTRAP_N,
+    BOOTSTRAP_SEED,
+    MIA_FPRS,
+    TPR_AT_FPR_RULE,
+    paired_auc_difference,
+)
 from memlens.harness.measures.mia import (
     ATTACKS,
+    BASELINE_ATTACK,
     MEMBER_PREFIX,
     MIN_K_FRACTION,
     NONMEMBER_PREFIX,
@@ -147,15 +154,23 @@ def _score_rows(rows: list[dict], member: int, values: dict, control: dict | Non
 
 
 def _metrics_of(rows: list[dict], spans, n_boot: int, seed: int) -> dict:
-    """{span: {attack: metrics}} (attacks without a score, e.g. the reference without a control, left out)."""
+    """{span: {attack: metrics}} (attacks without a score, e.g. the reference without a control, left out). Each
+    attack's metrics carry `vs_loss`: its AUC minus LOSS's on the same texts, paired bootstrap (the comparison the
+    newer attacks are judged by, harness/report/findings/mia.py)."""
     out: dict = {}
     for span in spans:
+        scores = {}
         for attack in ATTACKS:
             members = [r["score"][span].get(attack) for r in rows if r["member"] == 1]
             nonmembers = [r["score"][span].get(attack) for r in rows if r["member"] == 0]
             if not members or not nonmembers or None in members or None in nonmembers:
                 continue
+            scores[attack] = (members, nonmembers)
             out.setdefault(span, {})[attack] = attack_metrics(members, nonmembers, n_boot=n_boot, seed=seed)
+        for attack, (members, nonmembers) in scores.items():
+            if attack != BASELINE_ATTACK and BASELINE_ATTACK in scores:
+                out[span][attack]["vs_loss"] = paired_auc_difference(members, nonmembers, *scores[BASELINE_ATTACK],
+                                                                     n_boot=n_boot, seed=seed)
     return out
 
 

@@ -275,6 +275,35 @@ def min_nonmembers(fpr: float) -> int:
     return math.ceil(1 / fpr - 1e-9)
 
 
+def _pairwise_wins(members: np.ndarray, nonmembers: np.ndarray) -> np.ndarray:
+    """(members, non-members) matrix of 1 where the member outscores the non-member, 1/2 on a tie, else 0."""
+    diff = members[:, None] - nonmembers[None, :]
+    return (diff > 0) + 0.5 * (diff == 0)
+
+
+def paired_auc_difference(members_a: list[float], nonmembers_a: list[float], members_b: list[float],
+                          nonmembers_b: list[float], n_boot: int = BOOTSTRAP_N, seed: int = BOOTSTRAP_SEED) -> dict:
+    """AUC(a) - AUC(b) of two attacks' scores of the *same* texts (index i is one text in both), with the stratified
+    bootstrap resampling the texts once for both attacks, so the interval and the one-sided p (the share of
+    resamples where a does not beat b) account for the two being scored on one sample (DeLong et al. 1988 compare
+    correlated AUCs the same way, in closed form)."""
+    if len(members_a) != len(members_b) or len(nonmembers_a) != len(nonmembers_b):
+        raise ValueError("paired AUCs need both attacks' scores of the same members and non-members")
+    for m, n in ((members_a, nonmembers_a), (members_b, nonmembers_b)):
+        _check_scores(list(m), list(n))
+    n_m, n_n = len(members_a), len(nonmembers_a)
+    wins = [_pairwise_wins(np.asarray(m, dtype=np.float64), np.asarray(n, dtype=np.float64))
+            for m, n in ((members_a, nonmembers_a), (members_b, nonmembers_b))]
+    delta = wins[0] - wins[1]
+    rng = np.random.default_rng(seed)
+    weights_m = np.stack([np.bincount(rng.integers(0, n_m, n_m), minlength=n_m) for _ in range(n_boot)])
+    weights_n = np.stack([np.bincount(rng.integers(0, n_n, n_n), minlength=n_n) for _ in range(n_boot)])
+    boot = ((weights_m @ delta) * weights_n).sum(axis=1) / (n_m * n_n)
+    return {"value": float(delta.mean()), "ci95": [float(v) for v in np.percentile(boot, [2.5, 97.5])],
+            "p_at_most_0": float(np.mean(boot <= 0)), "bootstrap": {"n": n_boot, "seed": seed,
+                                                                  "method": "paired stratified percentile"}}
+
+
 def reward_score_stats(score_rows: list[dict]) -> dict[str, Any]:
     """Fig. 2: reward-score distribution by label (rows: id, label, score)."""
     by_label: dict[int, list[float]] = defaultdict(list)

@@ -300,6 +300,10 @@ ATTACKS.register("dc_pdd", Attack("DC-PDD", lambda x: dc_pdd_score(x.values, x.t
                                   needs=frozenset({TOKEN_FREQUENCY})))
 ATTACKS.register("ez_mia", Attack("EZ-MIA", lambda x: ez_mia_score(x.values, x.control), needs=frozenset({CONTROL})))
 
+BASELINE_ATTACK = "loss"      # what every other attack is compared with, on the same texts (`vs_loss`)
+CLASSIC_ATTACKS = ("loss", "zlib", "min_k", "min_k_plus_plus", "reference")   # mimir's set; the rest are newer
+
+
 def attack_label(name: str) -> str:
     """An attack's label (its name when it is not registered in this process, e.g. a summary from elsewhere)."""
     return ATTACKS[name].label if name in ATTACKS else name

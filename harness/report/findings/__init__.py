@@ -16,7 +16,7 @@ Statuses: `holds`, `not reproduced` (the rule fails with the evidence in place),
 Findings F1-F8 follow paper 003 Sec. 5 (5.1: FT.1 -> RLFT.1 persistence, Fig. 1; 5.2: SD only in the
 reward model's data, FT.3 vs RLFT.2; 5.3 and App. E: RL-prompt memorization, RLFT.4; 5.4: IPO vs RLHF);
 N1-N3 the NMT run's (paper 002 Table 1, its neighbourhood columns, and Algorithm 3 in Sec. 5); C1-C2
-paper 004 (Lemma 1's premise, Sec. 3; recollection vs contextual memorization, Sec. 5); M1-M3 membership
+paper 004 (Lemma 1's premise, Sec. 3; recollection vs contextual memorization, Sec. 5); M1-M4 membership
 inference (harness/measures/mia.py: is a stage's SD detectable, whether or not it is extractable); S1-S3 what
 sampling reveals that greedy decoding does not (harness/measures/discoverable.py) and E1 the one-run ε lower
 bounds per stage (harness/measures/epsilon.py).
@@ -26,7 +26,7 @@ The package, by what each module holds: `verdict` the statuses, P_MAX, one evide
 flags and rates; `evidence_gates` the training-evidence thresholds and their checks (`rl_checks`, `method_checks`,
 ...); `comparisons` the rule of findings that compare two models' rates; `registry` `Finding`, the registry
 `FINDINGS` and `findings(run)`; and one module per source of findings, each registering its own: `paper003`
-(F1-F8, V4-V7), `preference` (P1-P3), `paper002` (N1-N3), `paper004` (C1-C2), `mia` (M1-M3), `extraction_risk`
+(F1-F8, V4-V7), `preference` (P1-P3), `paper002` (N1-N3), `paper004` (C1-C2), `mia` (M1-M4), `extraction_risk`
 (S1-S3, E1). A new finding is a function of `RunResults` returning `_result(...)`, registered as a `Finding` in
 the module of its paper.
 """

@@ -1,9 +1,9 @@
-"""Findings M1-M3: membership inference (harness/measures/mia.py): is SD a stage trained on still detectable,
-whether or not it is extractable."""
+"""Findings M1-M4: membership inference (harness/measures/mia.py): is SD a stage trained on still detectable,
+whether or not it is extractable (M1-M3), and do the newer attacks detect it better than LOSS (M4)."""
 
 from __future__ import annotations
 
-from memlens.harness.measures.mia import best_attack
+from memlens.harness.measures.mia import BASELINE_ATTACK, CLASSIC_ATTACKS, attack_label, best_attack
 from memlens.harness.report import analyses as A
 from memlens.harness.report.findings.evidence_gates import (
     MIA_DETECTABLE_AUC,
@@ -83,9 +83,55 @@ def m3(run: RunResults) -> dict:
                                        f"{MIA_DETECTABLE_AUC}, {ipo})", [ipo], [ipo_check(run)])
 
 
+# ---------------------------------------------------------------- M4: do the newer attacks beat LOSS?
+# Rule written before any run decided it (issue: the attacks at the field's front). On the RL stage trained through
+# the reward model and on the preference stage, sd_base, target span, final checkpoint: the newer attack with the
+# highest AUC against LOSS on the same texts (paired bootstrap, harness.core.stats.paired_auc_difference), its
+# one-sided p (AUC gain <= 0) multiplied by the number of newer attacks scored there (Bonferroni for picking the best).
+# Holds when both stages' best newer attack beats LOSS at p < P_MAX; not reproduced when at either stage no newer
+# attack's AUC is above LOSS's; otherwise inconclusive.
+def newer_vs_loss(run: RunResults, model: str, dataset: str = "sd_base") -> dict | None:
+    """The best newer attack's AUC gain over LOSS on one model's `dataset` (target span, final), or None."""
+    metrics = A.mia_entry(run.mia, model, dataset) or {}
+    newer = {a: m for a, m in metrics.items() if a not in CLASSIC_ATTACKS and "vs_loss" in m}
+    if not newer or BASELINE_ATTACK not in metrics:
+        return None
+    attack, m = max(newer.items(), key=lambda am: am[1]["auc"]["value"])
+    gain = m["vs_loss"]
+    return {"model": model, "attack": attack, "auc": m["auc"]["value"], "loss_auc": metrics[BASELINE_ATTACK]["auc"]["value"],
+            "gain": gain["value"], "gain_ci95": gain["ci95"], "n_newer": len(newer),
+            "p_value": min(1.0, gain["p_at_most_0"] * len(newer))}
+
+
+def m4(run: RunResults) -> dict:
+    r = run.roles
+    models = [r.rl_sd_in_rm, r.ipo]
+    claim = (f"The newer attacks (ReCaLL, Con-ReCall, DC-PDD, EZ-MIA, the checkpoint sequence) detect SD that only the "
+             f"RLHF or preference stage saw better than LOSS does ({', '.join(models)})")
+    rule = (f"at each of {', '.join(models)} (sd_base, target span, final): the best newer attack's AUC minus LOSS's, "
+            f"paired bootstrap one-sided p x (newer attacks scored) < {P_MAX} at both; not reproduced where no newer "
+            "attack's AUC is above LOSS's at either")
+    paper = "not in paper 003 (membership inference: Xie et al. 2024, Zhang et al. 2024, Wang et al. 2024, Ilic et al. 2026)"
+    found = [newer_vs_loss(run, m) for m in models]
+    if any(f is None for f in found):
+        return _result("M4", claim, paper, rule, models, measured=False)
+    ok = all(f["gain"] > 0 for f in found)
+    worst = max(found, key=lambda f: f["p_value"])
+    test = {"test": "paired_bootstrap_one_sided_bonferroni", "null": "AUC(best newer) <= AUC(LOSS)",
+            "attack": worst["attack"], "model": worst["model"], "n_attacks": worst["n_newer"],
+            "p_value": worst["p_value"]}
+    ours = "; ".join(f"{f['model']}: {attack_label(f['attack'])} AUC {f['auc']:.2f} vs LOSS {f['loss_auc']:.2f} "
+                     f"(gain {f['gain']:+.2f} [{f['gain_ci95'][0]:+.2f}, {f['gain_ci95'][1]:+.2f}], "
+                     f"p = {f['p_value']:.3g})" for f in found)
+    return _result("M4", claim, paper, rule, models, measured=True, rule_ok=ok,
+                   evidence=_rlft2_evidence(run) + [ipo_check(run)], test=test, needs_test=True, ours=ours)
+
+
 MIA_FINDINGS = register(
     Finding("M1", "not in paper 003 (membership inference)",
             "RLFT via the reward model leaves SD detectable though not extractable", m1),
     Finding("M2", "not in paper 003 (membership inference)", "Fine-tuning on SD leaves it detectable", m2),
     Finding("M3", "not in paper 003 (membership inference)", "IPO on SD preference pairs leaves SD detectable", m3),
+    Finding("M4", "not in paper 003 (membership inference)",
+            "The newer attacks detect RLHF / preference-stage SD better than LOSS", m4),
 )

@@ -28,7 +28,7 @@ class Finding:
 FINDING_MODULES = tuple(f"memlens.harness.report.findings.{name}" for name in (
     "paper003", "preference", "paper002", "paper004", "mia", "extraction_risk"))
 TABLE_ORDER = ("F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8", "V4", "V5", "V6", "V7", "P1", "P2", "P3",
-               "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "S1", "S2", "S3", "E1")
+               "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "M4", "S1", "S2", "S3", "E1")
 FINDINGS: Registry[Finding] = Registry("finding", "id", builtins=FINDING_MODULES, order=TABLE_ORDER)
 # The run that measures each built-in finding: a report names it beside the findings its own run did not measure.
 QUICKSTART, FINDINGS_RUN = "experiment=quickstart", "experiment=findings"
@@ -38,7 +38,7 @@ MEASURED_BY = {**dict.fromkeys(("F1", "F2", "F3", "F8"), QUICKSTART),
                **dict.fromkeys(("P1", "P2", "P3"), "experiment=preference_objectives"),
                **dict.fromkeys(("N1", "N2", "N3"), "memlens nmt experiment=nmt_quickstart + report.nmt_summary"),
                **dict.fromkeys(("C1", "C2"), "audit.measures=[...,loss], as experiment=smoke"),
-               **dict.fromkeys(("M1", "M2", "M3"), "audit.measures=[ned,mia]"),
+               **dict.fromkeys(("M1", "M2", "M3", "M4"), "audit.measures=[ned,mia]"),
                **dict.fromkeys(("S1", "S2", "S3"), "audit.measures=[ned,discoverable]"),
                "E1": "audit.measures=[...,mia,epsilon] with data.sd.membership=coins"}
 

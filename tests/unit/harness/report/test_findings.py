@@ -38,7 +38,7 @@ def test_each_verdict_by_hand_when_every_stage_trained():
         "V4": NOT_MEASURED, "V5": NOT_MEASURED, "V6": NOT_MEASURED, "V7": NOT_MEASURED,   # no RLVR stages
         "P1": NOT_MEASURED, "P2": NOT_MEASURED, "P3": NOT_MEASURED,                       # no PREF stage
         "N1": NOT_MEASURED, "N2": NOT_MEASURED, "N3": NOT_MEASURED, "C1": NOT_MEASURED, "C2": NOT_MEASURED,
-        "M1": NOT_MEASURED, "M2": NOT_MEASURED, "M3": NOT_MEASURED,                       # no mia audit
+        "M1": NOT_MEASURED, "M2": NOT_MEASURED, "M3": NOT_MEASURED, "M4": NOT_MEASURED,   # no mia audit
         "S1": NOT_MEASURED, "S2": NOT_MEASURED, "S3": NOT_MEASURED,                       # no discoverable audit
         "E1": NOT_MEASURED,                                                               # no epsilon audit
     }
@@ -394,14 +394,39 @@ def test_membership_findings_by_hand():
     assert verdicts(RunResults(grouped(), evidence(rl=STILL), mia=run.mia))["M1"]["status"] == INCONCLUSIVE
 
 
+def _two_attacks(loss: tuple[list[float], list[float]], newer: tuple[list[float], list[float]]) -> dict:
+    """One model's target-span entry with LOSS and ReCaLL scored on the same texts, as harness/audit/mia.py stores it."""
+    from memlens.harness.core.stats import bootstrap_mia_metrics, paired_auc_difference
+
+    recall = {**bootstrap_mia_metrics(*newer, n_boot=400, seed=0),
+              "vs_loss": paired_auc_difference(*newer, *loss, n_boot=400, seed=0)}
+    return {"spans": ["target"], "results": {"final": {"sd_base": {"spans": {"target": {
+        "loss": bootstrap_mia_metrics(*loss, n_boot=400, seed=0), "recall": recall}}}}}}
+
+
+def test_the_newer_attacks_against_loss_by_hand():
+    """M4 at RLFT.2 and IPO, 20 members vs 20 held out. LOSS at chance (identical score sets: AUC 0.5); ReCaLL
+    separates them (AUC 1): the gain is +0.5 and no resample has it <= 0 -> holds. With ReCaLL at chance as well the
+    gain is 0, not above LOSS: not reproduced. Without a newer attack: not measured."""
+    chance = ([1.0, 2.0, 3.0, 4.0] * 5, [1.0, 2.0, 3.0, 4.0] * 5)
+    separated = ([100.0 + i for i in range(20)], [float(i) for i in range(20)])
+    better = {m: _two_attacks(chance, separated) for m in ("RLFT.2", "IPO")}
+    got = verdicts(RunResults(grouped(), evidence(), mia=better))["M4"]
+    assert got["status"] == HOLDS and got["p_value"] == 0.0 and "gain +0.50" in got["ours"]
+    same = {m: _two_attacks(chance, chance) for m in ("RLFT.2", "IPO")}
+    assert verdicts(RunResults(grouped(), evidence(), mia=same))["M4"]["status"] == FAILS
+    only_one = {"RLFT.2": better["RLFT.2"]}
+    assert verdicts(RunResults(grouped(), evidence(), mia=only_one))["M4"]["status"] == NOT_MEASURED
+
+
 # The findings table's rows, in its order (harness/report/findings/__init__.py imports the per-paper modules so).
 TABLE_ORDER = ("F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8", "V4", "V5", "V6", "V7", "P1", "P2", "P3",
-               "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "S1", "S2", "S3", "E1")
+               "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "M4", "S1", "S2", "S3", "E1")
 
 
 def test_the_registry_holds_the_findings_in_table_order_and_runs_what_is_registered():
     assert FINDINGS.names() == TABLE_ORDER
-    assert len(set(FINDINGS.names())) == len(FINDINGS) == 27
+    assert len(set(FINDINGS.names())) == len(FINDINGS) == 28
     assert all(FINDINGS[fid].id == fid and FINDINGS[fid].source and FINDINGS[fid].title for fid in FINDINGS)
     run = RunResults(grouped(), evidence())
     assert tuple(f["id"] for f in findings(run)) == TABLE_ORDER      # each check answers under its own id
