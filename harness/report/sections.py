@@ -15,8 +15,15 @@ from memlens.harness.audit.measures import MEASURES
 from memlens.harness.core.io import read_jsonl
 from memlens.harness.core.layout import CANARY_EXPOSURE_SUBDIR, REWARD_RANKING_SUBDIR, models_dir
 from memlens.harness.core.objectives import PREFERENCE_STAGE
-from memlens.harness.core.stats import MIA_FPRS, fpr_key, reward_score_stats, wilson_interval
-from memlens.harness.measures.mia import attack_label
+from memlens.harness.core.stats import (
+    MIA_FPRS,
+    fpr_key,
+    fpr_measurable,
+    min_nonmembers,
+    reward_score_stats,
+    wilson_interval,
+)
+from memlens.harness.measures.mia import ATTACKS, attack_label
 from memlens.harness.measures.utility import load_utility
 from memlens.harness.report import analyses as A
 from memlens.harness.report import figures as F
@@ -298,22 +305,60 @@ def loss_section(audits: dict[Path, Path], fig_dir: Path, summary: dict) -> list
     return blocks
 
 
+def _tpr_cells(m: dict, fpr: float) -> dict:
+    """A TPR at FPR `fpr` as the table shows it: its value with the bootstrap and the exact (Clopper-Pearson)
+    interval, or "n/m" where that FPR does not exist at this many non-members (harness.core.stats.fpr_measurable)."""
+    key, entry = fpr_key(fpr), m.get(fpr_key(fpr)) or {}
+    if not entry.get("measurable", fpr_measurable(m["n_nonmembers"], fpr)):
+        return {key: f"n/m: needs ≥ {min_nonmembers(fpr):,} held out", f"{key}_ci95": None, f"{key}_cp95": None}
+    return {key: entry.get("value"), f"{key}_ci95": entry.get("ci95"), f"{key}_cp95": entry.get("clopper_pearson95")}
+
+
+def _mia_rows(mia: dict, model: str, dataset: str, span: str, metrics: dict, tier: str = "all") -> list[dict]:
+    """One table row per attack of one model x dataset x span, ranked by AUC (1 = highest; ties share the order of
+    ATTACKS)."""
+    ranked = sorted(metrics.items(), key=lambda am: -am[1]["auc"]["value"])
+    return [{"model": model, "dataset": dataset, "span": span, "tier": tier, "rank": rank, "attack": attack,
+             "attack_label": attack_label(attack), "auc": m["auc"]["value"], "auc_ci95": m["auc"]["ci95"],
+             "auc_vs_loss": (m.get("vs_loss") or {}).get("value"), "auc_vs_loss_ci95": (m.get("vs_loss") or {}).get(
+                 "ci95"), **_tpr_cells(m, MIA_FPRS[0]), **_tpr_cells(m, MIA_FPRS[1]),
+             "n_members": m["n_members"], "n_nonmembers": m["n_nonmembers"], "n_boot": m["bootstrap"]["n"]}
+            for rank, (attack, m) in enumerate(ranked, start=1)]
+
+
+def _tier_rows(mia: dict, model: str) -> list[dict]:
+    """The final checkpoint's attacks per repetition tier (members planted r times against every held-out one)."""
+    results = (mia.get(model) or {}).get("results") or {}
+    last = max(results, key=A.checkpoint_step, default=None)
+    out = []
+    for dataset, entry in sorted(((results.get(last) or {}) if last else {}).items()):
+        for tier, spans in sorted((entry.get("tiers") or {}).items(), key=lambda tm: int(tm[0])):
+            for span, metrics in spans.items():
+                out += _mia_rows(mia, model, dataset, span, metrics, tier=f"repeat {tier}")
+    return out
+
+
 def mia_section(mia: dict, entries: list[dict], fig_dir: Path, summary: dict) -> list[Block]:
     """Membership inference beside extraction (`audit.measures=[...,mia]`): per audited model, each attack's AUC
     over checkpoints on the target span beside the extraction rate on the same canaries, and a table of the final
-    checkpoint's metrics per span and attack."""
+    checkpoint's attacks per span, ranked, with the gain of each over LOSS on the same texts."""
     if not mia:
         return []
+    labels = ", ".join(attack_label(a) for a in ATTACKS)
     blocks: list[Block] = [
         Heading(2, "Membership inference beside extraction"),
         Paragraph("Can an attacker tell the canaries a model trained on from held-out ones of the same "
-                  "generator (<dataset>_heldout, never in any stage's data)? Attacks (harness/measures/mia.py): "
-                  "LOSS, zlib (Carlini et al. 2021), Min-K% and Min-K%++ (Shi et al. 2024; Zhang et al. 2024, "
-                  "k = 20 %), and the loss calibrated by the control's. ROC AUC and TPR at FPR < 1 % / < 0.1 % (strict, as mimir and LiRA), each "
-                  "with a seeded stratified bootstrap 95 % interval; 0.5 is chance. Spans: target = the FIM "
-                  "target given its prompt (the extraction audit's inputs); program = the whole program."),
+                  "generator (<dataset>_heldout, never in any stage's data)? Attacks (harness/measures/mia.py; "
+                  f"docs/methods.md): {labels}. ROC AUC and TPR at FPR < 1 % / < 0.1 % (strict, as mimir and "
+                  "LiRA), each with a seeded stratified bootstrap 95 % interval, and the TPR also with its exact "
+                  "Clopper-Pearson interval (the bootstrap collapses to a point when the classes separate); a TPR at "
+                  "an FPR below 1 / (held-out count) does not exist and reads n/m. 0.5 AUC is chance. Attacks are "
+                  "ranked by AUC per model, dataset and span; AUC vs LOSS is the paired bootstrap gain on the same "
+                  "texts. ReCaLL and Con-ReCall prefixes are made of the first three rows by id of each side, "
+                  "which no attack scores. Spans: target = the FIM target given its prompt (the extraction audit's "
+                  "inputs); program = the whole program."),
     ]
-    rows = []
+    rows, tiers = [], []
     for model, record in sorted(mia.items()):
         datasets = sorted({d for ck in (record.get("results") or {}).values() for d in ck})
         per_dataset = {d: (A.mia_over_training(mia, model, d), A.over_training(entries, model, d)) for d in datasets}
@@ -321,17 +366,21 @@ def mia_section(mia: dict, entries: list[dict], fig_dir: Path, summary: dict) ->
         blocks.append(Image(path, f"{model}: membership AUC and extraction over training"))
         for d in datasets:
             for span in record.get("spans") or []:
-                for attack, m in (A.mia_entry(mia, model, d, span) or {}).items():
-                    rows.append({"model": model, "dataset": d, "span": span, "attack": attack,
-                                 "attack_label": attack_label(attack), "auc": m["auc"]["value"], "auc_ci95": m["auc"]["ci95"],
-                                 **{f"{key}{part}": m[key][field] for key in map(fpr_key, MIA_FPRS)
-                                    for part, field in (("", "value"), ("_ci95", "ci95"))},
-                                 "n_members": m["n_members"], "n_nonmembers": m["n_nonmembers"],
-                                 "n_boot": m["bootstrap"]["n"]})
-    tprs = [fpr_key(0.01), fpr_key(0.01) + "_ci95", fpr_key(0.001)]
-    blocks.append(table(rows, ["model", "dataset", "span", "attack_label", "auc", "auc_ci95", *tprs,
-                               "n_members", "n_nonmembers", "n_boot"]))
+                rows += _mia_rows(mia, model, d, span, A.mia_entry(mia, model, d, span) or {})
+        tiers += _tier_rows(mia, model)
+    one, tenth = fpr_key(MIA_FPRS[0]), fpr_key(MIA_FPRS[1])
+    columns = ["model", "dataset", "span", "rank", "attack_label", "auc", "auc_ci95", "auc_vs_loss",
+               "auc_vs_loss_ci95", one, f"{one}_ci95", f"{one}_cp95", tenth, "n_members", "n_nonmembers", "n_boot"]
+    blocks.append(table(rows, columns))
+    if tiers:
+        blocks += [Heading(3, "By repetition"),
+                   Paragraph("The final checkpoint's attacks with the members split by how many times each was "
+                             "planted (its `repeat`), each tier against every held-out canary."),
+                   table(tiers, ["model", "dataset", "span", "tier", "rank", "attack_label", "auc", "auc_ci95",
+                                 one, f"{one}_cp95", "n_members", "n_nonmembers"])]
     summary["membership_inference"] = rows
+    if tiers:
+        summary["membership_inference_by_repeat"] = tiers
     return blocks
 
 

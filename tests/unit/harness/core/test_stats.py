@@ -129,3 +129,58 @@ def test_paired_reward_change_by_hand():
     assert out["change_ci95"] == pytest.approx([5 / 3 - 1.96 * 2 / 3, 5 / 3 + 1.96 * 2 / 3])
     assert (out["up"], out["down"], out["n_prompts"]) == (3, 0, 3)
     assert out["mean_initial"] == 1.0 and out["mean_final"] == pytest.approx(8 / 3)
+
+
+def test_clopper_pearson_by_known_values_and_against_its_definition():
+    """Exact intervals of the textbook cases (0/10: [0, 0.3085]; 5/10: [0.1871, 0.8129]; 1/100: [0.000253, 0.0545])
+    and, for every k of n = 20, the bounds are where the binomial tails equal 2.5 % (checked with exact fractions)."""
+    from fractions import Fraction
+    from math import comb
+
+    from memlens.harness.core.stats import clopper_pearson
+
+    assert clopper_pearson(0, 10) == pytest.approx([0.0, 0.30850], abs=1e-5)
+    assert clopper_pearson(5, 10) == pytest.approx([0.18709, 0.81291], abs=1e-5)
+    assert clopper_pearson(1, 100) == pytest.approx([0.000253, 0.054459], abs=1e-6)
+    assert clopper_pearson(10, 10)[1] == 1.0
+    n = 20
+
+    def upper_tail(k, p):          # P[X >= k]
+        p = Fraction(p)
+        return float(sum(comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(k, n + 1)))
+
+    for k in range(1, n):
+        low, high = clopper_pearson(k, n)
+        assert upper_tail(k, low) == pytest.approx(0.025, abs=1e-9)
+        assert 1 - upper_tail(k + 1, high) == pytest.approx(0.025, abs=1e-9)
+
+
+def test_a_tpr_at_an_fpr_exists_only_with_enough_non_members():
+    from memlens.harness.core.stats import bootstrap_mia_metrics, fpr_measurable, min_nonmembers
+
+    assert min_nonmembers(0.001) == 1000 and min_nonmembers(0.01) == 100
+    assert fpr_measurable(1000, 0.001) and not fpr_measurable(999, 0.001) and fpr_measurable(100, 0.01)
+    m = bootstrap_mia_metrics([1.0, 2.0, 3.0], [0.0] * 100, n_boot=20)
+    assert m["tpr_at_fpr<1%"]["measurable"] and not m["tpr_at_fpr<0.1%"]["measurable"]
+    # perfect separation: the bootstrap interval is the point 1, the exact one is not
+    assert m["tpr_at_fpr<1%"]["ci95"] == [1.0, 1.0]
+    assert m["tpr_at_fpr<1%"]["clopper_pearson95"][0] == pytest.approx(0.2924, abs=1e-4)   # 3/3: 0.025 ** (1/3)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_paired_auc_gain_is_the_difference_of_the_two_aucs_and_its_bootstrap_is_paired(seed):
+    import random
+
+    from memlens.harness.core.stats import paired_auc_difference, roc_auc
+
+    rng = random.Random(seed)
+    members = [rng.gauss(1, 1) for _ in range(12)]
+    nonmembers = [rng.gauss(0, 1) for _ in range(15)]
+    other_m = [x + rng.gauss(0, 0.5) for x in members]
+    other_n = [x + rng.gauss(0, 0.5) for x in nonmembers]
+    labels = [1] * 12 + [0] * 15
+    got = paired_auc_difference(members, nonmembers, other_m, other_n, n_boot=300, seed=seed)
+    assert got["value"] == pytest.approx(roc_auc(members + nonmembers, labels) - roc_auc(other_m + other_n, labels))
+    assert got["ci95"][0] <= got["value"] <= got["ci95"][1]
+    same = paired_auc_difference(members, nonmembers, members, nonmembers, n_boot=50)
+    assert same["value"] == 0 and same["ci95"] == [0.0, 0.0] and same["p_at_most_0"] == 1.0

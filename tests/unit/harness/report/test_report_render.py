@@ -243,6 +243,12 @@ def test_membership_inference_is_reported_beside_extraction(fake_run):
     table = summary["membership_inference"]
     assert {(r["model"], r["span"], r["attack"]) for r in table} >= {("FT.1", "target", "loss"), ("IPO", "program", "min_k")}
     assert all(r["auc_ci95"][0] <= r["auc"] <= r["auc_ci95"][1] and r["n_boot"] == 100 for r in table)
+    # 30 held out: no FPR below 1 / 30 exists, so neither TPR is shown as a number; attacks ranked by AUC per group.
+    assert {r["tpr_at_fpr<1%"] for r in table} == {"n/m: needs ≥ 100 held out"}
+    assert {r["tpr_at_fpr<0.1%"] for r in table} == {"n/m: needs ≥ 1,000 held out"}
+    for model, span in {(r["model"], r["span"]) for r in table}:
+        group = sorted((r for r in table if (r["model"], r["span"]) == (model, span)), key=lambda r: r["rank"])
+        assert [r["rank"] for r in group] == [1, 2] and group[0]["auc"] >= group[1]["auc"]
     panel = {r["model"]: r for r in summary["comparison_mia"]}
     assert set(panel) == {"FT.1", "IPO"} and panel["FT.1"]["auc"] > 0.8 and panel["FT.1"]["rate"] is not None
     assert "Membership inference beside extraction" in (out / "report.md").read_text()
