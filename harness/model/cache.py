@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from memlens.harness.core.io import RowStore, atomic_write_json, sha256_json
-from memlens.harness.model.logprobs import TOKEN_FIELDS
+from memlens.harness.model.logprobs import CONTEXT_RULE, TOKEN_FIELDS
 from memlens.harness.model.prompts import prompt_format_name
 
 CACHE_VERSION = 1          # bump when a cached computation changes, so values of older code are not reused
@@ -162,6 +162,7 @@ def cached_token_logprobs(scorer, rows: Sequence[dict], sentinels, cache_dir: st
     covers: dict[str, Any] = {"fields": list(TOKEN_FIELDS)}
     if context:
         covers["context_sha256"] = hashlib.sha256(context.encode("utf-8")).hexdigest()
+        covers["context_rule"] = CONTEXT_RULE
     cache = loss_cache(cache_dir, TOKEN_LOGPROBS, model=scorer.fingerprint, examples=examples_fingerprint(rows, fields),
                        sentinels=sentinels.family if span == "target" else None, device=scorer.device, span=span,
                        **covers)

@@ -41,7 +41,8 @@ def encode_fim_examples(tokenizer, prefixes: Sequence[str], targets: Sequence[st
 
 
 def iter_target_log_softmax(model, examples: Sequence[tuple[list[int], list[int]]], batch_size: int = 16,
-                            pad_id: int = 0, progress: bool | None = None, desc: str = "loss"):
+                            pad_id: int = 0, progress: bool | None = None, desc: str = "loss",
+                            shared: Sequence[int] = ()):
     """(example index, (target tokens, vocab) log-softmax, target ids tensor) per example, one forward pass per
     batch: the one teacher-forced pass under every loss and per-token log-prob of the project.
 
@@ -52,12 +53,20 @@ def iter_target_log_softmax(model, examples: Sequence[tuple[list[int], list[int]
     `test_target_loss_batched_equals_single_and_hf_loss` holds it to the unbatched loss). Only the logits from
     the first target-predicting position onwards are materialised (`logits_to_keep`), which matters for
     49k-token vocabularies and long FIM prompts.
+
+    `shared`: ids every row is preceded by (a ReCaLL prefix, `with_context`). Their keys and values are computed
+    once and reused by every batch, so a conditioned pass costs about what the plain one does, whatever the
+    prefix's length (the logits are those of the concatenated row, to float rounding).
     """
     import torch  # heavy: the model layer loads torch on first use
     from tqdm.auto import tqdm  # with torch: progress of the teacher-forced passes
 
     device = next(model.parameters()).device
     keep_arg = accepts_logits_to_keep(model)
+    prefix_cache = None
+    if shared:
+        with torch.inference_mode():
+            prefix_cache = model(input_ids=torch.tensor([list(shared)], device=device), use_cache=True).past_key_values
     bar = tqdm(total=len(examples), desc=desc, unit="ex", leave=False, dynamic_ncols=True,
                disable=(not progress) if progress is not None else None)   # None: only on a terminal
     try:
@@ -71,8 +80,11 @@ def iter_target_log_softmax(model, examples: Sequence[tuple[list[int], list[int]
                 raise ValueError("an example has an empty prompt; the PSM prompt always has sentinels, "
                                  "so this means a tokenizer dropped them")
             kwargs = {"logits_to_keep": width - first} if keep_arg else {}
+            if prefix_cache is not None:
+                kwargs["past_key_values"] = copy.deepcopy(prefix_cache)   # each batch appends to its own copy
+                kwargs["past_key_values"].batch_repeat_interleave(len(idx))
             with torch.inference_mode():
-                logits = model(input_ids=input_ids, use_cache=False, **kwargs).logits
+                logits = model(input_ids=input_ids, use_cache=prefix_cache is not None, **kwargs).logits
             offset = width - logits.shape[1]          # logits column c predicts token c + offset + 1
             for row, i in enumerate(idx):
                 n_prompt, target = len(examples[i][0]), examples[i][1]
@@ -103,7 +115,8 @@ TOKEN_FIELDS = ("ids", "logp", "mu", "var", "top1")   # what `token_logprob_stat
 
 
 def token_logprob_stats_batched(model, examples: Sequence[tuple[list[int], list[int]]], batch_size: int = 16,
-                                pad_id: int = 0, progress: bool | None = None) -> list[dict[str, list]]:
+                                pad_id: int = 0, progress: bool | None = None, shared: Sequence[int] = ()
+                                ) -> list[dict[str, list]]:
     """Per example and target token: its id `ids`, `logp` = log p(x_t | x_<t), the mean `mu` and variance `var` of
     log p(z | x_<t) under z ~ p(. | x_<t) (Zhang et al. 2024, Min-K%++ Sec. 3: the calibration of the next-token
     distribution), and `top1`, the most likely next token (EZ-MIA's error zone, Ilic et al. 2026 Sec. 3: the
@@ -114,7 +127,8 @@ def token_logprob_stats_batched(model, examples: Sequence[tuple[list[int], list[
     import torch  # heavy: the model layer loads torch on first use
 
     out: list[dict[str, list] | None] = [None] * len(examples)
-    for i, logp, target in iter_target_log_softmax(model, examples, batch_size, pad_id, progress, desc="logprobs"):
+    for i, logp, target in iter_target_log_softmax(model, examples, batch_size, pad_id, progress, desc="logprobs",
+                                                   shared=shared):
         with torch.inference_mode():
             p = logp.exp()
             mu = (p * logp).sum(-1)
@@ -125,17 +139,25 @@ def token_logprob_stats_batched(model, examples: Sequence[tuple[list[int], list[
     return out  # type: ignore[return-value]
 
 
+CONTEXT_RULE = "one prefix for every row of a set: cut from its start to fit beside the longest row"
+
+
 def with_context(examples: Sequence[tuple[list[int], list[int]]], context: Sequence[int], head: int,
-                 max_tokens: int | None = None) -> list[tuple[list[int], list[int]]]:
-    """The same (prompt, target) pairs with `context` ids inserted after the prompt's first `head` ids (its BOS,
-    where the tokenizer adds one): the same target tokens, scored given a text before them (ReCaLL's prefix, Xie
-    et al. 2024 Sec. 3). With `max_tokens`, the context keeps its last ids that fit beside each example."""
-    out = []
-    for prompt, target in examples:
-        room = len(context) if max_tokens is None else max(0, max_tokens - len(prompt) - len(target))
-        kept = list(context[len(context) - room:]) if room else []
-        out.append((list(prompt[:head]) + kept + list(prompt[head:]), list(target)))
-    return out
+                 max_tokens: int | None = None) -> tuple[list[int], list[tuple[list[int], list[int]]]]:
+    """(shared ids, the rows after them): the same (prompt, target) pairs with `context` ids inserted after each
+    prompt's first `head` ids (its BOS, where the tokenizer adds one), so that the same target tokens are scored
+    given a text before them (ReCaLL's prefix, Xie et al. 2024 Sec. 3). The shared ids are the head and all of the
+    context but its last id, which stays in each row so that every row still has a prompt. With `max_tokens`,
+    the context keeps the last ids that fit beside the longest row: one prefix for every row."""
+    if not examples or not context:
+        return [], [(list(p), list(t)) for p, t in examples]
+    longest = max(len(p) + len(t) for p, t in examples)
+    room = len(context) if max_tokens is None else max(0, min(len(context), max_tokens - longest))
+    if room == 0:
+        return [], [(list(p), list(t)) for p, t in examples]
+    kept = list(context[len(context) - room:])
+    head_ids = list(examples[0][0][:head])
+    return head_ids + kept[:-1], [([kept[-1]] + list(p[head:]), list(t)) for p, t in examples]
 
 
 def _float32_digits(values) -> list[float]:
@@ -225,10 +247,11 @@ def shared_prompt_losses(model, tokenizer, prefix: str, suffix: str, targets: Se
 
 
 def _in_context(tokenizer, examples: list[tuple[list[int], list[int]]], context: str | None,
-                max_tokens: int | None) -> list[tuple[list[int], list[int]]]:
-    """`examples` as they are (no context), or with `context`'s ids before each prompt, after its BOS."""
+                max_tokens: int | None) -> tuple[list[int], list[tuple[list[int], list[int]]]]:
+    """(shared ids, rows): `examples` as they are (no context), or with `context`'s ids before each prompt, after
+    its BOS (`with_context`)."""
     if not context:
-        return examples
+        return [], examples
     ids = tokenizer(context, add_special_tokens=False)["input_ids"]
     return with_context(examples, ids, head=1 if adds_bos(tokenizer) else 0, max_tokens=max_tokens)
 
@@ -239,9 +262,9 @@ def target_token_logprobs(model, tokenizer, prefixes: Sequence[str], targets: Se
                           max_tokens: int | None = None) -> list[dict[str, list]]:
     """Per-token log-probs (with Min-K%++'s mu and var) of `target` given the PSM prompt: the inputs of
     `target_losses`, one value per target token instead of their mean. `context`: a text before the prompt."""
-    examples = _in_context(tokenizer, encode_fim_examples(tokenizer, prefixes, targets, suffixes, sentinels),
-                           context, max_tokens)
-    return token_logprob_stats_batched(model, examples, batch_size, pad_id_of(tokenizer), progress)
+    shared, examples = _in_context(tokenizer, encode_fim_examples(tokenizer, prefixes, targets, suffixes, sentinels),
+                                   context, max_tokens)
+    return token_logprob_stats_batched(model, examples, batch_size, pad_id_of(tokenizer), progress, shared)
 
 
 def program_token_logprobs(model, tokenizer, texts: Sequence[str], batch_size: int = 16,
@@ -249,8 +272,8 @@ def program_token_logprobs(model, tokenizer, texts: Sequence[str], batch_size: i
                            context: str | None = None) -> list[dict[str, list]]:
     """Per-token log-probs (with mu and var) of each whole text as plain causal text (`encode_whole_programs`);
     `context`: a text before it (the same tokens scored)."""
-    examples = _in_context(tokenizer, encode_whole_programs(tokenizer, texts, max_tokens), context, max_tokens)
-    return token_logprob_stats_batched(model, examples, batch_size, pad_id_of(tokenizer), progress)
+    shared, examples = _in_context(tokenizer, encode_whole_programs(tokenizer, texts, max_tokens), context, max_tokens)
+    return token_logprob_stats_batched(model, examples, batch_size, pad_id_of(tokenizer), progress, shared)
 
 
 @dataclass(frozen=True)

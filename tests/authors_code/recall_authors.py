@@ -91,7 +91,7 @@ def process_prefix(prefix, avg_length, pass_window, total_shots, token_counts, m
     # NOTE (verbatim behaviour): counts are accumulated from the FIRST shots but the LAST
     #   max_shots shots are kept; if max_shots == 0, prefix[-0:] returns the WHOLE prefix.
     truncated_prefix = prefix[-max_shots:]
-    total_shots = max_shots
+    total_shots = max_shots  # noqa: F841 (verbatim: the authors assign it and never read it)
     return truncated_prefix
 
 

@@ -290,3 +290,28 @@ def test_a_bad_setting_of_a_later_measure_stops_the_audit_before_the_first_runs(
         with pytest.raises(UserError, match=message):
             audit_main(cfg)
         assert not (tmp_path / "audit").exists()                  # nothing ran, nothing was written
+
+
+def test_a_conditioned_pass_reuses_the_prefix_and_scores_what_the_concatenated_rows_score(world):
+    """ReCaLL's pass: the prefix's keys and values computed once and shared by every batch give the per-token values
+    of each row with the prefix written before it (float rounding apart), on the same target tokens as the plain
+    pass; a context longer than the model allows is cut from its start, once for every row."""
+    from memlens.harness.model.logprobs import token_logprob_stats_batched, with_context
+
+    scorer = CausalLMScorer.load(world["root"] / "models" / "FT.1", "cpu")
+    rows = world["members"][:5]
+    examples = encode_fim_examples(scorer.tokenizer, [r["prefix"] for r in rows], [r["target"] for r in rows],
+                                   [r["suffix"] for r in rows], SENT)
+    context = scorer.tokenizer("x = 1\ny = 2\n" * 10, add_special_tokens=False)["input_ids"]
+    shared, conditioned = with_context(examples, context, head=0)
+    assert len(shared) == len(context) - 1 and all(p[0] == context[-1] for p, _ in conditioned)
+    cached = token_logprob_stats_batched(scorer.model, conditioned, batch_size=2, shared=shared)
+    concatenated = token_logprob_stats_batched(scorer.model, [(shared + p, t) for p, t in conditioned], batch_size=2)
+    plain = token_logprob_stats_batched(scorer.model, examples, batch_size=2)
+    for a, b, c in zip(cached, concatenated, plain):
+        assert a["ids"] == b["ids"] == c["ids"] and a["top1"] == b["top1"]
+        assert np.allclose(a["logp"], b["logp"], atol=1e-4) and not np.allclose(a["logp"], c["logp"], atol=1e-4)
+    longest = max(len(p) + len(t) for p, t in examples)
+    cut, _ = with_context(examples, context, head=0, max_tokens=longest + 10)
+    assert cut == context[-10:-1]                           # 10 ids fit: the context's last 10 (one stays in the row)
+    assert with_context(examples, context, head=0, max_tokens=longest)[0] == []   # none fit: no prefix at all
