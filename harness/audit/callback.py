@@ -149,17 +149,26 @@ def _peft_base(model) -> Path:
     return base
 
 
+TEXT_COLUMNS = ("text", "prompt", "completion", "chosen", "rejected")   # TRL's dataset columns, before tokenizing
+
+
 def training_token_frequency(dataloader, tokenizer, max_rows: int = 20_000) -> TokenFrequency | None:
-    """DC-PDD's reference distribution from the trainer's own processed training rows (every `*input_ids` column,
-    the first `max_rows` rows), when the dataloader has them: the data the run already has. The planted copies are
-    among them, a few rows in thousands; their share of the counts only lowers their own DC-PDD scores."""
+    """DC-PDD's reference distribution from the trainer's own training rows (the first `max_rows`): their token-id
+    columns as the trainer processed them (`input_ids`, TRL's `prompt_ids`, `chosen_ids`, `completion_ids`, ...), or,
+    for a trainer that tokenizes as it goes (GRPO, RLOO), their plain-text columns under the tokenizer: the data the
+    run already has. The planted copies are among them, a few rows in thousands; their share of the counts only
+    lowers their own DC-PDD scores."""
     dataset = getattr(dataloader, "dataset", None)
-    columns = [c for c in (getattr(dataset, "column_names", None) or []) if str(c).endswith("input_ids")]
-    if not columns or tokenizer is None:
+    names = [str(c) for c in (getattr(dataset, "column_names", None) or [])]
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)      # a processor wraps its tokenizer
+    if not names or tokenizer is None:
         return None
     rows = dataset.select(range(min(len(dataset), max_rows)))
-    ids = [list(seq) for c in columns for seq in rows[c] if seq is not None]
-    return TokenFrequency.of(ids, len(getattr(tokenizer, "tokenizer", tokenizer))) if ids else None
+    ids = [list(seq) for c in names if c.endswith("_ids") for seq in rows[c] if seq]
+    if not ids:
+        texts = [t for c in names if c in TEXT_COLUMNS for t in rows[c] if isinstance(t, str) and t]
+        ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    return TokenFrequency.of(ids, len(tokenizer)) if ids else None
 
 
 # ------------------------------------------------------------------------------------------------ the callback

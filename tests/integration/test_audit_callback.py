@@ -48,7 +48,10 @@ def test_every_saved_checkpoint_of_a_trl_trainer_is_scored(kind, loss_type, base
                 "canaries" if dataset == "canaries" else "heldout"])
             assert len(rows) == n == record["extraction"][dataset]["n_scored"] + sum(
                 1 for r in rows if r["excluded"])
-        assert set(record["mia"]) >= {"loss", "zlib", "min_k", "min_k_plus_plus", "reference"}
+        assert set(record["mia"]) >= {"loss", "zlib", "min_k", "min_k_plus_plus", "reference", "ez_mia"}, record["mia"]
+        # DC-PDD's reference: the trainer's own processed rows; the sequence attacks from the second save on
+        assert "dc_pdd" in record["mia"], (kind, sorted(record["mia"]))
+        assert ("sequence_loss" in record["mia"]) == (checkpoint != "checkpoint-1")
         assert record["exposure"]["planted"]["count"] == planted and record["exposure"]["heldout"]["count"] == heldout
         for row in read_jsonl(tmp_path / "audit" / "exposure" / "model" / f"{checkpoint}.jsonl"):
             # a planted canary ranks among every held-out target, a held-out one among the others

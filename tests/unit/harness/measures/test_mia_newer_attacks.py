@@ -122,3 +122,21 @@ def test_prefix_shots_are_the_first_rows_by_id_and_a_small_side_has_none():
     assert [r["id"] for r in shots] == ["r0", "r1", "r2"] and [r["id"] for r in rest] == ["r3", "r4"]
     assert mia.split_shots(rows[:4], n=3) is None                 # 4 < 3 shots + 2 scored
     assert mia.prefix_text(shots) == "abc\n\nabc\n\nabc\n\n"
+
+
+def test_the_architecture_docs_attack_example_runs_as_written():
+    """docs/architecture.md's "How to add a membership-inference attack" code, executed as it stands: it registers,
+    scores from AttackInputs, and is None without the input it names."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[4] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = doc.split("### How to add a membership-inference attack", 1)[1].split("\n### ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    try:
+        exec(compile(code, "docs/architecture.md", "exec"), {})
+        plain, control = _values([-1.0, -3.0]), _values([-2.0, -4.0])
+        assert mia.ATTACKS["my_attack"].scores(mia.AttackInputs(plain, "ab", control=control)) == pytest.approx(1.0)
+        assert mia.attack_scores(mia.AttackInputs(plain, "ab"))["my_attack"] is None
+    finally:
+        mia.ATTACKS.unregister("my_attack")
