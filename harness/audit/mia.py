@@ -40,6 +40,7 @@ from memlens.harness.measures.mia import (
     MIN_K_FRACTION,
     NONMEMBER_PREFIX,
     PREFIX_RULE,
+    TRAJECTORY,
     AttackInputs,
     TokenFrequency,
     attack_metrics,
@@ -156,7 +157,8 @@ def _score_rows(rows: list[dict], member: int, values: dict, control: dict | Non
 def _metrics_of(rows: list[dict], spans, n_boot: int, seed: int) -> dict:
     """{span: {attack: metrics}} (attacks without a score, e.g. the reference without a control, left out). Each
     attack's metrics carry `vs_loss`: its AUC minus LOSS's on the same texts, paired bootstrap (the comparison the
-    newer attacks are judged by, harness/report/findings/mia.py)."""
+    newer attacks are judged by, harness/report/findings/mia.py); a checkpoint-sequence attack's also carry
+    `vs_best_single`: its gain over the best single-checkpoint attack here, on the same texts."""
     out: dict = {}
     for span in spans:
         scores = {}
@@ -171,6 +173,12 @@ def _metrics_of(rows: list[dict], spans, n_boot: int, seed: int) -> dict:
             if attack != BASELINE_ATTACK and BASELINE_ATTACK in scores:
                 out[span][attack]["vs_loss"] = paired_auc_difference(members, nonmembers, *scores[BASELINE_ATTACK],
                                                                      n_boot=n_boot, seed=seed)
+        single = [a for a in scores if TRAJECTORY not in ATTACKS[a].needs]
+        best = max(single, key=lambda a: out[span][a]["auc"]["value"], default=None)
+        for attack in scores:
+            if best is not None and attack not in single:
+                out[span][attack]["vs_best_single"] = {"attack": best, **paired_auc_difference(
+                    *scores[attack], *scores[best], n_boot=n_boot, seed=seed)}
     return out
 
 

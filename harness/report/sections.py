@@ -338,6 +338,26 @@ def _tier_rows(mia: dict, model: str) -> list[dict]:
     return out
 
 
+def _sequence_rows(mia: dict) -> list[dict]:
+    """Per model, dataset, span and sequence attack at the last checkpoint: its AUC and its paired gain over the
+    best single-checkpoint attack there (harness/audit/mia.py `vs_best_single`)."""
+    out = []
+    for model, record in sorted(mia.items()):
+        results = record.get("results") or {}
+        for d in sorted({d for ck in results.values() for d in ck}):
+            for span in record.get("spans") or []:
+                for attack, m in (A.mia_entry(mia, model, d, span) or {}).items():
+                    best = m.get("vs_best_single")
+                    if best is None:
+                        continue
+                    single = (A.mia_entry(mia, model, d, span) or {})[best["attack"]]
+                    out.append({"model": model, "dataset": d, "span": span, "checkpoints": len(results),
+                                "attack": attack, "attack_label": attack_label(attack), "auc": m["auc"]["value"],
+                                "best_single": attack_label(best["attack"]), "best_single_auc": single["auc"]["value"],
+                                "gain": best["value"], "gain_ci95": best["ci95"], "p_at_most_0": best["p_at_most_0"]})
+    return out
+
+
 def mia_section(mia: dict, entries: list[dict], fig_dir: Path, summary: dict) -> list[Block]:
     """Membership inference beside extraction (`audit.measures=[...,mia]`): per audited model, each attack's AUC
     over checkpoints on the target span beside the extraction rate on the same canaries, and a table of the final
@@ -378,7 +398,17 @@ def mia_section(mia: dict, entries: list[dict], fig_dir: Path, summary: dict) ->
                              "planted (its `repeat`), each tier against every held-out canary."),
                    table(tiers, ["model", "dataset", "span", "tier", "rank", "attack_label", "auc", "auc_ci95",
                                  one, f"{one}_cp95", "n_members", "n_nonmembers"])]
+    sequence = _sequence_rows(mia)
+    if sequence:
+        blocks += [Heading(3, "The checkpoint sequence against the best single checkpoint"),
+                   Paragraph("Each sequence attack (the mean of one attack's score over the stage's checkpoints so "
+                             "far; docs/methods.md) against the best single-checkpoint attack at the final "
+                             "checkpoint, on the same members and held-out canaries: AUC gain, paired bootstrap."),
+                   table(sequence, ["model", "dataset", "span", "checkpoints", "attack_label", "auc", "best_single",
+                                    "best_single_auc", "gain", "gain_ci95", "p_at_most_0"])]
     summary["membership_inference"] = rows
+    if sequence:
+        summary["membership_inference_sequence"] = sequence
     if tiers:
         summary["membership_inference_by_repeat"] = tiers
     return blocks

@@ -217,6 +217,10 @@ def test_an_attack_and_a_measure_registered_from_here_reach_the_audit_and_the_re
     assert read_json(out / "row_count.json") == {"sd_base": 16, "sd_base_heldout": 16}
     html = (tmp_path / "report" / "report.html").read_text()
     assert "target length" in html                                       # the attack's label, in the MIA table
+    sequence = read_json(tmp_path / "report" / "summary.json")["membership_inference_sequence"]
+    assert {r["attack"] for r in sequence} >= {"sequence_loss", "sequence_reference"}
+    assert all(r["checkpoints"] == 2 and r["gain_ci95"][0] <= r["gain"] <= r["gain_ci95"][1] for r in sequence)
+    assert "The checkpoint sequence against the best single checkpoint" in html
     assert "Rows per dataset (audit.measures: row_count)" in html and "sd_base_heldout" in html
     assert read_json(tmp_path / "report" / "summary.json")["measures"]["row_count"] == [
         {"dataset": "sd_base", "rows": 16}, {"dataset": "sd_base_heldout", "rows": 16}]
