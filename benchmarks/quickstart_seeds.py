@@ -10,6 +10,7 @@
     python benchmarks/quickstart_seeds.py runs/findings_sd175 ... --ids F  # only the findings whose id starts with F
 
     python benchmarks/quickstart_seeds.py --mia runs/quickstart          # extraction beside membership inference
+    python benchmarks/quickstart_seeds.py --attacks runs/quickstart ...  # the newer attacks and the sequence vs LOSS
     python benchmarks/quickstart_seeds.py --measure discoverable runs/quickstart   # a registered measure's table
     python benchmarks/quickstart_seeds.py --measure epsilon runs/quickstart_coins --final   # final checkpoints only
     python benchmarks/quickstart_seeds.py --marks runs/quickstart --ids F1,F2,F3,F8,N   # the README's table:
@@ -178,7 +179,7 @@ def mia_table(run_dir: Path) -> str:
     """Extraction beside membership inference (report/summary.json `comparison_mia`, written when the audit ran
     `audit.measures=[...,mia]`): per model and dataset, the extraction rate with its interval and n, the best
     attack's AUC with its bootstrap interval and its TPR at FPR < 1 %, and the number of members / non-members."""
-    from memlens.harness.core.stats import fpr_key  # the one name of a TPR at FPR < a
+    from memlens.harness.core.stats import fpr_key, fpr_measurable, min_nonmembers  # a TPR at FPR < a, when it exists
     from memlens.harness.measures.mia import attack_label  # the registry's label, the one the report prints
 
     rows = load_summary(run_dir).get("comparison_mia") or []
@@ -187,9 +188,46 @@ def mia_table(run_dir: Path) -> str:
     for r in rows:
         auc = "–" if r.get("auc") is None else f"{r['auc']:.2f} [{r['auc_ci95'][0]:.2f}, {r['auc_ci95'][1]:.2f}]"
         tpr = r.get(fpr_key(0.01))
+        if tpr is not None and not fpr_measurable(r.get("n_nonmembers") or 0, 0.01):
+            tpr = f"n/m (< {min_nonmembers(0.01)} held out)"
+        elif tpr is not None:
+            tpr = f"{tpr:.2f}"
         lines.append(f"| {r['model']} | {r['dataset']} | {_pct(r.get('rate'), r.get('ci95'))} ({r.get('n_scored')}) | "
                      f"{attack_label(r['best_attack']) if r.get('best_attack') else '–'} | {auc} | "
-                     f"{'–' if tpr is None else f'{tpr:.2f}'} | {r.get('n_members')} / {r.get('n_nonmembers')} |")
+                     f"{'–' if tpr is None else tpr} | {r.get('n_members')} / {r.get('n_nonmembers')} |")
+    return "\n".join(lines)
+
+
+def attacks_table(run_dirs: list[Path], dataset: str = "sd_base") -> str:
+    """The newer attacks against LOSS, per run and audited model (report/summary.json `membership_inference`, target
+    span, final checkpoint): LOSS's AUC, the newer attack with the highest AUC and its paired gain over LOSS with the
+    bootstrap interval (Bonferroni-free: finding M4 corrects), and the best sequence attack against the best
+    single-checkpoint attack (`membership_inference_sequence`)."""
+    from memlens.harness.measures.mia import CLASSIC_ATTACKS  # the attacks the newer ones are set against
+
+    def fmt(x, ci):
+        return f"{x:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}]"
+
+    lines = ["| run | model | LOSS AUC | best newer attack (AUC) | gain over LOSS [95 % CI] | best sequence (AUC) vs "
+             "best single (AUC) | sequence gain [95 % CI] | members / held out |", "|---|---|---|---|---|---|---|---|"]
+    for run_dir in run_dirs:
+        summary = load_summary(run_dir)
+        rows = [r for r in summary.get("membership_inference") or [] if r["dataset"] == dataset and r["span"] == "target"]
+        sequence = {r["model"]: r for r in sorted(summary.get("membership_inference_sequence") or [],
+                                                   key=lambda r: r["auc"]) if r["dataset"] == dataset
+                    and r["span"] == "target"}
+        for model in sorted({r["model"] for r in rows}):
+            mine = {r["attack"]: r for r in rows if r["model"] == model}
+            newer = [r for a, r in mine.items() if a not in CLASSIC_ATTACKS and r.get("auc_vs_loss") is not None]
+            best = max(newer, key=lambda r: r["auc"], default=None)
+            seq = sequence.get(model)
+            lines.append(
+                f"| {run_dir.name} | {model} | {mine['loss']['auc']:.2f} | "
+                + (f"{best['attack_label']} ({best['auc']:.2f}) | {fmt(best['auc_vs_loss'], best['auc_vs_loss_ci95'])}"
+                   if best else "– | –")
+                + (f" | {seq['attack_label']} ({seq['auc']:.2f}) vs {seq['best_single']} ({seq['best_single_auc']:.2f})"
+                   f" | {fmt(seq['gain'], seq['gain_ci95'])}" if seq else " | – | –")
+                + f" | {mine['loss']['n_members']} / {mine['loss']['n_nonmembers']} |")
     return "\n".join(lines)
 
 
@@ -294,6 +332,8 @@ def table_for(args: list[str], root: Path) -> str:
         return rl_table([root / a for a in args[1:]], models)
     if args[0] == "--mia":
         return mia_table(root / args[1])
+    if args[0] == "--attacks":
+        return attacks_table([root / a for a in args[1:]])
     if args[0] == "--measure":
         return measure_table(args[1], root / args[2], final_only="--final" in args)
     if args[0] == "--formal":
