@@ -18,6 +18,7 @@ On disk, below the run's audit dir (harness.core.layout.mia_dir):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from memlens.harness.audit.losses import load_fim_examples
@@ -66,43 +67,53 @@ def _check_spans(spans) -> tuple[str, ...]:
 
 
 def _token_values(model_dir: Path, sets: dict[str, list[dict]], spans, cache_dir: Path, device: str,
-                  batch_size: int, fim_family: str | None, contexts: dict[str, dict[str, str]] | None = None
+                  batch_size: int, fim_family: str | None, prefixes: dict[str, Prefixes] | None = None
                   ) -> dict[str, dict[str, dict[str, dict]]]:
     """{set name: {span: {pass: {id: per-token values}}}} of one model directory, weights loaded on a cache miss
-    only. Pass "values" is the plain teacher-forced pass; each of `contexts[set name]` ({input: text}) is the same
-    pass after that text (harness.measures.mia: NONMEMBER_PREFIX, MEMBER_PREFIX), computed once here for every
-    attack that reads it."""
+    only. Pass "values" is the plain teacher-forced pass over every row; each prefix text of `prefixes[set name]` is
+    the same pass after that text over the rows that are not shots (harness.measures.mia: NONMEMBER_PREFIX,
+    MEMBER_PREFIX), computed once here for every attack that reads it."""
     scorer = CausalLMScorer.load(model_dir, device, batch_size=batch_size, lazy=True)
     sentinels = model_sentinels(model_dir, fim_family)
     out: dict = {}
     for name, rows in sets.items():
-        texts = {PLAIN: None, **((contexts or {}).get(name) or {})}
-        out[name] = {span: {kind: cached_token_logprobs(scorer, rows, sentinels, cache_dir, span, context=text)
-                            for kind, text in texts.items()} for span in spans}
+        prefix = (prefixes or {}).get(name)
+        scored = [r for r in rows if prefix is None or r["id"] not in prefix.shot_ids]
+        out[name] = {span: {PLAIN: cached_token_logprobs(scorer, rows, sentinels, cache_dir, span),
+                            **{kind: cached_token_logprobs(scorer, scored, sentinels, cache_dir, span, context=text)
+                               for kind, text in (prefix.texts.items() if prefix else ())}}
+                     for span in spans}
     scorer.release()
     return out
 
 
-def _reserve_shots(data: dict[str, list[dict]], pairs) -> dict[str, dict[str, str]]:
-    """Take each dataset's prefix shots out of its members and non-members (harness.measures.mia.split_shots) and
-    return the prefix texts the conditioned passes put before every text of that dataset: {set name: {input:
-    text}}. Nothing is reserved when no registered attack reads a prefix, or where a set is too small."""
+@dataclass(frozen=True)
+class Prefixes:
+    """One dataset's prefix shots (their ids, members' and non-members') and the prefix texts made of them."""
+
+    shot_ids: frozenset
+    texts: dict[str, str]
+
+
+def _choose_shots(data: dict[str, list[dict]], pairs) -> dict[str, Prefixes]:
+    """Each dataset's prefix shots among its members and non-members (harness.measures.mia.split_shots) and the
+    prefix texts the conditioned passes put before its other texts: {set name: Prefixes}. The shots stay in the rows
+    (every attack that reads no prefix scores them, so the one-run ε audit still ranks every canary) but are left
+    out of every attack's metrics, so all attacks are compared on the same texts. None are chosen when no
+    registered attack reads a prefix, or where a side is too small."""
     needs = inputs_needed() & {NONMEMBER_PREFIX, MEMBER_PREFIX}
-    contexts: dict[str, dict[str, str]] = {}
+    out: dict[str, Prefixes] = {}
     if not needs:
-        return contexts
+        return out
     for dataset in pairs:
         members, nonmembers = f"{dataset}:members", f"{dataset}:nonmembers"
-        split = {role: split_shots(data[key]) for role, key in ((MEMBER_PREFIX, members),
-                                                                 (NONMEMBER_PREFIX, nonmembers))}
+        split = {MEMBER_PREFIX: split_shots(data[members]), NONMEMBER_PREFIX: split_shots(data[nonmembers])}
         if any(s is None for s in split.values()):
             continue
-        texts = {}
-        for role, (shots, rest) in split.items():
-            data[members if role == MEMBER_PREFIX else nonmembers] = rest
-            texts[role] = prefix_text(shots)
-        contexts[members] = contexts[nonmembers] = {k: v for k, v in texts.items() if k in needs}
-    return contexts
+        ids = frozenset(r["id"] for shots, _ in split.values() for r in shots)
+        texts = {role: prefix_text(shots) for role, (shots, _) in split.items() if role in needs}
+        out[members] = out[nonmembers] = Prefixes(ids, texts)
+    return out
 
 
 def _reference_frequency(model_dir: Path, reference: TokenFrequency | Sequence[str] | None) -> TokenFrequency | None:
@@ -133,7 +144,7 @@ def _earlier_scores(out_dir: Path, dataset: str, checkpoint: str, fresh: dict[Pa
 
 
 def _score_rows(rows: list[dict], member: int, values: dict, control: dict | None, spans,
-                frequency: TokenFrequency | None, earlier: list[dict[str, dict]]) -> list[dict]:
+                frequency: TokenFrequency | None, earlier: list[dict[str, dict]], shots: frozenset) -> list[dict]:
     out = []
     for r in rows:
         text = {"target": r["target"], "program": program_text(r)}
@@ -144,10 +155,12 @@ def _score_rows(rows: list[dict], member: int, values: dict, control: dict | Non
             scores[span] = attack_scores(AttackInputs(
                 values=passes[PLAIN][r["id"]], text=text[span],
                 control=control[span][PLAIN][r["id"]] if control is not None else None,
-                nonmember_prefix=passes[NONMEMBER_PREFIX][r["id"]] if NONMEMBER_PREFIX in passes else None,
-                member_prefix=passes[MEMBER_PREFIX][r["id"]] if MEMBER_PREFIX in passes else None,
+                nonmember_prefix=passes.get(NONMEMBER_PREFIX, {}).get(r["id"]),
+                member_prefix=passes.get(MEMBER_PREFIX, {}).get(r["id"]),
                 token_frequency=frequency, trajectory=history or None))
         row = {"id": r["id"], "member": member, "score": scores}
+        if r["id"] in shots:
+            row["prefix_shot"] = True          # scored, but in no attack's metrics (a prefix is made of it)
         if "repeat" in r:
             row["repeat"] = int(r["repeat"])
         out.append(row)
@@ -184,7 +197,9 @@ def _metrics_of(rows: list[dict], spans, n_boot: int, seed: int) -> dict:
 
 def _metrics(rows: list[dict], spans, n_boot: int, seed: int) -> tuple[dict, dict]:
     """(metrics of all members, {repeat: metrics of the members planted that many times}) against every
-    non-member; tiers only where the members' `repeat` differs (a user's canaries: synthetic_data.inject)."""
+    non-member, prefix shots left out; tiers only where the members' `repeat` differs (a user's canaries:
+    synthetic_data.inject)."""
+    rows = [r for r in rows if not r.get("prefix_shot")]
     tiers = sorted({r["repeat"] for r in rows if r["member"] == 1 and "repeat" in r})
     by_tier = {} if len(tiers) < 2 else {
         str(t): _metrics_of([r for r in rows if r["member"] == 0 or r.get("repeat") == t], spans, n_boot, seed)
@@ -220,8 +235,7 @@ def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Pat
         if clash:
             raise UserError(f"{nonmembers_path}: ids {sorted(clash)[:3]} are also members ({members_path}); "
                             "held-out examples must be examples no stage trained on")
-    all_ids = {key: [r["id"] for r in rows] for key, rows in data.items()}
-    contexts = _reserve_shots(data, pairs)
+    prefixes = _choose_shots(data, pairs)
     control = (_token_values(Path(control_dir), data, spans, cache_dir, device, batch_size, fim_family)
                if control_dir is not None else None)
     frequency = _reference_frequency(Path(model_dir), reference)
@@ -232,21 +246,25 @@ def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Pat
     if checkpoints is None:
         checkpoints = list_checkpoints(model_dir, all_checkpoints)
     for checkpoint, path in checkpoints:
-        values = _token_values(path, data, spans, cache_dir, device, batch_size, fim_family, contexts)
+        values = _token_values(path, data, spans, cache_dir, device, batch_size, fim_family, prefixes)
         for dataset in pairs:
             target = require_inside(out_dir / checkpoint / f"{dataset}.jsonl", out_dir, "audit.out_dir")
             history = _earlier_scores(out_dir, dataset, checkpoint, outputs)
             rows = []
             for role, member in (("members", 1), ("nonmembers", 0)):
                 key = f"{dataset}:{role}"
+                shots = prefixes[key].shot_ids if key in prefixes else frozenset()
                 rows += _score_rows(data[key], member, values[key], control[key] if control else None, spans,
-                                    frequency, history)
+                                    frequency, history, shots)
             outputs[target] = rows
             overall, tiers = _metrics(rows, spans, n_boot, seed)
             results.setdefault(checkpoint, {})[dataset] = {
-                "n_members": len(data[f"{dataset}:members"]), "n_nonmembers": len(data[f"{dataset}:nonmembers"]),
+                "n_members": sum(r["member"] == 1 and not r.get("prefix_shot") for r in rows),
+                "n_nonmembers": sum(r["member"] == 0 and not r.get("prefix_shot") for r in rows),
                 "members_file": str(pairs[dataset][0]), "nonmembers_file": str(pairs[dataset][1]),
-                "prefix_shots": _shot_ids(all_ids, data, dataset), "earlier_checkpoints": len(history),
+                "prefix_shots": {role: [r["id"] for r in rows if r.get("prefix_shot") and r["member"] == member]
+                                 for role, member in (("members", 1), ("nonmembers", 0))},
+                "earlier_checkpoints": len(history),
                 "spans": overall, **({"tiers": tiers} if tiers else {})}
     results = {**{c: r for c, r in earlier.items() if c not in results}, **results}
     summary = {
@@ -266,15 +284,6 @@ def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Pat
         atomic_write_jsonl(path, rows)
     atomic_write_json(out_dir / "summary.json", summary)
     return summary
-
-
-def _shot_ids(all_ids: dict[str, list], data: dict[str, list[dict]], dataset: str) -> dict[str, list]:
-    """{members / nonmembers: ids taken out as prefix shots} of one dataset (empty lists when none were)."""
-    out = {}
-    for role in ("members", "nonmembers"):
-        kept = {r["id"] for r in data[f"{dataset}:{role}"]}
-        out[role] = [i for i in all_ids[f"{dataset}:{role}"] if i not in kept]
-    return out
 
 
 def _checkpoint_order(name: str) -> tuple[int, int]:

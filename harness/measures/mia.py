@@ -94,14 +94,15 @@ def reference_score(values: Mapping, control_values: Mapping) -> float:
 
 PREFIX_SHOTS = 3              # texts of each side that make the ReCaLL / Con-ReCall prefixes (below)
 MIN_SCORED = 2                # a side keeps at least this many scored texts after its shots are taken out
-PREFIX_RULE = (f"the first {PREFIX_SHOTS} rows by id of the members and of the non-members are the prefix shots and "
-               "are scored by no attack; a prefix is their whole programs, joined by a blank line, before each "
-               "scored text's own tokens (cut from its start to fit the model's context)")
+PREFIX_RULE = (f"the first {PREFIX_SHOTS} rows by id of the members and of the non-members are the prefix shots: in no "
+               "attack's metrics (scored, flagged, by the attacks that read no prefix); a prefix is their whole "
+               "programs, joined by a blank line, before each other text's own tokens (one prefix per set, cut from "
+               "its start to fit beside the longest text in the model's context)")
 
 
 def split_shots(rows: Sequence[dict], n: int = PREFIX_SHOTS) -> tuple[list[dict], list[dict]] | None:
-    """(the prefix shots, the rows left to score) of one side (PREFIX_RULE), or None when fewer than n + MIN_SCORED
-    rows. The shots are known members / non-members, so scoring them too would test an attack on its own prompt."""
+    """(the prefix shots, the other rows) of one side (PREFIX_RULE), or None when fewer than n + MIN_SCORED rows.
+    The shots are known members / non-members: counting them would test an attack on its own prompt."""
     if len(rows) < n + MIN_SCORED:
         return None
     shot_ids = {r["id"] for r in sorted(rows, key=lambda r: str(r["id"]))[:n]}

@@ -98,7 +98,7 @@ def test_trained_members_separate_and_an_untrained_model_does_not(world):
                           n_boot=200, device="cpu")
     assert trained["checkpoints"] == ["checkpoint-40", "final"]
     final = trained["results"]["final"]["sd_base"]
-    # The first three rows by id of each side are the ReCaLL / Con-ReCall prefix shots, scored by no attack.
+    # The first three rows by id of each side are the ReCaLL / Con-ReCall prefix shots, in no attack's metrics.
     assert final["prefix_shots"] == {"members": ["sd-0", "sd-1", "sd-10"], "nonmembers": ["sdh-0", "sdh-1", "sdh-10"]}
     assert final["n_members"] == 13 and final["n_nonmembers"] == 13
     for span in ("target", "program"):
@@ -124,8 +124,11 @@ def test_trained_members_separate_and_an_untrained_model_does_not(world):
     for span in ("target", "program"):
         auc = control_free[span]["loss"]["auc"]
         assert abs(auc["value"] - 0.5) < 0.25 and auc["ci95"][0] < 0.5 < auc["ci95"][1], (span, auc)
-    assert len(rows) == 26 and {r["member"] for r in rows} == {0, 1}
-    assert not {r["id"] for r in rows} & {"sd-0", "sd-1", "sd-10", "sdh-0", "sdh-1", "sdh-10"}
+    # ... but scored, flagged, by every attack that reads no prefix: the one-run ε audit ranks every canary
+    assert len(rows) == 32 and {r["member"] for r in rows} == {0, 1}
+    shots = [r for r in rows if r.get("prefix_shot")]
+    assert {r["id"] for r in shots} == {"sd-0", "sd-1", "sd-10", "sdh-0", "sdh-1", "sdh-10"}
+    assert all(r["score"]["target"]["recall"] is None and r["score"]["target"]["loss"] is not None for r in shots)
 
 
 def test_the_run_audit_writes_mia_below_the_audit_dir_and_reruns_from_the_cache(world):
