@@ -249,7 +249,7 @@ def measure_table(name: str, run_dir: Path, final_only: bool = False) -> str:
         rows = [r for r in rows if r["checkpoint"] == "final"]
         columns = [c for c in columns if c != "checkpoint"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(str(r.get(c, "–")) for c in columns) + " |" for r in rows]
+    lines += ["| " + " | ".join("–" if r.get(c) is None else str(r[c]) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
 
 

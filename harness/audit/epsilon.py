@@ -1,6 +1,8 @@
 """The one-run ε lower bound over a run (`audit.measures=[..., mia, epsilon]`): for every planned model, checkpoint
 and canary dataset whose membership was decided by fair coins (`data.sd.membership=coins`), the ε that the MIA
-audit's scores prove at `audit.epsilon_confidence` (harness.measures.epsilon; Steinke, Nasr & Jagielski 2023).
+audit's scores prove at `audit.epsilon_confidence` (harness.measures.epsilon): Steinke, Nasr & Jagielski 2023's bound,
+and beside it Xiang et al. 2025's order-statistics (ε, δ) bound and their μ-GDP bound (with the ε it implies at δ),
+each labelled and each its own statement.
 
 It scores nothing itself: it reads the rows the `mia` measure wrote (harness/audit/mia.py,
 mia/<model>/<checkpoint>/<dataset>.jsonl: id, member, score[span][attack]), so `mia` must run first
@@ -10,7 +12,8 @@ multiple comparison the bound does not pay for.
 
 On disk, below the run's audit dir (harness.core.layout.epsilon_dir), written atomically after everything of the
 model is computed (a killed run rewrites the same file when rerun):
-    epsilon/<model>/summary.json   per checkpoint and dataset: m, r, v, k+, k-, the bound, δ, the rule, the
+    epsilon/<model>/summary.json   per checkpoint and dataset: m, r, v, k+, k-, Steinke et al.'s bound, `bounds`
+                                   (every method's, labelled, with its own k+, k-, r, v), δ, the rule, the
                                    assumptions, the datasets refused and why, provenance
 """
 
@@ -27,7 +30,7 @@ from memlens.harness.core.provenance import provenance
 from memlens.harness.measures.epsilon import CONFIDENCE, audit_epsilon, guess_counts
 from memlens.harness.measures.mia import ATTACKS
 
-TITLE = "Privacy auditing in one run: ε lower bounds (Steinke et al. 2023)"
+TITLE = "Privacy auditing in one run: ε lower bounds (Steinke et al. 2023; Xiang et al. 2025)"
 SUMMARY_FILE = "summary.json"
 DEFAULT_GUESSES = ((0.05, 0.05), (0.1, 0.1), (0.25, 0.25), (0.5, 0.5))
 ASSUMPTIONS = (
@@ -41,6 +44,10 @@ ASSUMPTIONS = (
     "one over checkpoints or models; the guess counts are chosen by the stated rule",
     "a lower bound on ε of the training algorithm at the stated δ: training without differential privacy has no "
     "finite ε, so the number measures how much membership the fixed attack reveals, not a guarantee",
+    "three bounds from the same guesses, each a separate statement at the stated confidence (none is the largest "
+    "of the others): Steinke et al. 2023; Xiang et al. 2025 order statistics (any (ε, δ)-DP algorithm); Xiang et "
+    "al. 2025 μ-GDP: the μ is a lower bound on the pipeline's μ-GDP parameter, the ε beside it (at δ > 0) holds "
+    "only if the pipeline's privacy curve is Gaussian (μ-GDP for some μ, as DP-SGD's is nearly); none at δ = 0",
 )
 
 
@@ -155,7 +162,8 @@ def epsilon_of_model(audit_dir: Path, model_name: str, s: EpsilonSettings, log=p
                "score_source": f"mia/{model_name}/<checkpoint>/<dataset>.jsonl: score[{s.span}][{s.attack}]",
                "assumptions": list(ASSUMPTIONS), "results": results, "refused": refused,
                "provenance": provenance(datasets=mia_sha, mia_rows=rows_sha, measure="epsilon_one_run",
-                                        method="Steinke, Nasr & Jagielski 2023, arXiv 2305.08846")}
+                                        method="Steinke, Nasr & Jagielski 2023, arXiv 2305.08846; Xiang, Wang, "
+                                               "Xiao, Tian & Wang 2025, arXiv 2509.08704")}
     out = require_inside(epsilon_dir(audit_dir, model_name) / SUMMARY_FILE, audit_dir, "audit.out_dir")
     atomic_write_json(out, summary)
     return summary
@@ -178,20 +186,44 @@ def audit_epsilon_models(cfg, models: list[str], log=print) -> None:
                 if checkpoint == summary["checkpoints"][-1]:
                     log(f"[audit] epsilon {name} {checkpoint} on {dataset}: {r['v']}/{r['r']} right guesses of "
                         f"m={r['m']} -> ε >= {r['epsilon_lower_bound']:.3f} (δ={s.delta:g}, "
-                        f"{100 * s.confidence:g} %)")
+                        f"{100 * s.confidence:g} %) by Steinke 2023{_xiang_note(r)}")
     if not bounded:
         raise UserError("audit.measures includes epsilon but every planned dataset was refused (the notes above say "
                         "why): build SD with data.sd.membership=coins and rerun the pipeline and mia, or drop epsilon "
                         "from audit.measures")
 
 
+def _xiang_note(r: dict) -> str:
+    """The Xiang et al. 2025 bounds for the log line ('' for a summary written before they were computed)."""
+    b = r.get("bounds")
+    if not b:
+        return ""
+    gdp = b["xiang2025_gdp"]
+    eps = "no ε at δ=0" if gdp["epsilon_lower_bound"] is None else f"ε >= {gdp['epsilon_lower_bound']:.3f}"
+    return (f"; ε >= {b['xiang2025_order_statistics']['epsilon_lower_bound']:.3f} by Xiang 2025 order statistics; "
+            f"μ >= {gdp['mu_lower_bound']:.3f}, {eps} by Xiang 2025 μ-GDP")
+
+
+STEINKE_COLUMN = "ε lower bound (Steinke 2023)"
+XIANG_COLUMNS = {"ε lower bound (Xiang 2025 order statistics)": ("xiang2025_order_statistics", "epsilon_lower_bound"),
+                 "μ lower bound (Xiang 2025 μ-GDP)": ("xiang2025_gdp", "mu_lower_bound"),
+                 "ε lower bound (Xiang 2025 μ-GDP)": ("xiang2025_gdp", "epsilon_lower_bound")}
+
+
+def _rounded(value):
+    return None if value is None else round(value, 3)
+
+
 def report_rows(audit_dir: Path) -> tuple[list[str], list[dict]] | None:
-    """(columns, rows) of every model's bounds for the report: one row per model, checkpoint and dataset. A model
+    """(columns, rows) of every model's bounds for the report: one row per model, checkpoint and dataset, Steinke et
+    al.'s bound (r and v are its guesses) and beside it Xiang et al.'s, each labelled (each method takes its own
+    best candidate: summary.json's `bounds` says which). Summaries written before the Xiang bounds were computed
+    give the former table (its "ε lower bound" column); mixed with newer ones, their Xiang cells are empty. A model
     whose MIA results were retired (a retrained stage moved them to stale/) is left out: its bounds are stale."""
     root = epsilon_dir(audit_dir)
     if not root.is_dir():
         return None
-    rows = []
+    rows, labelled = [], False
     for path in sorted(root.rglob(SUMMARY_FILE)):
         record = read_json(path)
         model = record["model"]
@@ -199,8 +231,17 @@ def report_rows(audit_dir: Path) -> tuple[list[str], list[dict]] | None:
             continue
         for checkpoint in record["checkpoints"]:
             for dataset, r in sorted(record["results"][checkpoint].items()):
+                bounds = r.get("bounds") or {}
+                labelled = labelled or bool(bounds)
                 rows.append({"model": model, "checkpoint": checkpoint, "dataset": dataset, "m": r["m"],
                              "guesses r": r["r"], "correct v": r["v"],
-                             "ε lower bound": round(r["epsilon_lower_bound"], 3), "δ": r["delta"]})
+                             "ε lower bound": round(r["epsilon_lower_bound"], 3),
+                             **{c: _rounded((bounds.get(method) or {}).get(key))
+                                for c, (method, key) in XIANG_COLUMNS.items()}, "δ": r["delta"]})
     columns = ["model", "checkpoint", "dataset", "m", "guesses r", "correct v", "ε lower bound", "δ"]
+    if labelled:
+        columns[6:7] = [STEINKE_COLUMN, *XIANG_COLUMNS]
+        rows = [{(STEINKE_COLUMN if k == "ε lower bound" else k): v for k, v in row.items()} for row in rows]
+    else:
+        rows = [{k: v for k, v in row.items() if k not in XIANG_COLUMNS} for row in rows]
     return (columns, rows) if rows else None

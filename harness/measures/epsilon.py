@@ -24,6 +24,13 @@ candidate (k+, k-) fixed in advance and, when there are several, computes each b
 (1 - confidence) / (number of candidates) and reports the largest (Bonferroni, as jax_privacy's
 `CanaryScoreAuditor.epsilon_one_run` does over all thresholds), a statement that holds at `confidence` for all
 candidates at once. One candidate is a fixed choice: no correction.
+
+Beside it, from the same guesses (`audit_epsilon` reports all three, labelled, `METHODS`): Xiang, Wang, Xiao,
+Tian & Wang 2025, "Tight Privacy Audit in One Run" (arXiv 2509.08704), Theorem 2: the exact probability that
+their ideal auditor, releasing its r most confident of m guesses, is wrong u = r - v times or fewer, for the
+(ε, δ)-DP null (`epsilon_lower_bound_order_statistics`: Steinke's bound at δ = 0, tighter at δ > 0) and for the
+μ-GDP null (`mu_lower_bound_gdp`, and `gdp_epsilon` for the ε it implies at δ > 0 if the privacy curve is
+Gaussian). Normal tails in log space too (`log_ndtr`).
 """
 
 from __future__ import annotations
@@ -118,24 +125,259 @@ def p_value(m: int, r: int, v: int, eps: float, delta: float = 0.0) -> float:
 def epsilon_lower_bound(m: int, r: int, v: int, delta: float = 0.0, confidence: float = CONFIDENCE) -> float:
     """The largest ε whose (ε, δ)-DP null is rejected at `confidence` (p-value < 1 - confidence), by bisection
     (Steinke et al.'s `get_eps_audit`); 0 when even ε = 0 is not rejected. Rounded down to BISECTION_TOL."""
+    log_level = _log_level(confidence)
+    _check_counts(m, r, v)
+    return _largest_rejected(lambda eps: log_p_value(m, r, v, eps, delta) < log_level,
+                             f"epsilon (m={m}, r={r}, v={v}, delta={delta})")
+
+
+def _log_level(confidence: float) -> float:
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1); got {confidence}")
-    _check_counts(m, r, v)
-    log_level = math.log(1 - confidence)
+    return math.log(1 - confidence)
 
-    def rejected(eps: float) -> bool:
-        return log_p_value(m, r, v, eps, delta) < log_level
 
+def _largest_rejected(rejected, what: str, tol: float = BISECTION_TOL) -> float:
+    """The supremum of the privacy parameters (ε or μ) that `rejected` rejects, rounded down to `tol`: 0 when 0 is
+    not rejected. The p-values grow with the parameter, so the rejected ones form an interval [0, x*): doubling
+    from 1 brackets x*, bisection narrows it (Steinke et al.'s `get_eps_audit`)."""
     if not rejected(0.0):
         return 0.0
     lo, hi = 0.0, 1.0
-    while rejected(hi):       # the p-value grows with ε (q does), so the rejected ε form an interval [0, ε*)
+    while rejected(hi):
         lo, hi = hi, 2 * hi
         if hi > EPS_CEILING:
-            raise RuntimeError(f"epsilon bisection ran past {EPS_CEILING} (m={m}, r={r}, v={v}, delta={delta})")
-    while hi - lo > BISECTION_TOL:
+            raise RuntimeError(f"bisection ran past {EPS_CEILING}: {what}")
+    while hi - lo > tol:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if rejected(mid) else (lo, mid)
+    return lo
+
+
+# --- Xiang et al. 2025: the order statistics of the released guesses -----------------------------------------------
+#
+# Xiang, Wang, Xiao, Tian & Wang 2025, "Tight Privacy Audit in One Run" (arXiv 2509.08704): an auditor
+# that releases r of its n = m guesses (its most confident ones) and is wrong u times is dominated by the ideal
+# auditor of the null's trade-off function f: n secret bits, each through the pair (P, Q) that realizes f, guessed
+# by likelihood ratio L, the r draws of largest |L| released. Their Theorem 2, as their reference code
+# (github.com/zihangxiang/tight-privacy-audit-in-one-run, onerun/tail.py `exact_tail`) evaluates it, an equality:
+#
+#     P[T <= u] = E_W[ BinCDF(u; r, gbar(W)) ],   W = the mixture quantile of the best draw NOT released,
+#                                                   ~ Beta(n - r, r + 1);  W = 0 when r = n,
+#
+# gbar(w) the error rate 1 / (1 + e^|L|) averaged over the draws above quantile w. Below: f = the (ε, δ)-DP
+# trade-off and f = G_μ (Gaussian DP), each in closed form, no discretized pair. (opake-auditing 0.16.1 instead
+# bounds this tail by a Chernoff bound over independent Bernoulli(v_k), v_k the mean error at rank k, their Eq. 12
+# and Theorem 3 as its docstrings cite them: docs/methods.md and benchmarks/crosscheck_epsilon_opake.py.)
+
+def log_binomial_cdf(r: int, u: int, log_p, log_1mp) -> np.ndarray:
+    """log P[Binomial(r, p) <= u] for each p of the arrays log p, log(1 - p) (same shape; entries may be -inf)."""
+    log_p, log_1mp = np.atleast_1d(np.asarray(log_p, float)), np.atleast_1d(np.asarray(log_1mp, float))
+    if u >= r:
+        return np.zeros_like(log_p)
+    k = np.arange(u + 1, dtype=np.float64)
+    out = np.empty_like(log_p)
+    step = max(1, 2_000_000 // (u + 1))      # rows at a time: a few MB whatever u
+    for i in range(0, len(log_p), step):
+        lp, l1 = log_p[i:i + step, None], log_1mp[i:i + step, None]
+        with np.errstate(invalid="ignore"):  # 0 * -inf: p = 0 or 1 at the ends, a certain term
+            terms = _log_choose(r)[: u + 1] + np.where(k == 0, 0.0, k * lp) + (r - k) * l1   # k <= u < r
+        top = np.max(terms, axis=1, keepdims=True)
+        safe = np.where(np.isfinite(top), top, 0.0)
+        with np.errstate(divide="ignore"):
+            got = safe[:, 0] + np.log(np.sum(np.exp(terms - safe), axis=1))
+        out[i:i + step] = np.where(np.isfinite(top[:, 0]), got, -math.inf)
+    return np.minimum(out, 0.0)
+
+
+def log_p_value_order_statistics(m: int, r: int, u: int, eps: float, delta: float = 0.0) -> float:
+    """log P[u or fewer errors in r released guesses of m] under (ε, δ)-DP: Xiang et al. 2025 Theorem 2 for the
+    pair that realizes f_{ε,δ} (mass δ at |L| = ∞, never wrong; 1 - δ at |L| = ε, wrong with probability
+    1 / (1 + e^ε)). The draws at |L| = ∞ are released first, so with A ~ Binomial(m, δ) of them
+        P[T <= u] = sum_a P[A = a] BinCDF(u; r - min(a, r), 1 / (1 + e^ε)),
+    summed from the likeliest a until the others' whole mass is below e^-36 of the sum (they count as 1).
+    At δ = 0 this is Steinke et al.'s δ = 0 p-value (`log_p_value` with v = r - u): filtering gains nothing
+    against pure DP, every draw has the same |L|."""
+    _check_counts(m, r, r - u)
+    if eps < 0 or not 0 <= delta <= 1:
+        raise ValueError(f"need eps >= 0 and 0 <= delta <= 1; got eps={eps}, delta={delta}")
+    log_ok, log_err = _log_q(eps)
+    if delta == 0 or r == 0:
+        return float(log_binomial_cdf(r, u, log_err, log_ok)[0])
+    log_d, log_1md = math.log(delta), (math.log1p(-delta) if delta < 1 else -math.inf)
+    log_pa = log_binomial_pmf(m, log_d, log_1md)[:r]
+    order = np.argsort(-log_pa, kind="stable")         # the likeliest a first; a >= r (T = 0) is the tail term
+    rest = np.logaddexp.accumulate(np.r_[log_pa[order], log_binomial_tail(m, r, log_d, log_1md)][::-1])[::-1]
+    kept, i = -math.inf, 0
+    while i < r and rest[i] >= kept - 36:                 # stop once all the rest, at BinCDF = 1, is < e^-36 of it
+        a = int(order[i])
+        kept = float(np.logaddexp(kept, log_pa[a] + log_binomial_cdf(r - a, u, log_err, log_ok)[0]))
+        i += 1
+    return min(0.0, float(np.logaddexp(kept, rest[i])))  # the rest counted at BinCDF = 1: an upper bound
+
+
+def epsilon_lower_bound_order_statistics(m: int, r: int, v: int, delta: float = 0.0,
+                                         confidence: float = CONFIDENCE) -> float:
+    """The largest ε whose (ε, δ)-DP null `log_p_value_order_statistics` rejects at `confidence`: Xiang et al.
+    2025's (ε, δ) audit (opake-auditing's `eps_delta().epsilon_at`), rounded down to BISECTION_TOL."""
+    log_level = _log_level(confidence)
+    _check_counts(m, r, v)
+    return _largest_rejected(lambda eps: log_p_value_order_statistics(m, r, r - v, eps, delta) < log_level,
+                             f"order-statistics epsilon (m={m}, r={r}, v={v}, delta={delta})")
+
+
+# --- the normal distribution in log space (no scipy) ----------------------------------------------------------
+
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def log_ndtr(x: float) -> float:
+    """log Φ(x), the standard normal CDF, to ~1e-14 relative in both tails (erfc, and below x = -30 the
+    asymptotic series Φ(x) = φ(x) / |x| (1 - 1/x² + 3/x⁴ - ...))."""
+    if x > 5:
+        return math.log1p(-0.5 * math.erfc(x / math.sqrt(2)))
+    if x > -30:
+        return math.log(0.5 * math.erfc(-x / math.sqrt(2)))
+    y = 1 / (x * x)
+    series = 1 - y * (1 - 3 * y * (1 - 5 * y * (1 - 7 * y * (1 - 9 * y))))
+    return -0.5 * x * x - _LOG_SQRT_2PI - math.log(-x) + math.log(series)
+
+
+def _log_ndtr_array(x: np.ndarray) -> np.ndarray:
+    return np.array([log_ndtr(float(t)) for t in np.ravel(x)]).reshape(np.shape(x))
+
+
+# --- Xiang et al. 2025 for μ-GDP: f = G_μ, the pair N(0, 1) vs N(μ, 1) ------------------------------------------
+#
+# In closed form, with t = |z - μ/2| >= 0 the distance of a draw from the midpoint (|L| = μ t, so "more confident"
+# is "larger t"): t has density φ(t - μ/2) + φ(t + μ/2) under the mixture, the mass above t is
+# S(t) = Φ(μ/2 - t) + Φ(-μ/2 - t), and the error mass above t is Φ(-μ/2 - t) (the error density
+# (φ(t - μ/2) + φ(t + μ/2)) / (1 + e^{μ t}) is φ(t + μ/2)), so gbar = Φ(-μ/2 - t) / S(t) and the optimal
+# single-guess error is gbar(0) = Φ(-μ/2).
+
+GDP_NODES = 2001            # quadrature nodes over the cut's order statistic
+GDP_SPAN = 60.0             # nats below its mode where the cut's density is cut off (mass beyond: ~e^-60)
+
+
+def _gdp_tails(t: np.ndarray, mu: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(log S(t), log H(t) = log(1 - S(t)), log error mass above t) for the G_μ pair, all without cancellation."""
+    lo_err = _log_ndtr_array(-mu / 2 - t)                   # Φ(-μ/2 - t)
+    lo_mid = _log_ndtr_array(mu / 2 - t)                    # Φ(μ/2 - t)
+    log_s = np.logaddexp(lo_err, lo_mid)
+    # H = Φ(μ/2 + t) - Φ(μ/2 - t): for t <= μ/2 as Φ(t - μ/2) - Φ(-t - μ/2) (upper tails, no cancellation)
+    up = _log_ndtr_array(t - mu / 2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_h_near = up + np.log(-np.expm1(np.minimum(lo_err - up, 0.0)))
+        log_h_far = np.log1p(-np.exp(log_s))
+    return log_s, np.where(t <= mu / 2, log_h_near, log_h_far), lo_err
+
+
+def _crossing(inside, a: float, b: float, steps: int = 80) -> float:
+    """Bisection between a (inside) and b (outside) for the edge of `inside`; returns the outside end."""
+    for _ in range(steps):
+        mid = (a + b) / 2
+        a, b = (mid, b) if inside(mid) else (a, mid)
+    return b
+
+
+def _gdp_log_s(t: float, mu: float) -> float:
+    return float(np.logaddexp(log_ndtr(-mu / 2 - t), log_ndtr(mu / 2 - t)))
+
+
+def _gdp_cut_range(m: int, r: int, mu: float) -> tuple[float, float, float]:
+    """The t-interval holding the cut's density to GDP_SPAN nats below its mode, and log of a bound on the mass
+    outside it. The upper-tail mass above the cut, s = S(t_cut), is Beta(r + 1, m - r): its log density
+    r log s + (m - r - 1) log(1 - s) is unimodal, so the two ends are found by bisection in log s, then mapped to
+    t through S (decreasing from S(0) = 1)."""
+    k = m - r
+
+    def above(ls: float) -> bool:
+        return r * ls + ((k - 1) * math.log(-math.expm1(ls)) if k > 1 else 0.0) > floor
+
+    mode = math.log(r / (m - 1)) if k > 1 else 0.0            # k = 1: the density peaks at s = 1
+    floor = r * mode + ((k - 1) * math.log1p(-r / (m - 1)) if k > 1 else 0.0) - GDP_SPAN
+    lo = mode - 1.0
+    while above(lo):
+        lo = 2 * lo - mode
+    s_small, s_large = _crossing(above, mode, lo), (_crossing(above, mode, 0.0) if k > 1 else 0.0)
+
+    def t_of(ls: float) -> float:                              # S^{-1}(e^ls)
+        hi = mu / 2 + 1.0
+        while _gdp_log_s(hi, mu) > ls:
+            hi *= 2
+        return _crossing(lambda t: _gdp_log_s(t, mu) > ls, 0.0, hi) if ls < 0 else 0.0
+
+    log_norm = math.lgamma(m + 1) - math.lgamma(k) - math.lgamma(r + 1)     # 1 / B(r + 1, k)
+    return t_of(s_large), t_of(s_small), floor + log_norm       # outside: density < e^that on length < 1
+
+
+def log_p_value_gdp(m: int, r: int, u: int, mu: float) -> float:
+    """log P[u or fewer errors in r released guesses of m] under μ-GDP: Xiang et al. 2025 Theorem 2 for
+    f = G_μ (the Gaussian mechanism's trade-off). r = m: Binomial(m, Φ(-μ/2)). r < m: the cut t_c is the
+    (m - r)-th smallest of m draws of t (CDF H, density h), the released r are i.i.d. above it, so
+        P[T <= u] = ∫ f_c(t) BinCDF(u; r, Φ(-μ/2 - t) / S(t)) dt,
+        f_c(t) = m! / ((m-r-1)! r!) H(t)^(m-r-1) S(t)^r h(t),
+    by the trapezoid rule on GDP_NODES nodes (normalized by the same rule's ∫ f_c) where f_c is within
+    GDP_SPAN nats of its mode, plus a bound on the mass outside (~1e-24 or less, counted at BinCDF = 1): an upper
+    bound, as exact as the quadrature wherever p is above that."""
+    _check_counts(m, r, r - u)
+    if mu < 0 or not math.isfinite(mu):
+        raise ValueError(f"need a finite mu >= 0; got {mu}")
+    if u >= r:
+        return 0.0
+    if r == m:
+        le = log_ndtr(-mu / 2)
+        return float(log_binomial_cdf(r, u, le, math.log1p(-math.exp(le)))[0])
+    k = m - r
+    t_lo, t_hi, log_outside = _gdp_cut_range(m, r, mu)
+    t = np.linspace(t_lo, t_hi, GDP_NODES)
+    log_s, log_h, log_g = _gdp_tails(t, mu)
+    log_dens = np.logaddexp(-0.5 * (t - mu / 2) ** 2, -0.5 * (t + mu / 2) ** 2) - _LOG_SQRT_2PI
+    with np.errstate(invalid="ignore"):
+        log_f = (math.lgamma(m + 1) - math.lgamma(k) - math.lgamma(r + 1) + np.where(k > 1, (k - 1) * log_h, 0.0)
+                 + r * log_s + log_dens)
+    log_f = np.where(np.isnan(log_f), -math.inf, log_f) + np.log(np.r_[0.5, np.ones(GDP_NODES - 2), 0.5])
+    log_err = np.minimum(log_g - log_s, math.log(0.5))
+    log_ok = np.log1p(-np.exp(log_err))
+    log_cdf = log_binomial_cdf(r, u, log_err, log_ok)
+    return min(0.0, float(np.logaddexp(_logsumexp(log_f + log_cdf) - _logsumexp(log_f), log_outside)))
+
+
+def mu_lower_bound_gdp(m: int, r: int, v: int, confidence: float = CONFIDENCE) -> float:
+    """The largest μ whose μ-GDP null `log_p_value_gdp` rejects at `confidence` (Xiang et al. 2025's μ-GDP
+    audit; opake-auditing's `gdp()._mu_at`), rounded down to BISECTION_TOL. A statement about μ-GDP alone: the
+    pipeline is not μ-GDP for any smaller μ."""
+    log_level = _log_level(confidence)
+    _check_counts(m, r, v)
+    return _largest_rejected(lambda mu: log_p_value_gdp(m, r, r - v, mu) < log_level,
+                             f"mu (m={m}, r={r}, v={v})")
+
+
+def gdp_log_delta(eps: float, mu: float) -> float:
+    """log δ(ε) of μ-GDP: δ(ε) = Φ(μ/2 - ε/μ) - e^ε Φ(-μ/2 - ε/μ) (Dong, Roth & Su 2022, "Gaussian
+    Differential Privacy", Corollary 2.13; Xiang et al. 2025 convert μ to (ε, δ) with it)."""
+    if mu <= 0:
+        return -math.inf
+    a = log_ndtr(mu / 2 - eps / mu)
+    b = eps + log_ndtr(-mu / 2 - eps / mu)
+    return a + math.log(-math.expm1(min(b - a, 0.0))) if b < a else -math.inf
+
+
+def gdp_epsilon(mu: float, delta: float) -> float:
+    """The ε at which μ-GDP gives δ: the smallest ε with δ(ε) <= δ, by bisection to 1e-10 and rounded down
+    (a lower bound on μ gives a lower bound on this ε, which grows with μ). Needs δ > 0: at δ = 0, μ-GDP with
+    μ > 0 has no finite ε."""
+    if not 0 < delta <= 1:
+        raise ValueError(f"the ε of μ-GDP needs 0 < delta <= 1; got {delta}")
+    target = math.log(delta)
+    if gdp_log_delta(0.0, mu) <= target:
+        return 0.0
+    lo, hi = 0.0, mu * mu + 4 * mu
+    while gdp_log_delta(hi, mu) > target:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1e-10:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if gdp_log_delta(mid, mu) > target else (lo, mid)
     return lo
 
 
@@ -185,10 +427,42 @@ def selection_rule(n_candidates: int, confidence: float) -> str:
             f"{1 - confidence:.3g}/{n_candidates} (Bonferroni): holds at {confidence:.3g} for all of them at once")
 
 
+# The bounds every audit reports, each its own statement at the confidence (never the largest of them): key in
+# `bounds` -> (label, the candidate row's key that is maximized over the candidates, source).
+METHODS = {
+    "steinke2023": ("Steinke 2023", "epsilon_lower_bound",
+                    "Steinke, Nasr & Jagielski 2023, arXiv 2305.08846, Theorem 3.1"),
+    "xiang2025_order_statistics": ("Xiang 2025 order statistics", "epsilon_order_statistics",
+                                   "Xiang, Wang, Xiao, Tian & Wang 2025, arXiv 2509.08704, Theorem 2, f = f_{ε,δ}"),
+    "xiang2025_gdp": ("Xiang 2025 μ-GDP", "mu_gdp",
+                      "Xiang, Wang, Xiao, Tian & Wang 2025, arXiv 2509.08704, Theorem 2, f = G_μ; ε(δ) of μ-GDP by "
+                      "Dong, Roth & Su 2022 Corollary 2.13"),
+}
+
+
+def candidate_bounds(m: int, g: Guesses, delta: float, confidence: float) -> dict:
+    """Every method's bound of one candidate's guesses, each at `confidence`. The ε of μ-GDP is None at δ = 0
+    (μ-GDP with μ > 0 has no finite pure-DP ε; 0 when μ = 0)."""
+    if not g.r:
+        return {"epsilon_lower_bound": 0.0, "epsilon_order_statistics": 0.0, "mu_gdp": 0.0,
+                "epsilon_gdp": 0.0}
+    mu = mu_lower_bound_gdp(m, g.r, g.v, confidence)
+    return {"epsilon_lower_bound": epsilon_lower_bound(m, g.r, g.v, delta, confidence),
+            "epsilon_order_statistics": epsilon_lower_bound_order_statistics(m, g.r, g.v, delta, confidence),
+            "mu_gdp": mu, "epsilon_gdp": gdp_epsilon(mu, delta) if delta > 0 else (None if mu > 0 else 0.0)}
+
+
+def best_of(rows: list[dict], key: str) -> int:
+    """The candidate with the largest `key` (the first on a tie)."""
+    return max(range(len(rows)), key=lambda i: (rows[i][key], -i))
+
+
 def audit_epsilon(ids: Sequence[str], scores: Sequence[float], members: Sequence[int],
                   candidates: Sequence[tuple[int, int]], delta: float, confidence: float = CONFIDENCE) -> dict:
-    """The ε lower bound of one set of canary scores: every candidate (k+, k-) at the Bonferroni level, the
-    largest reported (the first candidate on a tie). Returns m, k+, k-, r, v, the bound, and each candidate's."""
+    """The ε lower bounds of one set of canary scores: every candidate (k+, k-) at the Bonferroni level, the
+    largest of each method reported (the first candidate on a tie). Returns m, k+, k-, r, v and Steinke et al.'s
+    bound (top level, as before), `bounds` (each method's best candidate and bound, labelled), and each
+    candidate's."""
     if not candidates:
         raise ValueError("need at least one candidate (k+, k-)")
     level = (1 - confidence) / len(candidates)
@@ -196,9 +470,18 @@ def audit_epsilon(ids: Sequence[str], scores: Sequence[float], members: Sequence
     rows = []
     for k_plus, k_minus in candidates:
         g = guess(ids, scores, members, k_plus, k_minus)
-        bound = epsilon_lower_bound(m, g.r, g.v, delta, 1 - level) if g.r else 0.0
-        rows.append({"k_plus": g.k_plus, "k_minus": g.k_minus, "r": g.r, "v": g.v, "epsilon_lower_bound": bound})
-    best = max(range(len(rows)), key=lambda i: (rows[i]["epsilon_lower_bound"], -i))
-    return {"m": m, "n_members": int(sum(members)), **rows[best], "delta": delta, "confidence": confidence,
-            "level_per_candidate": level, "rule": selection_rule(len(candidates), confidence),
-            "tie_rule": TIE_RULE, "candidates": rows}
+        rows.append({"k_plus": g.k_plus, "k_minus": g.k_minus, "r": g.r, "v": g.v,
+                     **candidate_bounds(m, g, delta, 1 - level)})
+    bounds = {}
+    for name, (label, key, source) in METHODS.items():
+        row = rows[best_of(rows, key)]
+        bounds[name] = {"label": label, "source": source, **{k: row[k] for k in ("k_plus", "k_minus", "r", "v")}}
+        if name == "xiang2025_gdp":
+            bounds[name] |= {"mu_lower_bound": row["mu_gdp"], "epsilon_lower_bound": row["epsilon_gdp"]}
+        else:
+            bounds[name]["epsilon_lower_bound"] = row[key]
+    best = rows[best_of(rows, "epsilon_lower_bound")]
+    return {"m": m, "n_members": int(sum(members)),
+            **{k: best[k] for k in ("k_plus", "k_minus", "r", "v", "epsilon_lower_bound")}, "delta": delta,
+            "confidence": confidence, "level_per_candidate": level, "rule": selection_rule(len(candidates), confidence),
+            "tie_rule": TIE_RULE, "bounds": bounds, "candidates": rows}

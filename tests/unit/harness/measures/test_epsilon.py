@@ -1,24 +1,41 @@
-"""The one-run ε lower bound (harness.measures.epsilon, Steinke, Nasr & Jagielski 2023): hand-computed cases,
-binomial tails against exact fractions, monotonicity, guesses and their ties, and random scores (a model that
-learnt nothing about membership) giving a bound near 0."""
+"""The one-run ε lower bounds (harness.measures.epsilon): Steinke, Nasr & Jagielski 2023 and Xiang et al. 2025
+(order statistics for (ε, δ)-DP and μ-GDP): hand-computed cases, binomial tails against exact fractions, the
+published output of Xiang et al.'s reference code, Monte Carlo simulations of their ideal auditor, monotonicity,
+the theorems' ordering (μ-GDP <= (ε, δ) order statistics <= Steinke in p-value), guesses and their ties, and
+random scores (a model that learnt nothing about membership) giving bounds near 0. The cross-check against
+opake-auditing is test_epsilon_opake.py (skipped unless it is installed) and benchmarks/crosscheck_epsilon_opake.py."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import shutil
 from fractions import Fraction
+from statistics import NormalDist
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memlens.harness.measures.epsilon import (
     BISECTION_TOL,
+    METHODS,
     audit_epsilon,
     epsilon_lower_bound,
+    epsilon_lower_bound_order_statistics,
+    gdp_epsilon,
+    gdp_log_delta,
     guess,
     guess_counts,
+    log_binomial_cdf,
     log_binomial_tail,
+    log_ndtr,
+    log_p_value,
+    log_p_value_gdp,
+    log_p_value_order_statistics,
+    mu_lower_bound_gdp,
     p_value,
 )
 
@@ -149,7 +166,7 @@ def test_random_scores_give_a_bound_near_zero_and_rarely_above_it():
     """Scores independent of the coins (a model that never saw the canaries): the bound is a valid 95 % statement,
     so it is above 0 on at most ~5 % of draws, and never large."""
     candidates_shares = [[0.05, 0.05], [0.1, 0.1], [0.25, 0.25], [0.5, 0.5]]
-    positive, largest = 0, 0.0
+    positive, largest, xiang_positive, xiang_largest = 0, 0.0, {}, {}
     for seed in range(200):
         rng = random.Random(seed)
         members = [rng.getrandbits(1) for _ in range(200)]
@@ -158,8 +175,171 @@ def test_random_scores_give_a_bound_near_zero_and_rarely_above_it():
         bound = audit_epsilon(ids, scores, members, guess_counts(200, candidates_shares), delta=1e-5)
         positive += bound["epsilon_lower_bound"] > 0
         largest = max(largest, bound["epsilon_lower_bound"])
+        for name, b in bound["bounds"].items():      # each of Xiang et al.'s bounds is a 95 % statement too
+            value = b.get("mu_lower_bound", b["epsilon_lower_bound"])
+            xiang_positive[name] = xiang_positive.get(name, 0) + (value > 0)
+            xiang_largest[name] = max(xiang_largest.get(name, 0.0), b["epsilon_lower_bound"])
     assert positive <= 20, positive          # expected <= 10 of 200 (5 %); 20 is P < 0.002 under Binomial(200, .05)
     assert largest < 1.0, largest
+    assert max(xiang_positive.values()) <= 20, xiang_positive
+    assert xiang_largest["steinke2023"] == largest and xiang_largest["xiang2025_order_statistics"] < 1.0
+    assert xiang_largest["xiang2025_gdp"] < 4.0, xiang_largest     # the ε of μ-GDP at δ = 1e-5 grows ~4x as fast
+
+
+# --- Xiang et al. 2025: order statistics of the released guesses ---------------------------------------------------
+
+ALPHA = 0.05
+
+
+def _sigmoid(x: float) -> float:
+    return 1 / (1 + math.exp(-x))
+
+
+@pytest.mark.parametrize("x,reference", [(-40, -804.60844201375378817), (-30.5, -469.46273732291211439),
+                                         (-29.9, -451.32291245852863447), (-10, -53.231285150512470578),
+                                         (-1, -1.8410216450092635058), (0, -0.69314718055994530942),
+                                         (3, -0.0013508099647481937988), (6, -9.8658764552437573169e-10),
+                                         (9, -1.1285884059538406478e-19)])
+def test_log_ndtr_matches_40_digit_values_in_both_tails(x, reference):
+    # references: mpmath log(ncdf(x)) at 40 digits; the asymptotic series takes over below -30
+    assert log_ndtr(x) == pytest.approx(reference, rel=1e-13, abs=1e-300)
+    if x > -5:                                        # NormalDist.cdf is 0.5 (1 + erf): no lower tail
+        assert math.exp(log_ndtr(x)) == pytest.approx(NormalDist().cdf(x), rel=1e-12)
+
+
+def test_binomial_cdf_matches_exact_fractions():
+    for r, u, q in ((12, 3, Fraction(1, 7)), (30, 29, Fraction(9, 10)), (30, 0, Fraction(1, 2)), (5, 5, Fraction(1, 3))):
+        exact = 1 - _exact_tail(r, u + 1, q)
+        got = math.exp(float(log_binomial_cdf(r, u, math.log(q), math.log(1 - q))[0]))
+        assert got == pytest.approx(float(exact), rel=1e-11)
+    assert log_binomial_cdf(10, 3, [0.0, -math.inf], [-math.inf, 0.0]).tolist() == [-math.inf, 0.0]   # p = 1, 0
+
+
+def test_order_statistics_at_delta_0_is_steinke_and_all_right_has_a_closed_form():
+    """Against pure DP every draw has |L| = ε, so releasing the most confident gains nothing: the p-value is
+    Steinke et al.'s δ = 0 binomial. At δ > 0 with r = m (nothing filtered) Binomial(m, δ) draws are never wrong,
+    so the errors are Binomial(m, (1 - δ) / (1 + e^ε)): all right has P = (1 - (1 - δ) p)^m, and the bound solves
+    it at 0.05: p = (1 - 0.05^(1/m)) / (1 - δ), ε = ln((1 - p) / p)."""
+    for m, r, u in ((40, 20, 0), (100, 100, 3), (300, 120, 17), (7, 7, 7)):
+        for eps in (0.0, 0.7, 3.0):
+            assert log_p_value_order_statistics(m, r, u, eps) == pytest.approx(log_p_value(m, r, r - u, eps), abs=1e-12)
+        assert epsilon_lower_bound_order_statistics(m, r, r - u) == epsilon_lower_bound(m, r, r - u)
+    for m, delta in ((50, 0.01), (200, 1e-3), (1000, 1e-5)):
+        p = (1 - ALPHA ** (1 / m)) / (1 - delta)
+        hand = math.log((1 - p) / p)
+        assert epsilon_lower_bound_order_statistics(m, m, m, delta) == pytest.approx(hand, abs=2 * BISECTION_TOL)
+        for eps, u in ((1.0, 12), (2.5, 0)):                 # the thinning identity, any u
+            thinned = float(log_binomial_cdf(m, u, math.log((1 - delta) * _sigmoid(-eps)),
+                                             math.log1p(-(1 - delta) * _sigmoid(-eps)))[0])
+            assert log_p_value_order_statistics(m, m, u, eps, delta) == pytest.approx(thinned, rel=1e-9)
+
+
+def test_gdp_all_right_with_nothing_filtered_has_a_closed_form():
+    """r = m: each guess is wrong with the Bayes error Φ(-μ/2) of N(0,1) vs N(μ,1), independently, so all m right
+    has P = (1 - Φ(-μ/2))^m and the bound is μ = -2 Φ⁻¹(1 - 0.05^(1/m))."""
+    for m in (20, 40, 100, 1000):
+        hand = -2 * NormalDist().inv_cdf(1 - ALPHA ** (1 / m))
+        assert mu_lower_bound_gdp(m, m, m) == pytest.approx(hand, abs=2 * BISECTION_TOL)
+    assert math.exp(log_p_value_gdp(50, 50, 0, 2.0)) == pytest.approx(NormalDist().cdf(1.0) ** 50, rel=1e-12)
+    assert log_p_value_gdp(50, 30, 30, 2.0) == 0.0 and log_p_value_gdp(50, 0, 0, 2.0) == 0.0
+    # μ = 0 is N(0,1) against itself: every guess a coin flip, filtered or not
+    assert log_p_value_gdp(60, 20, 5, 0.0) == pytest.approx(math.log(1 - _exact_tail(20, 6, Fraction(1, 2))), rel=1e-7)
+
+
+def test_the_epsilon_of_mu_gdp():
+    """δ(ε) = Φ(μ/2 - ε/μ) - e^ε Φ(-μ/2 - ε/μ) (Dong, Roth & Su 2022 Cor. 2.13); at ε = 0 it is the total
+    variation 2Φ(μ/2) - 1. The ε of μ = 0.5, 1, 2 at δ = 1e-5 as Xiang et al.'s reference code prints them."""
+    for mu in (0.3, 1.0, 4.0):
+        assert math.exp(gdp_log_delta(0.0, mu)) == pytest.approx(2 * NormalDist().cdf(mu / 2) - 1, rel=1e-12)
+    for mu, eps in ((0.5, 1.9931), (1.0, 4.3772), (2.0, 9.9973)):
+        got = gdp_epsilon(mu, 1e-5)
+        assert got == pytest.approx(eps, abs=6e-5)
+        assert math.exp(gdp_log_delta(got, mu)) == pytest.approx(1e-5, rel=1e-6)
+    assert gdp_epsilon(0.0, 1e-5) == 0.0 and gdp_epsilon(0.1, 0.5) == 0.0         # δ above the total variation
+    with pytest.raises(ValueError, match="delta"):
+        gdp_epsilon(1.0, 0.0)
+
+
+# Xiang et al.'s reference code (github.com/zihangxiang/tight-privacy-audit-in-one-run at 6359b19), its exact tail
+# P[T <= u] as printed in examples/validate_all_output.txt (6 decimals), and its ε lower bounds at δ = 1e-5, 95 %,
+# for the Gaussian family as printed in compare/RESULTS.txt (4 decimals)
+PUBLISHED_TAILS = [("gdp", 0.8, 2000, 500, 80, 0.011912), ("gdp", 0.8, 2000, 2000, 620, 0.000566),
+                   ("gdp", 0.8, 4000, 1000, 180, 0.053213), ("gdp", 1.5, 2000, 500, 21, 0.155461),
+                   ("gdp", 1.5, 2000, 2000, 407, 0.006767), ("gdp", 1.5, 4000, 1000, 53, 0.520724),
+                   ((1, 1e-3), None, 2000, 500, 107, 0.003232), ((1, 1e-3), None, 2000, 2000, 483, 0.003048),
+                   ((1, 1e-3), None, 4000, 1000, 241, 0.028870), ((2, 1e-2), None, 2000, 500, 45, 0.046397),
+                   ((2, 1e-2), None, 2000, 2000, 212, 0.049904), ((2, 1e-2), None, 4000, 1000, 114, 0.507682)]
+
+
+@pytest.mark.parametrize("null,mu,m,r,u,published", PUBLISHED_TAILS)
+def test_tails_match_the_reference_code_of_xiang_et_al(null, mu, m, r, u, published):
+    if null == "gdp":
+        got = log_p_value_gdp(m, r, u, mu)
+    else:
+        got = log_p_value_order_statistics(m, r, u, *null)
+    assert math.exp(got) == pytest.approx(published, abs=5.1e-7)
+
+
+@pytest.mark.parametrize("m,r,u,published", [(1000, 100, 10, 3.1645), (1000, 1000, 309, 3.6700),
+                                             (1000, 100, 1, 5.9018), (1000, 500, 20, 8.9216),
+                                             (10000, 2500, 364, 4.1371), (1000, 100, 26, 1.1926)])
+def test_gdp_epsilon_bounds_match_the_reference_code_of_xiang_et_al(m, r, u, published):
+    assert gdp_epsilon(mu_lower_bound_gdp(m, r, r - u), 1e-5) == pytest.approx(published, abs=6e-5)
+
+
+def _simulate(m: int, r: int, reps: int, seed: int, pair: str) -> np.ndarray:
+    """Xiang et al.'s ideal auditor, drawn: m fair coins, each through the null's pair, the r draws with the largest
+    |log likelihood ratio| released and guessed by its sign. Returns the errors of each repetition."""
+    rng = np.random.default_rng(seed)
+    bits = rng.integers(0, 2, size=(reps, m))
+    if pair == "gdp":                          # N(0, 1) vs N(1, 1): L = z - 1/2
+        loss = rng.standard_normal((reps, m)) + bits - 0.5
+        wrong = (loss > 0) != (bits == 1)
+    else:                                      # (ε, δ) = (1, 0.02): |L| = inf (never wrong) w.p. δ, else ε
+        atom = rng.random((reps, m)) < 0.02
+        loss = np.where(atom, np.inf, 1.0)
+        wrong = ~atom & (rng.random((reps, m)) < _sigmoid(-1.0))
+    keep = np.argsort(-np.abs(loss) + rng.random((reps, m)) * 1e-9, axis=1)[:, :r]   # ties at random
+    return np.take_along_axis(wrong, keep, axis=1).sum(axis=1)
+
+
+@pytest.mark.parametrize("pair", ["gdp", "eps_delta"])
+def test_tails_match_a_simulation_of_the_ideal_auditor(pair):
+    m, r, reps = 60, 15, 40_000
+    errors = _simulate(m, r, reps, seed=3, pair=pair)
+    for u in (1, 2, 3, 4):
+        exact = math.exp(log_p_value_gdp(m, r, u, 1.0) if pair == "gdp"
+                         else log_p_value_order_statistics(m, r, u, 1.0, 0.02))
+        seen = float(np.mean(errors <= u))
+        assert abs(seen - exact) < 4.5 * math.sqrt(exact * (1 - exact) / reps) + 1e-4, (u, seen, exact)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(r=st.integers(1, 80), data=st.data())
+def test_the_xiang_bounds_are_monotone_and_ordered_as_the_theorems_say(r, data):
+    """More right guesses never lower a bound, δ and confidence never raise one; and, in p-value, the ideal auditor
+    under μ-GDP (which is (ε, δ_μ(ε))-DP) is never more surprising than under (ε, δ_μ(ε))-DP, which Steinke et al.'s
+    theorem covers too: p_GDP(μ) <= p_os(ε, δ_μ(ε)) <= p_Steinke(ε, δ_μ(ε)), and so order statistics >= Steinke."""
+    v = data.draw(st.integers(0, r))
+    m = data.draw(st.integers(r, 3 * r))
+    delta = data.draw(st.sampled_from([1e-6, 1e-4, 1e-2]))
+    eps = epsilon_lower_bound_order_statistics(m, r, v, delta)
+    mu = mu_lower_bound_gdp(m, r, v)
+    if v < r:
+        assert epsilon_lower_bound_order_statistics(m, r, v + 1, delta) >= eps
+        assert mu_lower_bound_gdp(m, r, v + 1) >= mu
+    assert epsilon_lower_bound_order_statistics(m, r, v, 2 * delta) <= eps
+    assert epsilon_lower_bound_order_statistics(m, r, v, delta, confidence=0.99) <= eps
+    assert mu_lower_bound_gdp(m, r, v, confidence=0.99) <= mu
+    assert eps >= epsilon_lower_bound(m, r, v, delta) - BISECTION_TOL
+    assert gdp_epsilon(mu, 1e-3) <= gdp_epsilon(mu, 1e-6) <= gdp_epsilon(mu + 0.1, 1e-6)
+    test_mu, test_eps = data.draw(st.floats(0.05, 4.0)), data.draw(st.floats(0.0, 6.0))
+    d = math.exp(gdp_log_delta(test_eps, test_mu))
+    u = r - v
+    os_ = log_p_value_order_statistics(m, r, u, test_eps, d)
+    # (p-values: the μ-GDP one is floored at its quadrature's omitted mass, ~1e-24, an upper bound)
+    assert math.exp(log_p_value_gdp(m, r, u, test_mu)) <= math.exp(os_) * (1 + 1e-6) + 1e-20
+    assert os_ <= log_p_value(m, r, v, test_eps, d) + 1e-9
 
 
 # --- the audit measure (harness/audit/epsilon.py) on hand-written MIA rows ---------------------------------------
@@ -221,11 +401,44 @@ def test_the_measure_bounds_each_checkpoint_writes_its_summary_and_reports_a_tab
     assert summary["provenance"]["measure"] == "epsilon_one_run" and set(summary["provenance"]["mia_rows"]) == {
         "checkpoint-10/sd_base", "final/sd_base"}
     assert "20/20 right guesses of m=40 -> ε >= 1.823 (δ=0, 95 %)" in said[-1]
+    # Xiang et al. 2025 beside it, labelled: at δ = 0 the order-statistics bound is Steinke's; μ-GDP with all 20 of
+    # the 20 released right (40 canaries): (1 - Φ(-μ/2))^20 averaged over the cut < 0.05; no ε at δ = 0
+    bounds = final["bounds"]
+    assert {k: b["label"] for k, b in bounds.items()} == {k: label for k, (label, _, _) in METHODS.items()} == {
+        "steinke2023": "Steinke 2023", "xiang2025_order_statistics": "Xiang 2025 order statistics",
+        "xiang2025_gdp": "Xiang 2025 μ-GDP"}
+    assert bounds["steinke2023"]["epsilon_lower_bound"] == final["epsilon_lower_bound"]
+    assert bounds["xiang2025_order_statistics"]["epsilon_lower_bound"] == pytest.approx(final["epsilon_lower_bound"],
+                                                                                        abs=2 * BISECTION_TOL)
+    assert bounds["xiang2025_gdp"]["mu_lower_bound"] == mu_lower_bound_gdp(40, 20, 20) > 1.0
+    assert bounds["xiang2025_gdp"]["epsilon_lower_bound"] is None and bounds["xiang2025_gdp"]["r"] == 20
+    assert "by Steinke 2023; ε >= 1.823 by Xiang 2025 order statistics; μ >= 1.301, no ε at δ=0" in said[-1]
     columns, rows = report_rows(world["audit"])
-    assert columns == ["model", "checkpoint", "dataset", "m", "guesses r", "correct v", "ε lower bound", "δ"]
+    assert columns == ["model", "checkpoint", "dataset", "m", "guesses r", "correct v", "ε lower bound (Steinke 2023)",
+                       "ε lower bound (Xiang 2025 order statistics)", "μ lower bound (Xiang 2025 μ-GDP)",
+                       "ε lower bound (Xiang 2025 μ-GDP)", "δ"]
     assert [r["checkpoint"] for r in rows] == ["checkpoint-10", "final"]
-    assert rows[1] | {"ε lower bound": None} == {"model": "FT.1", "checkpoint": "final", "dataset": "sd_base", "m": 40,
-                                                  "guesses r": 20, "correct v": 20, "ε lower bound": None, "δ": 0.0}
+    assert rows[1] == {"model": "FT.1", "checkpoint": "final", "dataset": "sd_base", "m": 40, "guesses r": 20,
+                       "correct v": 20, "ε lower bound (Steinke 2023)": 1.823,
+                       "ε lower bound (Xiang 2025 order statistics)": 1.823, "μ lower bound (Xiang 2025 μ-GDP)": 1.301,
+                       "ε lower bound (Xiang 2025 μ-GDP)": None, "δ": 0.0}
+    # a summary written before the Xiang bounds existed (no `bounds`) reads back as the former table; beside a newer
+    # one its Xiang cells are empty
+    old = tmp_path / "old"
+    (old / "mia" / "FT.3").mkdir(parents=True)
+    (old / "mia" / "FT.3" / "summary.json").write_text("{}")
+    (old / "epsilon" / "FT.3").mkdir(parents=True)
+    bound = {"m": 86, "r": 8, "v": 8, "epsilon_lower_bound": 1.2345, "delta": 1e-05}
+    (old / "epsilon" / "FT.3" / "summary.json").write_text(json.dumps(
+        {"model": "FT.3", "checkpoints": ["final"], "results": {"final": {"sd_base": bound}}}))
+    assert report_rows(old) == (["model", "checkpoint", "dataset", "m", "guesses r", "correct v", "ε lower bound", "δ"],
+                                [{"model": "FT.3", "checkpoint": "final", "dataset": "sd_base", "m": 86, "guesses r": 8,
+                                  "correct v": 8, "ε lower bound": 1.234, "δ": 1e-05}])
+    shutil.copytree(world["audit"] / "epsilon" / "FT.1", old / "epsilon" / "FT.1")
+    shutil.copytree(world["audit"] / "mia" / "FT.1", old / "mia" / "FT.1")
+    columns, mixed = report_rows(old)
+    assert columns[6] == "ε lower bound (Steinke 2023)" and len(mixed) == 3
+    assert mixed[-1]["ε lower bound (Steinke 2023)"] == 1.234 and mixed[-1]["μ lower bound (Xiang 2025 μ-GDP)"] is None
     # a rerun (e.g. after a kill) writes the same results
     before = {k: v for k, v in summary.items() if k != "provenance"}
     audit_epsilon_models(_cfg(tmp_path, epsilon_guesses=[[0.25, 0.25]]), ["FT.1"], log=said.append)
