@@ -219,7 +219,7 @@ def inject(dataset, canaries, *, seed: int = 0, heldout_fraction: float = 0.5, f
     manifest = {
         "manifest_version": MANIFEST_VERSION, "format": fmt, "field": field, "masked": field != TRAINED_FIELD[fmt],
         "seed": seed, "heldout_rule": f"an independent seeded coin per canary, held out with probability "
-                                      f"{heldout_fraction:g}",
+                                      f"{heldout_fraction:g}", "heldout_fraction": heldout_fraction,
         "canaries": [{k: r[k] for k in ("id", "prefix", "target", "suffix", "repeat") if k in r}
                      | ({"group": r["group"]} if "group" in r else {}) | {"positions": sorted(landed[r["id"]])}
                      for r in planted],

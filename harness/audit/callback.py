@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from memlens.harness.audit.epsilon import DEFAULT_GUESSES
 from memlens.harness.audit.mia import audit_mia, collect_summaries
 from memlens.harness.audit.run import AuditState, audit_checkpoint, write_summary
 from memlens.harness.audit.settings import AuditJob, AuditSettings
@@ -68,12 +69,14 @@ from memlens.harness.core.layout import (
     REWARD_RANKING_SUBDIR,
     check_name,
     checkpoint_name,
+    epsilon_dir,
     heldout_dataset,
     mia_dir,
     require_inside,
 )
 from memlens.harness.core.provenance import provenance
 from memlens.harness.core.stats import BOOTSTRAP_N, BOOTSTRAP_SEED
+from memlens.harness.measures.epsilon import audit_epsilon, guess_counts
 from memlens.harness.measures.exposure import exposure_from_losses, exposure_summary
 from memlens.harness.measures.memorization import DEFAULT_K, summarize_rows
 from memlens.harness.measures.mia import TokenFrequency, attack_metrics
@@ -83,9 +86,12 @@ from memlens.harness.model.scorer import CausalLMScorer
 from memlens.harness.model.training import barrier_if_distributed, rng_untouched, trainer_callback_base
 
 CANARIES = "canaries"                   # the dataset name of the planted canaries in the audit's rows
-MEASURES = ("extraction", "mia", "exposure")   # what a causal LM's checkpoint can be scored with
+MEASURES = ("extraction", "mia", "exposure")   # what a causal LM's checkpoint is scored with by default
+OPTIONAL = ("epsilon",)                 # asked for by name: the one-run ε bounds need fair-coin held-out canaries
+FAIR_COIN = 0.5                         # memlens.inject's heldout_fraction the one-run bounds assume
 REWARD = "reward"                       # what a reward model's checkpoint is scored with instead
 CALLBACK_LOG = "callback.jsonl"
+EPSILON_DELTA = 1e-5                    # δ of the callback's ε bounds: conf/audit/default.yaml's epsilon_delta
 REFERENCE_NAME = "the trainer's training rows (token ids)"   # DC-PDD's reference when the user names none
 BASE = "base"                           # control="base": a PEFT model's base, adapters off
 
@@ -123,10 +129,14 @@ class CallbackSettings:
             raise UserError(f"AuditCallback(every={self.every!r}): a positive integer (1: every save)")
         if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 1):
             raise UserError(f"AuditCallback(limit={self.limit!r}): None or a positive integer")
-        bad = [m for m in self.measures if m not in MEASURES]
+        bad = [m for m in self.measures if m not in MEASURES + OPTIONAL]
         if bad or not self.measures:
-            raise UserError(f"AuditCallback(measures={list(self.measures)!r}): a non-empty list of {list(MEASURES)} "
-                            "(a reward model is scored by its ranking instead, automatically)")
+            raise UserError(f"AuditCallback(measures={list(self.measures)!r}): a non-empty list of "
+                            f"{list(MEASURES + OPTIONAL)} (a reward model is scored by its ranking instead, "
+                            "automatically)")
+        if "epsilon" in self.measures and "mia" not in self.measures:
+            raise UserError("AuditCallback(measures=[..., 'epsilon']): the ε bounds rank the canaries by their MIA "
+                            "scores; add 'mia'")
 
 
 def _is_reward_model(model) -> bool:
@@ -258,6 +268,8 @@ class AuditCallback(trainer_callback_base()):
                     record["mia"] = self._mia(checkpoint, name, control_dir)
                 if "exposure" in self.settings.measures:
                     record["exposure"] = self._exposure(checkpoint, name)
+                if "epsilon" in self.settings.measures:
+                    record["epsilon"] = self._epsilon(checkpoint, name)
         record["seconds"] = round(time.perf_counter() - started, 3)
         record["settings"] = asdict(self.settings) | {"audit": self.audit.scoring(),
                                                       "exposure_candidates": self.exposure_candidates}
@@ -301,6 +313,29 @@ class AuditCallback(trainer_callback_base()):
         spans = summary["results"][checkpoint.name][CANARIES]["spans"]
         return {attack: {k: m[k] for k in ("auc", "tpr_at_fpr<1%") if k in m} for attack, m in
                 (spans.get("target") or {}).items()}
+
+    def _epsilon(self, checkpoint: Path, name: str) -> dict:
+        """The one-run ε lower bounds (Steinke et al. 2023; Xiang et al. 2025, harness.measures.epsilon) from this
+        checkpoint's MIA rows: every canary, planted or held out by memlens.inject's fair coin, ranked by the LOSS
+        attack on the target, with the audit's default guess counts and δ. Refused (the record says why) when the
+        manifest's held-out coin was not fair."""
+        fraction = self.manifest.get("heldout_fraction")
+        if fraction != FAIR_COIN:
+            return {"skipped": f"the manifest's held-out rule is {self.manifest.get('heldout_rule')!r}: the one-run "
+                               f"bound needs each canary held out by a fair coin (memlens.inject(..., "
+                               f"heldout_fraction={FAIR_COIN}), the default)"}
+        rows = read_jsonl(mia_dir(self.audit_dir, name) / checkpoint.name / f"{CANARIES}.jsonl")
+        scores = [r["score"]["target"]["loss"] for r in rows]
+        bound = audit_epsilon([str(r["id"]) for r in rows], scores, [int(r["member"]) for r in rows],
+                              guess_counts(len(rows), DEFAULT_GUESSES), EPSILON_DELTA)
+        path = epsilon_dir(self.audit_dir, name) / "summary.json"      # the layout `memlens audit` writes
+        record = read_json(path) if path.is_file() else {"model": name, "results": {}}
+        record["results"][checkpoint.name] = {CANARIES: bound}
+        record["checkpoints"] = sorted(record["results"], key=lambda c: int(c.rsplit("-", 1)[-1]))
+        record.update(attack="loss", span="target", provenance=provenance(datasets=self._dataset_hash(),
+                                                                          measure="epsilon_one_run"))
+        atomic_write_json(path, record)
+        return {"m": bound["m"], "bounds": bound["bounds"]}
 
     def _exposure(self, checkpoint: Path, name: str) -> dict:
         """Each planted canary's exposure among the candidate pool of held-out targets, and each pooled held-out
@@ -388,6 +423,9 @@ def _headline(record: dict) -> dict[str, str]:
     exposure = record.get("exposure") or {}
     if "planted" in exposure and exposure["planted"]["mean"] is not None:
         out["exposure planted/held out"] = f"{exposure['planted']['mean']:.2f}/{exposure['heldout']['mean']:.2f} bits"
+    for b in ((record.get("epsilon") or {}).get("bounds") or {}).values():
+        if b.get("epsilon_lower_bound") is not None:
+            out[f"ε >= ({b['label']})"] = f"{b['epsilon_lower_bound']:.2f}"
     if (record.get(REWARD) or {}).get("auc"):
         out["reward AUC"] = f"{record[REWARD]['auc']['value']:.2f}"
     return out

@@ -44,9 +44,10 @@ def common_args(out: Path, **extra) -> dict:
 
 
 def train_with_callback(kind: str, base_dir: Path, out: Path, callbacks: list, peft=False, loss_type=None,
-                        audit: bool = True):
+                        audit: bool = True, canaries: list[dict] | None = None, **callback_kwargs):
     """Build and train the TRL trainer `kind` on a dataset of its format with the canaries planted, the AuditCallback
-    attached (unless `audit` is false) before `callbacks`; returns (the trainer, the manifest)."""
+    attached (unless `audit` is false, with `callback_kwargs`) before `callbacks`; returns (the trainer, the
+    manifest)."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
@@ -55,8 +56,10 @@ def train_with_callback(kind: str, base_dir: Path, out: Path, callbacks: list, p
     tok = AutoTokenizer.from_pretrained(base_dir)
     fmt = {"sft": "prompt_completion", "dpo": "preference", "kto": "unpaired", "reward": "preference",
            "grpo": "prompt_only", "rloo": "prompt_only"}[kind]
-    train, manifest = memlens.inject(Dataset.from_list(rows_of(fmt)), CANARIES, seed=1, rl_prompts=fmt == "prompt_only")
-    cbs = [memlens.AuditCallback(manifest, control="base" if peft else base_dir, out_dir=out, **SMALL)] if audit else []
+    train, manifest = memlens.inject(Dataset.from_list(rows_of(fmt)), canaries or CANARIES, seed=1,
+                                     rl_prompts=fmt == "prompt_only")
+    cbs = [memlens.AuditCallback(manifest, control="base" if peft else base_dir, out_dir=out,
+                                 **{**SMALL, **callback_kwargs})] if audit else []
     model_cls = AutoModelForSequenceClassification if kind == "reward" else AutoModelForCausalLM
     model = model_cls.from_pretrained(base_dir, **({"num_labels": 1} if kind == "reward" else {}))
     data = dict(model=model, processing_class=tok, train_dataset=train, callbacks=[*cbs, *callbacks])

@@ -63,6 +63,34 @@ def test_every_saved_checkpoint_of_a_trl_trainer_is_scored(kind, loss_type, base
     assert sorted(summary) == sorted(log)
 
 
+def test_with_enough_canaries_every_attack_and_the_one_run_bounds_are_scored(base_dir, tmp_path):
+    """24 canaries, held out by fair coins: each side has its three prefix shots and more, so ReCaLL and Con-ReCall
+    score as well; `measures=[..., "epsilon"]` ranks all 24 by their LOSS scores, shots included, into the three
+    labelled one-run bounds, written where `memlens audit` writes them, and the report renders them."""
+    from memlens.harness.measures.mia import ATTACKS
+    from tests.integration.callback_helpers import CANARIES as SIX
+
+    canaries = [{**SIX[i % 6], "id": f"k{i}", "target": SIX[i % 6]["target"].replace("sk-", f"sk{i}-")}
+                for i in range(24)]
+    _, manifest = train_with_callback("sft", base_dir, tmp_path, [], canaries=canaries,
+                                      measures=("extraction", "mia", "epsilon"))
+    assert manifest["heldout_fraction"] == 0.5 and len(manifest["canaries"]) >= 5 <= len(manifest["heldout"])
+    log = _log(tmp_path)
+    last = log[f"checkpoint-{STEPS}"]
+    assert set(last["mia"]) == set(ATTACKS), sorted(set(ATTACKS) - set(last["mia"]))
+    assert "sequence_loss" not in log["checkpoint-1"]["mia"]
+    bounds = last["epsilon"]["bounds"]
+    assert last["epsilon"]["m"] == 24 and set(bounds) == {"steinke2023", "xiang2025_order_statistics", "xiang2025_gdp"}
+    assert all(b["epsilon_lower_bound"] is None or b["epsilon_lower_bound"] >= 0 for b in bounds.values())
+    record = read_json(tmp_path / "audit" / "epsilon" / "model" / "summary.json")
+    assert record["checkpoints"] == ["checkpoint-1", "checkpoint-2"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "memlens", "report", f"run_dir={tmp_path}"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Xiang 2025 order statistics" in (tmp_path / "report" / "report.md").read_text()
+
+
 def test_the_callback_run_renders_as_a_report_and_prompts_as_trained(base_dir, tmp_path):
     train_with_callback("sft", base_dir, tmp_path, [])
     rows = read_jsonl(tmp_path / "audit" / "model" / "checkpoint-2" / "canaries.jsonl")
