@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -105,7 +106,8 @@ def test_the_callback_run_renders_as_a_report_and_prompts_as_trained(base_dir, t
     assert "| model | checkpoint-2 | canaries |" in report and "canaries_heldout" in report
     assert "Memorization over training" in report
     assert "Exposure of the canaries over training" in report and "| model | checkpoint-2 |" in report
-    assert "| model | canaries | target | LOSS |" in report     # MIA at the last checkpoint (no 'final' here)
+    # MIA at the last checkpoint (no 'final' here), attacks ranked by AUC
+    assert re.search(r"\| model \| canaries \| target \| \d+ \| LOSS \|", report)
 
 
 def test_a_reward_model_is_scored_by_its_ranking_of_planted_over_heldout(base_dir, tmp_path):
