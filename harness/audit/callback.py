@@ -83,7 +83,12 @@ from memlens.harness.measures.mia import TokenFrequency, attack_metrics
 from memlens.harness.model.load import ADAPTER_CONFIG, has_weights, model_sentinels
 from memlens.harness.model.rewards import score_texts
 from memlens.harness.model.scorer import CausalLMScorer
-from memlens.harness.model.training import barrier_if_distributed, rng_untouched, trainer_callback_base
+from memlens.harness.model.training import (
+    barrier_if_distributed,
+    log_to_trackers,
+    rng_untouched,
+    trainer_callback_base,
+)
 
 CANARIES = "canaries"                   # the dataset name of the planted canaries in the audit's rows
 MEASURES = ("extraction", "mia", "exposure")   # what a causal LM's checkpoint is scored with by default
@@ -216,12 +221,23 @@ class AuditCallback(trainer_callback_base()):
                             "trainer's own tokenized training data")
         self.reference: TokenFrequency | list[str] | None = list(reference) if reference is not None else None
         self.log = log
+        self.trainer = None              # set by attach(): the trainer whose log() reaches its trackers
         self.saves = 0
         self.scored = 0
 
     @property
     def audit_dir(self) -> Path:
         return self.out_dir / "audit"
+
+    def attach(self, trainer) -> AuditCallback:
+        """Add this callback to `trainer` and log every scored checkpoint's figures through the trainer's own `log()`
+        (`memlens/...` keys at the checkpoint's step), so each `report_to` integration (TensorBoard, W&B, MLflow,
+        trackio) receives them beside the loss. A callback cannot reach the trackers itself: the trainer passes
+        callbacks no handle to them, and editing `logs` in `on_log` comes after the reporting callbacks ran."""
+        if self not in trainer.callback_handler.callbacks:
+            trainer.add_callback(self)
+        self.trainer = trainer
+        return self
 
     def on_train_begin(self, args, state, control, **kwargs):
         if self.reference is None:
@@ -274,6 +290,8 @@ class AuditCallback(trainer_callback_base()):
         record["settings"] = asdict(self.settings) | {"audit": self.audit.scoring(),
                                                       "exposure_candidates": self.exposure_candidates}
         RowStore(self.audit_dir / CALLBACK_LOG, key="checkpoint").append([record])
+        if self.trainer is not None and "deferred" not in record:
+            log_to_trackers(self.trainer, tracker_metrics(record))
         self.log(f"[memlens] {name}/{checkpoint.name}: scored in {record['seconds']:.1f} s"
                  + "".join(f"; {k} {v}" for k, v in _headline(record).items()))
         return record
@@ -297,6 +315,9 @@ class AuditCallback(trainer_callback_base()):
             rows = RowStore(self.audit_dir / name / label / f"{dataset}.jsonl", key="id").rows()
             out[dataset] = {k: v for k, v in summarize_rows(rows).items() if k in ("n_scored", "n_memorized", "rate",
                                                                                    "ci95")}
+            scored = [r for r in rows if r["excluded"] is None]
+            out[dataset]["control_rate"] = (sum(r["control_ned"] <= self.audit.k for r in scored) / len(scored)
+                                            if scored else None)     # the control within k: the target is guessable
         write_summary(self.audit_dir, provenance(datasets=self._dataset_hash(),
                                                  audit=asdict(self.audit), control_dir=str(control_dir),
                                                  examples=str(self.planted), writer="memlens.AuditCallback"))
@@ -412,6 +433,34 @@ class AuditCallback(trainer_callback_base()):
 def exposure_dir(audit_dir: Path, model_name: str) -> Path:
     """<audit dir>/exposure/<model>/, proven to lie inside the audit dir (the model name becomes a path part)."""
     return require_inside(Path(audit_dir) / CANARY_EXPOSURE_SUBDIR / model_name, audit_dir, "AuditCallback(model_name)")
+
+
+def tracker_metrics(record: dict) -> dict[str, float]:
+    """A scored checkpoint's figures under `memlens/` keys, as the trainer's trackers receive them: extraction rates
+    (planted, held out) and the control's rate, each attack's AUC and TPR at FPR < 1 % (only where that FPR exists at
+    this many held-out canaries), the planted canaries' mean exposure in bits, a reward model's ranking AUC, and the
+    one-run ε bounds."""
+    out: dict[str, float] = {}
+    extraction = record.get("extraction") or {}
+    for dataset, key in ((CANARIES, "extraction_rate"), (heldout_dataset(CANARIES), "extraction_rate_heldout")):
+        if (extraction.get(dataset) or {}).get("rate") is not None:
+            out[f"memlens/{key}"] = extraction[dataset]["rate"]
+    if (extraction.get(CANARIES) or {}).get("control_rate") is not None:
+        out["memlens/control_rate"] = extraction[CANARIES]["control_rate"]
+    for attack, m in (record.get("mia") or {}).items():
+        out[f"memlens/mia/{attack}/auc"] = m["auc"]["value"]
+        tpr = m.get("tpr_at_fpr<1%") or {}
+        if tpr.get("measurable"):
+            out[f"memlens/mia/{attack}/tpr_at_1pct_fpr"] = tpr["value"]
+    planted = (record.get("exposure") or {}).get("planted") or {}
+    if planted.get("mean") is not None:
+        out["memlens/exposure_bits"] = planted["mean"]
+    if ((record.get(REWARD) or {}).get("auc") or {}).get("value") is not None:
+        out["memlens/reward_auc"] = record[REWARD]["auc"]["value"]
+    for key, b in ((record.get("epsilon") or {}).get("bounds") or {}).items():
+        if b.get("epsilon_lower_bound") is not None:
+            out[f"memlens/epsilon/{key}"] = b["epsilon_lower_bound"]
+    return out
 
 
 def _headline(record: dict) -> dict[str, str]:

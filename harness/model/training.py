@@ -39,3 +39,13 @@ def barrier_if_distributed() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
+
+
+def log_to_trackers(trainer, metrics: dict[str, float]) -> None:
+    """transformers.Trainer.log on `trainer` (its step, its callback handler: every report_to integration). The
+    base class's, not a TRL trainer's override, which would also flush the training metrics it is averaging into
+    this row and so change what the next loss row averages."""
+    from transformers import Trainer  # heavy: the model layer loads transformers on first use
+
+    if metrics:
+        Trainer.log(trainer, dict(metrics))

@@ -44,10 +44,12 @@ def common_args(out: Path, **extra) -> dict:
 
 
 def train_with_callback(kind: str, base_dir: Path, out: Path, callbacks: list, peft=False, loss_type=None,
-                        audit: bool = True, canaries: list[dict] | None = None, **callback_kwargs):
+                        audit: bool = True, canaries: list[dict] | None = None, tensorboard: Path | None = None,
+                        **callback_kwargs):
     """Build and train the TRL trainer `kind` on a dataset of its format with the canaries planted, the AuditCallback
     attached (unless `audit` is false, with `callback_kwargs`) before `callbacks`; returns (the trainer, the
-    manifest)."""
+    manifest). With `tensorboard` (a folder), the trainer reports to TensorBoard there and the callback is attached
+    with `AuditCallback.attach(trainer)`, which logs its figures through the trainer."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
@@ -69,8 +71,11 @@ def train_with_callback(kind: str, base_dir: Path, out: Path, callbacks: list, p
         data["peft_config"] = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     import trl
 
+    if tensorboard is not None:
+        data["callbacks"] = list(callbacks)             # attached below, through attach()
     if kind == "sft":
-        trainer = trl.SFTTrainer(args=trl.SFTConfig(**common_args(out)), **data)
+        extra = {"report_to": ["tensorboard"]} if tensorboard is not None else {}
+        trainer = trl.SFTTrainer(args=trl.SFTConfig(**{**common_args(out), **extra}), **data)
     elif kind == "dpo":
         trainer = trl.DPOTrainer(args=trl.DPOConfig(**common_args(out, loss_type=[loss_type])), **data)
     elif kind == "kto":
@@ -82,6 +87,8 @@ def train_with_callback(kind: str, base_dir: Path, out: Path, callbacks: list, p
         config = (trl.GRPOConfig if kind == "grpo" else trl.RLOOConfig)(
             **common_args(out, num_generations=2, max_completion_length=6))
         trainer = (trl.GRPOTrainer if kind == "grpo" else trl.RLOOTrainer)(reward_funcs=[reward], args=config, **data)
+    if tensorboard is not None:
+        cbs[0].attach(trainer)
     with torch_threads(1):
         trainer.train()
     return trainer, manifest

@@ -243,3 +243,30 @@ def test_under_ddp_the_main_process_scores_and_the_rows_equal_a_single_process_s
             ddp_rows = read_jsonl(tmp_path / "ddp" / "audit" / "model" / f"checkpoint-{step}" / f"{dataset}.jsonl")
             one = read_jsonl(tmp_path / "single" / "audit" / "model" / f"checkpoint-{step}" / f"{dataset}.jsonl")
             assert sorted(ddp_rows, key=lambda r: r["id"]) == sorted(one, key=lambda r: r["id"])
+
+
+def test_the_audit_reaches_tensorboard_beside_the_loss_at_each_checkpoints_step(base_dir, tmp_path, monkeypatch):
+    """`AuditCallback.attach(trainer)` logs each scored checkpoint through the trainer's own log(): TensorBoard's event
+    files (read back with tensorboard's own reader) hold memlens/ scalars at steps 1 and 2, equal to callback.jsonl's
+    figures, beside the trainer's loss, and the trainer's loss rows are still one per step."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from memlens.harness.audit.callback import tracker_metrics
+
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))    # transformers 5: where TensorBoard writes
+    trainer, _ = train_with_callback("sft", base_dir, tmp_path, [], tensorboard=tmp_path / "tb")
+    audit = next(c for c in trainer.callback_handler.callbacks if type(c).__name__ == "AuditCallback")
+    assert audit.trainer is trainer
+    events = EventAccumulator(str(tmp_path / "tb")).Reload()
+    tags = events.Tags()["scalars"]
+    # transformers' TensorBoard integration files every training-time row under train/, beside the loss
+    assert {"train/loss", "train/memlens/extraction_rate", "train/memlens/mia/loss/auc"} <= set(tags), tags
+    checked = 0
+    for checkpoint, record in _log(tmp_path).items():
+        step = int(checkpoint.split("-")[1])
+        for key, value in tracker_metrics(record).items():
+            logged = {e.step: e.value for e in events.Scalars(f"train/{key}")}
+            assert logged[step] == pytest.approx(value, abs=1e-6), (key, step)
+            checked += 1
+    assert checked >= 2 * 8
+    assert [r["step"] for r in trainer.state.log_history if "loss" in r] == [1, 2]
