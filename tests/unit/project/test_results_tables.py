@@ -86,7 +86,8 @@ def test_results_md_marks_every_recorded_findings_table():
     """Each findings table of docs/results.md sits in a marked block the command can rebuild."""
     text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
     blocks = _module().GENERATED.findall(text)
-    assert len(blocks) == 15                  # + the discoverable and epsilon tables, the formal-language study, seeds 0-2' RL
+    assert len(blocks) == 17                  # + the discoverable and epsilon tables, the formal-language study, seeds 0-2' RL,
+    #                                           the newer attacks against LOSS and M1-M4 over seeds
     outside = _module().GENERATED.sub("", text)
     assert "| id | finding | paper | this run |" not in outside and "| id | paper | seed 0 |" not in outside
 
@@ -171,3 +172,24 @@ def test_a_registered_measures_table_reads_what_the_audit_wrote(tmp_path):
         qs.table_for(["--measure", "ned", "runs/q"], tmp_path)
     with pytest.raises(SystemExit, match=r"the audit holds no discoverable results"):
         qs.table_for(["--measure", "discoverable", "runs/q"], tmp_path)
+
+
+def test_attacks_table_sets_the_best_newer_attack_and_the_sequence_against_their_baselines(tmp_path):
+    """`--attacks RUN ...`: per run and model (sd_base, target span), LOSS's AUC, the newer attack with the highest AUC
+    with its paired gain over LOSS, and the best sequence attack against the best single-checkpoint attack."""
+    def row(attack, label, auc, gain=None):
+        return {"model": "IPO", "dataset": "sd_base", "span": "target", "attack": attack, "attack_label": label,
+                "auc": auc, "auc_vs_loss": gain, "auc_vs_loss_ci95": None if gain is None else [gain - 0.1, gain + 0.1],
+                "n_members": 40, "n_nonmembers": 40}
+    rows = [row("loss", "LOSS", 0.6), row("zlib", "zlib", 0.9, 0.3), row("recall", "ReCaLL", 0.7, 0.1),
+            row("ez_mia", "EZ-MIA", 0.65, 0.05), {**row("recall", "ReCaLL", 0.99, 0.2), "span": "program"}]
+    sequence = [{"model": "IPO", "dataset": "sd_base", "span": "target", "attack": "sequence_loss",
+                 "attack_label": "sequence (LOSS)", "auc": 0.62, "best_single": "zlib", "best_single_auc": 0.9,
+                 "gain": -0.28, "gain_ci95": [-0.4, -0.1]}]
+    (tmp_path / "runs" / "a" / "report").mkdir(parents=True)
+    (tmp_path / "runs" / "a" / "report" / "summary.json").write_text(json.dumps(
+        {"membership_inference": rows, "membership_inference_sequence": sequence}))
+    table = _module().table_for(["--attacks", "runs/a"], tmp_path)
+    # zlib is a classic attack: the best *newer* one is ReCaLL (the program span's row is not read)
+    assert ("| a | IPO | 0.60 | ReCaLL (0.70) | +0.10 [+0.00, +0.20] | sequence (LOSS) (0.62) vs zlib (0.90) | "
+            "-0.28 [-0.40, -0.10] | 40 / 40 |") in table
