@@ -14,12 +14,12 @@ here imports torch.
 
 __version__ = "0.2.0"
 
-__all__ = ["AuditCallback", "__version__", "inject"]
+__all__ = ["AuditCallback", "__version__", "inject", "preflight"]
 
 
 def __getattr__(name: str):
-    """`memlens.inject` (synthetic_data/inject.py) and `memlens.AuditCallback` (harness/audit/callback.py), imported
-    on first use: `import memlens` stays light."""
+    """`memlens.inject` (synthetic_data/inject.py), `memlens.AuditCallback` (harness/audit/callback.py) and
+    `memlens.preflight` (harness/audit/preflight.py), imported on first use: `import memlens` stays light."""
     if name == "inject":
         from memlens.synthetic_data.inject import inject
 
@@ -28,4 +28,8 @@ def __getattr__(name: str):
         from memlens.harness.audit.callback import AuditCallback
 
         return AuditCallback
+    if name == "preflight":
+        from memlens.harness.audit.preflight import preflight
+
+        return preflight
     raise AttributeError(f"module 'memlens' has no attribute {name!r}")

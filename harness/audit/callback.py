@@ -52,6 +52,8 @@ from typing import Any
 
 from memlens.harness.audit.epsilon import DEFAULT_GUESSES
 from memlens.harness.audit.mia import audit_mia, collect_summaries
+from memlens.harness.audit.preflight import check_survival, dataloader_parts
+from memlens.harness.audit.preflight import report as report_survival
 from memlens.harness.audit.run import AuditState, audit_checkpoint, write_summary
 from memlens.harness.audit.settings import AuditJob, AuditSettings
 from memlens.harness.core.errors import UserError
@@ -93,6 +95,7 @@ from memlens.harness.model.training import (
 CANARIES = "canaries"                   # the dataset name of the planted canaries in the audit's rows
 MEASURES = ("extraction", "mia", "exposure")   # what a causal LM's checkpoint is scored with by default
 OPTIONAL = ("epsilon",)                 # asked for by name: the one-run ε bounds need fair-coin held-out canaries
+PREFLIGHT_MODES = ("raise", "warn", "off")   # a planted copy that gets no loss: refuse to train, say so, or skip
 FAIR_COIN = 0.5                         # memlens.inject's heldout_fraction the one-run bounds assume
 REWARD = "reward"                       # what a reward model's checkpoint is scored with instead
 CALLBACK_LOG = "callback.jsonl"
@@ -197,7 +200,7 @@ class AuditCallback(trainer_callback_base()):
                  prompt_format: str | None = None, k: float = DEFAULT_K, max_new_tokens: int = 64,
                  target_tokens: int = 64, min_target_tokens: int = 10, batch_size: int = 16, device: str = "auto",
                  exposure_candidates: int = 32, reference: Sequence[str] | None = None,
-                 log: Callable[[str], None] = print):
+                 preflight: str = "raise", log: Callable[[str], None] = print):
         self.out_dir = require_creatable_dir("AuditCallback(out_dir)", Path(out_dir))
         self.settings = CallbackSettings(every, limit, tuple(measures), prompt_format)
         self.manifest, self.planted, self.heldout = _manifest_files(manifest, self.out_dir)
@@ -220,6 +223,10 @@ class AuditCallback(trainer_callback_base()):
                             "on, none of them a canary) whose token frequencies calibrate DC-PDD; None: the "
                             "trainer's own tokenized training data")
         self.reference: TokenFrequency | list[str] | None = list(reference) if reference is not None else None
+        if preflight not in PREFLIGHT_MODES:
+            raise UserError(f"AuditCallback(preflight={preflight!r}): one of {', '.join(PREFLIGHT_MODES)} (raise: refuse "
+                            "to train when a planted copy gets no loss; warn: say so and train; off: no check)")
+        self.preflight = preflight
         self.log = log
         self.trainer = None              # set by attach(): the trainer whose log() reaches its trackers
         self.saves = 0
@@ -240,6 +247,11 @@ class AuditCallback(trainer_callback_base()):
         return self
 
     def on_train_begin(self, args, state, control, **kwargs):
+        if self.preflight != "off" and state.is_world_process_zero and not state.global_step:
+            dataset, collator = dataloader_parts(kwargs.get("train_dataloader"))
+            if dataset is not None and collator is not None:
+                report_survival(check_survival(args, dataset, collator, kwargs.get("processing_class"), self.manifest),
+                                self.model_name or Path(args.output_dir).name, self.log, self.preflight == "raise")
         if self.reference is None:
             self.reference = training_token_frequency(kwargs.get("train_dataloader"), kwargs.get("processing_class"))
         return control

@@ -1,0 +1,229 @@
+"""Canary survival pre-flight: before step 1, does every planted copy of every canary reach the loss?
+
+A canary that gets no loss cannot be memorized, and the "0 memorized" that follows would read as a finding. It
+happens silently when the copy sits on a masked side (completion-only or assistant-only loss), when `max_length`
+truncation cuts its target, when packing splits it, or when the tokenizer merges its first characters with the text
+before it. This reads the trainer's *processed* training rows through the trainer's own data collator — the ids and
+the loss mask the trainer will use — never the raw rows:
+
+    trained families (SFT, DPO, CPO, ORPO, KTO, reward):  the target's token ids, tokenized alone, must occur
+        contiguously in the collated row of each planted copy (the chosen / desirable side: the collator's first row),
+        every one of them under the loss (`labels` != -100, or `completion_mask` == 1)
+    prompt-only families (GRPO, RLOO):  the prompt of each planted copy must carry the canary's prefix whole, within
+        `max_prompt_length` tokens; the audit then measures what the policy writes
+
+Where rows no longer map to copies (packing merged them, or the trainer dropped the rows truncation left with no
+loss), every processed row is read and each canary's whole copies are counted, a copy counting only inside one
+packed sequence.
+
+`memlens.preflight(trainer, manifest)` runs it on its own; `memlens.AuditCallback` runs it at `on_train_begin` and
+refuses to train (`preflight="raise"`, the default) with the fix, or warns (`"warn"`), or skips it (`"off"`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.injected import read_manifest
+
+SURVIVES = "survives"
+MASKED = "masked"                 # present, but no loss on (some of) its tokens
+TRUNCATED = "truncated"           # cut by max_length
+MERGED = "merged"                 # the tokenizer joined its first characters with the text before it
+SPLIT = "split by packing"
+NO_PREFIX = "prefix missing"      # a prompt-only row that does not carry the canary's prefix whole
+FIXES = {
+    MASKED: "move the canary to the trained side (memlens.inject's default field), or pass allow_masked=True where "
+            "your trainer does compute the loss there",
+    TRUNCATED: "raise max_length (or max_prompt_length / max_completion_length), or shorten the canary's prefix",
+    MERGED: "end the canary's prefix at a token boundary (a newline or a space moved into the target)",
+    SPLIT: "turn packing off (packing=False), or raise max_length so a packed sequence holds each copy whole",
+    NO_PREFIX: "raise max_prompt_length, or shorten the canary's prefix",
+}
+
+
+@dataclass
+class CanarySurvival:
+    """One canary's planted copies: how many reach the loss, and why the others do not."""
+
+    id: str
+    copies: int
+    survived: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.survived == self.copies
+
+
+def _ids(value) -> list[int]:
+    return [int(x) for x in (value.tolist() if hasattr(value, "tolist") else value)]
+
+
+def _find(haystack: Sequence[int], needle: Sequence[int]) -> list[int]:
+    """Start positions of `needle` as a contiguous run in `haystack`."""
+    n = len(needle)
+    return [i for i in range(len(haystack) - n + 1) if list(haystack[i:i + n]) == list(needle)] if n else []
+
+
+def _collated(collator, row: dict) -> tuple[list[int], list[bool]]:
+    """(ids, under-the-loss flags) of one processed row as the trainer's collator makes them; the first row of the
+    batch is the chosen / desirable side for the preference collators."""
+    batch = collator([row])
+    ids = _ids(batch["input_ids"][0])
+    if "labels" in batch:
+        mask = [int(x) != -100 for x in _ids(batch["labels"][0])]
+    elif "completion_mask" in batch:
+        mask = [bool(x) for x in _ids(batch["completion_mask"][0])]
+    elif "attention_mask" in batch:          # a reward model reads the whole sequence: present is enough
+        mask = [bool(x) for x in _ids(batch["attention_mask"][0])]
+    else:
+        raise UserError(f"preflight: the data collator gives {sorted(batch)}, none of labels, completion_mask or "
+                        "attention_mask; cannot tell which tokens the loss reads (pass preflight='off' to skip)")
+    return ids, mask
+
+
+def _verdict(ids: list[int], mask: list[bool], target_ids: list[int], target: str, tokenizer) -> str:
+    """SURVIVES when the target's own tokens occur whole under the loss; MASKED when they occur but not under it;
+    MERGED when its characters are there in other tokens; else TRUNCATED (inject put it in the raw row, so a target
+    absent from the processed one was cut)."""
+    starts = _find(ids, target_ids)
+    if any(all(mask[s:s + len(target_ids)]) for s in starts):
+        return SURVIVES
+    if starts:
+        return MASKED
+    return MERGED if target in tokenizer.decode(ids) else TRUNCATED
+
+
+def _segments(row: dict, n: int) -> list[tuple[int, int]]:
+    """(start, end) of each packed sequence of a row (`seq_lengths`), or the whole row."""
+    bounds, start = [], 0
+    for length in row.get("seq_lengths") or [n]:
+        bounds.append((start, start + int(length)))
+        start += int(length)
+    return bounds
+
+
+def _scan(dataset, collator, tokenizer, canaries: list[dict], packed: bool) -> list[CanarySurvival]:
+    """Whole copies of each canary found anywhere in the processed rows, where rows no longer map to copies (packing
+    merged them, or the trainer dropped rows that truncation left with no loss): a copy counts inside one packed
+    sequence only, with every target token under the loss. Copies not found at all were cut: by packing, or by
+    truncation (with the rows it emptied)."""
+    wanted = {c["id"]: _ids(tokenizer(c["target"], add_special_tokens=False)["input_ids"]) for c in canaries}
+    counts = {c["id"]: {SURVIVES: 0, MASKED: 0, MERGED: 0} for c in canaries}
+    for row in dataset:
+        ids, mask = _collated(collator, row)
+        bounds = _segments(row, len(ids))
+        text = None
+        for c in canaries:
+            target_ids = wanted[c["id"]]
+            starts = [s for s in _find(ids, target_ids) if any(a <= s and s + len(target_ids) <= b for a, b in bounds)]
+            whole = sum(all(mask[s:s + len(target_ids)]) for s in starts)
+            counts[c["id"]][SURVIVES] += whole
+            counts[c["id"]][MASKED] += len(starts) - whole
+            if not starts:
+                text = tokenizer.decode(ids) if text is None else text
+                counts[c["id"]][MERGED] += text.count(c["target"])
+    out = []
+    for c in canaries:
+        copies = len(c.get("positions") or [])
+        s = CanarySurvival(c["id"], copies, min(counts[c["id"]][SURVIVES], copies))
+        left = copies - s.survived
+        for reason in (MASKED, MERGED):
+            n = min(left, counts[c["id"]][reason])
+            if n:
+                s.reasons[reason], left = n, left - n
+        if left:
+            s.reasons[SPLIT if packed else TRUNCATED] = left
+        out.append(s)
+    return out
+
+
+def _prompt_only(dataset, tokenizer, canaries: list[dict], max_prompt_length: int | None) -> list[CanarySurvival]:
+    out = []
+    for c in canaries:
+        s = CanarySurvival(c["id"], len(c.get("positions") or []))
+        for position in c.get("positions") or []:
+            prompt = dataset[position]["prompt"]
+            text = prompt if isinstance(prompt, str) else "\n".join(m.get("content", "") for m in prompt)
+            length = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+            if c["prefix"] not in text or (max_prompt_length is not None and length > max_prompt_length):
+                s.reasons[NO_PREFIX] = s.reasons.get(NO_PREFIX, 0) + 1
+            else:
+                s.survived += 1
+        out.append(s)
+    return out
+
+
+def check_survival(args, dataset, collator, tokenizer, manifest) -> list[CanarySurvival]:
+    """Every planted canary's survival in the trainer's processed rows (this module's docstring)."""
+    manifest = read_manifest(manifest)
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)          # a processor wraps its tokenizer
+    canaries = manifest["canaries"]
+    columns = set(getattr(dataset, "column_names", None) or [])
+    if not any(c.endswith("input_ids") or c.endswith("_ids") for c in columns):
+        return _prompt_only(dataset, tokenizer, canaries, getattr(args, "max_prompt_length", None))
+    packed = bool(getattr(args, "packing", False))
+    if packed or len(dataset) != (manifest.get("dataset") or {}).get("rows_after", len(dataset)):
+        return _scan(dataset, collator, tokenizer, canaries, packed)
+    out = []
+    for c in canaries:
+        target_ids = _ids(tokenizer(c["target"], add_special_tokens=False)["input_ids"])
+        s = CanarySurvival(c["id"], len(c.get("positions") or []))
+        for position in c.get("positions") or []:
+            ids, mask = _collated(collator, dataset[position])
+            verdict = _verdict(ids, mask, target_ids, c["target"], tokenizer)
+            if verdict == SURVIVES:
+                s.survived += 1
+            else:
+                s.reasons[verdict] = s.reasons.get(verdict, 0) + 1
+        out.append(s)
+    return out
+
+
+def survival_table(results: list[CanarySurvival], trainer_name: str) -> str:
+    """The pre-flight's table, one row per canary."""
+    lines = [f"[memlens] pre-flight ({trainer_name}): planted copies whose target reaches the loss",
+             f"  {'canary':<24} {'copies':>6} {'survive':>7}  why not"]
+    for s in results:
+        why = ", ".join(f"{n} {reason}" for reason, n in sorted(s.reasons.items())) or "–"
+        lines.append(f"  {s.id:<24} {s.copies:>6} {s.survived:>7}  {why}")
+    return "\n".join(lines)
+
+
+def refusal(results: list[CanarySurvival]) -> str | None:
+    """The error a failed pre-flight raises (None when every copy survives): the canaries, why, and each fix."""
+    failed = [s for s in results if not s.ok]
+    if not failed:
+        return None
+    reasons = sorted({r for s in failed for r in s.reasons})
+    return (f"pre-flight: {len(failed)} of {len(results)} planted canaries have copies that get no loss, so the audit "
+            f"would read their non-memorization as a finding ({', '.join(s.id for s in failed[:5])}"
+            f"{', ...' if len(failed) > 5 else ''}). " + " ".join(f"{r}: {FIXES[r]}." for r in reasons)
+            + " To train anyway, pass preflight='warn' (or 'off') to memlens.AuditCallback.")
+
+
+def preflight(trainer, manifest, log=print, raise_on_failure: bool = True) -> list[CanarySurvival]:
+    """Check, before training, that every planted copy of the manifest's canaries reaches `trainer`'s loss; print the
+    table and raise (UserError, with the fix) when one does not, unless `raise_on_failure` is false."""
+    results = check_survival(trainer.args, trainer.train_dataset, trainer.data_collator,
+                             trainer.processing_class, manifest)
+    return report(results, type(trainer).__name__, log, raise_on_failure)
+
+
+def report(results: list[CanarySurvival], trainer_name: str, log, raise_on_failure: bool) -> list[CanarySurvival]:
+    log(survival_table(results, trainer_name))
+    why = refusal(results)
+    if why and raise_on_failure:
+        raise UserError(why)
+    if why:
+        log(f"[memlens] warning: {why}")
+    return results
+
+
+def dataloader_parts(dataloader) -> tuple[Any, Any]:
+    """(processed dataset, collator) of a trainer's train dataloader, as `on_train_begin` receives it."""
+    return getattr(dataloader, "dataset", None), getattr(dataloader, "collate_fn", None)
