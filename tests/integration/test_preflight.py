@@ -124,3 +124,26 @@ def test_the_copies_it_flags_are_the_ones_training_does_not_learn(base_dir, tmp_
     learnt = {cid for cid, d in drop.items() if d > 0.5 * max(drop.values())}
     assert learnt == {c["id"] for c in SHORT} and flagged == {c["id"] for c in LONG}, drop
     assert SURVIVES  # the verdict name the table prints for the others
+
+
+def test_a_preference_trainer_is_read_on_its_chosen_side(base_dir, tmp_path):
+    """DPO: the chosen side is under the loss (completion_mask), the prompt is not; a canary planted in the prompt is
+    caught, one planted in chosen survives, and truncation by max_length is caught there too."""
+    import trl
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import memlens
+
+    def dpo(field=None, **config):
+        train, manifest = memlens.inject(Dataset.from_list(rows_of("preference")), SHORT + LONG, seed=0,
+                                         heldout_fraction=0.0, field=field, allow_masked=field is not None)
+        trainer = trl.DPOTrainer(model=AutoModelForCausalLM.from_pretrained(base_dir),
+                                 args=trl.DPOConfig(**{**common_args(tmp_path), **config}), train_dataset=train,
+                                 processing_class=AutoTokenizer.from_pretrained(base_dir))
+        return _by_id(preflight(trainer, manifest, log=lambda _: None, raise_on_failure=False))
+
+    assert all(r.ok for r in dpo().values())
+    assert all(r.reasons == {MASKED: 2} for r in dpo(field="prompt").values())
+    cut = dpo(max_length=48)
+    assert {cid for cid, r in cut.items() if not r.ok} == {c["id"] for c in LONG}
