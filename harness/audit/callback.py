@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import random
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -87,6 +88,7 @@ from memlens.harness.model.rewards import score_texts
 from memlens.harness.model.scorer import CausalLMScorer
 from memlens.harness.model.training import (
     barrier_if_distributed,
+    exportable_state_base,
     log_to_trackers,
     rng_untouched,
     trainer_callback_base,
@@ -99,6 +101,7 @@ PREFLIGHT_MODES = ("raise", "warn", "off")   # a planted copy that gets no loss:
 FAIR_COIN = 0.5                         # memlens.inject's heldout_fraction the one-run bounds assume
 REWARD = "reward"                       # what a reward model's checkpoint is scored with instead
 CALLBACK_LOG = "callback.jsonl"
+_ATTACHED: dict[str, Any] = {}          # out_dir -> weak reference to the trainer attach() was given
 EPSILON_DELTA = 1e-5                    # δ of the callback's ε bounds: conf/audit/default.yaml's epsilon_delta
 REFERENCE_NAME = "the trainer's training rows (token ids)"   # DC-PDD's reference when the user names none
 BASE = "base"                           # control="base": a PEFT model's base, adapters off
@@ -190,7 +193,7 @@ def training_token_frequency(dataloader, tokenizer, max_rows: int = 20_000) -> T
 
 
 # ------------------------------------------------------------------------------------------------ the callback
-class AuditCallback(trainer_callback_base()):
+class AuditCallback(trainer_callback_base(), exportable_state_base()):
     """Score each checkpoint a transformers Trainer (SFT, DPO-family, KTO, reward, GRPO, RLOO trainers of TRL)
     saves: k-approximate counterfactual extraction against `control` and membership inference, or a reward
     model's ranking of planted vs held-out canaries. See this module's docstring for the layout."""
@@ -203,6 +206,15 @@ class AuditCallback(trainer_callback_base()):
                  preflight: str = "raise", log: Callable[[str], None] = print):
         self.out_dir = require_creatable_dir("AuditCallback(out_dir)", Path(out_dir))
         self.settings = CallbackSettings(every, limit, tuple(measures), prompt_format)
+        # What `state()` saves with each checkpoint, so a resumed trainer rebuilds this callback as it was (the
+        # manifest from the copy under out_dir; `reference` only as the user's texts, never a computed table).
+        self._init_args = {"manifest": str(self.out_dir / CANARIES / "manifest.json"), "control": str(control),
+                           "out_dir": str(self.out_dir), "every": every, "limit": limit, "measures": list(measures),
+                           "model_name": model_name, "prompt_format": prompt_format, "k": k,
+                           "max_new_tokens": max_new_tokens, "target_tokens": target_tokens,
+                           "min_target_tokens": min_target_tokens, "batch_size": batch_size, "device": device,
+                           "exposure_candidates": exposure_candidates, "preflight": preflight,
+                           "reference": list(reference) if reference is not None else None}
         self.manifest, self.planted, self.heldout = _manifest_files(manifest, self.out_dir)
         if str(control) != BASE and not has_weights(control):
             raise UserError(f"AuditCallback(control={str(control)!r}): not a model directory with *.safetensors "
@@ -228,7 +240,8 @@ class AuditCallback(trainer_callback_base()):
                             "to train when a planted copy gets no loss; warn: say so and train; off: no check)")
         self.preflight = preflight
         self.log = log
-        self.trainer = None              # set by attach(): the trainer whose log() reaches its trackers
+        link = _ATTACHED.get(str(self.out_dir.resolve()))
+        self.trainer = link() if link is not None else None   # attach(): the trainer whose log() reaches its trackers
         self.saves = 0
         self.scored = 0
 
@@ -244,9 +257,25 @@ class AuditCallback(trainer_callback_base()):
         if self not in trainer.callback_handler.callbacks:
             trainer.add_callback(self)
         self.trainer = trainer
+        _ATTACHED[str(self.out_dir.resolve())] = weakref.ref(trainer)   # a callback restored on resume finds it
         return self
 
+    def state(self) -> dict:
+        """transformers' ExportableState: saved in every checkpoint's trainer_state.json; on
+        `train(resume_from_checkpoint=...)` with `restore_callback_states_from_checkpoint=True` the trainer rebuilds
+        the callback from it (its arguments; the trainer link through attach()). The counters are then recounted
+        from callback.jsonl and the save schedule (`on_train_begin`), with or without that flag, and no scored
+        checkpoint is scored again."""
+        return {"args": dict(self._init_args), "attributes": {"saves": self.saves, "scored": self.scored}}
+
     def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step:                        # resumed: count what was done, from what is on disk
+            # trainer_state.json is written before a save's on_save runs, so a restored state lags that save by one;
+            # callback.jsonl and the save schedule are exact.
+            self.scored = len(self._scored())
+            steps = args.save_steps if str(getattr(args, "save_strategy", "steps")).endswith("steps") else 0
+            self.saves = (int(state.global_step // steps) if steps and steps >= 1
+                          else max(self.saves + 1, self.scored * self.settings.every))
         if self.preflight != "off" and state.is_world_process_zero and not state.global_step:
             dataset, collator = dataloader_parts(kwargs.get("train_dataloader"))
             if dataset is not None and collator is not None:
@@ -256,11 +285,16 @@ class AuditCallback(trainer_callback_base()):
             self.reference = training_token_frequency(kwargs.get("train_dataloader"), kwargs.get("processing_class"))
         return control
 
+    def _scored(self) -> set[str]:
+        """The checkpoints callback.jsonl already holds (a resumed run scores none of them again)."""
+        path = self.audit_dir / CALLBACK_LOG
+        return {r["checkpoint"] for r in RowStore(path, key="checkpoint").rows()} if path.is_file() else set()
+
     def on_save(self, args, state, control, **kwargs):
         self.saves += 1
         due = self.saves % self.settings.every == 0 and (self.settings.limit is None
                                                          or self.scored < self.settings.limit)
-        if not due:
+        if not due or checkpoint_name(state.global_step) in self._scored():
             return control
         self.scored += 1
         if state.is_world_process_zero:

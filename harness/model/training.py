@@ -17,6 +17,14 @@ def trainer_callback_base() -> type:
     return TrainerCallback
 
 
+def exportable_state_base() -> type:
+    """transformers' `ExportableState`: a callback whose `state()` the trainer saves in each checkpoint's
+    trainer_state.json and restores on `train(resume_from_checkpoint=...)`."""
+    from transformers.trainer_callback import ExportableState  # heavy: as trainer_callback_base
+
+    return ExportableState
+
+
 @contextlib.contextmanager
 def rng_untouched():
     """Python's, NumPy's and torch's random generators (every CUDA device's too) restored after the block: work done

@@ -270,3 +270,63 @@ def test_the_audit_reaches_tensorboard_beside_the_loss_at_each_checkpoints_step(
             checked += 1
     assert checked >= 2 * 8
     assert [r["step"] for r in trainer.state.log_history if "loss" in r] == [1, 2]
+
+
+KILLED_RUN = r"""
+import os, signal, sys
+from pathlib import Path
+import trl
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+import memlens
+from tests.integration.callback_helpers import CANARIES, SMALL, common_args, rows_of
+
+base, out, resume, restore = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "resume", sys.argv[4] == "restore"
+train, manifest = memlens.inject(Dataset.from_list(rows_of("prompt_completion")), CANARIES, seed=1)
+
+class KillAfterScoring(TrainerCallback):          # runs after the audit's on_save: checkpoint-2 is scored, then kill
+    def on_save(self, args, state, control, **kwargs):
+        if state.global_step == 2 and not resume:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+audit = memlens.AuditCallback(manifest, control=base, out_dir=out, **SMALL)
+args = trl.SFTConfig(**{**common_args(out, restore_callback_states_from_checkpoint=restore), "max_steps": 3})
+trainer = trl.SFTTrainer(model=AutoModelForCausalLM.from_pretrained(base), args=args, train_dataset=train,
+                         processing_class=AutoTokenizer.from_pretrained(base))
+audit.attach(trainer)
+trainer.add_callback(KillAfterScoring())
+trainer.train(resume_from_checkpoint=True if resume else None)
+restored = next(c for c in trainer.callback_handler.callbacks if type(c).__name__ == "AuditCallback")
+print("COUNTERS", restored.saves, restored.scored, restored is not audit, restored.trainer is trainer)
+"""
+
+
+@pytest.mark.parametrize("restore", [True, False])
+def test_a_killed_and_resumed_run_audits_each_checkpoint_exactly_once(base_dir, tmp_path, restore):
+    """SIGKILL right after checkpoint-2 is scored; `train(resume_from_checkpoint=True)` in a new process continues:
+    checkpoint-3 is scored, 1 and 2 are not scored again, the MIA summary holds all three, and the counters are
+    right whether the trainer restores the callback's ExportableState (restore_callback_states_from_checkpoint) or
+    the callback recovers them from callback.jsonl."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    script = tmp_path / "run.py"
+    script.write_text(KILLED_RUN)
+    mode = "restore" if restore else "plain"
+    killed = subprocess.run([sys.executable, str(script), str(base_dir), str(tmp_path / "out"), "first", mode],
+                            env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert [r["checkpoint"] for r in read_jsonl(tmp_path / "out" / "audit" / "callback.jsonl")] == [
+        "checkpoint-1", "checkpoint-2"]
+    state = json.loads((tmp_path / "out" / "model" / "checkpoint-2" / "trainer_state.json").read_text())
+    # the trainer writes trainer_state.json before this save's callbacks run: the state one save behind
+    assert state["stateful_callbacks"]["AuditCallback"]["attributes"] == {"saves": 1, "scored": 1}
+    assert state["stateful_callbacks"]["AuditCallback"]["args"]["out_dir"] == str(tmp_path / "out")
+    resumed = subprocess.run([sys.executable, str(script), str(base_dir), str(tmp_path / "out"), "resume", mode],
+                             env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    log = [r["checkpoint"] for r in read_jsonl(tmp_path / "out" / "audit" / "callback.jsonl")]
+    assert log == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
+    mia = read_json(tmp_path / "out" / "audit" / "mia" / "model" / "summary.json")
+    assert mia["checkpoints"] == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
+    counters = next(line for line in resumed.stdout.splitlines() if line.startswith("COUNTERS")).split()[1:]
+    assert counters[:2] == ["3", "3"] and counters[3] == "True"        # the trainer link survives a restore
+    assert counters[2] == str(restore)                                 # restored: a new instance, rebuilt from state
