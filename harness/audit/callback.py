@@ -68,6 +68,7 @@ from memlens.harness.core.io import (
     require_creatable_dir,
 )
 from memlens.harness.core.layout import (
+    CANARIES,
     CANARY_EXPOSURE_SUBDIR,
     REWARD_RANKING_SUBDIR,
     check_name,
@@ -94,7 +95,6 @@ from memlens.harness.model.training import (
     trainer_callback_base,
 )
 
-CANARIES = "canaries"                   # the dataset name of the planted canaries in the audit's rows
 MEASURES = ("extraction", "mia", "exposure")   # what a causal LM's checkpoint is scored with by default
 OPTIONAL = ("epsilon",)                 # asked for by name: the one-run ε bounds need fair-coin held-out canaries
 PREFLIGHT_MODES = ("raise", "warn", "off")   # a planted copy that gets no loss: refuse to train, say so, or skip

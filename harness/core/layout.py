@@ -115,6 +115,7 @@ def data_dir(run_dir: str | Path, dataset: str) -> Path:
 MIA_SUBDIR = "mia"                       # <audit dir>/mia/<model>/<checkpoint>/<dataset>.jsonl + summaries
 MIA_SUMMARY = "summary.json"
 DISCOVERABLE_SUBDIR = "discoverable"     # <audit dir>/discoverable/<model>/<checkpoint>/<dataset>.jsonl + summary
+CANARIES = "canaries"   # memlens.AuditCallback: the planted canaries' dataset name, and <out_dir>/canaries/ (manifest)
 CANARY_EXPOSURE_SUBDIR = "exposure"      # <audit dir>/exposure/<model>/<checkpoint>.jsonl + summary (the training callback)
 REWARD_RANKING_SUBDIR = "reward"         # <audit dir>/reward/<model>/summary.json (the training callback, a reward model)
 EPSILON_SUBDIR = "epsilon"               # <audit dir>/epsilon/<model>/summary.json (harness/audit/epsilon.py)

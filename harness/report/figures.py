@@ -127,6 +127,22 @@ def over_training_plot(model: str, per_dataset: dict[str, list[dict]], path: Pat
     return save_figure(fig, path)
 
 
+def runs_over_training_plot(series: dict[str, list[dict]], dataset: str, path: Path) -> Path | None:
+    """Several runs' memorization rate on one dataset against training step, one line each (the paper's comparison
+    across the user's own trainers), with 95 % Wilson intervals."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, entries in series.items():
+        steps = [e for e in entries if e["checkpoint"] != "final"]
+        ys = [e["rate"] for e in steps]
+        ax.errorbar([checkpoint_step(e["checkpoint"]) for e in steps], [100 * (y or 0) for y in ys],
+                    yerr=_error_bars(ys, [e.get("ci95") for e in steps]), marker="o", capsize=3, label=label)
+    ax.set(title=f"{dataset}: memorization over training, by run", xlabel="training step (checkpoint)",
+           ylabel="memorization rate (%), 95 % CI")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7)
+    return save_figure(fig, path)
+
+
 def reward_scores_plot(scores: dict[str, dict[int, list[float]]], dataset: str, path: Path) -> Path | None:
     """Fig. 2: reward-score distributions by label for each reward model."""
     fig, axes = plt.subplots(1, len(scores), figsize=(4 * len(scores), 3.4), squeeze=False)

@@ -242,7 +242,9 @@ def _render(cfg, rcfg) -> int:
     # The report leads with what the run concluded (`lead`: the findings, then the comparison figure); `blocks`
     # holds the evidence and details after it, in the order a reader checks a conclusion. The sections run in
     # this order (summary.json keeps it): the training section adds to `evidence`, which the findings read.
-    blocks = S.rates_section(finals) + S.breakdown_section(grouped, entries, fig_dir, summary)
+    mia = _mia(audits)
+    blocks = S.runs_section(runs, entries, mia, fig_dir, summary)
+    blocks += S.rates_section(finals) + S.breakdown_section(grouped, entries, fig_dir, summary)
     evidence = _run_evidence(runs, prov, audits)
     blocks += S.training_section(evidence, runs, fig_dir, summary)
     blocks += S.persistence_section(grouped, prov, k, fig_dir, summary)
@@ -250,7 +252,6 @@ def _render(cfg, rcfg) -> int:
     blocks += S.sweep_section(entries, fig_dir, summary)
     blocks += S.over_training_section(entries, fig_dir)
     blocks += S.loss_section(audits, fig_dir, summary)
-    mia = _mia(audits)
     blocks += S.mia_section(mia, entries, fig_dir, summary)
     blocks += S.utility_section(runs, audits, summary)
     blocks += S.discoverable_section(audits, fig_dir)

@@ -13,7 +13,13 @@ from pathlib import Path
 
 from memlens.harness.audit.measures import MEASURES
 from memlens.harness.core.io import read_jsonl
-from memlens.harness.core.layout import CANARY_EXPOSURE_SUBDIR, REWARD_RANKING_SUBDIR, models_dir
+from memlens.harness.core.layout import (
+    CANARIES,
+    CANARY_EXPOSURE_SUBDIR,
+    REWARD_RANKING_SUBDIR,
+    heldout_dataset,
+    models_dir,
+)
 from memlens.harness.core.objectives import PREFERENCE_STAGE
 from memlens.harness.core.stats import (
     MIA_FPRS,
@@ -23,7 +29,7 @@ from memlens.harness.core.stats import (
     reward_score_stats,
     wilson_interval,
 )
-from memlens.harness.measures.mia import ATTACKS, attack_label
+from memlens.harness.measures.mia import ATTACKS, attack_label, best_attack
 from memlens.harness.measures.utility import load_utility
 from memlens.harness.report import analyses as A
 from memlens.harness.report import figures as F
@@ -411,6 +417,56 @@ def mia_section(mia: dict, entries: list[dict], fig_dir: Path, summary: dict) ->
         summary["membership_inference_sequence"] = sequence
     if tiers:
         summary["membership_inference_by_repeat"] = tiers
+    return blocks
+
+
+def _manifest_ids(run: Path) -> frozenset:
+    """The canary ids a callback run planted and held out (its canaries/manifest.json), or none."""
+    path = run / CANARIES / "manifest.json"
+    if not path.is_file():
+        return frozenset()
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    return frozenset(c["id"] for c in (manifest.get("canaries") or []) + (manifest.get("heldout") or []))
+
+
+def runs_section(runs: list[Path], entries: list[dict], mia: dict, fig_dir: Path, summary: dict) -> list[Block]:
+    """Several runs side by side (`report.runs=[...]`), as paper 003 compares stages, for the user's own trainers
+    (e.g. SFT against DPO against GRPO on one manifest): each model's extraction rate with its interval at its last
+    checkpoint, held out beside it, the best MIA attack's AUC there, and every run's rate over steps on one axis."""
+    if len(runs) < 2:
+        return []
+    datasets = sorted({e["dataset"] for e in entries if not e["dataset"].endswith("_heldout")})
+    rows, figures = [], []
+    for dataset in datasets:
+        series = {}
+        for model in sorted({e["model"] for e in entries if e["dataset"] == dataset}):
+            curve = A.over_training(entries, model, dataset)
+            last = curve[-1]
+            held = A.over_training(entries, model, heldout_dataset(dataset))
+            best = best_attack(A.mia_entry(mia, model, dataset) or {})
+            rows.append({"model": model, "dataset": dataset, "checkpoint": last["checkpoint"], "rate": last["rate"],
+                         "ci95": last.get("ci95"), "n_scored": last.get("n_scored"),
+                         "heldout_rate": held[-1]["rate"] if held else None,
+                         "best_attack": attack_label(best[0]) if best else None,
+                         "auc": best[1]["auc"]["value"] if best else None,
+                         "auc_ci95": best[1]["auc"]["ci95"] if best else None})
+            series[model] = curve
+        path = F.runs_over_training_plot(series, dataset, fig_dir / f"runs_{_slug(dataset)}.png")
+        figures.append(Image(path, f"{dataset}: memorization over training, every run on one axis"))
+    manifests = {run.name: _manifest_ids(run) for run in runs}
+    same = len({ids for ids in manifests.values() if ids}) <= 1
+    note = ("Every callback run planted and held out the same canaries." if same and any(manifests.values()) else
+            "The runs did not plant the same canaries (their canaries/manifest.json differ): their rates are of "
+            "different secrets, so compare them with care." if not same else
+            "The runs are compared on the datasets each audited.")
+    blocks = [Heading(2, "Runs compared"),
+              Paragraph(f"{len(runs)} runs ({', '.join(r.name for r in runs)}): each model's memorization rate with its "
+                        "95 % Wilson interval and n at its last checkpoint, the held-out twins' rate beside it, and the "
+                        f"best membership attack's AUC there (picked per row: optimistic). {note}"),
+              *figures,
+              table(rows, ["model", "dataset", "checkpoint", "rate", "ci95", "n_scored", "heldout_rate", "best_attack",
+                           "auc", "auc_ci95"])]
+    summary["runs_compared"] = {"runs": [str(r) for r in runs], "same_canaries": same, "rows": rows}
     return blocks
 
 

@@ -330,3 +330,24 @@ def test_a_killed_and_resumed_run_audits_each_checkpoint_exactly_once(base_dir, 
     counters = next(line for line in resumed.stdout.splitlines() if line.startswith("COUNTERS")).split()[1:]
     assert counters[:2] == ["3", "3"] and counters[3] == "True"        # the trainer link survives a restore
     assert counters[2] == str(restore)                                 # restored: a new instance, rebuilt from state
+
+
+def test_the_report_compares_several_callback_runs_on_one_manifest(base_dir, tmp_path):
+    """An SFT and a DPO run on the same canaries, each audited by the callback: `memlens report run_dir=<sft>
+    report.runs=[<dpo>]` draws both runs' rates over steps on one axis and tables each run's last checkpoint, its
+    interval and n, the held-out rate and the best MIA attack's AUC, and says the canaries are the same."""
+    for kind in ("sft", "dpo"):
+        train_with_callback(kind, base_dir, tmp_path / kind, [], loss_type="sigmoid" if kind == "dpo" else None)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "memlens", "report", f"run_dir={tmp_path / 'sft'}",
+                           f"report.runs=[{tmp_path / 'dpo'}]"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = read_json(tmp_path / "sft" / "report" / "summary.json")["runs_compared"]
+    assert summary["same_canaries"] is True
+    rows = {r["model"]: r for r in summary["rows"] if r["dataset"] == "canaries"}
+    assert set(rows) == {"sft:model", "dpo:model"}
+    for r in rows.values():
+        assert r["checkpoint"] == f"checkpoint-{STEPS}" and r["n_scored"] and r["ci95"][0] <= r["rate"] <= r["ci95"][1]
+        assert r["best_attack"] and 0 <= r["auc"] <= 1
+    assert (tmp_path / "sft" / "report" / "figures" / "runs_canaries.png").is_file()
+    assert "## Runs compared" in (tmp_path / "sft" / "report" / "report.md").read_text()
