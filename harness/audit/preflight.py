@@ -73,6 +73,9 @@ def _collated(collator, row: dict) -> tuple[list[int], list[bool]]:
     """(ids, under-the-loss flags) of one processed row as the trainer's collator makes them; the first row of the
     batch is the chosen / desirable side for the preference collators."""
     batch = collator([row])
+    if "chosen_input_ids" in batch:          # CPO / ORPO (trl.experimental): prompt + chosen, labels -100 on the prompt
+        ids = _ids(batch["chosen_input_ids"][0])
+        return ids, [int(x) != -100 for x in _ids(batch["chosen_labels"][0])]
     ids = _ids(batch["input_ids"][0])
     if "labels" in batch:
         mask = [int(x) != -100 for x in _ids(batch["labels"][0])]

@@ -57,7 +57,8 @@ def train_with_callback(kind: str, base_dir: Path, out: Path, callbacks: list, p
 
     tok = AutoTokenizer.from_pretrained(base_dir)
     fmt = {"sft": "prompt_completion", "dpo": "preference", "kto": "unpaired", "reward": "preference",
-           "grpo": "prompt_only", "rloo": "prompt_only"}[kind]
+           "cpo": "preference", "orpo": "preference", "grpo": "prompt_only", "rloo": "prompt_only",
+           "online_dpo": "prompt_only"}[kind]
     train, manifest = memlens.inject(Dataset.from_list(rows_of(fmt)), canaries or CANARIES, seed=1,
                                      rl_prompts=fmt == "prompt_only")
     cbs = [memlens.AuditCallback(manifest, control="base" if peft else base_dir, out_dir=out,
@@ -82,6 +83,18 @@ def train_with_callback(kind: str, base_dir: Path, out: Path, callbacks: list, p
         trainer = trl.KTOTrainer(args=trl.KTOConfig(**common_args(out)), **data)
     elif kind == "reward":
         trainer = trl.RewardTrainer(args=trl.RewardConfig(**common_args(out)), **data)
+    elif kind in ("cpo", "orpo"):                       # trl.experimental: SimPO/CPO and ORPO
+        from trl.experimental.cpo import CPOConfig, CPOTrainer
+        from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+
+        config, trainer_cls = (CPOConfig, CPOTrainer) if kind == "cpo" else (ORPOConfig, ORPOTrainer)
+        trainer = trainer_cls(args=config(**common_args(out)), **data)
+    elif kind == "online_dpo":                         # trl.experimental: pairs generated online, judged by a reward
+        from trl.experimental.online_dpo import OnlineDPOConfig, OnlineDPOTrainer
+
+        reward = lambda completions, **_: [float(len(c)) for c in completions]   # noqa: E731
+        trainer = OnlineDPOTrainer(reward_funcs=[reward], args=OnlineDPOConfig(
+            **common_args(out, max_new_tokens=6)), **data)
     else:
         reward = lambda completions, **_: [float(len(c)) for c in completions]   # noqa: E731
         config = (trl.GRPOConfig if kind == "grpo" else trl.RLOOConfig)(

@@ -34,7 +34,8 @@ def _log(out: Path) -> dict[str, dict]:
 
 
 @pytest.mark.parametrize("kind,loss_type", [("sft", None), ("dpo", "sigmoid"), ("dpo", "ipo"), ("kto", None),
-                                            ("grpo", None), ("rloo", None)])
+                                            ("cpo", None), ("orpo", None), ("grpo", None), ("rloo", None),
+                                            ("online_dpo", None)])
 def test_every_saved_checkpoint_of_a_trl_trainer_is_scored(kind, loss_type, base_dir, tmp_path):
     _, manifest = train_with_callback(kind, base_dir, tmp_path, [], loss_type=loss_type)
     planted, heldout = len(manifest["canaries"]), len(manifest["heldout"])
@@ -126,12 +127,14 @@ def test_a_reward_model_is_scored_by_its_ranking_of_planted_over_heldout(base_di
         assert entry["n_members"] + entry["n_nonmembers"] == len(CANARIES)
 
 
-def test_peft_control_base_scores_against_the_base_with_adapters_off(base_dir, tmp_path):
-    train_with_callback("sft", base_dir, tmp_path, [], peft=True)
+@pytest.mark.parametrize("kind", ["sft", "dpo", "kto", "orpo", "grpo"])   # one per family of objective
+def test_peft_control_base_scores_against_the_base_with_adapters_off(kind, base_dir, tmp_path):
+    train_with_callback(kind, base_dir, tmp_path, [], peft=True, loss_type="sigmoid" if kind == "dpo" else None)
     log = _log(tmp_path)
     assert sorted(log) == ["checkpoint-1", "checkpoint-2"]
     for record in log.values():
         assert record["control"]["dir"] == str(base_dir) and "weaker" in record["control"]["kind"]
+        assert set(record["mia"]) >= {"loss", "reference"}                 # the base with adapters off: a control
     assert (tmp_path / "model" / "checkpoint-1" / "adapter_config.json").is_file()   # scored from the adapter alone
 
 
