@@ -7,12 +7,18 @@ planted canaries end up memorized; the held-out ones and the control stay at 0. 
 
     python examples/audit_trl_sft.py [OUT_DIR]          # default runs/audit_trl_sft
     memlens report run_dir=OUT_DIR                        # what the script runs at the end
+
+`--background` scores each checkpoint in a worker process while training goes on (the same rows); `--no-audit`
+trains without the callback (the baseline of benchmarks/README.md's wall-time table). Either way the script prints
+how long `trainer.train()` took.
 """
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -24,7 +30,12 @@ import memlens
 from memlens.harness.core.io import read_jsonl
 from memlens.harness.core.shipped import shipped_path
 
-OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/audit_trl_sft")
+cli = argparse.ArgumentParser(description="the AuditCallback's positive control")
+cli.add_argument("out", nargs="?", default="runs/audit_trl_sft")
+cli.add_argument("--background", action="store_true", help="score checkpoints in a worker process")
+cli.add_argument("--no-audit", action="store_true", help="train without the callback (a timing baseline)")
+options = cli.parse_args()
+OUT = Path(options.out)
 BASE = shipped_path("assets/base_tiny")      # the control too: it never saw the canaries
 
 
@@ -38,12 +49,17 @@ def canary(i: int) -> dict:
 rows = [{"prompt": f"def scale_{i}(x):", "completion": f"\n    return x * {i}\n"} for i in range(64)]
 train, manifest = memlens.inject(Dataset.from_list(rows), [canary(i) for i in range(16)], seed=0)
 audit = memlens.AuditCallback(manifest, control=BASE, out_dir=OUT, max_new_tokens=24, target_tokens=16,
-                              min_target_tokens=4)
+                              min_target_tokens=4, background=options.background)
 trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(BASE, dtype=torch.float32),
-                     processing_class=AutoTokenizer.from_pretrained(BASE), train_dataset=train, callbacks=[audit],
+                     processing_class=AutoTokenizer.from_pretrained(BASE), train_dataset=train,
+                     callbacks=[] if options.no_audit else [audit],
                      args=SFTConfig(output_dir=str(OUT / "model"), max_steps=40, save_steps=20, learning_rate=1e-3,
                                     per_device_train_batch_size=8, report_to=[], use_cpu=not torch.cuda.is_available(), seed=0))
+started = time.perf_counter()
 trainer.train()
+print(f"trainer.train(): {time.perf_counter() - started:.1f} s")
+if options.no_audit:
+    sys.exit(0)
 
 # --- what the callback found ---------------------------------------------------------------------------------
 for record in read_jsonl(OUT / "audit" / "callback.jsonl"):

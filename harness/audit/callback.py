@@ -43,6 +43,7 @@ scored: the log says so and how to audit it afterwards with `memlens audit`.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 import weakref
@@ -192,6 +193,85 @@ def training_token_frequency(dataloader, tokenizer, max_rows: int = 20_000) -> T
     return TokenFrequency.of(ids, len(tokenizer)) if ids else None
 
 
+# ------------------------------------------------------------------------------------------------ background
+PENDING_SUBDIR = "pending"             # <out_dir>/audit/pending/<checkpoint>/: what the worker scores, then removes
+BACKGROUND_THREADS = 1                 # the worker's CPU threads: the trainer keeps the others
+
+
+def snapshot_checkpoint(checkpoint: Path, pending: Path) -> Path:
+    """A checkpoint's weight, config and tokenizer files hard-linked (copied across file systems) under `pending`, so
+    that the worker scores exactly what was saved even after the trainer's rotation deleted the original."""
+    import shutil
+
+    out = pending / checkpoint.name
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for path in checkpoint.iterdir():
+        if path.is_file() and not path.name.startswith(("optimizer", "scheduler", "rng_state", "training_args")):
+            try:
+                os.link(path, out / path.name)
+            except OSError:
+                shutil.copy2(path, out / path.name)
+    return out
+
+
+def score_in_background(init_args: dict, reference, snapshot: Path, step: int, control_dir: Path) -> dict:
+    """The worker's job: the callback rebuilt from its arguments scores one snapshot as the synchronous callback
+    would (the same code, the same rows), then removes the snapshot."""
+    import shutil
+
+    from memlens.harness.model.load import set_threads  # the worker's own threads, once per job (cheap)
+
+    set_threads(BACKGROUND_THREADS)
+    callback = AuditCallback(**{**init_args, "background": False, "preflight": "off"}, log=lambda _: None)
+    callback.reference = reference
+    try:
+        return callback.score(snapshot, step, control_dir=control_dir)
+    finally:
+        shutil.rmtree(snapshot, ignore_errors=True)
+
+
+class BackgroundScorer:
+    """One worker process (spawned, so it shares no CUDA or thread state with training) scoring checkpoints in the
+    order they were saved, at most `max_pending` queued: a save waits for the oldest beyond that, so scoring can fall
+    behind training by a bounded amount only."""
+
+    def __init__(self, audit_dir: Path, max_pending: int):
+        self.audit_dir, self.max_pending = audit_dir, max_pending
+        self.pool = None
+        self.pending: list = []
+
+    def submit(self, fn, *args) -> list[dict]:
+        """Queue one job; return the records of the jobs that finished (waiting for the oldest when full)."""
+        if self.pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self.pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        finished = []
+        while len(self.pending) >= self.max_pending:
+            finished.append(self.pending.pop(0).result())
+        self.pending.append(self.pool.submit(fn, *args))
+        return finished + self.done()
+
+    def done(self) -> list[dict]:
+        """The records of the jobs finished so far, in order (the queue keeps the others)."""
+        finished = []
+        while self.pending and self.pending[0].done():
+            finished.append(self.pending.pop(0).result())
+        return finished
+
+    def drain(self) -> list[dict]:
+        """Wait for every queued job; shut the worker down."""
+        finished = [f.result() for f in self.pending]
+        self.pending = []
+        if self.pool is not None:
+            self.pool.shutdown()
+            self.pool = None
+        return finished
+
+
 # ------------------------------------------------------------------------------------------------ the callback
 class AuditCallback(trainer_callback_base(), exportable_state_base()):
     """Score each checkpoint a transformers Trainer (SFT, DPO-family, KTO, reward, GRPO, RLOO trainers of TRL)
@@ -203,7 +283,8 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
                  prompt_format: str | None = None, k: float = DEFAULT_K, max_new_tokens: int = 64,
                  target_tokens: int = 64, min_target_tokens: int = 10, batch_size: int = 16, device: str = "auto",
                  exposure_candidates: int = 32, reference: Sequence[str] | None = None,
-                 preflight: str = "raise", log: Callable[[str], None] = print):
+                 preflight: str = "raise", background: bool = False, max_pending: int = 2,
+                 log: Callable[[str], None] = print):
         self.out_dir = require_creatable_dir("AuditCallback(out_dir)", Path(out_dir))
         self.settings = CallbackSettings(every, limit, tuple(measures), prompt_format)
         # What `state()` saves with each checkpoint, so a resumed trainer rebuilds this callback as it was (the
@@ -214,6 +295,7 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
                            "max_new_tokens": max_new_tokens, "target_tokens": target_tokens,
                            "min_target_tokens": min_target_tokens, "batch_size": batch_size, "device": device,
                            "exposure_candidates": exposure_candidates, "preflight": preflight,
+                           "background": background, "max_pending": max_pending,
                            "reference": list(reference) if reference is not None else None}
         self.manifest, self.planted, self.heldout = _manifest_files(manifest, self.out_dir)
         if str(control) != BASE and not has_weights(control):
@@ -239,6 +321,10 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
             raise UserError(f"AuditCallback(preflight={preflight!r}): one of {', '.join(PREFLIGHT_MODES)} (raise: refuse "
                             "to train when a planted copy gets no loss; warn: say so and train; off: no check)")
         self.preflight = preflight
+        if not isinstance(max_pending, int) or max_pending < 1:
+            raise UserError(f"AuditCallback(max_pending={max_pending!r}): a positive integer (checkpoints queued for "
+                            "background scoring before a save waits for the oldest)")
+        self.background = BackgroundScorer(self.audit_dir, max_pending) if background else None
         self.log = log
         link = _ATTACHED.get(str(self.out_dir.resolve()))
         self.trainer = link() if link is not None else None   # attach(): the trainer whose log() reaches its trackers
@@ -298,15 +384,50 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
             return control
         self.scored += 1
         if state.is_world_process_zero:
-            with rng_untouched():
-                self.score(Path(args.output_dir) / checkpoint_name(state.global_step), state.global_step,
-                           kwargs.get("model"), args, kwargs.get("processing_class"))
+            checkpoint = Path(args.output_dir) / checkpoint_name(state.global_step)
+            model = kwargs.get("model")
+            if self.background is not None and not (model is not None and _is_reward_model(model)):
+                self._submit(checkpoint, state.global_step, model, args)
+            else:
+                with rng_untouched():
+                    self.score(checkpoint, state.global_step, model, args, kwargs.get("processing_class"))
         barrier_if_distributed()
         return control
 
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.background is not None:
+            self._finished(self.background.done())
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.background is not None and state.is_world_process_zero:
+            self._finished(self.background.drain())      # the queue finishes before the run is over
+        return control
+
+    # -------------------------------------------------------------------------------------------- background
+    def _submit(self, checkpoint: Path, step: int, model, args) -> None:
+        """Queue one checkpoint for the background worker: its files hard-linked where the trainer's rotation
+        (save_total_limit) cannot delete them, the control resolved here (the worker has no model)."""
+        name = self.model_name or Path(args.output_dir).name
+        control_dir = _peft_base(model) if self.control == BASE else Path(self.control)
+        snapshot = snapshot_checkpoint(checkpoint, self.audit_dir / PENDING_SUBDIR)
+        reference = self.reference
+        self._finished(self.background.submit(score_in_background, dict(self._init_args, model_name=name),
+                                              reference, snapshot, int(step), control_dir))
+
+    def _finished(self, records: list[dict]) -> None:
+        """Log what the worker finished: on the console, and in the trainer's trackers at each checkpoint's step."""
+        for record in records:
+            if self.trainer is not None and "deferred" not in record:
+                log_to_trackers(self.trainer, tracker_metrics(record), step=record["step"])
+            self.log(f"[memlens] {record['model']}/{record['checkpoint']}: scored in the background in "
+                     f"{record['seconds']:.1f} s" + "".join(f"; {k} {v}" for k, v in _headline(record).items()))
+
     # -------------------------------------------------------------------------------------------- scoring
-    def score(self, checkpoint: Path, step: int, model=None, args=None, tokenizer=None) -> dict:
-        """Score one saved checkpoint; returns (and appends to callback.jsonl) what was done and how long it took."""
+    def score(self, checkpoint: Path, step: int, model=None, args=None, tokenizer=None,
+              control_dir: Path | None = None) -> dict:
+        """Score one saved checkpoint; returns (and appends to callback.jsonl) what was done and how long it took.
+        `control_dir`: the control resolved already (a background worker has no model to find a PEFT base from)."""
         name = self.model_name or (Path(args.output_dir).name if args is not None else checkpoint.parent.name)
         record: dict[str, Any] = {"checkpoint": checkpoint.name, "step": int(step), "model": name}
         started = time.perf_counter()
@@ -318,7 +439,7 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
                                   f"audit.control_dir=<control> audit.examples={self.planted}` afterwards")
             self.log(f"[memlens] {record['deferred']}")
         else:
-            control_dir = _peft_base(model) if self.control == BASE else Path(self.control)
+            control_dir = control_dir or (_peft_base(model) if self.control == BASE else Path(self.control))
             record["control"] = {"dir": str(control_dir), "kind": "PEFT base, adapters off: weaker than a model "
                                  "trained without the canaries" if self.control == BASE else "as given"}
             if model is not None and _is_reward_model(model):
@@ -337,7 +458,7 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
                                                       "exposure_candidates": self.exposure_candidates}
         RowStore(self.audit_dir / CALLBACK_LOG, key="checkpoint").append([record])
         if self.trainer is not None and "deferred" not in record:
-            log_to_trackers(self.trainer, tracker_metrics(record))
+            log_to_trackers(self.trainer, tracker_metrics(record), step=int(step))
         self.log(f"[memlens] {name}/{checkpoint.name}: scored in {record['seconds']:.1f} s"
                  + "".join(f"; {k} {v}" for k, v in _headline(record).items()))
         return record

@@ -49,11 +49,22 @@ def barrier_if_distributed() -> None:
         dist.barrier()
 
 
-def log_to_trackers(trainer, metrics: dict[str, float]) -> None:
-    """transformers.Trainer.log on `trainer` (its step, its callback handler: every report_to integration). The
-    base class's, not a TRL trainer's override, which would also flush the training metrics it is averaging into
-    this row and so change what the next loss row averages."""
+def log_to_trackers(trainer, metrics: dict[str, float], step: int | None = None) -> None:
+    """Log `metrics` on every `report_to` integration of `trainer`, at `step` (default: the trainer's current step).
+    At the current step it is transformers.Trainer.log (the base class's: a TRL trainer's override would also flush
+    the training metrics it is averaging into this row); at an earlier step (a checkpoint scored in the background
+    and finished later) the trainer's callback handler gets the row with its state's step set to that checkpoint's,
+    and the trainer's log history keeps it with that step."""
+    import copy
+
     from transformers import Trainer  # heavy: the model layer loads transformers on first use
 
-    if metrics:
+    if not metrics:
+        return
+    if step is None or step == trainer.state.global_step:
         Trainer.log(trainer, dict(metrics))
+        return
+    state = copy.copy(trainer.state)
+    state.global_step = int(step)
+    trainer.state.log_history.append({**metrics, "step": int(step)})
+    trainer.callback_handler.on_log(trainer.args, state, trainer.control, dict(metrics))

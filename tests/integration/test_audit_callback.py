@@ -354,3 +354,27 @@ def test_the_report_compares_several_callback_runs_on_one_manifest(base_dir, tmp
         assert r["best_attack"] and 0 <= r["auc"] <= 1
     assert (tmp_path / "sft" / "report" / "figures" / "runs_canaries.png").is_file()
     assert "## Runs compared" in (tmp_path / "sft" / "report" / "report.md").read_text()
+
+
+def test_background_scoring_gives_the_rows_synchronous_scoring_gives(base_dir, tmp_path):
+    """`background=True`: each checkpoint is snapshotted and scored by a spawned worker while training goes on; at
+    train end the queue is drained. Every row file (extraction, MIA, exposure) is byte-identical to synchronous
+    scoring of the same run, callback.jsonl holds every checkpoint once, and no snapshot is left behind."""
+    train_with_callback("sft", base_dir, tmp_path / "sync", [])
+    trainer, _ = train_with_callback("sft", base_dir, tmp_path / "background", [], background=True)
+    audit = next(c for c in trainer.callback_handler.callbacks if type(c).__name__ == "AuditCallback")
+    assert audit.background.pending == [] and audit.background.pool is None
+    log = _log(tmp_path / "background")
+    assert sorted(log) == [f"checkpoint-{s}" for s in range(1, STEPS + 1)]
+    patterns = ["model/checkpoint-*/canaries*.jsonl", "mia/model/checkpoint-*/canaries.jsonl",
+                "exposure/model/checkpoint-*.jsonl"]
+    compared = 0
+    for pattern in patterns:
+        sync = sorted((tmp_path / "sync" / "audit").glob(pattern))
+        assert sync, pattern
+        for path in sync:
+            twin = tmp_path / "background" / "audit" / path.relative_to(tmp_path / "sync" / "audit")
+            assert twin.read_bytes() == path.read_bytes(), twin
+            compared += 1
+    assert compared >= 8
+    assert not any((tmp_path / "background" / "audit" / "pending").iterdir())
