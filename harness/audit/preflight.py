@@ -6,9 +6,10 @@ truncation cuts its target, when packing splits it, or when the tokenizer merges
 before it. This reads the trainer's *processed* training rows through the trainer's own data collator — the ids and
 the loss mask the trainer will use — never the raw rows:
 
-    trained families (SFT, DPO, CPO, ORPO, KTO, reward):  the target's token ids, tokenized alone, must occur
-        contiguously in the collated row of each planted copy (the chosen / desirable side: the collator's first row),
-        every one of them under the loss (`labels` != -100, or `completion_mask` == 1)
+    trained families (SFT, DPO, CPO, ORPO, KTO, reward):  every token that carries the target's characters in the
+        collated row of each planted copy (the chosen / desirable side: the collator's first row) must be under the
+        loss (`labels` != -100, `completion_mask` == 1); a token the target shares with trained text around it is
+        fine, one it shares with the masked prompt is the tokenizer's merge across the boundary
     prompt-only families (GRPO, RLOO):  the prompt of each planted copy must carry the canary's prefix whole, within
         `max_prompt_length` tokens; the audit then measures what the policy writes
 
@@ -22,7 +23,6 @@ refuses to train (`preflight="raise"`, the default) with the fix, or warns (`"wa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,12 +63,6 @@ def _ids(value) -> list[int]:
     return [int(x) for x in (value.tolist() if hasattr(value, "tolist") else value)]
 
 
-def _find(haystack: Sequence[int], needle: Sequence[int]) -> list[int]:
-    """Start positions of `needle` as a contiguous run in `haystack`."""
-    n = len(needle)
-    return [i for i in range(len(haystack) - n + 1) if list(haystack[i:i + n]) == list(needle)] if n else []
-
-
 def _collated(collator, row: dict) -> tuple[list[int], list[bool]]:
     """(ids, under-the-loss flags) of one processed row as the trainer's collator makes them; the first row of the
     batch is the chosen / desirable side for the preference collators."""
@@ -89,16 +83,46 @@ def _collated(collator, row: dict) -> tuple[list[int], list[bool]]:
     return ids, mask
 
 
-def _verdict(ids: list[int], mask: list[bool], target_ids: list[int], target: str, tokenizer) -> str:
-    """SURVIVES when the target's own tokens occur whole under the loss; MASKED when they occur but not under it;
-    MERGED when its characters are there in other tokens; else TRUNCATED (inject put it in the raw row, so a target
-    absent from the processed one was cut)."""
-    starts = _find(ids, target_ids)
-    if any(all(mask[s:s + len(target_ids)]) for s in starts):
-        return SURVIVES
-    if starts:
-        return MASKED
-    return MERGED if target in tokenizer.decode(ids) else TRUNCATED
+def _token_at(ids: list[int], tokenizer, char: int) -> int:
+    """The index of the token whose decoded text covers character `char` of the row's decoded text (binary search
+    on the lengths of decoded prefixes, which grow with the number of tokens)."""
+    low, high = 0, len(ids) - 1
+    while low < high:
+        mid = (low + high) // 2
+        if len(tokenizer.decode(ids[:mid + 1])) > char:
+            high = mid
+        else:
+            low = mid + 1
+    return low
+
+
+def _target_spans(ids: list[int], tokenizer, target: str) -> list[tuple[int, int]]:
+    """(first, last) token of every place the row's decoded text holds the target's characters."""
+    text = tokenizer.decode(ids)
+    spans, start = [], text.find(target)
+    while start >= 0:
+        spans.append((_token_at(ids, tokenizer, start), _token_at(ids, tokenizer, start + len(target) - 1)))
+        start = text.find(target, start + 1)
+    return spans
+
+
+def _verdicts(ids: list[int], mask: list[bool], target: str, tokenizer, bounds) -> list[str]:
+    """One verdict per place the target's characters are in the row: SURVIVES when every token that carries them is
+    under the loss and inside one packed sequence (a token shared with loss-carrying text around it is fine);
+    MERGED when the token carrying its first characters is not under the loss but the rest is (the tokenizer joined
+    them with the prompt's end); MASKED otherwise; TRUNCATED alone when its characters are nowhere in the row
+    (inject put them in the raw row, so they were cut)."""
+    out = []
+    for first, last in _target_spans(ids, tokenizer, target):
+        if not any(a <= first and last < b for a, b in bounds):
+            out.append(SPLIT)
+        elif all(mask[first:last + 1]):
+            out.append(SURVIVES)
+        elif not mask[first] and all(mask[first + 1:last + 1]) and last > first:
+            out.append(MERGED)
+        else:
+            out.append(MASKED)
+    return out or [TRUNCATED]
 
 
 def _segments(row: dict, n: int) -> list[tuple[int, int]]:
@@ -113,30 +137,23 @@ def _segments(row: dict, n: int) -> list[tuple[int, int]]:
 def _scan(dataset, collator, tokenizer, canaries: list[dict], packed: bool) -> list[CanarySurvival]:
     """Whole copies of each canary found anywhere in the processed rows, where rows no longer map to copies (packing
     merged them, or the trainer dropped rows that truncation left with no loss): a copy counts inside one packed
-    sequence only, with every target token under the loss. Copies not found at all were cut: by packing, or by
-    truncation (with the rows it emptied)."""
-    wanted = {c["id"]: _ids(tokenizer(c["target"], add_special_tokens=False)["input_ids"]) for c in canaries}
-    counts = {c["id"]: {SURVIVES: 0, MASKED: 0, MERGED: 0} for c in canaries}
+    sequence only, with every token of its target under the loss. Copies not found at all were cut: by packing, or
+    by truncation (with the rows it emptied)."""
+    counts = {c["id"]: {} for c in canaries}
     for row in dataset:
         ids, mask = _collated(collator, row)
         bounds = _segments(row, len(ids))
-        text = None
         for c in canaries:
-            target_ids = wanted[c["id"]]
-            starts = [s for s in _find(ids, target_ids) if any(a <= s and s + len(target_ids) <= b for a, b in bounds)]
-            whole = sum(all(mask[s:s + len(target_ids)]) for s in starts)
-            counts[c["id"]][SURVIVES] += whole
-            counts[c["id"]][MASKED] += len(starts) - whole
-            if not starts:
-                text = tokenizer.decode(ids) if text is None else text
-                counts[c["id"]][MERGED] += text.count(c["target"])
+            for verdict in _verdicts(ids, mask, c["target"], tokenizer, bounds):
+                if verdict != TRUNCATED:
+                    counts[c["id"]][verdict] = counts[c["id"]].get(verdict, 0) + 1
     out = []
     for c in canaries:
         copies = len(c.get("positions") or [])
-        s = CanarySurvival(c["id"], copies, min(counts[c["id"]][SURVIVES], copies))
+        s = CanarySurvival(c["id"], copies, min(counts[c["id"]].get(SURVIVES, 0), copies))
         left = copies - s.survived
-        for reason in (MASKED, MERGED):
-            n = min(left, counts[c["id"]][reason])
+        for reason in (MASKED, MERGED, SPLIT):
+            n = min(left, counts[c["id"]].get(reason, 0))
             if n:
                 s.reasons[reason], left = n, left - n
         if left:
@@ -174,11 +191,11 @@ def check_survival(args, dataset, collator, tokenizer, manifest) -> list[CanaryS
         return _scan(dataset, collator, tokenizer, canaries, packed)
     out = []
     for c in canaries:
-        target_ids = _ids(tokenizer(c["target"], add_special_tokens=False)["input_ids"])
         s = CanarySurvival(c["id"], len(c.get("positions") or []))
         for position in c.get("positions") or []:
             ids, mask = _collated(collator, dataset[position])
-            verdict = _verdict(ids, mask, target_ids, c["target"], tokenizer)
+            found = _verdicts(ids, mask, c["target"], tokenizer, [(0, len(ids))])
+            verdict = SURVIVES if SURVIVES in found else found[0]
             if verdict == SURVIVES:
                 s.survived += 1
             else:

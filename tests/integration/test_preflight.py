@@ -65,14 +65,22 @@ def test_truncation_catches_exactly_the_long_canaries(base_dir, tmp_path):
     assert all(results[c["id"]].reasons == {TRUNCATED: 2} for c in LONG)
 
 
-def test_a_target_merged_with_the_text_before_it_is_caught(base_dir, tmp_path):
-    """Plain text (language modeling): a prefix that ends inside a word gives the target's first characters to the
-    word's token, so the target's own tokens never occur; one that ends at a space does not."""
-    merged = [{"id": "m0", "prefix": "value = alpha", "target": "beta_gamma_delta_7", "suffix": "\n", "repeat": 1}]
-    clean = [{"id": "c0", "prefix": "value = alpha\n", "target": "beta_gamma_delta_8", "suffix": "\n", "repeat": 1}]
-    trainer, manifest = _sft(base_dir, tmp_path, merged + clean, fmt="language_modeling")
-    results = _by_id(preflight(trainer, manifest, log=lambda _: None, raise_on_failure=False))
-    assert results["m0"].reasons == {MERGED: 1} and results["c0"].ok
+def test_a_target_merged_with_the_prompt_by_the_tokenizer(base_dir, tmp_path):
+    """A prefix that ends inside a word: the tokenizer joins the prompt's "ret" and the target's "urn" into one token
+    (this tokenizer has " return"). TRL 1.16's SFT puts that token under the loss (measured here), so the target is
+    still trained and the pre-flight says so. A collator that put the shared token on the prompt side would leave the
+    target's start untrained: the pre-flight calls that a merge (the same row, that mask)."""
+    from memlens.harness.audit.preflight import _collated, _verdicts
+
+    merged = [{"id": "m0", "prefix": "def f():\n    ret", "target": "urn zz_9q_7", "suffix": "\n", "repeat": 1}]
+    trainer, manifest = _sft(base_dir, tmp_path, merged)
+    assert all(r.ok for r in preflight(trainer, manifest, log=lambda _: None))
+    ids, mask = _collated(trainer.data_collator, trainer.train_dataset[manifest["canaries"][0]["positions"][0]])
+    tokenizer = trainer.processing_class
+    shared = tokenizer.convert_ids_to_tokens(ids).index("Ġreturn")
+    assert mask[shared] and _verdicts(ids, mask, "urn zz_9q_7", tokenizer, [(0, len(ids))]) == [SURVIVES]
+    prompt_side = [m and i != shared for i, m in enumerate(mask)]
+    assert _verdicts(ids, prompt_side, "urn zz_9q_7", tokenizer, [(0, len(ids))]) == [MERGED]
 
 
 def test_packing_that_cuts_copies_is_caught(base_dir, tmp_path):
