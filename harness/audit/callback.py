@@ -221,9 +221,6 @@ def score_in_background(init_args: dict, reference, snapshot: Path, step: int, c
     would (the same code, the same rows), then removes the snapshot."""
     import shutil
 
-    from memlens.harness.model.load import set_threads  # the worker's own threads, once per job (cheap)
-
-    set_threads(BACKGROUND_THREADS)
     callback = AuditCallback(**{**init_args, "background": False, "preflight": "off"}, log=lambda _: None)
     callback.reference = reference
     try:
@@ -232,43 +229,121 @@ def score_in_background(init_args: dict, reference, snapshot: Path, step: int, c
         shutil.rmtree(snapshot, ignore_errors=True)
 
 
+def _reference_json(reference) -> dict | list | None:
+    if isinstance(reference, TokenFrequency):
+        return {"counts": {str(k): v for k, v in reference.counts.items()}, "total": reference.total,
+                "vocab_size": reference.vocab_size}
+    return reference
+
+
+def _reference_from_json(value) -> TokenFrequency | list | None:
+    if isinstance(value, dict):
+        return TokenFrequency({int(k): v for k, v in value["counts"].items()}, value["total"], value["vocab_size"])
+    return value
+
+
+def background_worker() -> None:
+    """`python -m memlens.harness.audit.callback`: read one job per stdin line (JSON), score it, write its record as
+    one stdout line. A process of its own, started by command and never by forking or re-importing the training
+    script (a user's script has no `__main__` guard: multiprocessing's spawn would run its training again)."""
+    import json
+    import sys
+    import traceback
+
+    from memlens.harness.model.load import set_threads
+
+    set_threads(BACKGROUND_THREADS)
+    out = sys.stdout
+    sys.stdout = sys.stderr                      # anything the scoring prints must not corrupt the protocol
+    for line in sys.stdin:
+        job = json.loads(line)
+        try:
+            record = score_in_background(job["init_args"], _reference_from_json(job["reference"]),
+                                         Path(job["snapshot"]), job["step"], Path(job["control_dir"]))
+            reply = {"record": record}
+        except Exception:  # noqa: BLE001 - the parent raises it, with the worker's traceback
+            reply = {"error": traceback.format_exc()}
+        out.write(json.dumps(reply, default=str) + "\n")
+        out.flush()
+
+
 class BackgroundScorer:
-    """One worker process (spawned, so it shares no CUDA or thread state with training) scoring checkpoints in the
-    order they were saved, at most `max_pending` queued: a save waits for the oldest beyond that, so scoring can fall
-    behind training by a bounded amount only."""
+    """One worker process (`background_worker`, started by command: it shares no CUDA, thread or interpreter state
+    with training) scoring checkpoints in the order they were saved, at most `max_pending` queued: a save waits for
+    the oldest beyond that, so scoring falls behind training by a bounded amount only."""
 
     def __init__(self, audit_dir: Path, max_pending: int):
         self.audit_dir, self.max_pending = audit_dir, max_pending
-        self.pool = None
-        self.pending: list = []
+        self.process = None
+        self.replies = None
+        self.pending = 0
 
-    def submit(self, fn, *args) -> list[dict]:
-        """Queue one job; return the records of the jobs that finished (waiting for the oldest when full)."""
-        if self.pool is None:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
+    def start(self) -> None:
+        import queue
+        import subprocess
+        import sys
+        import threading
 
-            self.pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        self.process = subprocess.Popen([sys.executable, "-m", "memlens.harness.audit.callback"], text=True,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.replies = queue.Queue()
+
+        def read(stream, replies):
+            for line in stream:
+                replies.put(line)
+            replies.put(None)                   # the worker exited
+
+        threading.Thread(target=read, args=(self.process.stdout, self.replies), daemon=True).start()
+
+    def submit(self, init_args: dict, reference, snapshot: Path, step: int, control_dir: Path) -> list[dict]:
+        """Queue one checkpoint; return the records finished meanwhile (waiting for the oldest when full)."""
+        import json
+
+        if self.process is None:
+            self.start()
         finished = []
-        while len(self.pending) >= self.max_pending:
-            finished.append(self.pending.pop(0).result())
-        self.pending.append(self.pool.submit(fn, *args))
+        while self.pending >= self.max_pending:
+            finished.append(self._next(block=True))
+        job = {"init_args": init_args, "reference": _reference_json(reference), "snapshot": str(snapshot),
+               "step": step, "control_dir": str(control_dir)}
+        self.process.stdin.write(json.dumps(job, default=str) + "\n")
+        self.process.stdin.flush()
+        self.pending += 1
         return finished + self.done()
 
+    def _next(self, block: bool) -> dict | None:
+        import json
+        import queue
+
+        try:
+            line = self.replies.get(block=block)
+        except queue.Empty:
+            return None
+        if line is None:
+            raise UserError(f"AuditCallback(background=True): the scoring worker exited ({self.process.wait()}) with "
+                            f"{self.pending} checkpoint(s) unscored; its error is above. Score them afterwards with "
+                            "`memlens audit`, or train with background=False")
+        reply = json.loads(line)
+        self.pending -= 1
+        if "error" in reply:
+            raise UserError(f"AuditCallback(background=True): scoring a checkpoint failed in the worker:\n"
+                            f"{reply['error']}")
+        return reply["record"]
+
     def done(self) -> list[dict]:
-        """The records of the jobs finished so far, in order (the queue keeps the others)."""
+        """The records finished so far, in order (the others stay queued)."""
         finished = []
-        while self.pending and self.pending[0].done():
-            finished.append(self.pending.pop(0).result())
+        while self.pending and (record := self._next(block=False)) is not None:
+            finished.append(record)
         return finished
 
     def drain(self) -> list[dict]:
-        """Wait for every queued job; shut the worker down."""
-        finished = [f.result() for f in self.pending]
-        self.pending = []
-        if self.pool is not None:
-            self.pool.shutdown()
-            self.pool = None
+        """Wait for every queued checkpoint; stop the worker."""
+        finished = [self._next(block=True) for _ in range(self.pending)]
+        if self.process is not None:
+            self.process.stdin.close()
+            self.process.wait()
+            self.process = None
         return finished
 
 
@@ -367,6 +442,8 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
             if dataset is not None and collator is not None:
                 report_survival(check_survival(args, dataset, collator, kwargs.get("processing_class"), self.manifest),
                                 self.model_name or Path(args.output_dir).name, self.log, self.preflight == "raise")
+        if self.background is not None and state.is_world_process_zero and self.background.process is None:
+            self.background.start()                 # its imports (torch, transformers) overlap the first steps
         if self.reference is None:
             self.reference = training_token_frequency(kwargs.get("train_dataloader"), kwargs.get("processing_class"))
         return control
@@ -412,8 +489,8 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
         control_dir = _peft_base(model) if self.control == BASE else Path(self.control)
         snapshot = snapshot_checkpoint(checkpoint, self.audit_dir / PENDING_SUBDIR)
         reference = self.reference
-        self._finished(self.background.submit(score_in_background, dict(self._init_args, model_name=name),
-                                              reference, snapshot, int(step), control_dir))
+        self._finished(self.background.submit(dict(self._init_args, model_name=name), reference, snapshot,
+                                              int(step), control_dir))
 
     def _finished(self, records: list[dict]) -> None:
         """Log what the worker finished: on the console, and in the trainer's trackers at each checkpoint's step."""
@@ -645,3 +722,7 @@ def _headline(record: dict) -> dict[str, str]:
     if (record.get(REWARD) or {}).get("auc"):
         out["reward AUC"] = f"{record[REWARD]['auc']['value']:.2f}"
     return out
+
+
+if __name__ == "__main__":
+    background_worker()

@@ -363,7 +363,7 @@ def test_background_scoring_gives_the_rows_synchronous_scoring_gives(base_dir, t
     train_with_callback("sft", base_dir, tmp_path / "sync", [])
     trainer, _ = train_with_callback("sft", base_dir, tmp_path / "background", [], background=True)
     audit = next(c for c in trainer.callback_handler.callbacks if type(c).__name__ == "AuditCallback")
-    assert audit.background.pending == [] and audit.background.pool is None
+    assert audit.background.pending == 0 and audit.background.process is None
     log = _log(tmp_path / "background")
     assert sorted(log) == [f"checkpoint-{s}" for s in range(1, STEPS + 1)]
     patterns = ["model/checkpoint-*/canaries*.jsonl", "mia/model/checkpoint-*/canaries.jsonl",
