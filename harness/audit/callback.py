@@ -43,9 +43,16 @@ scored: the log says so and how to audit it afterwards with `memlens audit`.
 
 from __future__ import annotations
 
+import json
 import os
+import queue
 import random
+import shutil
+import subprocess
+import sys
+import threading
 import time
+import traceback
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -85,7 +92,7 @@ from memlens.harness.measures.epsilon import audit_epsilon, guess_counts
 from memlens.harness.measures.exposure import exposure_from_losses, exposure_summary
 from memlens.harness.measures.memorization import DEFAULT_K, summarize_rows
 from memlens.harness.measures.mia import TokenFrequency, attack_metrics
-from memlens.harness.model.load import ADAPTER_CONFIG, has_weights, model_sentinels
+from memlens.harness.model.load import ADAPTER_CONFIG, has_weights, model_sentinels, set_threads
 from memlens.harness.model.rewards import score_texts
 from memlens.harness.model.scorer import CausalLMScorer
 from memlens.harness.model.training import (
@@ -201,8 +208,6 @@ BACKGROUND_THREADS = 1                 # the worker's CPU threads: the trainer k
 def snapshot_checkpoint(checkpoint: Path, pending: Path) -> Path:
     """A checkpoint's weight, config and tokenizer files hard-linked (copied across file systems) under `pending`, so
     that the worker scores exactly what was saved even after the trainer's rotation deleted the original."""
-    import shutil
-
     out = pending / checkpoint.name
     if out.exists():
         shutil.rmtree(out)
@@ -219,8 +224,6 @@ def snapshot_checkpoint(checkpoint: Path, pending: Path) -> Path:
 def score_in_background(init_args: dict, reference, snapshot: Path, step: int, control_dir: Path) -> dict:
     """The worker's job: the callback rebuilt from its arguments scores one snapshot as the synchronous callback
     would (the same code, the same rows), then removes the snapshot."""
-    import shutil
-
     callback = AuditCallback(**{**init_args, "background": False, "preflight": "off"}, log=lambda _: None)
     callback.reference = reference
     try:
@@ -246,11 +249,6 @@ def background_worker() -> None:
     """`python -m memlens.harness.audit.callback`: read one job per stdin line (JSON), score it, write its record as
     one stdout line. A process of its own, started by command and never by forking or re-importing the training
     script (a user's script has no `__main__` guard: multiprocessing's spawn would run its training again)."""
-    import json
-    import sys
-    import traceback
-
-    from memlens.harness.model.load import set_threads
 
     set_threads(BACKGROUND_THREADS)
     out = sys.stdout
@@ -279,11 +277,6 @@ class BackgroundScorer:
         self.pending = 0
 
     def start(self) -> None:
-        import queue
-        import subprocess
-        import sys
-        import threading
-
         self.process = subprocess.Popen([sys.executable, "-m", "memlens.harness.audit.callback"], text=True,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.replies = queue.Queue()
@@ -297,8 +290,6 @@ class BackgroundScorer:
 
     def submit(self, init_args: dict, reference, snapshot: Path, step: int, control_dir: Path) -> list[dict]:
         """Queue one checkpoint; return the records finished meanwhile (waiting for the oldest when full)."""
-        import json
-
         if self.process is None:
             self.start()
         finished = []
@@ -312,9 +303,6 @@ class BackgroundScorer:
         return finished + self.done()
 
     def _next(self, block: bool) -> dict | None:
-        import json
-        import queue
-
         try:
             line = self.replies.get(block=block)
         except queue.Empty:

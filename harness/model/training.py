@@ -5,6 +5,7 @@ it, and a barrier that exists only under a distributed launch. harness/audit/cal
 from __future__ import annotations
 
 import contextlib
+import copy
 import random
 
 import numpy as np
@@ -55,8 +56,6 @@ def log_to_trackers(trainer, metrics: dict[str, float], step: int | None = None)
     the training metrics it is averaging into this row); at an earlier step (a checkpoint scored in the background
     and finished later) the trainer's callback handler gets the row with its state's step set to that checkpoint's,
     and the trainer's log history keeps it with that step."""
-    import copy
-
     from transformers import Trainer  # heavy: the model layer loads transformers on first use
 
     if not metrics:

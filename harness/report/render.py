@@ -133,6 +133,9 @@ def findings_section(cfg, audits: dict[Path, Path], grouped: dict, evidence: dic
     summary["findings"] = judged
     atomic_write_json(out_dir / "findings.json", {"findings": judged, "nmt_summary": nmt_path,
                                                   "evidence": evidence})
+    if not rows:           # a run that measured none of the papers' findings (a callback run): the line alone
+        return [Heading(2, "The papers' findings"),
+                Paragraph(f"None measured by this run (no models or data for them): {unmeasured}.")]
     return [
         Heading(2, "Findings: what this run concluded"),
         Paragraph("A finding holds only when the stages it depends on trained (evidence), its rule's "
@@ -264,9 +267,12 @@ def _render(cfg, rcfg) -> int:
                                  "git_commit", "computed_on"])]
     summary["provenance_table"] = prov_rows
 
-    lead = findings_section(cfg, audits, grouped, evidence, k, summary, out_dir, mia)
-    lead += comparison_section(rcfg, prov, entries, grouped, evidence, k, fig_dir, summary, mia)
-    blocks = head + lead + blocks
+    judged = findings_section(cfg, audits, grouped, evidence, k, summary, out_dir, mia)
+    comparison = comparison_section(rcfg, prov, entries, grouped, evidence, k, fig_dir, summary, mia)
+    if any(f["status"] != NOT_MEASURED for f in summary.get("findings", [])):
+        blocks = head + judged + comparison + blocks
+    else:   # nothing of the papers measured: the run's own results lead, the papers' findings are one line after
+        blocks = head + comparison + blocks[:-2] + judged + blocks[-2:]
 
     out_dir.mkdir(parents=True, exist_ok=True)
     title = f"memlens report: {', '.join(r.name for r in runs)}"
