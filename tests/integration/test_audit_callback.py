@@ -106,6 +106,9 @@ def test_the_callback_run_renders_as_a_report_and_prompts_as_trained(base_dir, t
     report = (tmp_path / "report" / "report.md").read_text()
     assert "| model | checkpoint-2 | canaries |" in report and "canaries_heldout" in report
     assert "Memorization over training" in report
+    # a callback run measures none of the papers' findings: its own results lead, the findings are one line after
+    assert report.index("## Memorization over training") < report.index("## The papers' findings")
+    assert "| id | finding |" not in report and "None measured by this run" in report
     assert "Exposure of the canaries over training" in report and "| model | checkpoint-2 |" in report
     # MIA at the last checkpoint (no 'final' here), attacks ranked by AUC
     assert re.search(r"\| model \| canaries \| target \| \d+ \| LOSS \|", report)
