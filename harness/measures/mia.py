@@ -1,12 +1,13 @@
-"""Membership inference: how well the standard attacks tell trained-on canaries from never-seen ones.
+"""Membership inference: how well the attacks of the field tell trained-on canaries from never-seen ones.
 
 memlens's extraction audit asks whether a model *reproduces* a training example (paper 003's counterfactual
 NED test); membership inference asks the weaker question an auditor asks first, whether an attacker can tell
 *that* an example was trained on (the attacks of the mimir suite, Duan et al. 2024, "Do membership inference
-attacks work on large language models?"). Each attack below is defined once, here, as a function of the
-per-token values the model layer computes in one teacher-forced pass
-(harness.model.logprobs.token_logprob_stats_batched: `logp` of each token, `mu`/`var` of the next-token
-log-prob under the model). Every score follows one convention: **higher = more likely a member**, so
+attacks work on large language models?", and those since). Each attack below is defined once, here, as a function
+of `AttackInputs`: the per-token values the model layer computes in one teacher-forced pass
+(harness.model.logprobs.token_logprob_stats_batched: the token `ids`, `logp` of each, `mu`/`var` of the next-token
+log-prob and its `top1` under the model), plus whatever extra input the attack names in `needs` (the audit computes
+each once per model). Every score follows one convention: **higher = more likely a member**, so
 harness.core.stats.roc_auc / tpr_at_fpr read them directly (members labelled 1).
 
 - loss: minus the mean token NLL (Yeom et al. 2018; mimir's LOSS).
@@ -20,8 +21,14 @@ harness.core.stats.roc_auc / tpr_at_fpr read them directly (members labelled 1).
 - reference: the control's mean NLL minus the audited model's (difficulty calibration with a reference model:
   Carlini et al. 2021 Sec. 5.2 "comparing to other neural language models", Watson et al. 2022). memlens's
   control never trained on the canaries, so this is the counterfactual version of the loss attack.
+- recall, con_recall: the likelihood after a non-member prefix relative to without it (Xie et al. 2024, ReCaLL),
+  and its contrast with a member prefix (Wang et al. 2024, Con-ReCall).
+- dc_pdd: token probabilities calibrated by a reference corpus's token frequencies (Zhang et al. 2024, DC-PDD).
+- ez_mia: the gain over a reference model at the positions the model gets wrong (Ilic et al. 2026, EZ-MIA).
+- sequence_loss, sequence_reference: an attack's score averaged over the stage's checkpoints (after SeMI*).
 
-Where a text has fewer tokens than 1 / k, min_k uses its one least likely token (never an empty mean).
+Where a text has fewer tokens than 1 / k, min_k uses its one least likely token (never an empty mean). Every
+attack is held to its authors' code or a hand-derived case (docs/methods.md, "Membership inference").
 """
 
 from __future__ import annotations
