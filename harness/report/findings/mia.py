@@ -84,7 +84,7 @@ def m3(run: RunResults) -> dict:
 
 
 # ---------------------------------------------------------------- M4: do the newer attacks beat LOSS?
-# Rule written before any run decided it (issue: the attacks at the field's front). On the RL stage trained through
+# Rule written before any run decided it (committed before the quickstart runs were audited). On the RL stage trained through
 # the reward model and on the preference stage, sd_base, target span, final checkpoint: the newer attack with the
 # highest AUC against LOSS on the same texts (paired bootstrap, harness.core.stats.paired_auc_difference), its
 # one-sided p (AUC gain <= 0) multiplied by the number of newer attacks scored there (Bonferroni for picking the best).
