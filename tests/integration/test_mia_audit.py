@@ -322,3 +322,21 @@ def test_a_conditioned_pass_reuses_the_prefix_and_scores_what_the_concatenated_r
     cut, _ = with_context(examples, context, head=0, max_tokens=longest + 10)
     assert cut == context[-10:-1]                           # 10 ids fit: the context's last 10 (one stays in the row)
     assert with_context(examples, context, head=0, max_tokens=longest)[0] == []   # none fit: no prefix at all
+
+
+def test_members_planted_different_numbers_of_times_get_a_table_per_tier(world, tmp_path):
+    """Members carrying `repeat` 1 and 4 (a user's canaries): the final checkpoint's metrics also per tier, each tier's
+    members against every held-out row, the prefix shots left out of both."""
+    members = [{**r, "repeat": 1 if i % 2 else 4} for i, r in enumerate(world["members"])]
+    atomic_write_jsonl(tmp_path / "members.jsonl", members)
+    pairs = {"sd_base": (tmp_path / "members.jsonl", world["root"] / "data" / "sd_base_heldout" / "rows.jsonl")}
+    summary = audit_mia(world["root"] / "models" / "FT.1", "FT.1", pairs, tmp_path / "out",
+                        control_dir=world["root"] / "models" / "FT.2", cache_dir=world["root"] / "cache", n_boot=50,
+                        device="cpu", all_checkpoints=False, spans=["target"])
+    final = summary["results"]["final"]["sd_base"]
+    shots = set(final["prefix_shots"]["members"])
+    by_repeat = {t: sum(1 for r in members if r["repeat"] == int(t) and r["id"] not in shots) for t in ("1", "4")}
+    assert set(final["tiers"]) == {"1", "4"}
+    for tier, n in by_repeat.items():
+        loss = final["tiers"][tier]["target"]["loss"]
+        assert loss["n_members"] == n and loss["n_nonmembers"] == final["n_nonmembers"] == 13
