@@ -44,13 +44,9 @@ scored: the log says so and how to audit it afterwards with `memlens audit`.
 from __future__ import annotations
 
 import json
-import os
-import queue
 import random
 import shutil
-import subprocess
 import sys
-import threading
 import time
 import traceback
 import weakref
@@ -59,6 +55,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from memlens.harness.audit.background import (
+    BACKGROUND_THREADS,
+    PENDING_SUBDIR,
+    BackgroundScorer,
+    reference_from_json,
+    snapshot_checkpoint,
+)
 from memlens.harness.audit.epsilon import DEFAULT_GUESSES
 from memlens.harness.audit.mia import audit_mia, collect_summaries
 from memlens.harness.audit.preflight import check_survival, dataloader_parts
@@ -201,26 +204,6 @@ def training_token_frequency(dataloader, tokenizer, max_rows: int = 20_000) -> T
 
 
 # ------------------------------------------------------------------------------------------------ background
-PENDING_SUBDIR = "pending"             # <out_dir>/audit/pending/<checkpoint>/: what the worker scores, then removes
-BACKGROUND_THREADS = 1                 # the worker's CPU threads: the trainer keeps the others
-
-
-def snapshot_checkpoint(checkpoint: Path, pending: Path) -> Path:
-    """A checkpoint's weight, config and tokenizer files hard-linked (copied across file systems) under `pending`, so
-    that the worker scores exactly what was saved even after the trainer's rotation deleted the original."""
-    out = pending / checkpoint.name
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    for path in checkpoint.iterdir():
-        if path.is_file() and not path.name.startswith(("optimizer", "scheduler", "rng_state", "training_args")):
-            try:
-                os.link(path, out / path.name)
-            except OSError:
-                shutil.copy2(path, out / path.name)
-    return out
-
-
 def score_in_background(init_args: dict, reference, snapshot: Path, step: int, control_dir: Path) -> dict:
     """The worker's job: the callback rebuilt from its arguments scores one snapshot as the synchronous callback
     would (the same code, the same rows), then removes the snapshot."""
@@ -230,19 +213,6 @@ def score_in_background(init_args: dict, reference, snapshot: Path, step: int, c
         return callback.score(snapshot, step, control_dir=control_dir)
     finally:
         shutil.rmtree(snapshot, ignore_errors=True)
-
-
-def _reference_json(reference) -> dict | list | None:
-    if isinstance(reference, TokenFrequency):
-        return {"counts": {str(k): v for k, v in reference.counts.items()}, "total": reference.total,
-                "vocab_size": reference.vocab_size}
-    return reference
-
-
-def _reference_from_json(value) -> TokenFrequency | list | None:
-    if isinstance(value, dict):
-        return TokenFrequency({int(k): v for k, v in value["counts"].items()}, value["total"], value["vocab_size"])
-    return value
 
 
 def background_worker() -> None:
@@ -256,83 +226,13 @@ def background_worker() -> None:
     for line in sys.stdin:
         job = json.loads(line)
         try:
-            record = score_in_background(job["init_args"], _reference_from_json(job["reference"]),
+            record = score_in_background(job["init_args"], reference_from_json(job["reference"]),
                                          Path(job["snapshot"]), job["step"], Path(job["control_dir"]))
             reply = {"record": record}
         except Exception:  # noqa: BLE001 - the parent raises it, with the worker's traceback
             reply = {"error": traceback.format_exc()}
         out.write(json.dumps(reply, default=str) + "\n")
         out.flush()
-
-
-class BackgroundScorer:
-    """One worker process (`background_worker`, started by command: it shares no CUDA, thread or interpreter state
-    with training) scoring checkpoints in the order they were saved, at most `max_pending` queued: a save waits for
-    the oldest beyond that, so scoring falls behind training by a bounded amount only."""
-
-    def __init__(self, audit_dir: Path, max_pending: int):
-        self.audit_dir, self.max_pending = audit_dir, max_pending
-        self.process = None
-        self.replies = None
-        self.pending = 0
-
-    def start(self) -> None:
-        self.process = subprocess.Popen([sys.executable, "-m", "memlens.harness.audit.callback"], text=True,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self.replies = queue.Queue()
-
-        def read(stream, replies):
-            for line in stream:
-                replies.put(line)
-            replies.put(None)                   # the worker exited
-
-        threading.Thread(target=read, args=(self.process.stdout, self.replies), daemon=True).start()
-
-    def submit(self, init_args: dict, reference, snapshot: Path, step: int, control_dir: Path) -> list[dict]:
-        """Queue one checkpoint; return the records finished meanwhile (waiting for the oldest when full)."""
-        if self.process is None:
-            self.start()
-        finished = []
-        while self.pending >= self.max_pending:
-            finished.append(self._next(block=True))
-        job = {"init_args": init_args, "reference": _reference_json(reference), "snapshot": str(snapshot),
-               "step": step, "control_dir": str(control_dir)}
-        self.process.stdin.write(json.dumps(job, default=str) + "\n")
-        self.process.stdin.flush()
-        self.pending += 1
-        return finished + self.done()
-
-    def _next(self, block: bool) -> dict | None:
-        try:
-            line = self.replies.get(block=block)
-        except queue.Empty:
-            return None
-        if line is None:
-            raise UserError(f"AuditCallback(background=True): the scoring worker exited ({self.process.wait()}) with "
-                            f"{self.pending} checkpoint(s) unscored; its error is above. Score them afterwards with "
-                            "`memlens audit`, or train with background=False")
-        reply = json.loads(line)
-        self.pending -= 1
-        if "error" in reply:
-            raise UserError(f"AuditCallback(background=True): scoring a checkpoint failed in the worker:\n"
-                            f"{reply['error']}")
-        return reply["record"]
-
-    def done(self) -> list[dict]:
-        """The records finished so far, in order (the others stay queued)."""
-        finished = []
-        while self.pending and (record := self._next(block=False)) is not None:
-            finished.append(record)
-        return finished
-
-    def drain(self) -> list[dict]:
-        """Wait for every queued checkpoint; stop the worker."""
-        finished = [self._next(block=True) for _ in range(self.pending)]
-        if self.process is not None:
-            self.process.stdin.close()
-            self.process.wait()
-            self.process = None
-        return finished
 
 
 # ------------------------------------------------------------------------------------------------ the callback
