@@ -57,15 +57,6 @@ USAGE = "usage: memlens <command> [-m|--multirun] [key=value ...]\n\ncommands:\n
     f"  {name:<8} {help_}" for name, (_, help_) in COMMANDS.items())
 
 
-def refuse_renamed_environment() -> None:
-    """A MEMAUDIT_* variable (from before the rename to memlens) would be silently ignored: stop and say so."""
-    old = sorted(name for name in os.environ if name.startswith("MEMAUDIT_"))
-    if old:
-        renamed = ", ".join(f"{name} -> {name.replace('MEMAUDIT_', 'MEMLENS_', 1)}" for name in old)
-        raise UserError(f"environment variable(s) from before the rename of memaudit to memlens are set and "
-                        f"would be ignored: rename them ({renamed})")
-
-
 def config_dir() -> Path:
     """$MEMLENS_CONF, else the checkout's conf/ (editable install), else the conf/ a `pip install .` ships."""
     env = os.environ.get("MEMLENS_CONF")
@@ -329,7 +320,6 @@ def compose_only(argv: list[str]) -> list:
 def main(argv: list[str] | None = None) -> None:
     stay_offline()
     try:
-        refuse_renamed_environment()
         pin_cpu_kernels()
         code = run(sys.argv[1:] if argv is None else argv)
     except UserError as e:

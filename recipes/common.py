@@ -33,7 +33,6 @@ from memlens.harness.core.layout import data_dir as layout_data_dir
 from memlens.harness.core.processes import is_main_process
 from memlens.harness.core.provenance import provenance
 from memlens.harness.model.encode import encode_texts
-from memlens.harness.text.fim import LEGACY_FAMILY_NAMES
 
 __all__ = ["PROVENANCE_FILE", "is_complete"]   # re-exported: the recipes' one import of the run layout
 CONTEXT_MARGIN_TOKENS = 8     # FIM sentinels + BPE merge slack at the prompt's joins (fit_fim_context)
@@ -265,19 +264,8 @@ def settings_match(out_dir: Path, settings: dict[str, Any]) -> bool:
 
 
 def same_settings(a: Any, b: Any) -> bool:
-    """Two stages' settings are equal key for key. A run written before the rename to memlens recorded the
-    shipped tokenizer's FIM family as "memaudit": it counts as today's name, so such a run still resumes."""
-    return json.dumps(_renamed_legacy_names(a), sort_keys=True, default=str) == \
-        json.dumps(_renamed_legacy_names(b), sort_keys=True, default=str)
-
-
-def _renamed_legacy_names(settings: Any) -> Any:
-    if isinstance(settings, dict):
-        return {key: LEGACY_FAMILY_NAMES.get(value, value) if key == "fim_family" and isinstance(value, str)
-                else _renamed_legacy_names(value) for key, value in settings.items()}
-    if isinstance(settings, list):
-        return [_renamed_legacy_names(value) for value in settings]
-    return settings
+    """Two stages' settings are equal key for key."""
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
 def write_provenance(ctx: StageContext, stage: str, settings: dict[str, Any], datasets: list[str],

@@ -90,7 +90,7 @@ def compute_environment() -> dict[str, Any]:
 def environment() -> dict[str, Any]:
     """Code and environment identity: what every provenance block starts from."""
     return {
-        "package": {"name": "memlens", "version": memlens.__version__},   # the code that ran (0.1.x: "memaudit")
+        "package": {"name": "memlens", "version": memlens.__version__},   # the code that ran
         "git_commit": git_commit(),
         "packages": package_versions(),
         "python": sys.version.split()[0],

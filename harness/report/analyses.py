@@ -219,13 +219,13 @@ def kernel_libraries(kernels: dict | None, variables: dict) -> str | None:
 
 
 def code_version(prov: dict) -> str | None:
-    """'memlens 0.2.0' from a provenance record; a run from before the rename recorded only its packages
-    ('memaudit 0.1.0')."""
+    """'memlens 0.2.0' from a provenance record (the shipped base, built before provenance named the package,
+    records memlens among its packages)."""
     package = prov.get("package") or {}
     if package.get("name"):
         return f"{package['name']} {package.get('version')}"
-    versions = prov.get("packages") or {}
-    return next((f"{name} {versions[name]}" for name in ("memlens", "memaudit") if versions.get(name)), None)
+    version = (prov.get("packages") or {}).get("memlens")
+    return f"memlens {version}" if version else None
 
 
 def rlhf_vs_ipo(entries: list[dict], groups: dict[str, list[str]], datasets: list[str]) -> list[dict]:

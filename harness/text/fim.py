@@ -79,16 +79,11 @@ FAMILIES: dict[str, FimSentinels] = {s.family: s for s in (
                  pad="<pad>", deepseek_order=True),
     FimSentinels("memlens", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<eos>", pad="<pad>"),
 )}
-# Family names that runs written before the rename to memlens (0.1.x, "memaudit") recorded in their settings.
-LEGACY_FAMILY_NAMES = {"memaudit": "memlens"}
 
 
 def canonical_family(family: str | None) -> str | None:
-    """`family` lower-cased, with a pre-rename name mapped to today's (so old runs' settings still match)."""
-    if family is None:
-        return None
-    family = family.lower()
-    return LEGACY_FAMILY_NAMES.get(family, family)
+    """`family` as FAMILIES keys it (lower-cased)."""
+    return None if family is None else family.lower()
 
 
 def _family_from_vocab(vocab) -> str | None:

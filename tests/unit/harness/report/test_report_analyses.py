@@ -5,8 +5,12 @@ import math
 
 import pytest
 
+import memlens
+from memlens.harness.core.provenance import provenance
+from memlens.harness.core.shipped import shipped_path
 from memlens.harness.core.stats import reward_score_stats, roc_auc
 from memlens.harness.report import analyses as A
+from memlens.harness.text.fim import FAMILIES
 
 
 def row(i, memorized, ned=0.0, control_ned=0.5, excluded=None, **extra):
@@ -107,3 +111,19 @@ def test_rlhf_vs_ipo_uses_final_checkpoints():
                {"model": "IPO", "checkpoint": "final", "dataset": "sd_base", "rate": 0.3, "n_scored": 10, "ci95": None}]
     out = A.rlhf_vs_ipo(entries, {"FT": ["FT.3"], "IPO": ["IPO"]}, ["sd_base"])
     assert [(r["group"], r["rate"]) for r in out] == [("FT", 0.2), ("IPO", 0.3)]
+
+
+def test_every_record_names_the_package_and_its_version():
+    record = provenance(seed=3)
+    assert record["package"] == {"name": "memlens", "version": memlens.__version__}
+    assert record["packages"]["memlens"] == memlens.__version__
+    assert A.code_version(record) == f"memlens {memlens.__version__}"
+    assert A.code_version({"packages": {"torch": "2.13.0"}}) is None
+
+
+def test_the_shipped_base_records_todays_names():
+    """The shipped base was built before provenance named its package; its record names memlens among its packages
+    and its FIM family as FAMILIES keys it, so no run needs a mapping from an older name."""
+    record = json.loads(shipped_path("assets/base_tiny/provenance.json").read_text(encoding="utf-8"))
+    assert A.code_version(record) == "memlens 0.1.0"
+    assert record["settings"]["model"]["fim_family"] in FAMILIES
