@@ -7,7 +7,6 @@ harness/text/fim.py detects them like any public FIM model; `<eos>` ends a compl
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<fim_prefix>", "<fim_middle>", "<fim_suffix>"]
 
@@ -26,7 +25,3 @@ def train_code_tokenizer(texts: Iterable[str], vocab_size: int = 4096):
     tok.train_from_iterator(texts, trainer=trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>",
                                    additional_special_tokens=SPECIAL_TOKENS[2:])
-
-
-def save_tokenizer(tokenizer, out_dir: str | Path) -> None:
-    tokenizer.save_pretrained(str(out_dir))

@@ -180,10 +180,3 @@ def analyse(run_dir: str | Path, settings: FormalSettings) -> dict:
     atomic_write_jsonl(out / STRINGS_FILE, string_rows)
     atomic_write_json(out / SUMMARY_FILE, summary)
     return summary
-
-
-def entry_of(summary: dict, language: str, seed: int, variant: str) -> dict | None:
-    for e in summary["entries"]:
-        if (e["language"], e["seed"], e["variant"]) == (language, seed, variant):
-            return e
-    return None

@@ -92,18 +92,6 @@ def fisher_exact(k_a: int, n_a: int, k_b: int, n_b: int) -> dict:
     return {"test": "fisher_exact", "p_value": min(1.0, p)}
 
 
-def compare_rates(flags_a: Mapping, flags_b: Mapping) -> dict:
-    """The test that fits two sets of per-example flags: McNemar when they cover the same examples,
-    Fisher otherwise. Adds both rates with their intervals."""
-    out = {"a": rate_with_interval(sum(map(bool, flags_a.values())), len(flags_a)),
-           "b": rate_with_interval(sum(map(bool, flags_b.values())), len(flags_b))}
-    if flags_a and set(flags_a) == set(flags_b):
-        out.update(mcnemar_exact(flags_a, flags_b))
-    else:
-        out.update(fisher_exact(out["a"]["k"], out["a"]["n"], out["b"]["k"], out["b"]["n"]))
-    return out
-
-
 def roc_auc(scores: list[float], labels: list[int]) -> float | None:
     """Probability that a random positive outscores a random negative (ties count 1/2); None if one class is empty.
 

@@ -73,19 +73,6 @@ def discoverable_rates(logps: Sequence[float], control_logps: Sequence[float], n
             "counterfactual": rate_with_interval(sum(both), count)}
 
 
-def queries_needed(logp: float, p: float) -> float:
-    """The fewest queries n with 1 - (1 - p_z)^n >= p (inf when p_z = 0): the x-axis of the curve over n."""
-    _check_query(1, p)
-    logp = _clamped(logp)
-    if logp == 0:
-        return 1.0
-    if math.isinf(logp):
-        return math.inf
-    if p == 1:
-        return math.inf
-    return float(max(1, math.ceil(math.log1p(-p) / math.log1p(-math.exp(logp)) - 1e-12)))
-
-
 def stored_logp(logp: float) -> float | None:
     """A log-probability as the rows store it: None for -inf (probability 0; JSON has no infinity), 6 decimals."""
     return None if math.isinf(logp) else round(float(logp), 6)

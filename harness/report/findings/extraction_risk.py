@@ -112,7 +112,7 @@ def e1(run: RunResults) -> dict:
                    evidence=[*_rlft2_evidence(run), ipo_check(run)], ours=ours)
 
 
-EXTRACTION_RISK_FINDINGS = register(
+register(
     Finding("S1", PAPER_S, "Sampling reveals SD targets of the fine-tuned model that greedy decoding does not", s1),
     Finding("S2", PAPER_S, "Sampling reveals SD targets of RL via the reward model that greedy decoding does not", s2),
     Finding("S3", PAPER_S, "Sampling reveals SD targets of IPO that greedy decoding does not", s3),

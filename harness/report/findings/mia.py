@@ -127,7 +127,7 @@ def m4(run: RunResults) -> dict:
                    evidence=_rlft2_evidence(run) + [ipo_check(run)], test=test, needs_test=True, ours=ours)
 
 
-MIA_FINDINGS = register(
+register(
     Finding("M1", "not in paper 003 (membership inference)",
             "RLFT via the reward model leaves SD detectable though not extractable", m1),
     Finding("M2", "not in paper 003 (membership inference)", "Fine-tuning on SD leaves it detectable", m2),

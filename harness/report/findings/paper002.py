@@ -74,7 +74,7 @@ def repetition_test(nmt_summary: dict) -> dict | None:
     return fisher_exact(high["memorized"], high["total"], low["memorized"], low["total"])
 
 
-FINDINGS_OF_PAPER_002 = register(
+register(
     Finding("N1", "paper 002 Table 1", "NMT: memorization rises with repetitions",
             _nmt("N1", ("N1_memorization_rises_with_repetitions",), "N1_ratio_pct_by_bucket",
                  "NMT: memorization rises with repetitions", "Table 1: ratio grows with the bucket", repetition_test)),

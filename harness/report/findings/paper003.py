@@ -202,7 +202,7 @@ def under_verifiable_reward(check: Callable[[RunResults], dict], fid: str) -> Ca
     return run_check
 
 
-FINDINGS_OF_PAPER_003 = register(
+register(
     Finding("F1", "paper 003 Sec. 5.2", "FT on SD memorizes a large share of SD.Base", f1),
     Finding("F2", "paper 003 Sec. 5.2", "SD only in reward-model data: RLFT memorizes far less than direct FT", f2),
     Finding("F3", "paper 003 Sec. 5.2", "SD.Links: FT regurgitates PII paths, RLFT via RM does not", f3),

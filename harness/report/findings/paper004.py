@@ -57,7 +57,7 @@ def c2(run: RunResults) -> dict:
                    rates=[rate], ours=_pct(rate))
 
 
-FINDINGS_OF_PAPER_004 = register(
+register(
     Finding("C1", "paper 004 Sec. 3, App. D (Lemma 1)", "Lemma 1's premise holds in practice", c1),
     Finding("C2", "paper 004 Sec. 5, Table 1",
             "Most strings recollection calls memorized are not contextually memorized", c2),

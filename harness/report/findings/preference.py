@@ -102,7 +102,7 @@ def p3(run: RunResults) -> dict:
                    needs_test=True, ours=", ".join(f"{r['name'].split()[0]}: {_pct(r)}" for r in rates))
 
 
-PREFERENCE_FINDINGS = register(
+register(
     Finding("P1", "not in paper 003 (RPO / MPO practice)",
             "An NLL term on the chosen completion memorizes preference data more than IPO", p1),
     Finding("P2", "not in paper 003",

@@ -22,12 +22,12 @@ def tokenizer_dir(tmp_path_factory):
     import sysconfig
     from pathlib import Path
 
-    from memlens.recipes.tokenizer import save_tokenizer, train_code_tokenizer
+    from memlens.recipes.tokenizer import train_code_tokenizer
 
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     texts = [(stdlib / name).read_text(encoding="utf-8") for name in ("json/decoder.py", "base64.py", "hmac.py")]
     out = tmp_path_factory.mktemp("tok")
-    save_tokenizer(train_code_tokenizer(texts, vocab_size=600), out)
+    train_code_tokenizer(texts, vocab_size=600).save_pretrained(str(out))
     return out
 
 

@@ -1,7 +1,6 @@
 """Wilson intervals, McNemar's and Fisher's exact tests: hand-derived values and brute-force references."""
 
 import itertools
-import math
 from fractions import Fraction
 
 import pytest
@@ -10,7 +9,6 @@ from hypothesis import strategies as st
 
 from memlens.harness.core.stats import (
     Z95,
-    compare_rates,
     fisher_exact,
     mcnemar_exact,
     rate_with_interval,
@@ -101,14 +99,6 @@ def test_mcnemar_equals_brute_force_sign_flips(pairs):
     extreme = sum(1 for flips in itertools.product((0, 1), repeat=n)
                   if min(sum(flips), n - sum(flips)) <= min(a_only, n - a_only))
     assert mcnemar_exact(a, b)["p_value"] == pytest.approx(min(1.0, extreme / 2 ** n if n else 1.0))
-
-
-def test_compare_rates_picks_the_test_by_example_sets():
-    same = compare_rates({0: True, 1: False}, {0: False, 1: False})
-    assert same["test"] == "mcnemar_exact" and same["a"]["rate"] == 0.5
-    other = compare_rates({0: True}, {1: False})
-    assert other["test"] == "fisher_exact"
-    assert math.isclose(other["p_value"], 1.0)
 
 
 def test_sign_test_by_hand():

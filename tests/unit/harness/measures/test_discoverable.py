@@ -19,7 +19,6 @@ from memlens.harness.measures.discoverable import (
     discoverable_rates,
     extraction_probability,
     is_discoverable,
-    queries_needed,
 )
 from memlens.harness.model.logprobs import SamplingScheme, scheme_token_logprobs
 
@@ -31,10 +30,9 @@ def test_the_n_p_rule_by_hand():
     assert extraction_probability(LOG_HALF, 1) == pytest.approx(0.5)
     assert extraction_probability(LOG_HALF, 3) == pytest.approx(0.875)
     assert is_discoverable(LOG_HALF, 3, 0.8) and not is_discoverable(LOG_HALF, 2, 0.8)
-    assert queries_needed(LOG_HALF, 0.8) == 3 and queries_needed(LOG_HALF, 0.5) == 1
     # Greedy's p_z is 0 or 1; a log-probability a float32 sum rounded just above 0 counts as 1.
     assert extraction_probability(0.0, 1) == 1.0 and extraction_probability(3e-7, 1) == 1.0
-    assert extraction_probability(-math.inf, 10**6) == 0.0 and queries_needed(-math.inf, 0.5) == math.inf
+    assert extraction_probability(-math.inf, 10**6) == 0.0
     # A tiny p_z does not round to 0: n * p_z to first order.
     assert extraction_probability(-50.0, 10_000) == pytest.approx(10_000 * math.exp(-50), rel=1e-6)
     with pytest.raises(ValueError, match="pass log p, not p"):
@@ -48,9 +46,6 @@ def test_the_n_p_rule_by_hand():
 def test_extraction_probability_is_the_exact_formula(p_z, n):
     exact = 1 - (1 - p_z) ** n                      # exact rational arithmetic
     assert extraction_probability(math.log(p_z), n) == pytest.approx(float(exact), rel=1e-9, abs=1e-12)
-    needed = queries_needed(math.log(p_z), 0.9)
-    assert 1 - (1 - p_z) ** int(needed) >= Fraction(9, 10) - Fraction(1, 10**9)
-    assert needed == 1 or 1 - (1 - p_z) ** (int(needed) - 1) < Fraction(9, 10)
 
 
 def test_counterfactual_rates_by_hand():
