@@ -106,7 +106,7 @@ from memlens.harness.model.training import (
     trainer_callback_base,
 )
 
-MEASURES = ("extraction", "mia", "exposure")   # what a causal LM's checkpoint is scored with by default
+CALLBACK_MEASURES = ("extraction", "mia", "exposure")   # what a causal LM's checkpoint is scored with by default
 OPTIONAL = ("epsilon",)                 # asked for by name: the one-run ε bounds need fair-coin held-out canaries
 PREFLIGHT_MODES = ("raise", "warn", "off")   # a planted copy that gets no loss: refuse to train, say so, or skip
 FAIR_COIN = 0.5                         # memlens.inject's heldout_fraction the one-run bounds assume
@@ -143,7 +143,7 @@ class CallbackSettings:
 
     every: int = 1                       # score every N-th save
     limit: int | None = None             # score at most this many checkpoints
-    measures: tuple[str, ...] = MEASURES
+    measures: tuple[str, ...] = CALLBACK_MEASURES
     prompt_format: str | None = None     # prefix / chat / a FIM family; None: from the manifest's format
 
     def __post_init__(self):
@@ -151,10 +151,10 @@ class CallbackSettings:
             raise UserError(f"AuditCallback(every={self.every!r}): a positive integer (1: every save)")
         if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 1):
             raise UserError(f"AuditCallback(limit={self.limit!r}): None or a positive integer")
-        bad = [m for m in self.measures if m not in MEASURES + OPTIONAL]
+        bad = [m for m in self.measures if m not in CALLBACK_MEASURES + OPTIONAL]
         if bad or not self.measures:
             raise UserError(f"AuditCallback(measures={list(self.measures)!r}): a non-empty list of "
-                            f"{list(MEASURES + OPTIONAL)} (a reward model is scored by its ranking instead, "
+                            f"{list(CALLBACK_MEASURES + OPTIONAL)} (a reward model is scored by its ranking instead, "
                             "automatically)")
         if "epsilon" in self.measures and "mia" not in self.measures:
             raise UserError("AuditCallback(measures=[..., 'epsilon']): the ε bounds rank the canaries by their MIA "
@@ -242,7 +242,7 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
     model's ranking of planted vs held-out canaries. See this module's docstring for the layout."""
 
     def __init__(self, manifest, *, control: str | Path, out_dir: str | Path, every: int = 1,
-                 limit: int | None = None, measures: Sequence[str] = MEASURES, model_name: str | None = None,
+                 limit: int | None = None, measures: Sequence[str] = CALLBACK_MEASURES, model_name: str | None = None,
                  prompt_format: str | None = None, k: float = DEFAULT_K, max_new_tokens: int = 64,
                  target_tokens: int = 64, min_target_tokens: int = 10, batch_size: int = 16, device: str = "auto",
                  exposure_candidates: int = 32, reference: Sequence[str] | None = None,

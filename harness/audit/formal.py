@@ -38,7 +38,7 @@ from memlens.harness.core.formal_study import (
 )
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
 from memlens.harness.core.provenance import provenance
-from memlens.harness.measures.losses import MEASURES, memorization_measures
+from memlens.harness.measures.losses import LOSS_MEASURES, memorization_measures
 
 SUMMARY_FILE = "summary.json"
 GROUP_SHARE = 0.10          # Fig. 4: top and bottom 10 % most / least frequent strings
@@ -105,7 +105,7 @@ def _at(curve: np.ndarray, epoch_index: int) -> float:
 def _measure_summary(measures: dict, e_star: int) -> dict:
     """Per measure: dataset curves, the count memorized at e*, and the onsets (1-based epochs, None = never)."""
     out = {}
-    for name in MEASURES:
+    for name in LOSS_MEASURES:
         m = measures[name]
         memorized = m["score"][e_star] > 0
         out[name] = {"frac": [float(x) for x in m["frac"]], "weighted": [float(x) for x in m["weighted"]],
@@ -154,8 +154,8 @@ def analyse_variant(run_dir: Path, settings: FormalSettings, language: str, seed
             "neglogp": r["neglogp"], "predicted_tokens": r["predicted_tokens"],
             "train_loss": [float(x) for x in paired["train"][:, j]],
             "control_loss": [float(x) for x in paired["control"][:, j]],
-            "onset": {name: entry["measures"][name]["onsets"][j] for name in MEASURES},
-            "score_at_e_star": {name: float(measures[name]["score"][e_star, j]) for name in MEASURES},
+            "onset": {name: entry["measures"][name]["onsets"][j] for name in LOSS_MEASURES},
+            "score_at_e_star": {name: float(measures[name]["score"][e_star, j]) for name in LOSS_MEASURES},
         })
     return entry, string_rows
 

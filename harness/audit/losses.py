@@ -17,7 +17,7 @@ from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_
 from memlens.harness.core.layout import checkpoint_dirs
 from memlens.harness.core.provenance import provenance
 from memlens.harness.measures import exposure as exp
-from memlens.harness.measures.losses import MEASURES, memorization_measures
+from memlens.harness.measures.losses import LOSS_MEASURES, memorization_measures
 from memlens.harness.model.cache import CACHE_VERSION, cached_target_losses, examples_fingerprint, in_chunks, loss_cache
 from memlens.harness.model.load import model_sentinels, pick_device
 from memlens.harness.model.scorer import CausalLMScorer
@@ -204,15 +204,15 @@ def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], o
                 "id": r["id"], "variant": variant,
                 "train_loss": _jsonable(tr[:, j]), "control_loss": _jsonable(co[:, j]),
                 "optimal_contextual_loss": float(m["optimal_contextual_loss"][j]),
-                "onset": {k: int(m[k]["onset"][j]) for k in MEASURES},
-                "score": {k: _jsonable(m[k]["score"][:, j]) for k in MEASURES},
+                "onset": {k: int(m[k]["onset"][j]) for k in LOSS_MEASURES},
+                "score": {k: _jsonable(m[k]["score"][:, j]) for k in LOSS_MEASURES},
             })
         outputs[f"{name}.jsonl"] = out_rows
         entry = {
             "count": len(rows), "sha256": sha,
             "mean_train_loss": _jsonable(tr.mean(axis=1)), "mean_control_loss": _jsonable(co.mean(axis=1)),
             "measures": {k: {"frac": _jsonable(m[k]["frac"]), "weighted": _jsonable(m[k]["weighted"]),
-                             "memorized_ever": int(np.sum(m[k]["onset"] >= 0))} for k in MEASURES},
+                             "memorized_ever": int(np.sum(m[k]["onset"] >= 0))} for k in LOSS_MEASURES},
         }
         if name in cand:
             per_ck = [exp.exposures(L, pii_rows[name], candidates) for L in cand[name]]

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-MEASURES = ("recollection", "counterfactual", "contextual")
+LOSS_MEASURES = ("recollection", "counterfactual", "contextual")
 
 
 # ---------------------------------------------------------------------------------------------

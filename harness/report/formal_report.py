@@ -27,7 +27,7 @@ from memlens.harness.core.formal_study import (  # noqa: E402
     size_variant,
 )
 from memlens.harness.core.io import atomic_write_json, atomic_write_text, read_json, read_jsonl  # noqa: E402
-from memlens.harness.measures.losses import MEASURES, memorization_measures  # noqa: E402
+from memlens.harness.measures.losses import LOSS_MEASURES, memorization_measures  # noqa: E402
 from memlens.harness.report.figures import save_figure  # noqa: E402
 from memlens.harness.report.findings.verdict import status_label  # noqa: E402
 from memlens.harness.report.formal_findings import FormalResults, findings_per_seed, formal_findings  # noqa: E402
@@ -65,7 +65,7 @@ def fig2_onsets(results: FormalResults, path: Path) -> Path | None:
         return None
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), sharey=True)
     colors = ["tab:green", "tab:purple", "tab:brown"]
-    for ax, measure in zip(axes, MEASURES):
+    for ax, measure in zip(axes, LOSS_MEASURES):
         for s, color in zip(strings, colors):
             x = _epochs(len(s["train_loss"]))
             ax.plot(x, s["train_loss"], color=color, label=f"{s['sec3']} (x{s['count']}) training loss")
@@ -101,7 +101,7 @@ def fig3_entropy(results: FormalResults, path: Path) -> Path | None:
         x = _epochs(entries[0]["epochs"])
         for row, key in enumerate(("frac", "weighted")):
             ax = axes[row][col]
-            for measure in MEASURES:
+            for measure in LOSS_MEASURES:
                 ax.plot(x, _mean_curve(entries, measure, key), color=COLORS[measure], label=measure)
             _e_star_lines(ax, entries)
             entropy = entries[0]["language_entropy"]["nats_per_token"]
@@ -122,7 +122,7 @@ def group_fraction(strings: list[dict], tau: float) -> dict[str, np.ndarray]:
     train = np.array([s["train_loss"] for s in strings]).T
     control = np.array([s["control_loss"] for s in strings]).T
     m = memorization_measures(train, control, tau)
-    return {measure: m[measure]["frac"] for measure in MEASURES}
+    return {measure: m[measure]["frac"] for measure in LOSS_MEASURES}
 
 
 def paired_curves(curves: dict[str, tuple[dict, dict]], e_stars: list[tuple[list[dict], str]], title: str,
@@ -130,7 +130,7 @@ def paired_curves(curves: dict[str, tuple[dict, dict]], e_stars: list[tuple[list
     """One panel per measure, two curves each ({label: (solid {measure: curve}, dashed ...)}), e* of every seed dotted."""
     (solid_label, dashed_label), (solid, dashed) = zip(*curves.items())
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.4), sharey=True)
-    for ax, measure in zip(axes, MEASURES):
+    for ax, measure in zip(axes, LOSS_MEASURES):
         x = _epochs(len(solid[measure]))
         ax.plot(x, solid[measure], color=COLORS[measure], label=solid_label)
         ax.plot(x, dashed[measure], color=COLORS[measure], linestyle="--", label=dashed_label)
@@ -162,7 +162,7 @@ def fig5_dedup(results: FormalResults, path: Path) -> Path | None:
     base, dedup = results.entries_of(low, BASE), results.entries_of(low, DEDUP)
     if not base or not dedup:
         return None
-    curves = {"base": {m: _mean_curve(base, m) for m in MEASURES}, "dedup": {m: _mean_curve(dedup, m) for m in MEASURES}}
+    curves = {"base": {m: _mean_curve(base, m) for m in LOSS_MEASURES}, "dedup": {m: _mean_curve(dedup, m) for m in LOSS_MEASURES}}
     return paired_curves(curves, [(base, "k"), (dedup, "grey")],
                          f"Fig. 5: deduplication of {low}'s D (dotted: e*, black base, grey dedup)", path)
 
@@ -180,7 +180,7 @@ def fig6_size(results: FormalResults, path: Path) -> Path | None:
         return None
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), sharey=True)
     largest = max(n for n, _ in points)
-    for ax, measure in zip(axes, MEASURES):
+    for ax, measure in zip(axes, LOSS_MEASURES):
         for n, e in points:
             rate = e["measures"][measure]["k_at_e_star"] / max(e["measures"][measure]["n"], 1)
             ax.scatter(e["test_loss_at_e_star"], rate, s=20 + 180 * n / largest, color=COLORS[measure], alpha=0.6)

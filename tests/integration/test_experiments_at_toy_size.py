@@ -9,8 +9,8 @@ is the toy size already (tests/integration/test_pipeline_smoke.py). The nmt_* ex
 at full size (tests/unit/harness/audit/test_nmt_pipeline_parts.py composes both). The first seven took ~3 min on 2 CPU cores;
 preference_objectives (7 preference objectives beside FT.3 and RLFT.2) adds ~35 s and findings_rlvr (findings plus
 11 RL points against a verifiable reward) ~50 s, measured on a shared machine (load average ~1.5). For those two the
-test also checks what they measure (MEASURES). The runs share the stages they have in common, across both workers
-(seed_from_previous_run) and draw no figures: measured alone, findings then quickstart then findings_rlvr_only take
+test also checks what they measure (CHECKS_OF_EXPERIMENT). The runs share the stages they have in common, across both
+workers (seed_from_previous_run) and draw no figures: measured alone, findings then quickstart then findings_rlvr_only take
 78 + 22 + 38 s instead of 78 + 48 + 70.
 """
 
@@ -126,8 +126,8 @@ def test_experiment_runs_end_to_end_at_toy_size(name, tmp_path, finished_runs):
         assert {"FT.3", "RLFT.2", "IPO"} <= {m.split("/")[0] for m in mia}, sorted(mia)
         found = {f["id"]: f for f in json.loads((run_dir / "report" / "findings.json").read_text())["findings"]}
         assert all(found[fid]["status"] != "not measured" for fid in ("M1", "M2", "M3")), found["M1"]
-    if name in MEASURES:
-        MEASURES[name](run_dir)
+    if name in CHECKS_OF_EXPERIMENT:
+        CHECKS_OF_EXPERIMENT[name](run_dir)
     record_finished(finished_runs, run_dir)
 
 
@@ -166,4 +166,4 @@ def _findings_rlvr_measured(run_dir):
     assert rl["RLVR.2"]["reward_function"] == "identifier_reuse" and rl["RLVR.2"]["reward_heldout_auc"] is not None
 
 
-MEASURES = {"preference_objectives": _preference_objectives_measured, "findings_rlvr": _findings_rlvr_measured}
+CHECKS_OF_EXPERIMENT = {"preference_objectives": _preference_objectives_measured, "findings_rlvr": _findings_rlvr_measured}

@@ -15,7 +15,7 @@ from memlens.harness.audit.losses import audit_losses
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_jsonl, read_json, read_jsonl
 from memlens.harness.measures.exposure import candidate_losses, exposure_summary, exposures, load_candidates
-from memlens.harness.measures.losses import MEASURES
+from memlens.harness.measures.losses import LOSS_MEASURES
 from memlens.harness.model.logprobs import (
     SamplingScheme,
     encode_fim_examples,
@@ -175,7 +175,7 @@ def test_audit_losses_outputs(world, audited):
             assert ctx == -1 or (cf != -1 and cf <= ctx)
             assert all(c <= f + 1e-9 for c, f in zip(r["score"]["contextual"], r["score"]["counterfactual"]))
             assert r["optimal_contextual_loss"] == pytest.approx(min(r["control_loss"]), abs=1e-7)
-            assert all(len(r["score"][m]) == len(STEPS) for m in MEASURES)
+            assert all(len(r["score"][m]) == len(STEPS) for m in LOSS_MEASURES)
     # Exposure only for SD.Links positives, one entry per checkpoint, rising with training.
     exp = summary["datasets"]["sd_links"]["exposure"]
     assert len(exp) == len(STEPS) and exp[-1]["share_max"] == 1.0 and exp[-1]["mean"] >= exp[0]["mean"]

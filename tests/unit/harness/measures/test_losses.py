@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from memlens.harness.measures.losses import MEASURES, memorization_measures
+from memlens.harness.measures.losses import LOSS_MEASURES, memorization_measures
 
 # Three epochs, four strings (columns). Values chosen so every score is derivable by hand.
 #   s0: recollection only — loss falls below tau=0.2 but never below the control's loss.
@@ -86,7 +86,7 @@ def test_bad_tau(tau):
 def _reference(train, control, tau):
     """The definitions of Sec. 3 written as plain loops, one string and one epoch at a time."""
     epochs, strings = train.shape
-    out = {k: {"onset": [], "score": np.zeros((epochs, strings))} for k in MEASURES}
+    out = {k: {"onset": [], "score": np.zeros((epochs, strings))} for k in LOSS_MEASURES}
     for s in range(strings):
         best_control = min(control[e][s] for e in range(epochs))
         conditions = {
@@ -122,7 +122,7 @@ def _loss_arrays():
 def test_matches_brute_force_reference(arrays, tau):
     train, control = arrays
     got, ref = memorization_measures(train, control, tau), _reference(train, control, tau)
-    for name in MEASURES:
+    for name in LOSS_MEASURES:
         assert got[name]["onset"].tolist() == ref[name]["onset"]
         np.testing.assert_allclose(got[name]["score"], ref[name]["score"], atol=1e-12)
         np.testing.assert_allclose(got[name]["frac"], (ref[name]["score"] > 0).mean(axis=1))
@@ -143,7 +143,7 @@ def test_lemma_1_on_every_string(arrays):
         if ctx["onset"][s] != -1:
             assert cf["onset"][s] != -1 and cf["onset"][s] <= ctx["onset"][s]
     assert np.all(ctx["score"] <= cf["score"] + 1e-12)
-    for name in MEASURES:
+    for name in LOSS_MEASURES:
         assert np.all((m[name]["score"] >= 0) & (m[name]["score"] <= 1))
 
 
