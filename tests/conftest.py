@@ -3,8 +3,31 @@ by default (harness/core/kernels.py pin_cpu_kernels), set before anything loads 
 subpackages of memlens."""
 
 import importlib.abc
+import importlib.util
 import os
 import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _require_this_checkout_installed() -> None:
+    """The tests import harness/, recipes/ and synthetic_data/ as memlens.* (pyproject.toml's package-dir): that needs
+    memlens installed from this checkout, which scripts/setup.sh does. Without it, say so instead of an ImportError."""
+    spec = importlib.util.find_spec("memlens.harness") if importlib.util.find_spec("memlens") else None
+    fix = ("run `bash scripts/setup.sh` once (it creates .venv with memlens from this checkout and the test extras), "
+           "then `bash scripts/test.sh` or `.venv/bin/python -m pytest`")
+    if spec is None:
+        pytest.exit(f"memlens is not installed in this Python ({sys.executable}): {fix}", returncode=4)
+    where = Path(spec.origin).resolve().parents[1]
+    if where != REPO:
+        pytest.exit(f"this Python's memlens is installed from {where}, not from this checkout ({REPO}): {fix}",
+                    returncode=4)
+
+
+_require_this_checkout_installed()
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
