@@ -232,10 +232,10 @@ def attacks_table(run_dirs: list[Path], dataset: str = "sd_base") -> str:
 
 
 def measure_table(name: str, run_dir: Path, final_only: bool = False) -> str:
-    """A registered audit measure's report table (its `report_rows`, harness/audit/measures.py: e.g. discoverable,
+    """A registered audit measure's report table (its `report_rows`, harness/audit/measure_registry.py: e.g. discoverable,
     epsilon) read back from the run's audit directory, as markdown: the numbers the report prints. `final_only`
     keeps the final checkpoint's rows of a table that lists every checkpoint (and drops that column)."""
-    from memlens.harness.audit.measures import MEASURES  # the registry loads its built-in measures itself
+    from memlens.harness.audit.measure_registry import MEASURES  # the registry loads its built-in measures itself
     from memlens.harness.core.layout import default_audit_dir
 
     if name not in MEASURES or MEASURES[name].report_rows is None:

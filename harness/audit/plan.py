@@ -30,7 +30,7 @@ from memlens.harness.audit.epsilon import TITLE as EPSILON_TITLE
 from memlens.harness.audit.epsilon import audit_epsilon_models, epsilon_settings, require_mia
 from memlens.harness.audit.epsilon import report_rows as epsilon_report_rows
 from memlens.harness.audit.losses import audit_losses
-from memlens.harness.audit.measures import MEASURES, Measure
+from memlens.harness.audit.measure_registry import MEASURES, Measure
 from memlens.harness.audit.mia import audit_mia, collect_summaries
 from memlens.harness.audit.run import META_SUFFIX, SUMMARY_FILE, check_scored, run_audit, write_summary
 from memlens.harness.audit.run import main as audit_one

@@ -11,7 +11,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from memlens.harness.audit.measures import MEASURES
+from memlens.harness.audit.measure_registry import MEASURES
 from memlens.harness.core.io import read_jsonl
 from memlens.harness.core.layout import (
     CANARIES,
@@ -572,7 +572,7 @@ def callback_section(audits: dict[Path, Path], summary: dict) -> list[Block]:
 
 
 def registered_measures_section(audits: dict[Path, Path], summary: dict) -> list[Block]:
-    """A measure registered with `report_rows` (harness/audit/measures.py) gets a table under its title: the
+    """A measure registered with `report_rows` (harness/audit/measure_registry.py) gets a table under its title: the
     columns and rows it reads back from each run's audit directory, the run's name prefixed when several."""
     blocks: list[Block] = []
     for name, measure in MEASURES.items():

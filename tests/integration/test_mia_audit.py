@@ -181,7 +181,7 @@ def test_an_attack_and_a_measure_registered_from_here_reach_the_audit_and_the_re
     """The registries are the only edit: an attack (the target's length in characters, shorter = member, a
     deliberately weak feature) and a measure (rows per dataset, written by the measure, read back for the
     report) registered in this file appear in the MIA summary and rows, the audit's output and report.html."""
-    from memlens.harness.audit.measures import MEASURES, Measure
+    from memlens.harness.audit.measure_registry import MEASURES, Measure
     from memlens.harness.measures.mia import Attack
     from memlens.harness.report.render import render_report
 
