@@ -13,7 +13,6 @@ import errno
 import functools
 import importlib
 import itertools
-import json
 import os
 import shlex
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 from memlens.harness.core.config import check_sections
 from memlens.harness.core.console import TRAINING_COMMANDS, ExpectedRecords, quiet_libraries
 from memlens.harness.core.errors import StorageError, UserError, storage_error, storage_message
-from memlens.harness.core.kernels import level_environment, pin_cpu_kernels
+from memlens.harness.core.kernels import pin_cpu_kernels
 from memlens.harness.core.layout import report_dir
 from memlens.harness.core.lock import SHARED, hold_directories
 from memlens.harness.core.shipped import shipped_dir
@@ -37,8 +36,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("memlens.recipes.pipeline:train_main", "train one stage: memlens train stage=<name>"),
     "run": ("memlens.recipes.pipeline:run_main", "data -> every stage of an experiment -> audit -> report"),
     "report": ("memlens.harness.report.render:main", "render figures and report.md/html from stored audit results"),
-    "nmt": ("memlens.harness.cli:nmt_command", "Finding Memo: train a seq2seq model and run algorithms 1-3"),
-    "formal": ("memlens.harness.cli:formal_command", "paper 004's formal languages: measures, findings C1-C7, report"),
+    "nmt": ("memlens.harness.study_commands:nmt_command", "Finding Memo: train a seq2seq model and run algorithms 1-3"),
+    "formal": ("memlens.harness.study_commands:formal_command",
+               "paper 004's formal languages: measures, findings C1-C7, report"),
     "check": ("memlens.recipes.check:main", "preflight of a model preset: files, sentinels, BOS/EOS/PAD, lengths"),
 }
 
@@ -139,13 +139,13 @@ def load_command(name: str):
     """The function that runs command `name`; `run`, `train` and `nmt` get the measuring side they need."""
     if name not in COMMANDS:
         raise UserError(f"unknown command {name!r}\n{USAGE}")
-    command = _import(COMMANDS[name][0], name)
+    command = import_target(COMMANDS[name][0], name)
     if name in ("run", "train"):
         return functools.partial(command, measurement=measurement())
     return command
 
 
-def _import(target: str, name: str = ""):
+def import_target(target: str, name: str = ""):
     module_name, func_name = target.split(":")
     try:
         module = importlib.import_module(module_name)
@@ -163,59 +163,7 @@ def measurement():
     from memlens.recipes.pipeline import Measurement  # lazy: the recipes load when a training command runs
 
     return Measurement(run_command=lambda command, cfg: int(load_command(command)(cfg) or 0),
-                       retire_audit_results=_import("memlens.harness.audit.plan:retire_model_results"))
-
-
-def nmt_command(cfg) -> int:
-    """`memlens nmt`: the Finding Memo audit (harness.audit.nmt) of the models recipes.nmt_pipeline trains,
-    then its report (harness.report.nmt_report)."""
-    from memlens.recipes.nmt_pipeline import NmtTrainer  # lazy: the recipes load when a training command runs
-
-    _import("memlens.harness.audit.nmt:run_nmt")(cfg, NmtTrainer())
-    _import("memlens.harness.audit.nmt:check_stability")(cfg, nmt_in_child_process)
-    _import("memlens.harness.report.nmt_report:write_nmt_report")(Path(str(cfg.run_dir)) / "nmt")
-    return 0
-
-
-def formal_command(cfg) -> int:
-    """`memlens formal`: paper 004's formal-language study's measures, findings and report from its trained models
-    (harness.report.formal_report.formal_command)."""
-    if cfg.get("formal") is None:
-        raise UserError("memlens formal needs a formal-language experiment: experiment=formal_languages "
-                        "(or formal_toy)")
-    return _import("memlens.harness.report.formal_report:formal_command")(cfg)
-
-
-def nmt_in_child_process(cfg, kernels: str) -> dict:
-    """Steps 1-5 of `memlens nmt` on a resolved config, in a child process whose torch computes with
-    every library held to kernel level `kernels` (torch, MKL and oneDNN pick their kernels once per process,
-    harness/core/kernels.py); its summary.json."""
-    import subprocess  # lazy: only the NMT stability check starts a child
-
-    from omegaconf import OmegaConf  # lazy: keeps `memlens --help` fast
-
-    run_dir = Path(str(cfg.run_dir))
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config = run_dir / "config.yaml"
-    config.write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
-    code = ("import sys; from memlens.harness.cli import nmt_from_config; nmt_from_config(sys.argv[1])")
-    env = level_environment(kernels, dict(os.environ))
-    if subprocess.run([sys.executable, "-c", code, str(config)], env=env).returncode:
-        raise UserError(f"the NMT stability rerun in {run_dir} failed (its output is above); rerun the same "
-                        f"command to continue, or set nmt.stability_kernels=null to skip it")
-    return json.loads((run_dir / "nmt" / "summary.json").read_text(encoding="utf-8"))
-
-
-def nmt_from_config(path: str) -> None:
-    """The child of nmt_in_child_process: steps 1-5 on the config it wrote."""
-    from omegaconf import OmegaConf  # lazy: keeps `memlens --help` fast
-
-    from memlens.recipes.nmt_pipeline import NmtTrainer  # lazy: the recipes load when a training command runs
-
-    stay_offline()
-    quiet_libraries()
-    filter_transformers_records(ExpectedRecords())
-    _import("memlens.harness.audit.nmt:run_nmt")(OmegaConf.load(path), NmtTrainer())
+                       retire_audit_results=import_target("memlens.harness.audit.plan:retire_model_results"))
 
 
 def directories_written(name: str, cfg) -> list[tuple[str, Path]]:

@@ -16,7 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from memlens.harness.core.errors import UserError
+from memlens.harness.model.encode import adds_bos
+from memlens.harness.text.fim import detect_sentinels, stop_token_ids
+from memlens.recipes.common import resolve_device
+from memlens.recipes.models import parse_model, torch_dtype, use_distinct_pad
+from memlens.recipes.plan import plan
 
 LENGTH_KEYS = ("max_seq_len", "max_length")     # stage settings bounded by the model's context
 
@@ -34,6 +41,7 @@ def local_model_dir(pretrained: str) -> Path | None:
     path = Path(pretrained)
     if path.is_dir():
         return path
+    # huggingface_hub (~0.1 s, reads HF_HUB_OFFLINE at import): a hub id only
     from huggingface_hub import try_to_load_from_cache
 
     cached = try_to_load_from_cache(pretrained, "config.json")
@@ -42,8 +50,6 @@ def local_model_dir(pretrained: str) -> Path | None:
 
 def stage_lengths(cfg) -> dict[str, int]:
     """{"<stage>.<key>": tokens} of every planned stage's sequence-length settings (and the audit's budget)."""
-    from memlens.recipes.plan import plan
-
     lengths = {f"{stage.model_name}.{key}": int(stage.settings[key])
                for stage in plan(cfg) for key in LENGTH_KEYS if stage.settings.get(key) is not None}
     if cfg.get("audit") is not None and cfg.audit.get("max_new_tokens"):
@@ -64,7 +70,7 @@ def check_context(context: int | None, lengths: dict[str, int]) -> Check:
 
 
 def check_dtype(dtype_name: str, device: str) -> Check:
-    import torch
+    import torch  # torch (~1 s): pipeline.py imports check.py for every run
 
     if device == "cuda":
         ok = dtype_name != "bfloat16" or torch.cuda.is_bf16_supported()
@@ -78,8 +84,8 @@ def check_dtype(dtype_name: str, device: str) -> Check:
 
 def lora_modules(config, target_modules: list[str]) -> Check:
     """Which LoRA targets exist, on a meta-device copy of the architecture (no weights read or allocated)."""
-    import torch
-    from transformers import AutoModelForCausalLM
+    import torch  # torch (~1 s): pipeline.py imports check.py for every run
+    from transformers import AutoModelForCausalLM  # transformers (~1.5 s): pipeline.py imports check.py for every run
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
@@ -94,10 +100,6 @@ def lora_modules(config, target_modules: list[str]) -> Check:
 
 def tokenizer_checks(tokenizer, preset) -> list[Check]:
     """Sentinels, BOS, EOS/PAD and stop tokens as every stage will use them (recipes.models.load_tokenizer)."""
-    from memlens.harness.model.encode import adds_bos
-    from memlens.harness.text.fim import detect_sentinels, stop_token_ids
-    from memlens.recipes.models import use_distinct_pad
-
     try:
         s = detect_sentinels(tokenizer, preset.fim_family, model_name=str(preset.pretrained))
     except UserError as e:
@@ -125,11 +127,8 @@ def tokenizer_checks(tokenizer, preset) -> list[Check]:
 
 def preflight(cfg) -> list[Check]:
     """Every check of the preset `cfg.model` against the experiment in `cfg` (files read, none written)."""
-    from omegaconf import OmegaConf
+    # transformers (~1.5 s): pipeline.py imports check.py for every run
     from transformers import AutoConfig, AutoTokenizer
-
-    from memlens.recipes.common import resolve_device
-    from memlens.recipes.models import parse_model, torch_dtype
 
     preset = parse_model(OmegaConf.to_container(cfg.model, resolve=True), "model")
     device = resolve_device(cfg.get("device") or "auto")

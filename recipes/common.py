@@ -11,18 +11,25 @@ every recipe hands its trainer to `attach_stage_console`.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import sys
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from memlens.harness.core.config import check_dataclass_values
+from omegaconf import OmegaConf
+
+from memlens.harness.core.config import check_dataclass_values, require_bool
+from memlens.harness.core.console import StageProgress
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, jsonl_line, read_json, read_jsonl
 from memlens.harness.core.layout import (
     PROVENANCE_FILE,
+    RUN_RECORD,
     TENSORBOARD_DIR,
     TRAIN_LOG,
     is_complete,
@@ -33,6 +40,9 @@ from memlens.harness.core.layout import data_dir as layout_data_dir
 from memlens.harness.core.processes import is_main_process
 from memlens.harness.core.provenance import provenance
 from memlens.harness.model.encode import encode_texts
+from memlens.harness.model.load import pick_device
+from memlens.harness.text.fim import detect_sentinels
+from memlens.recipes.models import load_tokenizer, parse_model
 
 __all__ = ["PROVENANCE_FILE", "is_complete"]   # re-exported: the recipes' one import of the run layout
 CONTEXT_MARGIN_TOKENS = 8     # FIM sentinels + BPE merge slack at the prompt's joins (fit_fim_context)
@@ -40,8 +50,6 @@ CONTEXT_MARGIN_TOKENS = 8     # FIM sentinels + BPE merge slack at the prompt's 
 
 def resolve_device(device: str) -> str:
     """'auto' -> 'cuda' when a CUDA device is present, else 'cpu' (one rule, in harness.model.decode)."""
-    from memlens.harness.model.load import pick_device
-
     return pick_device(device)
 
 
@@ -82,9 +90,6 @@ def deepspeed_on_cpu(deepspeed_config: str) -> dict[str, Any]:
     already set up) — and the Trainer told to use it as configured. Needs a launch (`accelerate launch`, e.g.
     launch/cpu_2proc.yaml): a plain process has no process group to join. The environment variable is restored after
     the stage (run_recipe)."""
-    import importlib.util
-    import os
-
     if "LOCAL_RANK" not in os.environ:
         raise UserError(f"deepspeed={deepspeed_config} with device=cpu: DeepSpeed on CPU needs a multi-process launch "
                         "(`accelerate launch --config_file launch/cpu_2proc.yaml -m memlens train ...`); "
@@ -92,20 +97,21 @@ def deepspeed_on_cpu(deepspeed_config: str) -> dict[str, Any]:
     if importlib.util.find_spec("deepspeed") is None:
         raise UserError(f"deepspeed={deepspeed_config}: DeepSpeed is not installed; `pip install -e '.[deepspeed]'`, "
                         "or remove the stage's deepspeed key")
-    from accelerate import PartialState
-    from accelerate.state import AcceleratorState
-    from accelerate.utils import DistributedType
-    from deepspeed.accelerator import get_accelerator, set_accelerator
+    from accelerate import PartialState  # accelerate (~1 s): DeepSpeed on CPU only; every recipe imports common.py
+    from accelerate.state import AcceleratorState  # accelerate: DeepSpeed on CPU only
+    from accelerate.utils import DistributedType  # accelerate: DeepSpeed on CPU only
+    from deepspeed.accelerator import get_accelerator, set_accelerator  # deepspeed: optional, checked above
 
     if get_accelerator().device_name() != "cpu":     # device=cpu on a machine that has an accelerator
+        # deepspeed: optional (the deepspeed extra), DeepSpeed on CPU only
         from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
 
         set_accelerator(CPU_Accelerator())
     # Collectives over gloo, not DeepSpeed's shared-memory kernel: that one is compiled on first use (measured
     # 133 s on 2 cores, and it needs g++ and ninja); `compatible: false` makes DeepSpeed skip it (deepspeed.ops keeps
     # the edited table).
-    import deepspeed.ops
-    from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
+    import deepspeed.ops  # deepspeed: optional, checked above
+    from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder  # deepspeed: optional, checked above
 
     deepspeed.ops.__compatible_ops__[ShareMemCommBuilder.NAME] = False
     os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
@@ -135,9 +141,6 @@ def deepspeed_left_behind_cleared():
     weak reference) lives as long as the trainer does (the stage's evaluation, which loads the saved model in the main
     process alone, and a later stage's from_pretrained would build a partitioned model and wait for the other
     processes). Without DeepSpeed neither is set, and this changes nothing."""
-    import os
-    import sys
-
     before = os.environ.get("ACCELERATE_USE_DEEPSPEED")
     try:
         yield
@@ -189,8 +192,6 @@ class StageSettings:
         """What every trainer stage checks last: its model preset parsed (`model_settings`), its DeepSpeed file
         present, and an unset `fim_family` taken from the preset. ZeRO-3 with LoRA is allowed: a LoRA stage's save
         gathers the partitioned weights and merges them on the main process (recipes.models.save_lora_stage)."""
-        from memlens.recipes.models import parse_model  # models.py defines the preset; it imports nothing here
-
         self.model_settings = parse_model(self.model, f"{where}.model")
         deepspeed = getattr(self, "deepspeed", None)
         self.require(deepspeed is None or Path(deepspeed).is_file(), "deepspeed",
@@ -202,9 +203,6 @@ class StageSettings:
 def load_init_tokenizer(ctx: StageContext, init: str, preset, fim_family: str | None):
     """(init model directory, its tokenizer as the preset loads it, its FIM sentinels): how every stage that starts
     from another stage's model begins."""
-    from memlens.harness.text.fim import detect_sentinels
-    from memlens.recipes.models import load_tokenizer
-
     init_dir = ctx.model_dir(init)
     tokenizer = load_tokenizer(init_dir, preset)
     return init_dir, tokenizer, detect_sentinels(tokenizer, fim_family, model_name=str(init_dir))
@@ -281,6 +279,15 @@ def write_provenance(ctx: StageContext, stage: str, settings: dict[str, Any], da
     atomic_write_json(ctx.out_dir / PROVENANCE_FILE, record)
 
 
+def write_run_record(cfg, run_dir: Path, stages: list[dict[str, Any]], **extra: Any) -> None:
+    """<run_dir>/run.json: the resolved experiment, git commit, versions, and what each stage did."""
+    if not is_main_process():
+        return
+    record = provenance(seed=cfg.seed, datasets={}, experiment=cfg.get("experiment_name"),
+                        config=OmegaConf.to_container(cfg, resolve=True), stages=stages, **extra)
+    atomic_write_json(run_dir / RUN_RECORD, record)
+
+
 class Recipe(Protocol):
     """The contract every stage recipe follows (torchtune's recipe interface): built from its settings and the
     stage's context, then setup -> train -> save -> evaluate; `provenance()` is what provenance.json records
@@ -346,8 +353,6 @@ def fit_fim_context(tokenizer, prefix: str, suffix: str, middle_tokens: int, max
 
 def require_tensorboard(enabled: Any) -> bool:
     """The root key `tensorboard`, checked before any training: a boolean, and the package when true."""
-    from memlens.harness.core.config import require_bool
-
     if not require_bool(enabled, "tensorboard"):
         return False
     try:
@@ -393,7 +398,7 @@ class TrainLog:
             if len(kept) != len(rows):
                 atomic_write_jsonl(self.path, kept)
         if self.tensorboard_dir is not None and self.writer is None:
-            from torch.utils.tensorboard import SummaryWriter
+            from torch.utils.tensorboard import SummaryWriter  # torch (~1 s): only tensorboard=true writes events
 
             # purge_step: TensorBoard drops the events a killed run wrote after the resumed step
             self.writer = SummaryWriter(log_dir=str(self.tensorboard_dir), purge_step=step + 1 if step else None)
@@ -419,9 +424,8 @@ class TrainLog:
 
 def _stage_console_callback():
     """The TrainerCallback class (built on first use: importing transformers costs seconds)."""
+    # transformers (~1.5 s): when a stage trains; every recipe imports common.py
     from transformers import TrainerCallback
-
-    from memlens.harness.core.console import StageProgress
 
     class StageConsoleCallback(TrainerCallback):
         """Logged steps -> train_log.jsonl; progress -> one bar (terminal) or a few lines (elsewhere)."""
@@ -459,6 +463,7 @@ def attach_stage_console(trainer, ctx: StageContext) -> None:
     `models/<NAME>/train_log.jsonl` (and TensorBoard with `tensorboard=true`) instead of being printed,
     and its progress is one bar per stage on a terminal, a line per 25 % elsewhere (harness/core/console.py).
     Replaces the Trainer's PrinterCallback (disable_tqdm=True) or ProgressCallback, whichever it has."""
+    # transformers (~1.5 s): when a stage trains; every recipe imports common.py
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     trainer.remove_callback(PrinterCallback)

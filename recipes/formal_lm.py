@@ -23,6 +23,9 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+from tokenizers import Tokenizer, models, pre_tokenizers
+
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.formal_study import (
     LANGUAGE_FILE,
@@ -38,6 +41,8 @@ from memlens.harness.core.io import atomic_write_json, read_json, read_jsonl
 from memlens.harness.core.provenance import git_commit, provenance
 from memlens.harness.model.logprobs import token_losses_batched
 from memlens.harness.model.training import rng_untouched, trainer_callback_base
+from memlens.recipes.common import write_run_record
+from memlens.synthetic_data.formal_data import build_all
 
 SPECIALS = ["<pad>", "<bos>", "<eos>"]
 EVAL_BATCH = 64
@@ -45,7 +50,7 @@ EVAL_BATCH = 64
 
 def build_tokenizer(terminals: list[str]):
     """A word-level tokenizer over the language's terminals (one token each) with pad, BOS and end tokens."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    # transformers (~1.5 s): pipeline.py imports formal_lm.py for every run
     from transformers import PreTrainedTokenizerFast
 
     vocab = {tok: i for i, tok in enumerate([*SPECIALS, *terminals])}
@@ -60,6 +65,7 @@ def encode(tokenizer, text: str) -> list[int]:
 
 
 def build_model(settings: FormalSettings, tokenizer):
+    # transformers (~1.5 s): pipeline.py imports formal_lm.py for every run
     from transformers import LlamaConfig, LlamaForCausalLM
 
     m = settings.model_settings
@@ -106,10 +112,10 @@ def is_finished(run_dir: Path, settings: FormalSettings, job: tuple[str, int, st
 
 def train_job(run_dir: str, section: dict[str, Any], job: tuple[str, int, str, str]) -> dict:
     """Train one model of the study and write its per-epoch losses (a worker process runs this)."""
-    import torch
-    from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
-    from transformers.trainer_callback import PrinterCallback
-    from transformers.utils import logging as hf_logging
+    import torch  # torch (~1 s): pipeline.py imports formal_lm.py for every run
+    from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments  # ~1.5 s, in the worker
+    from transformers.trainer_callback import PrinterCallback  # transformers: loaded in the worker only
+    from transformers.utils import logging as hf_logging  # transformers: loaded in the worker only
 
     hf_logging.disable_progress_bar()       # no shard-writing bar per model: the study trains hundreds
 
@@ -184,11 +190,6 @@ def run_formal(cfg, measurement) -> int:
     """`memlens run experiment=formal_languages`: data, every model, then `memlens formal` (the measures, the
     findings and the report, harness/audit/formal.py) through the measuring side the CLI hands over. run.json
     records the config, commit, versions and each model's seconds, as every run's does."""
-    from omegaconf import OmegaConf
-
-    from memlens.recipes.pipeline import write_run_record
-    from memlens.synthetic_data.formal_data import build_all
-
     start = time.time()
     section = OmegaConf.to_container(cfg.formal, resolve=True)
     settings = FormalSettings.load(section)

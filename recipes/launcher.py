@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.lock import EXCLUSIVE, hold_directories
 from memlens.recipes import pipeline
@@ -50,8 +52,6 @@ def check_launcher(cfg, planned=None) -> dict | None:
     """The `launcher:` section, checked (None: train in this process, as before)."""
     section = cfg.get("launcher") or {}
     if not isinstance(section, dict):                  # a DictConfig from the composed config
-        from omegaconf import OmegaConf
-
         section = OmegaConf.to_container(section, resolve=True)
     kind = section.get("kind")
     if kind is None:

@@ -20,7 +20,9 @@ from typing import Any
 
 from memlens.harness.core.config import check_dataclass_values
 from memlens.harness.core.errors import UserError
+from memlens.harness.core.shipped import shipped_path
 from memlens.harness.model.load import not_local_error, safe_from_pretrained
+from memlens.harness.text.fim import detect_sentinels, stop_token_ids
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -30,8 +32,6 @@ def resolve_pretrained(name: str | None) -> str | None:
     """A hub id or a path; a relative path that exists under the project root, or among the files a
     non-editable install ships (the shipped base, conf/model/tiny_base.yaml; harness.core.shipped), is made
     absolute, so that the preset works from any working directory."""
-    from memlens.harness.core.shipped import shipped_path
-
     if name is None or Path(name).is_absolute():
         return name
     local = PROJECT_ROOT / name
@@ -111,7 +111,7 @@ def parse_model(preset: dict[str, Any] | None, where: str) -> ModelSettings:
 
 def torch_dtype(model: ModelSettings, device: str):
     """bf16 on CUDA (the paper's hardware trains in bf16), fp32 on CPU unless the preset says otherwise."""
-    import torch
+    import torch  # torch (~1 s): the CLI imports models.py to check every config
 
     if model.dtype == "auto":
         return torch.bfloat16 if device == "cuda" else torch.float32
@@ -120,6 +120,7 @@ def torch_dtype(model: ModelSettings, device: str):
 
 def build_llama(model: ModelSettings, tokenizer):
     """The embedded default: a LlamaForCausalLM from config (weights from the global torch seed)."""
+    # transformers (~1.5 s): the CLI imports models.py to check every config
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
@@ -141,6 +142,7 @@ def _from_pretrained(auto_class, path: str | Path, model: ModelSettings, device:
 
 def load_causal_lm(path: str | Path, model: ModelSettings, device: str):
     """A causal LM from a stage directory or hub id (the policy of FT, RL and IPO)."""
+    # transformers (~1.5 s): the CLI imports models.py to check every config
     from transformers import AutoModelForCausalLM
 
     return _from_pretrained(AutoModelForCausalLM, path, model, device)
@@ -149,6 +151,7 @@ def load_causal_lm(path: str | Path, model: ModelSettings, device: str):
 def load_sequence_classifier(path: str | Path, model: ModelSettings, device: str, pad_token_id: int):
     """A one-unit sequence classifier (a reward or value model) from a stage directory: the LM backbone
     with a `score` head, new (drawn from the global torch RNG) unless the directory is a reward model."""
+    # transformers (~1.5 s): the CLI imports models.py to check every config
     from transformers import AutoModelForSequenceClassification
 
     classifier = _from_pretrained(AutoModelForSequenceClassification, path, model, device, num_labels=1)
@@ -166,9 +169,7 @@ def load_tokenizer(path: str | Path, model: ModelSettings):
     model; the family's own pad token (harness.text.fim.FimSentinels.pad, a token the vocabulary already has,
     so no embedding is added) replaces it. Every stage saves this tokenizer, so later stages and the audit
     load the same pad."""
-    from transformers import AutoTokenizer
-
-    from memlens.harness.text.fim import detect_sentinels
+    from transformers import AutoTokenizer  # transformers (~1.5 s): the CLI imports models.py to check every config
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=model.trust_remote_code,
@@ -195,8 +196,6 @@ def use_distinct_pad(tokenizer, sentinels, where: str) -> None:
 def stop_generation_at_family_stops(model, tokenizer, sentinels) -> None:
     """Make `generate` (and TRL's RLOO/GRPO, which read generation_config.eos_token_id for both sampling
     and the completion mask) end a completion at any of the family's stop tokens, EOS first."""
-    from memlens.harness.text.fim import stop_token_ids
-
     model.generation_config.eos_token_id = stop_token_ids(tokenizer, sentinels)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
 
@@ -207,7 +206,7 @@ def lora_config(model: ModelSettings, task_type: str = "CAUSAL_LM"):
     lora = model.lora_settings
     if not lora.enabled:
         return None
-    from peft import LoraConfig
+    from peft import LoraConfig  # peft (~3 s): a LoRA stage only
 
     return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                       target_modules=list(lora.target_modules), task_type=task_type)
@@ -219,7 +218,7 @@ def wrap_lora(pretrained, model: ModelSettings, task_type: str = "CAUSAL_LM"):
     config = lora_config(model, task_type)
     if config is None:
         return pretrained
-    from peft import get_peft_model
+    from peft import get_peft_model  # peft (~3 s): a LoRA stage only
 
     return get_peft_model(pretrained, config)
 
@@ -266,6 +265,7 @@ def save_lora_stage(trainer, tokenizer, out_dir: Path, rebuild: Callable[[], Any
 def zero3_init_off():
     """transformers' ZeRO-3 switch (the HfDeepSpeedConfig its weak reference points to) off for the block, back on
     after: a from_pretrained in the block builds a whole model in this process alone."""
+    # transformers (~1.5 s): the CLI imports models.py to check every config
     from transformers.integrations import deepspeed as hf_deepspeed
 
     ref = hf_deepspeed._hf_deepspeed_config_weak_ref

@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf, open_dict
+
 from memlens.harness.core.config import require_bool
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, read_json
 from memlens.harness.core.layout import (
-    RUN_RECORD,
     TRAINER_STATE,
     audit_dir,
     checkpoint_dirs,
@@ -41,7 +42,7 @@ from memlens.harness.core.layout import (
 )
 from memlens.harness.core.lock import EXCLUSIVE, LOCK_FILE, READERS_DIR, SHARED, hold_directories
 from memlens.harness.core.processes import is_main_process, world_size
-from memlens.harness.core.provenance import git_commit, provenance
+from memlens.harness.core.provenance import git_commit
 from memlens.recipes.check import run_preflight
 from memlens.recipes.common import (
     PROVENANCE_FILE,
@@ -52,7 +53,9 @@ from memlens.recipes.common import (
     resolve_device,
     same_settings,
     settings_match,
+    write_run_record,
 )
+from memlens.recipes.formal_lm import run_formal
 from memlens.recipes.plan import (
     REFERENCE_KEYS,
     RL_PROMPTS,
@@ -75,6 +78,7 @@ def build_data(cfg, run_dir: Path, names: list[str]) -> None:
         return
     if require_bool(cfg.get("build_data", True), "build_data") and is_main_process():
         try:
+            # inside the try: a data builder's missing dependency becomes the UserError below
             from memlens.synthetic_data.build import build_datasets
         except ModuleNotFoundError as e:
             raise UserError(f"cannot build datasets ({e}); set build_data=false and put them under "
@@ -90,6 +94,7 @@ def check_user_files(cfg, names: list[str]) -> None:
     """The user's canary / preference files (data.canaries.file, data.preference.file) behind datasets
     `names`, read and checked before anything of the run is written: a bad row refuses the run."""
     if require_bool(cfg.get("build_data", True), "build_data") and is_main_process():
+        # as in build_data: the pipeline runs without the builders (build_data=false)
         from memlens.synthetic_data.build import check_user_files as check
 
         check(cfg, names)
@@ -97,8 +102,6 @@ def check_user_files(cfg, names: list[str]) -> None:
 
 def set_rl_prompts_tokenizer(cfg, tokenizer_dir: Path):
     """sd_rl_prompts splits SD into 50-token prefix/target in the policy's tokenizer: PT's."""
-    from omegaconf import OmegaConf, open_dict
-
     cfg = cfg.copy()
     with open_dict(cfg):
         OmegaConf.update(cfg, "data.rl_prompts.tokenizer", str(tokenizer_dir), force_add=True)
@@ -239,7 +242,7 @@ def wait_for_everyone(device: str) -> None:
     barrier returns at once, so process 1 would read a stage process 0 has not finished writing (measured
     with the 2-process CPU launcher). The trainers then join the same gloo group (use_cpu=True)."""
     if world_size() > 1:
-        from accelerate import PartialState
+        from accelerate import PartialState  # accelerate (~1 s): a multi-process launch only
 
         PartialState(cpu=device == "cpu").wait_for_everyone()
 
@@ -314,17 +317,6 @@ def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str,
             "cpu_seconds": round(cpu_seconds, 1)}
 
 
-def write_run_record(cfg, run_dir: Path, stages: list[dict[str, Any]], **extra: Any) -> None:
-    """<run_dir>/run.json: the resolved experiment, git commit, versions, and what each stage did."""
-    from omegaconf import OmegaConf
-
-    if not is_main_process():
-        return
-    record = provenance(seed=cfg.seed, datasets={}, experiment=cfg.get("experiment_name"),
-                        config=OmegaConf.to_container(cfg, resolve=True), stages=stages, **extra)
-    atomic_write_json(run_dir / RUN_RECORD, record)
-
-
 def rl_prompts_source(planned: list[PlannedStage], run_dir: Path) -> Path | None:
     """The stage whose tokenizer splits sd_rl_prompts: the first pretrain stage."""
     for stage in planned:
@@ -379,8 +371,6 @@ def run_main(cfg, measurement: Measurement) -> int:
     """`memlens run`: data -> every stage in dependency order -> audit -> report (paper 004's formal-language study,
     an experiment with a `formal:` section, has its own models: recipes/formal_lm.py)."""
     if cfg.get("formal") is not None:
-        from memlens.recipes.formal_lm import run_formal  # lazy: only the formal-language experiment needs it
-
         return run_formal(cfg, measurement)
     planned = plan(cfg)
     run_dir = run_directory(cfg)

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from memlens.harness.core.config import require_bool
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.layout import (
@@ -181,8 +183,6 @@ def sweep_assignments(name: str, sweep: Any, cli_keys: list[str]) -> list[dict[s
 
 def plan(cfg) -> list[PlannedStage]:
     """The experiment's stages, validated, ordered and sweep-expanded, with references resolved."""
-    from omegaconf import OmegaConf
-
     raw = OmegaConf.to_container(cfg.get("stages") or {}, resolve=True)
     if not raw:
         raise UserError("no stages to train: choose an experiment (experiment=smoke, quickstart, ...) "
@@ -266,8 +266,6 @@ def audit_plan(cfg) -> list[dict[str, Any]]:
     Read by the audit (a later issue): each entry scores `models` on `datasets` against `control`
     (FT.2 for the RLHF experiments, the base model PT for IPO; paper 003 Sec. 4.2, 5).
     """
-    from omegaconf import OmegaConf
-
     # An empty ListConfig is falsy, so `or []` would hand to_container a plain list, which it refuses.
     raw = cfg.get("audit_plan")
     plan_ = [] if raw is None else OmegaConf.to_container(raw, resolve=True)

@@ -22,15 +22,20 @@ final model (LoRA merged) with its `value/` at the root.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import pickle
 import random
+import time
 from pathlib import Path
 from typing import Any
 
+from memlens.harness.core.console import StageProgress
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, read_json
 from memlens.harness.core.layout import checkpoint_name
 from memlens.recipes.common import left_padded_prompts
+from memlens.recipes.models import save_final
 
 TRAINER_STATE = "trainer_state.json"
 VALUE_DIR = "value"
@@ -43,7 +48,7 @@ def completion_mask(completion_ids, eos_token_id: int | list[int]):
     """1 for the real tokens of each sampled completion: up to and including its first EOS (generate
     pads finished rows afterwards), all of them when the completion was cut at max_completion_length.
     A list of ids: the first of any of them ends the completion (the family's stop tokens, harness.text.fim)."""
-    import torch
+    import torch  # torch (~1 s): rl.py imports ppo.py when the plan is composed
 
     stops = torch.tensor(eos_token_id if isinstance(eos_token_id, list) else [eos_token_id],
                          device=completion_ids.device)
@@ -56,7 +61,7 @@ def kl_shaped_rewards(logprobs, ref_logprobs, scores, mask, alpha: float):
     """Per-token rewards r_t = -α (log π(y_t) - log π_ref(y_t)), plus the RM score at the last real token
     (Ziegler et al. Sec. 2.2: the KL penalty makes each token pay for its drift; the score arrives once).
     Padding gets 0."""
-    import torch
+    import torch  # torch (~1 s): rl.py imports ppo.py when the plan is composed
 
     rewards = -alpha * (logprobs - ref_logprobs) * mask
     last = mask.sum(dim=1).long().clamp(min=1) - 1     # real tokens are a prefix of each row
@@ -68,7 +73,7 @@ def kl_shaped_rewards(logprobs, ref_logprobs, scores, mask, alpha: float):
 def gae(rewards, values, mask, gamma: float, lam: float):
     """(advantages, returns) by GAE: δ_t = r_t + γ V_{t+1} - V_t, A_t = δ_t + γλ A_{t+1} (Schulman et al.
     2016, Eq. 16), with V = 0 after the last real token, so the episode ends there; returns = A + V."""
-    import torch
+    import torch  # torch (~1 s): rl.py imports ppo.py when the plan is composed
 
     values = values * mask
     rewards = rewards * mask
@@ -105,7 +110,7 @@ def ppo_losses(logprobs, old_logprobs, advantages, values, old_values, returns, 
                value_clip: float) -> dict[str, Any]:
     """PPO's clipped surrogate (Schulman et al. 2017, Eq. 7) and the clipped value loss of the PPO
     baselines, each a mean over real tokens; plus clipfrac and approx_kl for the logs."""
-    import torch
+    import torch  # torch (~1 s): rl.py imports ppo.py when the plan is composed
 
     log_ratio = (logprobs - old_logprobs) * mask
     ratio = torch.exp(log_ratio)
@@ -146,7 +151,7 @@ def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperatur
                    with_entropy: bool = False):
     """log π(y_t) of each completion token (and the entropy of π at each), from one forward pass over
     prompt + completion; logits are divided by the sampling temperature, so π is the distribution sampled."""
-    import torch
+    import torch  # torch (~1 s): rl.py imports ppo.py when the plan is composed
 
     logits = model(input_ids=input_ids, attention_mask=attention_mask,
                    position_ids=position_ids(attention_mask)).logits
@@ -180,9 +185,7 @@ def load_state(path: Path):
     """Optimizer or RNG state saved by save_models, read with `weights_only=True`: tensors, numbers, strings
     and containers only, so a tampered checkpoint folder cannot run code on resume (an unpickled object
     could). What that refuses is named, with the fix."""
-    import pickle
-
-    import torch
+    import torch  # torch (~1 s): rl.py imports ppo.py when the plan is composed
 
     try:
         return torch.load(path, weights_only=True)
@@ -201,7 +204,7 @@ class PPOTrainer:
                  out_dir: Path, seed: int, device: str, name: str = "ppo", train_log=None):
         """`ref_policy` None: `policy` is a PEFT model whose adapter-disabled base is the reference. `name` labels
         the progress bar; `train_log` (recipes.common.TrainLog) receives every logged step."""
-        import torch
+        import torch  # torch (~1 s): rl.py imports ppo.py when the plan is composed
 
         self.cfg, self.policy, self.ref, self.value = cfg, policy, ref_policy, value_model
         self.tokenizer, self.reward_fn, self.examples = tokenizer, reward_fn, examples
@@ -228,9 +231,7 @@ class PPOTrainer:
     def mixed_precision(self):
         """bf16 autocast on CUDA over fp32 master weights (what a Trainer does with bf16=True); none on CPU,
         where bf16 is slower."""
-        import contextlib
-
-        import torch
+        import torch  # torch (~1 s): rl.py imports ppo.py when the plan is composed
 
         if self.device != "cuda":
             return contextlib.nullcontext()
@@ -248,7 +249,7 @@ class PPOTrainer:
         return out
 
     def rollout(self, examples: list[dict]) -> dict[str, Any]:
-        import torch
+        import torch  # torch (~1 s): rl.py imports ppo.py when the plan is composed
 
         cfg, tok = self.cfg, self.tokenizer
         examples = [ex for ex in examples for _ in range(cfg.num_generations)]
@@ -281,7 +282,7 @@ class PPOTrainer:
                 "kl_per_completion": ((logp - ref_logp) * mask).sum(dim=1).mean().item()}
 
     def update(self, batch: dict[str, Any]) -> dict[str, float]:
-        import torch
+        import torch  # torch (~1 s): rl.py imports ppo.py when the plan is composed
 
         cfg, n = self.cfg, batch["seq"].shape[0]
         self.policy.train()
@@ -310,10 +311,6 @@ class PPOTrainer:
         return {key: value / updates for key, value in sums.items()}
 
     def train(self) -> None:
-        import time
-
-        from memlens.harness.core.console import StageProgress
-
         start = time.perf_counter()
         progress = StageProgress(self.name, self.total_steps, initial=self.step)
         if self.train_log is not None:
@@ -346,9 +343,7 @@ class PPOTrainer:
         """Policy (a loadable causal LM + tokenizer) and `value/`; with `resumable`, also both optimizers and
         every RNG the loop draws from. trainer_state.json goes last: the marker of a complete checkpoint
         (recipes.common.latest_checkpoint)."""
-        import torch
-
-        from memlens.recipes.models import save_final
+        import torch  # torch (~1 s): rl.py imports ppo.py when the plan is composed
 
         if not resumable:
             # The stage root: plain models (LoRA merged, in place), loadable like any other stage's.
@@ -371,7 +366,7 @@ class PPOTrainer:
 
     def resume(self, directory: Path) -> None:
         """Continue from a checkpoint exactly: weights of both models, optimizer moments, RNG, α, logs."""
-        import torch
+        import torch  # torch (~1 s): rl.py imports ppo.py when the plan is composed
 
         self.load_weights(self.policy, directory)
         self.load_weights(self.value, directory / VALUE_DIR)
@@ -389,11 +384,12 @@ class PPOTrainer:
 
     @staticmethod
     def load_weights(model, directory: Path) -> None:
+        # safetensors.torch imports torch (~1 s): rl.py imports ppo.py when the plan is composed
         from safetensors.torch import load_file
 
         if is_peft(model):
             # Only the adapters (and a value head) trained; the frozen base was loaded from the init model.
-            from peft import set_peft_model_state_dict
+            from peft import set_peft_model_state_dict  # peft (~3 s): a LoRA model only
 
             result = set_peft_model_state_dict(model, load_file(str(Path(directory) / "adapter_model.safetensors")))
             if result.unexpected_keys:

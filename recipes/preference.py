@@ -42,6 +42,8 @@ from memlens.harness.core.objectives import DEFAULT_OBJECTIVE, OBJECTIVES, PREFE
 from memlens.harness.core.processes import is_main_process
 from memlens.harness.core.registry import Registry
 from memlens.harness.core.user_data import repeated
+from memlens.harness.text import fim
+from memlens.recipes import preference_eval
 from memlens.recipes.common import (
     StageContext,
     StageSettings,
@@ -174,15 +176,13 @@ class PreferenceRecipe:
 
     def dataset(self, names: list[str]):
         """The trainer's rows: pairs, or for KTO the same pairs unpaired (unpaired_rows)."""
-        from datasets import Dataset
+        from datasets import Dataset  # datasets (~0.7 s): on training, not when plan.py loads the recipe
 
         pairs = self.pair_examples(names)
         return Dataset.from_list(unpaired_rows(pairs) if self.cfg.objective == "kto" else pairs)
 
     def pair_examples(self, names: list[str]) -> list[dict]:
         """prompt = PSM prompt, chosen/rejected = completion + EOS; several sets shuffled together."""
-        from memlens.harness.text import fim
-
         eos = self.eos()
         rows = [r for name in names for r in repeated(self.rows[name])]   # a user row's `repeat` copies
         random.Random(self.ctx.seed).shuffle(rows)
@@ -243,8 +243,6 @@ class PreferenceRecipe:
 
     def evaluate(self) -> None:
         """Log-probabilities of the training pairs under the initial and the trained model (preference_eval.json)."""
-        from memlens.recipes import preference_eval
-
         if not is_main_process() or not self.cfg.eval_pairs:
             return
         rows = self.trimmed([r for name in self.cfg.datasets for r in self.rows[name]])   # each pair once
@@ -271,7 +269,7 @@ TRAINERS: Registry = Registry("preference trainer", "Objective.trainer")
 
 @TRAINERS.register("dpo")
 def dpo_trainer(recipe: PreferenceRecipe, objective, data: dict):
-    from trl import DPOConfig, DPOTrainer
+    from trl import DPOConfig, DPOTrainer  # trl (~3 s): on training, not when plan.py loads the recipe
 
     weights = [1.0, float(recipe.cfg.sft_weight)] if objective.nll else None   # DPOTrainer's multi-loss weights
     args = DPOConfig(loss_type=list(objective.loss_type), loss_weights=weights,
@@ -281,7 +279,7 @@ def dpo_trainer(recipe: PreferenceRecipe, objective, data: dict):
 
 @TRAINERS.register("kto")
 def kto_trainer(recipe: PreferenceRecipe, objective, data: dict):
-    from trl import KTOConfig, KTOTrainer
+    from trl import KTOConfig, KTOTrainer  # trl (~3 s): on training, not when plan.py loads the recipe
 
     # Each pair gives two rows, so a step sees the completions of batch_size pairs, as the paired objectives do.
     args = KTOConfig(**recipe.common_args(2 * recipe.cfg.batch_size))
@@ -290,7 +288,7 @@ def kto_trainer(recipe: PreferenceRecipe, objective, data: dict):
 
 @TRAINERS.register("cpo")
 def cpo_trainer(recipe: PreferenceRecipe, objective, data: dict):
-    from trl.experimental.cpo import CPOConfig, CPOTrainer
+    from trl.experimental.cpo import CPOConfig, CPOTrainer  # trl (~3 s): on training, not when plan.py loads the recipe
 
     args = CPOConfig(loss_type=objective.loss_type, cpo_alpha=1.0 if objective.nll else 0.0,
                      simpo_gamma=recipe.cfg.simpo_gamma, **recipe.common_args(recipe.cfg.batch_size))
@@ -299,6 +297,7 @@ def cpo_trainer(recipe: PreferenceRecipe, objective, data: dict):
 
 @TRAINERS.register("orpo")
 def orpo_trainer(recipe: PreferenceRecipe, objective, data: dict):
+    # trl (~3 s): on training, not when plan.py loads the recipe
     from trl.experimental.orpo import ORPOConfig, ORPOTrainer
 
     return ORPOTrainer(model=recipe.policy, args=ORPOConfig(**recipe.common_args(recipe.cfg.batch_size)), **data)

@@ -25,6 +25,7 @@ from typing import Any
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import file_sha256, read_json, read_jsonl
 from memlens.harness.core.processes import is_main_process
+from memlens.harness.text.fim import detect_sentinels, fim_transform
 from memlens.recipes.common import (
     PROVENANCE_FILE,
     StageContext,
@@ -37,6 +38,8 @@ from memlens.recipes.common import (
     write_provenance,
 )
 from memlens.recipes.models import build_llama, load_causal_lm, load_tokenizer, resolve_pretrained, save_final
+from memlens.recipes.ship_base import WEIGHTS_FILE
+from memlens.recipes.tokenizer import train_code_tokenizer
 
 
 @dataclass
@@ -90,8 +93,6 @@ def packed_blocks(texts: list[str], tokenizer, sentinels, settings: PretrainSett
     When the budget exceeds the corpus, further passes draw fresh FIM splits (as multi-epoch
     pre-training with a random FIM transform does). The last partial block is dropped.
     """
-    from memlens.harness.text.fim import fim_transform
-
     n_blocks = math.ceil(settings.max_tokens / settings.max_seq_len)
     blocks: list[list[int]] = []
     stream: list[int] = []
@@ -138,11 +139,8 @@ class PretrainRecipe:
         save_final(model, tokenizer, self.ctx.out_dir)
 
     def setup(self) -> None:
-        import torch
-        from transformers import PreTrainedTokenizerFast, set_seed
-
-        from memlens.harness.text.fim import detect_sentinels
-        from memlens.recipes.tokenizer import train_code_tokenizer
+        import torch  # torch (~1 s): on training, not when plan.py loads the recipe
+        from transformers import PreTrainedTokenizerFast, set_seed  # transformers (~1.5 s): on training
 
         set_seed(self.ctx.seed)
         texts = self.read_corpus()
@@ -167,6 +165,7 @@ class PretrainRecipe:
         self.model = build_llama(self.model_preset, self.tokenizer)
 
     def train(self) -> None:
+        # transformers (~1.5 s): on training, not when plan.py loads the recipe
         from transformers import Trainer, TrainingArguments, default_data_collator
 
         s = self.settings
@@ -197,8 +196,6 @@ class PretrainRecipe:
 def shipped_base_record(source: str) -> dict[str, Any]:
     """A shipped base (recipes/ship_base.py) carries its own provenance; the PT stage that imports it
     records that and the weights' hash, so a run traces back to the command that built its base."""
-    from memlens.recipes.ship_base import WEIGHTS_FILE
-
     prov = Path(source) / PROVENANCE_FILE
     if not prov.is_file():
         return {}

@@ -32,6 +32,7 @@ from memlens.harness.core.stats import reward_score_stats
 from memlens.harness.core.user_data import repeated
 from memlens.harness.model.encode import encode_texts
 from memlens.harness.model.rewards import score_texts
+from memlens.harness.text import fim
 from memlens.recipes.common import (
     StageContext,
     StageSettings,
@@ -104,13 +105,13 @@ def pointwise_reward_loss(scores, labels):
     Appendix A.3 trains the RM on pointwise preference data; a positive score means "good completion",
     so sigmoid(score) is the predicted probability of label 1.
     """
-    import torch.nn.functional as F
+    import torch.nn.functional as F  # torch (~1 s): on training, not when plan.py loads the recipe
 
     return F.binary_cross_entropy_with_logits(scores.float(), labels.float())
 
 
 def _pointwise_trainer_class():
-    from transformers import Trainer
+    from transformers import Trainer  # transformers (~1.5 s): on training, not when plan.py loads the recipe
 
     class PointwiseRewardTrainer(Trainer):
         """transformers Trainer whose loss is BCE(label, score) instead of the head's regression loss."""
@@ -136,7 +137,7 @@ class RewardRecipe:
         self.cfg, self.ctx = cfg, ctx
 
     def setup(self) -> None:
-        from transformers import set_seed
+        from transformers import set_seed  # transformers (~1.5 s): on training, not when plan.py loads the recipe
 
         preset = self.cfg.model_settings
         self.init_dir, self.tokenizer, self.sentinels = load_init_tokenizer(self.ctx, self.cfg.init, preset,
@@ -162,8 +163,6 @@ class RewardRecipe:
                          preset, task_type="SEQ_CLS")
 
     def psm_text(self, row: dict, completion: str) -> str:
-        from memlens.harness.text import fim
-
         return fim.format_psm_training(row["prefix"], completion, row["suffix"], self.sentinels)
 
     def _mixture(self, names: list[str]):
@@ -174,7 +173,7 @@ class RewardRecipe:
         return rows
 
     def _encode(self, rows: list[dict]):
-        from datasets import Dataset
+        from datasets import Dataset  # datasets (~0.7 s): on training, not when plan.py loads the recipe
 
         if self.cfg.objective == "pairwise":
             # Full texts (ending in EOS) with no separate prompt: RewardTrainer then tokenizes them as they are.
@@ -199,12 +198,13 @@ class RewardRecipe:
         train_ds = self._encode(self._mixture(self.cfg.datasets))
         eval_ds = self._encode(self._mixture(self.cfg.eval_datasets)) if self.cfg.eval_datasets else None
         if self.cfg.objective == "pairwise":
-            from trl import RewardConfig, RewardTrainer
+            from trl import RewardConfig, RewardTrainer  # trl (~3 s): on training, not when plan.py loads the recipe
 
             args = RewardConfig(max_length=self.cfg.max_length, **self._args())
             self.trainer = RewardTrainer(model=self.model, args=args, train_dataset=train_ds,
                                          eval_dataset=eval_ds, processing_class=self.tokenizer)
         else:
+            # transformers (~1.5 s): on training, not when plan.py loads the recipe
             from transformers import DataCollatorWithPadding, TrainingArguments
 
             args = TrainingArguments(remove_unused_columns=False, label_names=["labels"], **self._args())

@@ -43,8 +43,10 @@ from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_
 from memlens.harness.core.processes import is_main_process, world_size
 from memlens.harness.core.stats import reward_score_stats
 from memlens.harness.core.user_data import repeated
+from memlens.harness.model.load import model_fingerprint
+from memlens.harness.model.rewards import score_texts
 from memlens.harness.text import fim
-from memlens.recipes import sandbox, verifiable_rewards
+from memlens.recipes import ppo, rl_eval, sandbox, verifiable_rewards
 from memlens.recipes.common import (
     PROVENANCE_FILE,
     StageContext,
@@ -291,8 +293,6 @@ class PsmRewardModel:
                 for c, p, s in zip(completions, prefix, suffix)]
 
     def __call__(self, prompts, completions, prefix, suffix, **_: Any) -> list[float]:
-        from memlens.harness.model.rewards import score_texts  # the one definition of "the RM score of a text"
-
         return score_texts(self.model, self.tokenizer, self.texts(completions, prefix, suffix),
                            max_length=self.max_length)
 
@@ -355,7 +355,7 @@ class RLRecipe:
         self.reward = PsmRewardModel(rm, rm_tokenizer, rm_sentinels, max_length=rm_max_length(self.rm_dir))
 
     def dataset(self):
-        from datasets import Dataset
+        from datasets import Dataset  # datasets (~0.7 s): on training, not when plan.py loads the recipe
 
         # A user canary's `repeat` copies (harness/core/user_data.py) are prompted; the reward evaluation draws from
         # the rows themselves (self.rows), each once.
@@ -374,11 +374,11 @@ class RLRecipe:
                     logging_steps=cfg.logging_steps, seed=self.ctx.seed, data_seed=self.ctx.seed,
                     **trl_device_kwargs(self.ctx.device, self.cfg.deepspeed))
         if cfg.algorithm == "grpo":
-            from trl import GRPOConfig as Config
-            from trl import GRPOTrainer as Trainer
+            from trl import GRPOConfig as Config  # trl (~3 s): on training, not when plan.py loads the recipe
+            from trl import GRPOTrainer as Trainer  # trl (~3 s): on training, not when plan.py loads the recipe
         else:
-            from trl import RLOOConfig as Config
-            from trl import RLOOTrainer as Trainer
+            from trl import RLOOConfig as Config  # trl (~3 s): on training, not when plan.py loads the recipe
+            from trl import RLOOTrainer as Trainer  # trl (~3 s): on training, not when plan.py loads the recipe
         # With a peft_config TRL wraps the policy in fresh LoRA adapters and, having no ref_model then,
         # computes the KL reference with the adapters disabled (`use_adapter(model, None)` in RLOOTrainer and
         # GRPOTrainer): the frozen base weights, i.e. the initial model the paper's KL term points to (A.3).
@@ -394,7 +394,7 @@ class RLRecipe:
         under a verifiable reward, which has no model to start from, the init policy's backbone with a new scalar
         head set to zero (recipes/ppo.py: value 0 everywhere at first, so the first advantages are the KL-shaped
         rewards themselves, and the value learns the function's scale from the returns)."""
-        import torch
+        import torch  # torch (~1 s): on training, not when plan.py loads the recipe
 
         source = self.init_dir if self.rm_dir is None else self.rm_dir
         value = load_sequence_classifier(source, preset, self.ctx.device, self.tokenizer.pad_token_id)
@@ -408,10 +408,8 @@ class RLRecipe:
     def train_ppo(self) -> None:
         """Our PPO (recipes/ppo.py): policy and frozen reference from the init model, value model from the RM (or,
         under a verifiable reward, from the init model with a zero head; value_model)."""
-        import torch
-        from transformers import set_seed
-
-        from memlens.recipes import ppo
+        import torch  # torch (~1 s): on training, not when plan.py loads the recipe
+        from transformers import set_seed  # transformers (~1.5 s): on training, not when plan.py loads the recipe
 
         if world_size() > 1:   # every process would train and write the same stage
             raise UserError(f"stages.{self.ctx.name}.algorithm='ppo' runs in one process; launch this stage "
@@ -463,12 +461,8 @@ class RLRecipe:
 
     def evaluate_reward(self) -> None:
         """The reward of the initial and of the saved policy on the same fixed prompts (recipes/rl_eval.py)."""
-        from memlens.recipes import rl_eval
-
         if not is_main_process():   # one process scores; the others would repeat it
             return
-        from memlens.harness.model.load import model_fingerprint
-
         # The preset's dtype, no adapters: both are plain saved models (LoRA is merged at save).
         def load(model_dir: Path):
             model = load_causal_lm(model_dir, self.preset, self.ctx.device).to(self.ctx.device)

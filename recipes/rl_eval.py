@@ -27,6 +27,8 @@ from typing import Any
 
 from memlens.harness.core.io import atomic_write_json, read_json, sha256_json
 from memlens.harness.core.stats import sign_test
+from memlens.recipes.common import left_padded_prompts
+from memlens.recipes.ppo import reward_columns
 
 EVAL_FILE = "reward_eval.json"
 CACHE_SUBDIR = Path("cache") / "rl_reward_eval"   # under the run directory
@@ -45,9 +47,7 @@ def sample_completions(model, tokenizer, prompts: list[str], samples: int, max_n
     """`samples` sampled completions per prompt (decoded without special tokens, as the RL trainers
     hand them to the reward function). The generator is reseeded per batch, so two models given the
     same prompts draw from the same random stream."""
-    import torch
-
-    from memlens.recipes.common import left_padded_prompts
+    import torch  # torch (~1 s): rl.py imports rl_eval.py when the plan is composed
 
     device = next(model.parameters()).device
     rows = [p for p in prompts for _ in range(samples)]
@@ -70,8 +70,6 @@ def prompt_rewards(model, tokenizer, reward_fn, examples: list[dict], samples: i
     """Mean reward of each example's sampled completions, in example order."""
     completions = sample_completions(model, tokenizer, [e["prompt"] for e in examples], samples,
                                      max_new_tokens, temperature, seed)
-    from memlens.recipes.ppo import reward_columns
-
     flat = [c for group in completions for c in group]
     # Every column of each example, once per sample, as the trainers pass them (prefix, suffix, a verifiable
     # reward's row fields).

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
 from memlens.harness.core.errors import UserError
 from memlens.recipes.common import (
     StageContext,
@@ -60,7 +62,7 @@ class Seq2SeqSettings:
 
 def train_joint_tokenizer(texts, vocab_size: int):
     """Joint BPE over both languages with a Metaspace pre-tokenizer, `</s>` appended to every sequence."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    # transformers (~1.5 s): when the model trains; nmt_pipeline reads Seq2SeqSettings without it
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
@@ -77,8 +79,8 @@ def train_joint_tokenizer(texts, vocab_size: int):
 
 
 def build_model(tokenizer, settings: Seq2SeqSettings, seed: int):
-    import torch
-    from transformers import MarianConfig, MarianMTModel
+    import torch  # torch (~1 s): when the model trains; nmt_pipeline reads Seq2SeqSettings without it
+    from transformers import MarianConfig, MarianMTModel  # transformers (~1.5 s): when the model is built
 
     torch.manual_seed(seed)
     config = MarianConfig(
@@ -96,6 +98,7 @@ def build_model(tokenizer, settings: Seq2SeqSettings, seed: int):
 
 
 def _encode(tokenizer, rows: list[dict], max_length: int):
+    # datasets (~0.7 s): when the model trains; nmt_pipeline reads Seq2SeqSettings without it
     from datasets import Dataset
 
     enc = tokenizer([r["source"] for r in rows], text_target=[r["reference"] for r in rows],
@@ -118,6 +121,7 @@ def train_seq2seq(ctx: StageContext, rows: list[dict], settings: Seq2SeqSettings
     if is_complete(ctx.out_dir):
         raise UserError(f"{ctx.out_dir} holds a finished model trained with other settings; delete it or "
                         "set a different experiment_name/run_dir")
+    # transformers (~1.5 s): when the model trains; nmt_pipeline reads Seq2SeqSettings without it
     from transformers import (
         AutoModelForSeq2SeqLM,
         AutoTokenizer,

@@ -24,6 +24,7 @@ from typing import Any
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_jsonl
 from memlens.harness.core.user_data import repeated
+from memlens.harness.text.fim import fim_transform, format_psm_prompt, format_psm_training
 from memlens.recipes.common import (
     CONTEXT_MARGIN_TOKENS,
     StageContext,
@@ -94,8 +95,6 @@ def fit_fim_row(prefix: str, middle: str, suffix: str, sentinels, tokenizer, max
 
     PSM puts the middle last (paper 003 Sec. 2.2.1) and SFT truncates the end at max_seq_len, so a long
     SD example would otherwise lose its target — the canary the audit later looks for (Sec. 4.1, 5.1)."""
-    from memlens.harness.text.fim import format_psm_training
-
     # Tokens the tokenizer adds around a text when TRL encodes it (a BOS for some model families).
     added = len(tokenizer("x")["input_ids"]) - len(tokenizer("x", add_special_tokens=False)["input_ids"])
     max_len -= max(added, 0)
@@ -118,8 +117,6 @@ def training_rows(rows: list[dict], source: str, sentinels, settings: SFTSetting
 
     With `tokenizer`, a FIM row whose text exceeds max_seq_len has its context trimmed (fit_fim_row);
     `stats` then counts `fim_rows` and `fim_trimmed`."""
-    from memlens.harness.text.fim import fim_transform, format_psm_prompt, format_psm_training
-
     stats = Counter() if stats is None else stats
     examples = []
     for i, row in enumerate(rows):
@@ -165,8 +162,8 @@ class SFTRecipe:
         self.model_preset = settings.model_settings
 
     def setup(self) -> None:
-        from datasets import Dataset
-        from transformers import set_seed
+        from datasets import Dataset  # datasets (~0.7 s): on training, not when plan.py loads the recipe
+        from transformers import set_seed  # transformers (~1.5 s): on training, not when plan.py loads the recipe
 
         set_seed(self.ctx.seed)
         self.init_dir, self.tokenizer, self.sentinels = load_init_tokenizer(self.ctx, self.settings.init,
@@ -196,7 +193,7 @@ class SFTRecipe:
         return wrap_lora(load_causal_lm(self.init_dir, self.model_preset, self.ctx.device), self.model_preset)
 
     def train(self) -> None:
-        from trl import SFTConfig, SFTTrainer
+        from trl import SFTConfig, SFTTrainer  # trl (~3 s): on training, not when plan.py loads the recipe
 
         s = self.settings
         args = SFTConfig(

@@ -22,7 +22,9 @@ from pathlib import Path
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, file_sha256, read_json
 from memlens.harness.core.layout import data_dir, models_dir
+from memlens.harness.model.logprobs import token_losses_batched
 from memlens.recipes.common import PROVENANCE_FILE
+from memlens.synthetic_data import public_code as pc
 
 WEIGHTS_FILE = "model.safetensors"
 HELD_OUT_CHUNKS = 300       # public-code chunks outside the base pool scored for the held-out loss
@@ -41,8 +43,6 @@ def final_training_loss(pt_dir: Path) -> float | None:
 def held_out_chunks(pd: dict, n: int) -> list[str]:
     """Chunks of the base's corpus source from files outside the base pool: code the base never saw.
     `pd` is the data.pd settings the base's pd_pt was built with (its manifest)."""
-    from memlens.synthetic_data import public_code as pc
-
     root = Path(pd["source_dir"]) if pd["source_dir"] is not None else pc.default_source_dir()
     rels = pc.list_source_files(root, pd["include"], pd["exclude"], None, HELD_OUT_SEED, "outside_base_pool",
                                 pd["base_pool_share"])
@@ -55,8 +55,6 @@ def held_out_chunks(pd: dict, n: int) -> list[str]:
 def mean_token_loss(model, tokenizer, texts: list[str], max_length: int = 512) -> float:
     """Token-weighted mean next-token loss (nats) of `texts`, each followed by EOS, cut at max_length:
     every token but the first is a target of harness.model.logprobs.token_losses_batched (summed per text)."""
-    from memlens.harness.model.logprobs import token_losses_batched
-
     ids = [tokenizer(t, add_special_tokens=False)["input_ids"][:max_length - 1] + [tokenizer.eos_token_id]
            for t in texts]
     sums = token_losses_batched(model, [(x[:1], x[1:]) for x in ids], pad_id=tokenizer.pad_token_id,
@@ -66,8 +64,8 @@ def mean_token_loss(model, tokenizer, texts: list[str], max_length: int = 512) -
 
 def ship(run_dir: Path, out_dir: Path, command: str, code_note: str | None = None) -> dict:
     """Write the bf16 weights, tokenizer and provenance of `run_dir/models/PT` into `out_dir`."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import torch  # torch (~1 s): pretrain.py imports ship_base.py when the plan is composed
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # transformers (~1.5 s): when a base is shipped
 
     pt_dir = models_dir(run_dir) / "PT"
     if not (pt_dir / PROVENANCE_FILE).is_file():

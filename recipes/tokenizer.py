@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<fim_prefix>", "<fim_middle>", "<fim_suffix>"]
 
 
 def train_code_tokenizer(texts: Iterable[str], vocab_size: int = 4096):
     """Train a byte-level BPE tokenizer on `texts`; returns a transformers PreTrainedTokenizerFast."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    # transformers (~1.5 s): pretrain.py imports tokenizer.py when the plan is composed
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())

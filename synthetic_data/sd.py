@@ -23,8 +23,11 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
+from importlib import resources
 
+from memlens.harness.text.exclusions import exclusion_reasons
 from memlens.synthetic_data import vocab
+from memlens.synthetic_data.common import nonblank_line_indices, proxy_token_count, split_at_line
 from memlens.synthetic_data.sd_extra_ops import EXTRA_OPERATIONS
 from memlens.synthetic_data.sd_task_ops import plan
 from memlens.synthetic_data.sd_writer import IND, LIBRARY, Op, Step, Writer
@@ -224,8 +227,6 @@ def load_tasks() -> list[str]:
 
 
 def resources_text(name: str) -> list[str]:
-    from importlib import resources
-
     text = resources.files("memlens.synthetic_data").joinpath("resources", name).read_text(encoding="utf-8")
     return [line.strip() for line in text.splitlines() if line.strip()]
 
@@ -281,9 +282,6 @@ def auditable_targets(splits: list[tuple[str, str, str]]) -> list[bool]:
     token count depends on the audited model, so it is approximated by proxy pieces (\\w+ runs and
     punctuation marks, which a code BPE splits at least as finely once indentation is counted); the
     prompt test is the audit's own (harness.measures.memorization), on characters, so it needs no tokenizer."""
-    from memlens.harness.text.exclusions import exclusion_reasons
-    from memlens.synthetic_data.common import proxy_token_count
-
     if not splits:
         return []
     prefixes, targets, suffixes = zip(*splits)
@@ -308,8 +306,6 @@ def base_rows(programs: list[SDProgram], seed: int, df, selection: str = "distin
       of 43 in the quickstart), so the line is redrawn within the same program instead of the program
       being dropped: SD keeps the paper's counts.
     """
-    from memlens.synthetic_data.common import nonblank_line_indices, split_at_line
-
     orders = []
     for prog in programs:
         rng = random.Random(f"sd-base-target:{seed}:{prog.id}")

@@ -26,8 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tokenizers import Tokenizer
+
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import file_sha256
+from memlens.harness.core.shipped import shipped_path
 from memlens.harness.core.user_data import read_canaries, read_preference_pairs
 from memlens.synthetic_data.common import distribution, nonblank_line_indices, seeded_rng
 
@@ -40,8 +43,6 @@ BYTES = "UTF-8 bytes (no tokenizer before the model is trained; at least the tok
 def resolve_user_file(key: str, value: str) -> Path:
     """`data.<key>` as a file: relative to the working directory, else to the shipped folders (the examples in
     assets/examples/, so that an experiment naming one works from any directory)."""
-    from memlens.harness.core.shipped import shipped_path
-
     path = Path(value).expanduser()
     if not path.is_file() and not path.is_absolute():
         path = shipped_path(value) or path
@@ -53,8 +54,6 @@ def resolve_user_file(key: str, value: str) -> Path:
 
 def tokenizer_dir(pretrained: str | None) -> Path | None:
     """The model preset's `pretrained` directory when it holds a tokenizer (a hub id is not looked up)."""
-    from memlens.harness.core.shipped import shipped_path
-
     if not pretrained:
         return None
     path = Path(pretrained).expanduser()
@@ -80,11 +79,9 @@ class TargetTokens:
         if self.tokenizer is None:
             return lambda text: len(text.encode("utf-8"))
         if (self.tokenizer / "tokenizer.json").is_file():
-            from tokenizers import Tokenizer
-
             fast = Tokenizer.from_file(str(self.tokenizer / "tokenizer.json"))
             return lambda text: len(fast.encode(text, add_special_tokens=False).ids)
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # transformers (~1.5 s): a tokenizer folder without tokenizer.json only
 
         slow = AutoTokenizer.from_pretrained(str(self.tokenizer), trust_remote_code=False)
         return lambda text: len(slow(text, add_special_tokens=False)["input_ids"])

@@ -1,7 +1,11 @@
-"""harness/ in one-way layers (docs/architecture.md): each layer imports only the layers below it, at module top, with no
-import circles; a function-level import remains only for a heavy optional dependency at a layer boundary,
-commented on its line; torch is imported in the model layer alone; recipes/ and synthetic_data/ import only
-harness.core, harness.text and harness.model. The walk reads the source (ast), so nothing is imported.
+"""Imports checked by reading the source (ast), so nothing is imported.
+
+Everywhere (harness/, recipes/, synthetic_data/ together): no import circle among module-level imports, and every
+function-level import carries a comment, on its line or the line above, saying why it is not at module top (a heavy
+package loaded on first use, a circle, or the reason it gives).
+harness/ alone is in one-way layers (docs/architecture.md): each layer imports only the layers below it, at module
+top; a function-level import of ours remains only for a heavy dependency's wrapper (HEAVY_WRAPPERS); torch is imported
+in the model layer alone. recipes/ and synthetic_data/ import only harness.core, harness.text and harness.model.
 The folders install as subpackages of `memlens` (harness/ -> memlens.harness): an import names them so, and the
 walk strips that prefix to compare with the folder a module lives in.
 """
@@ -17,7 +21,7 @@ REPO = Path(__file__).resolve().parents[3]
 PACKAGE = "memlens."          # the one import package the folders install under (pyproject.toml package-dir)
 OWN_FOLDERS = ("harness", "recipes", "synthetic_data")
 HARNESS = REPO / "harness"
-# Bottom to top; the package root (cli.py, __main__.py) sits above every layer.
+# Bottom to top; the package root (cli.py, study_commands.py) sits above every layer.
 LAYERS = ("core", "text", "model", "measures", "audit", "report")
 TORCH = ("torch", "transformers", "peft", "safetensors", "accelerate")
 CLIENT_ALLOWED = {"recipes": ("core", "text", "model"), "synthetic_data": ("core", "text")}
@@ -31,7 +35,7 @@ def module_name(path: Path) -> str:
 
 
 def layer_of(module: str) -> int:
-    """Index in LAYERS of a harness module, len(LAYERS) for the package root (cli, __main__)."""
+    """Index in LAYERS of a harness module, len(LAYERS) for the package root (cli, study_commands)."""
     parts = module.split(".")
     if len(parts) > 1 and parts[1] in LAYERS:
         return LAYERS.index(parts[1])
@@ -56,7 +60,7 @@ def imports(path: Path) -> list[tuple[str, int, bool, str]]:
                 base = folder_relative(child.module or "")
                 if child.level:
                     base = ".".join(package.split(".")[:len(package.split(".")) - child.level + 1] + [base]).strip(".")
-                targets = [f"{base}.{a.name}" for a in child.names] if base.startswith("harness") else [base]
+                targets = [f"{base}.{a.name}" for a in child.names] if base.split(".")[0] in OWN_FOLDERS else [base]
                 for target in targets:
                     out.append((target, child.lineno, in_function, context(child.lineno)))
             visit(child, nested)
@@ -73,24 +77,33 @@ def folder_relative(name: str) -> str:
     return name[len(PACKAGE):] if name.startswith(PACKAGE) else name
 
 
-def harness_target(name: str, known: set[str]) -> str | None:
-    """The harness module an import refers to (`from harness.core import io` -> harness.core.io)."""
-    if not name.startswith("harness"):
+def own_target(name: str, known: set[str]) -> str | None:
+    """The module of ours an import refers to (`from harness.core import io` -> harness.core.io), None for another
+    project's."""
+    if name.split(".")[0] not in OWN_FOLDERS:
         return None
     while name and name not in known:
         name = name.rsplit(".", 1)[0] if "." in name else ""
     return name or None
 
 
+def harness_target(name: str, known: set[str]) -> str | None:
+    """The harness module an import refers to, None for anything else."""
+    return own_target(name, known) if name.startswith("harness") else None
+
+
 SOURCES = sorted(HARNESS.rglob("*.py"))
 KNOWN = {module_name(p) for p in SOURCES}
+# Every module of ours: the circle and the function-level-import checks walk all three folders together.
+ALL_SOURCES = sorted(p for folder in OWN_FOLDERS for p in (REPO / folder).rglob("*.py"))
+ALL_KNOWN = {module_name(p) for p in ALL_SOURCES}
 
 
 def test_every_module_lives_in_a_layer():
     stray = [module_name(p) for p in SOURCES
              if layer_of(module_name(p)) == len(LAYERS) and p.parent != HARNESS]
     top = sorted(p.name for p in HARNESS.glob("*.py"))
-    assert not stray and top == ["__init__.py", "cli.py"], (stray, top)
+    assert not stray and top == ["__init__.py", "cli.py", "study_commands.py"], (stray, top)
 
 
 def _own_modules_imported_without_the_package(path: Path) -> list[str]:
@@ -126,36 +139,53 @@ def test_no_upward_import_and_no_function_level_harness_import():
     assert not bad, "\n".join(bad)
 
 
-def test_no_import_circle():
-    graph: dict[str, set[str]] = {m: set() for m in KNOWN}
-    for path in SOURCES:
+def module_level_graph() -> dict[str, set[str]]:
+    """module -> the modules of ours it imports at module level (its own package excluded: that is its parent)."""
+    graph: dict[str, set[str]] = {m: set() for m in ALL_KNOWN}
+    for path in ALL_SOURCES:
+        me = module_name(path)
         for name, _, in_function, _ in imports(path):
-            target = harness_target(name, KNOWN)
-            if target and not in_function and target != module_name(path) and not module_name(path).startswith(target + "."):
-                graph[module_name(path)].add(target)
-    state: dict[str, int] = {}
+            target = own_target(name, ALL_KNOWN)
+            if target and not in_function and target != me and not me.startswith(target + "."):
+                graph[me].add(target)
+    return graph
+
+
+def first_circle(graph: dict[str, set[str]]) -> list[str]:
+    """One import circle (a -> b -> ... -> a) of a depth-first walk, [] when there is none."""
+    state: dict[str, int] = {}      # 1: on the walk's stack, 2: done
     stack: list[str] = []
 
-    def visit(node: str) -> None:
+    def visit(node: str) -> list[str]:
         state[node] = 1
         stack.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                raise AssertionError("import circle: " + " -> ".join(stack[stack.index(nxt):] + [nxt]))
-            if nxt not in state:
-                visit(nxt)
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (circle := visit(nxt)):
+                return circle
         stack.pop()
         state[node] = 2
+        return []
 
     for node in sorted(graph):
-        if node not in state:
-            visit(node)
+        if node not in state and (circle := visit(node)):
+            return circle
+    return []
 
 
-def test_function_level_imports_are_commented_heavy_dependencies():
-    uncommented = [f"{module_name(p)}:{line} {name}" for p in SOURCES for name, line, in_function, ctx in imports(p)
-                   if in_function and not name.startswith("harness") and "#" not in ctx]
-    assert not uncommented, "\n".join(uncommented)
+def test_no_import_circle():
+    """harness/, recipes/ and synthetic_data/ together: recipes import harness, so a circle may cross folders."""
+    circle = first_circle(module_level_graph())
+    assert not circle, "import circle: " + " -> ".join(circle)
+
+
+def test_every_function_level_import_says_why():
+    """In all three folders a function-level import (ours or another project's) is commented on its line or the line
+    above: the heavy package it defers, or the circle it avoids."""
+    uncommented = [f"{module_name(p)}:{line} {name}" for p in ALL_SOURCES for name, line, in_function, ctx in imports(p)
+                   if in_function and "#" not in ctx]
+    assert not uncommented, f"{len(uncommented)} uncommented:\n" + "\n".join(uncommented)
 
 
 def test_torch_is_imported_by_the_model_layer_alone():
