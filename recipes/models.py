@@ -140,8 +140,9 @@ def _from_pretrained(auto_class, path: str | Path, model: ModelSettings, device:
                                 trust_remote_code=model.trust_remote_code, **kwargs)
 
 
-def load_causal_lm(path: str | Path, model: ModelSettings, device: str):
-    """A causal LM from a stage directory or hub id (the policy of FT, RL and IPO)."""
+def load_stage_model(path: str | Path, model: ModelSettings, device: str):
+    """A stage's causal LM from its directory or hub id, loaded as its model preset says (the policy of FT, RL and
+    IPO). The audit loads checkpoints with harness.model.load.load_causal_lm instead."""
     # transformers (~1.5 s): the CLI imports models.py to check every config
     from transformers import AutoModelForCausalLM
 

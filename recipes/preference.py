@@ -54,7 +54,7 @@ from memlens.recipes.common import (
     run_recipe,
     trl_device_kwargs,
 )
-from memlens.recipes.models import load_causal_lm, lora_config, save_lora_stage, wrap_lora
+from memlens.recipes.models import load_stage_model, lora_config, save_lora_stage, wrap_lora
 
 PAIR_FIELDS = ("id", "prefix", "suffix", "chosen", "rejected")
 
@@ -165,12 +165,12 @@ class PreferenceRecipe:
         self.preset = self.cfg.model_settings
         self.init_dir, self.tokenizer, self.sentinels = load_init_tokenizer(self.ctx, self.cfg.init, self.preset,
                                                                             self.cfg.fim_family)
-        self.policy = load_causal_lm(self.init_dir, self.preset, self.ctx.device)
+        self.policy = load_stage_model(self.init_dir, self.preset, self.ctx.device)
         # With LoRA, DPOTrainer (and KTOTrainer) get a peft_config and no ref_model: they then compute the reference
         # log-probs with the adapters disabled (`use_adapter(model, None)`), i.e. with the frozen initial model.
         # A reference-free objective has none.
         self.reference = (None if self.preset.lora_settings.enabled or not OBJECTIVES[self.cfg.objective].reference
-                          else load_causal_lm(self.init_dir, self.preset, self.ctx.device).eval())
+                          else load_stage_model(self.init_dir, self.preset, self.ctx.device).eval())
         self.rows = {name: read_jsonl(self.ctx.data_dir(name) / "rows.jsonl", required=PAIR_FIELDS)
                      for name in dict.fromkeys(self.cfg.datasets + self.cfg.eval_datasets)}
 
@@ -246,7 +246,7 @@ class PreferenceRecipe:
         if not is_main_process() or not self.cfg.eval_pairs:
             return
         rows = self.trimmed([r for name in self.cfg.datasets for r in self.rows[name]])   # each pair once
-        load = lambda d: load_causal_lm(d, self.preset, self.ctx.device).to(self.ctx.device)  # noqa: E731
+        load = lambda d: load_stage_model(d, self.preset, self.ctx.device).to(self.ctx.device)  # noqa: E731
         preference_eval.evaluate(lambda: load(self.init_dir), load(self.ctx.out_dir), self.tokenizer, self.sentinels,
                                  rows, n_pairs=self.cfg.eval_pairs, seed=self.ctx.seed, out_dir=self.ctx.out_dir,
                                  objective=self.cfg.objective)
@@ -256,7 +256,7 @@ class PreferenceRecipe:
             # Merged, so the audit loads a plain model at the stage root, as after full fine-tuning; under ZeRO-3
             # gathered by every process first into the init model in the adapters the trainer added (save_lora_stage).
             save_lora_stage(self.trainer, self.tokenizer, self.ctx.out_dir,
-                            lambda: wrap_lora(load_causal_lm(self.init_dir, self.preset, self.ctx.device), self.preset))
+                            lambda: wrap_lora(load_stage_model(self.init_dir, self.preset, self.ctx.device), self.preset))
             return
         self.trainer.save_model(str(self.ctx.out_dir))
         self.tokenizer.save_pretrained(str(self.ctx.out_dir))

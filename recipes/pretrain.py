@@ -37,7 +37,7 @@ from memlens.recipes.common import (
     trl_device_kwargs,
     write_provenance,
 )
-from memlens.recipes.models import build_llama, load_causal_lm, load_tokenizer, resolve_pretrained, save_final
+from memlens.recipes.models import build_llama, load_stage_model, load_tokenizer, resolve_pretrained, save_final
 from memlens.recipes.ship_base import WEIGHTS_FILE
 from memlens.recipes.tokenizer import train_code_tokenizer
 
@@ -135,7 +135,7 @@ class PretrainRecipe:
         """Public model preset: load (safetensors, no remote code) and save it as this run's PT."""
         source = self.model_preset.pretrained
         tokenizer = load_tokenizer(source, self.model_preset)
-        model = load_causal_lm(source, self.model_preset, self.ctx.device)
+        model = load_stage_model(source, self.model_preset, self.ctx.device)
         save_final(model, tokenizer, self.ctx.out_dir)
 
     def setup(self) -> None:

@@ -45,7 +45,7 @@ from memlens.recipes.common import (
 )
 from memlens.recipes.models import load_sequence_classifier, save_lora_stage, wrap_lora
 
-OBJECTIVES = ("pointwise", "pairwise")
+REWARD_OBJECTIVES = ("pointwise", "pairwise")
 POINTWISE_FIELDS = ("id", "prefix", "suffix", "completion", "label")
 PAIRWISE_FIELDS = ("id", "prefix", "suffix", "chosen", "rejected")
 
@@ -81,8 +81,8 @@ class RewardSettings(StageSettings):
             setattr(self, key, [value] if isinstance(value, str) else list(value))
         if not self.datasets:
             raise self.bad("datasets", "list at least one reward dataset, e.g. [rm_pd2]")
-        if self.objective not in OBJECTIVES:
-            raise self.bad("objective", f"use one of {', '.join(OBJECTIVES)}")
+        if self.objective not in REWARD_OBJECTIVES:
+            raise self.bad("objective", f"use one of {', '.join(REWARD_OBJECTIVES)}")
         for key in ("lr", "epochs"):
             if not float(getattr(self, key)) > 0:
                 raise self.bad(key, "must be > 0")

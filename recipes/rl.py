@@ -59,8 +59,8 @@ from memlens.recipes.common import (
     trl_device_kwargs,
 )
 from memlens.recipes.models import (
-    load_causal_lm,
     load_sequence_classifier,
+    load_stage_model,
     load_tokenizer,
     lora_config,
     save_lora_stage,
@@ -319,7 +319,7 @@ class RLRecipe:
                                                                             self.cfg.fim_family)
         # Loaded from its directory so that config._name_or_path points there: without LoRA, TRL rebuilds
         # the KL reference from that path, which makes the reference the initial model (Sec. 2.1).
-        self.policy = load_causal_lm(self.init_dir, self.preset, self.ctx.device)
+        self.policy = load_stage_model(self.init_dir, self.preset, self.ctx.device)
         stop_generation_at_family_stops(self.policy, self.tokenizer, self.sentinels)
         self.rows = load_prompt_rows(self.ctx, self.cfg.prompts, self.cfg.context_chars)
         if not self.rows:
@@ -427,7 +427,7 @@ class RLRecipe:
             # frozen reference is loaded in the preset's dtype (bf16 on CUDA).
             full = dataclasses.replace(self.preset, dtype="float32")
             self.policy = self.policy.to(device=self.ctx.device, dtype=torch.float32)   # setup's
-            reference = load_causal_lm(self.init_dir, self.preset, self.ctx.device).to(self.ctx.device)
+            reference = load_stage_model(self.init_dir, self.preset, self.ctx.device).to(self.ctx.device)
             value = self.value_model(full)
         if self.ctx.device == "cuda":
             # The Trainer-based stages checkpoint activations on GPU (recipes.common.trl_device_kwargs); PPO's
@@ -465,7 +465,7 @@ class RLRecipe:
             return
         # The preset's dtype, no adapters: both are plain saved models (LoRA is merged at save).
         def load(model_dir: Path):
-            model = load_causal_lm(model_dir, self.preset, self.ctx.device).to(self.ctx.device)
+            model = load_stage_model(model_dir, self.preset, self.ctx.device).to(self.ctx.device)
             stop_generation_at_family_stops(model, self.tokenizer, self.sentinels)
             return model
 
@@ -511,7 +511,7 @@ class RLRecipe:
             # Merged, so the audit loads a plain model at the stage root, as after full fine-tuning; under ZeRO-3
             # gathered by every process first into the init model in the adapters the trainer added (save_lora_stage).
             save_lora_stage(self.trainer, self.tokenizer, self.ctx.out_dir,
-                            lambda: wrap_lora(load_causal_lm(self.init_dir, self.preset, self.ctx.device), self.preset))
+                            lambda: wrap_lora(load_stage_model(self.init_dir, self.preset, self.ctx.device), self.preset))
             return
         self.trainer.save_model(str(self.ctx.out_dir))
         self.tokenizer.save_pretrained(str(self.ctx.out_dir))

@@ -36,7 +36,7 @@ from memlens.recipes.common import (
     run_recipe,
     trl_device_kwargs,
 )
-from memlens.recipes.models import load_causal_lm, save_lora_stage, wrap_lora
+from memlens.recipes.models import load_stage_model, save_lora_stage, wrap_lora
 
 
 @dataclass
@@ -190,7 +190,7 @@ class SFTRecipe:
 
     def new_model(self):
         """The init model, in LoRA adapters when the preset enables them (the trained model before training)."""
-        return wrap_lora(load_causal_lm(self.init_dir, self.model_preset, self.ctx.device), self.model_preset)
+        return wrap_lora(load_stage_model(self.init_dir, self.model_preset, self.ctx.device), self.model_preset)
 
     def train(self) -> None:
         from trl import SFTConfig, SFTTrainer  # trl (~3 s): on training, not when plan.py loads the recipe
