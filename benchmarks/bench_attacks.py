@@ -1,13 +1,13 @@
 """Cost of every membership-inference attack together against LOSS alone, per 1,000 examples, on the same rows.
 
 LOSS reads one teacher-forced pass of each text. The other attacks share that pass and add what they name
-(harness/measures/mia.py `Attack.needs`), each computed once per model and shared by every attack that reads it:
-the control model's pass (reference loss, EZ-MIA), a pass after the non-member prefix (ReCaLL, Con-ReCall) and one
-after the member prefix (Con-ReCall), whose prefix keys and values are computed once for all rows
-(harness.model.logprobs.with_context), and the token counts of a reference corpus (DC-PDD). The checkpoint-sequence
-attacks read scores already stored. This times those passes through the model interface the audit calls, nothing
-cached, on the shipped base (assets/base_tiny) with the stdlib FIM examples of benchmarks/bench_mia.py, then scoring
-every attack on every row.
+(harness/measures/mia.py `Attack.needs`), each computed once per model and shared by every attack that reads it: the
+control model's pass (reference loss, EZ-MIA), a pass after the non-member prefix (ReCaLL, Con-ReCall) and one after the
+member prefix (Con-ReCall), whose prefix keys and values are computed once for all rows
+(memlens.harness.model.logprobs.with_context), and the token counts of a reference corpus (DC-PDD). The
+checkpoint-sequence attacks read scores already stored. This times those passes through the model interface the audit
+calls, nothing cached, on the shipped base (assets/base_tiny) with the stdlib FIM examples of benchmarks/bench_mia.py,
+then scoring every attack on every row.
 
     .venv/bin/python benchmarks/bench_attacks.py               # 512 examples, batch 32, 2 threads
     .venv/bin/python benchmarks/bench_attacks.py --n 256 --threads 1

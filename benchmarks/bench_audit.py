@@ -1,4 +1,4 @@
-"""Audit throughput: batched greedy completion (harness.model.decode) vs a per-example `generate` loop.
+"""Audit throughput: batched greedy completion (memlens.harness.model.decode) vs a per-example `generate` loop.
 
 The baseline decodes one prompt at a time with `model.generate`, the way Pythia's memorization script
 scores its sequences. Both paths see the same ~5M-parameter Llama (hidden 256, 5 layers, 4 heads,

@@ -1,4 +1,4 @@
-"""Sliding-window NED: the exact batch form (harness.text.distance) vs a naive per-window rapidfuzz loop.
+"""Sliding-window NED: the exact batch form (memlens.harness.text.distance) vs a naive per-window rapidfuzz loop.
 
 Pairs look like an audit's: targets of 150-250 characters cut from the Python standard library's source,
 completions of 200-260 characters (64 tokens of code). Mix (seeded): 80% not memorized (code from

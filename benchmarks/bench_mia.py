@@ -5,9 +5,9 @@ Per model and checkpoint, the extraction audit (paper 003 Sec. 4.2) greedy-decod
 `audit.max_new_tokens` tokens; the membership-inference audit (harness/measures/mia.py) reads the per-token
 log-probabilities of the target given the same prompt in one teacher-forced pass (and, with
 `audit.mia_spans=[target,program]`, of the whole program as plain text in a second one); the discoverable audit
-(harness/measures/discoverable.py) one teacher-forced pass of the target for all its decoding schemes. All run
-through the one model interface (harness.model.scorer.CausalLMScorer), so this times exactly what the audits call,
-with nothing cached, on the shipped base (assets/base_tiny, 5 M parameters) and FIM examples cut from the Python standard
+(harness/measures/discoverable.py) one teacher-forced pass of the target for all its decoding schemes. All run through
+the one model interface (memlens.harness.model.scorer.CausalLMScorer), so this times exactly what the audits call, with
+nothing cached, on the shipped base (assets/base_tiny, 5 M parameters) and FIM examples cut from the Python standard
 library (a 100-600 character prefix, a 64-token target, a 0-300 character suffix).
 
     .venv/bin/python benchmarks/bench_mia.py              # 512 examples, batch 32, 2 threads

@@ -159,7 +159,7 @@ def import_target(target: str, name: str = ""):
 def measurement():
     """The training pipeline's link to the measuring side: `memlens audit` / `report` after training, and
     moving a replaced model's audit results aside (recipes.pipeline.Measurement). The CLI is the one place
-    both sides are imported: the recipes never import harness.audit or harness.report."""
+    both sides are imported: the recipes never import memlens.harness.audit or memlens.harness.report."""
     from memlens.recipes.pipeline import Measurement  # lazy: the recipes load when a training command runs
 
     return Measurement(run_command=lambda command, cfg: int(load_command(command)(cfg) or 0),

@@ -29,8 +29,8 @@ from memlens.recipes.nmt_pipeline import NmtTrainer
 
 
 def nmt_command(cfg) -> int:
-    """`memlens nmt`: the Finding Memo audit (harness.audit.nmt) of the models recipes.nmt_pipeline trains,
-    then its report (harness.report.nmt_report)."""
+    """`memlens nmt`: the Finding Memo audit (memlens.harness.audit.nmt) of the models recipes.nmt_pipeline trains,
+    then its report (memlens.harness.report.nmt_report)."""
     run_nmt(cfg, NmtTrainer())
     check_stability(cfg, nmt_in_child_process)
     write_nmt_report(Path(str(cfg.run_dir)) / "nmt")
@@ -39,7 +39,7 @@ def nmt_command(cfg) -> int:
 
 def formal_command(cfg) -> int:
     """`memlens formal`: paper 004's formal-language study's measures, findings and report from its trained models
-    (harness.report.formal_report.formal_command)."""
+    (memlens.harness.report.formal_report.formal_command)."""
     if cfg.get("formal") is None:
         raise UserError("memlens formal needs a formal-language experiment: experiment=formal_languages "
                         "(or formal_toy)")

@@ -49,7 +49,7 @@ CONTEXT_MARGIN_TOKENS = 8     # FIM sentinels + BPE merge slack at the prompt's 
 
 
 def resolve_device(device: str) -> str:
-    """'auto' -> 'cuda' when a CUDA device is present, else 'cpu' (one rule, in harness.model.decode)."""
+    """'auto' -> 'cuda' when a CUDA device is present, else 'cpu' (one rule, in memlens.harness.model.decode)."""
     return pick_device(device)
 
 
@@ -249,7 +249,7 @@ class StageContext:
 
 
 def latest_checkpoint(out_dir: Path) -> Path | None:
-    """The highest-step whole checkpoint directory, for resuming a killed stage (harness.core.layout)."""
+    """The highest-step whole checkpoint directory, for resuming a killed stage (memlens.harness.core.layout)."""
     whole = whole_checkpoints(out_dir)
     return whole[max(whole)] if whole else None
 
@@ -322,7 +322,7 @@ def run_recipe(recipe_class: type[Recipe], load: Callable[[dict[str, Any], str],
 
 
 def left_padded_prompts(tokenizer, prompts: list[str]):
-    """Prompt ids by the one encoding rule (harness.model.encode: BOS where the family adds one), left-padded so
+    """Prompt ids by the one encoding rule (memlens.harness.model.encode: BOS where the family adds one), left-padded so
     that every prompt ends where sampling starts (PPO's rollouts, the RL reward evaluation); tensors."""
     return tokenizer.pad({"input_ids": encode_texts(tokenizer, prompts)}, padding_side="left", return_tensors="pt")
 

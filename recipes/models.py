@@ -30,7 +30,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 def resolve_pretrained(name: str | None) -> str | None:
     """A hub id or a path; a relative path that exists under the project root, or among the files a
-    non-editable install ships (the shipped base, conf/model/tiny_base.yaml; harness.core.shipped), is made
+    non-editable install ships (the shipped base, conf/model/tiny_base.yaml; memlens.harness.core.shipped), is made
     absolute, so that the preset works from any working directory."""
     if name is None or Path(name).is_absolute():
         return name
@@ -43,7 +43,7 @@ def resolve_pretrained(name: str | None) -> str | None:
 
 def settings_from_dict(cls, settings: dict[str, Any], where: str):
     """Build dataclass `cls` from a config dict; unknown keys and a non-boolean for a bool field are a
-    UserError naming `<where>.<key>` (harness.core.config.check_dataclass_values)."""
+    UserError naming `<where>.<key>` (memlens.harness.core.config.check_dataclass_values)."""
     check_dataclass_values(cls, settings, where)
     return cls(**settings, where=where)
 
@@ -142,7 +142,7 @@ def _from_pretrained(auto_class, path: str | Path, model: ModelSettings, device:
 
 def load_stage_model(path: str | Path, model: ModelSettings, device: str):
     """A stage's causal LM from its directory or hub id, loaded as its model preset says (the policy of FT, RL and
-    IPO). The audit loads checkpoints with harness.model.load.load_causal_lm instead."""
+    IPO). The audit loads checkpoints with memlens.harness.model.load.load_causal_lm instead."""
     # transformers (~1.5 s): the CLI imports models.py to check every config
     from transformers import AutoModelForCausalLM
 
@@ -167,7 +167,7 @@ def load_tokenizer(path: str | Path, model: ModelSettings):
     StarCoder2 ships no pad, Qwen2.5-Coder and DeepSeek-Coder pad with EOS. With PAD = EOS a sequence
     classifier (the reward and value models) scores the last non-pad token, i.e. the token *before* a
     completion's final EOS, so a finished and a truncated completion would look the same to the reward
-    model; the family's own pad token (harness.text.fim.FimSentinels.pad, a token the vocabulary already has,
+    model; the family's own pad token (memlens.harness.text.fim.FimSentinels.pad, a token the vocabulary already has,
     so no embedding is added) replaces it. Every stage saves this tokenizer, so later stages and the audit
     load the same pad."""
     from transformers import AutoTokenizer  # transformers (~1.5 s): the CLI imports models.py to check every config

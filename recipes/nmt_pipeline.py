@@ -26,13 +26,13 @@ DATASET = "parallel"          # <run_dir>/data/parallel
 
 
 def _strict(cls, values: dict, key: str):
-    """`cls(**values)` after refusing unknown keys and non-boolean flags (harness.core.config)."""
+    """`cls(**values)` after refusing unknown keys and non-boolean flags (memlens.harness.core.config)."""
     check_dataclass_values(cls, values, key)
     return cls(**values)
 
 
 class NmtTrainer:
-    """Data and models for the NMT audit. `s` is the audit's parsed `nmt` section (harness.audit.nmt)."""
+    """Data and models for the NMT audit. `s` is the audit's parsed `nmt` section (memlens.harness.audit.nmt)."""
 
     @staticmethod
     def prepare_data(run_dir: Path, s, seed: int) -> tuple[Path, list[dict]]:

@@ -138,11 +138,11 @@ def prepare_out_dir(run_dir: Path, stage: PlannedStage, seed: int | None = None,
 
 @dataclass(frozen=True)
 class Measurement:
-    """What the pipeline asks of the measuring side, handed over by the CLI (harness.cli): the recipes never
-    import harness.audit or harness.report, the layers that measure what they train (docs/architecture.md: data flows
-    one way). `run_command(name, cfg)` runs `memlens <name>` (audit, report) on the config;
-    `retire_audit_results(audit_dir, model_dir, model_name, dest)` moves a replaced model's audit results
-    aside (harness.audit.plan.retire_model_results)."""
+    """What the pipeline asks of the measuring side, handed over by the CLI (memlens.harness.cli): the recipes never
+    import memlens.harness.audit or memlens.harness.report, the layers that measure what they train
+    (docs/architecture.md: data flows one way). `run_command(name, cfg)` runs `memlens <name>` (audit, report) on the
+    config; `retire_audit_results(audit_dir, model_dir, model_name, dest)` moves a replaced model's audit results aside
+    (memlens.harness.audit.plan.retire_model_results)."""
 
     run_command: Callable[[str, Any], int]
     retire_audit_results: Callable[..., Any]

@@ -114,7 +114,7 @@ def format_value(value: Any) -> str:
 
 def split_sweep_point(cfg, stage_names: list[str]) -> dict[str, list[str]]:
     """cfg.sweep_point -> {stage: [swept keys]} for model directory names. Swept keys outside `stages.`
-    name the run directory instead (harness.cli.sweep_run_suffix, applied when the config is composed)."""
+    name the run directory instead (memlens.harness.cli.sweep_run_suffix, applied when the config is composed)."""
     per_stage: dict[str, list[str]] = {}
     for key in dict(cfg.get("sweep_point") or {}):
         key = key.lstrip("+~")
@@ -235,7 +235,7 @@ def stage_datasets(settings: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def run_directory(cfg) -> Path:
-    """cfg.run_dir: a multirun point's own directory is already in it (harness.cli.compose), and so in
+    """cfg.run_dir: a multirun point's own directory is already in it (memlens.harness.cli.compose), and so in
     every path resolved from ${run_dir}."""
     return Path(cfg.run_dir)
 

@@ -47,7 +47,7 @@ VALUE_DIR = "value"
 def completion_mask(completion_ids, eos_token_id: int | list[int]):
     """1 for the real tokens of each sampled completion: up to and including its first EOS (generate
     pads finished rows afterwards), all of them when the completion was cut at max_completion_length.
-    A list of ids: the first of any of them ends the completion (the family's stop tokens, harness.text.fim)."""
+    A list of ids: the first of any of them ends the completion (the family's stop tokens, memlens.harness.text.fim)."""
     import torch  # torch (~1 s): rl.py imports ppo.py when the plan is composed
 
     stops = torch.tensor(eos_token_id if isinstance(eos_token_id, list) else [eos_token_id],
@@ -350,7 +350,7 @@ class PPOTrainer:
             self.policy = save_final(self.policy, self.tokenizer, directory)
             self.value = save_final(self.value, None, directory / VALUE_DIR)
         else:
-            # Training goes on from here, so LoRA adapters are saved unmerged (harness.model.decode loads
+            # Training goes on from here, so LoRA adapters are saved unmerged (memlens.harness.model.decode loads
             # such a checkpoint merged onto its base for the audit).
             self.policy.save_pretrained(str(directory))
             self.tokenizer.save_pretrained(str(directory))

@@ -31,7 +31,7 @@ EVAL_FILE = "preference_eval.json"
 
 def pair_logprobs(model, tokenizer, sentinels, rows: list[dict]) -> tuple[list[float], list[float]]:
     """Summed log-probability of each row's chosen and rejected completion given its PSM prompt, by the one
-    teacher-forced scorer (harness.model.logprobs.target_losses: the audit's encoding)."""
+    teacher-forced scorer (memlens.harness.model.logprobs.target_losses: the audit's encoding)."""
     prefixes, suffixes = [r["prefix"] for r in rows], [r["suffix"] for r in rows]
     out = []
     for side in ("chosen", "rejected"):

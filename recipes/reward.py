@@ -179,7 +179,7 @@ class RewardRecipe:
             # Full texts (ending in EOS) with no separate prompt: RewardTrainer then tokenizes them as they are.
             return Dataset.from_list([{"chosen": self.psm_text(r, r["chosen"]),
                                        "rejected": self.psm_text(r, r["rejected"])} for r in rows])
-        # The same ids score_texts (and so the RL stages) give the RM: harness.model.encode's rule, end kept.
+        # The same ids score_texts (and so the RL stages) give the RM: memlens.harness.model.encode's rule, end kept.
         ids = encode_texts(self.tokenizer, [self.psm_text(r, r["completion"]) for r in rows], self.cfg.max_length)
         return Dataset.from_dict({"input_ids": ids, "attention_mask": [[1] * len(x) for x in ids],
                                   "labels": [float(_label(r)) for r in rows]})
@@ -253,7 +253,7 @@ class RewardRecipe:
                     rec["side"] = side
                 out.append(rec)
             atomic_write_jsonl(scores_dir / f"{name}.jsonl", out)
-            # Fig. 2's statistics, defined once (harness.core.stats.reward_score_stats)
+            # Fig. 2's statistics, defined once (memlens.harness.core.stats.reward_score_stats)
             summary[name] = {**reward_score_stats(out), "n": len(out)}
             summary[name]["split"] = ("train" if name in self.cfg.datasets else
                                       "eval" if name in self.cfg.eval_datasets else "scored")

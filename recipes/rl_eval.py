@@ -13,7 +13,7 @@ marker) and read by harness/report/evidence.py.
 The initial policy's rewards depend only on the initial policy, the RM and the evaluation's own settings, so
 sweep points of one stage (same `init`, same RM, same prompts) compute them once: they are stored under
 `<run_dir>/cache/rl_reward_eval/<fingerprint>.json`, the fingerprint covering the weights and tokenizer files of
-both models (harness.audit.run.model_fingerprint), the chosen prompts' text and every sampling setting.
+both models (memlens.harness.audit.run.model_fingerprint), the chosen prompts' text and every sampling setting.
 """
 
 from __future__ import annotations

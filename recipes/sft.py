@@ -5,7 +5,7 @@ and FT.3 (PD.2 + SD) add the synthetic dataset SD, which is how canaries enter t
 mixture of PD and SD is weighted by size — we concatenate the rows and shuffle them (seeded).
 
 Row formats (the data engineer's contract):
-- code rows `id, text, source_file` -> `harness.text.fim.fim_transform` (random PSM split at `fim_rate`,
+- code rows `id, text, source_file` -> `memlens.harness.text.fim.fim_transform` (random PSM split at `fim_rate`,
   seeded), as in pre-training;
 - FIM rows `id, prefix, target, suffix` (SD) -> `format_psm_training(prefix, target, suffix)`: exactly
   the PSM layout the audit prompts with, so a canary's target is learned as the completion of its

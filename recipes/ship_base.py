@@ -54,7 +54,7 @@ def held_out_chunks(pd: dict, n: int) -> list[str]:
 
 def mean_token_loss(model, tokenizer, texts: list[str], max_length: int = 512) -> float:
     """Token-weighted mean next-token loss (nats) of `texts`, each followed by EOS, cut at max_length:
-    every token but the first is a target of harness.model.logprobs.token_losses_batched (summed per text)."""
+    every token but the first is a target of memlens.harness.model.logprobs.token_losses_batched (summed per text)."""
     ids = [tokenizer(t, add_special_tokens=False)["input_ids"][:max_length - 1] + [tokenizer.eos_token_id]
            for t in texts]
     sums = token_losses_batched(model, [(x[:1], x[1:]) for x in ids], pad_id=tokenizer.pad_token_id,

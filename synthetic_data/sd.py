@@ -281,7 +281,7 @@ def auditable_targets(splits: list[tuple[str, str, str]]) -> list[bool]:
     target under 10 tokens and a target within NED 0.5 of its prompt (slid over prefix and suffix). The
     token count depends on the audited model, so it is approximated by proxy pieces (\\w+ runs and
     punctuation marks, which a code BPE splits at least as finely once indentation is counted); the
-    prompt test is the audit's own (harness.measures.memorization), on characters, so it needs no tokenizer."""
+    prompt test is the audit's own (memlens.harness.measures.memorization), on characters, so it needs no tokenizer."""
     if not splits:
         return []
     prefixes, targets, suffixes = zip(*splits)

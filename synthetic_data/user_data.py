@@ -10,7 +10,7 @@
 `data.preference.file` gives `pairs_preference` (the pairs as given, for IPO/DPO), `rm_preference` (pointwise:
 chosen = 1, rejected = 0) and `preference_chosen` (FIM rows whose target is the chosen completion: the audit
 set). Every row keeps its `repeat`, which the recipes expand into copies when they train
-(harness.core.user_data.repeated); the audit scores each row once.
+(memlens.harness.core.user_data.repeated); the audit scores each row once.
 
 A target shorter than `audit.min_target_tokens` is refused here, before anything is written. Tokens are
 counted in the tokenizer of the model preset's `pretrained` directory when it has one; a model trained from

@@ -2,7 +2,7 @@
 T5 seq2seq model, a few seconds of plain-torch training, and saving as a normal HF directory.
 
 Everything is deterministic given the seed, runs on CPU in seconds, and produces directories the real
-loaders (`harness.model.decode.load_causal_lm`, `from_pretrained`) read like any public model.
+loaders (`memlens.harness.model.decode.load_causal_lm`, `from_pretrained`) read like any public model.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ renders the rates over steps:
     <out_dir>/audit/reward/<model>/summary.json                            a reward model's ranking (below)
     <out_dir>/audit/callback.jsonl                                         per checkpoint: step, seconds, rates
 
-Measures (paper 003 Def. 3.1 for extraction; harness.measures.mia for the attacks):
-  extraction  each canary's prompt (its prefix, as the trainer saw it: harness.model.prompts) completed greedily
+Measures (paper 003 Def. 3.1 for extraction; memlens.harness.measures.mia for the attacks):
+  extraction  each canary's prompt (its prefix, as the trainer saw it: memlens.harness.model.prompts) completed greedily
               by the checkpoint and by `control`; memorized when the checkpoint is within k of the target and
               the control is not. The held-out twins are scored the same way: a rate above 0 there means the
               target is guessable, not memorized.
@@ -23,10 +23,10 @@ Measures (paper 003 Def. 3.1 for extraction; harness.measures.mia for the attack
               FPR with bootstrap 95 % intervals; the reference attack is calibrated on `control`.
   exposure    Carlini et al. 2019 (Sec. 4), the rank form, with held-out twins as the sample of the canaries'
               randomness space: each canary's target given its prompt ranked by summed NLL among a pool of held-out
-              targets (`exposure_candidates`, seeded) in the same place; exposure = log2(candidates) - log2(rank),
-              ties against the canary (harness.measures.exposure). Each pooled held-out canary ranked among the rest
-              of the pool is the null: what the procedure gives a canary the model never trained on (uniform only
-              when a prompt says nothing of its own target).
+              targets (`exposure_candidates`, seeded) in the same place; exposure = log2(candidates) - log2(rank), ties
+              against the canary (memlens.harness.measures.exposure). Each pooled held-out canary ranked among the rest
+              of the pool is the null: what the procedure gives a canary the model never trained on (uniform only when a
+              prompt says nothing of its own target).
   reward      for a reward model (a sequence classifier, e.g. TRL's RewardTrainer) instead of both: does it rank
               the planted canaries' completions above the held-out ones'? The reward as a membership score, AUC
               with its interval.
@@ -132,7 +132,7 @@ def _manifest_files(manifest, out_dir: Path) -> tuple[dict, Path, Path]:
 
 def default_prompt_format(manifest: dict) -> str:
     """How a model trained on the manifest's format is asked for a canary: `chat` for conversations (a
-    conversational preference set included), else the prefix left to right (harness.model.prompts)."""
+    conversational preference set included), else the prefix left to right (memlens.harness.model.prompts)."""
     return "chat" if manifest.get("format") == "conversational" or manifest.get("conversational") else "prefix"
 
 
@@ -468,8 +468,8 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
                 (spans.get("target") or {}).items()}
 
     def _epsilon(self, checkpoint: Path, name: str) -> dict:
-        """The one-run ε lower bounds (Steinke et al. 2023; Xiang et al. 2025, harness.measures.epsilon) from this
-        checkpoint's MIA rows: every canary, planted or held out by memlens.inject's fair coin, ranked by the LOSS
+        """The one-run ε lower bounds (Steinke et al. 2023; Xiang et al. 2025, memlens.harness.measures.epsilon) from
+        this checkpoint's MIA rows: every canary, planted or held out by memlens.inject's fair coin, ranked by the LOSS
         attack on the target, with the audit's default guess counts and δ. Refused (the record says why) when the
         manifest's held-out coin was not fair."""
         fraction = self.manifest.get("heldout_fraction")
@@ -531,7 +531,8 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
 
     def _reward(self, checkpoint: Path, name: str, model, tokenizer) -> dict:
         """The reward of each canary's full text (prompt + completion as the trainer joins them) from the model in
-        memory (eval mode, no gradient, its training mode restored: harness.model.rewards), planted vs held out."""
+        memory (eval mode, no gradient, its training mode restored: memlens.harness.model.rewards), planted vs held
+        out."""
         if tokenizer is None:
             raise UserError("AuditCallback: the trainer passed no processing_class (tokenizer) to score the reward "
                             "model with; give the trainer its tokenizer (processing_class=...)")

@@ -1,15 +1,15 @@
 """Probabilistic discoverable extraction over a run (`audit.measures=[ned, ..., discoverable]`): for every
 checkpoint the extraction audit scored, the probability that each decoding scheme completes each example's
 prompt with exactly its compared target, for the audited model and the plan's control, and the rates of
-(n, p)-discoverable targets (Hayes et al. 2024; harness.measures.discoverable) beside the greedy NED rate.
+(n, p)-discoverable targets (Hayes et al. 2024; memlens.harness.measures.discoverable) beside the greedy NED rate.
 
-It reads the extraction audit's rows (harness.audit.run): the same examples, the same exclusions (short
+It reads the extraction audit's rows (memlens.harness.audit.run): the same examples, the same exclusions (short
 target, target in prompt, prompt too long) and the same compared target (its first audit.target_tokens
 tokens), so the two rates are over the same n. The log-probabilities come from one teacher-forced pass per
-model through the model layer's cache (harness.model.cache.cached_scheme_logprobs): a killed audit resumes,
+model through the model layer's cache (memlens.harness.model.cache.cached_scheme_logprobs): a killed audit resumes,
 a rerun loads no weights. Everything else is recomputed and written atomically, summary last.
 
-On disk, below the run's audit dir (harness.core.layout.discoverable_dir):
+On disk, below the run's audit dir (memlens.harness.core.layout.discoverable_dir):
     discoverable/<model>/<checkpoint>/<dataset>.jsonl   per scored example: id, logp and control_logp per
                                                         scheme (null = probability 0: JSON has no -inf)
     discoverable/summary.json                           every model's rates, the settings and provenance

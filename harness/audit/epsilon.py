@@ -1,8 +1,8 @@
-"""The one-run ε lower bound over a run (`audit.measures=[..., mia, epsilon]`): for every planned model, checkpoint
-and canary dataset whose membership was decided by fair coins (`data.sd.membership=coins`), the ε that the MIA
-audit's scores prove at `audit.epsilon_confidence` (harness.measures.epsilon): Steinke, Nasr & Jagielski 2023's bound,
-and beside it Xiang et al. 2025's order-statistics (ε, δ) bound and their μ-GDP bound (with the ε it implies at δ),
-each labelled and each its own statement.
+"""The one-run ε lower bound over a run (`audit.measures=[..., mia, epsilon]`): for every planned model, checkpoint and
+canary dataset whose membership was decided by fair coins (`data.sd.membership=coins`), the ε that the MIA audit's
+scores prove at `audit.epsilon_confidence` (memlens.harness.measures.epsilon): Steinke, Nasr & Jagielski 2023's bound,
+and beside it Xiang et al. 2025's order-statistics (ε, δ) bound and their μ-GDP bound (with the ε it implies at δ), each
+labelled and each its own statement.
 
 It scores nothing itself: it reads the rows the `mia` measure wrote (harness/audit/mia.py,
 mia/<model>/<checkpoint>/<dataset>.jsonl: id, member, score[span][attack]), so `mia` must run first
@@ -10,7 +10,7 @@ mia/<model>/<checkpoint>/<dataset>.jsonl: id, member, score[span][attack]), so `
 (`audit.epsilon_attack`, `audit.epsilon_span`): picking the attack that scored best on the same canaries would be a
 multiple comparison the bound does not pay for.
 
-On disk, below the run's audit dir (harness.core.layout.epsilon_dir), written atomically after everything of the
+On disk, below the run's audit dir (memlens.harness.core.layout.epsilon_dir), written atomically after everything of the
 model is computed (a killed run rewrites the same file when rerun):
     epsilon/<model>/summary.json   per checkpoint and dataset: m, r, v, k+, k-, Steinke et al.'s bound, `bounds`
                                    (every method's, labelled, with its own k+, k-, r, v), δ, the rule, the

@@ -1,9 +1,9 @@
 """Paper 004's measures over a run: every checkpoint of an audited run against a control run (or a fixed
 reference model), on every example set, with the exposure of SD.Links PII paths (`audit_losses`).
 
-The losses come from harness.model (the scorer's teacher-forced passes) through its one cache, so a killed
+The losses come from memlens.harness.model (the scorer's teacher-forced passes) through its one cache, so a killed
 audit resumes where it stopped and the utility's held-out loss reuses these entries; the measures
-themselves are harness.measures.losses and harness.measures.exposure.
+themselves are memlens.harness.measures.losses and memlens.harness.measures.exposure.
 """
 
 from __future__ import annotations

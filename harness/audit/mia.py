@@ -1,15 +1,15 @@
 """Membership inference over a run: for every checkpoint of an audited model, how well each attack of
-harness.measures.mia tells the canaries it trained on (a planned dataset, e.g. sd_base) from held-out ones of
+memlens.harness.measures.mia tells the canaries it trained on (a planned dataset, e.g. sd_base) from held-out ones of
 the same generator that no stage saw (`<dataset>_heldout`, synthetic_data), on two spans: the target given its
 FIM prompt (the extraction audit's inputs) and the whole program (`audit_mia`; `audit.measures=[...,mia]`).
 
 The per-token log-probs come from the model layer's one teacher-forced pass through its cache
-(harness.model.cache.cached_token_logprobs), so a killed audit resumes where it stopped and a rerun loads no
+(memlens.harness.model.cache.cached_token_logprobs), so a killed audit resumes where it stopped and a rerun loads no
 weights; everything else is recomputed from the cache and written atomically, summary last (as the loss audit,
 harness/audit/losses.py). The reference-calibrated attack uses the control's final model (the fixed control of
 the extraction audit, paper 003 Appendix B).
 
-On disk, below the run's audit dir (harness.core.layout.mia_dir):
+On disk, below the run's audit dir (memlens.harness.core.layout.mia_dir):
     mia/<model>/<checkpoint>/<dataset>.jsonl   one row per example: id, member (1/0), score[span][attack]
     mia/<model>/summary.json                   AUC and TPR at FPR < 1 % / < 0.1 % with bootstrap 95 % intervals
     mia/summary.json                           every model's summary (the report reads this one)
@@ -71,7 +71,7 @@ def _token_values(model_dir: Path, sets: dict[str, list[dict]], spans, cache_dir
                   ) -> dict[str, dict[str, dict[str, dict]]]:
     """{set name: {span: {pass: {id: per-token values}}}} of one model directory, weights loaded on a cache miss
     only. Pass "values" is the plain teacher-forced pass over every row; each prefix text of `prefixes[set name]` is
-    the same pass after that text over the rows that are not shots (harness.measures.mia: NONMEMBER_PREFIX,
+    the same pass after that text over the rows that are not shots (memlens.harness.measures.mia: NONMEMBER_PREFIX,
     MEMBER_PREFIX), computed once here for every attack that reads it."""
     scorer = CausalLMScorer.load(model_dir, device, batch_size=batch_size, lazy=True)
     sentinels = model_sentinels(model_dir, fim_family)
@@ -96,7 +96,7 @@ class Prefixes:
 
 
 def _choose_shots(data: dict[str, list[dict]], pairs) -> dict[str, Prefixes]:
-    """Each dataset's prefix shots among its members and non-members (harness.measures.mia.split_shots) and the
+    """Each dataset's prefix shots among its members and non-members (memlens.harness.measures.mia.split_shots) and the
     prefix texts the conditioned passes put before its other texts: {set name: Prefixes}. The shots stay in the rows
     (every attack that reads no prefix scores them, so the one-run ε audit still ranks every canary) but are left
     out of every attack's metrics, so all attacks are compared on the same texts. None are chosen when no

@@ -105,7 +105,7 @@ def settings_from_cfg(cfg) -> NmtSettings:
 
 
 def _strict(cls, values: dict, key: str):
-    """`cls(**values)` after refusing unknown keys and non-boolean flags (harness.core.config)."""
+    """`cls(**values)` after refusing unknown keys and non-boolean flags (memlens.harness.core.config)."""
     check_dataclass_values(cls, values, key)
     return cls(**values)
 

@@ -255,7 +255,7 @@ def audit_run(cfg, log=print, check_empty: bool = True) -> int:
 
 
 def check_run_scored(cfg, log=print) -> None:
-    """`harness.audit.run.check_scored` over every planned (model, dataset) of the run's summary."""
+    """`memlens.harness.audit.run.check_scored` over every planned (model, dataset) of the run's summary."""
     if _distributed()[0] != 0:
         return
     base = job_from_config_defaults(cfg)
@@ -337,7 +337,7 @@ def mia_reference_texts(run_dir: Path, name: str | None, log=print) -> list[str]
 def audit_run_mia(cfg, log=print) -> None:
     """Membership inference for every planned model (`audit.measures` includes `mia`): each planned dataset
     whose held-out partner (`<dataset>_heldout`, e.g. sd_base_heldout) is built in the run is scored at every
-    checkpoint, members against held-out non-members (harness.audit.mia), the plan's control as the reference
+    checkpoint, members against held-out non-members (memlens.harness.audit.mia), the plan's control as the reference
     model of the calibrated attack."""
     run_dir = Path(cfg.run_dir)
     a = cfg.audit
@@ -453,8 +453,8 @@ def _drop_from_summaries(audit_dir: Path, model_name: str) -> None:
 
 
 def audit_run_discoverable(cfg, log=print) -> None:
-    """(n, p)-discoverable extraction for every planned model and dataset (`audit.measures` includes
-    `discoverable`, after `ned`: it scores the examples the extraction audit scored; harness.audit.discoverable)."""
+    """(n, p)-discoverable extraction for every planned model and dataset (`audit.measures` includes `discoverable`,
+    after `ned`: it scores the examples the extraction audit scored; memlens.harness.audit.discoverable)."""
     if cfg.audit.get("threads"):
         set_threads(int(cfg.audit.threads))
     audit_discoverable(cfg, plan_audits(cfg), log)

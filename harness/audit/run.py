@@ -16,10 +16,10 @@ Layout (the audit's part of a run; harness/core/layout.py has the whole run):
 Work proceeds in length-sorted batches of examples; after each batch its completions (cache) and rows
 are appended with fsync, so a kill loses at most one batch and a rerun continues where it stopped.
 
-A job's state — its settings and paths (harness.audit.settings.AuditJob), the examples and their hash, the
-control and every checkpoint as harness.model sees them, their shared completion caches — is one
+A job's state — its settings and paths (memlens.harness.audit.settings.AuditJob), the examples and their hash, the
+control and every checkpoint as memlens.harness.model sees them, their shared completion caches — is one
 `AuditState`, built once by `AuditState.open(job)` (which validates every model before anything is
-written); `audit_checkpoint` takes what it needs from it. A whole-run audit (harness.audit.plan) runs
+written); `audit_checkpoint` takes what it needs from it. A whole-run audit (memlens.harness.audit.plan) runs
 one such job per (model, dataset).
 """
 

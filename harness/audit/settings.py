@@ -1,6 +1,6 @@
 """What one `memlens audit` job is: its settings (every knob that decides a number), the job's paths,
 the examples it scores and the checkpoints it scores them on; validated from the `audit` config group,
-each error naming the key and the fix (harness.audit.run runs the job).
+each error naming the key and the fix (memlens.harness.audit.run runs the job).
 """
 
 from __future__ import annotations

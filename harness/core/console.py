@@ -26,7 +26,7 @@ QUIET_LIBRARY_ENV = {"HF_DATASETS_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_P
 # transformers log records that the project triggers by design, matched on their text.
 EXPECTED_TRANSFORMERS_RECORDS = (
     # Trainer's checkpoint sorting on filesystems with coarse mtimes; it falls back to step order, which is
-    # exactly how harness.core.layout orders checkpoints anyway.
+    # exactly how memlens.harness.core.layout orders checkpoints anyway.
     "mtime may not be reliable on this filesystem",
 )
 
@@ -52,7 +52,7 @@ def _is_expected_load_report(message: str) -> bool:
 
 class ExpectedRecords(logging.Filter):
     """Drops the transformers records the project triggers by design (the CLI installs it on transformers'
-    handler: harness.model.load.filter_transformers_records)."""
+    handler: memlens.harness.model.load.filter_transformers_records)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()

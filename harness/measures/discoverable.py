@@ -3,7 +3,7 @@ probabilistic extraction", Sec. 3), made counterfactual as paper 003 Definition 
 
 A target z is (n, p)-discoverable under a decoding scheme when n independent queries with its prompt produce it
 at least once with probability >= p: 1 - (1 - p_z)^n >= p, where p_z is the probability that one query
-produces z exactly (the product of its tokens' probabilities under the scheme; harness.model.logprobs computes
+produces z exactly (the product of its tokens' probabilities under the scheme; memlens.harness.model.logprobs computes
 log p_z from one teacher-forced pass). Greedy decoding is the special case p_z in {0, 1}.
 
 Counterfactual (this project, after paper 003 Sec. 4.2): an example counts when the audited model's p_z makes
@@ -60,7 +60,7 @@ def counterfactually_discoverable(logp: float, control_logp: float, n: int, p: f
 
 def discoverable_rates(logps: Sequence[float], control_logps: Sequence[float], n: int, p: float) -> dict:
     """At one (n, p): the audited model's, the control's and the counterfactual rate over the examples, each
-    with its n and 95 % Wilson interval (harness.core.stats.rate_with_interval)."""
+    with its n and 95 % Wilson interval (memlens.harness.core.stats.rate_with_interval)."""
     if len(logps) != len(control_logps):
         raise ValueError(f"{len(logps)} audited and {len(control_logps)} control log-probabilities: one each")
     audited = [is_discoverable(x, n, p) for x in logps]

@@ -81,7 +81,7 @@ def exposure_rows(rows: Sequence[dict]) -> list[dict]:
 
 
 def candidate_losses(scorer, rows: Sequence[dict], candidates: Sequence[str], sentinels) -> np.ndarray:
-    """(rows, candidates) summed target NLL with each candidate path substituted (harness.model's scorer); a
+    """(rows, candidates) summed target NLL with each candidate path substituted (memlens.harness.model's scorer); a
     row's candidates share its prompt's forward pass."""
     out = []
     for r in rows:

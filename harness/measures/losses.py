@@ -2,7 +2,7 @@
 
 `memorization_measures(train_loss, control_loss, tau)` — pure numpy on (epochs, strings) loss arrays — is
 the one definition of the three measures in the project (docs/architecture.md: one metric, one place). The losses come
-from the model layer (harness.model.logprobs through the scorer and its cache); harness/audit/losses.py
+from the model layer (memlens.harness.model.logprobs through the scorer and its cache); harness/audit/losses.py
 runs the measures over every checkpoint of a run. Canary exposure (Carlini et al. 2019) is
 harness/measures/exposure.py.
 

@@ -1,5 +1,5 @@
 """Memorization decisions and the one definition of the memorization rate (the exclusion filters that
-decide which examples are scored at all are text rules: harness.text.exclusions).
+decide which examples are scored at all are text rules: memlens.harness.text.exclusions).
 
 Paper 003: Definition 3.1 (k-approximate counterfactual memorization, k = 0.1), Sec. 4.2 and
 Appendices B and D (which examples are excluded before scoring), Sec. 5.1/5.2 (PII-path regurgitation).

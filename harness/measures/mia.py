@@ -3,12 +3,12 @@
 memlens's extraction audit asks whether a model *reproduces* a training example (paper 003's counterfactual
 NED test); membership inference asks the weaker question an auditor asks first, whether an attacker can tell
 *that* an example was trained on (the attacks of the mimir suite, Duan et al. 2024, "Do membership inference
-attacks work on large language models?", and those since). Each attack below is defined once, here, as a function
-of `AttackInputs`: the per-token values the model layer computes in one teacher-forced pass
-(harness.model.logprobs.token_logprob_stats_batched: the token `ids`, `logp` of each, `mu`/`var` of the next-token
-log-prob and its `top1` under the model), plus whatever extra input the attack names in `needs` (the audit computes
-each once per model). Every score follows one convention: **higher = more likely a member**, so
-harness.core.stats.roc_auc / tpr_at_fpr read them directly (members labelled 1).
+attacks work on large language models?", and those since). Each attack below is defined once, here, as a function of
+`AttackInputs`: the per-token values the model layer computes in one teacher-forced pass
+(memlens.harness.model.logprobs.token_logprob_stats_batched: the token `ids`, `logp` of each, `mu`/`var` of the
+next-token log-prob and its `top1` under the model), plus whatever extra input the attack names in `needs` (the audit
+computes each once per model). Every score follows one convention: **higher = more likely a member**, so
+memlens.harness.core.stats.roc_auc / tpr_at_fpr read them directly (members labelled 1).
 
 - loss: minus the mean token NLL (Yeom et al. 2018; mimir's LOSS).
 - zlib: minus the ratio of the mean token NLL to the zlib-compressed length of the text in bytes (Carlini et
@@ -145,7 +145,7 @@ class TokenFrequency:
 
 
 # What an attack may ask for beyond the audited model's one teacher-forced pass over the text. The audit computes
-# each asked-for input once per model and checkpoint (harness.audit.mia), cached, and every attack shares it.
+# each asked-for input once per model and checkpoint (memlens.harness.audit.mia), cached, and every attack shares it.
 CONTROL = "control"                     # the same pass under the fixed control model (reference-model calibration)
 NONMEMBER_PREFIX = "nonmember_prefix"   # the same tokens scored after a prefix of non-member text (ReCaLL)
 MEMBER_PREFIX = "member_prefix"         # ... after a prefix of member text (Con-ReCall)
@@ -248,7 +248,7 @@ def sequence_score(current: float, trajectory: Sequence[Mapping], attack: str) -
 @dataclass(frozen=True)
 class AttackInputs:
     """Everything an attack may read of one text. `values`: the audited model's per-token values on it (`ids`,
-    `logp`, `mu`, `var`: harness.model.logprobs.token_logprob_stats_batched); `text`: the scored text; `k`: the
+    `logp`, `mu`, `var`: memlens.harness.model.logprobs.token_logprob_stats_batched); `text`: the scored text; `k`: the
     Min-K% share. Each other field is the input of INPUTS of the same name, None where the audit has none (no
     control, no earlier checkpoint): an attack that needs it is then not scored."""
 
@@ -330,7 +330,7 @@ def attack_scores(inputs: AttackInputs) -> dict[str, float | None]:
 def attack_metrics(member_scores: Sequence[float], nonmember_scores: Sequence[float], n_boot: int, seed: int
                    ) -> dict:
     """ROC AUC and TPR at FPR < 1 % and < 0.1 % of one attack (members labelled 1), each with its bootstrap 95 %
-    interval (harness.core.stats.bootstrap_mia_metrics)."""
+    interval (memlens.harness.core.stats.bootstrap_mia_metrics)."""
     return bootstrap_mia_metrics(list(member_scores), list(nonmember_scores), n_boot=n_boot, seed=seed)
 
 

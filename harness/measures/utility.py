@@ -3,7 +3,7 @@
 - HumanEval single-line infilling (Fried et al. 2023, paper 003 Appendix A.4), scored by exact match
   of the first generated line against the held-out line — not by executing code: the audit never
   runs model output. One FIM example per line of each canonical solution (synthetic_data/humaneval.py).
-- Held-out public-code loss: mean target cross-entropy on pd_eval FIM examples (harness.measures.losses).
+- Held-out public-code loss: mean target cross-entropy on pd_eval FIM examples (memlens.harness.measures.losses).
 
 Completions and losses go through the audit's completion cache and the losses' row cache, so a rerun
 regenerates nothing; results are written to `<audit_dir>/utility.json` with provenance.
@@ -60,7 +60,7 @@ def humaneval_exact_match(model_dir: Path, rows: list[dict], examples_sha256: st
 
 def heldout_loss(model_dir: Path, rows: list[dict], settings, cache_dir: Path) -> float | None:
     """Mean per-example target loss on held-out FIM rows, through the model layer's one cache
-    (harness.model.cache.cached_target_losses: paper 004's losses of the same model and rows are the same
+    (memlens.harness.model.cache.cached_target_losses: paper 004's losses of the same model and rows are the same
     entries)."""
     if not rows:
         return None

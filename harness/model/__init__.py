@@ -3,5 +3,5 @@ seen through one interface, `scorer.CausalLMScorer` — greedy completions (`com
 (`target_losses`) and a `fingerprint` — with one cache of what it computed (`cache`). Modules: load
 (safetensors, LoRA merge, fingerprints, context length), encode (the one tokenisation rule), decode
 (batched greedy decoding), draft (the target as a speculative draft), logprobs (teacher-forced losses),
-scorer, cache. Imports only harness.core and harness.text; torch and transformers are imported inside
+scorer, cache. Imports only memlens.harness.core and memlens.harness.text; torch and transformers are imported inside
 functions so that `memlens --help` and the layers above stay light."""

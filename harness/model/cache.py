@@ -2,9 +2,9 @@
 
 An identity is everything a value depends on — the kind of value (greedy completions, mean target losses,
 summed candidate losses, ...), the model's fingerprint (weights, config and tokenizer files:
-harness.model.load.model_fingerprint), the examples' hash and the settings that change the numbers —
+memlens.harness.model.load.model_fingerprint), the examples' hash and the settings that change the numbers —
 and its key is `cache_key(kind, **covers)`. Each identity is one append-only RowStore
-(harness.core.io): rows are appended, fsync'd, batch by batch, so a killed job loses at most one batch and
+(memlens.harness.core.io): rows are appended, fsync'd, batch by batch, so a killed job loses at most one batch and
 a rerun neither recomputes nor duplicates. Completions live at `<cache_dir>/<key>.jsonl` (beside a
 `<key>.json` that says what they cover, for a reader of the directory); every loss at
 `<cache_dir>/losses/<key>.jsonl`, so paper 004's losses, the exposure test and the utility's held-out loss
@@ -74,7 +74,7 @@ class ScoreCache:
 def completion_fingerprint(model_fp: str, examples_sha256: str, *, fim_family: str, dtype: str,
                            max_new_tokens: int, target_tokens: int, stop_tokens: Sequence[str]) -> tuple[str, dict]:
     """(key, what it covers) of greedy completions: same key <=> the cached completions can be reused. The
-    stop tokens are part of it: a completion is cut where the first of them appears (harness.text.fim)."""
+    stop tokens are part of it: a completion is cut where the first of them appears (memlens.harness.text.fim)."""
     covers = {"model": model_fp, "examples_sha256": examples_sha256, "fim_family": fim_family,
               "prompt_format": prompt_format_name(fim_family), "dtype": dtype, "decoding": "greedy", "max_new_tokens": max_new_tokens,
               "target_tokens": target_tokens, "stop_tokens": list(stop_tokens)}
@@ -86,7 +86,7 @@ class CompletionCache(ScoreCache):
 
     `get(examples)` returns {id: completion}, decoding only the ids not stored yet through the scorer that
     `load_scorer()` returns, called on the first miss only (a fully cached rerun loads no weights). The
-    examples' targets are offered to the decoder as drafts (harness.model.draft): the same completions,
+    examples' targets are offered to the decoder as drafts (memlens.harness.model.draft): the same completions,
     faster when a model follows them."""
 
     def __init__(self, cache_dir: str | Path, key: str, covers: dict, load_scorer: Callable[[], Any],

@@ -1,10 +1,10 @@
 """Batched greedy decoding (lm-eval's `generate_until`; callers above the model layer use it through
-harness.model.scorer.CausalLMScorer).
+memlens.harness.model.scorer.CausalLMScorer).
 
 Paper 003 Appendix B: memorization is measured on *greedy* completions (Carlini et al. 2022 find greedy
 and beam search give similar rates). Decoding here is deterministic: greedy, KV cache, left padding for
 decoder-only models, prompts grouped by length so that a batch carries little padding, outputs cut at
-the first stop token of each row (EOS, or with the model's FIM family any of its sentinels: harness.text.fim).
+the first stop token of each row (EOS, or with the model's FIM family any of its sentinels: memlens.harness.text.fim).
 """
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ def iter_greedy_complete(model, tokenizer, prompts: Sequence[str], max_new_token
     Lets a caller persist each batch as soon as it is done (the completion cache does), so a killed
     job loses at most one batch. Batches come in length-sorted order, not in `prompts` order.
 
-    `sentinels` (the model's harness.text.fim family): decoding stops at any of the family's stop tokens, not
-    only EOS, and no sentinel text survives in a completion (harness.text.fim.stop_tokens). Without it, at EOS.
+    `sentinels` (the model's memlens.harness.text.fim family): decoding stops at any of the family's stop tokens, not
+    only EOS, and no sentinel text survives in a completion (memlens.harness.text.fim.stop_tokens). Without it, at EOS.
 
     `drafts` (one text per prompt, e.g. the audit's targets): decode with each draft verified first
     (harness/model/draft.py) — the same greedy completions, faster when they follow the drafts. `stats`

@@ -8,7 +8,7 @@ reward evaluation — goes through `encode_texts`, which gives those same ids, s
 on one form of a text and queried on another (Gemma-family models degrade without their BOS).
 
 An EOS is never appended by the tokenizer: a training text carries its EOS as text
-(harness.text.fim.format_psm_training), and a prompt must not end with one.
+(memlens.harness.text.fim.format_psm_training), and a prompt must not end with one.
 """
 
 from __future__ import annotations
@@ -60,6 +60,6 @@ def cut_at_eos(ids: Sequence[int], eos_ids: Sequence[int]) -> list[int]:
 
 def pad_id_of(tokenizer) -> int:
     """The id that fills a batch row to the batch's width: the tokenizer's pad token, else 0. No real token
-    attends to it (right-padded rows under causal attention, harness.model.logprobs; left-padded rows under an
-    attention mask, harness.model.decode), so any id is correct; the pad token keeps a batch's dump readable."""
+    attends to it (right-padded rows under causal attention, memlens.harness.model.logprobs; left-padded rows under an
+    attention mask, memlens.harness.model.decode), so any id is correct; the pad token keeps a batch's dump readable."""
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0

@@ -4,7 +4,7 @@ Safetensors only (no pickle: a directory without them is not a model to us), `tr
 unless the caller sets it, local files only (nothing is fetched). A LoRA checkpoint (adapters over a base)
 loads merged onto its base, so every checkpoint of a LoRA run is audited like any model. A model's
 fingerprint is one sha256 over its weights, config and tokenizer files: the key of every cached result
-(harness.model.cache). Before an audit writes anything, `check_model_files` reads the config and the
+(memlens.harness.model.cache). Before an audit writes anything, `check_model_files` reads the config and the
 safetensors headers, so a damaged model is refused naming the file.
 """
 
@@ -253,7 +253,7 @@ def load_tokenizer(path: str | Path, trust_remote_code: bool = False):
 
 
 def model_sentinels(model_dir: str | Path, fim_family: str | None, trust_remote_code: bool = False):
-    """The prompt format of a model directory (its FIM sentinels, or `prefix` / `chat`: harness.model.prompts),
+    """The prompt format of a model directory (its FIM sentinels, or `prefix` / `chat`: memlens.harness.model.prompts),
     from its tokenizer alone."""
     return prompt_format(load_tokenizer(model_dir, trust_remote_code), fim_family, str(model_dir),
                          config_key="audit.fim_family")

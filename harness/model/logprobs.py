@@ -2,7 +2,7 @@
 
 Paper 004 Sec. 3 measures memorization through the loss of a string, `loss(M, s)`; paper 003's exposure
 test (Carlini et al. 2019) ranks candidate secrets by their summed negative log-likelihood. Both are one
-teacher-forced pass per length-sorted batch here, prompts encoded by the one rule (harness.model.encode).
+teacher-forced pass per length-sorted batch here, prompts encoded by the one rule (memlens.harness.model.encode).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def encode_fim_examples(tokenizer, prefixes: Sequence[str], targets: Sequence[st
                         suffixes: Sequence[str], sentinels) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, target ids) per example: the PSM prompt `[PRE]prefix[SUF]suffix[MID]`, then the target.
 
-    The prompt is encoded exactly as greedy decoding encodes it (`harness.model.encode.encode_texts`, BOS kept
+    The prompt is encoded exactly as greedy decoding encodes it (`memlens.harness.model.encode.encode_texts`, BOS kept
     where the tokenizer adds one), so a loss and a completion condition on the same tokens. The target is
     encoded on its own without special tokens: the `<fim_middle>` sentinel before it is an added token
     (special or not, added tokens are matched before BPE runs), so a tokenizer splits the training text

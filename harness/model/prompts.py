@@ -1,10 +1,10 @@
 """How an audit prompts a model with an example (prefix, target, suffix): the prompt formats.
 
-Paper 003 audits FIM code models, so its prompt is PSM, `[PRE]prefix[SUF]suffix[MID]` (harness.text.fim, one
+Paper 003 audits FIM code models, so its prompt is PSM, `[PRE]prefix[SUF]suffix[MID]` (memlens.harness.text.fim, one
 entry per model family). A user's own fine-tune (memlens.inject, harness/audit/callback.py) trains the canary
 the way its TRL format lays it out, and the extraction test must ask the way the model learned:
 
-    psm      a FIM family's sentinels (harness.text.fim.FAMILIES; detected from the vocabulary, or named)
+    psm      a FIM family's sentinels (memlens.harness.text.fim.FAMILIES; detected from the vocabulary, or named)
     prefix   the prefix alone, left to right: language modelling, prompt-completion, preference, unpaired and
              prompt-only rows (memlens.inject puts prefix and target in that order; the spaces ending a prefix
              move to the completion there, so the prompt is the prefix without them, as trained)

@@ -3,8 +3,8 @@
 Like lm-evaluation-harness's `LM` (`generate_until` / `loglikelihood`, wrapped by `CachingLM`), the audit,
 the loss measures, exposure, utility and membership inference talk to a model only through a
 `CausalLMScorer`: greedy completions (`iter_complete` / `complete`), teacher-forced target losses
-(`target_losses`), and its `fingerprint` (what it computes, harness.model.load), which keys every cached
-result (harness.model.cache). A scorer made with `load(..., lazy=True)` reads no weights until a value is
+(`target_losses`), and its `fingerprint` (what it computes, memlens.harness.model.load), which keys every cached
+result (memlens.harness.model.cache). A scorer made with `load(..., lazy=True)` reads no weights until a value is
 actually computed, so a fully cached rerun loads nothing.
 """
 
@@ -111,7 +111,7 @@ class CausalLMScorer:
 
     def candidate_losses(self, example: dict, targets: Sequence[str], sentinels) -> list[float]:
         """Summed target NLL of each of `targets` in `example`'s FIM hole (its prefix and suffix), the prompt's
-        forward pass shared by all of them (harness.model.logprobs.shared_prompt_losses)."""
+        forward pass shared by all of them (memlens.harness.model.logprobs.shared_prompt_losses)."""
         self.ensure_loaded()
         return shared_prompt_losses(self.model, self.tokenizer, example["prefix"], example["suffix"], targets,
                                     sentinels, self.batch_size).tolist()
@@ -128,7 +128,7 @@ class CausalLMScorer:
                                      max_tokens=context_length(self.path) if self.path else None)
 
     def scheme_logprobs(self, examples: Sequence[dict], sentinels, schemes) -> list[list[float]]:
-        """Per example, the log-probability that each decoding scheme (harness.model.logprobs.SamplingScheme)
+        """Per example, the log-probability that each decoding scheme (memlens.harness.model.logprobs.SamplingScheme)
         completes its PSM prompt with exactly its `target`: one teacher-forced pass, no sampling."""
         self.ensure_loaded()
         return fim_scheme_logprobs(self.model, self.tokenizer, [e["prefix"] for e in examples],
@@ -148,7 +148,7 @@ class AuditedModel:
     nothing), its completion cache (opened on first use) and a scorer loaded on the first cache miss.
 
     `settings` carries the decoding knobs (device, fim_family, max_new_tokens, target_tokens, batch_size,
-    draft, trust_remote_code): harness.audit.run.AuditSettings, or any object with those attributes."""
+    draft, trust_remote_code): memlens.harness.audit.run.AuditSettings, or any object with those attributes."""
 
     def __init__(self, path: Path, settings, examples_sha256: str, cache_dir: Path, label: str,
                  caches: dict[str, CompletionCache] | None = None):

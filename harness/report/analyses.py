@@ -2,7 +2,7 @@
 
 Rows are the audit's JSONL rows (`id, dataset, model, checkpoint, ned, control_ned, memorized,
 excluded, ...`), stored at `<run_dir>/audit/<model>/<checkpoint>/<dataset>.jsonl` where <model> may
-hold a sweep point (`RLFT.1/beta=0.1`). Rates always come from harness.measures.memorization.summarize_rows,
+hold a sweep point (`RLFT.1/beta=0.1`). Rates always come from memlens.harness.measures.memorization.summarize_rows,
 the one definition of the memorization rate.
 """
 
@@ -65,7 +65,7 @@ def load_audit_rows(audit_dir: str | Path) -> dict[Key, list[dict]]:
 
 def summary_entries(grouped: dict[Key, list[dict]]) -> list[dict]:
     """One entry per model x checkpoint x dataset: counts, rate and its ci95, and on rows with PII paths the
-    model's, the control's and the counterfactual PII regurgitation rates (harness.measures.memorization)."""
+    model's, the control's and the counterfactual PII regurgitation rates (memlens.harness.measures.memorization)."""
     entries = []
     for (model, checkpoint, dataset), rows in sorted(grouped.items(),
                                                      key=lambda kv: (kv[0][0], checkpoint_step(kv[0][1]), kv[0][2])):
@@ -139,7 +139,7 @@ def final_entries(entries: list[dict]) -> list[dict]:
     return list(last.values())
 
 
-# The interval key of each rate an entry carries (harness.measures.memorization.summarize_rows / summarize_pii).
+# The interval key of each rate an entry carries (memlens.harness.measures.memorization.summarize_rows / summarize_pii).
 CI_KEY = {"rate": "ci95", "pii_regurgitation_rate": "pii_regurgitation_ci95",
           "control_pii_regurgitation_rate": "control_pii_regurgitation_ci95",
           "pii_counterfactual_rate": "pii_counterfactual_ci95"}

@@ -154,7 +154,8 @@ def comparison_section(rcfg, prov: dict, entries: list[dict], grouped: dict, evi
                        fig_dir: Path, summary: dict, mia: dict | None = None) -> list[Block]:
     """Sec. 5.2 / 5.4 and beyond: a bar per model a run trained (FT, RLFT via a reward model, RLVR, each preference
     objective) per dataset, each with its 95 % interval, n and whether its stage passed its training evidence
-    (harness.report.findings.method_checks: an RL point's reward rise, a preference model's fit to its pairs)."""
+    (memlens.harness.report.findings.method_checks: an RL point's reward rise, a preference model's fit to its
+    pairs)."""
     compare = dict(rcfg.get("compare") or {})
     if not compare:
         for model, p in sorted(prov.items()):
@@ -202,7 +203,7 @@ def comparison_section(rcfg, prov: dict, entries: list[dict], grouped: dict, evi
 
 
 def report_dir(cfg) -> Path:
-    """Where `memlens report` writes (harness.core.layout.report_dir)."""
+    """Where `memlens report` writes (memlens.harness.core.layout.report_dir)."""
     return layout.report_dir(cfg)
 
 

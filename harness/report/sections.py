@@ -312,8 +312,8 @@ def loss_section(audits: dict[Path, Path], fig_dir: Path, summary: dict) -> list
 
 
 def _tpr_cells(m: dict, fpr: float) -> dict:
-    """A TPR at FPR `fpr` as the table shows it: its value with the bootstrap and the exact (Clopper-Pearson)
-    interval, or "n/m" where that FPR does not exist at this many non-members (harness.core.stats.fpr_measurable)."""
+    """A TPR at FPR `fpr` as the table shows it: its value with the bootstrap and the exact (Clopper-Pearson) interval,
+    or "n/m" where that FPR does not exist at this many non-members (memlens.harness.core.stats.fpr_measurable)."""
     key, entry = fpr_key(fpr), m.get(fpr_key(fpr)) or {}
     if not entry.get("measurable", fpr_measurable(m["n_nonmembers"], fpr)):
         return {key: f"n/m: needs ≥ {min_nonmembers(fpr):,} held out", f"{key}_ci95": None, f"{key}_cp95": None}

@@ -4,7 +4,7 @@ Kept in its own module so that `import memlens.harness.text.distance` does not i
 is compiled on first use and cached on disk (`cache=True`): about 5 s the very first time on this machine
 (more under load), about 1 s (numba import + cache load) in each later process. numba keys that cache by this
 file's path and timestamp, and a cached kernel imports the module name it was compiled under: a cache written
-under this module's name before the rename to memlens (`harness.text._window_kernel`) would be loaded, and fail,
+under this module's name before the rename to memlens (`memlens.harness.text._window_kernel`) would be loaded, and fail,
 until this file changed, which the rename's edit of this docstring did. Plain loops only:
 np.unique/np.searchsorted for the non-ASCII lookup doubled the compile time; a code-point-indexed
 array (`slot`, 8.9 MB, zero pages until touched) does it in O(1) instead.

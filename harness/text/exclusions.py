@@ -15,7 +15,7 @@ from memlens.harness.text.distance import sliding_window_ned, sliding_window_ned
 SHORT_TARGET = "short_target"
 TARGET_IN_PROMPT = "target_in_prompt"
 # The PSM prompt has more tokens than the audited model's or the control's context
-# (max_position_embeddings): nothing is decoded for it (harness.audit.run decides this before generation).
+# (max_position_embeddings): nothing is decoded for it (memlens.harness.audit.run decides this before generation).
 PROMPT_TOO_LONG = "prompt_too_long"
 EXCLUSION_REASONS = (SHORT_TARGET, TARGET_IN_PROMPT, PROMPT_TOO_LONG)
 

@@ -32,7 +32,7 @@ class FimSentinels:
     other: tuple[str, ...] = ()    # further format tokens a completion must never contain (repo name, ...)
 
     def prompt(self, prefix: str, suffix: str) -> str:
-        """The PSM inference prompt of an example (harness.model.prompts: every prompt format has one)."""
+        """The PSM inference prompt of an example (memlens.harness.model.prompts: every prompt format has one)."""
         return format_psm_prompt(prefix, suffix, self)
 
     def required_tokens(self) -> list[str]:

@@ -1,6 +1,6 @@
 """`memlens audit` end to end on a tiny Llama trained until it reproduces some FIM examples.
 
-Real CLI (in-process through harness.cli, one real subprocess for the kill test), real files, real
+Real CLI (in-process through memlens.harness.cli, one real subprocess for the kill test), real files, real
 models; the control is the untrained copy (paper 003 Definition 3.1 with a fixed control, App. B).
 """
 

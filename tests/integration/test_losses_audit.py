@@ -196,7 +196,8 @@ def test_utility_heldout_loss_reads_the_audits_loss_cache(world, audited):
     last = world["dirs"]["FT.1"] / f"checkpoint-{STEPS[-1]}"
     got = heldout_loss(last, world["sets"]["heldout"], AuditSettings(device="cpu", batch_size=3), out / "cache")
     assert {p: p.read_bytes() for p in (out / "cache" / "losses").glob("*.jsonl")} == caches
-    # The summary stores 8 decimals (harness.measures.losses._jsonable): agreement is to half a unit of the last one.
+    # The summary stores 8 decimals (memlens.harness.measures.losses._jsonable): agreement is to half a unit of the last
+    # one.
     assert got == pytest.approx(summary["datasets"]["heldout"]["mean_train_loss"][-1], abs=5e-9)
 
 

@@ -86,7 +86,7 @@ def m3(run: RunResults) -> dict:
 # ---------------------------------------------------------------- M4: do the newer attacks beat LOSS?
 # Rule written before any run decided it (committed before the quickstart runs were audited). On the RL stage trained through
 # the reward model and on the preference stage, sd_base, target span, final checkpoint: the newer attack with the
-# highest AUC against LOSS on the same texts (paired bootstrap, harness.core.stats.paired_auc_difference), its
+# highest AUC against LOSS on the same texts (paired bootstrap, memlens.harness.core.stats.paired_auc_difference), its
 # one-sided p (AUC gain <= 0) multiplied by the number of newer attacks scored there (Bonferroni for picking the best).
 # Holds when both stages' best newer attack beats LOSS at p < P_MAX; not reproduced when at either stage no newer
 # attack's AUC is above LOSS's; otherwise inconclusive.

@@ -27,7 +27,7 @@ def _nmt_numbers(value: Any) -> str:
 
 def _nmt(fid: str, keys: tuple[str, ...], numbers: str, claim: str, paper: str,
          test: Callable[[dict], dict | None] | None = None) -> Callable:
-    """N1-N3 from the NMT run's summary.json `findings` (harness.measures.nmt.findings): all `keys` must hold,
+    """N1-N3 from the NMT run's summary.json `findings` (memlens.harness.measures.nmt.findings): all `keys` must hold,
     and where the finding is a comparison, `test(summary)` must put it below P_MAX."""
     def check(run: RunResults) -> dict:
         f = (run.nmt or {}).get("findings") or {}

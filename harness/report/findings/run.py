@@ -98,7 +98,7 @@ def within_k_flags(rows: list[dict], k: float, side: str) -> dict:
 
 
 def pii_flags(rows: list[dict]) -> dict:
-    """{id: counterfactual PII regurgitation} over scored SD.Links positives (harness.measures.memorization)."""
+    """{id: counterfactual PII regurgitation} over scored SD.Links positives (memlens.harness.measures.memorization)."""
     return {r["id"]: pii_counterfactually_regurgitated(r) for r in pii_rows(rows)}
 
 

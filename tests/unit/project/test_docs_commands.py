@@ -1,4 +1,4 @@
-"""Every `memlens ...` command README.md and docs/*.md show composes (harness.cli.compose_only: the config keys,
+"""Every `memlens ...` command README.md and docs/*.md show composes (memlens.harness.cli.compose_only: the config keys,
 experiments, sweeps and stage overrides resolve and validate; nothing trains), so a renamed key or experiment
 breaks this test instead of the reader who copies the command. For `run` and `train` the experiment's stages are
 planned too (recipes.pipeline.plan), and every audit-plan model must be one of them."""

@@ -102,7 +102,7 @@ def test_packing_applies_fim_at_the_rate_and_is_seeded(tokenizer):
 
 
 def test_packing_rng_matches_harness_fim_transform(tokenizer):
-    """The first document is exactly harness.text.fim.fim_transform under the recipe's seeded RNG."""
+    """The first document is exactly memlens.harness.text.fim.fim_transform under the recipe's seeded RNG."""
     from memlens.harness.text.fim import fim_transform
 
     sentinels = FAMILIES["memlens"]

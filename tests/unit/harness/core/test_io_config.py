@@ -1,4 +1,4 @@
-"""The one JSONL reader/writer (harness.core.io) and the shared config checks (harness.core.config)."""
+"""The one JSONL reader/writer (memlens.harness.core.io) and the shared config checks (memlens.harness.core.config)."""
 
 from __future__ import annotations
 

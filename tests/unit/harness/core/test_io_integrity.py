@@ -1,4 +1,4 @@
-"""Storage rules of harness.core.io a run relies on: rows unique by id whoever appends, results readable like
+"""Storage rules of memlens.harness.core.io a run relies on: rows unique by id whoever appends, results readable like
 every other file of the run, storage failures named with their path and fix, and summaries that count
 each example once."""
 

@@ -1,4 +1,4 @@
-"""The one-run ε lower bounds (harness.measures.epsilon): Steinke, Nasr & Jagielski 2023 and Xiang et al. 2025
+"""The one-run ε lower bounds (memlens.harness.measures.epsilon): Steinke, Nasr & Jagielski 2023 and Xiang et al. 2025
 (order statistics for (ε, δ)-DP and μ-GDP): hand-computed cases, binomial tails against exact fractions, the
 published output of Xiang et al.'s reference code, Monte Carlo simulations of their ideal auditor, monotonicity,
 the theorems' ordering (μ-GDP <= (ε, δ) order statistics <= Steinke in p-value), guesses and their ties, and

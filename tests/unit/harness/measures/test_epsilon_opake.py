@@ -1,6 +1,6 @@
-"""Cross-check of harness.measures.epsilon against opake-auditing 0.16.1 (Xiang et al. 2025's one-run audits), where
-both define the same quantity. Skipped unless opake-auditing is importable: memlens does not depend on it (it pulls
-torch and scipy), so the normal run skips this file; benchmarks/crosscheck_epsilon_opake.py runs the same checks
+"""Cross-check of memlens.harness.measures.epsilon against opake-auditing 0.16.1 (Xiang et al. 2025's one-run audits),
+where both define the same quantity. Skipped unless opake-auditing is importable: memlens does not depend on it (it
+pulls torch and scipy), so the normal run skips this file; benchmarks/crosscheck_epsilon_opake.py runs the same checks
 and more in a scratch venv, and its output is recorded in benchmarks/results/crosscheck_epsilon_opake.txt.
 
 To run it: install opake-auditing==0.16.1 into an environment that has memlens's test dependencies, then
