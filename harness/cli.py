@@ -31,7 +31,7 @@ from memlens.harness.report.findings import Roles
 # command -> ("module:function", help). Modules are imported only when their command runs, so
 # `memlens --help` stays fast and the scorer never imports the recipes.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "audit": ("memlens.harness.audit.plan:main", "score checkpoints against a control model (k-approx. counterfactual)"),
+    "audit": ("memlens.harness.audit.command:main", "score checkpoints against a control model (k-approx. counterfactual)"),
     "data": ("memlens.synthetic_data.build:main", "build the datasets an experiment needs into <run_dir>/data/"),
     "train": ("memlens.recipes.pipeline:train_main", "train one stage: memlens train stage=<name>"),
     "run": ("memlens.recipes.pipeline:run_main", "data -> every stage of an experiment -> audit -> report"),
@@ -163,7 +163,7 @@ def measurement():
     from memlens.recipes.pipeline import Measurement  # lazy: the recipes load when a training command runs
 
     return Measurement(run_command=lambda command, cfg: int(load_command(command)(cfg) or 0),
-                       retire_audit_results=import_target("memlens.harness.audit.plan:retire_model_results"))
+                       retire_audit_results=import_target("memlens.harness.audit.retire:retire_model_results"))
 
 
 def directories_written(name: str, cfg) -> list[tuple[str, Path]]:

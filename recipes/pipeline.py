@@ -142,7 +142,7 @@ class Measurement:
     import memlens.harness.audit or memlens.harness.report, the layers that measure what they train
     (docs/architecture.md: data flows one way). `run_command(name, cfg)` runs `memlens <name>` (audit, report) on the
     config; `retire_audit_results(audit_dir, model_dir, model_name, dest)` moves a replaced model's audit results aside
-    (memlens.harness.audit.plan.retire_model_results)."""
+    (memlens.harness.audit.retire.retire_model_results)."""
 
     run_command: Callable[[str, Any], int]
     retire_audit_results: Callable[..., Any]
@@ -350,7 +350,7 @@ def after_training(cfg, measurement: Measurement) -> None:
     """Hook: audit, then report (`after_training: [audit, report]` in the experiment).
 
     `audit` is `memlens audit` on this run: every model and checkpoint of `audit_plan` against its
-    control (harness/audit/plan.py). Under `accelerate launch` every process takes part in the audit
+    control (harness/audit/plan.py, the measures harness/audit/command.py runs). Under `accelerate launch` every process takes part in the audit
     (it shards the examples and merges in process 0); the report is rendered once, by process 0.
     Both are the CLI's own commands on the composed config (`measurement.run_command`), so a rerun
     continues where a killed audit stopped.

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from memlens.harness.audit.measure_registry import MEASURES, Measure
+from memlens.harness.audit.plan import plan_audits
 from memlens.harness.audit.run import META_SUFFIX, rows_path
 from memlens.harness.audit.settings import list_checkpoints
 from memlens.harness.core.errors import UserError
@@ -31,7 +33,7 @@ from memlens.harness.core.provenance import provenance
 from memlens.harness.core.stats import rate_with_interval
 from memlens.harness.measures.discoverable import discoverable_rates, stored_logp
 from memlens.harness.model.cache import CACHE_VERSION, cached_scheme_logprobs, examples_fingerprint
-from memlens.harness.model.load import model_sentinels, pick_device
+from memlens.harness.model.load import model_sentinels, pick_device, set_threads
 from memlens.harness.model.logprobs import SamplingScheme
 from memlens.harness.model.scorer import CausalLMScorer
 
@@ -229,3 +231,16 @@ def report_rows(audit_dir: Path) -> tuple[list[str], list[dict]] | None:
                                 for pt in points})
             rows.append(row)
     return columns, rows
+
+
+def audit_run_discoverable(cfg, log=print) -> None:
+    """(n, p)-discoverable extraction for every planned model and dataset (`audit.measures` includes `discoverable`,
+    after `ned`: it scores the examples the extraction audit scored; memlens.harness.audit.discoverable)."""
+    if cfg.audit.get("threads"):
+        set_threads(int(cfg.audit.threads))
+    audit_discoverable(cfg, plan_audits(cfg), log)
+
+
+MEASURES.register("discoverable", Measure("Probabilistic discoverable extraction (Hayes et al. 2024)",
+                                          audit_run_discoverable, report_rows=report_rows,
+                                          check=lambda cfg: settings_from_audit(cfg.audit)))

@@ -23,6 +23,8 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from memlens.harness.audit.measure_registry import MEASURES, Measure
+from memlens.harness.audit.plan import plan_audits
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, file_sha256, read_json, read_jsonl
 from memlens.harness.core.layout import epsilon_dir, mia_dir, require_inside
@@ -170,7 +172,7 @@ def epsilon_of_model(audit_dir: Path, model_name: str, s: EpsilonSettings, log=p
 
 
 def audit_epsilon_models(cfg, models: list[str], log=print) -> None:
-    """The measure's body for the run's planned `models` (harness/audit/plan.py hands them over)."""
+    """The measure's body for the run's planned `models` (audit_run_epsilon below hands them over)."""
     a = cfg.audit
     require_mia(a.get("measures"))
     s = epsilon_settings(a)
@@ -245,3 +247,16 @@ def report_rows(audit_dir: Path) -> tuple[list[str], list[dict]] | None:
     else:
         rows = [{k: v for k, v in row.items() if k not in XIANG_COLUMNS} for row in rows]
     return (columns, rows) if rows else None
+
+
+def audit_run_epsilon(cfg, log=print) -> None:
+    """One-run ε lower bounds (harness/audit/epsilon.py) from the MIA rows of every planned model; after mia."""
+    audit_epsilon_models(cfg, list(dict.fromkeys(p.model_name for p in plan_audits(cfg))), log)
+
+
+def _check_epsilon(cfg) -> None:
+    require_mia(cfg.audit.get("measures"))
+    epsilon_settings(cfg.audit)
+
+
+MEASURES.register("epsilon", Measure(TITLE, audit_run_epsilon, report_rows=report_rows, check=_check_epsilon))

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
+from memlens.harness.audit.measure_registry import MEASURES, Measure
+from memlens.harness.audit.plan import plan_audits
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256, read_json, read_jsonl
-from memlens.harness.core.layout import checkpoint_dirs
+from memlens.harness.core.layout import checkpoint_dirs, data_dir, require_inside
 from memlens.harness.core.provenance import provenance
 from memlens.harness.measures import exposure as exp
 from memlens.harness.measures.losses import LOSS_MEASURES, memorization_measures
@@ -253,3 +255,38 @@ def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], o
         atomic_write_jsonl(out_dir / file_name, rows)
     atomic_write_json(out_dir / "summary.json", summary)
     return summary
+
+
+def audit_run_losses(cfg, log=print) -> None:
+    """Paper 004's loss-based measures for every planned model (`audit.measures` includes `loss`).
+
+    The control run is the plan's control when its checkpoints sit at the same steps as the audited
+    model's (paper 004 Sec. 3: same schedule, trained without the strings, e.g. FT.1 vs FT.2);
+    otherwise the control's final model serves as the fixed reference of paper 004 Sec. 5, and the
+    output is labelled as that upper-bound variant.
+    """
+    run_dir = Path(cfg.run_dir)
+    a = cfg.audit
+    by_model: dict[tuple[str, Path, Path], list[str]] = {}
+    for item in plan_audits(cfg):
+        by_model.setdefault((item.model_name, item.model_dir, item.control_dir), []).append(item.dataset)
+    heldout = a.get("loss_heldout")
+    for (name, model_dir, control_dir), datasets in by_model.items():
+        sets = {d: data_dir(run_dir, d) for d in datasets}
+        if heldout and (data_dir(run_dir, heldout) / "rows.jsonl").is_file():
+            sets[heldout] = data_dir(run_dir, heldout)
+        steps = list(checkpoint_dirs(model_dir))
+        matched = bool(steps) and steps == list(checkpoint_dirs(control_dir))
+        log(f"[audit] loss measures for {name}: "
+            + (f"control run {control_dir.name} (same checkpoint steps)" if matched
+               else f"reference model {control_dir.name} (upper-bound variant: checkpoint steps differ)"))
+        audit_losses(model_dir, sets, require_inside(Path(a.out_dir) / "losses" / name, a.out_dir, "audit.out_dir"),
+                     control_dir=control_dir if matched else None,
+                     reference_model=None if matched else control_dir,
+                     tau=float(a.get("tau", 0.2)), heldout=heldout if heldout in sets else None,
+                     batch_size=int(a.batch_size), device=str(a.get("device") or "auto"),
+                     fim_family=a.get("fim_family"), cache_dir=Path(str(a.cache_dir)),
+                     seed=cfg.get("seed"))
+
+
+MEASURES.register("loss", Measure("Loss measures (paper 004)", audit_run_losses))

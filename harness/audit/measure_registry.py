@@ -4,9 +4,10 @@ A measure scores a run's audit plan and writes its results under the audit direc
 validates against this registry and `memlens audit` runs the requested ones in registration order, after every
 requested measure's `check(cfg)` passed (so a bad setting of the last measure stops the audit before the first runs). A measure
 without a dedicated report section gives `report_rows`: (columns, rows) read back from what it wrote, and the
-report lays them out as a table under its title (harness/report/render.py). The built-in measures
-register in harness/audit/plan.py, beside the functions that run them; the registry imports that module the first
-time it is read, so a command that imported no audit module (`memlens report`) sees them too, in the order below.
+report lays them out as a table under its title (harness/report/render.py). Each built-in measure registers in the
+module that runs it (extraction.py: ned; losses.py, mia.py, discoverable.py, epsilon.py); the registry imports those
+modules the first time it is read, so a command that imported no audit module (`memlens report`) sees them too, in the
+order below.
 """
 
 from __future__ import annotations
@@ -29,5 +30,8 @@ class Measure:
     check: Callable[..., None] | None = None         # check(cfg): its settings, before any measure runs
 
 
-MEASURES: Registry[Measure] = Registry("audit measure", "audit.measures", builtins=("memlens.harness.audit.plan",),
-                                        order=("ned", "loss", "mia", "discoverable", "epsilon"))
+MEASURES: Registry[Measure] = Registry(
+    "audit measure", "audit.measures",
+    builtins=tuple(f"memlens.harness.audit.{module}" for module in ("extraction", "losses", "mia", "discoverable",
+                                                                    "epsilon")),
+    order=("ned", "loss", "mia", "discoverable", "epsilon"))

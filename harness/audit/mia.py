@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memlens.harness.audit.losses import load_fim_examples
+from memlens.harness.audit.measure_registry import MEASURES, Measure
+from memlens.harness.audit.plan import plan_audits
 from memlens.harness.audit.settings import list_checkpoints
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
-from memlens.harness.core.layout import MIA_SUMMARY, checkpoint_step, mia_dir, require_inside
+from memlens.harness.core.layout import MIA_SUMMARY, checkpoint_step, data_dir, heldout_dataset, mia_dir, require_inside
 from memlens.harness.core.provenance import provenance
 from memlens.harness.core.stats import (
     BOOTSTRAP_N,
@@ -51,7 +53,7 @@ from memlens.harness.measures.mia import (
     split_shots,
 )
 from memlens.harness.model.cache import CACHE_VERSION, SPANS, cached_token_logprobs, program_text
-from memlens.harness.model.load import load_tokenizer, model_sentinels, pick_device
+from memlens.harness.model.load import load_tokenizer, model_sentinels, pick_device, set_threads
 from memlens.harness.model.scorer import CausalLMScorer
 
 PLAIN = "values"        # the plain teacher-forced pass, beside the conditioned ones (harness.measures.mia INPUTS)
@@ -317,3 +319,61 @@ def collect_summaries(audit_dir: str | Path) -> dict:
     record = {"results": models}
     atomic_write_json(root / MIA_SUMMARY, record)
     return record
+
+
+def mia_reference_texts(run_dir: Path, name: str | None, log=print) -> list[str] | None:
+    """The texts of the run's dataset `audit.mia_reference` (each row's `text`, else its whole program): DC-PDD's
+    reference corpus of token frequencies. None (and a note) when it is unset or not built in this run."""
+    if not name:
+        return None
+    path = data_dir(run_dir, str(name)) / "rows.jsonl"
+    if not path.is_file():
+        log(f"[audit] note: audit.mia_reference={name}: {path} is not built in this run, so DC-PDD is not scored; "
+            "name a dataset of the run that no audited set is part of (pd_eval: held-out public code)")
+        return None
+    return [r["text"] if isinstance(r.get("text"), str) else program_text(r) for r in read_jsonl(path)]
+
+
+def audit_run_mia(cfg, log=print) -> None:
+    """Membership inference for every planned model (`audit.measures` includes `mia`): each planned dataset
+    whose held-out partner (`<dataset>_heldout`, e.g. sd_base_heldout) is built in the run is scored at every
+    checkpoint, members against held-out non-members (memlens.harness.audit.mia), the plan's control as the reference
+    model of the calibrated attack."""
+    run_dir = Path(cfg.run_dir)
+    a = cfg.audit
+    by_model: dict[tuple[str, Path, Path, bool], list[str]] = {}
+    for item in plan_audits(cfg):
+        by_model.setdefault((item.model_name, item.model_dir, item.control_dir, item.all_checkpoints),
+                            []).append(item.dataset)
+    n_boot = a.get("mia_bootstrap", 1000)
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
+        raise UserError(f"audit.mia_bootstrap={n_boot!r}: must be a positive integer (bootstrap resamples of each "
+                        "interval; 1000 is the default)")
+    if a.get("threads"):
+        set_threads(int(a.threads))       # as the NED audit does (audit.threads)
+    reference = mia_reference_texts(run_dir, a.get("mia_reference"), log)
+    scored = 0
+    for (name, model_dir, control_dir, all_checkpoints), datasets in by_model.items():
+        pairs = {}
+        for d in datasets:
+            held = data_dir(run_dir, heldout_dataset(d)) / "rows.jsonl"
+            if held.is_file():
+                pairs[d] = (data_dir(run_dir, d) / "rows.jsonl", held)
+        if not pairs:
+            continue
+        log(f"[audit] membership inference for {name}: {', '.join(pairs)} against their held-out sets")
+        audit_mia(model_dir, name, pairs, require_inside(mia_dir(a.out_dir, name), a.out_dir, "audit.out_dir"),
+                  control_dir=control_dir, cache_dir=Path(str(a.cache_dir)), all_checkpoints=all_checkpoints,
+                  spans=list(a.get("mia_spans") or ["target", "program"]), n_boot=n_boot,
+                  seed=int(cfg.get("seed") or 0), batch_size=int(a.batch_size),
+                  device=str(a.get("device") or "auto"), fim_family=a.get("fim_family"),
+                  reference=reference, reference_name=a.get("mia_reference"))
+        scored += 1
+    if not scored:
+        log("[audit] note: membership inference scored nothing: no planned dataset has a held-out partner "
+            "(<dataset>_heldout) in the run; build sd_base_heldout / sd_links_heldout with `memlens data`")
+        return
+    collect_summaries(a.out_dir)
+
+
+MEASURES.register("mia", Measure("Membership inference", audit_run_mia))

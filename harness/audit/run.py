@@ -19,7 +19,7 @@ are appended with fsync, so a kill loses at most one batch and a rerun continues
 A job's state — its settings and paths (memlens.harness.audit.settings.AuditJob), the examples and their hash, the
 control and every checkpoint as memlens.harness.model sees them, their shared completion caches — is one
 `AuditState`, built once by `AuditState.open(job)` (which validates every model before anything is
-written); `audit_checkpoint` takes what it needs from it. A whole-run audit (memlens.harness.audit.plan) runs
+written); `audit_checkpoint` takes what it needs from it. A whole-run audit (memlens.harness.audit.extraction) runs
 one such job per (model, dataset).
 """
 

@@ -12,7 +12,7 @@ import sys
 
 from omegaconf import OmegaConf
 
-from memlens.harness.audit.plan import main as audit_main
+from memlens.harness.audit.command import main as audit_main
 from memlens.harness.cli import compose
 from memlens.harness.core.io import read_json
 from memlens.recipes.models import PROJECT_ROOT
@@ -54,7 +54,7 @@ def test_a_model_that_never_saw_the_canaries_gives_a_bound_near_zero(tmp_path):
     in_run = (run_dir / "report" / "report.md").read_text(), read_json(run_dir / "report" / "summary.json")
     OmegaConf.save(cfg, tmp_path / "config.yaml")
     fresh = ("import sys; from omegaconf import OmegaConf; from memlens.harness.cli import load_command; "
-             "assert 'memlens.harness.audit.plan' not in sys.modules; "
+             "assert 'memlens.harness.audit.extraction' not in sys.modules; "
              "sys.exit(load_command('report')(OmegaConf.load(sys.argv[1])))")
     done = subprocess.run([sys.executable, "-c", fresh, str(tmp_path / "config.yaml")], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]

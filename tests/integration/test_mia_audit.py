@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from memlens.harness.audit.command import main as audit_main
 from memlens.harness.audit.mia import audit_mia
-from memlens.harness.audit.plan import main as audit_main
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
 from memlens.harness.measures.mia import ATTACKS
 from memlens.harness.model.cache import cached_token_logprobs, program_text
@@ -171,7 +171,7 @@ def test_bad_mia_settings_name_the_key_and_a_plan_without_held_out_sets_is_noted
     said = []
     no_partner = cfg()
     no_partner.audit_plan[0].datasets = ["sd_base_heldout"]         # scored as members: it has no partner
-    from memlens.harness.audit.plan import audit_run_mia
+    from memlens.harness.audit.mia import audit_run_mia
 
     audit_run_mia(no_partner, log=said.append)
     assert "no planned dataset has a held-out partner" in said[-1] and not (tmp_path / "audit" / "mia").exists()

@@ -19,8 +19,8 @@ def fresh(code: str) -> str:
 
 def test_the_audit_measures_are_all_there_in_a_process_that_imported_no_audit_module():
     out = fresh("import sys; from memlens.harness.audit.measure_registry import MEASURES; "
-                "assert 'memlens.harness.audit.plan' not in sys.modules; print(*MEASURES.names()); "
-                "print('memlens.harness.audit.plan' in sys.modules)")
+                "assert 'memlens.harness.audit.extraction' not in sys.modules; print(*MEASURES.names()); "
+                "print('memlens.harness.audit.extraction' in sys.modules)")
     assert out.splitlines() == ["ned loss mia discoverable epsilon", "True"]
 
 

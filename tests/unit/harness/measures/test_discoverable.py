@@ -110,7 +110,7 @@ def test_bad_settings_name_the_key():
 def test_a_retired_model_leaves_no_discoverable_result_behind(tmp_path):
     """Retraining a model moves its discoverable rows to stale/ and takes out of the summary every entry computed
     from its weights: as the audited model and as another model's control."""
-    from memlens.harness.audit.plan import retire_model_results
+    from memlens.harness.audit.retire import retire_model_results
     from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_json
 
     audit = tmp_path / "audit"

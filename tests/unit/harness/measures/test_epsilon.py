@@ -446,8 +446,8 @@ def test_the_measure_bounds_each_checkpoint_writes_its_summary_and_reports_a_tab
 
 
 def test_the_measure_refuses_split_membership_stale_rows_and_bad_settings(tmp_path):
+    from memlens.harness.audit.command import requested_measures
     from memlens.harness.audit.epsilon import audit_epsilon_models
-    from memlens.harness.audit.plan import requested_measures
     from memlens.harness.core.errors import UserError
 
     _mia_world(tmp_path, membership="split")
