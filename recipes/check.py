@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 from memlens.harness.core.errors import UserError
 from memlens.harness.model.encode import adds_bos
 from memlens.harness.text.fim import detect_sentinels, stop_token_ids
-from memlens.recipes.common import resolve_device
+from memlens.recipes.devices import resolve_device
 from memlens.recipes.models import parse_model, torch_dtype, use_distinct_pad
 from memlens.recipes.plan import plan
 

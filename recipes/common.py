@@ -1,37 +1,30 @@
-"""What every stage shares: where it reads and writes, device flags for TRL, provenance, completion.
+"""What every stage shares: its settings, its context (where it reads and writes), provenance, completion, and the
+one runner of the recipe contract.
 
 A stage's output directory `<run_dir>/models/<NAME>/` holds the final model (weights, config,
 tokenizer) at its root, its `checkpoint-<step>/` directories, and `provenance.json`, which is written
 last: a directory with provenance.json is a finished stage, anything else is resumable work.
 
-While a stage trains, its logged steps (the Trainer's per-step dictionaries) go to `train_log.jsonl` in
-that directory, not to the console, which shows one progress bar per stage (harness/core/console.py):
-every recipe hands its trainer to `attach_stage_console`.
+The stage's device flags and DeepSpeed are recipes/devices.py, its FIM prompt trimming recipes/fim_context.py, its
+training log and console recipes/training_log.py.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import sys
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from omegaconf import OmegaConf
 
-from memlens.harness.core.config import check_dataclass_values, require_bool
-from memlens.harness.core.console import StageProgress
+from memlens.harness.core.config import check_dataclass_values
 from memlens.harness.core.errors import UserError
-from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, jsonl_line, read_json, read_jsonl
+from memlens.harness.core.io import atomic_write_json, read_json
 from memlens.harness.core.layout import (
     PROVENANCE_FILE,
     RUN_RECORD,
-    TENSORBOARD_DIR,
-    TRAIN_LOG,
     is_complete,
     models_dir,
     whole_checkpoints,
@@ -39,125 +32,11 @@ from memlens.harness.core.layout import (
 from memlens.harness.core.layout import data_dir as layout_data_dir
 from memlens.harness.core.processes import is_main_process
 from memlens.harness.core.provenance import provenance
-from memlens.harness.model.encode import encode_texts
-from memlens.harness.model.load import pick_device
 from memlens.harness.text.fim import detect_sentinels
+from memlens.recipes.devices import deepspeed_left_behind_cleared
 from memlens.recipes.models import load_tokenizer, parse_model
 
 __all__ = ["PROVENANCE_FILE", "is_complete"]   # re-exported: the recipes' one import of the run layout
-CONTEXT_MARGIN_TOKENS = 8     # FIM sentinels + BPE merge slack at the prompt's joins (fit_fim_context)
-
-
-def resolve_device(device: str) -> str:
-    """'auto' -> 'cuda' when a CUDA device is present, else 'cpu' (one rule, in memlens.harness.model.decode)."""
-    return pick_device(device)
-
-
-def trl_device_kwargs(device: str, deepspeed_config: str | None = None) -> dict[str, Any]:
-    """TRL/transformers TrainingArguments flags per device.
-
-    Every TRL config defaults to bf16=True and gradient_checkpointing=True, which fail or crawl on
-    CPU: there we pass use_cpu=True, bf16=False, gradient_checkpointing=False (bf16 matmuls measured
-    ~1.8x slower than fp32 on CPU). On CUDA we train in bf16 with activation checkpointing and hand
-    over the DeepSpeed config when one is given. On CPU a DeepSpeed config is used only when the stage
-    gives one explicitly (`stages.<NAME>.deepspeed`): DeepSpeed's CPU accelerator over gloo, under a
-    multi-process launch (deepspeed_on_cpu); without one the CPU flags are exactly as before.
-    """
-    if device == "cpu":
-        # `activation_checkpointing`: transformers 5's name (`gradient_checkpointing` is its deprecated alias)
-        kwargs: dict[str, Any] = {"use_cpu": True, "bf16": False, "activation_checkpointing": False,
-                                  "report_to": "none", "dataloader_num_workers": 0}
-        if deepspeed_config:
-            del kwargs["use_cpu"]          # use_cpu=True makes accelerate skip DeepSpeed
-            kwargs.update(deepspeed_on_cpu(deepspeed_config), dataloader_pin_memory=False)  # no accelerator to pin for
-        return kwargs
-    # Gradient checkpointing said explicitly: TRL's configs default it on, transformers' TrainingArguments
-    # (the pointwise reward model's trainer) off; a 3 B model's activations need it on a GPU either way.
-    kwargs = {"bf16": True, "report_to": "none", "gradient_checkpointing": True,
-              "gradient_checkpointing_kwargs": {"use_reentrant": False}}
-    if deepspeed_config:
-        kwargs["deepspeed"] = deepspeed_config
-    return kwargs
-
-
-def deepspeed_on_cpu(deepspeed_config: str) -> dict[str, Any]:
-    """Make DeepSpeed (its CPU accelerator, gloo) the distributed state of this process and return the
-    TrainingArguments flags that use it: `deepspeed` and `accelerator_config.use_configured_state`.
-
-    accelerate finds no DeepSpeed backend without CUDA: its PartialState gives DeepSpeed a backend only on an
-    accelerator, and with `use_cpu` it never takes DeepSpeed. So the state is made here — ACCELERATE_USE_DEEPSPEED
-    set, accelerate's state reset, a PartialState over gloo (DeepSpeed's comm joins the process group the launch
-    already set up) — and the Trainer told to use it as configured. Needs a launch (`accelerate launch`, e.g.
-    launch/cpu_2proc.yaml): a plain process has no process group to join. The environment variable is restored after
-    the stage (run_recipe)."""
-    if "LOCAL_RANK" not in os.environ:
-        raise UserError(f"deepspeed={deepspeed_config} with device=cpu: DeepSpeed on CPU needs a multi-process launch "
-                        "(`accelerate launch --config_file launch/cpu_2proc.yaml -m memlens train ...`); "
-                        "or remove the stage's deepspeed key to train in one process")
-    if importlib.util.find_spec("deepspeed") is None:
-        raise UserError(f"deepspeed={deepspeed_config}: DeepSpeed is not installed; `pip install -e '.[deepspeed]'`, "
-                        "or remove the stage's deepspeed key")
-    from accelerate import PartialState  # accelerate (~1 s): DeepSpeed on CPU only; every recipe imports common.py
-    from accelerate.state import AcceleratorState  # accelerate: DeepSpeed on CPU only
-    from accelerate.utils import DistributedType  # accelerate: DeepSpeed on CPU only
-    from deepspeed.accelerator import get_accelerator, set_accelerator  # deepspeed: optional, checked above
-
-    if get_accelerator().device_name() != "cpu":     # device=cpu on a machine that has an accelerator
-        # deepspeed: optional (the deepspeed extra), DeepSpeed on CPU only
-        from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
-
-        set_accelerator(CPU_Accelerator())
-    # Collectives over gloo, not DeepSpeed's shared-memory kernel: that one is compiled on first use (measured
-    # 133 s on 2 cores, and it needs g++ and ninja); `compatible: false` makes DeepSpeed skip it (deepspeed.ops keeps
-    # the edited table).
-    import deepspeed.ops  # deepspeed: optional, checked above
-    from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder  # deepspeed: optional, checked above
-
-    deepspeed.ops.__compatible_ops__[ShareMemCommBuilder.NAME] = False
-    os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
-    # A fresh state for every trainer, as TrainingArguments makes one without use_configured_state (an Accelerator
-    # takes a DeepSpeed plugin only when it is the first of its state: a second stage in this process needs its own).
-    AcceleratorState._reset_state(reset_partial_state=True)
-    device = os.environ.get("ACCELERATE_TORCH_DEVICE")
-    os.environ["ACCELERATE_TORCH_DEVICE"] = "cpu"
-    try:
-        PartialState(backend="gloo")
-    finally:
-        if device is None:
-            del os.environ["ACCELERATE_TORCH_DEVICE"]
-        else:
-            os.environ["ACCELERATE_TORCH_DEVICE"] = device
-    if PartialState().distributed_type != DistributedType.DEEPSPEED:
-        raise UserError(f"deepspeed={deepspeed_config} with device=cpu: accelerate did not set up DeepSpeed over gloo "
-                        f"(distributed type {PartialState().distributed_type}); remove the stage's deepspeed key")
-    return {"deepspeed": deepspeed_config, "accelerator_config": {"use_configured_state": True}}
-
-
-@contextmanager
-def deepspeed_left_behind_cleared():
-    """Train and save a stage, then clear what a DeepSpeed trainer leaves in the process: accelerate sets
-    ACCELERATE_USE_DEEPSPEED=true for good once it is given a DeepSpeed plugin (a later stage's TrainingArguments
-    would then build a default DeepSpeed plugin of its own), and transformers' ZeRO-3 switch (HfDeepSpeedConfig, a
-    weak reference) lives as long as the trainer does (the stage's evaluation, which loads the saved model in the main
-    process alone, and a later stage's from_pretrained would build a partitioned model and wait for the other
-    processes). Without DeepSpeed neither is set, and this changes nothing."""
-    before = os.environ.get("ACCELERATE_USE_DEEPSPEED")
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("ACCELERATE_USE_DEEPSPEED", None)
-        else:
-            os.environ["ACCELERATE_USE_DEEPSPEED"] = before
-        if "transformers.integrations.deepspeed" in sys.modules:
-            sys.modules["transformers.integrations.deepspeed"].unset_hf_deepspeed_config()
-
-
-def zero_stage(deepspeed_config: str | None) -> int | None:
-    """The ZeRO stage a DeepSpeed JSON asks for (None: no DeepSpeed)."""
-    if not deepspeed_config:
-        return None
-    return int((read_json(Path(deepspeed_config)).get("zero_optimization") or {}).get("stage", 0))
 
 
 @dataclass
@@ -319,153 +198,3 @@ def run_recipe(recipe_class: type[Recipe], load: Callable[[dict[str, Any], str],
     recipe.evaluate()
     if is_main_process():
         write_provenance(ctx, recipe.stage, settings, **recipe.provenance())
-
-
-def left_padded_prompts(tokenizer, prompts: list[str]):
-    """Prompt ids by the one encoding rule (memlens.harness.model.encode: BOS where the family adds one), left-padded so
-    that every prompt ends where sampling starts (PPO's rollouts, the RL reward evaluation); tensors."""
-    return tokenizer.pad({"input_ids": encode_texts(tokenizer, prompts)}, padding_side="left", return_tensors="pt")
-
-
-def fit_fim_context(tokenizer, prefix: str, suffix: str, middle_tokens: int, max_length: int,
-                    margin: int = CONTEXT_MARGIN_TOKENS) -> tuple[str, str, bool]:
-    """Trim a FIM context (in tokens) so that `[PRE]prefix[SUF]suffix[MID]` + a middle of `middle_tokens`
-    tokens fits `max_length`; returns (prefix, suffix, trimmed).
-
-    PSM puts the middle last (paper 003 Sec. 2.2.1) and TRL's trainers cut a too-long text at its end,
-    which would cut the middle: the canary an FT stage plants, the chosen/rejected lines IPO learns from.
-    The context nearest the hole (the end of the prefix, the start of the suffix) is kept, each side
-    getting at least half of the budget when it needs it. BPE merges across the joins may differ by a few
-    tokens, hence the margin. One definition for every stage that trains on FIM rows (SFT, IPO).
-    """
-    encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-    budget = max_length - middle_tokens - margin
-    p, s = encode(prefix), encode(suffix)
-    if len(p) + len(s) <= budget:
-        return prefix, suffix, False
-    keep_s = min(len(s), max(budget // 2, budget - len(p), 0))
-    keep_p = max(budget - keep_s, 0)
-    return (tokenizer.decode(p[len(p) - keep_p:]) if keep_p else ""), tokenizer.decode(s[:keep_s]), True
-
-
-# --- the console and the training log ----------------------------------------------------------------------
-
-
-def require_tensorboard(enabled: Any) -> bool:
-    """The root key `tensorboard`, checked before any training: a boolean, and the package when true."""
-    if not require_bool(enabled, "tensorboard"):
-        return False
-    try:
-        import tensorboard  # noqa: F401  (torch.utils.tensorboard needs it)
-    except ModuleNotFoundError:
-        raise UserError("tensorboard=true: the tensorboard package is not installed; `pip install tensorboard` "
-                        "into this environment, or leave tensorboard=false (every logged step is in "
-                        "models/<NAME>/train_log.jsonl either way)") from None
-    return True
-
-
-def _loggable(value: Any) -> Any:
-    """A log value as JSON keeps it: numbers and strings as they are, anything else (a tensor) as a number
-    when it has one, else its text."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return str(value)
-
-
-class TrainLog:
-    """`models/<NAME>/train_log.jsonl`: one object per logged training step, `step` first, then what the
-    trainer logged (loss, learning rate, reward, KL, ...); with `tensorboard`, the numbers also go to
-    `models/<NAME>/tensorboard/`. trainer_state.json keeps its own copy (harness/report/evidence.py reads it).
-
-    A resumed stage logs again every step after the checkpoint it resumes from, so `start(step)` first drops
-    what a killed run logged past that step: the file never holds a step twice."""
-
-    def __init__(self, out_dir: Path, tensorboard: bool = False, main_process: bool = True):
-        self.path = Path(out_dir) / TRAIN_LOG
-        self.tensorboard_dir = Path(out_dir) / TENSORBOARD_DIR if tensorboard else None
-        self.main_process = main_process
-        self.writer = None
-
-    def start(self, step: int) -> None:
-        if not self.main_process:
-            return
-        if self.path.is_file():
-            rows = read_jsonl(self.path)
-            kept = [r for r in rows if isinstance(r.get("step"), int) and r["step"] <= step]
-            if len(kept) != len(rows):
-                atomic_write_jsonl(self.path, kept)
-        if self.tensorboard_dir is not None and self.writer is None:
-            from torch.utils.tensorboard import SummaryWriter  # torch (~1 s): only tensorboard=true writes events
-
-            # purge_step: TensorBoard drops the events a killed run wrote after the resumed step
-            self.writer = SummaryWriter(log_dir=str(self.tensorboard_dir), purge_step=step + 1 if step else None)
-
-    def append(self, step: int, logs: dict[str, Any]) -> None:
-        if not self.main_process:
-            return
-        row = {"step": int(step), **{k: _loggable(v) for k, v in logs.items() if k != "step"}}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(jsonl_line(row))
-        if self.writer is not None:
-            for key, value in row.items():
-                if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                    self.writer.add_scalar(key, value, int(step))
-            self.writer.flush()
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
-
-
-def _stage_console_callback():
-    """The TrainerCallback class (built on first use: importing transformers costs seconds)."""
-    # transformers (~1.5 s): when a stage trains; every recipe imports common.py
-    from transformers import TrainerCallback
-
-    class StageConsoleCallback(TrainerCallback):
-        """Logged steps -> train_log.jsonl; progress -> one bar (terminal) or a few lines (elsewhere)."""
-
-        def __init__(self, name: str, log: TrainLog):
-            self.name, self.log, self.progress = name, log, None
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            # Called after a resumed run has loaded its checkpoint's state: global_step is where it resumes.
-            self.log.main_process = state.is_world_process_zero
-            self.log.start(state.global_step)
-            self.progress = StageProgress(self.name, state.max_steps, initial=state.global_step,
-                                          enabled=state.is_world_process_zero)
-
-        def on_step_end(self, args, state, control, **kwargs):
-            if self.progress is not None:
-                self.progress.update(state.global_step)
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs:
-                self.log.append(state.global_step, {"epoch": state.epoch, **logs})
-                if self.progress is not None and isinstance(logs.get("loss"), (int, float)):
-                    self.progress.update(state.global_step, loss=float(logs["loss"]))
-
-        def on_train_end(self, args, state, control, **kwargs):
-            if self.progress is not None:
-                self.progress.close()
-            self.log.close()
-
-    return StageConsoleCallback
-
-
-def attach_stage_console(trainer, ctx: StageContext) -> None:
-    """Give a transformers/TRL trainer the project's console: its per-step dictionaries go to
-    `models/<NAME>/train_log.jsonl` (and TensorBoard with `tensorboard=true`) instead of being printed,
-    and its progress is one bar per stage on a terminal, a line per 25 % elsewhere (harness/core/console.py).
-    Replaces the Trainer's PrinterCallback (disable_tqdm=True) or ProgressCallback, whichever it has."""
-    # transformers (~1.5 s): when a stage trains; every recipe imports common.py
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
-    trainer.remove_callback(PrinterCallback)
-    trainer.remove_callback(ProgressCallback)
-    trainer.add_callback(_stage_console_callback()(ctx.name, TrainLog(ctx.out_dir, ctx.tensorboard)))

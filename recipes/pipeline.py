@@ -49,12 +49,11 @@ from memlens.recipes.common import (
     StageContext,
     is_complete,
     latest_checkpoint,
-    require_tensorboard,
-    resolve_device,
     same_settings,
     settings_match,
     write_run_record,
 )
+from memlens.recipes.devices import resolve_device
 from memlens.recipes.formal_lm import run_formal
 from memlens.recipes.plan import (
     REFERENCE_KEYS,
@@ -65,6 +64,7 @@ from memlens.recipes.plan import (
     run_directory,
 )
 from memlens.recipes.stages import recipe_module
+from memlens.recipes.training_log import require_tensorboard
 
 PENDING_FILE = "pending_settings.json"       # settings of an unfinished stage, to refuse a mixed resume
 

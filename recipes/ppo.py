@@ -34,7 +34,7 @@ from memlens.harness.core.console import StageProgress
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, read_json
 from memlens.harness.core.layout import checkpoint_name
-from memlens.recipes.common import left_padded_prompts
+from memlens.recipes.fim_context import left_padded_prompts
 from memlens.recipes.models import save_final
 
 TRAINER_STATE = "trainer_state.json"
@@ -203,7 +203,7 @@ class PPOTrainer:
     def __init__(self, cfg, policy, ref_policy, value_model, tokenizer, reward_fn, examples: list[dict],
                  out_dir: Path, seed: int, device: str, name: str = "ppo", train_log=None):
         """`ref_policy` None: `policy` is a PEFT model whose adapter-disabled base is the reference. `name` labels
-        the progress bar; `train_log` (recipes.common.TrainLog) receives every logged step."""
+        the progress bar; `train_log` (memlens.recipes.training_log.TrainLog) receives every logged step."""
         import torch  # torch (~1 s): rl.py imports ppo.py when the plan is composed
 
         self.cfg, self.policy, self.ref, self.value = cfg, policy, ref_policy, value_model

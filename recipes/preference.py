@@ -44,17 +44,11 @@ from memlens.harness.core.registry import Registry
 from memlens.harness.core.user_data import repeated
 from memlens.harness.text import fim
 from memlens.recipes import preference_eval
-from memlens.recipes.common import (
-    StageContext,
-    StageSettings,
-    attach_stage_console,
-    fit_fim_context,
-    latest_checkpoint,
-    load_init_tokenizer,
-    run_recipe,
-    trl_device_kwargs,
-)
+from memlens.recipes.common import StageContext, StageSettings, latest_checkpoint, load_init_tokenizer, run_recipe
+from memlens.recipes.devices import trl_device_kwargs
+from memlens.recipes.fim_context import fit_fim_context
 from memlens.recipes.models import load_stage_model, lora_config, save_lora_stage, wrap_lora
+from memlens.recipes.training_log import attach_stage_console
 
 PAIR_FIELDS = ("id", "prefix", "suffix", "chosen", "rejected")
 
@@ -205,7 +199,7 @@ class PreferenceRecipe:
         """Trim the FIM context so prompt + completion fit max_length with the completion whole.
 
         TRL truncates at the end (keep_start), which would cut the chosen/rejected lines: the very
-        tokens IPO learns from (recipes.common.fit_fim_context keeps the context nearest the hole)."""
+        tokens IPO learns from (memlens.recipes.fim_context.fit_fim_context keeps the context nearest the hole)."""
         longest = max(len(self.tokenizer(c, add_special_tokens=False)["input_ids"]) for c in completions)
         prefix, suffix, _ = fit_fim_context(self.tokenizer, prefix, suffix, longest, self.cfg.max_length)
         return prefix, suffix

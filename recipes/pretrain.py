@@ -30,16 +30,16 @@ from memlens.recipes.common import (
     PROVENANCE_FILE,
     StageContext,
     StageSettings,
-    attach_stage_console,
     latest_checkpoint,
     run_recipe,
     settings_match,
-    trl_device_kwargs,
     write_provenance,
 )
+from memlens.recipes.devices import trl_device_kwargs
 from memlens.recipes.models import build_llama, load_stage_model, load_tokenizer, resolve_pretrained, save_final
 from memlens.recipes.ship_base import WEIGHTS_FILE
 from memlens.recipes.tokenizer import train_code_tokenizer
+from memlens.recipes.training_log import attach_stage_console
 
 
 @dataclass

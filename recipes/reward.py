@@ -33,17 +33,10 @@ from memlens.harness.core.user_data import repeated
 from memlens.harness.model.encode import encode_texts
 from memlens.harness.model.rewards import score_texts
 from memlens.harness.text import fim
-from memlens.recipes.common import (
-    StageContext,
-    StageSettings,
-    attach_stage_console,
-    latest_checkpoint,
-    load_init_tokenizer,
-    run_recipe,
-    trl_device_kwargs,
-    zero_stage,
-)
+from memlens.recipes.common import StageContext, StageSettings, latest_checkpoint, load_init_tokenizer, run_recipe
+from memlens.recipes.devices import trl_device_kwargs, zero_stage
 from memlens.recipes.models import load_sequence_classifier, save_lora_stage, wrap_lora
+from memlens.recipes.training_log import attach_stage_console
 
 REWARD_OBJECTIVES = ("pointwise", "pairwise")
 POINTWISE_FIELDS = ("id", "prefix", "suffix", "completion", "label")

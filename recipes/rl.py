@@ -51,13 +51,11 @@ from memlens.recipes.common import (
     PROVENANCE_FILE,
     StageContext,
     StageSettings,
-    TrainLog,
-    attach_stage_console,
     latest_checkpoint,
     load_init_tokenizer,
     run_recipe,
-    trl_device_kwargs,
 )
+from memlens.recipes.devices import trl_device_kwargs
 from memlens.recipes.models import (
     load_sequence_classifier,
     load_stage_model,
@@ -67,6 +65,7 @@ from memlens.recipes.models import (
     stop_generation_at_family_stops,
     wrap_lora,
 )
+from memlens.recipes.training_log import TrainLog, attach_stage_console
 from memlens.recipes.verifiable_rewards import ROW_FIELDS, FunctionReward, ranking_scores
 
 ALGORITHMS = ("rloo", "grpo", "ppo")   # ppo: ours (recipes/ppo.py), TRL has none since 1.13
@@ -430,7 +429,7 @@ class RLRecipe:
             reference = load_stage_model(self.init_dir, self.preset, self.ctx.device).to(self.ctx.device)
             value = self.value_model(full)
         if self.ctx.device == "cuda":
-            # The Trainer-based stages checkpoint activations on GPU (recipes.common.trl_device_kwargs); PPO's
+            # The Trainer-based stages checkpoint activations on GPU (memlens.recipes.devices.trl_device_kwargs); PPO's
             # rollout and update passes over a 3 B policy and value model need it as much.
             for model in (self.policy, value):
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -27,7 +27,7 @@ from typing import Any
 
 from memlens.harness.core.io import atomic_write_json, read_json, sha256_json
 from memlens.harness.core.stats import sign_test
-from memlens.recipes.common import left_padded_prompts
+from memlens.recipes.fim_context import left_padded_prompts
 from memlens.recipes.ppo import reward_columns
 
 EVAL_FILE = "reward_eval.json"

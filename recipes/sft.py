@@ -25,18 +25,11 @@ from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_jsonl
 from memlens.harness.core.user_data import repeated
 from memlens.harness.text.fim import fim_transform, format_psm_prompt, format_psm_training
-from memlens.recipes.common import (
-    CONTEXT_MARGIN_TOKENS,
-    StageContext,
-    StageSettings,
-    attach_stage_console,
-    fit_fim_context,
-    latest_checkpoint,
-    load_init_tokenizer,
-    run_recipe,
-    trl_device_kwargs,
-)
+from memlens.recipes.common import StageContext, StageSettings, latest_checkpoint, load_init_tokenizer, run_recipe
+from memlens.recipes.devices import trl_device_kwargs
+from memlens.recipes.fim_context import CONTEXT_MARGIN_TOKENS, fit_fim_context
 from memlens.recipes.models import load_stage_model, save_lora_stage, wrap_lora
+from memlens.recipes.training_log import attach_stage_console
 
 
 @dataclass

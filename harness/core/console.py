@@ -71,7 +71,7 @@ def quiet_libraries() -> None:
         os.environ.setdefault(key, value)
     # TRL 1.16 still reads and sets transformers 5's deprecated `gradient_checkpointing` names (its configs
     # default gradient_checkpointing=True, its trainers read model.is_gradient_checkpointing), which warns
-    # at every stage start; our own code passes the new name (recipes.common.trl_device_kwargs).
+    # at every stage start; our own code passes the new name (memlens.recipes.devices.trl_device_kwargs).
     warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing(_kwargs)?` is deprecated",
                             category=FutureWarning)
 

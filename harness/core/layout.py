@@ -35,7 +35,7 @@ from memlens.harness.core.io import read_json
 RUN_RECORD = "run.json"
 PROVENANCE_FILE = "provenance.json"      # written last by every stage: the finished marker
 TRAINER_STATE = "trainer_state.json"     # written last into a checkpoint by the Trainer: a whole checkpoint
-TRAIN_LOG = "train_log.jsonl"            # a stage's logged training steps (recipes.common.TrainLog)
+TRAIN_LOG = "train_log.jsonl"            # a stage's logged training steps (memlens.recipes.training_log.TrainLog)
 TENSORBOARD_DIR = "tensorboard"          # a stage's TensorBoard event files, only with `tensorboard=true`
 CHECKPOINT_PREFIX = "checkpoint-"
 STALE = "stale"                          # <run_dir>/stale/: what a retrained stage replaced (recipes/pipeline.py)

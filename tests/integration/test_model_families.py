@@ -64,7 +64,7 @@ def trl_ids(model_dir: Path, tokenizer, prompt: str, text: str) -> dict[str, lis
     from transformers import AutoModelForCausalLM
     from trl import DPOConfig, DPOTrainer, RLOOTrainer, SFTConfig, SFTTrainer
 
-    from memlens.recipes.common import trl_device_kwargs
+    from memlens.recipes.devices import trl_device_kwargs
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir))
     common = dict(output_dir=str(model_dir / "_trl"), **trl_device_kwargs("cpu"))
@@ -81,7 +81,7 @@ def trl_ids(model_dir: Path, tokenizer, prompt: str, text: str) -> dict[str, lis
 @pytest.mark.parametrize("name", NAMES)
 def test_every_stage_and_the_audit_encode_a_psm_text_to_the_same_ids(family_dirs, name):
     from memlens.harness.model.load import load_causal_lm
-    from memlens.recipes.common import left_padded_prompts
+    from memlens.recipes.fim_context import left_padded_prompts
     from memlens.recipes.models import load_tokenizer
 
     model_dir, s = family_dirs[name], sentinels_of(name)

@@ -105,7 +105,7 @@ def test_zero3_with_lora_gathers_and_merges_into_the_zero3_models_logits(tmp_pat
 
 
 def test_deepspeed_on_cpu_needs_a_launch_and_without_it_cpu_flags_are_unchanged(monkeypatch):
-    from memlens.recipes.common import trl_device_kwargs
+    from memlens.recipes.devices import trl_device_kwargs
 
     assert trl_device_kwargs("cpu") == trl_device_kwargs("cpu", None) == {
         "use_cpu": True, "bf16": False, "activation_checkpointing": False, "report_to": "none",

@@ -11,7 +11,7 @@ import pytest
 
 from memlens.harness.cli import main as cli_main
 from memlens.harness.core.console import PROGRESS_LINE_PERCENT, ExpectedRecords, StageProgress, _is_expected_load_report
-from memlens.recipes.common import TrainLog
+from memlens.recipes.training_log import TrainLog
 
 SCORE_ONLY = ("\x1b[1mLlamaForSequenceClassification LOAD REPORT\x1b[0m from: runs/x/models/FT.2\n"
               "Key          | Status  | \n-------------+---------+-\nscore.weight | MISSING | \n\n"
