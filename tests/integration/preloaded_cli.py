@@ -31,7 +31,9 @@ from pathlib import Path
 # TRL, PEFT, datasets, matplotlib); memlens' own modules last.
 PRELOAD = ("torch", "transformers", "transformers.models.llama.modeling_llama", "trl", "peft", "datasets",
            "matplotlib.pyplot", "accelerate", "safetensors.torch", "submitit", "hydra", "omegaconf",
-           "memlens.harness.cli", "memlens.harness.audit.command", "memlens.harness.report.render",
+           "memlens.harness.cli", "memlens.harness.audit.command", "memlens.harness.audit.losses",
+           "memlens.harness.audit.mia", "memlens.harness.audit.discoverable", "memlens.harness.audit.epsilon",
+           "memlens.harness.report.render",
            "memlens.recipes.pipeline", "memlens.recipes.stages", "memlens.synthetic_data.build")
 
 
