@@ -31,9 +31,7 @@ from pathlib import Path
 # TRL, PEFT, datasets, matplotlib); memlens' own modules last.
 PRELOAD = ("torch", "transformers", "transformers.models.llama.modeling_llama", "trl", "peft", "datasets",
            "matplotlib.pyplot", "accelerate", "safetensors.torch", "submitit", "hydra", "omegaconf",
-           "memlens.harness.cli", "memlens.harness.audit.command", "memlens.harness.audit.losses",
-           "memlens.harness.audit.mia", "memlens.harness.audit.discoverable", "memlens.harness.audit.epsilon",
-           "memlens.harness.report.render",
+           "memlens.harness.cli", "memlens.harness.audit.command", "memlens.harness.report.render",
            "memlens.recipes.pipeline", "memlens.recipes.stages", "memlens.synthetic_data.build")
 
 
@@ -122,6 +120,8 @@ def serve(path: str) -> None:
     quiet_libraries()
     for name in PRELOAD:
         importlib.import_module(name)
+    # The audit measures' modules, as the registry names them: reading it imports them (a forked call then does not).
+    importlib.import_module("memlens.harness.audit.measure_registry").MEASURES.names()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(8)
