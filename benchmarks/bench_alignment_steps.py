@@ -90,7 +90,7 @@ def main() -> None:
     for label, (module, name, settings) in runs.items():
         ctx = StageContext(run_dir, name, seed=0, device="cpu")
         start = time.time()
-        module.run_stage(settings, ctx)
+        module.run_stage(module.load_settings(settings, name), ctx)
         total = time.time() - start
         runtime = _RUNTIMES.get(str(ctx.out_dir))
         results[label] = {"s_per_step": round(runtime / n, 3) if runtime else None,

@@ -50,8 +50,9 @@ def build_run(run_dir: Path) -> None:
                                   for i, (p, m, s) in enumerate(splits[:64])])
     write_dataset(run_dir, "prompts", [{"id": f"q{i}", "prefix": p, "target": m, "suffix": s}
                                        for i, (p, m, s) in enumerate(splits[:32])])
-    reward.run_stage({"init": "FT", "datasets": ["rm"], "lr": 1e-4, "max_steps": 4, "batch_size": 8,
-                      "max_length": 256, "save_steps": 1000}, StageContext(run_dir, "RM", seed=0, device="cpu"))
+    rm = reward.load_settings({"init": "FT", "datasets": ["rm"], "lr": 1e-4, "max_steps": 4, "batch_size": 8,
+                               "max_length": 256, "save_steps": 1000}, "RM")
+    reward.run_stage(rm, StageContext(run_dir, "RM", seed=0, device="cpu"))
 
 
 def seconds_per_step(run_dir: Path, algorithm: str, steps: int) -> float:

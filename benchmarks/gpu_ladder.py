@@ -142,7 +142,7 @@ def chain_token_passes(run_dir: Path, overrides: list[str]) -> dict[str, float]:
     for stage in plan(cfg):
         if stage.recipe == "pretrain":
             continue
-        s = stage.settings
+        s = stage.given
         rows = [r for d in s.get("datasets") or s.get("prompts") or []
                 if (run_dir / "data" / d / "rows.jsonl").is_file()
                 for r in read_jsonl(run_dir / "data" / d / "rows.jsonl")]

@@ -23,7 +23,7 @@ from memlens.harness.model.encode import adds_bos
 from memlens.harness.text.fim import detect_sentinels, stop_token_ids
 from memlens.recipes.devices import resolve_device
 from memlens.recipes.models import parse_model, torch_dtype, use_distinct_pad
-from memlens.recipes.plan import plan
+from memlens.recipes.plan import PlannedStage, plan
 
 LENGTH_KEYS = ("max_seq_len", "max_length")     # stage settings bounded by the model's context
 
@@ -48,10 +48,12 @@ def local_model_dir(pretrained: str) -> Path | None:
     return Path(cached).parent if isinstance(cached, str) else None
 
 
-def stage_lengths(cfg) -> dict[str, int]:
-    """{"<stage>.<key>": tokens} of every planned stage's sequence-length settings (and the audit's budget)."""
-    lengths = {f"{stage.model_name}.{key}": int(stage.settings[key])
-               for stage in plan(cfg) for key in LENGTH_KEYS if stage.settings.get(key) is not None}
+def stage_lengths(cfg, planned: list[PlannedStage] | None = None) -> dict[str, int]:
+    """{"<stage>.<key>": tokens} of every planned stage's sequence-length settings (and the audit's budget); a run
+    that has planned already passes its plan, so that the stages' settings are parsed once."""
+    planned = plan(cfg) if planned is None else planned
+    lengths = {f"{stage.model_name}.{key}": int(stage.given[key])
+               for stage in planned for key in LENGTH_KEYS if stage.given.get(key) is not None}
     if cfg.get("audit") is not None and cfg.audit.get("max_new_tokens"):
         lengths["audit.max_new_tokens"] = int(cfg.audit.max_new_tokens)
     return lengths
@@ -125,14 +127,15 @@ def tokenizer_checks(tokenizer, preset) -> list[Check]:
     return out
 
 
-def preflight(cfg) -> list[Check]:
-    """Every check of the preset `cfg.model` against the experiment in `cfg` (files read, none written)."""
+def preflight(cfg, planned: list[PlannedStage] | None = None) -> list[Check]:
+    """Every check of the preset `cfg.model` against the experiment in `cfg` (files read, none written); `planned`:
+    the run's plan when it has one."""
     # transformers (~1.5 s): pipeline.py imports check.py for every run
     from transformers import AutoConfig, AutoTokenizer
 
     preset = parse_model(OmegaConf.to_container(cfg.model, resolve=True), "model")
     device = resolve_device(cfg.get("device") or "auto")
-    lengths = stage_lengths(cfg) if cfg.get("stages") else {}
+    lengths = stage_lengths(cfg, planned) if cfg.get("stages") else {}
     dtype_name = str(torch_dtype(preset, device)).replace("torch.", "")
     if preset.pretrained is None:
         return [Check("model", True, f"{preset.name}: the embedded model, trained by this run's PT (no files yet)"),
@@ -180,10 +183,10 @@ def title(cfg) -> str:
     return f"memlens check: model={model.get('name')}{source}, experiment={cfg.get('experiment_name')}"
 
 
-def run_preflight(cfg, quiet: bool | None = False) -> None:
+def run_preflight(cfg, quiet: bool | None = False, planned: list[PlannedStage] | None = None) -> None:
     """Print the table (quiet: one line; None: nothing, e.g. on the other processes of a launch); raise a
     UserError (exit 2) with the table when any check fails."""
-    checks = preflight(cfg)
+    checks = preflight(cfg, planned)
     failed = [c for c in checks if not c.ok]
     if failed:
         raise UserError(render(checks, title(cfg)) + f"\n{len(failed)} check(s) failed; fix them and rerun")

@@ -12,7 +12,6 @@ training log and console recipes/training_log.py.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -41,22 +40,42 @@ __all__ = ["PROVENANCE_FILE", "is_complete"]   # re-exported: the recipes' one i
 
 @dataclass
 class StageSettings:
-    """What every recipe's settings share, as TRL's configs share TrainingArguments: one strict loader
-    (an unknown key, or a non-boolean for a bool field, is an error naming it and the valid keys) and one
-    form for a bad value, `stages.<NAME>.<key>=<value>: <fix>`. Subclasses are dataclasses whose fields all
-    have defaults; their __post_init__ receives `where` (e.g. "stages.RLFT.1") and calls this one first."""
+    """What every recipe's settings share, as TRL's configs share TrainingArguments: the fields every stage has (a
+    recipe redeclares one only to give it its own default, as DPOConfig does `learning_rate`), one strict loader (an
+    unknown key, or a non-boolean for a bool field, is an error naming it and the valid keys) and one form for a bad
+    value, `stages.<NAME>.<key>=<value>: <fix>`. Subclasses are dataclasses whose fields all have defaults; their
+    __post_init__ receives `where` (e.g. "stages.RLFT.1") and calls this one first.
+
+    A stage's settings are parsed once, when the run is planned (recipes.plan.plan), and the parsed object is what the
+    stage trains from; `given` keeps the mapping as the experiment gave it, which provenance.json records and a rerun
+    compares (recipes.pipeline)."""
 
     where: InitVar[str] = "stages"   # where the settings came from, for error messages only; not a setting
+    model: dict[str, Any] = field(default_factory=dict)   # the model preset (conf/model/): size, dtype, LoRA, FIM
+                                                          # family; the plan injects cfg.model, a stage overrides keys
+    deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); on CPU only under a launch
+    lr: float = 5e-5               # AdamW learning rate (TrainingArguments' default; every recipe sets its own)
+    save_steps: int = 100          # a checkpoint-<step>/ every N optimizer steps (each is audited; resume granularity)
+    logging_steps: int = 10        # log the trainer's metrics every N steps
 
     def __post_init__(self, where: str) -> None:
         self._where = where
+        self._given: dict[str, Any] = {}
 
     @classmethod
     def load(cls, settings: dict[str, Any], stage: str):
-        """The settings of stage `stage` from its config mapping (`stages.<stage>`)."""
+        """The settings of stage `stage` from its config mapping (`stages.<stage>`), which `given` keeps."""
         where = f"stages.{stage}"
         check_dataclass_values(cls, settings, where)
-        return cls(**settings, where=where)
+        parsed = cls(**settings, where=where)
+        parsed._given = json.loads(json.dumps(settings))
+        return parsed
+
+    @property
+    def given(self) -> dict[str, Any]:
+        """The settings as the experiment gave them (after the plan's preset and references): what provenance.json
+        records and what decides whether a finished stage is skipped."""
+        return self._given
 
     def bad(self, key: str, fix: str) -> UserError:
         """The error for a bad value of `key`, naming it, its value and the fix."""
@@ -182,14 +201,13 @@ class Recipe(Protocol):
     def provenance(self) -> dict[str, Any]: ...
 
 
-def run_recipe(recipe_class: type[Recipe], load: Callable[[dict[str, Any], str], Any], settings: dict[str, Any],
-               ctx: StageContext) -> None:
+def run_recipe(recipe_class: type[Recipe], settings: StageSettings, ctx: StageContext) -> None:
     """The one stage runner: skip a stage whose provenance records these settings (finished), else set up (the
     trainers resume from the last whole checkpoint), train, save, evaluate, and write provenance.json last — on
     the main process only, as the marker that the stage finished."""
-    if settings_match(ctx.out_dir, settings):
+    if settings_match(ctx.out_dir, settings.given):
         return
-    recipe = recipe_class(load(settings, ctx.name.split("/")[0]), ctx)
+    recipe = recipe_class(settings, ctx)
     with deepspeed_left_behind_cleared():
         recipe.setup()
         recipe.train()
@@ -197,4 +215,4 @@ def run_recipe(recipe_class: type[Recipe], load: Callable[[dict[str, Any], str],
     # After DeepSpeed's switches are cleared: an evaluation loads saved models whole, in the main process alone.
     recipe.evaluate()
     if is_main_process():
-        write_provenance(ctx, recipe.stage, settings, **recipe.provenance())
+        write_provenance(ctx, recipe.stage, settings.given, **recipe.provenance())

@@ -127,7 +127,7 @@ def upstream_models(stage, planned) -> list[str]:
     """The planned models `stage` starts from (init, reward model, reference...)."""
     by_name = {s.name: s for s in planned} | {s.model_name: s for s in planned}
     return [by_name[ref].model_name for key in REFERENCE_KEYS
-            if isinstance(ref := stage.settings.get(key), str) and ref in by_name]
+            if isinstance(ref := stage.given.get(key), str) and ref in by_name]
 
 
 def train_command(overrides: list[str], sweep_point: dict, model_name: str, has_stage_key: bool,
@@ -191,7 +191,7 @@ def prepare_point(cfg, overrides: list[str], after_locks: list[tuple]) -> Point:
     run_dir = Path(str(cfg.run_dir))
     planned = pipeline.plan(cfg)
     settings = check_launcher(cfg, planned)
-    pipeline.run_preflight(cfg, quiet=True)
+    pipeline.run_preflight(cfg, quiet=True, planned=planned)
     pipeline.check_user_files(cfg, pipeline.needed_datasets(planned, cfg))
     at_once = f"{settings['parallel']} at a time" if settings["kind"] == "local" else "afterok dependencies"
     point = dict(cfg.get("sweep_point") or {})

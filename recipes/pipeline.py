@@ -116,7 +116,7 @@ def prepare_out_dir(run_dir: Path, stage: PlannedStage, seed: int | None = None,
     """'skipped' / 'resumed' / 'trained' for the status line; moves a stale directory aside first, and with
     it (`results`: the audit and report directories) every audit result and the report computed from it."""
     out_dir = models_dir(run_dir) / stage.model_name
-    if settings_match(out_dir, stage.settings):
+    if settings_match(out_dir, stage.given):
         reason = outdated_reason(run_dir, out_dir, stage, seed)
         if reason is None:
             return "skipped"
@@ -124,7 +124,7 @@ def prepare_out_dir(run_dir: Path, stage: PlannedStage, seed: int | None = None,
         print(f"[memlens] {stage.model_name}: {reason}; old directory moved to {target}", flush=True)
         retire_results(stage.model_name, out_dir, target, results)
     pending = out_dir / PENDING_FILE
-    stale = is_complete(out_dir) or (pending.is_file() and not same_settings(read_json(pending), stage.settings))
+    stale = is_complete(out_dir) or (pending.is_file() and not same_settings(read_json(pending), stage.given))
     if stale:
         target = move_aside(out_dir, stale_dir(run_dir) / stage.model_name.replace("/", "__"))
         print(f"[memlens] {stage.model_name}: settings changed; old directory moved to {target}", flush=True)
@@ -132,7 +132,7 @@ def prepare_out_dir(run_dir: Path, stage: PlannedStage, seed: int | None = None,
     quarantine_torn_checkpoints(run_dir, out_dir)
     status = "resumed" if latest_checkpoint(out_dir) is not None else "trained"
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(pending, stage.settings)
+    atomic_write_json(pending, stage.given)
     return status
 
 
@@ -209,7 +209,7 @@ def outdated_reason(run_dir: Path, out_dir: Path, stage: PlannedStage, seed: int
             return f"dataset {dataset} was rebuilt"
     finished = (out_dir / PROVENANCE_FILE).stat().st_mtime_ns
     for key in REFERENCE_KEYS:
-        ref = stage.settings.get(key)
+        ref = stage.given.get(key)
         upstream = models_dir(run_dir) / ref / PROVENANCE_FILE if isinstance(ref, str) else None
         if upstream is not None and upstream.is_file() and upstream.stat().st_mtime_ns > finished:
             return f"{key} {ref} was retrained after it"
@@ -219,7 +219,7 @@ def outdated_reason(run_dir: Path, out_dir: Path, stage: PlannedStage, seed: int
 def is_up_to_date(run_dir: Path, stage: PlannedStage, seed: int | None = None) -> bool:
     """A finished model `prepare_out_dir` would skip: same settings, and nothing it was trained from has changed."""
     out_dir = models_dir(run_dir) / stage.model_name
-    return settings_match(out_dir, stage.settings) and outdated_reason(run_dir, out_dir, stage, seed) is None
+    return settings_match(out_dir, stage.given) and outdated_reason(run_dir, out_dir, stage, seed) is None
 
 
 def quarantine_torn_checkpoints(run_dir: Path, out_dir: Path) -> None:
@@ -253,7 +253,7 @@ def identical_finished_stage(run_dir: Path, stage: PlannedStage, done: list[Plan
     Same settings, same seed and same upstream models give the same model, so training it again only
     costs time: e.g. a sweep point or a second stage that repeats another stage's settings exactly."""
     for other in done:
-        if other.recipe == stage.recipe and same_settings(other.settings, stage.settings) \
+        if other.recipe == stage.recipe and same_settings(other.given, stage.given) \
                 and is_complete(models_dir(run_dir) / other.model_name):
             return other
     return None
@@ -291,7 +291,7 @@ def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str,
     status = prepare_out_dir(run_dir, stage, seed, results) if is_main_process() else ""
     wait_for_everyone(device)        # the main process has moved stale directories aside by now
     if not is_main_process():
-        status = "skipped" if settings_match(out_dir, stage.settings) else "trained"
+        status = "skipped" if settings_match(out_dir, stage.given) else "trained"
     # "resumed" too: a reuse killed mid-copy leaves whole checkpoints behind, and copying again is cheaper.
     twin = identical_finished_stage(run_dir, stage, done) if status in ("trained", "resumed") else None
     if twin is not None:
@@ -301,13 +301,13 @@ def train_stage(stage: PlannedStage, run_dir: Path, seed: int, device: str,
         status = "reused"
     elif status != "skipped":
         ctx = StageContext(run_dir, stage.model_name, seed, device, tensorboard=tensorboard)
-        recipe_module(stage.recipe, stage.name).run_stage(dict(stage.settings), ctx)
+        recipe_module(stage.recipe, stage.name).run_stage(stage.settings, ctx)
         wait_for_everyone(device)
         if not is_complete(out_dir):
             raise UserError(f"stage {stage.model_name} ended without {PROVENANCE_FILE}; see the log above")
         if is_main_process():
             (out_dir / PENDING_FILE).unlink(missing_ok=True)
-        if stage.recipe == "pretrain" and stage.settings.get("model", {}).get("pretrained"):
+        if stage.recipe == "pretrain" and stage.settings.model_settings.pretrained:
             status = "imported"
     seconds, cpu_seconds = time.time() - start, time.process_time() - cpu_start
     if is_main_process():
@@ -375,7 +375,7 @@ def run_main(cfg, measurement: Measurement) -> int:
     planned = plan(cfg)
     run_dir = run_directory(cfg)
     start = time.time()
-    run_preflight(cfg, quiet=is_main_process() or None)   # `memlens check`: exit 2 with the fix, nothing written
+    run_preflight(cfg, quiet=is_main_process() or None, planned=planned)   # `memlens check`: exit 2 with the fix
     check_user_files(cfg, needed_datasets(planned, cfg))
     require_tensorboard(cfg.get("tensorboard", False))      # refused before anything is written
     print(f"[memlens] run {cfg.get('experiment_name')} in {run_dir}: "
@@ -418,8 +418,8 @@ def train_main(cfg, measurement: Measurement | None = None) -> int:
     tensorboard = require_tensorboard(cfg.get("tensorboard", False))
     for stage in chosen:
         for key in REFERENCE_KEYS:       # upstream must be finished: a clear error otherwise
-            if isinstance(stage.settings.get(key), str):
-                StageContext(run_dir, stage.model_name).model_dir(stage.settings[key])
+            if isinstance(stage.given.get(key), str):
+                StageContext(run_dir, stage.model_name).model_dir(stage.given[key])
     names = needed_datasets(chosen, cfg, with_audit=False)
     tokenizer_stage = rl_prompts_source(planned, run_dir)
     if RL_PROMPTS in names and tokenizer_stage is not None:
@@ -443,7 +443,7 @@ def training_locks(run_dir: Path, chosen: list[PlannedStage], planned: list[Plan
     locks = [(f"stage={s.model_name}", model_lock_dir(run_dir, s.model_name), EXCLUSIVE) for s in chosen]
     for stage in chosen:
         for key in REFERENCE_KEYS:
-            upstream = by_name.get(stage.settings.get(key)) if isinstance(stage.settings.get(key), str) else None
+            upstream = by_name.get(stage.given.get(key)) if isinstance(stage.given.get(key), str) else None
             if upstream is not None and upstream.model_name not in own:
                 locks.append((f"stages.{stage.name}.{key}", model_lock_dir(run_dir, upstream.model_name), SHARED))
     built = all((data_dir(run_dir, d) / "manifest.json").is_file() for d in datasets)

@@ -38,6 +38,7 @@ from memlens.harness.core.layout import (
     check_model_name,
     heldout_dataset,
 )
+from memlens.recipes.common import StageSettings
 from memlens.recipes.stages import STAGES, canonical_recipe, recipe_module
 
 REFERENCE_KEYS = ("init", "reward_model")    # settings that name another stage's model
@@ -48,12 +49,17 @@ RL_PROMPTS = "sd_rl_prompts"                 # built with the PT tokenizer (50 +
 
 @dataclass
 class PlannedStage:
-    """One model to train: a stage, or one point of a swept stage."""
+    """One model to train: a stage, or one point of a swept stage, with its settings parsed (once, here)."""
 
     name: str                # stage name, e.g. "RLFT.4"
     model_name: str          # directory under models/, e.g. "RLFT.4/beta=0.005,lr=3e-06"
     recipe: str
-    settings: dict[str, Any]
+    settings: StageSettings  # the recipe's settings dataclass, which the stage trains from
+
+    @property
+    def given(self) -> dict[str, Any]:
+        """The settings as the experiment gave them (provenance.json records them; a rerun compares them)."""
+        return self.settings.given
 
 
 # --- reading the experiment --------------------------------------------------------------------------------
@@ -215,8 +221,8 @@ def plan(cfg) -> list[PlannedStage]:
                         raise UserError(f"stages.{name}.{key}={ref}: that stage is swept into "
                                         f"{model_names[ref]}; point {key} at one of them")
                     settings[key] = model_names[ref][0]
-            recipe_module(recipe, name).load_settings(dict(settings), name)   # fail before any training
-            planned.append(PlannedStage(name, point_name, recipe, settings))
+            parsed = recipe_module(recipe, name).load_settings(settings, name)   # once; fails before any training
+            planned.append(PlannedStage(name, point_name, recipe, parsed))
             model_names.setdefault(name, []).append(point_name)
     return planned
 
@@ -244,7 +250,7 @@ def needed_datasets(stages: list[PlannedStage], cfg, with_audit: bool = True) ->
     """Datasets the stages read, plus (for a whole run) those the audit plan scores."""
     names: dict[str, None] = {}
     for stage in stages:
-        for _, name in stage_datasets(stage.settings):
+        for _, name in stage_datasets(stage.given):
             names[name] = None
     for entry in audit_plan(cfg) if with_audit else []:
         for name in entry.get("datasets") or []:

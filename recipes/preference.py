@@ -77,11 +77,7 @@ class PreferenceSettings(StageSettings):
     max_length: int = 1024         # tokens of prompt + completion; TRL cuts longer ones at the end
     context_chars: int = 2000      # keep at most the last N chars of the prefix and first N of the suffix;
                                    # the context is also trimmed (in tokens) so the completion fits max_length
-    save_steps: int = 100          # a checkpoint-<step>/ every N optimizer steps (each is audited)
-    logging_steps: int = 10        # log train/loss every N steps
     fim_family: str | None = None  # FIM sentinel family (harness.text.fim); None = the preset's, else detected
-    model: dict[str, Any] = field(default_factory=dict)  # preset (dtype, lora, fim_family); injected by the pipeline
-    deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); on CPU only under a launch
 
     def __post_init__(self, where: str) -> None:
         super().__post_init__(where)
@@ -297,5 +293,5 @@ def orpo_trainer(recipe: PreferenceRecipe, objective, data: dict):
     return ORPOTrainer(model=recipe.policy, args=ORPOConfig(**recipe.common_args(recipe.cfg.batch_size)), **data)
 
 
-def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
-    run_recipe(PreferenceRecipe, load_settings, settings, ctx)
+def run_stage(settings: PreferenceSettings, ctx: StageContext) -> None:
+    run_recipe(PreferenceRecipe, settings, ctx)

@@ -47,7 +47,6 @@ class PretrainSettings(StageSettings):
     """`stages.PT` keys. Defaults are the quickstart's tiny-model choices."""
 
     datasets: list[str] = field(default_factory=lambda: ["pd_pt"])  # code corpora (id, text, source_file)
-    model: dict[str, Any] = field(default_factory=dict)  # the model preset; the pipeline injects cfg.model
     max_tokens: int = 1_000_000    # training-token budget (corpus repeated with fresh FIM splits); ↑ better base
     max_seq_len: int = 256         # packed block length; ↑ longer context, slower steps
     batch_size: int = 16           # blocks per step
@@ -60,10 +59,7 @@ class PretrainSettings(StageSettings):
     tokenizer: str | None = None   # a tokenizer directory to use instead of training one (e.g. assets/base_tiny:
                                    # the shipped base's, so a larger base shares its vocabulary); relative to the
                                    # project root when it exists there
-    save_steps: int = 100          # checkpoint interval (resume granularity)
     save_total_limit: int | None = 2  # PT checkpoints are for resuming only; the audit scores later stages
-    logging_steps: int = 10
-    deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); on CPU only under a launch
 
     def __post_init__(self, where: str) -> None:
         super().__post_init__(where)
@@ -209,15 +205,15 @@ def load_settings(settings: dict[str, Any], stage: str) -> PretrainSettings:
     return PretrainSettings.load(settings, stage)
 
 
-def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
-    parsed = load_settings(settings, ctx.name.split("/")[0])
-    if not parsed.model_settings.pretrained:
-        run_recipe(PretrainRecipe, load_settings, settings, ctx)
+def run_stage(settings: PretrainSettings, ctx: StageContext) -> None:
+    if not settings.model_settings.pretrained:
+        run_recipe(PretrainRecipe, settings, ctx)
         return
     # A public model preset is imported, not trained. One process imports; under `accelerate launch` the others
     # wait at the pipeline's barrier (recipes.pipeline.train_stage) instead of each loading and writing a host copy.
-    if settings_match(ctx.out_dir, settings) or not is_main_process():
+    if settings_match(ctx.out_dir, settings.given) or not is_main_process():
         return
-    PretrainRecipe(parsed, ctx).import_pretrained()
-    write_provenance(ctx, PretrainRecipe.stage, settings, datasets=[], init_model=parsed.model_settings.pretrained,
-                     **shipped_base_record(parsed.model_settings.pretrained))
+    PretrainRecipe(settings, ctx).import_pretrained()
+    write_provenance(ctx, PretrainRecipe.stage, settings.given, datasets=[],
+                     init_model=settings.model_settings.pretrained,
+                     **shipped_base_record(settings.model_settings.pretrained))

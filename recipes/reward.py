@@ -59,11 +59,7 @@ class RewardSettings(StageSettings):
     grad_accum: int = 1            # gradient accumulation steps; effective batch = batch_size * grad_accum
     max_length: int = 512          # tokens per PSM text; pointwise: longer ones lose their start (the completion
                                    # is kept); pairwise: TRL RewardTrainer drops longer pairs
-    save_steps: int = 100          # a checkpoint-<step>/ every N optimizer steps (each is audited)
-    logging_steps: int = 10        # log train/loss every N steps
     fim_family: str | None = None  # FIM sentinel family (harness.text.fim); None = the preset's, else detected
-    model: dict[str, Any] = field(default_factory=dict)  # preset (dtype, lora, fim_family); injected by the pipeline
-    deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); on CPU only under a launch
 
     def __post_init__(self, where: str) -> None:
         super().__post_init__(where)
@@ -269,5 +265,5 @@ def _label(row: dict) -> int:
     raise UserError(f"reward row {row.get('id')!r}: label={row['label']!r}; pointwise labels must be 1 or 0")
 
 
-def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
-    run_recipe(RewardRecipe, load_settings, settings, ctx)
+def run_stage(settings: RewardSettings, ctx: StageContext) -> None:
+    run_recipe(RewardRecipe, settings, ctx)

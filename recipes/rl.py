@@ -106,8 +106,6 @@ class RLSettings(StageSettings):
                                    # 24 left the sign test short on a rise of one initial spread (17/24 up, p 0.064)
     eval_samples: int = 4          # sampled completions per evaluation prompt
     fim_family: str | None = None  # FIM sentinel family (harness.text.fim); None = the preset's, else detected
-    model: dict[str, Any] = field(default_factory=dict)  # preset (dtype, lora, fim_family); injected by the pipeline
-    deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); on CPU only under a launch; not ppo
     # algorithm: ppo only (Ziegler et al. 2019; Schulman et al. 2016/2017 for GAE and clipping)
     ppo_epochs: int = 4            # optimisation passes over each rollout batch; more -> faster drift, less stable
     ppo_minibatches: int = 1       # minibatches per pass (one optimizer step each)
@@ -516,5 +514,5 @@ class RLRecipe:
         self.tokenizer.save_pretrained(str(self.ctx.out_dir))
 
 
-def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
-    run_recipe(RLRecipe, load_settings, settings, ctx)
+def run_stage(settings: RLSettings, ctx: StageContext) -> None:
+    run_recipe(RLRecipe, settings, ctx)

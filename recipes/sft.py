@@ -40,7 +40,6 @@ class SFTSettings(StageSettings):
     datasets: list[str] = field(default_factory=list)  # mixed proportionally to size (Appendix A.3)
     max_rows: dict[str, int] = field(default_factory=dict)  # {dataset: N}: a seeded sample of at most N of its rows;
                                    # ↓ a smaller share of that dataset in the mixture (and fewer steps)
-    model: dict[str, Any] = field(default_factory=dict)  # preset (fim_family, dtype, lora); injected by the pipeline
     epochs: float = 3.0            # passes over the mixture; ↑ more memorization of SD (paper: 9-18)
     max_steps: int = -1            # > 0 stops after this many steps (overrides epochs)
     lr: float = 1e-3               # peak LR; ↑ faster fit and more memorization, less stable
@@ -56,8 +55,6 @@ class SFTSettings(StageSettings):
     packing: bool = False          # TRL BFD packing; faster on short rows, but rows then share a context
     save_steps: int = 50           # a checkpoint-<step>/ every N steps (each is audited)
     save_total_limit: int | None = None  # keep all: the audit scores every checkpoint
-    logging_steps: int = 10
-    deepspeed: str | None = None   # DeepSpeed JSON (launch/ds_zero*.json); on CPU only under a launch
 
     def __post_init__(self, where: str) -> None:
         super().__post_init__(where)
@@ -229,5 +226,5 @@ def load_settings(settings: dict[str, Any], stage: str) -> SFTSettings:
     return SFTSettings.load(settings, stage)
 
 
-def run_stage(settings: dict[str, Any], ctx: StageContext) -> None:
-    run_recipe(SFTRecipe, load_settings, settings, ctx)
+def run_stage(settings: SFTSettings, ctx: StageContext) -> None:
+    run_recipe(SFTRecipe, settings, ctx)

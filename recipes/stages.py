@@ -1,8 +1,9 @@
 """The stage recipes an experiment can name (`stages.<NAME>.recipe`), one registry.
 
-A recipe is a module with `load_settings(settings, stage) -> <its settings dataclass>` (strict: every key
-checked, the error naming `stages.<NAME>.<key>`) and `run_stage(settings, ctx: StageContext)` (setup, train,
-save, then provenance.json last, resumable from its last checkpoint). Modules are imported when a stage uses
+A recipe is a module with `load_settings(settings, stage) -> <its StageSettings subclass>` (strict: every key
+checked, the error naming `stages.<NAME>.<key>`; the plan calls it once per stage) and `run_stage(settings, ctx:
+StageContext)`, which trains from that parsed object (setup, train, save, then provenance.json last, resumable from
+its last checkpoint). Modules are imported when a stage uses
 them, so listing the recipes loads no trainer. A new stage is its module plus one `STAGES.register(...)`.
 """
 
@@ -17,7 +18,7 @@ from memlens.harness.core.registry import Registry
 
 @dataclass(frozen=True)
 class StageRecipe:
-    module: str        # importable: load_settings(...) and run_stage(...)
+    module: str        # importable: load_settings(mapping, stage) and run_stage(parsed settings, ctx)
     trains: str        # one line for docs and messages
 
 

@@ -20,6 +20,11 @@ BAD = ["    os.remove('/tmp/f{k}')\n", "    shutil.rmtree('/srv/d{k}')\n", "    
        "    os.unlink('/var/x{k}')\n"]
 
 
+def run_stage_given(module, settings: dict, ctx: StageContext) -> None:
+    """Parse a stage's settings mapping as the plan does (once, named by the context's stage) and run the stage."""
+    module.run_stage(module.load_settings(dict(settings), ctx.name.split("/")[0]), ctx)
+
+
 def write_dataset(run_dir: Path, name: str, rows: list[dict]) -> None:
     d = Path(run_dir) / "data" / name
     atomic_write_jsonl(d / "rows.jsonl", rows)
@@ -114,7 +119,7 @@ def trained_rm(world):
         from memlens.recipes import reward
 
         ctx = StageContext(world["run_dir"], "RM.1", seed=0, device="cpu")
-        reward.run_stage(dict(RM_SETTINGS), ctx)
+        run_stage_given(reward, RM_SETTINGS, ctx)
         _CACHE["rm"] = ctx.out_dir
     return _CACHE["rm"]
 

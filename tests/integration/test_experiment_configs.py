@@ -54,7 +54,7 @@ def test_paper_table1_provenance():
     stages = {}
     for name in ("ft_persistence", "rm_injection", "rl_prompts", "ipo"):
         cfg = compose([f"experiment={name}"])
-        stages.update({(name, s.model_name): s.settings for s in plan(cfg)})
+        stages.update({(name, s.model_name): s.given for s in plan(cfg)})
 
     def get(exp, model):
         return stages[(exp, model)]
@@ -97,18 +97,18 @@ def test_ft3_is_table1_ft3_and_trained_on_its_own(name):
         pytest.skip(f"{name} has no FT.3")
     ft3 = planned["FT.3"]
     users = {"own_canaries": {"canaries"}, "own_preference": {"preference_chosen"}}.get(name)
-    assert set(ft3.settings["datasets"]) == {"pd_2", *(users or {"sd_base", "sd_links"})}
+    assert set(ft3.given["datasets"]) == {"pd_2", *(users or {"sd_base", "sd_links"})}
     if "FT.1" in planned:
         assert identical_finished_stage(Path("/nonexistent"), ft3, [planned["FT.1"]]) is None
-        assert ft3.settings != planned["FT.1"].settings
+        assert ft3.given != planned["FT.1"].given
 
 
 def test_findings_is_the_quickstart_plus_the_stages_of_f4_to_f7():
     """experiment=findings extends the quickstart (Hydra defaults): every quickstart stage is trained there
     with the same settings, except FT.3, which takes FT.1's epochs (paper 003 Table 2); the stages it adds are
     the ones F4-F7 need (FT.1 -> RLFT.1, RM.1 -> RLFT.4)."""
-    quick = {s.model_name: s.settings for s in plan(compose(["experiment=quickstart"]))}
-    full = {s.model_name: s.settings for s in plan(compose(["experiment=findings"]))}
+    quick = {s.model_name: s.given for s in plan(compose(["experiment=quickstart"]))}
+    full = {s.model_name: s.given for s in plan(compose(["experiment=findings"]))}
     assert set(quick) == {"PT", "FT.2", "FT.3", "RM.3", "RLFT.2", "IPO"}
     assert {name.split("/")[0] for name in set(full) - set(quick)} == {"FT.1", "RM.1", "RLFT.1", "RLFT.4"}
     for name, settings in quick.items():

@@ -47,7 +47,7 @@ def test_toy_overrides_cut_every_stage_of_an_experiment():
     cfg = compose(["experiment=findings", *TOY_RUN, *toy_overrides("findings")])
     for stage in plan(cfg):
         for key, value in TOY_STAGE[stage.recipe].items():
-            assert stage.settings[key] == value, (stage.model_name, key)
+            assert stage.given[key] == value, (stage.model_name, key)
 
 
 # The toy runs share what they have in common (the extension-points issue: "toy-size experiment runs sharing their
@@ -86,7 +86,7 @@ def seed_from_previous_run(run_dir: Path, cfg, previous: list[Path]) -> list[str
     stages = plan(cfg)
 
     def same(run: Path) -> list:
-        return [s for s in stages if settings_match(run / "models" / s.model_name, s.settings)]
+        return [s for s in stages if settings_match(run / "models" / s.model_name, s.given)]
 
     best = max(previous, key=lambda run: len(same(run)), default=None)
     if best is None or not same(best):

@@ -5,7 +5,16 @@ the stage root holds a plain merged model that differs from the init model in th
 import shutil
 
 import pytest
-from alignment_world import IPO_SETTINGS, PPO_SETTINGS, RL_SETTINGS, RM_SETTINGS, trained_rm, trainer_log, world  # noqa: F401 (fixtures)
+from alignment_world import (  # noqa: F401 (fixtures)
+    IPO_SETTINGS,
+    PPO_SETTINGS,
+    RL_SETTINGS,
+    RM_SETTINGS,
+    run_stage_given,
+    trained_rm,
+    trainer_log,
+    world,
+)
 
 from memlens.recipes import preference, reward, rl
 from memlens.recipes.common import StageContext
@@ -122,13 +131,13 @@ def test_lora_ppo_resumes_from_its_adapter_checkpoint_to_the_same_weights(world,
     run_dir = world["run_dir"]
     whole, killed = run_dir / "models" / "LORA.ppo.whole", run_dir / "models" / "LORA.ppo.killed"
     with torch_threads(1):
-        rl.run_stage(dict(settings), StageContext(run_dir, whole.name))
+        run_stage_given(rl, settings, StageContext(run_dir, whole.name))
         shutil.copytree(whole, killed)
         shutil.rmtree(killed / "checkpoint-3")
         shutil.rmtree(killed / "value")
         for name in ("model.safetensors", "provenance.json", "trainer_state.json"):
             (killed / name).unlink()
-        rl.run_stage(dict(settings), StageContext(run_dir, killed.name))
+        run_stage_given(rl, settings, StageContext(run_dir, killed.name))
     assert trainer_log(killed) == trainer_log(whole)
     for sub in ("", "value"):
         a, b = weights(killed / sub), weights(whole / sub)

@@ -122,8 +122,8 @@ def test_only_the_first_process_imports_a_public_model(tmp_path, monkeypatch):
     model_dir = build_family("qwen2.5-coder", tmp_path / "qwen")
     settings = {"model": {"pretrained": str(model_dir), "fim_family": "qwen2.5-coder"}}
     monkeypatch.setenv("RANK", "1")
-    pretrain.run_stage(dict(settings), StageContext(tmp_path / "run", "PT"))
+    pretrain.run_stage(pretrain.load_settings(settings, "PT"), StageContext(tmp_path / "run", "PT"))
     assert not (tmp_path / "run" / "models" / "PT").exists()
     monkeypatch.setenv("RANK", "0")
-    pretrain.run_stage(dict(settings), StageContext(tmp_path / "run", "PT"))
+    pretrain.run_stage(pretrain.load_settings(settings, "PT"), StageContext(tmp_path / "run", "PT"))
     assert (tmp_path / "run" / "models" / "PT" / "provenance.json").is_file()

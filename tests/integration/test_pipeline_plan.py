@@ -49,13 +49,13 @@ def test_smoke_plan_expands_the_file_sweep_and_injects_the_model_preset():
     assert [s.model_name for s in planned] == ["PT", "FT.1", "FT.2", "RM.1", "RLFT.1/beta=0.1",
                                                "RLFT.1/beta=0.5", "RLFT.4", "IPO"]
     by_name = {s.model_name: s for s in planned}
-    assert by_name["PT"].settings["model"]["name"] == "micro"                  # smoke selects model=micro
-    assert "recipe" not in by_name["FT.1"].settings and "sweep" not in by_name["RLFT.1/beta=0.1"].settings
-    assert by_name["RLFT.1/beta=0.5"].settings["beta"] == 0.5
+    assert by_name["PT"].given["model"]["name"] == "micro"                  # smoke selects model=micro
+    assert "recipe" not in by_name["FT.1"].given and "sweep" not in by_name["RLFT.1/beta=0.1"].given
+    assert by_name["RLFT.1/beta=0.5"].given["beta"] == 0.5
     # Every later stage gets the whole preset too: the dtype/LoRA it loads its models with, the FIM family.
     for name in ("RM.1", "RLFT.4", "IPO"):
-        assert by_name[name].settings["model"] == by_name["PT"].settings["model"], name
-    assert by_name["RM.1"].settings["model"]["fim_family"] == "memlens"
+        assert by_name[name].given["model"] == by_name["PT"].given["model"], name
+    assert by_name["RM.1"].given["model"]["fim_family"] == "memlens"
 
 
 def test_cli_multirun_names_model_dirs_by_the_swept_keys():
@@ -65,7 +65,7 @@ def test_cli_multirun_names_model_dirs_by_the_swept_keys():
     assert names == [["RLFT.4/beta=0.005,lr=3e-06"], ["RLFT.4/beta=0.005,lr=3e-05"],
                      ["RLFT.4/beta=0.5,lr=3e-06"], ["RLFT.4/beta=0.5,lr=3e-05"]]
     # Upstream stages are the same models in every point (so they are trained once, then skipped).
-    upstream = [{s.model_name: s.settings for s in plan(cfg) if s.name != "RLFT.4"} for cfg in points]
+    upstream = [{s.model_name: s.given for s in plan(cfg) if s.name != "RLFT.4"} for cfg in points]
     assert all(u == upstream[0] for u in upstream)
 
 
@@ -93,7 +93,7 @@ def test_the_preference_stage_answers_to_its_older_recipe_name():
     with the same settings as `recipe: preference`; the older `loss` key stops naming `objective`."""
     [new] = [s for s in plan(compose(["experiment=smoke"])) if s.name == "IPO"]
     [old] = [s for s in plan(compose(["experiment=smoke", "stages.IPO.recipe=ipo"])) if s.name == "IPO"]
-    assert new.recipe == old.recipe == "preference" and new.settings == old.settings
+    assert new.recipe == old.recipe == "preference" and new.given == old.given
     with pytest.raises(UserError, match=re.escape("stages.IPO.loss='ipo': the key is now `objective`")):
         plan(compose(["experiment=smoke", "~stages.IPO.objective", "+stages.IPO.loss=ipo"]))
 
@@ -119,10 +119,16 @@ def test_a_sweep_points_run_directory_carries_its_audit_report_and_cache_paths(t
     assert c.run_dir == str(tmp_path) and c.audit.out_dir == str(tmp_path / "audit")
 
 
-def _stage(settings):
+def _given(lr: float) -> dict:
+    return {"init": "PT", "datasets": ["pd_1"], "lr": lr}
+
+
+def _stage(settings, name: str = "FT.1"):
+    """A stage as the plan gives it: its settings parsed by its recipe."""
+    from memlens.recipes import sft
     from memlens.recipes.plan import PlannedStage
 
-    return PlannedStage("FT.1", "FT.1", "sft", settings)
+    return PlannedStage(name, name, "sft", sft.load_settings(settings, name))
 
 
 def test_a_checkpoint_torn_by_a_kill_is_moved_aside_before_resuming(tmp_path):
@@ -133,8 +139,8 @@ def test_a_checkpoint_torn_by_a_kill_is_moved_aside_before_resuming(tmp_path):
     (out / "checkpoint-4").mkdir(parents=True)
     atomic_write_json(out / "checkpoint-4" / "trainer_state.json", {"global_step": 4})
     (out / "checkpoint-8").mkdir()                                   # killed mid-save: no trainer_state.json
-    atomic_write_json(out / "pending_settings.json", {"lr": 0.1})
-    assert prepare_out_dir(tmp_path, _stage({"lr": 0.1})) == "resumed"
+    atomic_write_json(out / "pending_settings.json", _given(0.1))
+    assert prepare_out_dir(tmp_path, _stage(_given(0.1))) == "resumed"
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-4"]
     assert [p.name.split("-torn-")[0] for p in (tmp_path / "stale" / "FT.1").iterdir()] == ["checkpoint-8"]
 
@@ -146,15 +152,15 @@ def test_changed_settings_move_the_old_stage_aside_instead_of_mixing_a_resume(tm
     out = tmp_path / "models" / "FT.1"
     (out / "checkpoint-4").mkdir(parents=True)
     atomic_write_json(out / "checkpoint-4" / "trainer_state.json", {"global_step": 4})
-    atomic_write_json(out / "pending_settings.json", {"lr": 0.1})   # killed while training with lr 0.1
-    assert prepare_out_dir(tmp_path, _stage({"lr": 0.2})) == "trained"
+    atomic_write_json(out / "pending_settings.json", _given(0.1))   # killed while training with lr 0.1
+    assert prepare_out_dir(tmp_path, _stage(_given(0.2))) == "trained"
     assert not (out / "checkpoint-4").exists()
-    assert read_json(out / "pending_settings.json") == {"lr": 0.2}
+    assert read_json(out / "pending_settings.json") == _given(0.2)
     [old] = (tmp_path / "stale").iterdir()
     assert (old / "checkpoint-4" / "trainer_state.json").is_file()
     # A finished stage with the same settings is skipped and left alone.
-    atomic_write_json(out / "provenance.json", {"settings": {"lr": 0.2}})
-    assert prepare_out_dir(tmp_path, _stage({"lr": 0.2})) == "skipped"
+    atomic_write_json(out / "provenance.json", {"settings": _given(0.2)})
+    assert prepare_out_dir(tmp_path, _stage(_given(0.2))) == "skipped"
 
 
 def test_a_reference_to_nothing_fails_at_planning():
@@ -167,19 +173,18 @@ def test_a_finished_stage_is_retrained_when_its_data_or_upstream_changed(tmp_pat
 
     from memlens.harness.core.io import atomic_write_json
     from memlens.recipes.pipeline import prepare_out_dir
-    from memlens.recipes.plan import PlannedStage
 
     def finish(name, settings, datasets):
         atomic_write_json(tmp_path / "models" / name / "provenance.json", {"settings": settings, "datasets": datasets})
 
     atomic_write_json(tmp_path / "data" / "pd_1" / "manifest.json", {"sha256": "aaa"})
-    stage = PlannedStage("FT.2", "FT.2", "sft", {"init": "PT", "datasets": ["pd_1"]})
+    stage = _stage({"init": "PT", "datasets": ["pd_1"]}, "FT.2")
     finish("PT", {}, {})
-    finish("FT.2", stage.settings, {"pd_1": "aaa"})
+    finish("FT.2", stage.given, {"pd_1": "aaa"})
     assert prepare_out_dir(tmp_path, stage) == "skipped"
     atomic_write_json(tmp_path / "data" / "pd_1" / "manifest.json", {"sha256": "bbb"})   # data rebuilt
     assert prepare_out_dir(tmp_path, stage) == "trained"
-    finish("FT.2", stage.settings, {"pd_1": "bbb"})
+    finish("FT.2", stage.given, {"pd_1": "bbb"})
     assert prepare_out_dir(tmp_path, stage) == "skipped"
     later = (tmp_path / "models" / "FT.2" / "provenance.json").stat().st_mtime_ns + 10**9
     os.utime(tmp_path / "models" / "PT" / "provenance.json", ns=(later, later))           # PT retrained since
@@ -191,8 +196,8 @@ def test_a_finished_stage_of_another_seed_is_retrained_not_skipped(tmp_path):
     from memlens.harness.core.io import atomic_write_json
     from memlens.recipes.pipeline import prepare_out_dir
 
-    atomic_write_json(tmp_path / "models" / "FT.1" / "provenance.json", {"settings": {"lr": 0.2}, "seed": 0})
-    assert prepare_out_dir(tmp_path, _stage({"lr": 0.2}), seed=0) == "skipped"
-    assert prepare_out_dir(tmp_path, _stage({"lr": 0.2}), seed=1) == "trained"     # same settings, seed 1
+    atomic_write_json(tmp_path / "models" / "FT.1" / "provenance.json", {"settings": _given(0.2), "seed": 0})
+    assert prepare_out_dir(tmp_path, _stage(_given(0.2)), seed=0) == "skipped"
+    assert prepare_out_dir(tmp_path, _stage(_given(0.2)), seed=1) == "trained"     # same settings, seed 1
     [old] = (tmp_path / "stale").iterdir()
     assert (old / "provenance.json").is_file()

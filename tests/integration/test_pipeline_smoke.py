@@ -328,7 +328,7 @@ def test_lora_sft_on_the_micro_model_trains_adapters_and_saves_a_merged_model(sm
              "lora": {"enabled": True, "r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}}
     settings = {"init": str(pt), "datasets": ["sd_base"], "model": model, "max_steps": 3, "lr": 1e-2,
                 "batch_size": 4, "max_seq_len": 256, "save_steps": 2}
-    sft.run_stage(settings, StageContext(run, "FT.lora", seed=0, device="cpu"))
+    sft.run_stage(sft.load_settings(settings, "FT.lora"), StageContext(run, "FT.lora", seed=0, device="cpu"))
     out = run / "models" / "FT.lora"
     before, after = load_file(pt / "model.safetensors"), load_file(out / "model.safetensors")
     assert set(before) == set(after)                           # merged: a plain Llama, no adapter keys
@@ -350,7 +350,7 @@ def test_a_pretrained_model_preset_is_imported_as_pt_not_trained(smoke, tmp_path
     run_dir, _ = smoke
     source = run_dir / "models" / "PT"
     model = {**read_json(source / "provenance.json")["settings"]["model"], "pretrained": str(source)}
-    pretrain.run_stage({"model": model}, StageContext(tmp_path, "PT", seed=0, device="cpu"))
+    pretrain.run_stage(pretrain.load_settings({"model": model}, "PT"), StageContext(tmp_path, "PT", seed=0, device="cpu"))
     out = tmp_path / "models" / "PT"
     prov = read_json(out / "provenance.json")
     assert prov["init_model"] == str(source) and prov["datasets"] == {}

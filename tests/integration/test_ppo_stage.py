@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from alignment_world import PPO_SETTINGS, trained_rm, trainer_log, world  # noqa: F401 (fixtures)
+from alignment_world import PPO_SETTINGS, run_stage_given, trained_rm, trainer_log, world  # noqa: F401 (fixtures)
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_json
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def ppo_run(world, trained_rm):
     ctx = StageContext(world["run_dir"], "RLFT.ppo")
-    rl.run_stage(dict(PPO_SETTINGS), ctx)
+    run_stage_given(rl, PPO_SETTINGS, ctx)
     return ctx.out_dir
 
 
@@ -102,7 +102,7 @@ sys.path[:0] = [{repo!r}]
 from memlens.recipes import rl
 from memlens.recipes.common import StageContext
 from pathlib import Path
-rl.run_stage({settings!r}, StageContext(Path({run_dir!r}), {name!r}))
+rl.run_stage(rl.load_settings({settings!r}, {name!r}.split("/")[0]), StageContext(Path({run_dir!r}), {name!r}))
 """
 
 
@@ -167,4 +167,4 @@ def test_killed_ppo_stage_resumes_to_the_uninterrupted_weights(world, trained_rm
     ({"algorithm": "rloo", "gae_lambda": 0.9}, "gae_lambda", "set algorithm: ppo")])
 def test_bad_ppo_settings_name_the_stage_key(world, change, key, hint):
     with pytest.raises(UserError, match=rf"stages\.RLFT\.3\.{key}\b.*{hint}"):
-        rl.run_stage({**PPO_SETTINGS, **change}, StageContext(world["run_dir"], "RLFT.3/beta=0.5"))
+        run_stage_given(rl, {**PPO_SETTINGS, **change}, StageContext(world["run_dir"], "RLFT.3/beta=0.5"))

@@ -4,7 +4,7 @@ other registered objective, on a micro Llama."""
 import math
 
 import pytest
-from alignment_world import IPO_SETTINGS, trainer_log, world  # noqa: F401 (fixture)
+from alignment_world import IPO_SETTINGS, run_stage_given, trainer_log, world  # noqa: F401 (fixture)
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_json
@@ -16,7 +16,7 @@ from memlens.recipes.common import StageContext
 @pytest.fixture(scope="module")
 def ipo_run(world):
     ctx = StageContext(world["run_dir"], "IPO")
-    preference.run_stage(dict(IPO_SETTINGS), ctx)
+    run_stage_given(preference, IPO_SETTINGS, ctx)
     return ctx.out_dir
 
 
@@ -42,7 +42,7 @@ def test_ipo_checkpoints_load_and_provenance(world, ipo_run):
 
 def test_dpo_option_starts_at_log2(world):
     ctx = StageContext(world["run_dir"], "IPO.dpo")
-    preference.run_stage({**IPO_SETTINGS, "objective": "dpo", "max_steps": 1, "save_steps": 1}, ctx)
+    run_stage_given(preference, {**IPO_SETTINGS, "objective": "dpo", "max_steps": 1, "save_steps": 1}, ctx)
     losses = [e["loss"] for e in trainer_log(ctx.out_dir / "checkpoint-1") if "loss" in e]
     assert losses[0] == pytest.approx(math.log(2), rel=1e-4)   # -log σ(β·0) with policy = reference
 
@@ -51,7 +51,7 @@ def test_dpo_option_starts_at_log2(world):
                                          ({"beta": 0}, "beta"), ({"datasets": []}, "datasets")])
 def test_bad_settings_name_the_stage_key(world, change, key):
     with pytest.raises(UserError, match=rf"stages\.IPO(\.{key}\b|: unknown key\(s\) \['{key}'\])"):
-        preference.run_stage({**IPO_SETTINGS, **change}, StageContext(world["run_dir"], "IPO"))
+        run_stage_given(preference, {**IPO_SETTINGS, **change}, StageContext(world["run_dir"], "IPO"))
 
 
 def test_long_context_is_trimmed_so_the_completion_survives_max_length(world):
@@ -86,7 +86,7 @@ def test_the_default_objective_is_ipo_and_the_older_key_is_refused_naming_object
     digests = set()
     for name, key in (("IPO.objective", {"objective": "ipo"}), ("IPO.default", {})):
         ctx = StageContext(world["run_dir"], name)
-        preference.run_stage({**OBJECTIVE_SETTINGS, "beta": 0.1, **key}, ctx)
+        run_stage_given(preference, {**OBJECTIVE_SETTINGS, "beta": 0.1, **key}, ctx)
         digests.add((ctx.out_dir / "model.safetensors").read_bytes())
         assert read_json(ctx.out_dir / "provenance.json")["hyperparameters"]["objective"] == "ipo"
     assert len(digests) == 1
@@ -103,7 +103,7 @@ def test_every_objective_trains_with_its_trl_trainer_and_scores_its_pairs(world,
     from memlens.recipes import preference_eval
 
     ctx = StageContext(world["run_dir"], f"PREF/objective={objective}")
-    preference.run_stage({**OBJECTIVE_SETTINGS, "objective": objective}, ctx)
+    run_stage_given(preference, {**OBJECTIVE_SETTINGS, "objective": objective}, ctx)
     log = [e for e in trainer_log(ctx.out_dir / "checkpoint-1") if "loss" in e][0]
     assert math.isfinite(log["loss"]) and "logps/chosen" in log and "logps/rejected" in log
     if objective in FIRST_LOSS:

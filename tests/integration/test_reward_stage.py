@@ -4,7 +4,7 @@ import math
 import shutil
 
 import pytest
-from alignment_world import RM_SETTINGS, trained_rm, trainer_log, world  # noqa: F401 (fixtures)
+from alignment_world import RM_SETTINGS, run_stage_given, trained_rm, trainer_log, world  # noqa: F401 (fixtures)
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_json, read_jsonl
@@ -56,7 +56,7 @@ def test_provenance_records_datasets_init_and_settings(world, trained_rm):
 
 def test_finished_stage_with_same_settings_is_skipped(world, trained_rm):
     before = (trained_rm / "provenance.json").stat().st_mtime_ns
-    reward.run_stage(dict(RM_SETTINGS), StageContext(world["run_dir"], "RM.1"))
+    run_stage_given(reward, RM_SETTINGS, StageContext(world["run_dir"], "RM.1"))
     assert (trained_rm / "provenance.json").stat().st_mtime_ns == before
 
 
@@ -71,7 +71,7 @@ def test_killed_stage_resumes_from_its_checkpoint(world, trained_rm):
     for name in ("model.safetensors", "config.json", "provenance.json"):
         (copy / name).unlink()
     kept = (copy / "checkpoint-10" / "model.safetensors").stat().st_mtime_ns
-    reward.run_stage(dict(RM_SETTINGS), StageContext(world["run_dir"], "RM.resume"))
+    run_stage_given(reward, RM_SETTINGS, StageContext(world["run_dir"], "RM.resume"))
     assert (copy / "checkpoint-10" / "model.safetensors").stat().st_mtime_ns == kept  # not retrained
     assert read_json(copy / "checkpoint-20" / "trainer_state.json")["global_step"] == 20
     assert (copy / "provenance.json").is_file()
@@ -82,7 +82,7 @@ def test_killed_stage_resumes_from_its_checkpoint(world, trained_rm):
 
 def test_pairwise_rm_trains_with_reward_trainer(world):
     ctx = StageContext(world["run_dir"], "RM.pairs")
-    reward.run_stage({"init": "FT", "objective": "pairwise", "datasets": ["pairs_easy"], "lr": 3e-3,
+    run_stage_given(reward, {"init": "FT", "objective": "pairwise", "datasets": ["pairs_easy"], "lr": 3e-3,
                       "max_steps": 4, "batch_size": 4, "save_steps": 4, "logging_steps": 1,
                       "score_datasets": ["rm_easy_val"]}, ctx)
     losses = [e["loss"] for e in trainer_log(ctx.out_dir / "checkpoint-4") if "loss" in e]
@@ -102,4 +102,4 @@ def test_pairwise_rm_trains_with_reward_trainer(world):
                                          ({"init": ""}, "init"), ({"deepspeed": "/nonexistent.json"}, "deepspeed")])
 def test_bad_settings_name_the_stage_key(world, change, key):
     with pytest.raises(UserError, match=rf"stages\.RM\.7(\.{key}\b|: unknown key\(s\) \['{key}'\])"):
-        reward.run_stage({**RM_SETTINGS, **change}, StageContext(world["run_dir"], "RM.7"))
+        run_stage_given(reward, {**RM_SETTINGS, **change}, StageContext(world["run_dir"], "RM.7"))

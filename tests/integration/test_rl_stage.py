@@ -4,7 +4,7 @@ import math
 import shutil
 
 import pytest
-from alignment_world import RL_SETTINGS, trained_rm, trainer_log, world  # noqa: F401 (fixtures)
+from alignment_world import RL_SETTINGS, run_stage_given, trained_rm, trainer_log, world  # noqa: F401 (fixtures)
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_json, read_jsonl
@@ -15,7 +15,7 @@ from memlens.recipes.common import StageContext
 @pytest.fixture(scope="module")
 def rloo_run(world, trained_rm):
     ctx = StageContext(world["run_dir"], "RLFT.1/beta=0.1")
-    rl.run_stage(dict(RL_SETTINGS), ctx)
+    run_stage_given(rl, RL_SETTINGS, ctx)
     return ctx.out_dir
 
 
@@ -116,7 +116,7 @@ def test_killed_rl_stage_resumes_from_its_checkpoint(world, rloo_run):
     for name in ("model.safetensors", "provenance.json"):
         (copy / name).unlink()
     kept = (copy / "checkpoint-2" / "model.safetensors").stat().st_mtime_ns
-    rl.run_stage(dict(RL_SETTINGS), StageContext(world["run_dir"], "RLFT.resume"))
+    run_stage_given(rl, RL_SETTINGS, StageContext(world["run_dir"], "RLFT.resume"))
     assert (copy / "checkpoint-2" / "model.safetensors").stat().st_mtime_ns == kept
     state = read_json(copy / "checkpoint-3" / "trainer_state.json")
     assert state["global_step"] == 3 and (copy / "provenance.json").is_file()
@@ -124,7 +124,7 @@ def test_killed_rl_stage_resumes_from_its_checkpoint(world, rloo_run):
 
 def test_grpo_alternative_runs_with_a_reference(world, trained_rm):
     ctx = StageContext(world["run_dir"], "RLFT.grpo")
-    rl.run_stage({**RL_SETTINGS, "algorithm": "grpo", "max_steps": 2}, ctx)
+    run_stage_given(rl, {**RL_SETTINGS, "algorithm": "grpo", "max_steps": 2}, ctx)
     log = [e for e in trainer_log(ctx.out_dir / "checkpoint-2") if "kl" in e]
     assert len(log) == 2 and log[0]["kl"] == pytest.approx(0.0, abs=1e-6)
     assert all(math.isfinite(e["loss"]) for e in log)
@@ -138,7 +138,7 @@ def test_grpo_alternative_runs_with_a_reference(world, trained_rm):
     ({"reward_model": ""}, r"stages\.RLFT\.3\.reward_model\b"), ({"prompts": []}, r"stages\.RLFT\.3\.prompts\b")])
 def test_bad_settings_name_the_stage_key(world, change, message):
     with pytest.raises(UserError, match=message):
-        rl.run_stage({**RL_SETTINGS, **change}, StageContext(world["run_dir"], "RLFT.3/beta=0.5"))
+        run_stage_given(rl, {**RL_SETTINGS, **change}, StageContext(world["run_dir"], "RLFT.3/beta=0.5"))
 
 
 def test_reward_evaluation_reuses_the_initial_policys_rewards_only_for_the_same_models(world, tmp_path):

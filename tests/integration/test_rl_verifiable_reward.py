@@ -6,7 +6,7 @@ import math
 import os
 
 import pytest
-from alignment_world import trainer_log, world, write_dataset  # noqa: F401 (fixture)
+from alignment_world import run_stage_given, trainer_log, world, write_dataset  # noqa: F401 (fixture)
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_json
@@ -23,7 +23,7 @@ SETTINGS = {"init": "FT", "reward": FUNCTION, "prompts": ["sd_prompts", "pd_code
 @pytest.fixture(scope="module", params=["rloo", "grpo", "ppo"])
 def function_run(world, request):
     ctx = StageContext(world["run_dir"], f"RLVR/algorithm={request.param}")
-    rl.run_stage({**SETTINGS, "algorithm": request.param}, ctx)
+    run_stage_given(rl, {**SETTINGS, "algorithm": request.param}, ctx)
     return request.param, ctx.out_dir
 
 
@@ -73,7 +73,7 @@ def test_tests_reward_runs_humaneval_tests_sandboxed_during_rl(world):
                                                    "suffix": "", "task_id": p["task_id"],
                                                    "entry_point": p["entry_point"]} for p in problems])
     ctx = StageContext(world["run_dir"], "RLVR.tests")
-    rl.run_stage({**SETTINGS, "prompts": ["he_prompts"], "max_steps": 1, "save_steps": 1, "eval_prompts": 0,
+    run_stage_given(rl, {**SETTINGS, "prompts": ["he_prompts"], "max_steps": 1, "save_steps": 1, "eval_prompts": 0,
                   "reward": {"kind": "function", "function": "tests", "heldout": ["rm_easy_val"]}}, ctx)
     log = [e for e in trainer_log(ctx.out_dir / "checkpoint-1") if "reward" in e]
     assert log and log[0]["reward"] == 0.0       # an untrained micro model passes no HumanEval test
@@ -96,7 +96,7 @@ def test_tests_reward_runs_humaneval_tests_sandboxed_during_rl(world):
 ])
 def test_bad_reward_settings_are_refused_before_training(world, change, message):
     with pytest.raises(UserError, match=message):
-        rl.run_stage({**SETTINGS, **change}, StageContext(world["run_dir"], "RLVR.bad"))
+        run_stage_given(rl, {**SETTINGS, **change}, StageContext(world["run_dir"], "RLVR.bad"))
     assert not (world["run_dir"] / "models" / "RLVR.bad" / "checkpoint-1").exists()
 
 
@@ -118,7 +118,7 @@ def test_a_sandbox_that_stops_starting_mid_run_stops_the_stage_with_exit_2(world
     ctx = StageContext(world["run_dir"], "RLVR.enospc")
     with pytest.raises(sandbox.SandboxFailure, match=r"sandbox did not start: bwrap: Creating new namespace failed: "
                                                      r"No space left on device.*Fix: .*max_user_namespaces") as failed:
-        rl.run_stage({**SETTINGS, "prompts": ["he_prompts_enospc"], "max_steps": 1, "save_steps": 1,
+        run_stage_given(rl, {**SETTINGS, "prompts": ["he_prompts_enospc"], "max_steps": 1, "save_steps": 1,
                       "eval_prompts": 0, "reward": {"kind": "function", "function": "tests"}}, ctx)
     assert failed.value.exit_code == 2
     assert not list(ctx.out_dir.glob("checkpoint-*")) and not (ctx.out_dir / "provenance.json").exists()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from alignment_world import trained_rm, world  # noqa: F401 (fixtures)
+from alignment_world import run_stage_given, trained_rm, world  # noqa: F401 (fixtures)
 
 from memlens.harness.core.errors import UserError
 from memlens.recipes import rl
@@ -37,7 +37,7 @@ def test_resume_from_a_tampered_checkpoint_is_refused_without_running_its_code(w
     run_dir = world["run_dir"]
     source = StageContext(run_dir, "RLFT.safe_src")
     if not (source.out_dir / "checkpoint-1" / "trainer_state.json").is_file():
-        rl.run_stage(dict(SETTINGS), source)
+        run_stage_given(rl, SETTINGS, source)
     tampered = run_dir / "models" / f"RLFT.tampered_{file.split('.')[0]}"
     shutil.rmtree(tampered, ignore_errors=True)
     shutil.copytree(source.out_dir / "checkpoint-1", tampered / "checkpoint-1")
@@ -45,5 +45,5 @@ def test_resume_from_a_tampered_checkpoint_is_refused_without_running_its_code(w
     torch.save({"policy": RunsCode(marker), "value": {}, "torch": RunsCode(marker)}, tampered / "checkpoint-1" / file)
 
     with pytest.raises(UserError, match=rf"{tampered}/checkpoint-1/{file}: .*refused.*delete .*checkpoint-1"):
-        rl.run_stage(dict(SETTINGS), StageContext(run_dir, tampered.name))
+        run_stage_given(rl, SETTINGS, StageContext(run_dir, tampered.name))
     assert not marker.exists()

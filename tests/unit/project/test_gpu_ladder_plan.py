@@ -56,10 +56,10 @@ def test_the_gpu_runs_commands_compose_as_memlens_would_run_them(ladder, tmp_pat
                 "chain_overrides": ladder.as_overrides(ladder.scaled(ladder.CHAIN, 0.5))}
     (base_cfg,) = compose_only(ladder.base_command(tmp_path, run_plan))
     pt = {s.name: s for s in plan(base_cfg)}["PT"]
-    assert pt.settings["max_tokens"] == counts["pt_tokens"] and pt.settings["save_steps"] == counts["pt_save_steps"]
-    assert pt.settings["tokenizer"] == "assets/base_tiny" and base_cfg.model.hidden_size == 768
+    assert pt.given["max_tokens"] == counts["pt_tokens"] and pt.given["save_steps"] == counts["pt_save_steps"]
+    assert pt.given["tokenizer"] == "assets/base_tiny" and base_cfg.model.hidden_size == 768
     (chain_cfg,) = compose_only(ladder.chain_command(tmp_path, run_plan))
-    stages = {s.model_name: s.settings for s in plan(chain_cfg)}
+    stages = {s.model_name: s.given for s in plan(chain_cfg)}
     assert set(stages) == {"PT", "FT.2", "FT.3", "RM.3", "RLFT.2", "IPO"}
     assert stages["RM.3"]["max_steps"] == 75 and stages["IPO"]["max_steps"] == 87 and stages["FT.3"]["epochs"] == 7
     assert chain_cfg.data.sd.size == 175 and list(chain_cfg.audit.measures) == ["ned", "mia"]

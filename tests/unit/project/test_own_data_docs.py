@@ -42,7 +42,7 @@ def test_every_command_composes(line):
         for entry in cfg.audit_plan:
             assert set(entry["models"]) <= {s.name for s in planned}, entry
         if "data.canaries.file=my_canaries.jsonl" in overrides:   # planted somewhere, and audited
-            trained_on = {d for s in planned for key in ("datasets", "prompts") for d in s.settings.get(key) or []}
+            trained_on = {d for s in planned for key in ("datasets", "prompts") for d in s.given.get(key) or []}
             assert "canaries" in trained_on and any("canaries" in e["datasets"] for e in cfg.audit_plan)
 
 

@@ -13,8 +13,14 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from memlens.harness.core.io import atomic_write_json, read_json
 from memlens.recipes.pipeline import train_stage
 from memlens.recipes.plan import PlannedStage
+from memlens.recipes.stages import recipe_module
 
 SETTINGS = {"init": "PT", "datasets": ["pd_1", "sd_base"], "epochs": 2, "lr": 1e-3}
+
+
+def planned(name: str, recipe: str, settings: dict) -> PlannedStage:
+    """A stage as the plan gives it: its settings parsed by its recipe."""
+    return PlannedStage(name, name, recipe, recipe_module(recipe, name).load_settings(settings, name))
 
 
 def finished_stage(run_dir, name: str, settings: dict) -> None:
@@ -31,8 +37,8 @@ def finished_stage(run_dir, name: str, settings: dict) -> None:
 
 def test_identical_stage_reuses_the_finished_model_and_says_so(tmp_path, capsys):
     finished_stage(tmp_path, "FT.1", SETTINGS)
-    ft1 = PlannedStage("FT.1", "FT.1", "sft", dict(SETTINGS))
-    ft3 = PlannedStage("FT.3", "FT.3", "sft", dict(SETTINGS))
+    ft1 = planned("FT.1", "sft", dict(SETTINGS))
+    ft3 = planned("FT.3", "sft", dict(SETTINGS))
 
     result = train_stage(ft3, tmp_path, seed=0, device="cpu", done=[ft1])
 
@@ -54,18 +60,18 @@ def test_a_stage_with_other_settings_is_not_reused(tmp_path):
     from memlens.recipes.pipeline import identical_finished_stage
 
     finished_stage(tmp_path, "FT.1", SETTINGS)
-    ft1 = PlannedStage("FT.1", "FT.1", "sft", dict(SETTINGS))
-    other = PlannedStage("FT.3", "FT.3", "sft", dict(SETTINGS, lr=2e-3))
-    other_recipe = PlannedStage("RM.1", "RM.1", "reward", dict(SETTINGS))
+    ft1 = planned("FT.1", "sft", dict(SETTINGS))
+    other = planned("FT.3", "sft", dict(SETTINGS, lr=2e-3))
+    other_recipe = planned("RM.1", "reward", dict(SETTINGS))
     assert identical_finished_stage(tmp_path, other, [ft1]) is None
     assert identical_finished_stage(tmp_path, other_recipe, [ft1]) is None
-    assert identical_finished_stage(tmp_path, PlannedStage("FT.3", "FT.3", "sft", dict(SETTINGS)), [ft1]) == ft1
+    assert identical_finished_stage(tmp_path, planned("FT.3", "sft", dict(SETTINGS)), [ft1]) == ft1
 
 
 def test_a_reuse_killed_mid_copy_is_redone_on_rerun(tmp_path):
     finished_stage(tmp_path, "FT.1", SETTINGS)
-    ft1 = PlannedStage("FT.1", "FT.1", "sft", dict(SETTINGS))
-    ft3 = PlannedStage("FT.3", "FT.3", "sft", dict(SETTINGS))
+    ft1 = planned("FT.1", "sft", dict(SETTINGS))
+    ft3 = planned("FT.3", "sft", dict(SETTINGS))
     torn = tmp_path / "models" / "FT.3"
     (torn / "checkpoint-2").mkdir(parents=True)              # the copy stopped after one whole checkpoint
     (torn / "checkpoint-2" / "trainer_state.json").write_text("{}")

@@ -39,8 +39,9 @@ class Recording:
         return {"datasets": [], "init_model": "base", "steps": 3}
 
 
-def load(settings, stage):
-    return StageSettings.load(settings, stage) if settings else None
+def no_settings():
+    """The base settings with nothing set: what a recipe's settings share, parsed as the plan parses them."""
+    return StageSettings.load({}, "X.1")
 
 
 @pytest.fixture(autouse=True)
@@ -52,11 +53,11 @@ def fresh_calls(monkeypatch):
 
 def test_the_runner_runs_the_contract_in_order_then_writes_provenance(tmp_path):
     ctx = StageContext(tmp_path, "X.1")
-    run_recipe(Recording, load, {}, ctx)
+    run_recipe(Recording, no_settings(), ctx)
     assert Recording.calls == ["setup", "train", "save", "evaluate"]
     record = json.loads((ctx.out_dir / PROVENANCE_FILE).read_text())
     assert record["stage"] == "recording" and record["steps"] == 3 and record["settings"] == {}
-    run_recipe(Recording, load, {}, ctx)                      # finished with these settings: skipped
+    run_recipe(Recording, no_settings(), ctx)                      # finished with these settings: skipped
     assert Recording.calls == ["setup", "train", "save", "evaluate"]
 
 
@@ -64,11 +65,11 @@ def test_only_the_main_process_writes_provenance(tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
     ctx = StageContext(tmp_path, "X.1")
-    run_recipe(Recording, load, {}, ctx)
+    run_recipe(Recording, no_settings(), ctx)
     assert Recording.calls == ["setup", "train", "save", "evaluate"]   # every process trains (the trainer shards)
     assert not (ctx.out_dir / PROVENANCE_FILE).exists()
     monkeypatch.setenv("RANK", "0")
-    run_recipe(Recording, load, {}, ctx)
+    run_recipe(Recording, no_settings(), ctx)
     assert (ctx.out_dir / PROVENANCE_FILE).is_file()
 
 
@@ -81,3 +82,26 @@ def test_every_registered_stage_is_a_module_with_the_runner_s_entry_points():
     assert canonical_recipe("ipo", "S") == "preference"
     with pytest.raises(UserError, match=r"stages\.S\.recipe='dpo': use one of pretrain, sft, reward, rl, preference"):
         canonical_recipe("dpo", "S")
+
+
+def test_shared_settings_live_in_the_base_and_each_recipe_keeps_its_own_defaults():
+    """TRL's pattern: the fields every stage has are declared once (StageSettings), a recipe redeclares one only for
+    its own default; the parsed object keeps the mapping it was given, which provenance records."""
+    import dataclasses
+
+    from memlens.recipes.stages import recipe_module
+
+    shared = {f.name for f in dataclasses.fields(StageSettings)}
+    assert shared == {"model", "deepspeed", "lr", "save_steps", "logging_steps"}
+    lrs = {}
+    for name in STAGES:
+        cls = recipe_module(name, "S").load_settings.__annotations__["return"]
+        cls = getattr(recipe_module(name, "S"), cls) if isinstance(cls, str) else cls
+        assert issubclass(cls, StageSettings) and shared <= {f.name for f in dataclasses.fields(cls)}, name
+        lrs[name] = next(f.default for f in dataclasses.fields(cls) if f.name == "lr")
+    assert lrs == {"pretrain": 2e-3, "sft": 1e-3, "reward": 1e-5, "rl": 3e-6, "preference": 1e-6}
+    given = {"init": "PT", "datasets": ["pairs_sd_base"], "lr": 1e-4}
+    parsed = recipe_module("preference", "IPO").load_settings(given, "IPO")
+    assert parsed.lr == 1e-4 and parsed.objective == "ipo" and parsed.given == given
+    given["lr"] = 2e-4
+    assert parsed.given["lr"] == 1e-4                          # a copy: what was parsed is what provenance records
