@@ -24,6 +24,7 @@ from memlens.harness.core.errors import StorageError, UserError, storage_error, 
 from memlens.harness.core.kernels import pin_cpu_kernels
 from memlens.harness.core.layout import report_dir
 from memlens.harness.core.lock import SHARED, hold_directories
+from memlens.harness.core.registry import load_plugins
 from memlens.harness.core.shipped import shipped_dir
 from memlens.harness.model.load import filter_transformers_records
 from memlens.harness.report.findings import Roles
@@ -114,6 +115,10 @@ def compose(overrides: list[str], sweep_point: dict[str, str] | None = None):
         if suffix:
             cfg.run_dir = f"{cfg.run_dir}/{suffix}"
     OmegaConf.resolve(cfg)
+    # Before anything reads a registry: a plugin's objective, attack, measure or finding is then as known to the
+    # config checks, the plan, the audit and the report as a built-in (harness/core/registry.py, docs/architecture.md).
+    plugins = cfg.get("plugins") or []
+    load_plugins([plugins] if isinstance(plugins, str) else list(plugins))
     check_config(cfg)
     return cfg
 

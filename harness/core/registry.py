@@ -15,10 +15,17 @@ imported no audit module saw no audit measures, and dropped their report section
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Generic, TypeVar
+
+from memlens.harness.core.errors import UserError
 
 T = TypeVar("T")
 
@@ -108,3 +115,58 @@ class Registry(Generic[T]):
 
     def __repr__(self) -> str:
         return f"Registry({self.kind}: {', '.join(self.names())})"
+
+
+# --- plugins: where entries of yours come from -----------------------------------------------------------------
+
+PLUGIN_GROUP = "memlens.plugins"     # the entry-point group an installed package declares its plugin modules under
+
+
+def load_plugins(plugins: list[str], where: str = "plugins") -> list[str]:
+    """Import every plugin module, so that it registers its entries (a stage, objective, attack, measure, reward
+    function, finding...) before a command reads any registry: first those installed packages declare under the
+    `memlens.plugins` entry-point group, then each of `plugins` (the config's root key `plugins`), a module name on
+    the Python path or a path to a .py file (relative to the working directory). Importing is idempotent: a module
+    imported before (a second sweep point, a test) is not run again, so nothing registers twice. Returns the names
+    of the modules loaded, in order."""
+    loaded = []
+    for point in sorted(entry_points(group=PLUGIN_GROUP), key=lambda p: p.name):
+        loaded.append(_import_plugin(point.value, f"entry point {point.name!r} ({PLUGIN_GROUP})"))
+    for i, plugin in enumerate(plugins):
+        if not isinstance(plugin, str) or not plugin:
+            raise UserError(f"{where}[{i}]={plugin!r}: give a module name (e.g. my_lab.memlens_plugin) or a .py file")
+        loaded.append(_import_plugin(plugin, f"{where}[{i}]={plugin!r}"))
+    return loaded
+
+
+def _import_plugin(plugin: str, where: str) -> str:
+    """Import one plugin (a module name, or a .py file loaded under a name derived from its resolved path)."""
+    path = Path(plugin)
+    if plugin.endswith(".py"):
+        if not path.is_file():
+            raise UserError(f"{where}: no such file; give the path of your plugin's .py file or its module name")
+        resolved = path.resolve()
+        name = f"memlens_plugin_{resolved.stem}_{hashlib.sha256(str(resolved).encode()).hexdigest()[:8]}"
+        if name in sys.modules:
+            return name
+        spec = importlib.util.spec_from_file_location(name, resolved)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as e:
+            del sys.modules[name]
+            raise UserError(f"{where}: importing it raised {type(e).__name__}: {e}; fix the plugin") from e
+        return name
+    if plugin in sys.modules:
+        return plugin
+    try:
+        importlib.import_module(plugin)
+    except ModuleNotFoundError as e:
+        if e.name != plugin and not plugin.startswith(f"{e.name}."):
+            raise UserError(f"{where}: importing it raised {type(e).__name__}: {e}; fix the plugin") from e
+        raise UserError(f"{where}: no module of that name on the Python path; install it, add its folder to "
+                        "PYTHONPATH, or give the path of its .py file") from None
+    except Exception as e:
+        raise UserError(f"{where}: importing it raised {type(e).__name__}: {e}; fix the plugin") from e
+    return plugin

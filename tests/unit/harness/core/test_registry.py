@@ -57,3 +57,20 @@ def test_a_builtin_that_its_module_does_not_register_is_an_error_naming_it(monke
     registry.register("a", "A")
     with pytest.raises(RuntimeError, match="zz named as built-in but not registered by memlens_test_empty"):
         registry.names()
+
+
+def test_an_installed_package_s_entry_point_and_a_plugin_file_load_once_each(tmp_path):
+    """`load_plugins`: the `memlens.plugins` entry points of installed packages (here a dist-info folder on the path,
+    as pip writes it), then the config's `plugins` (a .py file); a second call imports neither again."""
+    site = tmp_path / "site"
+    (site / "lab_dist-0.1.dist-info").mkdir(parents=True)
+    (site / "lab_dist-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: lab-dist\nVersion: 0.1\n")
+    (site / "lab_dist-0.1.dist-info" / "entry_points.txt").write_text("[memlens.plugins]\nlab = lab_entry\n")
+    (site / "lab_entry.py").write_text("import builtins; builtins.LOADED = getattr(builtins, 'LOADED', []) + ['entry']\n")
+    plugin = tmp_path / "lab_file.py"
+    plugin.write_text("import builtins; builtins.LOADED = getattr(builtins, 'LOADED', []) + ['file']\n")
+    out = fresh(f"import sys, builtins; sys.path.insert(0, {str(site)!r}); "
+                "from memlens.harness.core.registry import load_plugins; "
+                f"first = load_plugins([{str(plugin)!r}]); load_plugins([{str(plugin)!r}]); "
+                "print(first[0], first[1].startswith('memlens_plugin_lab_file_'), *builtins.LOADED)")
+    assert out == "lab_entry True entry file"

@@ -1,0 +1,59 @@
+"""Every kind of extension docs/architecture.md describes, added the way it says: one plugin file, examples/lab_plugin.py,
+named with `plugins=[<file>]`, registering a preference objective, a membership-inference attack, an audit measure
+and a finding. Fresh `memlens` processes (nothing imported by the test reaches them) train a preference stage with the
+objective, run the attack and the measure in the audit, and judge the finding in a rendered `memlens report`."""
+
+from __future__ import annotations
+
+import json
+
+from memlens.harness.core.io import read_json
+from tests.integration.run_helpers import REPO, copy_run, memlens
+
+PLUGIN = REPO / "examples" / "lab_plugin.py"
+
+
+ONLY_IPO = ["stages.FT=null", "stages.RM=null", "stages.RLFT=null", "stages.IPO.objective=hinge_po",
+            "audit_plan=[{models:[IPO],control:PT,datasets:[sd_base]}]", "audit.measures=[ned,mia,row_count]",
+            "audit.mia_spans=[target]", "audit.mia_bootstrap=50"]
+
+
+def test_a_plugin_file_adds_an_objective_an_attack_a_measure_and_a_finding_to_fresh_commands(smoke, tmp_path):
+    run_dir = copy_run(smoke[0], tmp_path / "run", ["data", "models/PT"])
+    common = ["experiment=smoke", f"run_dir={run_dir}", "device=cpu", f"plugins=[{PLUGIN}]", *ONLY_IPO]
+
+    trained = memlens("run", *common, "after_training=[]")
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    provenance = read_json(run_dir / "models" / "IPO" / "provenance.json")
+    assert provenance["hyperparameters"]["objective"] == "hinge_po"        # the stage trained the plugin's objective
+
+    audited = memlens("audit", *common)
+    assert audited.returncode == 0, audited.stdout[-3000:] + audited.stderr[-3000:]
+    mia = read_json(run_dir / "audit" / "mia" / "IPO" / "summary.json")
+    assert mia["attacks"][-1] == "target_length"                           # after the built-ins, in the audit
+    assert read_json(run_dir / "audit" / "row_count.json") == {
+        "sd_base": sum(1 for _ in (run_dir / "data" / "sd_base" / "rows.jsonl").open())}
+
+    report = memlens("report", *common)
+    assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
+    html = (run_dir / "report" / "report.html").read_text()
+    assert "<td class='short'>IPO</td><td class='short'>hinge_po</td>" in html   # the preference stages' table
+    assert "target length" in html                     # the attack's label, in the MIA table
+    assert "Rows per dataset (audit.measures: row_count)" in html
+    findings = {f["id"]: f for f in json.loads((run_dir / "report" / "findings.json").read_text())["findings"]}
+    assert findings["X1"]["status"] == "holds" and findings["X1"]["stages"] == ["IPO"]
+
+    # Without the plugin, the objective is unknown again: a fresh process, and the error names the key and the choices.
+    refused = memlens("check", "experiment=smoke", f"run_dir={run_dir}", "stages.IPO.objective=hinge_po")
+    assert refused.returncode == 2 and "stages.IPO.objective='hinge_po': use one of ipo" in refused.stderr
+
+
+def test_a_missing_or_broken_plugin_is_refused_naming_the_key(tmp_path):
+    missing = memlens("check", f"plugins=[{tmp_path / 'nowhere.py'}]")
+    assert missing.returncode == 2 and "plugins[0]=" in missing.stderr and "no such file" in missing.stderr
+    unknown = memlens("check", "plugins=[no_such_memlens_plugin]")
+    assert unknown.returncode == 2 and "no module of that name on the Python path" in unknown.stderr
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('half-written plugin')\n")
+    failed = memlens("check", f"plugins=[{broken}]")
+    assert failed.returncode == 2 and "importing it raised RuntimeError: half-written plugin" in failed.stderr
