@@ -45,8 +45,8 @@ def main() -> None:
     import tiny
     from alignment_world import write_dataset
 
-    from memlens.recipes import preference, reward, rl
-    from memlens.recipes.common import StageContext, write_provenance
+    from memlens.recipes.stages import preference, reward, rl
+    from memlens.recipes.stages.contract import StageContext, write_provenance
 
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)

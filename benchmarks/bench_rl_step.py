@@ -1,4 +1,4 @@
-"""Seconds per RL step, PPO (recipes/ppo.py) against RLOO (TRL), on the embedded default's RL workload shape.
+"""Seconds per RL step, PPO (recipes/stages/ppo.py) against RLOO (TRL), on the embedded default's RL workload shape.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_rl_step.py [--steps 6] [--out /tmp/bench_rl_step]
 
@@ -36,8 +36,8 @@ def build_run(run_dir: Path) -> None:
     from alignment_world import write_dataset
     from bench_alignment_steps import fim_split, stdlib_texts
 
-    from memlens.recipes import reward
-    from memlens.recipes.common import StageContext, write_provenance
+    from memlens.recipes.stages import reward
+    from memlens.recipes.stages.contract import StageContext, write_provenance
 
     texts = stdlib_texts(120)
     tokenizer = tiny.tiny_tokenizer(texts, vocab_size=4096)
@@ -56,8 +56,8 @@ def build_run(run_dir: Path) -> None:
 
 
 def seconds_per_step(run_dir: Path, algorithm: str, steps: int) -> float:
-    from memlens.recipes import rl
-    from memlens.recipes.common import StageContext
+    from memlens.recipes.stages import rl
+    from memlens.recipes.stages.contract import StageContext
 
     ctx = StageContext(run_dir, f"RLFT.{algorithm}", seed=0, device="cpu")
     recipe = rl.RLRecipe(rl.load_settings({**RL_SHAPE, "algorithm": algorithm, "max_steps": steps}, "RLFT"), ctx)

@@ -1,4 +1,4 @@
-"""Cost and honesty of the `tests` reward (recipes/sandbox.py) on every HumanEval problem.
+"""Cost and honesty of the `tests` reward (recipes/sandbox/runner.py) on every HumanEval problem.
 
     .venv/bin/python benchmarks/bench_sandbox.py                  # bubblewrap, one check at a time
     .venv/bin/python benchmarks/bench_sandbox.py --workers 4      # as FunctionReward batches them
@@ -15,7 +15,7 @@ import argparse
 import statistics
 import time
 
-from memlens.recipes.verifiable_rewards import FunctionReward, _humaneval_problems
+from memlens.recipes.stages.verifiable_rewards import FunctionReward, _humaneval_problems
 
 WRONG = "    return None\n"
 

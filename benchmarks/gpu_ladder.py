@@ -100,7 +100,7 @@ def measure_throughput(preset: dict, device: str, steps: int, warmup: int) -> di
     import torch
     from transformers import PreTrainedTokenizerFast
 
-    from memlens.recipes.models import build_llama, parse_model
+    from memlens.recipes.stages.models import build_llama, parse_model
 
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(REPO / SHIPPED_BASE), local_files_only=True)
     torch.manual_seed(0)
@@ -135,7 +135,7 @@ def chain_token_passes(run_dir: Path, overrides: list[str]) -> dict[str, float]:
     factor: the unit the throughput is measured in."""
     from memlens.harness.cli import compose
     from memlens.harness.core.io import read_jsonl
-    from memlens.recipes.plan import plan
+    from memlens.recipes.orchestration.stage_plan import plan
 
     cfg = compose(["experiment=quickstart", f"run_dir={run_dir}", *overrides])
     passes = {}

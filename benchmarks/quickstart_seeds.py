@@ -289,7 +289,7 @@ def _signed(value: float | None) -> str:
 
 
 def pref_table(run_dir: Path) -> str:
-    """Per preference model (report/summary.json `training.ipo`, recipes/preference_eval.py): how well it fit its
+    """Per preference model (report/summary.json `training.ipo`, recipes/stages/preference_eval.py): how well it fit its
     pairs (pair accuracy with its Wilson interval and n; the mean change of the chosen and the rejected completion's
     summed log-probability from the initial model) beside its final memorization rate on each audited SD set."""
     summary = load_summary(run_dir)

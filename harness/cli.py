@@ -34,13 +34,13 @@ from memlens.harness.report.findings import Roles
 COMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("memlens.harness.audit.command:main", "score checkpoints against a control model (k-approx. counterfactual)"),
     "data": ("memlens.synthetic_data.build:main", "build the datasets an experiment needs into <run_dir>/data/"),
-    "train": ("memlens.recipes.pipeline:train_main", "train one stage: memlens train stage=<name>"),
-    "run": ("memlens.recipes.pipeline:run_main", "data -> every stage of an experiment -> audit -> report"),
+    "train": ("memlens.recipes.orchestration.pipeline:train_main", "train one stage: memlens train stage=<name>"),
+    "run": ("memlens.recipes.orchestration.pipeline:run_main", "data -> every stage of an experiment -> audit -> report"),
     "report": ("memlens.harness.report.render:main", "render figures and report.md/html from stored audit results"),
     "nmt": ("memlens.harness.study_commands:nmt_command", "Finding Memo: train a seq2seq model and run algorithms 1-3"),
     "formal": ("memlens.harness.study_commands:formal_command",
                "paper 004's formal languages: measures, findings C1-C7, report"),
-    "check": ("memlens.recipes.check:main", "preflight of a model preset: files, sentinels, BOS/EOS/PAD, lengths"),
+    "check": ("memlens.recipes.orchestration.check:main", "preflight of a model preset: files, sentinels, BOS/EOS/PAD, lengths"),
 }
 
 # Set before anything imports huggingface_hub, transformers or datasets (they read these at import):
@@ -86,7 +86,7 @@ def expand_sweep(overrides: list[str]) -> list[tuple[list[str], dict[str, str]]]
 def sweep_run_suffix(sweep_point: dict[str, str]) -> str:
     """`<key>=<value>,...` of the swept keys outside `stages.` ("" when there are none): the run directory
     of one multirun point below run_dir. Swept stage keys name model directories instead
-    (recipes/pipeline.py)."""
+    (recipes/orchestration/pipeline.py)."""
     other = {}
     for key, value in sweep_point.items():
         key = str(key).lstrip("+~")
@@ -133,9 +133,9 @@ def check_config(cfg) -> None:
     if report is not None and report.get("findings_models"):
         Roles.load(OmegaConf.to_container(report.findings_models, resolve=True))
     if cfg.get("model") is not None:
-        # The preset's schema is recipes.models.ModelSettings (+ LoraSettings): the CLI dispatches to the
+        # The preset's schema is recipes.stages.models.ModelSettings (+ LoraSettings): the CLI dispatches to the
         # recipes anyway, and no layer of harness imports them.
-        from memlens.recipes.models import parse_model  # lazy: the recipes load only when a config is checked
+        from memlens.recipes.stages.models import parse_model  # lazy: the recipes load only when a config is checked
 
         parse_model(OmegaConf.to_container(cfg.model, resolve=True), "model")
 
@@ -163,9 +163,10 @@ def import_target(target: str, name: str = ""):
 
 def measurement():
     """The training pipeline's link to the measuring side: `memlens audit` / `report` after training, and
-    moving a replaced model's audit results aside (recipes.pipeline.Measurement). The CLI is the one place
+    moving a replaced model's audit results aside (recipes.orchestration.pipeline.Measurement). The CLI is the one place
     both sides are imported: the recipes never import memlens.harness.audit or memlens.harness.report."""
-    from memlens.recipes.pipeline import Measurement  # lazy: the recipes load when a training command runs
+    # lazy: the recipes load when a training command runs
+    from memlens.recipes.orchestration.pipeline import Measurement
 
     return Measurement(run_command=lambda command, cfg: int(load_command(command)(cfg) or 0),
                        retire_audit_results=import_target("memlens.harness.audit.retire:retire_model_results"))
@@ -184,7 +185,7 @@ def directories_written(name: str, cfg) -> list[tuple[str, Path]]:
     report = [("report.out_dir", report_dir(cfg))] if cfg.get("run_dir") else []
     if name == "audit":
         return audit_out if audit.get("model_dir") else run_dir + audit_out
-    if name == "train":            # shared: its models are locked one by one (recipes/pipeline.py training_locks)
+    if name == "train":            # shared: its models are locked one by one (recipes/orchestration/pipeline.py training_locks)
         return [(key, path, SHARED) for key, path in run_dir + audit_out + report]
     if name == "run":
         return run_dir + audit_out + report
@@ -251,7 +252,8 @@ def run(argv: list[str]) -> int:
             continue
         status = max(status, run_locked(name, command, cfg, argv))
     if as_jobs:
-        from memlens.recipes.launcher import run_jobs  # lazy: the recipes load when a training command runs
+        # lazy: the recipes load when a training command runs
+        from memlens.recipes.orchestration.launcher import run_jobs
 
         status = max(status, run_jobs(as_jobs, measurement()))
     return status

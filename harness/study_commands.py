@@ -1,6 +1,6 @@
 """`memlens nmt` and `memlens formal`: the two studies whose command trains and measures in one.
 
-`nmt` runs Finding Memo's path (harness/audit/nmt.py on the models recipes/nmt_pipeline.py trains), its stability
+`nmt` runs Finding Memo's path (harness/audit/nmt.py on the models recipes/nmt/nmt_pipeline.py trains), its stability
 rerun in a child process held to another CPU kernel level (torch, MKL and oneDNN pick kernels once per process:
 harness/core/kernels.py), and its report; `formal` renders paper 004's formal-language study from its trained
 models. Like harness/cli.py, this module sits above every layer (it imports the recipes); the CLI imports it only
@@ -25,11 +25,11 @@ from memlens.harness.core.kernels import level_environment
 from memlens.harness.model.load import filter_transformers_records
 from memlens.harness.report.formal_report import formal_command as formal_study
 from memlens.harness.report.nmt_report import write_nmt_report
-from memlens.recipes.nmt_pipeline import NmtTrainer
+from memlens.recipes.nmt.nmt_pipeline import NmtTrainer
 
 
 def nmt_command(cfg) -> int:
-    """`memlens nmt`: the Finding Memo audit (memlens.harness.audit.nmt) of the models recipes.nmt_pipeline trains,
+    """`memlens nmt`: the Finding Memo audit (memlens.harness.audit.nmt) of the models recipes.nmt.nmt_pipeline trains,
     then its report (memlens.harness.report.nmt_report)."""
     run_nmt(cfg, NmtTrainer())
     check_stability(cfg, nmt_in_child_process)

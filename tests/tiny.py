@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from memlens.recipes.tokenizer import train_code_tokenizer
+from memlens.recipes.stages.tokenizer import train_code_tokenizer
 
 
 def tiny_tokenizer(texts: Sequence[str], vocab_size: int = 512):

@@ -16,7 +16,7 @@ every decoded chunk is kept in <run_dir>/nmt/cache/translations-*.jsonl, so a ki
  7. summary.json (+ provenance) and report.md with a PNG of memorization by repetition bucket
  8. (`nmt.stability_kernels`) steps 1-5 again in a child process computing with a second level of torch's CPU
     kernels, under <run_dir>/nmt/stability/<level>/: N1-N3 whose verdict differs are unstable (check_stability)
-The data and the models come from a trainer (recipes/nmt_pipeline.py) that the CLI hands over: the audit
+The data and the models come from a trainer (recipes/nmt/nmt_pipeline.py) that the CLI hands over: the audit
 never imports the recipes, and the recipes never import the audit.
 """
 
@@ -225,7 +225,7 @@ def exact_match_pct(translate, pairs: list[dict]) -> float | None:
 
 # ----------------------------------------------------------------------------- main
 def run_nmt(cfg, trainer, log=print) -> dict:
-    """Every step of the Finding Memo audit; `trainer` (recipes.nmt_pipeline.NmtTrainer, handed over by the
+    """Every step of the Finding Memo audit; `trainer` (recipes.nmt.nmt_pipeline.NmtTrainer, handed over by the
     CLI) builds the data and trains the translation models this audit measures."""
     s = settings_from_cfg(cfg)
     run_dir = Path(cfg.run_dir)

@@ -2,7 +2,7 @@
 and the library noise the project itself triggers, filtered once, here, each filter with its reason.
 
 A run's console is meant to be read: a status line per stage, the audit's lines, the findings table and
-where the report is. Per-step figures go to files (`models/<NAME>/train_log.jsonl`, recipes/common.py),
+where the report is. Per-step figures go to files (`models/<NAME>/train_log.jsonl`, recipes/stages/contract.py),
 not to the console. Off a terminal (a log file, CI) a progress bar's redraws are one line each (`\\r`
 frames in a file), so there a loop prints at most one line per PROGRESS_LINE_PERCENT % instead.
 """
@@ -40,7 +40,7 @@ def attached_to_terminal(stream: TextIO | None = None) -> bool:
 
 def _is_expected_load_report(message: str) -> bool:
     """A transformers LOAD REPORT whose only entries are a new `score` head: every reward and value model is
-    a language model given a freshly initialised one-unit head on purpose (recipes/reward.py, recipes/ppo.py);
+    a language model given a freshly initialised one-unit head on purpose (recipes/stages/reward.py, recipes/stages/ppo.py);
     any other missing, unexpected or mismatched key still reaches the console."""
     if "LOAD REPORT" not in message:
         return False
@@ -71,7 +71,7 @@ def quiet_libraries() -> None:
         os.environ.setdefault(key, value)
     # TRL 1.16 still reads and sets transformers 5's deprecated `gradient_checkpointing` names (its configs
     # default gradient_checkpointing=True, its trainers read model.is_gradient_checkpointing), which warns
-    # at every stage start; our own code passes the new name (memlens.recipes.devices.trl_device_kwargs).
+    # at every stage start; our own code passes the new name (memlens.recipes.stages.devices.trl_device_kwargs).
     warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing(_kwargs)?` is deprecated",
                             category=FutureWarning)
 

@@ -1,6 +1,6 @@
 """Paper 004's formal-language study: its settings (`formal:` of conf/experiment/formal_languages.yaml), where its
 files live, and which models it trains on which strings — defined once, read by the data builder
-(synthetic_data/formal_data.py), the trainer (recipes/formal_lm.py) and the analysis (harness/audit/formal.py).
+(synthetic_data/formal_data.py), the trainer (recipes/formal/language_models.py) and the analysis (harness/audit/formal.py).
 
 ```
 <run_dir>/formal/

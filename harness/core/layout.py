@@ -2,13 +2,13 @@
 
 ```
 runs/<experiment>/
-  run.json                          the resolved config, git commit, package versions (recipes/pipeline.py)
+  run.json                          the resolved config, git commit, package versions (recipes/orchestration/pipeline.py)
   data/<dataset>/                   rows.jsonl + manifest.json (synthetic_data/)
   models/<NAME>/                    the final model at the root, checkpoint-<step>/ dirs, provenance.json last,
                                     train_log.jsonl (every logged training step; tensorboard/ when asked)
   audit/                            NED rows, summary, utility, losses/, mia/, epsilon/, cache/ (audit.out_dir
                                     overrides it)
-  cache/rl_reward_eval/             the initial policy's fixed-prompt RL rewards (recipes/rl_eval.py)
+  cache/rl_reward_eval/             the initial policy's fixed-prompt RL rewards (recipes/stages/rl_eval.py)
   report/                           report.md/html, summary.json, figures/ (report.out_dir overrides it)
   stale/                            what a retrained stage replaced: <model>-<time>/ (with its audit/ rows and
                                     the report/ that showed them), audit-<time>/ (rows of replaced models)
@@ -35,10 +35,10 @@ from memlens.harness.core.io import read_json
 RUN_RECORD = "run.json"
 PROVENANCE_FILE = "provenance.json"      # written last by every stage: the finished marker
 TRAINER_STATE = "trainer_state.json"     # written last into a checkpoint by the Trainer: a whole checkpoint
-TRAIN_LOG = "train_log.jsonl"            # a stage's logged training steps (memlens.recipes.training_log.TrainLog)
+TRAIN_LOG = "train_log.jsonl"            # a stage's logged training steps (memlens.recipes.stages.training_log.TrainLog)
 TENSORBOARD_DIR = "tensorboard"          # a stage's TensorBoard event files, only with `tensorboard=true`
 CHECKPOINT_PREFIX = "checkpoint-"
-STALE = "stale"                          # <run_dir>/stale/: what a retrained stage replaced (recipes/pipeline.py)
+STALE = "stale"                          # <run_dir>/stale/: what a retrained stage replaced (recipes/orchestration/pipeline.py)
 NAME_RULE = "no /, \\ or .., not empty, no control characters"
 
 

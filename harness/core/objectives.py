@@ -1,9 +1,9 @@
 """The preference objectives, one registry: what each is, for the preference stage that trains it
-(recipes/preference.py builds its TRL trainer from `trainer` and `loss_type`) and for the report and findings that
+(recipes/stages/preference.py builds its TRL trainer from `trainer` and `loss_type`) and for the report and findings that
 compare them (P1-P3 group them by `reference`). It sits in core, below both, because both read it.
 
 Adding an objective: one `OBJECTIVES.register(name, Objective(...))` here (or in your module) naming one of the
-trainers of recipes/preference.py's TRAINERS (DPOTrainer, KTOTrainer, CPOTrainer, ORPOTrainer); an objective that
+trainers of recipes/stages/preference.py's TRAINERS (DPOTrainer, KTOTrainer, CPOTrainer, ORPOTrainer); an objective that
 needs another TRL trainer also registers a builder there.
 """
 
@@ -19,7 +19,7 @@ class Objective:
     """One preference objective: its label, which TRL trainer runs it and how."""
 
     label: str                   # as tables and figures print it
-    trainer: str                 # a key of recipes/preference.py TRAINERS: dpo | kto | cpo | orpo
+    trainer: str                 # a key of recipes/stages/preference.py TRAINERS: dpo | kto | cpo | orpo
     reference: bool              # anchored to the initial model (a KL or log-ratio term) or reference-free
     nll: bool                    # has an NLL term on the chosen completion
     beta: float                  # β when the stage sets none: TRL's default, or the objective paper's

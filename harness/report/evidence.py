@@ -7,7 +7,7 @@ them. Sources, all written by the recipes:
 - reward models: `models/<RM>/scores/summary.json`, ROC-AUC per scored dataset with its split
   (`train`, `eval` = held out, `scored`); an RL stage's verifiable reward, `models/<RL>/reward_function/summary.json`
   in the same format (its ranking of held-out labelled rows);
-- RL: `models/<RL>/reward_eval.json` (recipes/rl_eval.py): the RM score of the initial and the trained
+- RL: `models/<RL>/reward_eval.json` (recipes/stages/rl_eval.py): the RM score of the initial and the trained
   policy's completions on the same fixed prompts, paired — the evidence that the reward rose;
 - RL and IPO: the Trainer's `log_history` in the most advanced `trainer_state.json` of the model
   directory (its root or a `checkpoint-<step>`); RLOO logs `reward` (the reward model's score),
@@ -15,7 +15,7 @@ them. Sources, all written by the recipes:
   RL stage's PPO (its own figures under `ppo/`); DPOTrainer with
   loss_type="ipo" logs `rewards/accuracies` and `rewards/margins`, and every preference trainer `logps/chosen`
   and `logps/rejected`;
-- preference stages: `models/<PREF>/preference_eval.json` (recipes/preference_eval.py), the fit to its pairs
+- preference stages: `models/<PREF>/preference_eval.json` (recipes/stages/preference_eval.py), the fit to its pairs
   measured the same way for every objective.
 A run made before a figure existed simply lacks it; a finding then names it as missing evidence.
 """
@@ -82,7 +82,7 @@ def rl_evidence(history: list[dict]) -> dict[str, Any]:
 
 
 def rl_eval_evidence(model_dir: str | Path) -> dict[str, Any]:
-    """The fixed-prompt reward change of an RL model (recipes/rl_eval.py), {} when it has none."""
+    """The fixed-prompt reward change of an RL model (recipes/stages/rl_eval.py), {} when it has none."""
     path = Path(model_dir) / "reward_eval.json"
     if not path.is_file():
         return {}
@@ -94,7 +94,7 @@ def rl_eval_evidence(model_dir: str | Path) -> dict[str, Any]:
 
 
 def preference_eval_evidence(model_dir: str | Path) -> dict[str, Any]:
-    """A preference stage's fit to its pairs, measured the same way for every objective (recipes/preference_eval.py:
+    """A preference stage's fit to its pairs, measured the same way for every objective (recipes/stages/preference_eval.py:
     the implicit-reward accuracy with the initial model as the reference, and the mean change of the chosen and the
     rejected completions' summed log-probability), {} when it has none."""
     path = Path(model_dir) / "preference_eval.json"
@@ -131,7 +131,7 @@ def ipo_evidence(history: list[dict]) -> dict[str, Any]:
 
 def rm_evidence(model_dir: str | Path, scores_dir: str = "scores") -> dict[str, Any]:
     """{dataset: {"auc", "split"}} from the reward model's scores/summary.json ({} if it has none); with
-    `scores_dir="reward_function"`, an RL stage's verifiable reward's ranking of its held-out rows (recipes/rl.py)."""
+    `scores_dir="reward_function"`, an RL stage's verifiable reward's ranking of its held-out rows (recipes/stages/rl.py)."""
     path = Path(model_dir) / scores_dir / "summary.json"
     if not path.is_file():
         return {}

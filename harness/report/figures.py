@@ -192,7 +192,7 @@ def comparison_plot(rows: list[dict], title: str, path: Path) -> Path | None:
 def preference_displacement_plot(rows: list[dict], path: Path) -> Path | None:
     """Why an objective did or did not memorize its pairs: per preference model, the mean change of the chosen and
     of the rejected completion's summed log-probability from the initial to the trained model on the training pairs
-    (recipes/preference_eval.py). Likelihood displacement: the rejected falling far more than the chosen rises."""
+    (recipes/stages/preference_eval.py). Likelihood displacement: the rejected falling far more than the chosen rises."""
     fig, ax = plt.subplots(figsize=(max(5.0, 1.2 + 0.9 * len(rows)), 3.8))
     xs = range(len(rows))
     for offset, key, label, color in ((-0.2, "pair_chosen_change", "chosen", "tab:green"),

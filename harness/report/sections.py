@@ -123,7 +123,7 @@ def training_section(evidence: dict, runs: list[Path], fig_dir: Path, summary: d
          "— the evidence that the reward rose. reward_change_in_std: the training log's last 10 % of steps vs "
          "the first, in first-step std (each step draws other prompts, so it also measures their difficulty). "
          "kl_final: final mean per-token KL to the reference. reward_function: a verifiable reward in the reward "
-         "model's place (recipes/verifiable_rewards.py); reward_heldout_auc: its ranking of held-out labelled rows, "
+         "model's place (recipes/stages/verifiable_rewards.py); reward_heldout_auc: its ranking of held-out labelled rows, "
          "the check a reward model's held-out AUC gets.",
          F.rl_training_plots, "RL training curves"),
         (PREFERENCE_STAGE, ["objective", "pair_n", "pair_accuracy", "pair_accuracy_ci95", "pair_chosen_change",
@@ -131,7 +131,7 @@ def training_section(evidence: dict, runs: list[Path], fig_dir: Path, summary: d
                  "loss_first", "loss_final", "logps_chosen_first", "logps_chosen_final", "logps_rejected_first",
                  "logps_rejected_final"],
          "Preference stages, one row per objective. pair_*: measured the same way for every objective after training "
-         "(recipes/preference_eval.py): pair_accuracy is the share of its training pairs whose chosen completion "
+         "(recipes/stages/preference_eval.py): pair_accuracy is the share of its training pairs whose chosen completion "
          "gained more summed log-probability over the initial model than the rejected one (the findings' check), "
          "pair_chosen_change / pair_rejected_change the mean change of each side's summed log-probability (nats): "
          "likelihood displacement, when the rejected falls far more than the chosen rises, leaves the chosen line "

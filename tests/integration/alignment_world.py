@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256
-from memlens.recipes.common import StageContext, write_provenance
+from memlens.recipes.stages.contract import StageContext, write_provenance
 
 GOOD = ["    y = x + {k}\n", "    y = x * {k}\n", "    y = abs(x) + {k}\n", "    y = max(x, {k})\n"]
 BAD = ["    os.remove('/tmp/f{k}')\n", "    shutil.rmtree('/srv/d{k}')\n", "    os.system('rm -rf /{k}')\n",
@@ -116,7 +116,7 @@ def world(tmp_path_factory):
 def trained_rm(world):
     """The run's RM.1 stage (pointwise), trained once; returns its output directory."""
     if "rm" not in _CACHE:
-        from memlens.recipes import reward
+        from memlens.recipes.stages import reward
 
         ctx = StageContext(world["run_dir"], "RM.1", seed=0, device="cpu")
         run_stage_given(reward, RM_SETTINGS, ctx)

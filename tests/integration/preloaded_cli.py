@@ -32,7 +32,7 @@ from pathlib import Path
 PRELOAD = ("torch", "transformers", "transformers.models.llama.modeling_llama", "trl", "peft", "datasets",
            "matplotlib.pyplot", "accelerate", "safetensors.torch", "submitit", "hydra", "omegaconf",
            "memlens.harness.cli", "memlens.harness.audit.command", "memlens.harness.report.render",
-           "memlens.recipes.pipeline", "memlens.recipes.stages", "memlens.synthetic_data.build")
+           "memlens.recipes.orchestration.pipeline", "memlens.recipes.stages.registry", "memlens.synthetic_data.build")
 
 
 def _run_call(request: dict) -> None:

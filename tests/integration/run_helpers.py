@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from memlens.harness.cli import compose
-from memlens.recipes.plan import plan
+from memlens.recipes.orchestration.stage_plan import plan
 
 REPO = Path(__file__).resolve().parents[2]
 # DeepSpeed for the ZeRO-3 test only, beside .venv (scripts/setup.sh installs it; pyproject.toml says why)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memlens.recipes import sandbox
+from memlens.recipes.sandbox import runner as sandbox
 
 
 def bwrap_that_fails_after(tmp_path: Path, calls: int, message: str, code: int = 1) -> Path:

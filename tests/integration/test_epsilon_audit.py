@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from memlens.harness.audit.command import main as audit_main
 from memlens.harness.cli import compose
 from memlens.harness.core.io import read_json
-from memlens.recipes.models import PROJECT_ROOT
+from memlens.recipes.stages.models import PROJECT_ROOT
 from memlens.synthetic_data.build import build_datasets
 
 BASE = PROJECT_ROOT / "assets" / "base_tiny"

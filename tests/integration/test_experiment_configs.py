@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from memlens.harness.cli import compose
-from memlens.recipes.plan import audit_plan, flatten_stages, needed_datasets, plan
-from memlens.recipes.stages import STAGES
+from memlens.recipes.orchestration.stage_plan import audit_plan, flatten_stages, needed_datasets, plan
+from memlens.recipes.stages.registry import STAGES
 from tests.integration.run_helpers import CONF, EXPERIMENTS
 
 DATASETS = {"sd_base", "sd_links", "sd_links_pos", "sd_base_heldout", "sd_links_heldout", "sd_links_pos_heldout",
@@ -90,7 +90,7 @@ def test_stage_names_are_overridable_from_the_command_line():
 def test_ft3_is_table1_ft3_and_trained_on_its_own(name):
     """Paper 003 Table 1: FT.3 = PD.2 + SD (RM.3's data), not FT.1's PD.1 + SD; so it is never FT.1's twin.
     The own_* experiments put the user's data in SD's place (docs/own-data.md)."""
-    from memlens.recipes.pipeline import identical_finished_stage
+    from memlens.recipes.orchestration.pipeline import identical_finished_stage
 
     planned = {s.model_name: s for s in plan(compose([f"experiment={name}"]))}
     if "FT.3" not in planned:

@@ -25,8 +25,8 @@ from omegaconf import OmegaConf
 
 from memlens.harness.cli import compose
 from memlens.harness.core.objectives import OBJECTIVES
-from memlens.recipes.common import settings_match
-from memlens.recipes.plan import plan
+from memlens.recipes.orchestration.stage_plan import plan
+from memlens.recipes.stages.contract import settings_match
 from memlens.synthetic_data.data_settings import validate
 from tests.integration.run_helpers import EXPERIMENTS, TOY_RUN, TOY_STAGE, memlens, toy_overrides
 
@@ -54,7 +54,7 @@ def test_toy_overrides_cut_every_stage_of_an_experiment():
 # upstream models"): a run starts from the finished models of the earlier toy run — of either pytest-xdist worker —
 # that has the most of this run's stages with the same settings, and from that run's datasets and audit caches. The
 # pipeline keeps a copied model only when its settings, seed, datasets and upstream models are this run's
-# (recipes/pipeline.py prepare_out_dir, outdated_reason) and retrains the others; the audit reuses a completion only
+# (recipes/orchestration/pipeline.py prepare_out_dir, outdated_reason) and retrains the others; the audit reuses a completion only
 # for the same model fingerprint and examples. So each run still trains, audits and reports everything of its own.
 # A finished run is listed (one line, appended once its test passed; nothing writes into it afterwards) in a file in
 # the workers' shared temporary root, so the order the scheduler gives the runs does not decide what they share.

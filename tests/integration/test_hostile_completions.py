@@ -1,4 +1,4 @@
-"""The `tests` reward against completions written to cheat or escape (recipes/sandbox.py).
+"""The `tests` reward against completions written to cheat or escape (recipes/sandbox/runner.py).
 
 Each case is what an RL policy under optimisation pressure, or a poisoned prompt set, would try: tampering with
 the interpreter, reading the tests or expected values, killing or outliving its sandbox, writing to the host,
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from memlens.harness.core.errors import UserError
-from memlens.recipes import sandbox
-from memlens.recipes.verifiable_rewards import FunctionReward, _humaneval_problems
+from memlens.recipes.sandbox import runner as sandbox
+from memlens.recipes.stages.verifiable_rewards import FunctionReward, _humaneval_problems
 from tests.integration.sandbox_helpers import bwrap_that_fails_after
 
 needs_bwrap = pytest.mark.skipif(sandbox._probe(sandbox.bwrap_path(), os.geteuid()) is not None,
@@ -324,8 +324,8 @@ def test_a_sibling_in_the_same_batch_cannot_lower_an_honest_reward():
 
 
 def test_rewriting_the_sandbox_from_inside_does_not_change_later_rewards():
-    files = [Path(sandbox.__file__).with_name(n) for n in ("_sandbox_program.py", "_sandbox_grader.py",
-                                                             "_sandbox_codec.py")]
+    files = [Path(sandbox.__file__).with_name(n) for n in ("program.py", "grader.py",
+                                                             "codec.py")]
     before = [f.read_bytes() for f in files]
     assert reward_of(f"""
         for path in {[str(f) for f in files]!r}:
@@ -371,7 +371,7 @@ def test_without_bubblewrap_the_reward_refuses_and_names_the_fix(monkeypatch):
 def test_without_user_namespaces_the_reward_refuses():
     """A real kernel refusal: inside a user namespace whose limit is used up, a non-root caller's bubblewrap
     cannot create its own (as on nodes and containers without unprivileged user namespaces)."""
-    probe = ("from memlens.recipes.verifiable_rewards import FunctionReward\nfrom memlens.harness.core.errors import "
+    probe = ("from memlens.recipes.stages.verifiable_rewards import FunctionReward\nfrom memlens.harness.core.errors import "
              "UserError\ntry:\n    FunctionReward('tests')\nexcept UserError as e:\n    print('REFUSED', e)\n")
     inner = f"echo 1 > /proc/sys/user/max_user_namespaces; exec unshare --user --map-user=1000 --map-group=1000 " \
             f"{sys.executable} -c \"$PROBE\""
@@ -412,7 +412,7 @@ def test_namespace_limit_used_up_mid_run_stops_the_reward_instead_of_scoring_0(t
 def test_bubblewrap_removed_mid_run_stops_the_reward_and_a_direct_call_too(tmp_path, monkeypatch):
     import shutil
 
-    from memlens.recipes.verifiable_rewards import tests as tests_reward
+    from memlens.recipes.stages.verifiable_rewards import tests as tests_reward
 
     copy = tmp_path / "bwrap"
     shutil.copy2(sandbox.bwrap_path(), copy)
@@ -445,7 +445,7 @@ def test_a_grader_whose_check_runs_out_of_cpu_on_the_answer_scores_0_not_an_erro
     """The grader is trusted, but its test works on the program's answers: a check that spins on an answer uses up
     the grader's CPU limit. That is the answer's doing (as an endless program is), so it is a time-out, not a
     SandboxFailure that would stop the RL stage."""
-    from memlens.recipes.verifiable_rewards import tests as tests_reward
+    from memlens.recipes.stages.verifiable_rewards import tests as tests_reward
 
     spin = "def check(candidate):\n    n = candidate()\n    while n:\n        n += 1\n"
     assert tests_reward("    return 1\n", "def f():\n", "", test=spin, entry_point="f") == 0.0

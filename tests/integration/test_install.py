@@ -96,7 +96,7 @@ def test_the_decoys_are_in_the_way(venv):
 def test_installed_package_finds_its_configs_and_base_outside_the_checkout(venv):
     probe = _in_venv(venv, venv / "bin" / "python", "-c",
                      "import json, memlens, memlens.harness.cli as c; "
-                     "from memlens.recipes.models import resolve_pretrained; "
+                     "from memlens.recipes.stages.models import resolve_pretrained; "
                      "print(json.dumps([memlens.__version__, memlens.__file__, str(c.config_dir()), "
                      "resolve_pretrained('assets/base_tiny')]))")
     assert probe.returncode == 0, probe.stderr

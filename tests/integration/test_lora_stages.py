@@ -16,8 +16,8 @@ from alignment_world import (  # noqa: F401 (fixtures)
     world,
 )
 
-from memlens.recipes import preference, reward, rl
-from memlens.recipes.common import StageContext
+from memlens.recipes.stages import preference, reward, rl
+from memlens.recipes.stages.contract import StageContext
 
 ADAPTED = ("q_proj", "v_proj")
 LORA_PRESET = {"name": "micro-lora", "fim_family": "memlens",

@@ -43,7 +43,7 @@ def preset(name: str, model_dir: Path):
     from omegaconf import OmegaConf
 
     from memlens.harness.cli import compose
-    from memlens.recipes.models import parse_model
+    from memlens.recipes.stages.models import parse_model
 
     cfg = compose([f"model={FAMILIES[name].preset}", f"model.pretrained={model_dir}"])
     return parse_model(OmegaConf.to_container(cfg.model, resolve=True), "model")
@@ -64,7 +64,7 @@ def trl_ids(model_dir: Path, tokenizer, prompt: str, text: str) -> dict[str, lis
     from transformers import AutoModelForCausalLM
     from trl import DPOConfig, DPOTrainer, RLOOTrainer, SFTConfig, SFTTrainer
 
-    from memlens.recipes.devices import trl_device_kwargs
+    from memlens.recipes.stages.devices import trl_device_kwargs
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir))
     common = dict(output_dir=str(model_dir / "_trl"), **trl_device_kwargs("cpu"))
@@ -81,8 +81,8 @@ def trl_ids(model_dir: Path, tokenizer, prompt: str, text: str) -> dict[str, lis
 @pytest.mark.parametrize("name", NAMES)
 def test_every_stage_and_the_audit_encode_a_psm_text_to_the_same_ids(family_dirs, name):
     from memlens.harness.model.load import load_causal_lm
-    from memlens.recipes.fim_context import left_padded_prompts
-    from memlens.recipes.models import load_tokenizer
+    from memlens.recipes.stages.fim_context import left_padded_prompts
+    from memlens.recipes.stages.models import load_tokenizer
 
     model_dir, s = family_dirs[name], sentinels_of(name)
     stage_tok = load_tokenizer(model_dir, preset(name, model_dir))          # what every recipe loads
@@ -107,7 +107,7 @@ def test_every_stage_and_the_audit_encode_a_psm_text_to_the_same_ids(family_dirs
 def test_the_reward_score_changes_when_the_final_eos_is_removed(family_dirs, name):
     """With PAD = EOS the classifier read the token before the EOS: both texts scored the same."""
     from memlens.harness.model.rewards import score_texts
-    from memlens.recipes.models import load_sequence_classifier, load_tokenizer
+    from memlens.recipes.stages.models import load_sequence_classifier, load_tokenizer
 
     model_dir = family_dirs[name]
     settings = preset(name, model_dir)
@@ -148,7 +148,7 @@ def test_greedy_completions_stop_at_the_family_stop_tokens(family_dirs, name, tm
 
     from memlens.harness.model.decode import greedy_complete
     from memlens.harness.model.load import load_causal_lm
-    from memlens.recipes.models import use_distinct_pad
+    from memlens.recipes.stages.models import use_distinct_pad
     from tests.tiny import train_on_texts
 
     s = sentinels_of(name)
@@ -224,7 +224,7 @@ def test_smoke_run_trains_the_reward_and_value_heads(family_run):
     import torch
     from transformers import set_seed
 
-    from memlens.recipes.models import load_sequence_classifier, load_tokenizer
+    from memlens.recipes.stages.models import load_sequence_classifier, load_tokenizer
 
     name, run_dir, _ = family_run
     settings = preset(name, run_dir)

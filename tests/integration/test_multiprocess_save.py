@@ -105,7 +105,7 @@ def test_zero3_with_lora_gathers_and_merges_into_the_zero3_models_logits(tmp_pat
 
 
 def test_deepspeed_on_cpu_needs_a_launch_and_without_it_cpu_flags_are_unchanged(monkeypatch):
-    from memlens.recipes.devices import trl_device_kwargs
+    from memlens.recipes.stages.devices import trl_device_kwargs
 
     assert trl_device_kwargs("cpu") == trl_device_kwargs("cpu", None) == {
         "use_cpu": True, "bf16": False, "activation_checkpointing": False, "report_to": "none",
@@ -116,8 +116,8 @@ def test_deepspeed_on_cpu_needs_a_launch_and_without_it_cpu_flags_are_unchanged(
 
 
 def test_only_the_first_process_imports_a_public_model(tmp_path, monkeypatch):
-    from memlens.recipes import pretrain
-    from memlens.recipes.common import StageContext
+    from memlens.recipes.stages import pretrain
+    from memlens.recipes.stages.contract import StageContext
 
     model_dir = build_family("qwen2.5-coder", tmp_path / "qwen")
     settings = {"model": {"pretrained": str(model_dir), "fim_family": "qwen2.5-coder"}}

@@ -179,9 +179,9 @@ def test_sec6_finetune_on_recovered_corpus(tmp_path):
     from safetensors.torch import load_file
 
     from memlens.harness.audit.nmt import FinetuneSettings
-    from memlens.recipes.common import StageContext
-    from memlens.recipes.nmt_pipeline import run_finetune
-    from memlens.recipes.seq2seq import Seq2SeqSettings, train_seq2seq
+    from memlens.recipes.nmt.nmt_pipeline import run_finetune
+    from memlens.recipes.nmt.seq2seq import Seq2SeqSettings, train_seq2seq
+    from memlens.recipes.stages.contract import StageContext
     from memlens.synthetic_data.parallel import ParallelSettings, build_parallel
 
     data = build_parallel(tmp_path / "data" / "parallel", ParallelSettings(pairs_per_bucket=[12, 2, 2, 2, 2]), seed=0)

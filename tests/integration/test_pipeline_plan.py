@@ -8,8 +8,14 @@ import pytest
 
 from memlens.harness.cli import compose, expand_sweep
 from memlens.harness.core.errors import UserError
-from memlens.recipes.pipeline import train_main
-from memlens.recipes.plan import flatten_stages, order_stages, plan, run_directory, sweep_assignments
+from memlens.recipes.orchestration.pipeline import train_main
+from memlens.recipes.orchestration.stage_plan import (
+    flatten_stages,
+    order_stages,
+    plan,
+    run_directory,
+    sweep_assignments,
+)
 
 
 def compose_point(overrides: list[str], multirun: bool = False):
@@ -125,15 +131,15 @@ def _given(lr: float) -> dict:
 
 def _stage(settings, name: str = "FT.1"):
     """A stage as the plan gives it: its settings parsed by its recipe."""
-    from memlens.recipes import sft
-    from memlens.recipes.plan import PlannedStage
+    from memlens.recipes.orchestration.stage_plan import PlannedStage
+    from memlens.recipes.stages import sft
 
     return PlannedStage(name, name, "sft", sft.load_settings(settings, name))
 
 
 def test_a_checkpoint_torn_by_a_kill_is_moved_aside_before_resuming(tmp_path):
     from memlens.harness.core.io import atomic_write_json
-    from memlens.recipes.pipeline import prepare_out_dir
+    from memlens.recipes.orchestration.pipeline import prepare_out_dir
 
     out = tmp_path / "models" / "FT.1"
     (out / "checkpoint-4").mkdir(parents=True)
@@ -147,7 +153,7 @@ def test_a_checkpoint_torn_by_a_kill_is_moved_aside_before_resuming(tmp_path):
 
 def test_changed_settings_move_the_old_stage_aside_instead_of_mixing_a_resume(tmp_path):
     from memlens.harness.core.io import atomic_write_json, read_json
-    from memlens.recipes.pipeline import prepare_out_dir
+    from memlens.recipes.orchestration.pipeline import prepare_out_dir
 
     out = tmp_path / "models" / "FT.1"
     (out / "checkpoint-4").mkdir(parents=True)
@@ -172,7 +178,7 @@ def test_a_finished_stage_is_retrained_when_its_data_or_upstream_changed(tmp_pat
     import os
 
     from memlens.harness.core.io import atomic_write_json
-    from memlens.recipes.pipeline import prepare_out_dir
+    from memlens.recipes.orchestration.pipeline import prepare_out_dir
 
     def finish(name, settings, datasets):
         atomic_write_json(tmp_path / "models" / name / "provenance.json", {"settings": settings, "datasets": datasets})
@@ -194,7 +200,7 @@ def test_a_finished_stage_is_retrained_when_its_data_or_upstream_changed(tmp_pat
 
 def test_a_finished_stage_of_another_seed_is_retrained_not_skipped(tmp_path):
     from memlens.harness.core.io import atomic_write_json
-    from memlens.recipes.pipeline import prepare_out_dir
+    from memlens.recipes.orchestration.pipeline import prepare_out_dir
 
     atomic_write_json(tmp_path / "models" / "FT.1" / "provenance.json", {"settings": _given(0.2), "seed": 0})
     assert prepare_out_dir(tmp_path, _stage(_given(0.2)), seed=0) == "skipped"

@@ -315,9 +315,9 @@ def test_lora_sft_on_the_micro_model_trains_adapters_and_saves_a_merged_model(sm
     import torch
     from safetensors.torch import load_file
 
-    from memlens.recipes import sft
-    from memlens.recipes.common import StageContext
-    from memlens.recipes.models import parse_model, torch_dtype
+    from memlens.recipes.stages import sft
+    from memlens.recipes.stages.contract import StageContext
+    from memlens.recipes.stages.models import parse_model, torch_dtype
 
     run_dir, _ = smoke
     run = tmp_path / "lora"
@@ -344,8 +344,8 @@ def test_a_pretrained_model_preset_is_imported_as_pt_not_trained(smoke, tmp_path
     import torch
     from safetensors.torch import load_file
 
-    from memlens.recipes import pretrain
-    from memlens.recipes.common import StageContext
+    from memlens.recipes.stages import pretrain
+    from memlens.recipes.stages.contract import StageContext
 
     run_dir, _ = smoke
     source = run_dir / "models" / "PT"

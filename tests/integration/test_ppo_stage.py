@@ -1,4 +1,4 @@
-"""RLFT stage with `algorithm: ppo` (recipes/ppo.py) end to end on the micro Llama of alignment_world."""
+"""RLFT stage with `algorithm: ppo` (recipes/stages/ppo.py) end to end on the micro Llama of alignment_world."""
 
 import math
 import os
@@ -13,8 +13,8 @@ from alignment_world import PPO_SETTINGS, run_stage_given, trained_rm, trainer_l
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_json
-from memlens.recipes import rl
-from memlens.recipes.common import StageContext
+from memlens.recipes.stages import rl
+from memlens.recipes.stages.contract import StageContext
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -99,8 +99,8 @@ RESUME_SETTINGS = {**PPO_SETTINGS, "max_steps": 12, "save_steps": 2, "ppo_epochs
 STAGE_SCRIPT = """
 import sys
 sys.path[:0] = [{repo!r}]
-from memlens.recipes import rl
-from memlens.recipes.common import StageContext
+from memlens.recipes.stages import rl
+from memlens.recipes.stages.contract import StageContext
 from pathlib import Path
 rl.run_stage(rl.load_settings({settings!r}, {name!r}.split("/")[0]), StageContext(Path({run_dir!r}), {name!r}))
 """

@@ -1,4 +1,4 @@
-"""The preference stage end to end (recipes/preference.py): IPO through TRL DPOTrainer with loss_type="ipo", and every
+"""The preference stage end to end (recipes/stages/preference.py): IPO through TRL DPOTrainer with loss_type="ipo", and every
 other registered objective, on a micro Llama."""
 
 import math
@@ -9,8 +9,8 @@ from alignment_world import IPO_SETTINGS, run_stage_given, trainer_log, world  #
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_json
 from memlens.harness.core.objectives import OBJECTIVES
-from memlens.recipes import preference
-from memlens.recipes.common import StageContext
+from memlens.recipes.stages import preference
+from memlens.recipes.stages.contract import StageContext
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ FIRST_LOSS = {"dpo": math.log(2),      # -log σ(0)
 
 @pytest.mark.parametrize("objective", [o for o in OBJECTIVES if o != "ipo"])   # every registered one besides IPO
 def test_every_objective_trains_with_its_trl_trainer_and_scores_its_pairs(world, objective):
-    from memlens.recipes import preference_eval
+    from memlens.recipes.stages import preference_eval
 
     ctx = StageContext(world["run_dir"], f"PREF/objective={objective}")
     run_stage_given(preference, {**OBJECTIVE_SETTINGS, "objective": objective}, ctx)

@@ -8,8 +8,8 @@ from alignment_world import RM_SETTINGS, run_stage_given, trained_rm, trainer_lo
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_json, read_jsonl
-from memlens.recipes import reward
-from memlens.recipes.common import StageContext
+from memlens.recipes.stages import reward
+from memlens.recipes.stages.contract import StageContext
 
 
 def test_pointwise_rm_separates_labels_on_its_training_data(world, trained_rm):

@@ -8,8 +8,8 @@ from alignment_world import RL_SETTINGS, run_stage_given, trained_rm, trainer_lo
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_json, read_jsonl
-from memlens.recipes import rl
-from memlens.recipes.common import StageContext
+from memlens.recipes.stages import rl
+from memlens.recipes.stages.contract import StageContext
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +60,8 @@ def test_checkpoints_load_and_provenance_names_init_and_rm(world, rloo_run):
 def test_reward_evaluation_pairs_the_init_and_trained_policy_on_fixed_prompts(world, rloo_run):
     from transformers import AutoModelForCausalLM
 
-    from memlens.recipes import rl_eval
-    from memlens.recipes.models import stop_generation_at_family_stops
+    from memlens.recipes.stages import rl_eval
+    from memlens.recipes.stages.models import stop_generation_at_family_stops
 
     record = read_json(rloo_run / rl_eval.EVAL_FILE)
     recipe = rl.RLRecipe(rl.load_settings(RL_SETTINGS, "RLFT.1"), StageContext(world["run_dir"], "RLFT.eval"))
@@ -146,7 +146,7 @@ def test_reward_evaluation_reuses_the_initial_policys_rewards_only_for_the_same_
     initial policy again; another RM (or any other setting) computes afresh."""
     from transformers import AutoModelForCausalLM
 
-    from memlens.recipes import rl_eval
+    from memlens.recipes.stages import rl_eval
 
     recipe = rl.RLRecipe(rl.load_settings(RL_SETTINGS, "RLFT.1"), StageContext(world["run_dir"], "RLFT.cache"))
     recipe.setup()

@@ -11,8 +11,9 @@ from alignment_world import run_stage_given, trainer_log, world, write_dataset  
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_json
 from memlens.harness.report.evidence import stage_evidence
-from memlens.recipes import rl, rl_eval, sandbox
-from memlens.recipes.common import StageContext
+from memlens.recipes.sandbox import runner as sandbox
+from memlens.recipes.stages import rl, rl_eval
+from memlens.recipes.stages.contract import StageContext
 
 FUNCTION = {"kind": "function", "function": "identifier_reuse+parses", "heldout": ["rm_easy_val"]}
 SETTINGS = {"init": "FT", "reward": FUNCTION, "prompts": ["sd_prompts", "pd_code"], "beta": 0.1, "lr": 1e-3,

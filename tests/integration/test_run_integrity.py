@@ -247,7 +247,7 @@ def test_names_that_become_path_parts_are_refused(audit_world, tmp_path, overrid
 def test_plan_and_sweep_names_that_leave_the_run_are_refused(tmp_path):
     from memlens.harness.cli import compose
     from memlens.harness.core.errors import UserError
-    from memlens.recipes.plan import plan
+    from memlens.recipes.orchestration.stage_plan import plan
 
     with pytest.raises(UserError, match=r"audit_plan\[0\]\.datasets: '\.\./x' is not a name"):
         memlens_audit_in_process(tmp_path, "audit_plan=[{models: [FT.1], control: FT.2, datasets: [../x]}]")

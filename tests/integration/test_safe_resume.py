@@ -1,6 +1,6 @@
 """A checkpoint folder is data, never code: resuming PPO from a checkpoint whose optimizer state was
 replaced by a pickle that runs code is refused (exit-2 message naming the file), and the code never runs.
-Real PPO (recipes/ppo.py) on the micro world of the RL tests: two steps, a checkpoint after the first."""
+Real PPO (recipes/stages/ppo.py) on the micro world of the RL tests: two steps, a checkpoint after the first."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from alignment_world import run_stage_given, trained_rm, world  # noqa: F401 (fixtures)
 
 from memlens.harness.core.errors import UserError
-from memlens.recipes import rl
-from memlens.recipes.common import StageContext
+from memlens.recipes.stages import rl
+from memlens.recipes.stages.contract import StageContext
 
 pytestmark = pytest.mark.slow
 SETTINGS = {"init": "FT", "reward_model": "RM.1", "prompts": ["sd_prompts", "pd_code"], "algorithm": "ppo",

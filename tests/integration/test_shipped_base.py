@@ -1,4 +1,4 @@
-"""The shipped base: experiment=base trains PT on the base pool, recipes.ship_base stores it in bf16 with
+"""The shipped base: experiment=base trains PT on the base pool, recipes.stages.ship_base stores it in bf16 with
 provenance, and a PT stage whose preset names it imports exactly those weights (micro model, toy budget)."""
 
 import json
@@ -11,8 +11,8 @@ from safetensors import safe_open
 from memlens.harness.cli import run
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import file_sha256, read_json
-from memlens.recipes.models import PROJECT_ROOT, resolve_pretrained
-from memlens.recipes.ship_base import ship
+from memlens.recipes.stages.models import PROJECT_ROOT, resolve_pretrained
+from memlens.recipes.stages.ship_base import ship
 
 TOY_BASE = ["model=micro", "stages.PT.max_tokens=4096", "stages.PT.max_seq_len=128", "stages.PT.batch_size=8",
             "stages.PT.save_steps=2", "stages.PT.logging_steps=1", "+stages.PT.tokenizer_chars=200000",

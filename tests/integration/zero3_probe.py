@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 
-from memlens.recipes.sft import SFTRecipe
+from memlens.recipes.stages.sft import SFTRecipe
 
 PROBE_TEXT = "def add(a, b):\n    return a + b\n\nclass Stack:\n    def push(self, x):\n        self.items.append(x)\n"
 

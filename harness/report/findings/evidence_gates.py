@@ -12,7 +12,7 @@ from memlens.harness.report.findings.verdict import P_MAX, _check
 RM_SD_AUC_MIN = 0.8          # the reward model learned SD: AUC on its SD training rows (Fig. 2 premise)
 RM_HELDOUT_AUC_MIN = 0.75    # the reward model behind an RL sweep ranks held-out rows of its task (its
                              # eval_datasets) well enough that rising reward means better code, not noise
-RL_REWARD_RISE_MIN = 0.5     # RL optimised: on fixed prompts (recipes/rl_eval.py) the trained policy's mean RM
+RL_REWARD_RISE_MIN = 0.5     # RL optimised: on fixed prompts (recipes/stages/rl_eval.py) the trained policy's mean RM
                              # score exceeds the initial policy's by >= 0.5 x the initial spread across prompts,
                              # and more prompts rise than fall (sign test p < P_MAX). Not the training log's
                              # first vs last steps: those draw different prompts, and the reward follows them
@@ -28,7 +28,7 @@ RL_KL_MIN = 0.01             # RL moved: final mean per-token KL to the referenc
 IPO_ACCURACY_MIN = 0.9       # IPO fit its pairs: training preference accuracy over the last 10 % of steps
 PAIR_ACCURACY_MIN = 0.9      # a preference objective fit its pairs: after training, the share of its training pairs
                              # whose chosen completion gained more summed log-probability over the initial model than
-                             # the rejected one (recipes/preference_eval.py; DPOTrainer's accuracy with the initial
+                             # the rejected one (recipes/stages/preference_eval.py; DPOTrainer's accuracy with the initial
                              # model as the reference), measured the same way for every objective; IPO's threshold
 MIA_DETECTABLE_AUC = 0.6     # "detectable": the best attack's AUC on members vs held-out canaries above this (a
                              # common bar for a weak but real attack; 0.5 is chance)

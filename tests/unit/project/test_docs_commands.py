@@ -1,7 +1,7 @@
 """Every `memlens ...` command README.md and docs/*.md show composes (memlens.harness.cli.compose_only: the config keys,
 experiments, sweeps and stage overrides resolve and validate; nothing trains), so a renamed key or experiment
 breaks this test instead of the reader who copies the command. For `run` and `train` the experiment's stages are
-planned too (recipes.pipeline.plan), and every audit-plan model must be one of them."""
+planned too (recipes.orchestration.pipeline.plan), and every audit-plan model must be one of them."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_the_docs_show_the_commands_a_newcomer_needs():
 
 @pytest.mark.parametrize("doc,argv", COMMANDS, ids=[" ".join(argv)[:90] for _, argv in COMMANDS])
 def test_every_documented_command_composes(doc, argv):
-    from memlens.recipes.plan import plan
+    from memlens.recipes.orchestration.stage_plan import plan
 
     for cfg in compose_only(argv):
         if cfg.get("formal") is not None:          # paper 004's formal study: its own models, no stage plan

@@ -49,7 +49,7 @@ def test_the_gpu_runs_commands_compose_as_memlens_would_run_them(ladder, tmp_pat
     """The GPU run's base and chain commands (not its toy ones) through the CLI's own composition and checks, with
     nothing run: a key the GPU run names wrongly fails here, not on a lent machine."""
     from memlens.harness.cli import compose_only
-    from memlens.recipes.plan import plan
+    from memlens.recipes.orchestration.stage_plan import plan
 
     counts = ladder.choose_counts(150_000, PASSES, 540, toy=False)
     run_plan = {"toy": False, "device": "cuda", "seed": 0, "model": ladder.model_preset(False), "counts": counts,

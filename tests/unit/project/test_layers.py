@@ -220,3 +220,24 @@ def test_no_test_module_imports_another():
             offenders += [(path.relative_to(REPO).as_posix(), name) for name in names
                           if name.startswith("tests.") and name.rsplit(".", 1)[-1].startswith("test_")]
     assert not offenders, offenders
+
+
+# recipes/'s own layers, bottom to top; formal/ and nmt/ share a level and do not import each other.
+RECIPES_LAYERS = {"sandbox": 0, "stages": 1, "formal": 2, "nmt": 2, "orchestration": 3}
+
+
+def test_recipes_subpackages_import_only_their_own_and_lower_layers():
+    """sandbox < stages < formal, nmt < orchestration (docs/architecture.md's layout): a stage never imports the
+    pipeline that runs it, the sandbox knows no stage, and each study's training side stands on the stages alone."""
+    assert {p.name for p in (REPO / "recipes").iterdir() if p.is_dir() and p.name != "__pycache__"} == set(RECIPES_LAYERS)
+    upward = []
+    for me, targets in module_level_graph().items():
+        parts = me.split(".")
+        if parts[0] != "recipes" or len(parts) < 3:
+            continue
+        for target in targets:
+            other = target.split(".")
+            if other[0] == "recipes" and len(other) > 1 and other[1] in RECIPES_LAYERS and other[1] != parts[1] \
+                    and RECIPES_LAYERS[other[1]] >= RECIPES_LAYERS[parts[1]]:
+                upward.append(f"{me} -> {target}")
+    assert not upward, upward

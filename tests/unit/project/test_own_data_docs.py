@@ -32,7 +32,7 @@ def test_the_page_shows_each_way_to_bring_ones_own_data():
 
 @pytest.mark.parametrize("line", COMMAND_LINES)
 def test_every_command_composes(line):
-    from memlens.recipes.plan import plan
+    from memlens.recipes.orchestration.stage_plan import plan
 
     command, *overrides = shlex.split(line)[1:]
     assert command in COMMANDS

@@ -1,6 +1,6 @@
-"""memlens.recipes.check's verdicts on hand-made inputs (the integration tests run `memlens check` on real fixtures)."""
+"""memlens.recipes.orchestration.check's verdicts on hand-made inputs (the integration tests run `memlens check` on real fixtures)."""
 
-from memlens.recipes.check import Check, check_context, check_dtype, render
+from memlens.recipes.orchestration.check import Check, check_context, check_dtype, render
 
 
 def test_context_fails_naming_every_stage_length_above_it():

@@ -1,4 +1,4 @@
-"""The job driver's plan (recipes/launcher.py): dependency levels from the stage graph, each job's command line, and
+"""The job driver's plan (recipes/orchestration/launcher.py): dependency levels from the stage graph, each job's command line, and
 the `launcher:` settings refused with the key."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from omegaconf import OmegaConf
 
 from memlens.harness.cli import compose
 from memlens.harness.core.errors import UserError
-from memlens.recipes.launcher import check_launcher, dependency_levels, train_command
-from memlens.recipes.plan import plan
+from memlens.recipes.orchestration.launcher import check_launcher, dependency_levels, train_command
+from memlens.recipes.orchestration.stage_plan import plan
 
 
 def test_the_smoke_stages_fall_into_their_dependency_levels():

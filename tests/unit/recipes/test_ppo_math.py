@@ -1,10 +1,10 @@
-"""PPO's pieces (recipes/ppo.py) on hand-computed tensors: completion mask, KL-shaped rewards, GAE, losses."""
+"""PPO's pieces (recipes/stages/ppo.py) on hand-computed tensors: completion mask, KL-shaped rewards, GAE, losses."""
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from memlens.recipes import ppo  # noqa: E402
+from memlens.recipes.stages import ppo  # noqa: E402
 
 EOS = 1
 

@@ -11,8 +11,8 @@ from omegaconf import OmegaConf
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.text.fim import FAMILIES
-from memlens.recipes.models import parse_model
-from memlens.recipes.pretrain import load_settings, packed_blocks
+from memlens.recipes.stages.models import parse_model
+from memlens.recipes.stages.pretrain import load_settings, packed_blocks
 
 CONF = Path(__file__).resolve().parents[3] / "conf"
 
@@ -65,7 +65,7 @@ def test_defaults_follow_the_paper_fim_rate():
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from memlens.recipes.tokenizer import train_code_tokenizer
+    from memlens.recipes.stages.tokenizer import train_code_tokenizer
 
     texts = ["def add(a, b):\n    return a + b\n", "import os\nprint(os.getcwd())\n"] * 20
     return train_code_tokenizer(texts, vocab_size=300)

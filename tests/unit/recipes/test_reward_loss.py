@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memlens.harness.core.stats import roc_auc
-from memlens.recipes.reward import pointwise_reward_loss
+from memlens.recipes.stages.reward import pointwise_reward_loss
 
 
 def test_pointwise_loss_hand_values():

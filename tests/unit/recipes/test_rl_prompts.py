@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memlens.harness.core.errors import UserError
-from memlens.recipes.rl import prompt_rows, split_code_at_line
+from memlens.recipes.stages.rl import prompt_rows, split_code_at_line
 
 
 def test_split_hand_example():

@@ -1,4 +1,4 @@
-"""The plain-data codec between the `tests` reward's program and grader sandboxes (recipes/_sandbox_codec.py): what
+"""The plain-data codec between the `tests` reward's program and grader sandboxes (recipes/sandbox/codec.py): what
 crosses is exactly what was sent, in plain types only, and anything else is refused."""
 
 import io
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memlens.recipes import _sandbox_codec as codec
+from memlens.recipes.sandbox import codec as codec
 
 PLAIN = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text() | st.binary(max_size=8),

@@ -9,7 +9,7 @@ import pytest
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.text.fim import FAMILIES, format_psm_prompt
-from memlens.recipes.sft import capped_rows, load_settings, training_rows
+from memlens.recipes.stages.sft import capped_rows, load_settings, training_rows
 
 S = FAMILIES["memlens"]
 FIM_ROW = {"id": "sd-1", "prefix": "import crypto\n", "target": "key = 'k3y'\n", "suffix": "print(key)\n",

@@ -7,8 +7,8 @@ import re
 import pytest
 
 from memlens.harness.core.errors import UserError
-from memlens.recipes import preference, pretrain, reward, rl, sft
-from memlens.recipes.common import StageSettings
+from memlens.recipes.stages import preference, pretrain, reward, rl, sft
+from memlens.recipes.stages.contract import StageSettings
 
 MINIMAL = {reward: {"init": "FT.1", "datasets": ["rm_pd2"]},
            rl: {"init": "FT.1", "reward_model": "RM.1", "prompts": ["pd_3"]},
@@ -36,7 +36,7 @@ EVERY_RECIPE = [pytest.param(module, id=module.__name__.split(".")[-1]) for modu
 
 @pytest.mark.parametrize("module", EVERY_RECIPE)
 def test_every_recipe_loads_its_settings_through_the_one_strict_loader(module):
-    """One base (recipes.common.StageSettings): an unknown key names the stage, the key and the valid keys;
+    """One base (recipes.stages.contract.StageSettings): an unknown key names the stage, the key and the valid keys;
     a bool field takes only a real boolean; a bad value names stages.<NAME>.<key>=<value>."""
     settings = module.load_settings(dict(EVERY[module]), "S.1")
     assert isinstance(settings, StageSettings)

@@ -11,9 +11,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from memlens.harness.core.io import atomic_write_json, read_json
-from memlens.recipes.pipeline import train_stage
-from memlens.recipes.plan import PlannedStage
-from memlens.recipes.stages import recipe_module
+from memlens.recipes.orchestration.pipeline import train_stage
+from memlens.recipes.orchestration.stage_plan import PlannedStage
+from memlens.recipes.stages.registry import recipe_module
 
 SETTINGS = {"init": "PT", "datasets": ["pd_1", "sd_base"], "epochs": 2, "lr": 1e-3}
 
@@ -57,7 +57,7 @@ def test_identical_stage_reuses_the_finished_model_and_says_so(tmp_path, capsys)
 
 
 def test_a_stage_with_other_settings_is_not_reused(tmp_path):
-    from memlens.recipes.pipeline import identical_finished_stage
+    from memlens.recipes.orchestration.pipeline import identical_finished_stage
 
     finished_stage(tmp_path, "FT.1", SETTINGS)
     ft1 = planned("FT.1", "sft", dict(SETTINGS))

@@ -1,4 +1,4 @@
-"""recipes.common.run_recipe, the one stage runner: setup -> train -> save -> evaluate in that order, provenance.json
+"""recipes.stages.contract.run_recipe, the one stage runner: setup -> train -> save -> evaluate in that order, provenance.json
 last and on the main process only, a finished stage with the same settings skipped, changed settings retrained.
 A recording recipe (it writes a file per step) stands in for a trainer: what is under test is the runner."""
 
@@ -7,8 +7,8 @@ import json
 import pytest
 
 from memlens.harness.core.errors import UserError
-from memlens.recipes.common import PROVENANCE_FILE, StageContext, StageSettings, run_recipe
-from memlens.recipes.stages import STAGES, canonical_recipe
+from memlens.recipes.stages.contract import PROVENANCE_FILE, StageContext, StageSettings, run_recipe
+from memlens.recipes.stages.registry import STAGES, canonical_recipe
 
 
 class Recording:
@@ -74,7 +74,7 @@ def test_only_the_main_process_writes_provenance(tmp_path, monkeypatch):
 
 
 def test_every_registered_stage_is_a_module_with_the_runner_s_entry_points():
-    from memlens.recipes.stages import recipe_module
+    from memlens.recipes.stages.registry import recipe_module
 
     for name in STAGES:
         module = recipe_module(name, "S")
@@ -89,7 +89,7 @@ def test_shared_settings_live_in_the_base_and_each_recipe_keeps_its_own_defaults
     its own default; the parsed object keeps the mapping it was given, which provenance records."""
     import dataclasses
 
-    from memlens.recipes.stages import recipe_module
+    from memlens.recipes.stages.registry import recipe_module
 
     shared = {f.name for f in dataclasses.fields(StageSettings)}
     assert shared == {"model", "deepspeed", "lr", "save_steps", "logging_steps"}

@@ -1,10 +1,10 @@
-"""The verifiable reward functions (recipes/verifiable_rewards.py) on hand-made completions whose reward is
+"""The verifiable reward functions (recipes/stages/verifiable_rewards.py) on hand-made completions whose reward is
 derivable on paper; the `tests` reward's sandbox and grader run in integration/test_hostile_completions.py."""
 
 import pytest
 
 from memlens.harness.core.errors import UserError
-from memlens.recipes import verifiable_rewards as V
+from memlens.recipes.stages import verifiable_rewards as V
 
 PREFIX = "def area(width, height):\n    scale = 2\n"
 SUFFIX = "    return result\n"

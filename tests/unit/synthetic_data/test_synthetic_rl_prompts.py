@@ -22,7 +22,7 @@ def tokenizer_dir(tmp_path_factory):
     import sysconfig
     from pathlib import Path
 
-    from memlens.recipes.tokenizer import train_code_tokenizer
+    from memlens.recipes.stages.tokenizer import train_code_tokenizer
 
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     texts = [(stdlib / name).read_text(encoding="utf-8") for name in ("json/decoder.py", "base64.py", "hmac.py")]
@@ -71,8 +71,8 @@ def test_every_audited_target_is_in_the_prompt_the_policy_trained_on(tokenizer_d
 
     from memlens.harness.core.io import read_jsonl
     from memlens.harness.text.fim import FAMILIES
-    from memlens.recipes.common import StageContext
-    from memlens.recipes.rl import load_prompt_rows, training_examples
+    from memlens.recipes.stages.contract import StageContext
+    from memlens.recipes.stages.rl import load_prompt_rows, training_examples
     from memlens.synthetic_data.build import build_datasets
 
     s = FAMILIES["memlens"]

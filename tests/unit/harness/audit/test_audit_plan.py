@@ -58,6 +58,6 @@ def test_checkpoints_final_audits_only_the_finished_model(run_dir):
 
 def test_an_experiment_without_an_audit_plan_plans_nothing():
     # The default config's `audit_plan: []` composes to an empty ListConfig, which is falsy.
-    from memlens.recipes.plan import audit_plan
+    from memlens.recipes.orchestration.stage_plan import audit_plan
 
     assert audit_plan(compose(["experiment=base"])) == []

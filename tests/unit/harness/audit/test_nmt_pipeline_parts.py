@@ -98,7 +98,7 @@ def test_report_has_table1_and_table4_rows():
 def test_experiment_configs_compose_and_validate(experiment):
     from memlens.harness.audit.nmt import FinetuneSettings, _strict, settings_from_cfg
     from memlens.harness.cli import compose
-    from memlens.recipes.seq2seq import Seq2SeqSettings
+    from memlens.recipes.nmt.seq2seq import Seq2SeqSettings
     from memlens.synthetic_data.parallel import ParallelSettings
 
     cfg = compose([f"experiment={experiment}"])

@@ -1,4 +1,4 @@
-"""The console rules (harness/core/console.py) and the training log (recipes/common.py TrainLog)."""
+"""The console rules (harness/core/console.py) and the training log (recipes/stages/contract.py TrainLog)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from memlens.harness.cli import main as cli_main
 from memlens.harness.core.console import PROGRESS_LINE_PERCENT, ExpectedRecords, StageProgress, _is_expected_load_report
-from memlens.recipes.training_log import TrainLog
+from memlens.recipes.stages.training_log import TrainLog
 
 SCORE_ONLY = ("\x1b[1mLlamaForSequenceClassification LOAD REPORT\x1b[0m from: runs/x/models/FT.2\n"
               "Key          | Status  | \n-------------+---------+-\nscore.weight | MISSING | \n\n"

@@ -119,7 +119,7 @@ def test_model_preset_schema_is_the_default_preset():
 
     from omegaconf import OmegaConf
 
-    from memlens.recipes.models import ModelSettings, parse_model
+    from memlens.recipes.stages.models import ModelSettings, parse_model
 
     conf = Path(__file__).resolve().parents[4] / "conf" / "model"
     fields = {f.name for f in dataclasses.fields(ModelSettings)}

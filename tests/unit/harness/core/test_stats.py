@@ -111,7 +111,7 @@ def test_sign_test_by_hand():
 
 
 def test_paired_reward_change_by_hand():
-    from memlens.recipes.rl_eval import paired_change
+    from memlens.recipes.stages.rl_eval import paired_change
 
     # diffs 1, 1, 3: mean 5/3, sd sqrt(4/3), SE sqrt(4/9) = 2/3; initial 0, 1, 2 has sd 1.
     out = paired_change([0.0, 1.0, 2.0], [1.0, 2.0, 5.0])

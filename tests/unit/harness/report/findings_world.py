@@ -20,7 +20,7 @@ def pii_rows_(n_regurgitated, n, control=0):
                 control_pii_regurgitated=i < control) for i in range(n)]
 
 
-# An RL point that optimised and drifted, and one that did not move (recipes/rl_eval.py's fixed-prompt figures).
+# An RL point that optimised and drifted, and one that did not move (recipes/stages/rl_eval.py's fixed-prompt figures).
 MOVED = {"eval_change_in_sd": 2.0, "eval_up": 20, "eval_down": 4, "eval_p_value": 0.0015, "kl_final": 0.2,
          "pd_eval_loss": 4.53, "init_pd_eval_loss": 4.44}
 STILL = {"eval_change_in_sd": 0.0, "eval_up": 12, "eval_down": 12, "eval_p_value": 1.0, "kl_final": 0.001,

@@ -53,7 +53,7 @@ def fake_run(tmp_path):
     state = run_dir / "models" / "RLFT.1/beta=0.1" / "checkpoint-10" / "trainer_state.json"
     state.parent.mkdir(parents=True)
     state.write_text(json.dumps({"global_step": 10, "log_history": log}))
-    # ... and its fixed-prompt reward evaluation (recipes/rl_eval.py writes it this way).
+    # ... and its fixed-prompt reward evaluation (recipes/stages/rl_eval.py writes it this way).
     (state.parent.parent / "reward_eval.json").write_text(json.dumps(
         {"n_prompts": 4, "mean_initial": 0.5, "mean_final": 1.5, "change": 1.0, "change_ci95": [0.2, 1.8],
          "change_in_sd": 2.0, "up": 4, "down": 0, "p_value": 0.125}))

@@ -82,7 +82,7 @@ def test_detect_from_vocabulary(family):
 
 
 def test_detect_memlens_tokenizer():
-    from memlens.recipes.tokenizer import train_code_tokenizer
+    from memlens.recipes.stages.tokenizer import train_code_tokenizer
 
     tok = train_code_tokenizer(["def f(x):\n    return x + 1\n"] * 20, vocab_size=300)
     assert detect_sentinels(tok) == FAMILIES["memlens"]
@@ -196,7 +196,7 @@ def test_stop_tokens_put_eos_first_then_every_format_token():
                                                        "<|repo_name|>"]
     for s in FAMILIES.values():
         assert s.stop_tokens()[0] == s.eos and len(set(s.stop_tokens())) == len(s.stop_tokens())
-        assert s.pad is not None and s.pad != s.eos             # recipes.models.use_distinct_pad
+        assert s.pad is not None and s.pad != s.eos             # recipes.stages.models.use_distinct_pad
 
 
 def test_stop_token_ids_are_the_ids_the_vocabulary_has():

@@ -1,4 +1,4 @@
-"""The program side of the `tests` reward (recipes/sandbox.py): runs inside its own OS sandbox, after the codec.
+"""The program side of the `tests` reward (recipes/sandbox/runner.py): runs inside its own OS sandbox, after the codec.
 
 It applies its limits, takes the program (prefix + completion + suffix) from its first frame, runs it, says whether
 it loaded, then answers the grader's calls: {"call": name, "args": [...], "kwargs": {...}} -> {"value": ...} or

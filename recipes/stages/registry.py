@@ -23,11 +23,11 @@ class StageRecipe:
 
 
 STAGES: Registry[StageRecipe] = Registry("stage recipe", "recipe")
-STAGES.register("pretrain", StageRecipe("memlens.recipes.pretrain", "FIM pre-training (or the shipped base)"))
-STAGES.register("sft", StageRecipe("memlens.recipes.sft", "supervised fine-tuning with FIM (PSM)"))
-STAGES.register("reward", StageRecipe("memlens.recipes.reward", "a reward model (pointwise or pairwise)"))
-STAGES.register("rl", StageRecipe("memlens.recipes.rl", "RL with a KL penalty: RLOO, GRPO (TRL) or PPO"))
-STAGES.register("preference", StageRecipe("memlens.recipes.preference",
+STAGES.register("pretrain", StageRecipe("memlens.recipes.stages.pretrain", "FIM pre-training (or the shipped base)"))
+STAGES.register("sft", StageRecipe("memlens.recipes.stages.sft", "supervised fine-tuning with FIM (PSM)"))
+STAGES.register("reward", StageRecipe("memlens.recipes.stages.reward", "a reward model (pointwise or pairwise)"))
+STAGES.register("rl", StageRecipe("memlens.recipes.stages.rl", "RL with a KL penalty: RLOO, GRPO (TRL) or PPO"))
+STAGES.register("preference", StageRecipe("memlens.recipes.stages.preference",
                                           "a preference objective: IPO, DPO, DPO+NLL, SimPO, CPO, ORPO, KTO"))
 # Older names an experiment may still use: the preference stage was `recipe: ipo` before it trained seven objectives.
 ALIASES = {"ipo": "preference"}

@@ -21,9 +21,9 @@ from omegaconf import OmegaConf
 from memlens.harness.core.errors import UserError
 from memlens.harness.model.encode import adds_bos
 from memlens.harness.text.fim import detect_sentinels, stop_token_ids
-from memlens.recipes.devices import resolve_device
-from memlens.recipes.models import parse_model, torch_dtype, use_distinct_pad
-from memlens.recipes.plan import PlannedStage, plan
+from memlens.recipes.orchestration.stage_plan import PlannedStage, plan
+from memlens.recipes.stages.devices import resolve_device
+from memlens.recipes.stages.models import parse_model, torch_dtype, use_distinct_pad
 
 LENGTH_KEYS = ("max_seq_len", "max_length")     # stage settings bounded by the model's context
 
@@ -101,7 +101,7 @@ def lora_modules(config, target_modules: list[str]) -> Check:
 
 
 def tokenizer_checks(tokenizer, preset) -> list[Check]:
-    """Sentinels, BOS, EOS/PAD and stop tokens as every stage will use them (recipes.models.load_tokenizer)."""
+    """Sentinels, BOS, EOS/PAD and stop tokens as every stage will use them (recipes.stages.models.load_tokenizer)."""
     try:
         s = detect_sentinels(tokenizer, preset.fim_family, model_name=str(preset.pretrained))
     except UserError as e:

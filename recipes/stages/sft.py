@@ -25,11 +25,17 @@ from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_jsonl
 from memlens.harness.core.user_data import repeated
 from memlens.harness.text.fim import fim_transform, format_psm_prompt, format_psm_training
-from memlens.recipes.common import StageContext, StageSettings, latest_checkpoint, load_init_tokenizer, run_recipe
-from memlens.recipes.devices import trl_device_kwargs
-from memlens.recipes.fim_context import CONTEXT_MARGIN_TOKENS, fit_fim_context
-from memlens.recipes.models import load_stage_model, save_lora_stage, wrap_lora
-from memlens.recipes.training_log import attach_stage_console
+from memlens.recipes.stages.contract import (
+    StageContext,
+    StageSettings,
+    latest_checkpoint,
+    load_init_tokenizer,
+    run_recipe,
+)
+from memlens.recipes.stages.devices import trl_device_kwargs
+from memlens.recipes.stages.fim_context import CONTEXT_MARGIN_TOKENS, fit_fim_context
+from memlens.recipes.stages.models import load_stage_model, save_lora_stage, wrap_lora
+from memlens.recipes.stages.training_log import attach_stage_console
 
 
 @dataclass
@@ -143,7 +149,7 @@ def capped_rows(rows: list[dict], cap: int | None, seed: str) -> list[dict]:
 
 
 class SFTRecipe:
-    """setup -> train -> save for one FT stage (recipes.common.run_recipe drives it)."""
+    """setup -> train -> save for one FT stage (recipes.stages.contract.run_recipe drives it)."""
 
     stage = "sft"
 

@@ -1,4 +1,4 @@
-"""PPO with a per-token KL penalty, the RL stage's `algorithm: ppo` (recipes/rl.py keeps the stage).
+"""PPO with a per-token KL penalty, the RL stage's `algorithm: ppo` (recipes/stages/rl.py keeps the stage).
 
 The form of Ziegler et al. 2019 ("Fine-Tuning Language Models from Human Preferences", Sec. 2.2) and
 InstructGPT (Ouyang et al. 2022, Sec. 3.5): the reward of a sampled completion y is
@@ -34,8 +34,8 @@ from memlens.harness.core.console import StageProgress
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, read_json
 from memlens.harness.core.layout import checkpoint_name
-from memlens.recipes.fim_context import left_padded_prompts
-from memlens.recipes.models import save_final
+from memlens.recipes.stages.fim_context import left_padded_prompts
+from memlens.recipes.stages.models import save_final
 
 TRAINER_STATE = "trainer_state.json"
 VALUE_DIR = "value"
@@ -90,7 +90,7 @@ def gae(rewards, values, mask, gamma: float, lam: float):
 
 def reward_columns(examples: list[dict]) -> dict[str, list]:
     """The examples' columns as TRL hands them to a reward function (one list per key, the prompt aside): prefix
-    and suffix for the reward model, and the row fields a verifiable reward reads (recipes/verifiable_rewards.py)."""
+    and suffix for the reward model, and the row fields a verifiable reward reads (recipes/stages/verifiable_rewards.py)."""
     keys = [k for k in examples[0] if k != "prompt"] if examples else []
     return {k: [ex.get(k) for ex in examples] for k in keys}
 
@@ -203,13 +203,13 @@ class PPOTrainer:
     def __init__(self, cfg, policy, ref_policy, value_model, tokenizer, reward_fn, examples: list[dict],
                  out_dir: Path, seed: int, device: str, name: str = "ppo", train_log=None):
         """`ref_policy` None: `policy` is a PEFT model whose adapter-disabled base is the reference. `name` labels
-        the progress bar; `train_log` (memlens.recipes.training_log.TrainLog) receives every logged step."""
+        the progress bar; `train_log` (memlens.recipes.stages.training_log.TrainLog) receives every logged step."""
         import torch  # torch (~1 s): rl.py imports ppo.py when the plan is composed
 
         self.cfg, self.policy, self.ref, self.value = cfg, policy, ref_policy, value_model
         self.tokenizer, self.reward_fn, self.examples = tokenizer, reward_fn, examples
         # Where a sampled completion ends: the policy's generation stop tokens (the family's, EOS first;
-        # recipes.models.stop_generation_at_family_stops), else the tokenizer's EOS.
+        # recipes.stages.models.stop_generation_at_family_stops), else the tokenizer's EOS.
         stops = policy.generation_config.eos_token_id
         self.stop_ids = list(stops) if isinstance(stops, (list, tuple)) else [stops if stops is not None
                                                                               else tokenizer.eos_token_id]
@@ -342,7 +342,7 @@ class PPOTrainer:
     def save_models(self, directory: Path, resumable: bool = False) -> None:
         """Policy (a loadable causal LM + tokenizer) and `value/`; with `resumable`, also both optimizers and
         every RNG the loop draws from. trainer_state.json goes last: the marker of a complete checkpoint
-        (recipes.common.latest_checkpoint)."""
+        (recipes.stages.contract.latest_checkpoint)."""
         import torch  # torch (~1 s): rl.py imports ppo.py when the plan is composed
 
         if not resumable:

@@ -2,7 +2,7 @@
 composed config alone (nothing is trained or written here; `memlens check` and the tests plan without training).
 
 An experiment (conf/experiment/<name>.yaml) declares `stages:`; each stage names its `recipe` (a registered stage
-recipe: recipes/stages.py) and its settings. Stages are linked only through model directories (`init:`,
+recipe: recipes/stages/registry.py) and its settings. Stages are linked only through model directories (`init:`,
 `reward_model:`), from which the order follows (paper 003 Fig. 5: PT -> FT -> RM -> RLFT, PT -> IPO).
 
 Stage names contain dots (FT.1, as in the paper), which Hydra's override grammar cannot address as one
@@ -38,8 +38,8 @@ from memlens.harness.core.layout import (
     check_model_name,
     heldout_dataset,
 )
-from memlens.recipes.common import StageSettings
-from memlens.recipes.stages import STAGES, canonical_recipe, recipe_module
+from memlens.recipes.stages.contract import StageSettings
+from memlens.recipes.stages.registry import STAGES, canonical_recipe, recipe_module
 
 REFERENCE_KEYS = ("init", "reward_model")    # settings that name another stage's model
 DATASET_KEYS = ("datasets", "eval_datasets", "score_datasets", "prompts", "reward.heldout")   # dotted: nested

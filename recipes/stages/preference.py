@@ -25,7 +25,7 @@ The prompt is the FIM context `format_psm_prompt(prefix, suffix)`; chosen / reje
 followed by EOS, as in PSM training text. The reference of the reference-based objectives is the initial model,
 loaded explicitly from the init directory; with `model.lora.enabled` the policy trains LoRA adapters and the
 reference is the same model with its adapters disabled (no second copy), and the saved model is merged into a
-plain one. After training, the initial and the trained model score the stage's pairs (recipes/preference_eval.py,
+plain one. After training, the initial and the trained model score the stage's pairs (recipes/stages/preference_eval.py,
 `preference_eval.json`): the same evidence for every objective that the stage fit its pairs, whatever its trainer
 logs. CPOTrainer and ORPOTrainer put the tokenizer's BOS before every prompt when it has one, also for a family
 whose tokenizer does not add it (StarCoder2's BOS is its EOS); the DPO and KTO objectives follow the family.
@@ -43,12 +43,18 @@ from memlens.harness.core.processes import is_main_process
 from memlens.harness.core.registry import Registry
 from memlens.harness.core.user_data import repeated
 from memlens.harness.text import fim
-from memlens.recipes import preference_eval
-from memlens.recipes.common import StageContext, StageSettings, latest_checkpoint, load_init_tokenizer, run_recipe
-from memlens.recipes.devices import trl_device_kwargs
-from memlens.recipes.fim_context import fit_fim_context
-from memlens.recipes.models import load_stage_model, lora_config, save_lora_stage, wrap_lora
-from memlens.recipes.training_log import attach_stage_console
+from memlens.recipes.stages import preference_eval
+from memlens.recipes.stages.contract import (
+    StageContext,
+    StageSettings,
+    latest_checkpoint,
+    load_init_tokenizer,
+    run_recipe,
+)
+from memlens.recipes.stages.devices import trl_device_kwargs
+from memlens.recipes.stages.fim_context import fit_fim_context
+from memlens.recipes.stages.models import load_stage_model, lora_config, save_lora_stage, wrap_lora
+from memlens.recipes.stages.training_log import attach_stage_console
 
 PAIR_FIELDS = ("id", "prefix", "suffix", "chosen", "rejected")
 
@@ -68,7 +74,7 @@ class PreferenceSettings(StageSettings):
     sft_weight: float = 1.0        # dpo+sft: weight of the chosen completion's NLL (RPO: 1); ↑ more likelihood on chosen
     simpo_gamma: float = 0.5       # simpo: target reward margin γ (TRL's default)
     eval_pairs: int = 256          # after training: the initial and the trained model score this many of the training
-                                   # pairs (recipes/preference_eval.py); 0 skips it
+                                   # pairs (recipes/stages/preference_eval.py); 0 skips it
     lr: float = 1e-6               # AdamW learning rate; higher -> fits (and memorizes) the pairs faster
     epochs: float = 1.0            # passes over the pairs
     max_steps: int = -1            # > 0 stops after this many optimizer steps (overrides epochs)
@@ -143,7 +149,7 @@ def load_settings(settings: dict[str, Any], stage: str) -> PreferenceSettings:
 
 
 class PreferenceRecipe:
-    """setup -> train -> save -> evaluate for one preference stage (IPO or another objective; recipes.common.run_recipe
+    """setup -> train -> save -> evaluate for one preference stage (IPO or another objective; recipes.stages.contract.run_recipe
     drives it)."""
 
     stage = PREFERENCE_STAGE
@@ -195,7 +201,7 @@ class PreferenceRecipe:
         """Trim the FIM context so prompt + completion fit max_length with the completion whole.
 
         TRL truncates at the end (keep_start), which would cut the chosen/rejected lines: the very
-        tokens IPO learns from (memlens.recipes.fim_context.fit_fim_context keeps the context nearest the hole)."""
+        tokens IPO learns from (memlens.recipes.stages.fim_context.fit_fim_context keeps the context nearest the hole)."""
         longest = max(len(self.tokenizer(c, add_special_tokens=False)["input_ids"]) for c in completions)
         prefix, suffix, _ = fit_fim_context(self.tokenizer, prefix, suffix, longest, self.cfg.max_length)
         return prefix, suffix

@@ -15,7 +15,7 @@ from memlens.harness.core.layout import (
     TENSORBOARD_DIR,
     TRAIN_LOG,
 )
-from memlens.recipes.common import StageContext
+from memlens.recipes.stages.contract import StageContext
 
 
 def require_tensorboard(enabled: Any) -> bool:

@@ -1,4 +1,4 @@
-"""The grader side of the `tests` reward (recipes/sandbox.py): runs inside an OS sandbox of its own, after the codec.
+"""The grader side of the `tests` reward (recipes/sandbox/runner.py): runs inside an OS sandbox of its own, after the codec.
 
 Its first frame holds the trusted setup (a HumanEval problem's prompt: its imports and helper functions), the test
 code and the entry point. It runs them here, where the program cannot reach, and gives `check` a stand-in for the

@@ -18,9 +18,15 @@ from typing import Any
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from memlens.harness.core.errors import UserError
-from memlens.recipes.common import StageContext, is_complete, latest_checkpoint, settings_match, write_provenance
-from memlens.recipes.devices import trl_device_kwargs
-from memlens.recipes.training_log import attach_stage_console
+from memlens.recipes.stages.contract import (
+    StageContext,
+    is_complete,
+    latest_checkpoint,
+    settings_match,
+    write_provenance,
+)
+from memlens.recipes.stages.devices import trl_device_kwargs
+from memlens.recipes.stages.training_log import attach_stage_console
 
 SPECIAL_TOKENS = ["<pad>", "</s>", "<unk>"]  # Marian convention: pad starts the decoder, </s> ends
 

@@ -26,7 +26,7 @@ from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import file_sha256, read_json, read_jsonl
 from memlens.harness.core.processes import is_main_process
 from memlens.harness.text.fim import detect_sentinels, fim_transform
-from memlens.recipes.common import (
+from memlens.recipes.stages.contract import (
     PROVENANCE_FILE,
     StageContext,
     StageSettings,
@@ -35,11 +35,11 @@ from memlens.recipes.common import (
     settings_match,
     write_provenance,
 )
-from memlens.recipes.devices import trl_device_kwargs
-from memlens.recipes.models import build_llama, load_stage_model, load_tokenizer, resolve_pretrained, save_final
-from memlens.recipes.ship_base import WEIGHTS_FILE
-from memlens.recipes.tokenizer import train_code_tokenizer
-from memlens.recipes.training_log import attach_stage_console
+from memlens.recipes.stages.devices import trl_device_kwargs
+from memlens.recipes.stages.models import build_llama, load_stage_model, load_tokenizer, resolve_pretrained, save_final
+from memlens.recipes.stages.ship_base import WEIGHTS_FILE
+from memlens.recipes.stages.tokenizer import train_code_tokenizer
+from memlens.recipes.stages.training_log import attach_stage_console
 
 
 @dataclass
@@ -109,7 +109,7 @@ def packed_blocks(texts: list[str], tokenizer, sentinels, settings: PretrainSett
 
 
 class PretrainRecipe:
-    """setup -> train -> save for the PT stage (recipes.common.run_recipe drives it, like a torchtune recipe)."""
+    """setup -> train -> save for the PT stage (recipes.stages.contract.run_recipe drives it, like a torchtune recipe)."""
 
     stage = "pretrain"
 
@@ -190,7 +190,7 @@ class PretrainRecipe:
 
 
 def shipped_base_record(source: str) -> dict[str, Any]:
-    """A shipped base (recipes/ship_base.py) carries its own provenance; the PT stage that imports it
+    """A shipped base (recipes/stages/ship_base.py) carries its own provenance; the PT stage that imports it
     records that and the weights' hash, so a run traces back to the command that built its base."""
     prov = Path(source) / PROVENANCE_FILE
     if not prov.is_file():
@@ -210,7 +210,7 @@ def run_stage(settings: PretrainSettings, ctx: StageContext) -> None:
         run_recipe(PretrainRecipe, settings, ctx)
         return
     # A public model preset is imported, not trained. One process imports; under `accelerate launch` the others
-    # wait at the pipeline's barrier (recipes.pipeline.train_stage) instead of each loading and writing a host copy.
+    # wait at the pipeline's barrier (recipes.orchestration.pipeline.train_stage) instead of each loading and writing a host copy.
     if settings_match(ctx.out_dir, settings.given) or not is_main_process():
         return
     PretrainRecipe(settings, ctx).import_pretrained()

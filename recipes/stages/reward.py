@@ -33,10 +33,16 @@ from memlens.harness.core.user_data import repeated
 from memlens.harness.model.encode import encode_texts
 from memlens.harness.model.rewards import score_texts
 from memlens.harness.text import fim
-from memlens.recipes.common import StageContext, StageSettings, latest_checkpoint, load_init_tokenizer, run_recipe
-from memlens.recipes.devices import trl_device_kwargs, zero_stage
-from memlens.recipes.models import load_sequence_classifier, save_lora_stage, wrap_lora
-from memlens.recipes.training_log import attach_stage_console
+from memlens.recipes.stages.contract import (
+    StageContext,
+    StageSettings,
+    latest_checkpoint,
+    load_init_tokenizer,
+    run_recipe,
+)
+from memlens.recipes.stages.devices import trl_device_kwargs, zero_stage
+from memlens.recipes.stages.models import load_sequence_classifier, save_lora_stage, wrap_lora
+from memlens.recipes.stages.training_log import attach_stage_console
 
 REWARD_OBJECTIVES = ("pointwise", "pairwise")
 POINTWISE_FIELDS = ("id", "prefix", "suffix", "completion", "label")
@@ -118,7 +124,7 @@ def _pointwise_trainer_class():
 
 
 class RewardRecipe:
-    """setup -> train -> save -> evaluate for one RM stage (recipes.common.run_recipe drives it)."""
+    """setup -> train -> save -> evaluate for one RM stage (recipes.stages.contract.run_recipe drives it)."""
 
     stage = "reward"
 

@@ -25,7 +25,7 @@ from memlens.harness.model.load import not_local_error, safe_from_pretrained
 from memlens.harness.text.fim import detect_sentinels, stop_token_ids
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]   # recipes/stages/models.py -> the checkout
 
 
 def resolve_pretrained(name: str | None) -> str | None:

@@ -1,7 +1,7 @@
 """Ship a PT stage's model as the project's embedded base (`conf/model/tiny_base.yaml`), with provenance.
 
     memlens train stage=PT experiment=base run_dir=runs/base
-    python -m memlens.recipes.ship_base runs/base assets/base_tiny
+    python -m memlens.recipes.stages.ship_base runs/base assets/base_tiny
 
 Paper 003 (App. A.3) fine-tunes a base pre-trained once on public code; the quickstart cannot afford a
 long pre-training on 2 CPU cores, so `experiment=base` trains one and this module stores it: weights in
@@ -23,7 +23,7 @@ from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, file_sha256, read_json
 from memlens.harness.core.layout import data_dir, models_dir
 from memlens.harness.model.logprobs import token_losses_batched
-from memlens.recipes.common import PROVENANCE_FILE
+from memlens.recipes.stages.contract import PROVENANCE_FILE
 from memlens.synthetic_data import public_code as pc
 
 WEIGHTS_FILE = "model.safetensors"
@@ -115,14 +115,14 @@ def ship(run_dir: Path, out_dir: Path, command: str, code_note: str | None = Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m memlens.recipes.ship_base", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m memlens.recipes.stages.ship_base", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="the experiment=base run directory (holds models/PT)")
     parser.add_argument("out_dir", type=Path, help="where to write the shipped base, e.g. assets/base_tiny")
     parser.add_argument("--code-note", default=None,
                         help="what the recorded git_commit does not say (e.g. the code ran from a dirty tree)")
     args = parser.parse_args(argv)
     try:
-        record = ship(args.run_dir, args.out_dir, "python -m memlens.recipes.ship_base " + " ".join(argv or sys.argv[1:]),
+        record = ship(args.run_dir, args.out_dir, "python -m memlens.recipes.stages.ship_base " + " ".join(argv or sys.argv[1:]),
                       args.code_note)
     except UserError as e:
         print(f"ship_base: error: {e}", file=sys.stderr)

@@ -41,7 +41,7 @@ from memlens.harness.core.io import atomic_write_json, read_json, read_jsonl
 from memlens.harness.core.provenance import git_commit, provenance
 from memlens.harness.model.logprobs import token_losses_batched
 from memlens.harness.model.training import rng_untouched, trainer_callback_base
-from memlens.recipes.common import write_run_record
+from memlens.recipes.stages.contract import write_run_record
 from memlens.synthetic_data.formal_data import build_all
 
 SPECIALS = ["<pad>", "<bos>", "<eos>"]

@@ -27,8 +27,8 @@ from typing import Any
 
 from memlens.harness.core.io import atomic_write_json, read_json, sha256_json
 from memlens.harness.core.stats import sign_test
-from memlens.recipes.fim_context import left_padded_prompts
-from memlens.recipes.ppo import reward_columns
+from memlens.recipes.stages.fim_context import left_padded_prompts
+from memlens.recipes.stages.ppo import reward_columns
 
 EVAL_FILE = "reward_eval.json"
 CACHE_SUBDIR = Path("cache") / "rl_reward_eval"   # under the run directory
@@ -58,7 +58,7 @@ def sample_completions(model, tokenizer, prompts: list[str], samples: int, max_n
         enc = left_padded_prompts(tokenizer, rows[start:start + batch_size]).to(device)
         with torch.inference_mode():
             # Stops where the policy's generation_config says: the family's stop tokens
-            # (recipes.models.stop_generation_at_family_stops); the reward function strips what is left.
+            # (recipes.stages.models.stop_generation_at_family_stops); the reward function strips what is left.
             out = model.generate(**enc, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
                                  max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
         texts += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
@@ -125,7 +125,7 @@ def evaluate(load_initial: Callable[[], Any], final_model, tokenizer, reward_fn,
     if initial is None:
         initial = prompt_rewards(load_initial(), tokenizer, reward_fn, chosen, **kwargs)
         if cache is not None:
-            atomic_write_json(cache, {"what": "initial policy's per-prompt mean reward (recipes/rl_eval.py)",
+            atomic_write_json(cache, {"what": "initial policy's per-prompt mean reward (recipes/stages/rl_eval.py)",
                                       **(cache_models or {}), **kwargs,
                                       "prompt_ids": [e["id"] for e in chosen], "initial": initial})
     final = prompt_rewards(final_model, tokenizer, reward_fn, chosen, **kwargs)

@@ -1,13 +1,13 @@
 """Model-written code runs where it can neither cheat nor escape: the `tests` reward's sandbox and grader.
 
 An RL policy under optimisation pressure (or a poisoned prompt set) finds every way to reward that does not solve
-the task, so the `tests` reward (recipes/verifiable_rewards.py) splits each check into two processes, each in an
+the task, so the `tests` reward (recipes/stages/verifiable_rewards.py) splits each check into two processes, each in an
 OS sandbox of its own, that meet only through this process:
 
-    program sandbox  prefix + completion + suffix; answers calls with plain data (recipes/_sandbox_program.py)
-    grader sandbox   the trusted setup and the unit tests; compares, and sends the verdict (_sandbox_grader.py)
+    program sandbox  prefix + completion + suffix; answers calls with plain data (recipes/sandbox/program.py)
+    grader sandbox   the trusted setup and the unit tests; compares, and sends the verdict (grader.py)
 
-Every value crossing is JSON (recipes/_sandbox_codec.py), so nothing the program builds takes part in a comparison,
+Every value crossing is JSON (recipes/sandbox/codec.py), so nothing the program builds takes part in a comparison,
 and no secret (test source, expected values, canonical solutions, the verdict) is ever in the program's process or
 filesystem. This process relays length-prefixed frames, reads at most `frame_bytes` per frame and `total_bytes` in
 all, and stops at the wall budget.
@@ -48,19 +48,19 @@ from functools import cache, lru_cache
 from pathlib import Path
 
 from memlens.harness.core.errors import UserError
-from memlens.recipes._sandbox_codec import encode_frame
+from memlens.recipes.sandbox.codec import encode_frame
 
 BUBBLEWRAP = "bubblewrap"
 NO_ISOLATION = "none"
 MODES = (BUBBLEWRAP, NO_ISOLATION)
 HERE = Path(__file__).resolve().parent
 # The sandboxed code, read once when this module loads: codec first, then each side's main.
-_CODEC = (HERE / "_sandbox_codec.py").read_text(encoding="utf-8")
-PROGRAM_CODE = _CODEC + "\n" + (HERE / "_sandbox_program.py").read_text(encoding="utf-8")
-GRADER_CODE = _CODEC + "\n" + (HERE / "_sandbox_grader.py").read_text(encoding="utf-8")
+_CODEC = (HERE / "codec.py").read_text(encoding="utf-8")
+PROGRAM_CODE = _CODEC + "\n" + (HERE / "program.py").read_text(encoding="utf-8")
+GRADER_CODE = _CODEC + "\n" + (HERE / "grader.py").read_text(encoding="utf-8")
 UID_BASE = 0x40000000          # sandbox uids when run as root: far above any account's
 GRADER = "separate-sandbox-plain-data/1"   # recorded beside the isolation: how a verdict is reached
-FRAME_HEADER = 4                 # bytes of the length prefix (recipes/_sandbox_codec.py encode_frame)
+FRAME_HEADER = 4                 # bytes of the length prefix (recipes/sandbox/codec.py encode_frame)
 
 
 @dataclass(frozen=True)

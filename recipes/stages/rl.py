@@ -8,14 +8,14 @@ regularization term towards the initial model" (A.3), α being the KL coefficien
 TRL's RLOOTrainer (REINFORCE Leave-One-Out). Its `beta` is α: the k1 estimate
 sum_t log pi(y_t) - log pi_ref(y_t) of each completion is subtracted from its reward, scaled by beta.
 `algorithm: grpo` uses GRPOTrainer instead (per-token k3 KL in the loss; beta must be > 0 so a
-reference model is loaded). `algorithm: ppo` runs our own compact PPO (recipes/ppo.py; TRL removed its
+reference model is loaded). `algorithm: ppo` runs our own compact PPO (recipes/stages/ppo.py; TRL removed its
 PPOTrainer in 1.13) in the form of Ziegler et al. 2019 and InstructGPT: per-token reward
 -beta * (log pi - log pi_ref) plus the RM score at the last token, GAE advantages on a value model
 initialised from the RM, clipped surrogate; the `ppo_*`, `gamma`, `gae_lambda`, `clip_range`, `vf_coef`,
 `value_clip`, `target_kl`, `kl_horizon` keys apply to it only. The three share prompts, reward,
 checkpoints (checkpoint-<step>/ every save_steps), resume and provenance. After training, the initial and
 the trained policy complete the same `eval_prompts` fixed prompts and the RM scores both
-(recipes/rl_eval.py, `reward_eval.json`): the findings' evidence that the reward rose.
+(recipes/stages/rl_eval.py, `reward_eval.json`): the findings' evidence that the reward rose.
 
 Only prompts are used (Sec. 2.1: "the associated targets are discarded"): FIM rows (id, prefix, target,
 suffix) give `format_psm_prompt(prefix, suffix)`; code rows (id, text, source_file) are split at a
@@ -24,7 +24,7 @@ their SD example's whole FIM context (`rl_prefix`, `rl_suffix`), whose first 100
 checks. The reward of a completion is the RM score of `format_psm_training(prefix, completion, suffix)`
 — exactly the text the RM was trained on.
 
-Models load in the model preset's dtype (recipes/models.py). With `model.lora.enabled` the policy trains
+Models load in the model preset's dtype (recipes/stages/models.py). With `model.lora.enabled` the policy trains
 LoRA adapters (RLOO/GRPO through TRL's `peft_config`; PPO's value model also its score head), the KL
 reference is the initial model, and the policy saved at the stage root is merged into a plain model;
 checkpoints hold the adapters. The reward model is frozen and never gets adapters.
@@ -46,8 +46,9 @@ from memlens.harness.core.user_data import repeated
 from memlens.harness.model.load import model_fingerprint
 from memlens.harness.model.rewards import score_texts
 from memlens.harness.text import fim
-from memlens.recipes import ppo, rl_eval, sandbox, verifiable_rewards
-from memlens.recipes.common import (
+from memlens.recipes.sandbox import runner as sandbox
+from memlens.recipes.stages import ppo, rl_eval, verifiable_rewards
+from memlens.recipes.stages.contract import (
     PROVENANCE_FILE,
     StageContext,
     StageSettings,
@@ -55,8 +56,8 @@ from memlens.recipes.common import (
     load_init_tokenizer,
     run_recipe,
 )
-from memlens.recipes.devices import trl_device_kwargs
-from memlens.recipes.models import (
+from memlens.recipes.stages.devices import trl_device_kwargs
+from memlens.recipes.stages.models import (
     load_sequence_classifier,
     load_stage_model,
     load_tokenizer,
@@ -65,10 +66,10 @@ from memlens.recipes.models import (
     stop_generation_at_family_stops,
     wrap_lora,
 )
-from memlens.recipes.training_log import TrainLog, attach_stage_console
-from memlens.recipes.verifiable_rewards import ROW_FIELDS, FunctionReward, ranking_scores
+from memlens.recipes.stages.training_log import TrainLog, attach_stage_console
+from memlens.recipes.stages.verifiable_rewards import ROW_FIELDS, FunctionReward, ranking_scores
 
-ALGORITHMS = ("rloo", "grpo", "ppo")   # ppo: ours (recipes/ppo.py), TRL has none since 1.13
+ALGORITHMS = ("rloo", "grpo", "ppo")   # ppo: ours (recipes/stages/ppo.py), TRL has none since 1.13
 REWARD_KINDS = ("model", "function")
 REWARD_KEYS = ("kind", "function", "heldout", "sandbox")
 REWARD_DIR = "reward_function"         # a function reward's ranking scores on its held-out rows, in the stage dir
@@ -84,11 +85,11 @@ class RLSettings(StageSettings):
     reward_model: str = ""         # the RM stage (or directory) whose score is the reward (reward.kind: model)
     reward: dict[str, Any] = field(default_factory=dict)  # {kind: model} (default): reward_model's score;
                                    # {kind: function, function: identifier_reuse+parses, heldout: [rm_pd2_val]}: a
-                                   # verifiable reward (recipes/verifiable_rewards.py), its ranking AUC on `heldout`
+                                   # verifiable reward (recipes/stages/verifiable_rewards.py), its ranking AUC on `heldout`
                                    # labelled rows the findings' evidence that it rewards the right completions
     prompts: list[str] = field(default_factory=list)  # prompt datasets: FIM rows (sd_*) or code rows (pd_3)
     algorithm: str = "rloo"        # rloo (REINFORCE leave-one-out, KL in the reward) | grpo (KL in the loss)
-                                   # | ppo (per-token KL in the reward, GAE, clipped surrogate; recipes/ppo.py)
+                                   # | ppo (per-token KL in the reward, GAE, clipped surrogate; recipes/stages/ppo.py)
     beta: float = 0.1              # KL coefficient α; smaller -> policy drifts further from init (Sec. 5.1)
     lr: float = 3e-6               # AdamW learning rate; larger -> more drift/memorization (Appendix E, Fig. 7)
     epochs: float = 1.0            # passes over the prompts (the paper's RLFT.4 runs 14)
@@ -101,7 +102,7 @@ class RLSettings(StageSettings):
     save_steps: int = 50           # a checkpoint-<step>/ every N optimizer steps (each is audited)
     logging_steps: int = 1         # log reward / kl / loss every N steps
     eval_prompts: int = 48         # after training: the initial and the trained policy complete this many fixed
-                                   # prompts and the RM scores both (recipes/rl_eval.py; the findings' evidence
+                                   # prompts and the RM scores both (recipes/stages/rl_eval.py; the findings' evidence
                                    # that the reward rose); 0 skips it. ↑ tighter interval, ~1 s per prompt on CPU.
                                    # 24 left the sign test short on a rise of one initial spread (17/24 up, p 0.064)
     eval_samples: int = 4          # sampled completions per evaluation prompt
@@ -303,7 +304,7 @@ def rm_max_length(rm_dir, default: int = 1024) -> int:
 
 
 class RLRecipe:
-    """setup -> train -> save -> evaluate for one RLFT stage (recipes.common.run_recipe drives it)."""
+    """setup -> train -> save -> evaluate for one RLFT stage (recipes.stages.contract.run_recipe drives it)."""
 
     stage = "rl"
 
@@ -389,7 +390,7 @@ class RLRecipe:
     def value_model(self, preset):
         """PPO's value model: the reward model (common practice: InstructGPT Sec. 3.5, TRL's former trainer), or,
         under a verifiable reward, which has no model to start from, the init policy's backbone with a new scalar
-        head set to zero (recipes/ppo.py: value 0 everywhere at first, so the first advantages are the KL-shaped
+        head set to zero (recipes/stages/ppo.py: value 0 everywhere at first, so the first advantages are the KL-shaped
         rewards themselves, and the value learns the function's scale from the returns)."""
         import torch  # torch (~1 s): on training, not when plan.py loads the recipe
 
@@ -403,7 +404,7 @@ class RLRecipe:
         return value.to(self.ctx.device)
 
     def train_ppo(self) -> None:
-        """Our PPO (recipes/ppo.py): policy and frozen reference from the init model, value model from the RM (or,
+        """Our PPO (recipes/stages/ppo.py): policy and frozen reference from the init model, value model from the RM (or,
         under a verifiable reward, from the init model with a zero head; value_model)."""
         import torch  # torch (~1 s): on training, not when plan.py loads the recipe
         from transformers import set_seed  # transformers (~1.5 s): on training, not when plan.py loads the recipe
@@ -427,7 +428,7 @@ class RLRecipe:
             reference = load_stage_model(self.init_dir, self.preset, self.ctx.device).to(self.ctx.device)
             value = self.value_model(full)
         if self.ctx.device == "cuda":
-            # The Trainer-based stages checkpoint activations on GPU (memlens.recipes.devices.trl_device_kwargs); PPO's
+            # The Trainer-based stages checkpoint activations on GPU (memlens.recipes.stages.devices.trl_device_kwargs); PPO's
             # rollout and update passes over a 3 B policy and value model need it as much.
             for model in (self.policy, value):
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -457,7 +458,7 @@ class RLRecipe:
                     hyperparameters=asdict(cfg), **(self.reward.isolation_record() if self.rm_dir is None else {}))
 
     def evaluate_reward(self) -> None:
-        """The reward of the initial and of the saved policy on the same fixed prompts (recipes/rl_eval.py)."""
+        """The reward of the initial and of the saved policy on the same fixed prompts (recipes/stages/rl_eval.py)."""
         if not is_main_process():   # one process scores; the others would repeat it
             return
         # The preset's dtype, no adapters: both are plain saved models (LoRA is merged at save).

@@ -5,8 +5,8 @@ A stage's output directory `<run_dir>/models/<NAME>/` holds the final model (wei
 tokenizer) at its root, its `checkpoint-<step>/` directories, and `provenance.json`, which is written
 last: a directory with provenance.json is a finished stage, anything else is resumable work.
 
-The stage's device flags and DeepSpeed are recipes/devices.py, its FIM prompt trimming recipes/fim_context.py, its
-training log and console recipes/training_log.py.
+The stage's device flags and DeepSpeed are recipes/stages/devices.py, its FIM prompt trimming recipes/stages/fim_context.py, its
+training log and console recipes/stages/training_log.py.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from memlens.harness.core.layout import data_dir as layout_data_dir
 from memlens.harness.core.processes import is_main_process
 from memlens.harness.core.provenance import provenance
 from memlens.harness.text.fim import detect_sentinels
-from memlens.recipes.devices import deepspeed_left_behind_cleared
-from memlens.recipes.models import load_tokenizer, parse_model
+from memlens.recipes.stages.devices import deepspeed_left_behind_cleared
+from memlens.recipes.stages.models import load_tokenizer, parse_model
 
 __all__ = ["PROVENANCE_FILE", "is_complete"]   # re-exported: the recipes' one import of the run layout
 
@@ -46,9 +46,9 @@ class StageSettings:
     value, `stages.<NAME>.<key>=<value>: <fix>`. Subclasses are dataclasses whose fields all have defaults; their
     __post_init__ receives `where` (e.g. "stages.RLFT.1") and calls this one first.
 
-    A stage's settings are parsed once, when the run is planned (recipes.plan.plan), and the parsed object is what the
+    A stage's settings are parsed once, when the run is planned (recipes.orchestration.stage_plan.plan), and the parsed object is what the
     stage trains from; `given` keeps the mapping as the experiment gave it, which provenance.json records and a rerun
-    compares (recipes.pipeline)."""
+    compares (recipes.orchestration.pipeline)."""
 
     where: InitVar[str] = "stages"   # where the settings came from, for error messages only; not a setting
     model: dict[str, Any] = field(default_factory=dict)   # the model preset (conf/model/): size, dtype, LoRA, FIM
@@ -89,7 +89,7 @@ class StageSettings:
     def resolve_model(self, where: str) -> None:
         """What every trainer stage checks last: its model preset parsed (`model_settings`), its DeepSpeed file
         present, and an unset `fim_family` taken from the preset. ZeRO-3 with LoRA is allowed: a LoRA stage's save
-        gathers the partitioned weights and merges them on the main process (recipes.models.save_lora_stage)."""
+        gathers the partitioned weights and merges them on the main process (recipes.stages.models.save_lora_stage)."""
         self.model_settings = parse_model(self.model, f"{where}.model")
         deepspeed = getattr(self, "deepspeed", None)
         self.require(deepspeed is None or Path(deepspeed).is_file(), "deepspeed",

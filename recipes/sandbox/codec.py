@@ -1,6 +1,6 @@
 """What both sandboxed sides share (their text is prepended to each): the plain-data codec, the frames, the limits.
 
-Plain data across the sandbox boundary (recipes/sandbox.py): every value a test passes to the program and every
+Plain data across the sandbox boundary (recipes/sandbox/runner.py): every value a test passes to the program and every
 value the program returns is encoded to JSON here and decoded on the other side into plain Python objects, so no
 object of the program's making (with its own __eq__, __hash__ or __del__) ever reaches the grader's comparisons.
 
@@ -84,7 +84,7 @@ def protocol_channels():
     """(inbox, outbox): private copies of stdin and stdout for the frames; fds 0-2 then point at /dev/null, so
     whatever the sandboxed code prints goes nowhere. Its first frame says the sandbox started: sent by trusted code
     before any program or test code runs, so a side that never sends it failed to start (bubblewrap, the kernel, the
-    interpreter), which recipes/sandbox.py reports as an error and never as a score."""
+    interpreter), which recipes/sandbox/runner.py reports as an error and never as a score."""
     inbox, outbox = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
@@ -96,7 +96,7 @@ def protocol_channels():
 
 def apply_limits(limits):
     """Hard limits, set before any program or test code runs; an unprivileged process cannot raise them again.
-    CPU: SIGXCPU at the soft limit, SIGKILL a second later (recipes/sandbox.py reads either as a time-out)."""
+    CPU: SIGXCPU at the soft limit, SIGKILL a second later (recipes/sandbox/runner.py reads either as a time-out)."""
     for name, value in (("RLIMIT_AS", limits["memory_bytes"]), ("RLIMIT_CPU", limits["cpu_seconds"]),
                         ("RLIMIT_FSIZE", limits["file_bytes"]), ("RLIMIT_CORE", 0),
                         ("RLIMIT_NPROC", limits.get("processes"))):

@@ -1,7 +1,7 @@
 """`memlens run launcher.kind=local|slurm`: the run's models as jobs, one `memlens train stage=<model>` each, through
 submitit.
 
-The driver plans the stage graph (recipes/plan.py), builds the data the jobs read (once, in the driver), submits one
+The driver plans the stage graph (recipes/orchestration/stage_plan.py), builds the data the jobs read (once, in the driver), submits one
 job per model and waits for them; then it runs the audit and the report as `memlens run` does. Each job is the real
 command line (`python -m memlens train <the run's overrides> stage=<model> build_data=false`), so a job holds exactly
 what `memlens train` holds: the run shared, its model exclusively, the models it starts from shared
@@ -34,8 +34,8 @@ from omegaconf import OmegaConf
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.lock import EXCLUSIVE, hold_directories
-from memlens.recipes import pipeline
-from memlens.recipes.plan import REFERENCE_KEYS, needed_datasets
+from memlens.recipes.orchestration import pipeline
+from memlens.recipes.orchestration.stage_plan import REFERENCE_KEYS, needed_datasets
 
 KINDS = ("local", "slurm")
 JOBS_DIR = "jobs"          # <run_dir>/jobs/: submitit's pickles and each job's stdout / stderr
@@ -73,7 +73,7 @@ def check_launcher(cfg, planned=None) -> dict | None:
 
 
 def flatten_resources(node: dict, prefix: str = "") -> dict[str, dict]:
-    """`{FT: {"1": {gpus: 4}}}` -> `{"FT.1": {gpus: 4}}`, nested as `stages:` is (recipes/plan.py)."""
+    """`{FT: {"1": {gpus: 4}}}` -> `{"FT.1": {gpus: 4}}`, nested as `stages:` is (recipes/orchestration/stage_plan.py)."""
     out: dict[str, dict] = {}
     for key, value in node.items():
         name = f"{prefix}.{key}" if prefix else str(key)

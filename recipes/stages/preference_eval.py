@@ -66,7 +66,7 @@ def evaluate(load_initial: Callable[[], Any], final_model, tokenizer, sentinels,
     initial = pair_logprobs(load_initial(), tokenizer, sentinels, chosen)
     final = pair_logprobs(final_model, tokenizer, sentinels, chosen)
     record = {"what": "summed log-probability of each training pair's chosen and rejected completion under the "
-                      "initial and the trained model (recipes/preference_eval.py)",
+                      "initial and the trained model (recipes/stages/preference_eval.py)",
               "objective": objective, "pair_ids": [r["id"] for r in chosen],
               "initial": {"chosen": initial[0], "rejected": initial[1]},
               "final": {"chosen": final[0], "rejected": final[1]}, **summarize(initial, final)}
