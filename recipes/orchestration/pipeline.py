@@ -247,6 +247,17 @@ def wait_for_everyone(device: str) -> None:
         PartialState(cpu=device == "cpu").wait_for_everyone()
 
 
+def release_process_group() -> None:
+    """Destroy the launch's process group once this process is done with it. Left to the interpreter's teardown, the
+    group's threads can abort a rank after its work is complete ("terminate called without an active exception",
+    once on rank 1 of the two-process ZeRO-3 test), which the launcher reports as a failed run."""
+    if world_size() > 1:
+        import torch.distributed as dist  # torch (~1 s): a multi-process launch only
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+
 def identical_finished_stage(run_dir: Path, stage: PlannedStage, done: list[PlannedStage]) -> PlannedStage | None:
     """An earlier stage of this run with exactly the same recipe and settings (init, data, hyperparameters).
 
@@ -395,6 +406,7 @@ def run_main(cfg, measurement: Measurement) -> int:
             where = f"report: {report_dir(cfg) / 'report.html'}"
         print(f"[memlens] run {cfg.get('experiment_name')} finished in {int(seconds // 60)} min {seconds % 60:.0f} s "
               f"(data, training, {', '.join(cfg.get('after_training') or []) or 'no audit'}); {where}", flush=True)
+    release_process_group()
     return 0
 
 
@@ -429,6 +441,7 @@ def train_main(cfg, measurement: Measurement | None = None) -> int:
         for stage in chosen:
             train_stage(stage, run_dir, int(cfg.seed), device, results=results_dirs(cfg, run_dir, measurement),
                         tensorboard=tensorboard)
+    release_process_group()
     return 0
 
 
