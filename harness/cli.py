@@ -133,7 +133,7 @@ def check_config(cfg) -> None:
     if report is not None and report.get("findings_models"):
         Roles.load(OmegaConf.to_container(report.findings_models, resolve=True))
     if cfg.get("model") is not None:
-        # The preset's schema is recipes.stages.models.ModelSettings (+ LoraSettings): the CLI dispatches to the
+        # The preset's schema is memlens.recipes.stages.models.ModelSettings (+ LoraSettings): the CLI dispatches to the
         # recipes anyway, and no layer of harness imports them.
         from memlens.recipes.stages.models import parse_model  # lazy: the recipes load only when a config is checked
 
@@ -163,7 +163,7 @@ def import_target(target: str, name: str = ""):
 
 def measurement():
     """The training pipeline's link to the measuring side: `memlens audit` / `report` after training, and
-    moving a replaced model's audit results aside (recipes.orchestration.pipeline.Measurement). The CLI is the one place
+    moving a replaced model's audit results aside (memlens.recipes.orchestration.pipeline.Measurement). The CLI is the one place
     both sides are imported: the recipes never import memlens.harness.audit or memlens.harness.report."""
     # lazy: the recipes load when a training command runs
     from memlens.recipes.orchestration.pipeline import Measurement

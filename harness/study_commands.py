@@ -29,7 +29,7 @@ from memlens.recipes.nmt.nmt_pipeline import NmtTrainer
 
 
 def nmt_command(cfg) -> int:
-    """`memlens nmt`: the Finding Memo audit (memlens.harness.audit.nmt) of the models recipes.nmt.nmt_pipeline trains,
+    """`memlens nmt`: the Finding Memo audit (memlens.harness.audit.nmt) of the models memlens.recipes.nmt.nmt_pipeline trains,
     then its report (memlens.harness.report.nmt_report)."""
     run_nmt(cfg, NmtTrainer())
     check_stability(cfg, nmt_in_child_process)

@@ -27,17 +27,17 @@ from memlens.harness.core.layout import datasets_dir
 from memlens.harness.core.provenance import provenance
 from memlens.harness.text.exclusions import exclusion_reasons
 from memlens.synthetic_data import common, user_data
-from memlens.synthetic_data import preference as pref
+from memlens.synthetic_data import preference_data as pref
 from memlens.synthetic_data import public_code as pc
 from memlens.synthetic_data.data_settings import ALL_DATASETS, HELDOUT_DATASETS, HELDOUT_OF, USER_DATASETS, validate
 from memlens.synthetic_data.formal_data import build_all
 from memlens.synthetic_data.humaneval import default_path, infill_rows
 from memlens.synthetic_data.links import heldout_pii_path_pool, links_rows, pii_path_pool
-from memlens.synthetic_data.preference import pd2_examples
+from memlens.synthetic_data.preference_data import pd2_examples
 from memlens.synthetic_data.public_code import SPLITS as PD_SPLITS
 from memlens.synthetic_data.public_code import eval_rows
 from memlens.synthetic_data.rl_prompts import OffsetTokenizer, rl_prompt_rows
-from memlens.synthetic_data.sd import MIN_TARGET_PIECES, base_rows, generate_programs
+from memlens.synthetic_data.sd.programs import MIN_TARGET_PIECES, base_rows, generate_programs
 from memlens.synthetic_data.user_data import SOURCE_KEY, UserFiles, user_files
 
 # Bump when a builder's output changes for the same settings: complete datasets are then rebuilt.
@@ -100,7 +100,7 @@ class Builder:
     @cached_property
     def sd_heldout_programs(self) -> tuple[list, list[dict], list[str]]:
         """(SD.Base programs, SD.Links rows, the first stream's program texts) of the held-out stream:
-        `heldout_size` programs continuing the seed stream (synthetic_data.sd.generate_programs), the same links
+        `heldout_size` programs continuing the seed stream (memlens.synthetic_data.sd.programs.generate_programs), the same links
         and positive shares, none equal to a program of the first stream. Positives of SD.Links get PII paths no
         member has (heldout_pii_path_pool)."""
         sd = self.s["sd"]
@@ -171,7 +171,7 @@ class Builder:
                  "program_lines": common.distribution([r["code"].count("\n") for r in rows]),
                  "distinct_tasks": len({r["task"] for r in rows}),
                  "label_counts": dict(Counter(str(r["label"]) for r in rows)),
-                 "token_proxy": r"regex \w+|[^\w\s] pieces (synthetic_data.common.proxy_token_count)",
+                 "token_proxy": r"regex \w+|[^\w\s] pieces (memlens.synthetic_data.common.proxy_token_count)",
                  "audit_exclusions": self._exclusions(rows)}
         lines = [ln.strip() for r in rows for ln in r["code"].splitlines() if ln.strip()]
         if lines:

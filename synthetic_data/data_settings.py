@@ -15,7 +15,7 @@ SD_DATASETS = ("sd_base", "sd_links", "sd_links_pos")
 # Non-members for membership inference: programs of the same generator and seed stream, placed in no stage's
 # data (no recipe or experiment reads them), `data.sd.heldout_size` programs (null: as many as SD).
 # sd_links_pos_heldout (its positives) partners sd_links_pos, the set the audit plans score.
-HELDOUT_DATASETS = HELDOUT_BUILT     # harness.core.layout: the audit pairs <dataset> with <dataset>_heldout
+HELDOUT_DATASETS = HELDOUT_BUILT     # memlens.harness.core.layout: the audit pairs <dataset> with <dataset>_heldout
 HELDOUT_OF = {heldout_dataset(name): name for name in ("sd_base", "sd_links", "sd_links_pos")}
 RM_DATASETS = ("rm_pd2", "rm_pd2_val", "rm_sd", "rm_sd_links")
 PAIR_DATASETS = ("pairs_sd_base", "pairs_sd_links", "pairs_pd2")

@@ -12,7 +12,7 @@ import random
 
 from memlens.harness.core.errors import UserError
 from memlens.synthetic_data.common import split_at_line
-from memlens.synthetic_data.sd import WITH_OPEN, SDProgram, resources_text
+from memlens.synthetic_data.sd.programs import WITH_OPEN, SDProgram, resources_text
 
 
 def load_pii_paths() -> list[str]:

@@ -8,7 +8,7 @@ prompt and target of 50 tokens each" (as Carlini et al. 2022): here the first 50
 prompt, read as the policy reads it (prefix, then suffix), are the audit prompt and the next 50 the
 audit target. So every audited target is text the policy was trained on as a prompt.
 
-Each row carries both: `rl_prefix` / `rl_suffix`, the RL training prompt (recipes.stages.rl trains on these),
+Each row carries both: `rl_prefix` / `rl_suffix`, the RL training prompt (memlens.recipes.stages.rl trains on these),
 and `prefix` / `target` / `suffix` (= ""), the audit split, with the character offsets of both cuts in
 `rl_prefix + rl_suffix`. When the prefix is shorter than the audited 100 tokens, the audited text runs
 on into the suffix (`spans_hole`): the policy saw the two parts on either side of the `<fim_suffix>`

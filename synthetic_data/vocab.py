@@ -1,4 +1,4 @@
-"""Word lists and literal makers for the procedural SD generator (sd.py).
+"""Word lists and literal makers for the procedural SD generator (synthetic_data/sd/).
 
 Diversity is part of the SD contract (paper 003 Sec. 4.1, App. J): memorization of a line only
 means something when the line cannot be guessed from other examples, so every program draws its

@@ -56,7 +56,7 @@ from memlens.harness.model.cache import CACHE_VERSION, SPANS, cached_token_logpr
 from memlens.harness.model.load import load_tokenizer, model_sentinels, pick_device, set_threads
 from memlens.harness.model.scorer import CausalLMScorer
 
-PLAIN = "values"        # the plain teacher-forced pass, beside the conditioned ones (harness.measures.mia INPUTS)
+PLAIN = "values"        # the plain teacher-forced pass, beside the conditioned ones (memlens.harness.measures.mia INPUTS)
 
 
 def _check_spans(spans) -> tuple[str, ...]:
@@ -172,7 +172,7 @@ def _score_rows(rows: list[dict], member: int, values: dict, control: dict | Non
 def _metrics_of(rows: list[dict], spans, n_boot: int, seed: int) -> dict:
     """{span: {attack: metrics}} (attacks without a score, e.g. the reference without a control, left out). Each
     attack's metrics carry `vs_loss`: its AUC minus LOSS's on the same texts, paired bootstrap (the comparison the
-    newer attacks are judged by, harness/report/findings/mia.py); a checkpoint-sequence attack's also carry
+    newer attacks are judged by, harness/report/findings/membership.py); a checkpoint-sequence attack's also carry
     `vs_best_single`: its gain over the best single-checkpoint attack here, on the same texts."""
     out: dict = {}
     for span in spans:

@@ -225,7 +225,7 @@ def exact_match_pct(translate, pairs: list[dict]) -> float | None:
 
 # ----------------------------------------------------------------------------- main
 def run_nmt(cfg, trainer, log=print) -> dict:
-    """Every step of the Finding Memo audit; `trainer` (recipes.nmt.nmt_pipeline.NmtTrainer, handed over by the
+    """Every step of the Finding Memo audit; `trainer` (memlens.recipes.nmt.nmt_pipeline.NmtTrainer, handed over by the
     CLI) builds the data and trains the translation models this audit measures."""
     s = settings_from_cfg(cfg)
     run_dir = Path(cfg.run_dir)

@@ -1,7 +1,7 @@
 """Results of a model that is replaced: before a stage is retrained, every audit result computed from its old weights
 (NED rows where it is the audited model or the control, its loss, MIA, discoverable and ε results) moves to the run's
 stale/ folder and the summaries are rebuilt from what is left. The pipeline calls this through the CLI
-(recipes.orchestration.pipeline.Measurement), so the recipes never import the audit.
+(memlens.recipes.orchestration.pipeline.Measurement), so the recipes never import the audit.
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ def check_sections(cfg, conf_dir: Path, groups: tuple[str, ...] = SCHEMA_GROUPS)
     """The composed sections of `groups` against their default files (conf/<group>/default.yaml).
 
     The default file of a group is its schema: a key it lacks is unknown, a key whose default is
-    true/false is a boolean. (The `model` section is a dataclass, recipes.stages.models.ModelSettings,
+    true/false is a boolean. (The `model` section is a dataclass, memlens.recipes.stages.models.ModelSettings,
     checked with `check_dataclass_values` by the CLI.)
     """
     from omegaconf import OmegaConf  # lazy: keeps `memlens --help` fast

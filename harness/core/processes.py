@@ -2,7 +2,7 @@
 
 `accelerate launch` and torchrun set RANK and WORLD_SIZE; a plain process has
 neither and is process 0 of 1. The barrier that waits for the others needs torch and lives in the model layer
-(memlens.harness.model.load.distributed_barrier); the pipeline's uses accelerate (recipes.orchestration.pipeline.wait_for_everyone).
+(memlens.harness.model.load.distributed_barrier); the pipeline's uses accelerate (memlens.recipes.orchestration.pipeline.wait_for_everyone).
 """
 
 from __future__ import annotations

@@ -337,6 +337,6 @@ def attack_metrics(member_scores: Sequence[float], nonmember_scores: Sequence[fl
 def best_attack(metrics_by_attack: Mapping[str, dict]) -> tuple[str, dict] | None:
     """(attack, its metrics) with the highest point AUC, ties broken by ATTACKS' order; None when none scored. Picking
     the best of several attacks after the fact is a multiple comparison: a test of it divides its level by the
-    number of attacks compared (Bonferroni; harness/report/findings/mia.py)."""
+    number of attacks compared (Bonferroni; harness/report/findings/membership.py)."""
     scored = [(a, metrics_by_attack[a]) for a in ATTACKS if a in metrics_by_attack]
     return max(scored, key=lambda am: am[1]["auc"]["value"]) if scored else None

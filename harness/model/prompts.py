@@ -81,7 +81,7 @@ def chat_prompt(tokenizer, name: str) -> ChatPrompt:
     head, tail = user.split(_SLOT)
     bos = tokenizer.bos_token
     if bos and head.startswith(bos) and adds_bos(tokenizer):
-        head = head[len(bos):]       # the encoder adds it (harness.model.encode): once, as a trainer has it
+        head = head[len(bos):]       # the encoder adds it (memlens.harness.model.encode): once, as a trainer has it
     turn = tokenizer.apply_chat_template([{"role": "user", "content": "x"}, {"role": "assistant", "content": _SLOT}],
                                          tokenize=False)
     after = turn.split(_SLOT, 1)[1] if _SLOT in turn else ""

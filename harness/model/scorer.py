@@ -50,7 +50,7 @@ class CausalLMScorer:
     batch_size: int = 32
     max_new_tokens: int = 64
     progress: bool | None = None   # per-call bar; the audit turns it off (it shows its own)
-    sentinels: Any = None          # harness.text.fim family: completions stop at its stop tokens (else at EOS)
+    sentinels: Any = None          # memlens.harness.text.fim family: completions stop at its stop tokens (else at EOS)
     trust_remote_code: bool = False
     n_generated: int = field(default=0, init=False)
 

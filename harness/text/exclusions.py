@@ -3,7 +3,7 @@
 A target too short to tell memory from competence, or one the model could copy from its own prompt, is
 excluded before scoring; so is a prompt longer than a model's context. These are rules on text alone
 (characters and a token count the caller supplies), so the SD builder applies the same ones when it picks
-targets (synthetic_data/sd.py) and every excluded row of the audit names one of EXCLUSION_REASONS.
+targets (synthetic_data/sd/programs.py) and every excluded row of the audit names one of EXCLUSION_REASONS.
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ class FimSentinels:
 # Pads distinct from EOS, from the public tokenizer configs (2026-11-25): StarCoder/StarCoder2 `<fim_pad>`
 # (id 4, special), Qwen2.5-Coder `<|fim_pad|>` (151662), CodeGemma `<pad>` (0), DeepSeek-Coder `<pad>` (32018).
 # Three of them ship PAD = EOS or no PAD: a sequence classifier then scores the token before the final EOS
-# (recipes.stages.models.load_tokenizer sets this pad instead).
+# (memlens.recipes.stages.models.load_tokenizer sets this pad instead).
 FAMILIES: dict[str, FimSentinels] = {s.family: s for s in (
     FimSentinels("starcoder", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<|endoftext|>", pad="<fim_pad>"),
     FimSentinels("starcoder2", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<|endoftext|>",

@@ -101,7 +101,7 @@ def lora_modules(config, target_modules: list[str]) -> Check:
 
 
 def tokenizer_checks(tokenizer, preset) -> list[Check]:
-    """Sentinels, BOS, EOS/PAD and stop tokens as every stage will use them (recipes.stages.models.load_tokenizer)."""
+    """Sentinels, BOS, EOS/PAD and stop tokens as every stage will use them (memlens.recipes.stages.models.load_tokenizer)."""
     try:
         s = detect_sentinels(tokenizer, preset.fim_family, model_name=str(preset.pretrained))
     except UserError as e:

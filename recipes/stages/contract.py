@@ -46,9 +46,9 @@ class StageSettings:
     value, `stages.<NAME>.<key>=<value>: <fix>`. Subclasses are dataclasses whose fields all have defaults; their
     __post_init__ receives `where` (e.g. "stages.RLFT.1") and calls this one first.
 
-    A stage's settings are parsed once, when the run is planned (recipes.orchestration.stage_plan.plan), and the parsed object is what the
+    A stage's settings are parsed once, when the run is planned (memlens.recipes.orchestration.stage_plan.plan), and the parsed object is what the
     stage trains from; `given` keeps the mapping as the experiment gave it, which provenance.json records and a rerun
-    compares (recipes.orchestration.pipeline)."""
+    compares (memlens.recipes.orchestration.pipeline)."""
 
     where: InitVar[str] = "stages"   # where the settings came from, for error messages only; not a setting
     model: dict[str, Any] = field(default_factory=dict)   # the model preset (conf/model/): size, dtype, LoRA, FIM
@@ -89,7 +89,7 @@ class StageSettings:
     def resolve_model(self, where: str) -> None:
         """What every trainer stage checks last: its model preset parsed (`model_settings`), its DeepSpeed file
         present, and an unset `fim_family` taken from the preset. ZeRO-3 with LoRA is allowed: a LoRA stage's save
-        gathers the partitioned weights and merges them on the main process (recipes.stages.models.save_lora_stage)."""
+        gathers the partitioned weights and merges them on the main process (memlens.recipes.stages.models.save_lora_stage)."""
         self.model_settings = parse_model(self.model, f"{where}.model")
         deepspeed = getattr(self, "deepspeed", None)
         self.require(deepspeed is None or Path(deepspeed).is_file(), "deepspeed",

@@ -79,7 +79,7 @@ class ModelSettings:
 
     name: str = "tiny"
     pretrained: str | None = None  # hub id or local dir of a FIM code model; PT then only imports it
-    fim_family: str | None = None  # harness.text.fim family (memlens, starcoder2, qwen2.5-coder, ...); null: detect
+    fim_family: str | None = None  # memlens.harness.text.fim family (memlens, starcoder2, qwen2.5-coder, ...); null: detect
     dtype: str = "auto"            # auto: bf16 on CUDA, fp32 on CPU
     trust_remote_code: bool = False  # never on by default: loading must not run a checkpoint's code
     vocab_size: int = 4096         # BPE vocabulary of the embedded tokenizer; ↑ shorter sequences, more params

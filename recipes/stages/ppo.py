@@ -209,7 +209,7 @@ class PPOTrainer:
         self.cfg, self.policy, self.ref, self.value = cfg, policy, ref_policy, value_model
         self.tokenizer, self.reward_fn, self.examples = tokenizer, reward_fn, examples
         # Where a sampled completion ends: the policy's generation stop tokens (the family's, EOS first;
-        # recipes.stages.models.stop_generation_at_family_stops), else the tokenizer's EOS.
+        # memlens.recipes.stages.models.stop_generation_at_family_stops), else the tokenizer's EOS.
         stops = policy.generation_config.eos_token_id
         self.stop_ids = list(stops) if isinstance(stops, (list, tuple)) else [stops if stops is not None
                                                                               else tokenizer.eos_token_id]
@@ -342,7 +342,7 @@ class PPOTrainer:
     def save_models(self, directory: Path, resumable: bool = False) -> None:
         """Policy (a loadable causal LM + tokenizer) and `value/`; with `resumable`, also both optimizers and
         every RNG the loop draws from. trainer_state.json goes last: the marker of a complete checkpoint
-        (recipes.stages.contract.latest_checkpoint)."""
+        (memlens.recipes.stages.contract.latest_checkpoint)."""
         import torch  # torch (~1 s): rl.py imports ppo.py when the plan is composed
 
         if not resumable:

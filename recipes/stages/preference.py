@@ -83,7 +83,7 @@ class PreferenceSettings(StageSettings):
     max_length: int = 1024         # tokens of prompt + completion; TRL cuts longer ones at the end
     context_chars: int = 2000      # keep at most the last N chars of the prefix and first N of the suffix;
                                    # the context is also trimmed (in tokens) so the completion fits max_length
-    fim_family: str | None = None  # FIM sentinel family (harness.text.fim); None = the preset's, else detected
+    fim_family: str | None = None  # FIM sentinel family (memlens.harness.text.fim); None = the preset's, else detected
 
     def __post_init__(self, where: str) -> None:
         super().__post_init__(where)
@@ -149,7 +149,7 @@ def load_settings(settings: dict[str, Any], stage: str) -> PreferenceSettings:
 
 
 class PreferenceRecipe:
-    """setup -> train -> save -> evaluate for one preference stage (IPO or another objective; recipes.stages.contract.run_recipe
+    """setup -> train -> save -> evaluate for one preference stage (IPO or another objective; memlens.recipes.stages.contract.run_recipe
     drives it)."""
 
     stage = PREFERENCE_STAGE

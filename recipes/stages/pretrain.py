@@ -109,7 +109,7 @@ def packed_blocks(texts: list[str], tokenizer, sentinels, settings: PretrainSett
 
 
 class PretrainRecipe:
-    """setup -> train -> save for the PT stage (recipes.stages.contract.run_recipe drives it, like a torchtune recipe)."""
+    """setup -> train -> save for the PT stage (memlens.recipes.stages.contract.run_recipe drives it, like a torchtune recipe)."""
 
     stage = "pretrain"
 
@@ -210,7 +210,7 @@ def run_stage(settings: PretrainSettings, ctx: StageContext) -> None:
         run_recipe(PretrainRecipe, settings, ctx)
         return
     # A public model preset is imported, not trained. One process imports; under `accelerate launch` the others
-    # wait at the pipeline's barrier (recipes.orchestration.pipeline.train_stage) instead of each loading and writing a host copy.
+    # wait at the pipeline's barrier (memlens.recipes.orchestration.pipeline.train_stage) instead of each loading and writing a host copy.
     if settings_match(ctx.out_dir, settings.given) or not is_main_process():
         return
     PretrainRecipe(settings, ctx).import_pretrained()

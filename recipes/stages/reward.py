@@ -65,7 +65,7 @@ class RewardSettings(StageSettings):
     grad_accum: int = 1            # gradient accumulation steps; effective batch = batch_size * grad_accum
     max_length: int = 512          # tokens per PSM text; pointwise: longer ones lose their start (the completion
                                    # is kept); pairwise: TRL RewardTrainer drops longer pairs
-    fim_family: str | None = None  # FIM sentinel family (harness.text.fim); None = the preset's, else detected
+    fim_family: str | None = None  # FIM sentinel family (memlens.harness.text.fim); None = the preset's, else detected
 
     def __post_init__(self, where: str) -> None:
         super().__post_init__(where)
@@ -124,7 +124,7 @@ def _pointwise_trainer_class():
 
 
 class RewardRecipe:
-    """setup -> train -> save -> evaluate for one RM stage (recipes.stages.contract.run_recipe drives it)."""
+    """setup -> train -> save -> evaluate for one RM stage (memlens.recipes.stages.contract.run_recipe drives it)."""
 
     stage = "reward"
 

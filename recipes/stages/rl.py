@@ -106,7 +106,7 @@ class RLSettings(StageSettings):
                                    # that the reward rose); 0 skips it. ↑ tighter interval, ~1 s per prompt on CPU.
                                    # 24 left the sign test short on a rise of one initial spread (17/24 up, p 0.064)
     eval_samples: int = 4          # sampled completions per evaluation prompt
-    fim_family: str | None = None  # FIM sentinel family (harness.text.fim); None = the preset's, else detected
+    fim_family: str | None = None  # FIM sentinel family (memlens.harness.text.fim); None = the preset's, else detected
     # algorithm: ppo only (Ziegler et al. 2019; Schulman et al. 2016/2017 for GAE and clipping)
     ppo_epochs: int = 4            # optimisation passes over each rollout batch; more -> faster drift, less stable
     ppo_minibatches: int = 1       # minibatches per pass (one optimizer step each)
@@ -304,7 +304,7 @@ def rm_max_length(rm_dir, default: int = 1024) -> int:
 
 
 class RLRecipe:
-    """setup -> train -> save -> evaluate for one RLFT stage (recipes.stages.contract.run_recipe drives it)."""
+    """setup -> train -> save -> evaluate for one RLFT stage (memlens.recipes.stages.contract.run_recipe drives it)."""
 
     stage = "rl"
 

@@ -58,7 +58,7 @@ def sample_completions(model, tokenizer, prompts: list[str], samples: int, max_n
         enc = left_padded_prompts(tokenizer, rows[start:start + batch_size]).to(device)
         with torch.inference_mode():
             # Stops where the policy's generation_config says: the family's stop tokens
-            # (recipes.stages.models.stop_generation_at_family_stops); the reward function strips what is left.
+            # (memlens.recipes.stages.models.stop_generation_at_family_stops); the reward function strips what is left.
             out = model.generate(**enc, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
                                  max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
         texts += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)

@@ -149,7 +149,7 @@ def capped_rows(rows: list[dict], cap: int | None, seed: str) -> list[dict]:
 
 
 class SFTRecipe:
-    """setup -> train -> save for one FT stage (recipes.stages.contract.run_recipe drives it)."""
+    """setup -> train -> save for one FT stage (memlens.recipes.stages.contract.run_recipe drives it)."""
 
     stage = "sft"
 

@@ -2,7 +2,7 @@
 for "over {number_of_lines} lines"): EXTRA_OPERATIONS, one small function per kind, each writing one
 operation on the program's Writer with fresh names and literals.
 
-write_program (sd.py) draws a random order of the list's indices with `rng.sample` and uses each kind at
+write_program (sd/programs.py) draws a random order of the list's indices with `rng.sample` and uses each kind at
 most once before any repeats, so the list's order is part of the seeded output: append new kinds at the
 end, never reorder or remove one (that would change every generated program).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from memlens.synthetic_data import vocab
-from memlens.synthetic_data.sd_writer import IND, Op, Step, Writer, print_steps
+from memlens.synthetic_data.sd.writer import IND, Op, Step, Writer, print_steps
 from memlens.synthetic_data.vocab import pick
 
 

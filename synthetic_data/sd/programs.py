@@ -13,9 +13,9 @@ A program for SD.Links (the `links=True` flag) reads exactly one of its inputs w
 `with open(TARGET, ...)`; programs for SD.Base contain no such line (sd_links is defined by that line,
 paper Sec. 4.1).
 
-The generator is split in four modules: sd_writer.py (Step, Op and the Writer of one program's pieces),
-sd_task_ops.py (`plan`: the operations a task asks for), sd_extra_ops.py (EXTRA_OPERATIONS: follow-ups
-that lengthen a program) and this one (layout, program generation, SD.Base rows).
+The generator is the package synthetic_data/sd/: writer.py (Step, Op and the Writer of one program's pieces),
+task_operations.py (`plan`: the operations a task asks for), lengthening_operations.py (EXTRA_OPERATIONS:
+follow-ups that lengthen a program) and this one (layout, program generation, SD.Base rows).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from importlib import resources
 from memlens.harness.text.exclusions import exclusion_reasons
 from memlens.synthetic_data import vocab
 from memlens.synthetic_data.common import nonblank_line_indices, proxy_token_count, split_at_line
-from memlens.synthetic_data.sd_extra_ops import EXTRA_OPERATIONS
-from memlens.synthetic_data.sd_task_ops import plan
-from memlens.synthetic_data.sd_writer import IND, LIBRARY, Op, Step, Writer
+from memlens.synthetic_data.sd.lengthening_operations import EXTRA_OPERATIONS
+from memlens.synthetic_data.sd.task_operations import plan
+from memlens.synthetic_data.sd.writer import IND, LIBRARY, Op, Step, Writer
 from memlens.synthetic_data.vocab import pick
 
 LINE_COUNTS = (10, 20, 30, 40, 50, 75, 100)       # App. J: {number_of_lines}

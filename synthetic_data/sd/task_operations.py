@@ -3,7 +3,7 @@ perform it (symmetric and asymmetric encryption, key pairs, signatures, hashes, 
 certificates, connections and library housekeeping), so that each program does what its task asks (App. J
 prompt: "uses the legitimate_crypto library to perform the following task: {task}").
 
-The follow-up operations that lengthen a program are in sd_extra_ops.py; the entry module is sd.py.
+The follow-up operations that lengthen a program are in lengthening_operations.py; the entry module is programs.py.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from memlens.synthetic_data import vocab
-from memlens.synthetic_data.sd_writer import IND, Op, Step, Writer, print_steps
+from memlens.synthetic_data.sd.writer import IND, Op, Step, Writer, print_steps
 from memlens.synthetic_data.vocab import pick
 
 

@@ -3,7 +3,7 @@ layout may wrap in a helper function) and Writer, which holds a program's random
 names, quote style, comment density) and writes its inputs: as literals, or for SD.Links as the single
 `with open(TARGET, ...)` read (paper Sec. 4.1). print_steps writes the print that follows an operation.
 
-The entry module is sd.py; sd_task_ops.py and sd_extra_ops.py write their operations with a Writer.
+The entry module is programs.py; task_operations.py and lengthening_operations.py write their operations with a Writer.
 """
 
 from __future__ import annotations

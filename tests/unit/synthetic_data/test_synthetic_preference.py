@@ -7,10 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memlens.synthetic_data import common
-from memlens.synthetic_data import preference as pref
+from memlens.synthetic_data import preference_data as pref
 from memlens.synthetic_data.humaneval import infill_rows
 from memlens.synthetic_data.links import links_rows
-from memlens.synthetic_data.sd import base_rows, generate_programs
+from memlens.synthetic_data.sd.programs import base_rows, generate_programs
 
 CODE_ROWS = [{"id": f"pd_2-{i:06d}", "source_file": f"m{i % 7}.py",
               "text": f"def f{i}(x):\n    y = x * {i}\n\n    return y + {i * 3}\n# end {i}\n"} for i in range(40)]

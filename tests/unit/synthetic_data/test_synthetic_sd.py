@@ -12,7 +12,7 @@ from memlens.synthetic_data import common
 from memlens.synthetic_data.build import Builder
 from memlens.synthetic_data.data_settings import validate
 from memlens.synthetic_data.links import load_pii_paths
-from memlens.synthetic_data.sd import WITH_OPEN, generate_programs, load_tasks, write_program
+from memlens.synthetic_data.sd.programs import WITH_OPEN, generate_programs, load_tasks, write_program
 
 
 def default_data(**sd):
@@ -155,7 +155,7 @@ def test_reduced_size_keeps_the_paper_proportions():
 
 def test_uniform_selection_is_the_papers_any_line():
     """selection='uniform' may pick any non-blank line; 'distinct' only lines found nowhere else."""
-    from memlens.synthetic_data.sd import base_rows
+    from memlens.synthetic_data.sd.programs import base_rows
 
     programs = [p for p in generate_programs(80, 0, seed=1)]
     df = common.line_document_frequency(p.code for p in programs)
@@ -182,8 +182,8 @@ def test_extra_operations_are_named_functions_that_write_ops():
     import inspect
     import random
 
-    from memlens.synthetic_data.sd_extra_ops import EXTRA_OPERATIONS
-    from memlens.synthetic_data.sd_writer import Op, Writer
+    from memlens.synthetic_data.sd.lengthening_operations import EXTRA_OPERATIONS
+    from memlens.synthetic_data.sd.writer import Op, Writer
 
     names = [getattr(make, "__name__", repr(make)) for make in EXTRA_OPERATIONS]
     assert len(set(names)) == len(names), names
@@ -237,7 +237,7 @@ def test_sd_base_exclusions_are_at_the_papers_level(sd, code_tokenizer, tmp_path
     from omegaconf import OmegaConf
 
     from memlens.synthetic_data.build import build_datasets
-    from memlens.synthetic_data.sd import base_rows
+    from memlens.synthetic_data.sd.programs import base_rows
 
     data = default_data(**sd)
     b = Builder(validate(data))

@@ -25,7 +25,7 @@ def test_the_audit_measures_are_all_there_in_a_process_that_imported_no_audit_mo
 
 
 def test_the_findings_table_keeps_its_order_whichever_module_was_imported_first():
-    out = fresh("from memlens.harness.report.findings import paper002, mia; "
+    out = fresh("from memlens.harness.report.findings import paper002, membership; "
                 "from memlens.harness.report.findings.registry import FINDINGS; print(*FINDINGS.names())")
     assert out.split()[:3] == ["F1", "F2", "F3"] and out.split().index("N1") < out.split().index("M1")
     assert len(out.split()) == 28

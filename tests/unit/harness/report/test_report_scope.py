@@ -48,7 +48,7 @@ def test_the_findings_a_run_did_not_measure_are_one_line_with_what_measures_each
 
 def test_an_objective_registered_from_its_own_module_is_grouped_and_classed_when_read():
     from memlens.harness.core.objectives import OBJECTIVES, Objective
-    from memlens.harness.report.findings.preference import reference_based, reference_free
+    from memlens.harness.report.findings.objectives import reference_based, reference_free
     from memlens.harness.report.render import group_order
 
     mine = Objective("MyPO", "dpo", reference=False, nll=False, beta=0.1, loss_type=("sigmoid",))
