@@ -1,11 +1,15 @@
-"""Every kind of extension docs/architecture.md describes, added the way it says: one plugin file, examples/lab_plugin.py,
-named with `plugins=[<file>]`, registering a preference objective, a membership-inference attack, an audit measure
-and a finding. Fresh `memlens` processes (nothing imported by the test reaches them) train a preference stage with the
-objective, run the attack and the measure in the audit, and judge the finding in a rendered `memlens report`."""
+"""The extensions docs/architecture.md describes, added the way it says: one plugin file, examples/lab_plugin.py, named
+with `plugins=[<file>]`, registering a training stage, a preference objective, a membership-inference attack, an audit
+measure and a finding. Fresh `memlens` processes (nothing imported by the test reaches them) train a preference stage
+with the objective and the plugin's stage after it, run the attack and the measure in the audit, and judge the finding
+in a rendered `memlens report`."""
 
 from __future__ import annotations
 
 import json
+
+import torch
+from safetensors.torch import load_file
 
 from memlens.harness.core.io import read_json
 from tests.integration.run_helpers import REPO, copy_run, memlens
@@ -14,11 +18,12 @@ PLUGIN = REPO / "examples" / "lab_plugin.py"
 
 
 ONLY_IPO = ["stages.FT=null", "stages.RM=null", "stages.RLFT=null", "stages.IPO.objective=hinge_po",
-            "audit_plan=[{models:[IPO],control:PT,datasets:[sd_base]}]", "audit.measures=[ned,mia,row_count]",
+            "+stages.AVG={recipe:average,init:IPO,checkpoints:2}",
+            "audit_plan=[{models:[IPO,AVG],control:PT,datasets:[sd_base]}]", "audit.measures=[ned,mia,row_count]",
             "audit.mia_spans=[target]", "audit.mia_bootstrap=50"]
 
 
-def test_a_plugin_file_adds_an_objective_an_attack_a_measure_and_a_finding_to_fresh_commands(smoke, tmp_path):
+def test_a_plugin_file_adds_a_stage_an_objective_an_attack_a_measure_and_a_finding_to_fresh_commands(smoke, tmp_path):
     run_dir = copy_run(smoke[0], tmp_path / "run", ["data", "models/PT"])
     common = ["experiment=smoke", f"run_dir={run_dir}", "device=cpu", f"plugins=[{PLUGIN}]", *ONLY_IPO]
 
@@ -26,11 +31,22 @@ def test_a_plugin_file_adds_an_objective_an_attack_a_measure_and_a_finding_to_fr
     assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
     provenance = read_json(run_dir / "models" / "IPO" / "provenance.json")
     assert provenance["hyperparameters"]["objective"] == "hinge_po"        # the stage trained the plugin's objective
+    # The plugin's stage ran after the stage it starts from, and holds the mean of IPO's checkpoints and final model.
+    averaged = read_json(run_dir / "models" / "AVG" / "provenance.json")
+    ipo = run_dir / "models" / "IPO"
+    assert averaged["stage"] == "average" and averaged["settings"]["init"] == "IPO"
+    assert averaged["averaged"] == [str(ipo / "checkpoint-1"), str(ipo / "checkpoint-2"), str(ipo)]
+    states = [load_file(str(ipo / sub / "model.safetensors")) for sub in ("checkpoint-1", "checkpoint-2", "")]
+    mean = load_file(str(run_dir / "models" / "AVG" / "model.safetensors"))
+    assert mean.keys() == states[0].keys() and any(not torch.equal(states[0][k], states[2][k]) for k in mean)
+    for key, value in mean.items():
+        torch.testing.assert_close(value, sum(s[key].double() for s in states).float() / 3, rtol=0, atol=1e-6)
 
     audited = memlens("audit", *common)
     assert audited.returncode == 0, audited.stdout[-3000:] + audited.stderr[-3000:]
     mia = read_json(run_dir / "audit" / "mia" / "IPO" / "summary.json")
     assert mia["attacks"][-1] == "target_length"                           # after the built-ins, in the audit
+    assert (run_dir / "audit" / "AVG" / "final" / "sd_base.jsonl").is_file()   # the plugin stage's model, audited
     assert read_json(run_dir / "audit" / "row_count.json") == {
         "sd_base": sum(1 for _ in (run_dir / "data" / "sd_base" / "rows.jsonl").open())}
 
