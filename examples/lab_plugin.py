@@ -1,11 +1,13 @@
-"""An example plugin: a lab's training stage, preference objective, membership-inference attack, audit measure and
-finding, each registered as docs/architecture.md says. Name it in the config and every command sees them:
+"""An example plugin: a lab's training stage, preference objective, verifiable reward, membership-inference attack,
+audit measure and finding, each registered as docs/architecture.md says. Name it in the config and every command sees
+them, e.g.
 
     memlens run experiment=smoke plugins=[examples/lab_plugin.py] stages.IPO.objective=hinge_po \
         '+stages.AVG={recipe: average, init: IPO, checkpoints: 2}'
 
-tests/integration/test_plugins.py runs that (the smoke run's PT, IPO and AVG only), then `memlens audit` with
-`audit.measures=[ned,mia,row_count]` and `memlens report`, each a fresh process."""
+tests/integration/test_plugins.py runs the like of that on the smoke run's PT (IPO with the objective, AVG after it,
+an RL stage rewarded by balanced_brackets), then `memlens audit` with `audit.measures=[ned,mia,row_count]` and
+`memlens report`, each a fresh process."""
 from __future__ import annotations
 
 import shutil
@@ -22,6 +24,7 @@ from memlens.harness.report.findings.registry import Finding, register
 from memlens.harness.report.findings.verdict import _result
 from memlens.recipes.stages.contract import StageContext, StageSettings, run_recipe
 from memlens.recipes.stages.registry import STAGES, StageRecipe
+from memlens.recipes.stages.verifiable_rewards import REWARD_FUNCTIONS, RewardFunction
 
 
 # A training stage: the average of a stage's last checkpoints and its final model (checkpoint averaging, as in
@@ -98,6 +101,23 @@ STAGES.register("average", StageRecipe(__name__, "the average of a stage's last 
 # A preference objective on TRL's DPOTrainer: the hinge loss of SLiC (DPOConfig loss_type="hinge").
 OBJECTIVES.register("hinge_po", Objective("Hinge-PO", "dpo", reference=True, nll=False, beta=0.1,
                                           loss_type=("hinge",)))
+
+
+# A verifiable reward: 1 when the filled-in program's brackets balance, else 0 (it reads the text, runs nothing).
+PAIRS = {")": "(", "]": "[", "}": "{"}
+
+
+def balanced_brackets(completion: str, prefix: str, suffix: str, **_) -> float:
+    stack = []
+    for char in prefix + completion + suffix:
+        if char in "([{":
+            stack.append(char)
+        elif char in PAIRS and (not stack or stack.pop() != PAIRS[char]):
+            return 0.0
+    return 0.0 if stack else 1.0
+
+
+REWARD_FUNCTIONS.register("balanced_brackets", RewardFunction(balanced_brackets))
 
 # An attack: shorter targets score higher (a length baseline).
 ATTACKS.register("target_length", Attack("target length", lambda x: -float(len(x.text))))

@@ -1,8 +1,8 @@
 """The extensions docs/architecture.md describes, added the way it says: one plugin file, examples/lab_plugin.py, named
-with `plugins=[<file>]`, registering a training stage, a preference objective, a membership-inference attack, an audit
-measure and a finding. Fresh `memlens` processes (nothing imported by the test reaches them) train a preference stage
-with the objective and the plugin's stage after it, run the attack and the measure in the audit, and judge the finding
-in a rendered `memlens report`."""
+with `plugins=[<file>]`, registering a training stage, a preference objective, a verifiable reward, a
+membership-inference attack, an audit measure and a finding. Fresh `memlens` processes (nothing imported by the test
+reaches them) train a preference stage with the objective, the plugin's stage after it and an RL stage against the
+reward, run the attack and the measure in the audit, and judge the finding in a rendered `memlens report`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import json
 import torch
 from safetensors.torch import load_file
 
-from memlens.harness.core.io import read_json
+from memlens.harness.core.io import read_json, read_jsonl
 from tests.integration.run_helpers import REPO, copy_run, memlens
 
 PLUGIN = REPO / "examples" / "lab_plugin.py"
@@ -19,11 +19,14 @@ PLUGIN = REPO / "examples" / "lab_plugin.py"
 
 ONLY_IPO = ["stages.FT=null", "stages.RM=null", "stages.RLFT=null", "stages.IPO.objective=hinge_po",
             "+stages.AVG={recipe:average,init:IPO,checkpoints:2}",
+            "+stages.RLVR={recipe:rl,init:PT,prompts:[pd_3],reward:{kind:function,function:balanced_brackets},"
+            "max_steps:1,num_generations:2,prompts_per_step:2,max_completion_length:8,save_steps:1,context_chars:400,"
+            "eval_prompts:0}",
             "audit_plan=[{models:[IPO,AVG],control:PT,datasets:[sd_base]}]", "audit.measures=[ned,mia,row_count]",
             "audit.mia_spans=[target]", "audit.mia_bootstrap=50"]
 
 
-def test_a_plugin_file_adds_a_stage_an_objective_an_attack_a_measure_and_a_finding_to_fresh_commands(smoke, tmp_path):
+def test_a_plugin_file_adds_a_stage_an_objective_a_reward_an_attack_a_measure_and_a_finding_to_fresh_commands(smoke, tmp_path):
     run_dir = copy_run(smoke[0], tmp_path / "run", ["data", "models/PT"])
     common = ["experiment=smoke", f"run_dir={run_dir}", "device=cpu", f"plugins=[{PLUGIN}]", *ONLY_IPO]
 
@@ -41,6 +44,11 @@ def test_a_plugin_file_adds_a_stage_an_objective_an_attack_a_measure_and_a_findi
     assert mean.keys() == states[0].keys() and any(not torch.equal(states[0][k], states[2][k]) for k in mean)
     for key, value in mean.items():
         torch.testing.assert_close(value, sum(s[key].double() for s in states).float() / 3, rtol=0, atol=1e-6)
+    # The plugin's verifiable reward scored the RL stage's completions.
+    rlvr = read_json(run_dir / "models" / "RLVR" / "provenance.json")
+    assert rlvr["stage"] == "rl" and rlvr["reward_function"] == "balanced_brackets" and rlvr["reward_model"] is None
+    rewards = [e["reward"] for e in read_jsonl(run_dir / "models" / "RLVR" / "train_log.jsonl") if "reward" in e]
+    assert rewards and all(0.0 <= r <= 1.0 for r in rewards), rewards
 
     audited = memlens("audit", *common)
     assert audited.returncode == 0, audited.stdout[-3000:] + audited.stderr[-3000:]
