@@ -65,10 +65,26 @@ def test_the_docs_show_the_commands_a_newcomer_needs():
     assert any("data.canaries.file=" in line for line in shown)
 
 
+def composes_in_a_fresh_process(argv: list[str]) -> None:
+    """A command naming `plugins=`: composed (and planned) in a new interpreter, so the plugin's registrations stay
+    there instead of joining this worker's registries for every later test."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from memlens.harness.cli import compose_only; "
+            "from memlens.recipes.orchestration.stage_plan import plan; "
+            "[plan(c) for c in compose_only(sys.argv[1:]) if sys.argv[1] in ('run', 'train')]")
+    done = subprocess.run([sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 @pytest.mark.parametrize("doc,argv", COMMANDS, ids=[" ".join(argv)[:90] for _, argv in COMMANDS])
 def test_every_documented_command_composes(doc, argv):
     from memlens.recipes.orchestration.stage_plan import plan
 
+    if any(arg.startswith("plugins=") for arg in argv):
+        composes_in_a_fresh_process(argv)
+        return
     for cfg in compose_only(argv):
         if cfg.get("formal") is not None:          # paper 004's formal study: its own models, no stage plan
             from omegaconf import OmegaConf

@@ -14,7 +14,7 @@ from memlens.harness.text.fim import FAMILIES
 from memlens.recipes.stages.models import parse_model
 from memlens.recipes.stages.pretrain import load_settings, packed_blocks
 
-CONF = Path(__file__).resolve().parents[3] / "conf"
+CONF = Path(__file__).resolve().parents[4] / "conf"
 
 
 def test_every_model_preset_validates():
