@@ -14,6 +14,7 @@ import functools
 import importlib
 import itertools
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from memlens.harness.core.errors import StorageError, UserError, storage_error, 
 from memlens.harness.core.kernels import pin_cpu_kernels
 from memlens.harness.core.layout import report_dir
 from memlens.harness.core.lock import SHARED, hold_directories
+from memlens.harness.core.provenance import package_version
 from memlens.harness.core.registry import load_plugins
 from memlens.harness.core.shipped import shipped_dir
 from memlens.harness.model.load import filter_transformers_records
@@ -106,7 +108,7 @@ def compose(overrides: list[str], sweep_point: dict[str, str] | None = None):
         with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
             cfg = hydra_compose(config_name="config", overrides=overrides)
     except HydraException as e:
-        raise UserError(f"bad config override: {e}") from None
+        raise UserError(f"bad config override: {override_hint(str(e), overrides)}") from None
     with open_dict(cfg):
         cfg.sweep_point = dict(sweep_point or {})
         # A multirun point that sweeps keys outside `stages.` (e.g. seed=0,1) runs in its own directory;
@@ -121,6 +123,117 @@ def compose(overrides: list[str], sweep_point: dict[str, str] | None = None):
     load_plugins([plugins] if isinstance(plugins, str) else list(plugins))
     check_config(cfg)
     return cfg
+
+
+# Hydra's own command-line flags that memlens answers as any Hydra app does (hydra/_internal/utils.py get_args_parser):
+# --help, --hydra-help, --cfg job|hydra|all with --resolve and --package, --info, -m. The rest choose another config
+# source or a shell integration, which memlens's one conf/ (MEMLENS_CONF) does not offer: refused with the way to do it.
+UNSUPPORTED_FLAGS = {
+    "config_path": "--config-path", "config_name": "--config-name", "config_dir": "--config-dir",
+    "shell_completion": "--shell-completion", "experimental_rerun": "--experimental-rerun"}
+
+
+def parse_flags(name: str, rest: list[str]):
+    """Hydra's flags and the overrides after `memlens <name>`, parsed by Hydra's own argument parser."""
+    from hydra._internal.utils import get_args_parser  # lazy: `memlens --help` stays fast
+
+    parser = get_args_parser()
+    parser.prog = f"memlens {name}"
+    try:
+        flags = parser.parse_args(rest)
+    except SystemExit as e:           # argparse printed the usage and the bad flag
+        raise UserError(f"`memlens {name} --help` lists the flags and config groups") from e
+    given = [flag for key, flag in UNSUPPORTED_FLAGS.items() if getattr(flags, key, None)]
+    if given:
+        raise UserError(f"{given[0]} is not supported: memlens composes one conf/ folder (set MEMLENS_CONF=DIR to "
+                        "use a copy of it); pick a named setup with experiment=<name>")
+    return flags
+
+
+def show_without_running(name: str, flags) -> int:
+    """--help, --hydra-help, --cfg and --info: print, run nothing, write nothing (exit 0). Each sweep point's config
+    is composed and checked first, as the command would (a bad key is exit 2 here too)."""
+    from hydra import initialize_config_dir  # lazy: keeps `memlens --help` fast
+    from hydra.core.global_hydra import GlobalHydra  # lazy: keeps `memlens --help` fast
+
+    points = expand_sweep(list(flags.overrides)) if flags.multirun else [(list(flags.overrides), {})]
+    for i, (overrides, point) in enumerate(points):
+        compose(overrides, point)                    # validates keys, values and plugins, as the command would
+        if len(points) > 1:
+            print(f"# sweep point {i + 1}/{len(points)}: {point}")
+        with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
+            hydra = GlobalHydra.instance().hydra
+            if flags.help:
+                print(command_help(name, hydra, overrides, flags.resolve))
+            elif flags.hydra_help:
+                from hydra._internal.utils import get_args_parser  # lazy: keeps `memlens --help` fast
+
+                hydra.hydra_help(config_name="config", args_parser=get_args_parser(), args=flags)
+            elif flags.cfg:
+                hydra.show_cfg(config_name="config", overrides=overrides, cfg_type=flags.cfg,
+                               package=flags.package, resolve=flags.resolve)
+            else:
+                hydra.show_info(flags.info, config_name="config", overrides=overrides)
+        if flags.help or flags.hydra_help:
+            break                                    # one help text is enough for a sweep
+    return 0
+
+
+def command_help(name: str, hydra, overrides: list[str], resolve: bool) -> str:
+    """Hydra's app help (hydra/conf/hydra/help/default.yaml) for one memlens command: what it does, its flags, the
+    config groups with their options, and the config these overrides compose to."""
+    from omegaconf import OmegaConf  # lazy: keeps `memlens --help` fast
+
+    cfg = hydra.compose_config(config_name="config", overrides=overrides, run_mode=_run_mode(),
+                               with_log_configuration=False)
+    cfg = hydra.get_sanitized_cfg(cfg, "job")
+    groups = hydra.format_config_groups(lambda group: not group.startswith("hydra"))
+    return (f"memlens {name}: {COMMANDS[name][1]}\n\n"
+            f"usage: memlens {name} [-m|--multirun] [--cfg job|hydra|all [--resolve] [-p PACKAGE]] "
+            "[--info [all|config|defaults|defaults-tree|plugins|searchpath]] [key=value ...]\n\n"
+            "== Configuration groups ==\nCompose your configuration from those groups (group=option)\n\n"
+            f"{groups}\n== Config ==\nOverride anything in the config (foo.bar=value); --cfg job prints it alone\n\n"
+            f"{OmegaConf.to_yaml(cfg, resolve=resolve)}\n"
+            "Docs: README.md (commands and experiments), docs/architecture.md (config groups and keys)")
+
+
+def _run_mode():
+    from hydra.types import RunMode  # lazy: keeps `memlens --help` fast
+
+    return RunMode.RUN
+
+
+def override_hint(message: str, overrides: list[str]) -> str:
+    """Hydra's message for a bad override, with memlens's fix where Hydra's hint points the wrong way: a key only an
+    experiment defines (`stage`, `stages.FT.1.lr`) needs `experiment=<name>`, not Hydra's `+key=`."""
+    match = re.search(r"Could not override '([^']+)'", message)
+    if match is None:
+        return message
+    key = match.group(1)
+    root = key.split(".")[0]
+    defined_by = experiments_defining(root)
+    chose_experiment = any(o.split("=", 1)[0].lstrip("+~") == "experiment" for o in overrides)
+    if defined_by and not chose_experiment and root not in root_config_keys():
+        return (f"{key} is a key of an experiment, and no experiment was named: add experiment=<name> "
+                f"(experiments that set {root!r}: {', '.join(defined_by)})")
+    return (f"{key}: no such key in the composed config; check the spelling (`memlens <command> "
+            f"{'experiment=<name> ' if not chose_experiment else ''}--cfg job` prints every key)")
+
+
+def root_config_keys() -> set[str]:
+    """Top-level keys of conf/config.yaml with its default groups, before any experiment."""
+    from hydra import compose as hydra_compose  # lazy: only on a bad override
+    from hydra import initialize_config_dir  # lazy: only on a bad override
+
+    with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
+        return set(hydra_compose(config_name="config"))
+
+
+def experiments_defining(root_key: str) -> list[str]:
+    """Names of the experiments in conf/experiment/ whose YAML sets the top-level key `root_key`."""
+    pattern = re.compile(rf"^{re.escape(root_key)}\s*:", flags=re.M)
+    return sorted(path.stem for path in (config_dir() / "experiment").glob("*.yaml")
+                  if pattern.search(path.read_text(encoding="utf-8")))
 
 
 def check_config(cfg) -> None:
@@ -145,7 +258,7 @@ def load_command(name: str):
     if name not in COMMANDS:
         raise UserError(f"unknown command {name!r}\n{USAGE}")
     command = import_target(COMMANDS[name][0], name)
-    if name in ("run", "train"):
+    if name in ("run", "train", "check"):
         return functools.partial(command, measurement=measurement())
     return command
 
@@ -169,7 +282,8 @@ def measurement():
     from memlens.recipes.orchestration.pipeline import Measurement
 
     return Measurement(run_command=lambda command, cfg: int(load_command(command)(cfg) or 0),
-                       retire_audit_results=import_target("memlens.harness.audit.retire:retire_model_results"))
+                       retire_audit_results=import_target("memlens.harness.audit.retire:retire_model_results"),
+                       check_audit=import_target("memlens.harness.audit.command:check_settings"))
 
 
 def directories_written(name: str, cfg) -> list[tuple[str, Path]]:
@@ -231,9 +345,16 @@ def run(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0
+    if argv[0] == "--version":
+        print(f"memlens {package_version()}")
+        return 0
     name, rest = argv[0], argv[1:]
-    multirun = any(a in ("-m", "--multirun") for a in rest)
-    overrides = [a for a in rest if a not in ("-m", "--multirun")]
+    if name not in COMMANDS:
+        raise UserError(f"unknown command {name!r}\n{USAGE}")
+    flags = parse_flags(name, rest)
+    multirun, overrides = flags.multirun, list(flags.overrides)
+    if flags.help or flags.hydra_help or flags.cfg or flags.info:
+        return show_without_running(name, flags)
     quiet_libraries()              # before the command's libraries are imported (harness/core/console.py)
     if name in TRAINING_COMMANDS:
         filter_transformers_records(ExpectedRecords())

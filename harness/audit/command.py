@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from memlens.harness.audit.epsilon import epsilon_attack
 from memlens.harness.audit.extraction import check_run_scored
 from memlens.harness.audit.measure_registry import MEASURES
 from memlens.harness.audit.run import main as audit_one
@@ -26,6 +27,19 @@ def requested_measures(cfg) -> list[str]:
     return [m for m in MEASURES if m in measures]
 
 
+def check_settings(cfg) -> str:
+    """Every name and setting the audit will read, checked against the registries (plugins included) before anything
+    trains or is scored: `audit.measures`, each requested measure's own settings (`check(cfg)`), and the MIA attack
+    that ranks canaries for ε, which a typo would otherwise only meet after every stage trained. Returns a line for
+    `memlens check`; a bad value raises a UserError naming the key and the choices."""
+    measures = requested_measures(cfg)
+    for name in measures:
+        if MEASURES[name].check is not None:
+            MEASURES[name].check(cfg)
+    epsilon_attack(cfg.audit)
+    return f"measures {', '.join(measures)}: names and settings ok"
+
+
 def main(cfg) -> int:
     """`memlens audit`: one model (audit.model_dir=...) or every model of a run's audit_plan."""
     measures = requested_measures(cfg)
@@ -36,9 +50,7 @@ def main(cfg) -> int:
                             f"{', '.join(MEASURES.where(lambda m: m.single_model))} only; drop {multi}, or run "
                             "them over a run's plan with `memlens audit experiment=<name>`")
         return audit_one(cfg)
-    for name in measures:                 # every requested measure's settings first: fail before anything runs
-        if MEASURES[name].check is not None:
-            MEASURES[name].check(cfg)
+    check_settings(cfg)                   # every requested measure's settings first: fail before anything runs
     for name in measures:
         start = time.perf_counter()
         MEASURES[name].run(cfg, log=print)

@@ -72,12 +72,19 @@ def _number(a, key: str, default, low: float, high: float, *, closed_low: bool, 
     return float(value)
 
 
-def epsilon_settings(a) -> EpsilonSettings:
-    """The audit group's epsilon_* keys, checked; each error names the key and the fix."""
+def epsilon_attack(a) -> str:
+    """audit.epsilon_attack, a registered MIA attack (plugins included); checked even when epsilon is not asked for,
+    so that a misspelt name never waits for the run that needs it."""
     attack = a.get("epsilon_attack", "loss")
     if attack not in ATTACKS:
         raise UserError(f"audit.epsilon_attack={attack!r}: use one registered MIA attack, fixed before the scores "
                         f"are seen: {', '.join(ATTACKS)}")
+    return attack
+
+
+def epsilon_settings(a) -> EpsilonSettings:
+    """The audit group's epsilon_* keys, checked; each error names the key and the fix."""
+    attack = epsilon_attack(a)
     span = a.get("epsilon_span", "target")
     spans = list(a.get("mia_spans") or ["target", "program"])
     if span not in spans:

@@ -334,6 +334,27 @@ def mia_reference_texts(run_dir: Path, name: str | None, log=print) -> list[str]
     return [r["text"] if isinstance(r.get("text"), str) else program_text(r) for r in read_jsonl(path)]
 
 
+@dataclass(frozen=True)
+class MiaSettings:
+    """The audit.mia_* keys (conf/audit/default.yaml holds their defaults), checked when the audit is planned."""
+
+    spans: tuple[str, ...]
+    bootstrap: int
+    reference: str | None
+
+
+def mia_settings(a) -> MiaSettings:
+    """The audit group's mia_* keys, checked; each error names the key and the fix."""
+    n_boot = a.get("mia_bootstrap", 1000)
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
+        raise UserError(f"audit.mia_bootstrap={n_boot!r}: must be a positive integer (bootstrap resamples of each "
+                        "interval; 1000 is the default)")
+    reference = a.get("mia_reference")
+    if reference is not None and not isinstance(reference, str):
+        raise UserError(f"audit.mia_reference={reference!r}: name one of the run's datasets (e.g. pd_eval), or null")
+    return MiaSettings(_check_spans(a.get("mia_spans") or ["target", "program"]), n_boot, reference)
+
+
 def audit_run_mia(cfg, log=print) -> None:
     """Membership inference for every planned model (`audit.measures` includes `mia`): each planned dataset
     whose held-out partner (`<dataset>_heldout`, e.g. sd_base_heldout) is built in the run is scored at every
@@ -345,13 +366,10 @@ def audit_run_mia(cfg, log=print) -> None:
     for item in plan_audits(cfg):
         by_model.setdefault((item.model_name, item.model_dir, item.control_dir, item.all_checkpoints),
                             []).append(item.dataset)
-    n_boot = a.get("mia_bootstrap", 1000)
-    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
-        raise UserError(f"audit.mia_bootstrap={n_boot!r}: must be a positive integer (bootstrap resamples of each "
-                        "interval; 1000 is the default)")
+    settings = mia_settings(a)
     if a.get("threads"):
         set_threads(int(a.threads))       # as the NED audit does (audit.threads)
-    reference = mia_reference_texts(run_dir, a.get("mia_reference"), log)
+    reference = mia_reference_texts(run_dir, settings.reference, log)
     scored = 0
     for (name, model_dir, control_dir, all_checkpoints), datasets in by_model.items():
         pairs = {}
@@ -364,10 +382,10 @@ def audit_run_mia(cfg, log=print) -> None:
         log(f"[audit] membership inference for {name}: {', '.join(pairs)} against their held-out sets")
         audit_mia(model_dir, name, pairs, require_inside(mia_dir(a.out_dir, name), a.out_dir, "audit.out_dir"),
                   control_dir=control_dir, cache_dir=Path(str(a.cache_dir)), all_checkpoints=all_checkpoints,
-                  spans=list(a.get("mia_spans") or ["target", "program"]), n_boot=n_boot,
+                  spans=list(settings.spans), n_boot=settings.bootstrap,
                   seed=int(cfg.get("seed") or 0), batch_size=int(a.batch_size),
                   device=str(a.get("device") or "auto"), fim_family=a.get("fim_family"),
-                  reference=reference, reference_name=a.get("mia_reference"))
+                  reference=reference, reference_name=settings.reference)
         scored += 1
     if not scored:
         log("[audit] note: membership inference scored nothing: no planned dataset has a held-out partner "
@@ -376,4 +394,4 @@ def audit_run_mia(cfg, log=print) -> None:
     collect_summaries(a.out_dir)
 
 
-MEASURES.register("mia", Measure("Membership inference", audit_run_mia))
+MEASURES.register("mia", Measure("Membership inference", audit_run_mia, check=lambda cfg: mia_settings(cfg.audit)))

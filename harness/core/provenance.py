@@ -16,13 +16,21 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import memlens
 from memlens.harness.core.kernels import cpu_flags, cpuinfo, effective_kernels
 
 TRACKED_PACKAGES = ("memlens", "torch", "transformers", "trl", "peft", "datasets", "tokenizers",
                     "accelerate", "rapidfuzz", "edlib", "hydra-core", "numpy")
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def package_version() -> str:
+    """memlens's version as installed (pyproject.toml reads it from memlens/__init__.py, the one place it is
+    written); read from the installed metadata, so this layer imports nothing above it."""
+    try:
+        return metadata.version("memlens")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed: run scripts/setup.sh or pip install .)"
 
 
 def git_commit() -> str | None:
@@ -90,7 +98,7 @@ def compute_environment() -> dict[str, Any]:
 def environment() -> dict[str, Any]:
     """Code and environment identity: what every provenance block starts from."""
     return {
-        "package": {"name": "memlens", "version": memlens.__version__},   # the code that ran
+        "package": {"name": "memlens", "version": package_version()},   # the code that ran
         "git_commit": git_commit(),
         "packages": package_versions(),
         "python": sys.version.split()[0],

@@ -13,8 +13,10 @@ this run's PT trains, has no files yet: only its stage lengths are checked.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -183,10 +185,22 @@ def title(cfg) -> str:
     return f"memlens check: model={model.get('name')}{source}, experiment={cfg.get('experiment_name')}"
 
 
-def run_preflight(cfg, quiet: bool | None = False, planned: list[PlannedStage] | None = None) -> None:
+def audit_check(cfg, check_audit: Callable[[Any], str]) -> Check:
+    """The audit's measure, attack and settings names (check_audit: memlens.harness.audit.command.check_settings,
+    handed over by the CLI), so that a typo stops the run before its first stage trains."""
+    try:
+        return Check("audit", True, check_audit(cfg))
+    except UserError as e:
+        return Check("audit", False, str(e))     # the message names the key, the choices and the fix
+
+
+def run_preflight(cfg, quiet: bool | None = False, planned: list[PlannedStage] | None = None,
+                  check_audit: Callable[[Any], str] | None = None) -> None:
     """Print the table (quiet: one line; None: nothing, e.g. on the other processes of a launch); raise a
-    UserError (exit 2) with the table when any check fails."""
+    UserError (exit 2) with the table when any check fails. `check_audit`: also check the audit's settings."""
     checks = preflight(cfg, planned)
+    if check_audit is not None and cfg.get("audit") is not None:
+        checks.append(audit_check(cfg, check_audit))
     failed = [c for c in checks if not c.ok]
     if failed:
         raise UserError(render(checks, title(cfg)) + f"\n{len(failed)} check(s) failed; fix them and rerun")
@@ -197,7 +211,9 @@ def run_preflight(cfg, quiet: bool | None = False, planned: list[PlannedStage] |
         print(render(checks, title(cfg)), flush=True)
 
 
-def main(cfg) -> int:
-    run_preflight(cfg)
+def main(cfg, measurement=None) -> int:
+    """`memlens check`: the model preset against the experiment, and the audit's settings (measurement: the CLI's
+    link to the measuring side, memlens.recipes.orchestration.pipeline.Measurement)."""
+    run_preflight(cfg, check_audit=measurement.check_audit if measurement is not None else None)
     return 0
 

@@ -146,6 +146,7 @@ class Measurement:
 
     run_command: Callable[[str, Any], int]
     retire_audit_results: Callable[..., Any]
+    check_audit: Callable[[Any], str] | None = None   # the audit's names and settings (harness.audit.command)
 
 
 @dataclass(frozen=True)
@@ -386,7 +387,8 @@ def run_main(cfg, measurement: Measurement) -> int:
     planned = plan(cfg)
     run_dir = run_directory(cfg)
     start = time.time()
-    run_preflight(cfg, quiet=is_main_process() or None, planned=planned)   # `memlens check`: exit 2 with the fix
+    run_preflight(cfg, quiet=is_main_process() or None, planned=planned,   # `memlens check`: exit 2 with the fix
+                  check_audit=measurement.check_audit if "audit" in (cfg.get("after_training") or []) else None)
     check_user_files(cfg, needed_datasets(planned, cfg))
     require_tensorboard(cfg.get("tensorboard", False))      # refused before anything is written
     print(f"[memlens] run {cfg.get('experiment_name')} in {run_dir}: "
