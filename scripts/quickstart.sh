@@ -13,3 +13,4 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"   # the reference machine's cores; the loss audit's last digits follow it
 .venv/bin/memlens nmt experiment=nmt_quickstart
 .venv/bin/memlens run experiment=quickstart "$@"
+echo "[quickstart] report: runs/quickstart/report/report.html. For the commands of README.md, in a new shell: source .venv/bin/activate"

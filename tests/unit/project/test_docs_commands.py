@@ -1,4 +1,4 @@
-"""Every `memlens ...` command README.md and docs/*.md show composes (memlens.harness.cli.compose_only: the config keys,
+"""Every `memlens ...` command README.md, docs/*.md and the conf/ files' header comments show composes (memlens.harness.cli.compose_only: the config keys,
 experiments, sweeps and stage overrides resolve and validate; nothing trains), so a renamed key or experiment
 breaks this test instead of the reader who copies the command. For `run` and `train` the experiment's stages are
 planned too (recipes.orchestration.pipeline.plan), and every audit-plan model must be one of them."""
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from memlens.harness.cli import COMMANDS as CLI_COMMANDS
 from memlens.harness.cli import compose_only
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -43,6 +44,27 @@ def _memlens_argv(line: str) -> list[str] | None:
     return argv if len(argv) >= 2 and not argv[0].startswith("-") else None
 
 
+CONF_FILES = sorted((ROOT / "conf").rglob("*.yaml"))
+
+
+def _comment_lines(text: str) -> list[str]:
+    r"""A config file's comment lines (each YAML opens with the command that runs it), `\` continuations joined."""
+    lines, pending = [], ""
+    for raw in text.splitlines():
+        if not raw.lstrip().startswith("#"):
+            pending = ""
+            continue
+        line = pending + raw.lstrip().lstrip("#").strip()
+        if line.endswith("\\"):
+            pending = line[:-1] + " "
+            continue
+        pending = ""
+        words = line.split()
+        if words[:1] == ["memlens"] and len(words) > 1 and words[1] in CLI_COMMANDS:   # a command, not prose naming one
+            lines.append(re.split(r"\s{2,}(?=[#(])", line)[0])     # without its trailing explanation
+    return lines
+
+
 def documented_commands() -> list[tuple[str, list[str]]]:
     found = {}
     for doc in DOCS:
@@ -50,6 +72,11 @@ def documented_commands() -> list[tuple[str, list[str]]]:
             argv = _memlens_argv(line)
             if argv:
                 found.setdefault(" ".join(argv), (doc.name, argv))
+    for conf in CONF_FILES:           # the example in every config's header composes too
+        for line in _comment_lines(conf.read_text(encoding="utf-8")):
+            argv = _memlens_argv(line)
+            if argv:
+                found.setdefault(" ".join(argv), (str(conf.relative_to(ROOT)), argv))
     return list(found.values())
 
 
