@@ -13,7 +13,8 @@
 # 2. Data is built once in a single process (`memlens data`): building it from 8 ranks would race.
 # 3. `accelerate launch` starts one process per GPU (DDP, bf16). Stage PT imports the public model into
 #    runs/<experiment>/models/PT; FT trains LoRA adapters (model.lora.*, merged at save); RM/RLFT/IPO run
-#    with the TRL trainers of recipes/{reward,rl,ipo}.py.
+#    with the TRL trainers of recipes/stages/reward.py, rl.py and preference.py (IPO and the other preference
+#    objectives; RLFT's algorithm: ppo is our own recipes/stages/ppo.py, not TRL's).
 # 4. DeepSpeed: add `stages.<NAME>.deepspeed=$PWD/launch/ds_zero2.json` (or ds_zero3.json for full
 #    fine-tuning of 2-3 B models with model.lora.enabled=false) — the JSON goes to the Trainer config.
 #    Requires `pip install -e .[deepspeed]`.
