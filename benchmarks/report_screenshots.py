@@ -10,8 +10,9 @@ whole page, every folded section closed) and DIR/layout.json, and prints one lin
     the page or of a table's own box);
   - the document leads with the findings table and the comparison figure (h2 order);
   - the maps are folded per model (<details>).
-Exit 0 when every check passes, 1 otherwise. tests/unit/harness/report/test_report_render.py (test_report_html_fits_1400_px_in_chromium) runs the same checks on a small
-report and skips, saying why, where Chromium or playwright is absent (CI installs neither).
+Exit 0 when every check passes, 1 otherwise. The tests run the same checks without playwright, through Chromium's
+DevTools pipe (tests/chromium.py): tests/unit/harness/report/test_report_render.py on a small report and
+tests/integration/test_report_in_chromium.py on the smoke run's; .ci/run installs Debian's chromium for them.
 """
 
 from __future__ import annotations

@@ -43,6 +43,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "formal": ("memlens.harness.study_commands:formal_command",
                "paper 004's formal languages: measures, findings C1-C7, report"),
     "check": ("memlens.recipes.orchestration.check:main", "preflight of a model preset: files, sentinels, BOS/EOS/PAD, lengths"),
+    "verify": ("memlens.harness.report.verify:main",
+               "re-hash a finished run's data and models, recompute its summary and findings, compare"),
 }
 
 # Set before anything imports huggingface_hub, transformers or datasets (they read these at import):
@@ -307,6 +309,8 @@ def directories_written(name: str, cfg) -> list[tuple[str, Path]]:
         return run_dir + report
     if name == "check":
         return []          # reads config and tokenizer files only
+    if name == "verify":   # reads the run (and renders its report into a temporary folder): no writer meanwhile
+        return [(key, path, SHARED) for key, path in run_dir]
     return run_dir
 
 

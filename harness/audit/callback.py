@@ -103,6 +103,7 @@ from memlens.harness.model.training import (
     exportable_state_base,
     log_to_trackers,
     rng_untouched,
+    running_trainer,
     trainer_callback_base,
 )
 
@@ -291,6 +292,7 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
         self.log = log
         link = _ATTACHED.get(str(self.out_dir.resolve()))
         self.trainer = link() if link is not None else None   # attach(): the trainer whose log() reaches its trackers
+        self._told_untracked = False                          # the once-only "no tracker reached" message
         self.saves = 0
         self.scored = 0
 
@@ -301,8 +303,10 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
     def attach(self, trainer) -> AuditCallback:
         """Add this callback to `trainer` and log every scored checkpoint's figures through the trainer's own `log()`
         (`memlens/...` keys at the checkpoint's step), so each `report_to` integration (TensorBoard, W&B, MLflow,
-        trackio) receives them beside the loss. A callback cannot reach the trackers itself: the trainer passes
-        callbacks no handle to them, and editing `logs` in `on_log` comes after the reporting callbacks ran."""
+        trackio) receives them beside the loss. `callbacks=[audit]` and `trainer.add_callback(audit)` link the
+        trainer too, at on_train_begin (memlens.harness.model.training.running_trainer: a callback gets no handle to
+        its trainer, and editing `logs` in `on_log` comes after the reporting callbacks ran); attach() links it
+        before training, also for a loop that runs the callbacks with no Trainer's `train()` on the call stack."""
         if self not in trainer.callback_handler.callbacks:
             trainer.add_callback(self)
         self.trainer = trainer
@@ -318,6 +322,7 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
         return {"args": dict(self._init_args), "attributes": {"saves": self.saves, "scored": self.scored}}
 
     def on_train_begin(self, args, state, control, **kwargs):
+        self._find_trainer(args)
         if state.global_step:                        # resumed: count what was done, from what is on disk
             # trainer_state.json is written before a save's on_save runs, so a restored state lags that save by one;
             # callback.jsonl and the save schedule are exact.
@@ -335,6 +340,18 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
         if self.reference is None:
             self.reference = training_token_frequency(kwargs.get("train_dataloader"), kwargs.get("processing_class"))
         return control
+
+    def _find_trainer(self, args) -> None:
+        """Link the trainer running this callback, however it was added (`callbacks=[audit]`, `add_callback`,
+        `attach`), so each scored checkpoint reaches its `report_to` trackers through its `log()`; where none is
+        found and trackers are set, say so once, naming attach()."""
+        self.trainer = running_trainer(self) or self.trainer
+        trackers = [str(t) for t in (getattr(args, "report_to", None) or []) if str(t) != "none"]
+        if self.trainer is None and trackers and not self._told_untracked:
+            self._told_untracked = True
+            self.log(f"[memlens] AuditCallback: report_to={trackers} is set, but no transformers Trainer holding this "
+                     "callback is on the call stack, so the memlens/ figures reach no tracker (they are still in "
+                     f"{self.audit_dir / CALLBACK_LOG}); call audit.attach(trainer) to log them through the trainer")
 
     def _scored(self) -> set[str]:
         """The checkpoints callback.jsonl already holds (a resumed run scores none of them again)."""

@@ -40,7 +40,7 @@ from memlens.harness.core.io import RowStore, atomic_write_json, file_sha256, re
 from memlens.harness.core.layout import require_inside
 from memlens.harness.core.provenance import provenance
 from memlens.harness.core.user_data import load_examples
-from memlens.harness.measures.memorization import counterfactually_memorized, pii_regurgitated, summarize_rows
+from memlens.harness.measures.memorization import pii_regurgitated, row_memorized, summarize_rows
 from memlens.harness.model.cache import CompletionCache
 from memlens.harness.model.decode import length_sorted_batches
 from memlens.harness.model.encode import encode_texts
@@ -88,8 +88,7 @@ def score_rows(examples: Sequence[dict], completions: dict, control_completions:
             "target_token_count": full_count, "target_truncated": target != ex["target"],
             "completion": completions[ex["id"]], "ned": ned,
             "control_completion": control_completions[ex["id"]], "control_ned": control_ned,
-            # Excluded rows keep their completions (for inspection) but never count as memorized.
-            "memorized": excluded is None and counterfactually_memorized(ned, control_ned, settings.k),
+            "memorized": row_memorized(ned, control_ned, excluded, settings.k),
             "excluded": excluded,
         }
         if ex.get("pii_path"):

@@ -112,6 +112,10 @@ def data_dir(run_dir: str | Path, dataset: str) -> Path:
     return datasets_dir(run_dir) / dataset
 
 
+DATASET_ROWS = "rows.jsonl"              # <run_dir>/data/<dataset>/rows.jsonl: what the stages train on and the audit scores
+DATASET_MANIFEST = "manifest.json"       # ... its manifest: count, sha256 of rows.jsonl, seed, generator version
+
+
 MIA_SUBDIR = "mia"                       # <audit dir>/mia/<model>/<checkpoint>/<dataset>.jsonl + summaries
 MIA_SUMMARY = "summary.json"
 DISCOVERABLE_SUBDIR = "discoverable"     # <audit dir>/discoverable/<model>/<checkpoint>/<dataset>.jsonl + summary

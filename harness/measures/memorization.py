@@ -24,6 +24,11 @@ def counterfactually_memorized(ned_model: float, ned_control: float, k: float = 
     return ned_model <= k and ned_control > k
 
 
+def row_memorized(ned: float, control_ned: float, excluded: str | None, k: float = DEFAULT_K) -> bool:
+    """An audit row's `memorized`: excluded rows keep their completions (for inspection) but never count."""
+    return excluded is None and counterfactually_memorized(ned, control_ned, k)
+
+
 def summarize_rows(rows: Iterable[Mapping]) -> dict:
     """The memorization rate of a set of audit rows -- the ONE definition the audit and report use.
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import random
+import sys
 
 import numpy as np
 
@@ -67,3 +68,20 @@ def log_to_trackers(trainer, metrics: dict[str, float], step: int | None = None)
     state.global_step = int(step)
     trainer.state.log_history.append({**metrics, "step": int(step)})
     trainer.callback_handler.on_log(trainer.args, state, trainer.control, dict(metrics))
+
+
+def running_trainer(callback) -> object | None:
+    """The transformers Trainer whose callback handler is calling `callback` now, or None. A callback gets no handle
+    to its trainer or to the reporting integrations (the handler passes model, processing_class, optimizer,
+    lr_scheduler and the dataloaders), so it is found on the call stack: the nearest frame whose `self` is a Trainer
+    holding this very callback (`callbacks=[...]` and `trainer.add_callback(...)` alike). Called from an event such
+    as on_train_begin, that frame is the trainer's training loop."""
+    from transformers import Trainer  # heavy: the model layer loads transformers on first use
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, Trainer) and any(c is callback for c in owner.callback_handler.callbacks):
+            return owner
+        frame = frame.f_back
+    return None

@@ -45,11 +45,12 @@ def common_args(out: Path, **extra) -> dict:
 
 def train_with_callback(kind: str, base_dir: Path, out: Path, callbacks: list, peft=False, loss_type=None,
                         audit: bool = True, canaries: list[dict] | None = None, tensorboard: Path | None = None,
-                        **callback_kwargs):
+                        route: str = "attach", **callback_kwargs):
     """Build and train the TRL trainer `kind` on a dataset of its format with the canaries planted, the AuditCallback
     attached (unless `audit` is false, with `callback_kwargs`) before `callbacks`; returns (the trainer, the
-    manifest). With `tensorboard` (a folder), the trainer reports to TensorBoard there and the callback is attached
-    with `AuditCallback.attach(trainer)`, which logs its figures through the trainer."""
+    manifest). With `tensorboard` (a folder), the trainer reports to TensorBoard there and the callback joins it by
+    `route`: "attach" (`AuditCallback.attach(trainer)` after the trainer is built), "callbacks" (the trainer's
+    `callbacks=[...]`) or "add_callback" (`trainer.add_callback(audit)` after it is built)."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
@@ -72,8 +73,8 @@ def train_with_callback(kind: str, base_dir: Path, out: Path, callbacks: list, p
         data["peft_config"] = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     import trl
 
-    if tensorboard is not None:
-        data["callbacks"] = list(callbacks)             # attached below, through attach()
+    if tensorboard is not None and route != "callbacks":
+        data["callbacks"] = list(callbacks)             # joined below, through attach() or add_callback()
     if kind == "sft":
         extra = {"report_to": ["tensorboard"]} if tensorboard is not None else {}
         trainer = trl.SFTTrainer(args=trl.SFTConfig(**{**common_args(out), **extra}), **data)
@@ -100,8 +101,10 @@ def train_with_callback(kind: str, base_dir: Path, out: Path, callbacks: list, p
         config = (trl.GRPOConfig if kind == "grpo" else trl.RLOOConfig)(
             **common_args(out, num_generations=2, max_completion_length=6))
         trainer = (trl.GRPOTrainer if kind == "grpo" else trl.RLOOTrainer)(reward_funcs=[reward], args=config, **data)
-    if tensorboard is not None:
+    if tensorboard is not None and route == "attach":
         cbs[0].attach(trainer)
+    elif tensorboard is not None and route == "add_callback":
+        trainer.add_callback(cbs[0])
     with torch_threads(1):
         trainer.train()
     return trainer, manifest

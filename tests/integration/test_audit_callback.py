@@ -251,16 +251,19 @@ def test_under_ddp_the_main_process_scores_and_the_rows_equal_a_single_process_s
             assert sorted(ddp_rows, key=lambda r: r["id"]) == sorted(one, key=lambda r: r["id"])
 
 
-def test_the_audit_reaches_tensorboard_beside_the_loss_at_each_checkpoints_step(base_dir, tmp_path, monkeypatch):
-    """`AuditCallback.attach(trainer)` logs each scored checkpoint through the trainer's own log(): TensorBoard's event
-    files (read back with tensorboard's own reader) hold memlens/ scalars at steps 1 and 2, equal to callback.jsonl's
-    figures, beside the trainer's loss, and the trainer's loss rows are still one per step."""
+@pytest.mark.parametrize("route", ["attach", "callbacks", "add_callback"])
+def test_the_audit_reaches_tensorboard_beside_the_loss_at_each_checkpoints_step(route, base_dir, tmp_path,
+                                                                                 monkeypatch):
+    """However the callback joins the trainer (`audit.attach(trainer)`, TRL's `callbacks=[audit]`,
+    `trainer.add_callback(audit)`), it logs each scored checkpoint through the trainer's own log(): TensorBoard's
+    event files (read back with tensorboard's own reader) hold memlens/ scalars at steps 1 and 2, equal to
+    callback.jsonl's figures, beside the trainer's loss, and the trainer's loss rows are still one per step."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from memlens.harness.audit.callback import tracker_metrics
 
     monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))    # transformers 5: where TensorBoard writes
-    trainer, _ = train_with_callback("sft", base_dir, tmp_path, [], tensorboard=tmp_path / "tb")
+    trainer, _ = train_with_callback("sft", base_dir, tmp_path, [], tensorboard=tmp_path / "tb", route=route)
     audit = next(c for c in trainer.callback_handler.callbacks if type(c).__name__ == "AuditCallback")
     assert audit.trainer is trainer
     events = EventAccumulator(str(tmp_path / "tb")).Reload()
@@ -276,6 +279,26 @@ def test_the_audit_reaches_tensorboard_beside_the_loss_at_each_checkpoints_step(
             checked += 1
     assert checked >= 2 * 8
     assert [r["step"] for r in trainer.state.log_history if "loss" in r] == [1, 2]
+    assert [r["step"] for r in trainer.state.log_history if "memlens/extraction_rate" in r] == [1, 2]
+
+
+def test_a_callback_with_no_trainer_to_log_through_says_so_once_naming_attach(base_dir, tmp_path):
+    """Events delivered by something other than a Trainer's train() (a custom loop): with report_to set, the callback
+    says once that its figures reach no tracker and names attach(); with no report_to it says nothing."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    import memlens
+
+    lines: list[str] = []
+    audit = memlens.AuditCallback(manifest_of(), control=base_dir, out_dir=tmp_path / "out", preflight="off",
+                                  log=lines.append, **SMALL)
+    quiet = TrainingArguments(output_dir=str(tmp_path / "m"), report_to="none", use_cpu=True)
+    audit.on_train_begin(quiet, TrainerState(), TrainerControl())
+    assert lines == [] and audit.trainer is None
+    tracked = TrainingArguments(output_dir=str(tmp_path / "m"), report_to=["tensorboard"], use_cpu=True)
+    for _ in range(2):
+        audit.on_train_begin(tracked, TrainerState(), TrainerControl())
+    assert len(lines) == 1 and "report_to=['tensorboard']" in lines[0] and "audit.attach(trainer)" in lines[0], lines
 
 
 KILLED_RUN = r"""

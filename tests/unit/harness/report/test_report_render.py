@@ -8,6 +8,7 @@ import pytest
 from memlens.harness.cli import run
 from memlens.harness.core.errors import UserError
 from memlens.harness.measures.memorization import summarize_rows
+from tests.chromium import LAYOUT_JS, Chromium, chromium_or_skip
 
 
 def _write_rows(path, rows):
@@ -285,22 +286,20 @@ def test_report_html_leads_with_findings_then_comparison_and_folds_the_maps(fake
 
 
 def test_report_html_fits_1400_px_in_chromium(fake_run, tmp_path):
-    """benchmarks/report_screenshots.py on a rendered report: no table wider than the page at 1400 px, findings and
-    comparison first, maps folded. Needs Chromium and playwright, which CI does not install: skipped there."""
-    import importlib.util
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parents[4] / "benchmarks" / "report_screenshots.py"
-    spec = importlib.util.spec_from_file_location("report_screenshots", script)
-    shots = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(shots)
-    why = shots.missing_browser()
-    if why:
-        pytest.skip(f"report width check needs a browser: {why}")
+    """A rendered report in headless Chromium at 1400 px (tests/chromium.py, Debian's chromium over its DevTools
+    pipe; .ci/run installs it): no table wider than the page with every fold open, findings and comparison first,
+    maps folded. Skipped only where Chromium is absent outside CI."""
+    chromium = chromium_or_skip()
     assert run(["report", f"run_dir={fake_run}"]) == 0
-    layout = shots.measure(fake_run / "report" / "report.html", tmp_path / "shots", 1400)
-    assert layout["tables"] and all(layout["checks"].values()), layout
-    assert (tmp_path / "shots" / "report_top.png").stat().st_size > 10_000
+    with Chromium(chromium) as page:
+        page.open((fake_run / "report" / "report.html").resolve().as_uri())
+        layout = page.evaluate(LAYOUT_JS)
+        shot = page.screenshot(tmp_path / "shots" / "report_top.png")
+    wide = [t for t in layout["tables"] if t["right"] > layout["viewport"] or t["box_scrolls"]]
+    assert layout["tables"] and not wide and layout["page_scroll_width"] <= layout["viewport"], (wide, shot)
+    assert layout["h2"][0].startswith("Findings") and layout["h2"][1].startswith("Memorization by training method")
+    assert layout["details"] > 0
+    assert shot.stat().st_size > 10_000
 
 
 def test_writers_lay_out_each_block_type(tmp_path):
