@@ -42,6 +42,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "nmt": ("memlens.harness.study_commands:nmt_command", "Finding Memo: train a seq2seq model and run algorithms 1-3"),
     "formal": ("memlens.harness.study_commands:formal_command",
                "paper 004's formal languages: measures, findings C1-C7, report"),
+    "status": ("memlens.recipes.orchestration.status:main",
+               "where each model of a run stands: done, running (step k/n), queued, failed, stale; --watch redraws"),
     "check": ("memlens.recipes.orchestration.check:main", "preflight of a model preset: files, sentinels, BOS/EOS/PAD, lengths"),
     "verify": ("memlens.harness.report.verify:main",
                "re-hash a finished run's data and models, recompute its summary and findings, compare"),
@@ -133,6 +135,24 @@ def compose(overrides: list[str], sweep_point: dict[str, str] | None = None):
 UNSUPPORTED_FLAGS = {
     "config_path": "--config-path", "config_name": "--config-name", "config_dir": "--config-dir",
     "shell_completion": "--shell-completion", "experimental_rerun": "--experimental-rerun"}
+
+
+def watch_flag(name: str, rest: list[str]) -> tuple[float | None, list[str]]:
+    """`memlens status --watch[=SECONDS]` (default every 10 s): the seconds, and the arguments without the flag."""
+    given = [a for a in rest if a == "--watch" or a.startswith("--watch=")]
+    if not given:
+        return None, rest
+    if name != "status":
+        raise UserError(f"--watch is a flag of `memlens status`, not of `memlens {name}`")
+    value = given[-1].partition("=")[2] or "10"
+    try:
+        seconds = float(value)
+        if not seconds > 0:
+            raise ValueError
+    except ValueError:
+        raise UserError(f"--watch={value}: give the seconds between redraws, a positive number (e.g. --watch=30)") \
+            from None
+    return seconds, [a for a in rest if a not in given]
 
 
 def parse_flags(name: str, rest: list[str]):
@@ -307,8 +327,8 @@ def directories_written(name: str, cfg) -> list[tuple[str, Path]]:
         return run_dir + audit_out + report
     if name == "report":
         return run_dir + report
-    if name == "check":
-        return []          # reads config and tokenizer files only
+    if name in ("check", "status"):
+        return []          # read config, tokenizer files, a run's records and SLURM's queue only
     if name == "verify":   # reads the run (and renders its report into a temporary folder): no writer meanwhile
         return [(key, path, SHARED) for key, path in run_dir]
     return run_dir
@@ -355,6 +375,7 @@ def run(argv: list[str]) -> int:
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         raise UserError(f"unknown command {name!r}\n{USAGE}")
+    watch, rest = watch_flag(name, rest)
     flags = parse_flags(name, rest)
     multirun, overrides = flags.multirun, list(flags.overrides)
     if flags.help or flags.hydra_help or flags.cfg or flags.info:
@@ -363,6 +384,8 @@ def run(argv: list[str]) -> int:
     if name in TRAINING_COMMANDS:
         filter_transformers_records(ExpectedRecords())
     command = load_command(name)
+    if watch is not None:
+        command = functools.partial(command, watch=watch)
     points = expand_sweep(overrides) if multirun else [(overrides, {})]
     status = 0
     as_jobs = []
@@ -391,6 +414,7 @@ def compose_only(argv: list[str]) -> list:
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         raise UserError(f"unknown command {name!r}: one of {', '.join(COMMANDS)}")
+    _, rest = watch_flag(name, rest)
     multirun = any(a in ("-m", "--multirun") for a in rest)
     overrides = [a for a in rest if a not in ("-m", "--multirun")]
     points = expand_sweep(overrides) if multirun else [(overrides, {})]

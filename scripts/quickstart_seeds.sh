@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's findings table over seeds: the quickstart (NMT path and code pipeline) at seeds 0, 1 and 2, then the
 # table rebuilt from their reports (benchmarks/quickstart_seeds.py --marks; the verdict over the seeds is
-# harness/report/findings/verdict.py `over_seeds`). ~20 min per seed on 2 CPU cores; finished runs are skipped.
+# harness/report/findings/verdict.py `over_seeds`). Each seed is one quickstart (its time: benchmarks/README.md, "Quickstart wall time"); finished runs are skipped.
 #   bash scripts/quickstart_seeds.sh            # seeds 0-2, then README.md's and docs/results.md's seed tables
 #   SEEDS="0 1 2 3" bash scripts/quickstart_seeds.sh
 set -euo pipefail

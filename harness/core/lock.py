@@ -248,6 +248,13 @@ def _read_records(fd: int, lock_file: Path) -> list[dict]:
     return []
 
 
+def holders(directory: Path) -> list[dict]:
+    """The processes holding `directory`, read from their records without taking the lock (`memlens status`): a
+    record of a process gone from this host is dropped; one from another host is kept (it cannot be checked here)."""
+    host = socket.gethostname()
+    return [r for r in _all_records(Path(directory) / LOCK_FILE) if r.get("host") != host or _alive(r.get("pid"))]
+
+
 def _describe(holder: dict) -> str:
     where = f" on {holder['host']}" if holder.get("host") else ""
     since = f", since {holder['started']}" if holder.get("started") else ""

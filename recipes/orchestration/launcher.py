@@ -22,7 +22,9 @@ watcher reads `sacct`, which a cluster without accounting storage does not answe
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -33,15 +35,18 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from memlens.harness.core.errors import UserError
+from memlens.harness.core.io import atomic_write_json, read_json
 from memlens.harness.core.lock import EXCLUSIVE, hold_directories
 from memlens.recipes.orchestration import pipeline
 from memlens.recipes.orchestration.stage_plan import REFERENCE_KEYS, needed_datasets
+from memlens.recipes.stages import preemption
 
 KINDS = ("local", "slurm")
 JOBS_DIR = "jobs"          # <run_dir>/jobs/: submitit's pickles and each job's stdout / stderr
+JOB_INDEX = "index.json"   # <run_dir>/jobs/index.json: each model's latest job (memlens status reads it)
 # A SLURM job's resources: `launcher.slurm` for every job, `launcher.stages.<NAME>` for one stage's jobs.
 SLURM_DEFAULTS: dict[str, Any] = {"partition": None, "account": None, "time_min": 1440, "cpus_per_task": 4,
-                                  "mem_gb": None, "gpus": 0, "sbatch": {}}
+                                  "mem_gb": None, "gpus": 0, "signal_delay_s": 120, "max_requeues": 3, "sbatch": {}}
 # squeue states of a job that may still write its result (anything else, or a job squeue no longer knows, has ended)
 LIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
                "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"}
@@ -94,10 +99,11 @@ def check_resources(given: dict, where: str, defaults: dict) -> dict:
         raise UserError(f"{where}.{unknown[0]}: unknown; the keys are {', '.join(SLURM_DEFAULTS)} (any other "
                         f"sbatch option goes under {where}.sbatch, e.g. {{qos: high}})")
     out = {**defaults, **given}
-    for key in ("time_min", "cpus_per_task", "gpus"):
+    for key in ("time_min", "cpus_per_task", "gpus", "signal_delay_s", "max_requeues"):
         value = out[key]
-        if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "gpus" else 1):
-            raise UserError(f"{where}.{key}={value!r}: use a {'non-negative' if key == 'gpus' else 'positive'} "
+        lowest = 0 if key in ("gpus", "max_requeues") else 1
+        if not isinstance(value, int) or isinstance(value, bool) or value < lowest:
+            raise UserError(f"{where}.{key}={value!r}: use a {'non-negative' if lowest == 0 else 'positive'} "
                             "integer")
     if out["mem_gb"] is not None and (not isinstance(out["mem_gb"], (int, float)) or out["mem_gb"] <= 0):
         raise UserError(f"{where}.mem_gb={out['mem_gb']!r}: use a positive number of GB (or null: the partition's "
@@ -270,6 +276,8 @@ def run_local(point: Point) -> None:
             jobs = [(stage, executor.submit(submitit.helpers.CommandFunction(
                 point.commands[stage.model_name], cwd=os.getcwd(), env=env))) for stage in level[i:i + parallel]]
             for stage, job in jobs:
+                record_job(point.run_dir, stage.model_name, job, "local")
+            for stage, job in jobs:
                 wait_for(job, stage.model_name)
 
 
@@ -310,17 +318,95 @@ def queue_slurm(point: Point, stage, jobs: dict[str, Any]):
     after = [jobs[u].job_id for u in upstream_models(stage, point.planned) if u in jobs]
     job = submit_slurm(point.run_dir, stage, resources_of(point.settings, stage), point.commands[stage.model_name],
                        after)
+    record_job(point.run_dir, stage.model_name, job, "slurm")
     print(f"[memlens] {stage.model_name:<28} {'job':<9} {'queued':<8} {job.job_id}"
           + (f" (afterok:{':'.join(after)})" if after else ""), flush=True)
     return job
 
 
+@dataclass
+class TrainJob:
+    """One model's SLURM job: `memlens train` as a child process, a callable submitit pickles and calls on the node.
+    It is checkpointable in submitit's sense (it has `checkpoint`): when SLURM signals the job (SIGUSR2
+    `signal_delay_s` before its time limit, or `scancel --signal=USR2` for a preemption), submitit calls
+    `checkpoint()`, which has the child save a checkpoint at its next step and exit
+    (memlens.recipes.stages.preemption), then requeues the job with this callable, whose `memlens train` resumes from
+    that checkpoint. A child that fails for any other reason fails the job: it is never requeued. After
+    `max_requeues` requeues the job is not requeued again and fails, naming the setting."""
+
+    command: list[str]
+    cwd: str
+    max_requeues: int
+    requeues: int = 0
+    wait_s: float = 600.0       # how long checkpoint() waits for the child to save and exit
+
+    def __call__(self) -> str:
+        env = {**os.environ, preemption.ENVIRONMENT: "1"}
+        self._child = subprocess.Popen(self.command, cwd=self.cwd, env=env)   # its output: the job's own log
+        code = self._child.wait()
+        if code == preemption.PREEMPTED_EXIT_CODE:
+            return self.stopped_by_slurm()
+        if code:
+            raise RuntimeError(f"`memlens train` exited with code {code} (its error is above in this log)")
+        return "trained"
+
+    def checkpoint(self):
+        """submitit's hook on SLURM's signal: the child saves and stops; then this job, requeued (or None: not)."""
+        from submitit.helpers import DelayedSubmission  # lazy: only a job on a cluster calls it
+
+        child = getattr(self, "_child", None)
+        if child is not None and not child_exited(child.pid):
+            with contextlib.suppress(ProcessLookupError):   # SLURM may have signalled it already: the same request
+                os.kill(child.pid, signal.SIGUSR2)
+            if not child_exited(child.pid, self.wait_s):    # the step outlasted the wait: the last scheduled save
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, signal.SIGKILL)
+                child_exited(child.pid, 60)
+        if self.requeues >= self.max_requeues:
+            print(f"memlens: not requeued again: requeued {self.requeues} time(s) already "
+                  "(launcher.slurm.max_requeues); rerun the driver to continue from the last checkpoint",
+                  file=sys.stderr, flush=True)
+            return None
+        return DelayedSubmission(TrainJob(self.command, self.cwd, self.max_requeues, self.requeues + 1, self.wait_s))
+
+    def stopped_by_slurm(self) -> str:
+        """The child saved and stopped on a SIGTERM that did not pass through submitit (SLURM preempting or
+        requeueing the job kills it after KillWait): ask SLURM to requeue it, as submitit does, and wait to be
+        stopped, so that no result is written for a job that will run again."""
+        job_id = os.environ.get("SLURM_JOB_ID")
+        if job_id is None:
+            raise RuntimeError("`memlens train` stopped for a preemption outside SLURM; rerun it to resume")
+        subprocess.run(["scontrol", "requeue", job_id], capture_output=True, timeout=60)
+        time.sleep(300)
+        raise RuntimeError(f"job {job_id} saved a checkpoint for a preemption but was not stopped within 300 s")
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_child"}     # a process is not pickled
+
+
+def child_exited(pid: int, wait_s: float = 0.0) -> bool:
+    """Whether the child `pid` has exited, waiting up to `wait_s`. With os.waitpid, not Popen's methods: this runs in a
+    signal handler that interrupted Popen.wait, whose lock that frame still holds (Popen.poll would answer None, and
+    Popen.wait time out, however long ago the child exited)."""
+    deadline = time.time() + wait_s
+    while True:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                return True
+        except ChildProcessError:                  # reaped already
+            return True
+        if time.time() >= deadline:
+            return False
+        time.sleep(0.2)
+
+
 def submit_slurm(run_dir: Path, stage, resources: dict, command: list[str], after: list[str]):
-    """One sbatch job through submitit's SlurmExecutor."""
+    """One sbatch job through submitit's SlurmExecutor: requeued on SLURM's signal (TrainJob)."""
     import submitit  # lazy: only a run with a launcher needs it
 
     executor = submitit.SlurmExecutor(folder=str(run_dir / JOBS_DIR))
     params: dict[str, Any] = {"job_name": f"memlens:{stage.model_name}", "time": resources["time_min"],
+                              "signal_delay_s": resources["signal_delay_s"],
                               "cpus_per_task": resources["cpus_per_task"], "ntasks_per_node": 1,
                               "setup": [f"export OMP_NUM_THREADS={resources['cpus_per_task']}",
                                         f"export MKL_NUM_THREADS={resources['cpus_per_task']}"],
@@ -333,10 +419,19 @@ def submit_slurm(run_dir: Path, stage, resources: dict, command: list[str], afte
     params.update({k: v for k, v in optional.items() if v is not None})
     executor.update_parameters(**params)
     try:
-        return executor.submit(submitit.helpers.CommandFunction(command, cwd=os.getcwd()))
+        return executor.submit(TrainJob(command, os.getcwd(), resources["max_requeues"]))
     except Exception as e:          # sbatch refused it (bad partition or account, no SLURM here)
         raise UserError(f"sbatch refused the job training {stage.model_name}: {str(e).strip()[-1500:]} "
                         f"(resources: launcher.stages.{stage.name} or launcher.slurm)") from None
+
+
+def record_job(run_dir: Path, model_name: str, job, kind: str) -> None:
+    """Note the model's job in `<run_dir>/jobs/index.json` (the driver alone writes it), for `memlens status`."""
+    path = run_dir / JOBS_DIR / JOB_INDEX
+    index = read_json(path) if path.is_file() else {}
+    index[model_name] = {"job_id": str(job.job_id), "kind": kind, "submitted": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                         "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
+    atomic_write_json(path, index)
 
 
 def build_level_data(cfg, run_dir: Path, planned) -> set[str]:

@@ -53,6 +53,7 @@ from memlens.recipes.orchestration.stage_plan import (
     plan,
     run_directory,
 )
+from memlens.recipes.stages import preemption
 from memlens.recipes.stages.contract import (
     PROVENANCE_FILE,
     StageContext,
@@ -418,6 +419,7 @@ def train_main(cfg, measurement: Measurement | None = None) -> int:
         raise UserError(f"experiment {cfg.get('experiment_name')!r} is paper 004's formal-language study, whose "
                         f"models are not stages: train them with `memlens run experiment={cfg.get('experiment_name')}` "
                         "(finished models are kept; formal.workers sets how many train at once)")
+    preemption.listen()      # a job of the launcher's: SIGUSR2 / SIGTERM save a checkpoint and stop (exit 75)
     name = cfg.get("stage")
     planned = plan(cfg)
     known = list(dict.fromkeys(s.name for s in planned))

@@ -32,6 +32,7 @@ from memlens.harness.core.layout import data_dir as layout_data_dir
 from memlens.harness.core.processes import is_main_process
 from memlens.harness.core.provenance import provenance
 from memlens.harness.text.fim import detect_sentinels
+from memlens.recipes.stages import preemption
 from memlens.recipes.stages.devices import deepspeed_left_behind_cleared
 from memlens.recipes.stages.models import load_tokenizer, parse_model
 
@@ -147,8 +148,9 @@ class StageContext:
 
 
 def latest_checkpoint(out_dir: Path) -> Path | None:
-    """The highest-step whole checkpoint directory, for resuming a killed stage (memlens.harness.core.layout)."""
-    whole = whole_checkpoints(out_dir)
+    """The highest-step whole checkpoint directory, for resuming a killed stage (memlens.harness.core.layout), or a
+    preempted job's `preempted-<step>/` where that is later (memlens.recipes.stages.preemption)."""
+    whole = whole_checkpoints(out_dir) | preemption.preemption_checkpoints(out_dir)
     return whole[max(whole)] if whole else None
 
 
@@ -211,7 +213,9 @@ def run_recipe(recipe_class: type[Recipe], settings: StageSettings, ctx: StageCo
     with deepspeed_left_behind_cleared():
         recipe.setup()
         recipe.train()
+        preemption.raise_if_stopped(ctx.out_dir, ctx.name)   # a job being stopped: its checkpoint saved, no model yet
         recipe.save()
+    preemption.discard_preemption_checkpoints(ctx.out_dir)   # finished: what was kept only to resume from goes
     # After DeepSpeed's switches are cleared: an evaluation loads saved models whole, in the main process alone.
     recipe.evaluate()
     if is_main_process():

@@ -34,6 +34,7 @@ from memlens.harness.core.console import StageProgress
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, read_json
 from memlens.harness.core.layout import checkpoint_name
+from memlens.recipes.stages import preemption
 from memlens.recipes.stages.fim_context import left_padded_prompts
 from memlens.recipes.stages.models import save_final
 
@@ -330,8 +331,12 @@ class PPOTrainer:
                 if self.train_log is not None:
                     self.train_log.append(self.step, self.log_history[-1])
             progress.update(self.step, loss=stats["loss"])
-            if self.step % self.cfg.save_steps == 0 or self.step == self.total_steps:   # as a Trainer does
+            on_schedule = self.step % self.cfg.save_steps == 0 or self.step == self.total_steps   # as a Trainer does
+            if on_schedule or preemption.requested():
                 self.save_models(self.out_dir / checkpoint_name(self.step), resumable=True)
+            if preemption.requested():          # a job being stopped: saved above, resumed from there when requeued
+                preemption.record_stop(self.step, on_schedule)
+                break
         progress.close()
         if self.train_log is not None:
             self.train_log.close()

@@ -15,6 +15,7 @@ from memlens.harness.core.layout import (
     TENSORBOARD_DIR,
     TRAIN_LOG,
 )
+from memlens.recipes.stages import preemption
 from memlens.recipes.stages.contract import StageContext
 
 
@@ -136,3 +137,5 @@ def attach_stage_console(trainer, ctx: StageContext) -> None:
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
     trainer.add_callback(_stage_console_callback()(ctx.name, TrainLog(ctx.out_dir, ctx.tensorboard)))
+    # Every stage's Trainer passes here: a job told it will be stopped saves and stops (memlens.recipes.stages.preemption)
+    trainer.add_callback(preemption.trainer_callback())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.project.test_docs_commands import _code_lines, _memlens_argv
+from tests.doc_commands import code_lines, memlens_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -23,8 +23,8 @@ ACTIVATE = "source .venv/bin/activate"
 def readme_commands() -> list[list[str]]:
     """Every runnable `memlens ...` command of README.md (placeholders left out, as the composition test does)."""
     found = {}
-    for line in _code_lines(README):
-        argv = _memlens_argv(line)
+    for line in code_lines(README):
+        argv = memlens_argv(line)
         if argv:
             found.setdefault(" ".join(argv), argv)
     return list(found.values())

@@ -45,7 +45,8 @@ def test_slurm_resources_per_stage_override_the_defaults_and_nest_as_stages_do()
                    "+launcher.stages.FT.1.sbatch.constraint=a100", "+launcher.stages.PT.time_min=60"])
     settings = check_launcher(cfg, plan(cfg))
     assert settings["slurm"] == {"partition": "gpu", "account": None, "time_min": 1440, "cpus_per_task": 4,
-                                 "mem_gb": None, "gpus": 0, "sbatch": {"qos": "high"}}
+                                 "mem_gb": None, "gpus": 0, "signal_delay_s": 120, "max_requeues": 3,
+                                 "sbatch": {"qos": "high"}}
     assert settings["stages"]["FT.1"] == {**settings["slurm"], "gpus": 4,
                                           "sbatch": {"qos": "high", "constraint": "a100"}}
     assert settings["stages"]["PT"]["time_min"] == 60 and settings["stages"]["PT"]["partition"] == "gpu"
@@ -60,9 +61,35 @@ def test_slurm_resources_per_stage_override_the_defaults_and_nest_as_stages_do()
     ({"kind": "slurm", "stages": {"FT": {"9": {"gpus": 2}}}}, r"launcher.stages.FT.9: no stage 'FT.9'"),
     ({"kind": "slurm", "stages": {"PT": 4}}, r"launcher.stages.PT: expected resources"),
     ({"kind": "slurm", "stages": {"PT": {"gpus": -1}}}, r"launcher.stages.PT.gpus=-1: use a non-negative"),
+    ({"kind": "slurm", "slurm": {"signal_delay_s": 0}}, r"launcher.slurm.signal_delay_s=0: use a positive integer"),
+    ({"kind": "slurm", "slurm": {"max_requeues": -1}}, r"launcher.slurm.max_requeues=-1: use a non-negative"),
 ])
 def test_bad_launcher_settings_name_the_key(section, message):
     planned = plan(compose(["experiment=smoke"]))
     with pytest.raises(UserError, match=message):
         check_launcher(OmegaConf.create({"launcher": section}), planned)
     assert check_launcher(OmegaConf.create({"launcher": {"kind": None}})) is None
+
+
+def test_a_job_requeues_on_slurms_signal_until_max_requeues_then_fails_naming_the_setting(capsys):
+    """TrainJob.checkpoint (submitit calls it on SLURM's signal; here its child has exited): the same job, one requeue
+    counted, while fewer than max_requeues; then None, which submitit turns into a failed job, and a line saying why."""
+    from memlens.recipes.orchestration.launcher import TrainJob
+
+    job = TrainJob(["memlens", "train"], "/tmp", max_requeues=2)
+    first = job.checkpoint()
+    assert first.function.requeues == 1 and first.function.command == job.command
+    second = first.function.checkpoint()
+    assert second.function.requeues == 2
+    assert second.function.checkpoint() is None
+    assert "not requeued again: requeued 2 time(s) already (launcher.slurm.max_requeues)" in capsys.readouterr().err
+
+
+def test_a_job_that_fails_is_not_requeued(tmp_path):
+    """A child that exits non-zero for any reason but a preemption fails the job's callable (submitit then writes the
+    error, and never requeues it)."""
+    from memlens.recipes.orchestration.launcher import TrainJob
+
+    job = TrainJob([sys.executable, "-c", "import sys; sys.exit(2)"], str(tmp_path), max_requeues=3)
+    with pytest.raises(RuntimeError, match="exited with code 2"):
+        job()
