@@ -162,7 +162,7 @@ def parse_flags(name: str, rest: list[str]):
     parser = get_args_parser()
     parser.prog = f"memlens {name}"
     try:
-        flags = parser.parse_args(rest)
+        flags = parser.parse_intermixed_args(rest)   # `-m` and flags anywhere among the overrides
     except SystemExit as e:           # argparse printed the usage and the bad flag
         raise UserError(f"`memlens {name} --help` lists the flags and config groups") from e
     given = [flag for key, flag in UNSUPPORTED_FLAGS.items() if getattr(flags, key, None)]

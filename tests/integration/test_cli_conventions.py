@@ -69,3 +69,10 @@ def test_run_refuses_a_misspelt_measure_before_its_first_stage(tmp_path):
     run_dir = tmp_path / "run"
     refused(memlens("run", "experiment=smoke", f"run_dir={run_dir}", "audit.measures=[ned,mai]"), r"'mai'")
     assert not (run_dir / "models").exists() and not (run_dir / "data").exists()
+
+
+def test_multirun_and_flags_may_stand_anywhere_among_the_overrides():
+    done = memlens("run", "experiment=smoke", "-m", "seed=0,1", "--cfg", "job", "-p", "seed")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["#", "sweep", "point", "1/2:", "{'seed':", "'0'}", "0",
+                                   "#", "sweep", "point", "2/2:", "{'seed':", "'1'}", "1"]
