@@ -102,6 +102,9 @@ UNIT_SECONDS = {
     "test_install.py": 16, f"{SMOKE}test_ft_under_accelerate_launch_with_two_cpu_processes": 15,
     "test_run_integrity.py::test_a_retrained_model_is_audited_and_reported_again": 14,
     "test_audit_run.py": 13, f"{TOY}[ipo]": 12,
+    # measured in the fresh-clone CI run at f838860 (--durations=25, AMD EPYC with AVX-512): the SLURM preemption test
+    # and the toy GPU ladder had no entry and started last, behind shorter units
+    "test_slurm_preemption.py": 72, "test_gpu_ladder.py": 49, "test_epsilon_audit.py": 15, "test_plugins.py": 13,
 }
 
 
