@@ -41,7 +41,9 @@ def write_config(folder: Path, cpus: int) -> Path:
     host = socket.gethostname()
     lines = [f"ClusterName=memlens{os.getpid()}", f"SlurmctldHost={host}(127.0.0.1)",
              "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge", "CredType=cred/munge",
-             f"AuthInfo=socket={folder / 'munge.socket'}",
+             # cred_expire: a job step's credential lifetime, and so how long SLURM holds a requeued job before it
+             # starts again (its BeginTime): 15 s instead of 120 lets the preemption test see its job come back
+             f"AuthInfo=socket={folder / 'munge.socket'},cred_expire=15",
              f"StateSaveLocation={folder / 'state'}", f"SlurmdSpoolDir={folder / 'spool'}",
              f"SlurmctldPidFile={folder / 'slurmctld.pid'}", f"SlurmdPidFile={folder / 'slurmd.pid'}",
              f"SlurmctldPort={free_port()}", f"SlurmdPort={free_port()}",
