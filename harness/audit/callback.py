@@ -478,7 +478,7 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
                             batch_size=self.audit.batch_size, device=self.audit.device,
                             fim_family=self.audit.fim_family, checkpoints=[(checkpoint.name, checkpoint)],
                             reference=self.reference, reference_name=REFERENCE_NAME if isinstance(
-                                self.reference, TokenFrequency) else "AuditCallback(reference)")
+                                self.reference, TokenFrequency) else "AuditCallback(reference)", log=self.log)
         collect_summaries(self.audit_dir)
         spans = summary["results"][checkpoint.name][CANARIES]["spans"]
         return {attack: {k: m[k] for k in ("auc", "tpr_at_fpr<1%") if k in m} for attack, m in
