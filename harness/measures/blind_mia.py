@@ -50,8 +50,8 @@ def blind_scores(texts: Sequence[str], labels: Sequence[int], seed: int, folds: 
     Deterministic for a seed: the fold split and each forest are seeded, the forest runs on one thread."""
     # scikit-learn costs about a second to import; the report reads this module's labels and never fits a forest.
     from sklearn.ensemble import RandomForestClassifier
-    from sklearn.feature_extraction.text import CountVectorizer
-    from sklearn.model_selection import StratifiedKFold
+    from sklearn.feature_extraction.text import CountVectorizer  # deferred: scikit-learn (above)
+    from sklearn.model_selection import StratifiedKFold  # deferred: scikit-learn (above)
 
     y = np.asarray(labels, dtype=np.int64)
     if len(texts) != len(y) or not set(y.tolist()) <= {0, 1}:
