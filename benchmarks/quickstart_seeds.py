@@ -220,14 +220,16 @@ def attacks_table(run_dirs: list[Path], dataset: str = "sd_base") -> str:
             mine = {r["attack"]: r for r in rows if r["model"] == model}
             newer = [r for a, r in mine.items() if a not in CLASSIC_ATTACKS and r.get("auc_vs_loss") is not None]
             best = max(newer, key=lambda r: r["auc"], default=None)
+            loss = mine.get("loss")    # absent where the report listed LOSS as degenerate (not ranked, issue #68)
+            best_row = loss or next(iter(mine.values()))
             seq = sequence.get(model)
             lines.append(
-                f"| {run_dir.name} | {model} | {mine['loss']['auc']:.2f} | "
+                f"| {run_dir.name} | {model} | {'degenerate' if loss is None else format(loss['auc'], '.2f')} | "
                 + (f"{best['attack_label']} ({best['auc']:.2f}) | {fmt(best['auc_vs_loss'], best['auc_vs_loss_ci95'])}"
                    if best else "– | –")
                 + (f" | {seq['attack_label']} ({seq['auc']:.2f}) vs {seq['best_single']} ({seq['best_single_auc']:.2f})"
                    f" | {fmt(seq['gain'], seq['gain_ci95'])}" if seq else " | – | –")
-                + f" | {mine['loss']['n_members']} / {mine['loss']['n_nonmembers']} |")
+                + f" | {best_row['n_members']} / {best_row['n_nonmembers']} |")
     return "\n".join(lines)
 
 

@@ -478,10 +478,10 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
                             batch_size=self.audit.batch_size, device=self.audit.device,
                             fim_family=self.audit.fim_family, checkpoints=[(checkpoint.name, checkpoint)],
                             reference=self.reference, reference_name=REFERENCE_NAME if isinstance(
-                                self.reference, TokenFrequency) else "AuditCallback(reference)")
+                                self.reference, TokenFrequency) else "AuditCallback(reference)", log=self.log)
         collect_summaries(self.audit_dir)
         spans = summary["results"][checkpoint.name][CANARIES]["spans"]
-        return {attack: {k: m[k] for k in ("auc", "tpr_at_fpr<1%") if k in m} for attack, m in
+        return {attack: {k: m[k] for k in ("auc", "tpr_at_fpr<1%", "degenerate") if m.get(k)} for attack, m in
                 (spans.get("target") or {}).items()}
 
     def _epsilon(self, checkpoint: Path, name: str) -> dict:
@@ -618,7 +618,8 @@ def _headline(record: dict) -> dict[str, str]:
     for dataset, s in (record.get("extraction") or {}).items():
         out[f"extraction {dataset}"] = f"{s['n_memorized']}/{s['n_scored']}"
     for attack, m in (record.get("mia") or {}).items():
-        out[f"MIA {attack} AUC"] = f"{m['auc']['value']:.2f}"
+        # a degenerate attack's AUC says nothing about the model (memlens.harness.measures.mia.degenerate_reasons)
+        out[f"MIA {attack} AUC"] = f"{m['auc']['value']:.2f}" + (" (degenerate)" if m.get("degenerate") else "")
     exposure = record.get("exposure") or {}
     if "planted" in exposure and exposure["planted"]["mean"] is not None:
         out["exposure planted/held out"] = f"{exposure['planted']['mean']:.2f}/{exposure['heldout']['mean']:.2f} bits"

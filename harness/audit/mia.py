@@ -10,8 +10,12 @@ harness/audit/losses.py). The reference-calibrated attack uses the control's fin
 the extraction audit, paper 003 Appendix B).
 
 On disk, below the run's audit dir (memlens.harness.core.layout.mia_dir):
-    mia/<model>/<checkpoint>/<dataset>.jsonl   one row per example: id, member (1/0), score[span][attack]
-    mia/<model>/summary.json                   AUC and TPR at FPR < 1 % / < 0.1 % with bootstrap 95 % intervals
+    mia/<model>/<checkpoint>/<dataset>.jsonl   one row per example: id, member (1/0), score[span][attack], blind[span]
+                                               (the blind baseline's out-of-fold score), fallback[span][attack] (why,
+                                               where the authors' fallback branch scored it)
+    mia/<model>/summary.json                   AUC and TPR at FPR < 1 % / < 0.1 % with bootstrap 95 % intervals, each
+                                               attack's `degenerate` reasons and `vs_blind`; `blind`: {dataset:
+                                               the blind baseline (no model; once per dataset, not per checkpoint)}
     mia/summary.json                           every model's summary (the report reads this one)
 """
 
@@ -36,6 +40,13 @@ from memlens.harness.core.stats import (
     TPR_AT_FPR_RULE,
     paired_auc_difference,
 )
+from memlens.harness.measures.blind_mia import (
+    BLIND,
+    BLIND_LABEL,
+    BLIND_RULE,
+    blind_baseline,
+    distinguishable_without_model,
+)
 from memlens.harness.measures.mia import (
     ATTACKS,
     BASELINE_ATTACK,
@@ -46,8 +57,11 @@ from memlens.harness.measures.mia import (
     TRAJECTORY,
     AttackInputs,
     TokenFrequency,
+    attack_fallbacks,
     attack_metrics,
     attack_scores,
+    best_attack,
+    degenerate_reasons,
     inputs_needed,
     prefix_text,
     split_shots,
@@ -145,24 +159,36 @@ def _earlier_scores(out_dir: Path, dataset: str, checkpoint: str, fresh: dict[Pa
     return out
 
 
+def _span_text(row: dict, span: str) -> str:
+    """The text of one span of an example, as the attacks score it (and the blind baseline reads it)."""
+    return row["target"] if span == "target" else program_text(row)
+
+
 def _score_rows(rows: list[dict], member: int, values: dict, control: dict | None, spans,
-                frequency: TokenFrequency | None, earlier: list[dict[str, dict]], shots: frozenset) -> list[dict]:
+                frequency: TokenFrequency | None, earlier: list[dict[str, dict]], shots: frozenset,
+                blind: dict[str, dict] | None = None) -> list[dict]:
     out = []
     for r in rows:
-        text = {"target": r["target"], "program": program_text(r)}
-        scores = {}
+        scores, fallbacks = {}, {}
         for span in spans:
             passes = values[span]
             history = [e[r["id"]][span] for e in earlier if r["id"] in e and span in e[r["id"]]]
-            scores[span] = attack_scores(AttackInputs(
-                values=passes[PLAIN][r["id"]], text=text[span],
+            inputs = AttackInputs(
+                values=passes[PLAIN][r["id"]], text=_span_text(r, span),
                 control=control[span][PLAIN][r["id"]] if control is not None else None,
                 nonmember_prefix=passes.get(NONMEMBER_PREFIX, {}).get(r["id"]),
                 member_prefix=passes.get(MEMBER_PREFIX, {}).get(r["id"]),
-                token_frequency=frequency, trajectory=history or None))
+                token_frequency=frequency, trajectory=history or None)
+            scores[span] = attack_scores(inputs)
+            if fallback := attack_fallbacks(inputs):
+                fallbacks[span] = fallback
         row = {"id": r["id"], "member": member, "score": scores}
+        if fallbacks:
+            row["fallback"] = fallbacks        # {span: {attack: why}}: scored by the authors' fallback branch
         if r["id"] in shots:
             row["prefix_shot"] = True          # scored, but in no attack's metrics (a prefix is made of it)
+        elif blind and any(r["id"] in b for b in blind.values()):
+            row[BLIND] = {span: b[r["id"]] for span, b in blind.items() if r["id"] in b}   # the blind baseline's score
         if "repeat" in r:
             row["repeat"] = int(r["repeat"])
         out.append(row)
@@ -173,7 +199,10 @@ def _metrics_of(rows: list[dict], spans, n_boot: int, seed: int) -> dict:
     """{span: {attack: metrics}} (attacks without a score, e.g. the reference without a control, left out). Each
     attack's metrics carry `vs_loss`: its AUC minus LOSS's on the same texts, paired bootstrap (the comparison the
     newer attacks are judged by, harness/report/findings/membership.py); a checkpoint-sequence attack's also carry
-    `vs_best_single`: its gain over the best single-checkpoint attack here, on the same texts."""
+    `vs_best_single`: its gain over the best single-checkpoint attack here, on the same texts; `vs_blind`: its AUC minus
+    the blind baseline's on the same texts (memlens.harness.measures.blind_mia), where every text has a blind score.
+    `degenerate` lists why an attack's numbers say nothing about the model here ([] where they do;
+    memlens.harness.measures.mia.degenerate_reasons), `fallback` how many texts its fallback branch scored."""
     out: dict = {}
     for span in spans:
         scores = {}
@@ -183,18 +212,83 @@ def _metrics_of(rows: list[dict], spans, n_boot: int, seed: int) -> dict:
             if not members or not nonmembers or None in members or None in nonmembers:
                 continue
             scores[attack] = (members, nonmembers)
-            out.setdefault(span, {})[attack] = attack_metrics(members, nonmembers, n_boot=n_boot, seed=seed)
+            out.setdefault(span, {})[attack] = _attack_entry(rows, span, attack, members, nonmembers, n_boot, seed)
+        blind = _blind_of(rows, span)
         for attack, (members, nonmembers) in scores.items():
             if attack != BASELINE_ATTACK and BASELINE_ATTACK in scores:
                 out[span][attack]["vs_loss"] = paired_auc_difference(members, nonmembers, *scores[BASELINE_ATTACK],
                                                                      n_boot=n_boot, seed=seed)
+            if blind is not None:
+                out[span][attack]["vs_blind"] = paired_auc_difference(members, nonmembers, *blind, n_boot=n_boot,
+                                                                      seed=seed)
         single = [a for a in scores if TRAJECTORY not in ATTACKS[a].needs]
-        best = max(single, key=lambda a: out[span][a]["auc"]["value"], default=None)
+        best = (best_attack({a: out[span][a] for a in single}) or (None,))[0]
         for attack in scores:
             if best is not None and attack not in single:
                 out[span][attack]["vs_best_single"] = {"attack": best, **paired_auc_difference(
                     *scores[attack], *scores[best], n_boot=n_boot, seed=seed)}
     return out
+
+
+def _attack_entry(rows: list[dict], span: str, attack: str, members: list[float], nonmembers: list[float],
+                  n_boot: int, seed: int) -> dict:
+    """One attack's metrics on one span, with how many texts its fallback branch scored (attacks that have one) and
+    why it is degenerate here, if it is."""
+    metrics = attack_metrics(members, nonmembers, n_boot=n_boot, seed=seed)
+    took = {m: sum(attack in (r.get("fallback") or {}).get(span, {}) for r in rows if r["member"] == m) for m in (1, 0)}
+    if ATTACKS[attack].fallback is not None:
+        metrics["fallback"] = {"members": took[1], "nonmembers": took[0]}
+    metrics["degenerate"] = degenerate_reasons(members, nonmembers, metrics, took[1], took[0])
+    return metrics
+
+
+def _blind_of(rows: list[dict], span: str) -> tuple[list[float], list[float]] | None:
+    """(members', non-members') blind-baseline scores of these rows on `span`, in the rows' order (the attacks'
+    order: paired), or None where a row has none (no baseline: a side too small)."""
+    if not rows or any(span not in (r.get(BLIND) or {}) for r in rows):
+        return None
+    return ([r[BLIND][span] for r in rows if r["member"] == 1], [r[BLIND][span] for r in rows if r["member"] == 0])
+
+
+def _blind_baselines(data: dict[str, list[dict]], pairs, prefixes: dict[str, Prefixes], spans, n_boot: int,
+                     seed: int) -> dict[str, dict]:
+    """{dataset: {"spans": {span: metrics}, "scores": {span: {id: score}}, "n_members", "n_nonmembers"}} of the blind
+    baseline (memlens.harness.measures.blind_mia): once per member / held-out pair, since it reads no model, on the
+    texts every attack's metrics are over (prefix shots left out); a dataset with too few texts has spans {}."""
+    out: dict[str, dict] = {}
+    for dataset in pairs:
+        sides = {}
+        for role in ("members", "nonmembers"):
+            key = f"{dataset}:{role}"
+            shots = prefixes[key].shot_ids if key in prefixes else frozenset()
+            sides[role] = [r for r in data[key] if r["id"] not in shots]
+        entry: dict = {"n_members": len(sides["members"]), "n_nonmembers": len(sides["nonmembers"]),
+                       "spans": {}, "scores": {}}
+        for span in spans:
+            found = blind_baseline([_span_text(r, span) for r in sides["members"]],
+                                   [_span_text(r, span) for r in sides["nonmembers"]], n_boot=n_boot, seed=seed)
+            if found is None:
+                continue
+            entry["spans"][span] = found["metrics"]
+            ids = [r["id"] for r in sides["members"] + sides["nonmembers"]]
+            entry["scores"][span] = dict(zip(ids, [*found["scores"][0], *found["scores"][1]]))
+        out[dataset] = entry
+    return out
+
+
+def warn_if_distinguishable(blind: dict[str, dict], log=print) -> None:
+    """Warn, before any attack result, where the blind baseline tells members from non-members above chance: the split
+    differs in distribution, so an attack's AUC on it measures the split as well as the model (Das et al. 2024)."""
+    for dataset, entry in blind.items():
+        for span, m in entry["spans"].items():
+            if distinguishable_without_model(m):
+                lo, hi = m["auc"]["ci95"]
+                log(f"[audit] WARNING: {dataset} ({span} span): the {BLIND_LABEL} tells its {entry['n_members']} "
+                    f"members from its {entry['n_nonmembers']} non-members with AUC {m['auc']['value']:.2f} "
+                    f"[{lo:.2f}, {hi:.2f}] from the texts alone, without the model: members and non-members differ in "
+                    "distribution, so every attack's AUC below is read against it, not against 0.5. Fix: draw members "
+                    "and non-members from one distribution, each example's side by a fair coin, as memlens.inject "
+                    "does (docs/own-data.md)")
 
 
 def _metrics(rows: list[dict], spans, n_boot: int, seed: int) -> tuple[dict, dict]:
@@ -214,13 +308,16 @@ def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Pat
               all_checkpoints: bool = True, spans=SPANS, n_boot: int = BOOTSTRAP_N, seed: int = BOOTSTRAP_SEED,
               batch_size: int = 16, device: str = "auto", fim_family: str | None = None,
               checkpoints: list[tuple[str, Path]] | None = None,
-              reference: TokenFrequency | Sequence[str] | None = None, reference_name: str | None = None) -> dict:
+              reference: TokenFrequency | Sequence[str] | None = None, reference_name: str | None = None,
+              log=print) -> dict:
     """Score every checkpoint of `model_dir` (then its final model) on each dataset of `pairs`
     ({dataset: (members rows, non-members rows)}); write rows and `<out_dir>/summary.json`; return the summary.
 
     `checkpoints`: (name, directory) to score instead, added to the checkpoints the summary already holds (the
     training callback scores each checkpoint as it is saved, and the trainer may delete older ones).
-    `reference` (named `reference_name` in the summary): DC-PDD's token frequencies, or texts to count them in."""
+    `reference` (named `reference_name` in the summary): DC-PDD's token frequencies, or texts to count them in.
+    The blind baseline (no model) is computed first, once per dataset pair, and `log` warns before any checkpoint is
+    scored where it tells the sets apart (`warn_if_distinguishable`)."""
     out_dir = Path(out_dir)
     spans = _check_spans(spans)
     if not pairs:
@@ -238,6 +335,8 @@ def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Pat
             raise UserError(f"{nonmembers_path}: ids {sorted(clash)[:3]} are also members ({members_path}); "
                             "held-out examples must be examples no stage trained on")
     prefixes = _choose_shots(data, pairs)
+    blind = _blind_baselines(data, pairs, prefixes, spans, n_boot, seed)
+    warn_if_distinguishable(blind, log)
     control = (_token_values(Path(control_dir), data, spans, cache_dir, device, batch_size, fim_family)
                if control_dir is not None else None)
     frequency = _reference_frequency(Path(model_dir), reference)
@@ -257,7 +356,7 @@ def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Pat
                 key = f"{dataset}:{role}"
                 shots = prefixes[key].shot_ids if key in prefixes else frozenset()
                 rows += _score_rows(data[key], member, values[key], control[key] if control else None, spans,
-                                    frequency, history, shots)
+                                    frequency, history, shots, blind[dataset]["scores"])
             outputs[target] = rows
             overall, tiers = _metrics(rows, spans, n_boot, seed)
             results.setdefault(checkpoint, {})[dataset] = {
@@ -275,6 +374,10 @@ def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Pat
         "attack_inputs": {name: sorted(attack.needs) for name, attack in ATTACKS.items()},
         "min_k_fraction": MIN_K_FRACTION, "fprs": list(MIA_FPRS), "tpr_at_fpr_rule": TPR_AT_FPR_RULE,
         "prefix_rule": PREFIX_RULE, "reference_corpus": reference_name if frequency is not None else None,
+        "blind_rule": BLIND_RULE,
+        # The blind baseline reads no model: one entry per dataset, not per checkpoint (its per-text scores are in
+        # the rows, `blind`, and every attack's `vs_blind` compares with it on the same texts).
+        BLIND: {d: {k: v for k, v in entry.items() if k != "scores"} for d, entry in blind.items()},
         "bootstrap": {"n": n_boot, "seed": seed},
         "score_convention": "higher = member; AUC 0.5 = chance",
         "results": results,
@@ -303,7 +406,7 @@ def _earlier_results(out_dir: Path, control_dir, spans, n_boot: int, seed: int) 
     old = read_json(path)
     same = (old.get("control") == (str(control_dir) if control_dir else None) and old.get("spans") == list(spans)
             and old.get("attacks") == list(ATTACKS) and old.get("bootstrap") == {"n": n_boot, "seed": seed}
-            and old.get("prefix_rule") == PREFIX_RULE)
+            and old.get("prefix_rule") == PREFIX_RULE and old.get("blind_rule") == BLIND_RULE)
     return dict(old.get("results") or {}) if same else {}
 
 
@@ -385,7 +488,7 @@ def audit_run_mia(cfg, log=print) -> None:
                   spans=list(settings.spans), n_boot=settings.bootstrap,
                   seed=int(cfg.get("seed") or 0), batch_size=int(a.batch_size),
                   device=str(a.get("device") or "auto"), fim_family=a.get("fim_family"),
-                  reference=reference, reference_name=settings.reference)
+                  reference=reference, reference_name=settings.reference, log=log)
         scored += 1
     if not scored:
         log("[audit] note: membership inference scored nothing: no planned dataset has a held-out partner "

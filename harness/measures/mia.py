@@ -208,13 +208,9 @@ def dc_pdd_score(values: Mapping, frequency: TokenFrequency, cap: float = DC_PDD
     return float(np.mean(alphas))
 
 
-def ez_mia_score(values: Mapping, reference: Mapping, min_errors: int = EZ_MIN_ERRORS) -> float:
-    """EZ-MIA (Ilic et al. 2026, "error zone"; the authors' `error_zone_pos_neg_sum_ratio`): at the positions where
-    the audited model's most likely token is not the text's (its errors), the deltas d_t = log p(x_t) - log p_ref(x_t)
-    against a reference model that never saw the text (memlens's control); the score is the sum of the positive
-    deltas over the sum of the negative ones' magnitudes (higher = member: training raises the true token's
-    probability even where it is not yet the top one). As the authors' code: the first scored position is left out
-    (their `ignore_bos`), and fewer than `min_errors` error positions or no negative delta score 0."""
+def _ez_mia_deltas(values: Mapping, reference: Mapping) -> np.ndarray:
+    """EZ-MIA's deltas d_t = log p(x_t) - log p_ref(x_t) at the audited model's error positions (its most likely token
+    is not the text's), the first scored position left out (the authors' `ignore_bos`)."""
     logp, ref = _logp(values), np.asarray(reference["logp"], dtype=np.float64)
     ids, top1 = np.asarray(values["ids"]), np.asarray(values["top1"])
     if not (ref.shape == logp.shape == ids.shape == top1.shape):
@@ -222,12 +218,34 @@ def ez_mia_score(values: Mapping, reference: Mapping, min_errors: int = EZ_MIN_E
                          f"{top1.shape}); the reference scores the same tokens")
     errors = top1 != ids
     errors[0] = False
-    if errors.sum() < min_errors:
+    return (logp - ref)[errors]
+
+
+def ez_mia_fallback(values: Mapping, reference: Mapping, min_errors: int = EZ_MIN_ERRORS) -> str | None:
+    """Why EZ-MIA's score of this text is the authors' fallback 0 rather than a ratio (None where it is a ratio): fewer
+    than `min_errors` error positions, or no negative delta. A model that has memorized a text makes no errors on it,
+    so on a strongly memorized set the fallback, not the statistic, scores the members (harness/audit/mia.py counts
+    it; an attack scored mostly by its fallback is reported as degenerate, `degenerate_reasons`)."""
+    deltas = _ez_mia_deltas(values, reference)
+    if len(deltas) < min_errors:
+        return f"fewer than {min_errors} error positions"
+    if not (deltas < 0).any():
+        return "no negative delta"
+    return None
+
+
+def ez_mia_score(values: Mapping, reference: Mapping, min_errors: int = EZ_MIN_ERRORS) -> float:
+    """EZ-MIA (Ilic et al. 2026, "error zone"; the authors' `error_zone_pos_neg_sum_ratio`): at the positions where
+    the audited model's most likely token is not the text's (its errors), the deltas d_t = log p(x_t) - log p_ref(x_t)
+    against a reference model that never saw the text (memlens's control); the score is the sum of the positive
+    deltas over the sum of the negative ones' magnitudes (higher = member: training raises the true token's
+    probability even where it is not yet the top one). As the authors' code: the first scored position is left out
+    (their `ignore_bos`), and fewer than `min_errors` error positions or no negative delta score 0
+    (`ez_mia_fallback` says which)."""
+    if ez_mia_fallback(values, reference, min_errors) is not None:
         return 0.0
-    deltas = (logp - ref)[errors]
+    deltas = _ez_mia_deltas(values, reference)
     negative = float(np.abs(deltas[deltas < 0]).sum())
-    if negative == 0:
-        return 0.0
     return float(deltas[deltas > 0].sum() / (negative + 1e-12))
 
 
@@ -271,6 +289,9 @@ class Attack:
     label: str
     score: Callable[[AttackInputs], float]
     needs: frozenset[str] = frozenset()
+    # Where the authors' code scores a text by a fallback branch rather than the statistic: why it did for these
+    # inputs, else None (EZ-MIA's `ez_mia_fallback`). Reported, never changing the score (`degenerate_reasons`).
+    fallback: Callable[[AttackInputs], str | None] | None = None
 
     def __post_init__(self):
         unknown = set(self.needs) - set(INPUTS)
@@ -282,6 +303,12 @@ class Attack:
         if any(getattr(inputs, need) is None for need in self.needs):
             return None
         return self.score(inputs)
+
+    def fallback_reason(self, inputs: AttackInputs) -> str | None:
+        """Why its score of `inputs` is its fallback branch's (None where the statistic scored it, or it has none)."""
+        if self.fallback is None or any(getattr(inputs, need) is None for need in self.needs):
+            return None
+        return self.fallback(inputs)
 
 
 # The attacks every MIA audit runs, in the order tables list them and best_attack breaks ties. A new attack is
@@ -306,7 +333,8 @@ ATTACKS.register("sequence_reference", Attack("sequence (ref. loss)", lambda x: 
     reference_score(x.values, x.control), x.trajectory, "reference"), needs=frozenset({TRAJECTORY, CONTROL})))
 ATTACKS.register("dc_pdd", Attack("DC-PDD", lambda x: dc_pdd_score(x.values, x.token_frequency),
                                   needs=frozenset({TOKEN_FREQUENCY})))
-ATTACKS.register("ez_mia", Attack("EZ-MIA", lambda x: ez_mia_score(x.values, x.control), needs=frozenset({CONTROL})))
+ATTACKS.register("ez_mia", Attack("EZ-MIA", lambda x: ez_mia_score(x.values, x.control), needs=frozenset({CONTROL}),
+                                  fallback=lambda x: ez_mia_fallback(x.values, x.control)))
 
 BASELINE_ATTACK = "loss"      # what every other attack is compared with, on the same texts (`vs_loss`)
 CLASSIC_ATTACKS = ("loss", "zlib", "min_k", "min_k_plus_plus", "reference")   # mimir's set; the rest are newer
@@ -327,6 +355,12 @@ def attack_scores(inputs: AttackInputs) -> dict[str, float | None]:
     return {name: attack.scores(inputs) for name, attack in ATTACKS.items()}
 
 
+def attack_fallbacks(inputs: AttackInputs) -> dict[str, str]:
+    """{attack: why} of every registered attack that scored this text by its fallback branch (`Attack.fallback`)."""
+    reasons = {name: attack.fallback_reason(inputs) for name, attack in ATTACKS.items()}
+    return {name: why for name, why in reasons.items() if why is not None}
+
+
 def attack_metrics(member_scores: Sequence[float], nonmember_scores: Sequence[float], n_boot: int, seed: int
                    ) -> dict:
     """ROC AUC and TPR at FPR < 1 % and < 0.1 % of one attack (members labelled 1), each with its bootstrap 95 %
@@ -334,9 +368,47 @@ def attack_metrics(member_scores: Sequence[float], nonmember_scores: Sequence[fl
     return bootstrap_mia_metrics(list(member_scores), list(nonmember_scores), n_boot=n_boot, seed=seed)
 
 
+# When an attack's numbers say nothing about the model, it is reported as degenerate, with the reason, and not ranked
+# (memlens's rule, no paper's: each attack below equals its authors' code, and each misleads when ranked beside LOSS
+# in these regimes). A score is never flipped or rescued: an AUC below 0.5 stays below 0.5.
+FALLBACK_SHARE = 0.5          # degenerate where the fallback scored at least this share of the members or non-members
+SPREAD_RTOL = 1e-9            # degenerate where every score equals every other within this relative tolerance
+
+
+def degenerate_reasons(members: Sequence[float], nonmembers: Sequence[float], metrics: Mapping,
+                       fallback_members: int = 0, fallback_nonmembers: int = 0) -> list[str]:
+    """Why one attack's metrics (`attack_metrics` of these scores) are degenerate here, [] where they are not:
+    its fallback branch scored at least FALLBACK_SHARE of the members or of the non-members (the counts are how many
+    took it); its scores have no spread (all equal within SPREAD_RTOL relative); its AUC's 95 % interval lies
+    entirely below 0.5 (it ranks members *below* non-members: the statistic reads this model backwards, and
+    1 - AUC would be an attack chosen after seeing the labels)."""
+    reasons = []
+    n_m, n_n = len(members), len(nonmembers)
+    if fallback_members >= FALLBACK_SHARE * n_m or fallback_nonmembers >= FALLBACK_SHARE * n_n:
+        reasons.append(f"{fallback_members} of {n_m} members and {fallback_nonmembers} of {n_n} non-members took "
+                       "the authors' fallback")
+    scores = np.asarray([*members, *nonmembers], dtype=np.float64)
+    low, high = float(scores.min()), float(scores.max())
+    if high - low <= SPREAD_RTOL * max(abs(low), abs(high)):
+        reasons.append(f"all {len(scores)} scores equal ({low:.6g})")
+    auc = metrics["auc"]
+    if auc["ci95"][1] < 0.5:
+        reasons.append(f"AUC {auc['value']:.2f} with its 95 % interval [{auc['ci95'][0]:.2f}, {auc['ci95'][1]:.2f}] "
+                       "below 0.5 (not flipped)")
+    return reasons
+
+
+def is_degenerate(metrics: Mapping) -> bool:
+    """Whether an attack's stored metrics carry a degenerate reason (`degenerate_reasons`; a summary written before
+    memlens checked carries none)."""
+    return bool(metrics.get("degenerate"))
+
+
 def best_attack(metrics_by_attack: Mapping[str, dict]) -> tuple[str, dict] | None:
-    """(attack, its metrics) with the highest point AUC, ties broken by ATTACKS' order; None when none scored. Picking
-    the best of several attacks after the fact is a multiple comparison: a test of it divides its level by the
-    number of attacks compared (Bonferroni; harness/report/findings/membership.py)."""
-    scored = [(a, metrics_by_attack[a]) for a in ATTACKS if a in metrics_by_attack]
+    """(attack, its metrics) with the highest point AUC among the attacks not degenerate here (`is_degenerate`), ties
+    broken by ATTACKS' order; None when none is left. Picking the best of several attacks after the fact is a multiple
+    comparison: a test of it divides its level by the number of attacks compared (Bonferroni;
+    harness/report/findings/membership.py)."""
+    scored = [(a, metrics_by_attack[a]) for a in ATTACKS if a in metrics_by_attack
+              and not is_degenerate(metrics_by_attack[a])]
     return max(scored, key=lambda am: am[1]["auc"]["value"]) if scored else None

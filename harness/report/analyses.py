@@ -29,6 +29,7 @@ from memlens.harness.core.layout import (
 )
 from memlens.harness.core.layout import checkpoint_step as layout_checkpoint_step
 from memlens.harness.core.stats import TPR_AT_FPR_RULE, fpr_key
+from memlens.harness.measures.blind_mia import BLIND
 from memlens.harness.measures.memorization import DEFAULT_K, summarize_rows
 from memlens.harness.measures.mia import ATTACKS, best_attack
 
@@ -295,6 +296,13 @@ def mia_entry(mia: dict, model: str, dataset: str, span: str = "target", checkpo
     if checkpoint is None:
         checkpoint = max(results, key=checkpoint_step, default=FINAL)
     entry = ((results.get(checkpoint) or {}).get(dataset) or {})
+    return (entry.get("spans") or {}).get(span)
+
+
+def blind_entry(mia: dict, model: str, dataset: str, span: str = "target") -> dict | None:
+    """The blind baseline's metrics (no model: one per dataset, harness/audit/mia.py `blind`) for one model's audit of
+    `dataset` on `span`; None where that audit has none (too few texts, or a summary written before it existed)."""
+    entry = (((mia.get(model) or {}).get(BLIND) or {}).get(dataset) or {})
     return (entry.get("spans") or {}).get(span)
 
 

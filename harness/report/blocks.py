@@ -68,6 +68,7 @@ COLUMN_LABELS = {
     "evidence_ok": "evidence passed", "memorized_by_source": "memorized by source",
     "still_memorized": "still memorized", "auc": "AUC", "reward_model": "reward model", "attack_label": "attack",
     "auc_vs_loss": "AUC vs LOSS", "auc_vs_loss_ci95": "AUC vs LOSS 95 % CI", "tpr_at_fpr<1%_cp95": "TPR<1% exact 95 % CI",
+    "auc_vs_blind": "AUC vs blind", "auc_vs_blind_ci95": "AUC vs blind 95 % CI", "degenerate_why": "why degenerate",
 }
 
 

@@ -29,7 +29,8 @@ from memlens.harness.core.stats import (
     reward_score_stats,
     wilson_interval,
 )
-from memlens.harness.measures.mia import ATTACKS, attack_label, best_attack
+from memlens.harness.measures.blind_mia import BLIND, BLIND_LABEL
+from memlens.harness.measures.mia import ATTACKS, attack_label, best_attack, is_degenerate
 from memlens.harness.measures.utility import load_utility
 from memlens.harness.report import analyses as A
 from memlens.harness.report import figures as F
@@ -320,16 +321,40 @@ def _tpr_cells(m: dict, fpr: float) -> dict:
     return {key: entry.get("value"), f"{key}_ci95": entry.get("ci95"), f"{key}_cp95": entry.get("clopper_pearson95")}
 
 
+def _mia_row(model: str, dataset: str, span: str, tier: str, rank: int | None, attack: str, label: str,
+             m: dict) -> dict:
+    return {"model": model, "dataset": dataset, "span": span, "tier": tier, "rank": rank, "attack": attack,
+            "attack_label": label, "auc": m["auc"]["value"], "auc_ci95": m["auc"]["ci95"],
+            "auc_vs_loss": (m.get("vs_loss") or {}).get("value"), "auc_vs_loss_ci95": (m.get("vs_loss") or {}).get(
+                "ci95"), "auc_vs_blind": (m.get("vs_blind") or {}).get("value"),
+            "auc_vs_blind_ci95": (m.get("vs_blind") or {}).get("ci95"), **_tpr_cells(m, MIA_FPRS[0]),
+            **_tpr_cells(m, MIA_FPRS[1]), "n_members": m["n_members"], "n_nonmembers": m["n_nonmembers"],
+            "n_boot": m["bootstrap"]["n"]}
+
+
 def _mia_rows(mia: dict, model: str, dataset: str, span: str, metrics: dict, tier: str = "all") -> list[dict]:
     """One table row per attack of one model x dataset x span, ranked by AUC (1 = highest; ties share the order of
-    ATTACKS)."""
-    ranked = sorted(metrics.items(), key=lambda am: -am[1]["auc"]["value"])
-    return [{"model": model, "dataset": dataset, "span": span, "tier": tier, "rank": rank, "attack": attack,
-             "attack_label": attack_label(attack), "auc": m["auc"]["value"], "auc_ci95": m["auc"]["ci95"],
-             "auc_vs_loss": (m.get("vs_loss") or {}).get("value"), "auc_vs_loss_ci95": (m.get("vs_loss") or {}).get(
-                 "ci95"), **_tpr_cells(m, MIA_FPRS[0]), **_tpr_cells(m, MIA_FPRS[1]),
-             "n_members": m["n_members"], "n_nonmembers": m["n_nonmembers"], "n_boot": m["bootstrap"]["n"]}
-            for rank, (attack, m) in enumerate(ranked, start=1)]
+    ATTACKS), after a first, unranked row: the blind baseline's (no model; Das et al. 2024), which every attack is
+    read against. Attacks degenerate here are not ranked (`_degenerate_rows` lists them)."""
+    ranked = sorted(((a, m) for a, m in metrics.items() if not is_degenerate(m)), key=lambda am: -am[1]["auc"]["value"])
+    blind = A.blind_entry(mia, model, dataset, span) if tier == "all" else None
+    first = [_mia_row(model, dataset, span, tier, None, BLIND, BLIND_LABEL, blind)] if blind else []
+    return first + [_mia_row(model, dataset, span, tier, rank, attack, attack_label(attack), m)
+                    for rank, (attack, m) in enumerate(ranked, start=1)]
+
+
+def _degenerate_rows(model: str, dataset: str, span: str, metrics: dict) -> list[dict]:
+    """The attacks whose numbers say nothing about the model here, each with why (memlens.harness.measures.mia
+    .degenerate_reasons): shown apart, never ranked, never flipped."""
+    return [{"model": model, "dataset": dataset, "span": span, "attack": attack, "attack_label": attack_label(attack),
+             "auc": m["auc"]["value"], "auc_ci95": m["auc"]["ci95"], "degenerate_why": "; ".join(m["degenerate"])}
+            for attack, m in metrics.items() if is_degenerate(m)]
+
+
+def degenerate_line(rows: list[dict]) -> str:
+    """'degenerate here: EZ-MIA (8 of 8 members and 0 of 8 non-members took the authors' fallback), ...' of one
+    model x dataset x span's degenerate rows."""
+    return "degenerate here: " + ", ".join(f"{r['attack_label']} ({r['degenerate_why']})" for r in rows)
 
 
 def _tier_rows(mia: dict, model: str) -> list[dict]:
@@ -380,11 +405,13 @@ def mia_section(mia: dict, entries: list[dict], fig_dir: Path, summary: dict) ->
                   "Clopper-Pearson interval (the bootstrap collapses to a point when the classes separate); a TPR at "
                   "an FPR below 1 / (held-out count) does not exist and reads n/m. 0.5 AUC is chance. Attacks are "
                   "ranked by AUC per model, dataset and span; AUC vs LOSS is the paired bootstrap gain on the same "
-                  "texts. ReCaLL and Con-ReCall prefixes are made of the first three rows by id of each side, "
+                  f"texts. The first row of each, {BLIND_LABEL}, is a bag-of-words random forest that reads the "
+                  "texts and never the model (Das et al. 2024; docs/methods.md): an attack tells about the model only "
+                  "where it beats that row, and AUC vs blind is its paired gain over it. ReCaLL and Con-ReCall prefixes are made of the first three rows by id of each side, "
                   "which no attack scores. Spans: target = the FIM target given its prompt (the extraction audit's "
                   "inputs); program = the whole program."),
     ]
-    rows, tiers = [], []
+    rows, tiers, degenerate = [], [], []
     for model, record in sorted(mia.items()):
         datasets = sorted({d for ck in (record.get("results") or {}).values() for d in ck})
         per_dataset = {d: (A.mia_over_training(mia, model, d), A.over_training(entries, model, d)) for d in datasets}
@@ -393,11 +420,24 @@ def mia_section(mia: dict, entries: list[dict], fig_dir: Path, summary: dict) ->
         for d in datasets:
             for span in record.get("spans") or []:
                 rows += _mia_rows(mia, model, d, span, A.mia_entry(mia, model, d, span) or {})
+                degenerate += _degenerate_rows(model, d, span, A.mia_entry(mia, model, d, span) or {})
         tiers += _tier_rows(mia, model)
     one, tenth = fpr_key(MIA_FPRS[0]), fpr_key(MIA_FPRS[1])
     columns = ["model", "dataset", "span", "rank", "attack_label", "auc", "auc_ci95", "auc_vs_loss",
-               "auc_vs_loss_ci95", one, f"{one}_ci95", f"{one}_cp95", tenth, "n_members", "n_nonmembers", "n_boot"]
+               "auc_vs_loss_ci95", "auc_vs_blind", "auc_vs_blind_ci95", one, f"{one}_ci95", f"{one}_cp95", tenth,
+               "n_members", "n_nonmembers", "n_boot"]
     blocks.append(table(rows, columns))
+    if degenerate:
+        groups: dict[tuple, list[dict]] = defaultdict(list)
+        for r in degenerate:
+            groups[(r["model"], r["dataset"], r["span"])].append(r)
+        blocks += [Heading(3, "Degenerate attacks (not ranked)"),
+                   Paragraph("An attack is degenerate where its own fallback branch scored at least half of the "
+                             "members or of the held-out texts, where all its scores are equal, or where its AUC's "
+                             "95 % interval lies below 0.5; each score equals its authors' code, none is flipped, "
+                             "and none is ranked or chosen as the best attack. "
+                             + " ".join(f"{m} / {d} / {s}: {degenerate_line(g)}." for (m, d, s), g in groups.items())),
+                   table(degenerate, ["model", "dataset", "span", "attack_label", "auc", "auc_ci95", "degenerate_why"])]
     if tiers:
         blocks += [Heading(3, "By repetition"),
                    Paragraph("The final checkpoint's attacks with the members split by how many times each was "
@@ -413,6 +453,8 @@ def mia_section(mia: dict, entries: list[dict], fig_dir: Path, summary: dict) ->
                    table(sequence, ["model", "dataset", "span", "checkpoints", "attack_label", "auc", "best_single",
                                     "best_single_auc", "gain", "gain_ci95", "p_at_most_0"])]
     summary["membership_inference"] = rows
+    if degenerate:
+        summary["membership_inference_degenerate"] = degenerate
     if sequence:
         summary["membership_inference_sequence"] = sequence
     if tiers:

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from memlens.harness.audit.command import main as audit_main
 from memlens.harness.audit.mia import audit_mia
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
-from memlens.harness.measures.mia import ATTACKS
+from memlens.harness.measures.mia import ATTACKS, best_attack
 from memlens.harness.model.cache import cached_token_logprobs, program_text
 from memlens.harness.model.logprobs import encode_fim_examples, target_losses, target_token_logprobs
 from memlens.harness.model.scorer import CausalLMScorer
@@ -91,9 +91,10 @@ def test_trained_members_separate_and_an_untrained_model_does_not(world):
     root = world["root"]
     pairs = {"sd_base": (root / "data" / "sd_base" / "rows.jsonl", root / "data" / "sd_base_heldout" / "rows.jsonl")}
     reference = [program_text(r) for r in _rows("ref", 16, random.Random(7))]   # same template, never trained on
+    said: list[str] = []
     trained = audit_mia(root / "models" / "FT.1", "FT.1", pairs, root / "out" / "FT.1",
                         control_dir=root / "models" / "FT.2", cache_dir=root / "cache", n_boot=200, device="cpu",
-                        reference=reference, reference_name="ref")
+                        reference=reference, reference_name="ref", log=said.append)
     untrained = audit_mia(root / "models" / "FT.2", "FT.2", pairs, root / "out" / "FT.2", cache_dir=root / "cache",
                           n_boot=200, device="cpu")
     assert trained["checkpoints"] == ["checkpoint-40", "final"]
@@ -112,6 +113,22 @@ def test_trained_members_separate_and_an_untrained_model_does_not(world):
     rows = read_jsonl(root / "out" / "FT.1" / "final" / "sd_base.jsonl")
     zero = [r["score"]["target"]["ez_mia"] == 0.0 for r in rows if r["member"] == 1]
     assert sum(zero) > len(zero) / 2 and final["spans"]["target"]["ez_mia"]["auc"]["value"] < 0.5
+    # ... so the audit reports it as degenerate, with how many of the scored members its fallback took, and no
+    # best-attack choice picks it; its AUC stays below 0.5 (not flipped).
+    ez = final["spans"]["target"]["ez_mia"]
+    took = sum("ez_mia" in (r.get("fallback") or {}).get("target", {}) for r in rows
+               if r["member"] == 1 and not r.get("prefix_shot"))
+    assert ez["fallback"]["members"] == took >= 7 and ez["degenerate"][0].startswith(f"{took} of 13 members")
+    assert best_attack(final["spans"]["target"])[0] != "ez_mia"
+    assert final["spans"]["target"]["loss"]["degenerate"] == []
+    # The blind baseline (no model) on the same 13 vs 13 texts: one template, only random numbers differ, so the texts
+    # alone do not tell them apart (interval holds 0.5) and no warning is printed; every attack is compared with it.
+    for span in ("target", "program"):
+        blind = trained["blind"]["sd_base"]["spans"][span]["auc"]
+        assert blind["ci95"][0] < 0.5 < blind["ci95"][1], (span, blind)
+        assert all("vs_blind" in m for m in final["spans"][span].values())
+    assert not [line for line in said if "WARNING" in line]
+    assert all(set(r["blind"]) == {"target", "program"} for r in rows if not r.get("prefix_shot"))
     assert final["earlier_checkpoints"] == 1                   # the sequence attacks read checkpoint-40's scores
     first = trained["results"]["checkpoint-40"]["sd_base"]["spans"]["target"]
     assert "sequence_loss" not in first and "loss" in first    # no earlier checkpoint: no sequence to score
@@ -129,6 +146,25 @@ def test_trained_members_separate_and_an_untrained_model_does_not(world):
     shots = [r for r in rows if r.get("prefix_shot")]
     assert {r["id"] for r in shots} == {"sd-0", "sd-1", "sd-10", "sdh-0", "sdh-1", "sdh-10"}
     assert all(r["score"]["target"]["recall"] is None and r["score"]["target"]["loss"] is not None for r in shots)
+
+
+def test_a_split_told_apart_without_the_model_is_warned_before_any_checkpoint_is_scored(world, tmp_path):
+    """Members whose target names a variable the held-out ones never use (`secret_key` against `key`): the blind
+    baseline separates them from the texts alone (AUC 1), and the audit says so before it has scored any checkpoint
+    (the cache, fresh here, is still empty when the warning is logged), naming the fix."""
+    members = [{**r, "target": r["target"].replace("key =", "secret_key =")} for r in world["members"]]
+    atomic_write_jsonl(tmp_path / "members.jsonl", members)
+    pairs = {"shifted": (tmp_path / "members.jsonl", world["root"] / "data" / "sd_base_heldout" / "rows.jsonl")}
+    cache = tmp_path / "cache"
+    said: list[tuple[str, bool]] = []
+    summary = audit_mia(world["root"] / "models" / "FT.1", "FT.1", pairs, tmp_path / "out", cache_dir=cache,
+                        all_checkpoints=False, spans=["target"], n_boot=100, device="cpu",
+                        log=lambda line: said.append((line, cache.exists() and any(cache.iterdir()))))
+    warnings = [(line, scored) for line, scored in said if "WARNING" in line]
+    assert len(warnings) == 1 and warnings[0][1] is False, said
+    assert "shifted (target span): the blind baseline (no model) tells its 13 members from its 13 non-members" in \
+        warnings[0][0] and "fair coin, as memlens.inject does" in warnings[0][0]
+    assert summary["blind"]["shifted"]["spans"]["target"]["auc"]["value"] == 1.0
 
 
 def test_the_run_audit_writes_mia_below_the_audit_dir_and_reruns_from_the_cache(world):

@@ -3,7 +3,8 @@ whether or not it is extractable (M1-M3), and do the newer attacks detect it bet
 
 from __future__ import annotations
 
-from memlens.harness.measures.mia import BASELINE_ATTACK, CLASSIC_ATTACKS, attack_label, best_attack
+from memlens.harness.measures.blind_mia import BLIND_LABEL
+from memlens.harness.measures.mia import BASELINE_ATTACK, CLASSIC_ATTACKS, attack_label, best_attack, is_degenerate
 from memlens.harness.report import analyses as A
 from memlens.harness.report.findings.evidence_gates import (
     MIA_DETECTABLE_AUC,
@@ -18,29 +19,42 @@ from memlens.harness.report.findings.verdict import P_MAX, _pct, _result
 
 # ---------------------------------------------------------------- M1-M3: membership inference
 # Not claims of paper 003: whether SD a stage trained on stays *detectable* (members told from held-out canaries of
-# the same generator), the weaker question beside extraction. The test is the bootstrap's one-sided test of
-# H0: AUC <= MIA_DETECTABLE_AUC for the best of the attacks, Bonferroni-corrected for picking the best one.
+# the same generator), the weaker question beside extraction. The best attack is the best one not degenerate there
+# (memlens.harness.measures.mia.best_attack). Two tests, both Bonferroni-corrected for picking the best of the attacks:
+# the bootstrap's one-sided test of H0: AUC <= MIA_DETECTABLE_AUC, and the paired bootstrap's one-sided test of
+# H0: AUC <= the blind baseline's AUC on the same texts (`vs_blind`: Das et al. 2024, an attack that does not beat a
+# classifier reading the texts alone says nothing about the model). A finding holds only where both are rejected:
+# the intersection-union test (Berger 1982), whose p is the larger of the two.
 def mia_detection(run: RunResults, model: str, dataset: str = "sd_base") -> dict | None:
-    """The best attack on `dataset` (target span, final checkpoint) and its test; None when not measured."""
+    """The best attack on `dataset` (target span, final checkpoint) and its tests; None when not measured.
+    `vs_blind` is None where the summary has no blind baseline (too few texts, or audited before memlens had one)."""
     metrics = A.mia_entry(run.mia, model, dataset) or {}
     best = best_attack(metrics)
     if best is None:
         return None
     attack, m = best
     key = f"{MIA_DETECTABLE_AUC:g}"
+    n = len(metrics)           # every attack looked at, degenerate ones included: the best was picked among them
     p_one = m["auc"].get("p_at_most", {}).get(key)
-    test = {"test": "bootstrap_one_sided_bonferroni", "null": f"AUC <= {key}", "attack": attack,
-            "n_attacks": len(metrics), "n_boot": m["bootstrap"]["n"],
-            "p_value": None if p_one is None else min(1.0, p_one * len(metrics))}
+    p_detectable = None if p_one is None else min(1.0, p_one * n)
+    blind = m.get("vs_blind")
+    p_blind = None if blind is None else min(1.0, blind["p_at_most_0"] * n)
+    test = {"test": "bootstrap_one_sided_bonferroni_and_paired_vs_blind",
+            "null": f"AUC <= {key}, or AUC <= the blind baseline's on the same texts", "attack": attack,
+            "n_attacks": n, "n_boot": m["bootstrap"]["n"], "p_detectable": p_detectable, "p_vs_blind": p_blind,
+            "p_value": None if p_detectable is None or p_blind is None else max(p_detectable, p_blind)}
     ours = (f"AUC {m['auc']['value']:.2f} [{m['auc']['ci95'][0]:.2f}, {m['auc']['ci95'][1]:.2f}] ({attack}; "
             f"{m['n_members']} members vs {m['n_nonmembers']} held out)")
-    return {"attack": attack, "auc": m["auc"]["value"], "test": test, "ours": ours}
+    if blind is not None:
+        ours += f"; vs {BLIND_LABEL} {blind['value']:+.2f} [{blind['ci95'][0]:+.2f}, {blind['ci95'][1]:+.2f}]"
+    return {"attack": attack, "auc": m["auc"]["value"], "vs_blind": blind, "test": test, "ours": ours}
 
 
 def _detectable(run: RunResults, fid: str, model: str, claim: str, stages: list[str], evidence: list[dict],
                 not_extractable: bool = False) -> dict:
-    rule = (f"{model}'s best membership attack on sd_base (target span, final): AUC > {MIA_DETECTABLE_AUC} (bootstrap "
-            f"one-sided p < {P_MAX}, Bonferroni over the attacks)")
+    rule = (f"{model}'s best membership attack not degenerate on sd_base (target span, final): AUC > "
+            f"{MIA_DETECTABLE_AUC} and above the blind baseline's on the same texts (bootstrap one-sided and paired "
+            f"bootstrap one-sided p < {P_MAX}, each Bonferroni over the attacks)")
     if not_extractable:
         rule += f", and its extraction rate on sd_base < {100 * NOT_EXTRACTABLE_MAX:.0f} %"
     paper = "not in paper 003 (membership inference: mimir, Duan et al. 2024)"
@@ -48,7 +62,10 @@ def _detectable(run: RunResults, fid: str, model: str, claim: str, stages: list[
     rows = run.rows(model, "sd_base")
     if found is None or (not_extractable and rows is None):
         return _result(fid, claim, paper, rule, stages, measured=False)
-    ok = found["auc"] > MIA_DETECTABLE_AUC
+    blind = found["vs_blind"]
+    ok = found["auc"] > MIA_DETECTABLE_AUC and (blind is None or blind["value"] > 0)
+    note = "" if blind is not None else (f"no {BLIND_LABEL} in this summary (a side too small, or audited before "
+                                         "memlens had one): rerun the MIA audit to decide")
     rates, ours = [], found["ours"]
     if not_extractable:
         extraction = _rate(f"{model} sd_base extraction", memorized_flags(rows))
@@ -57,7 +74,7 @@ def _detectable(run: RunResults, fid: str, model: str, claim: str, stages: list[
         ours += f"; extraction {_pct(extraction)}"
     test = found["test"] if found["test"]["p_value"] is not None else None
     return _result(fid, claim, paper, rule, stages, measured=True, rule_ok=ok, evidence=evidence, rates=rates,
-                   test=test, needs_test=True, ours=ours)
+                   test=test, needs_test=True, ours=ours, note=note)
 
 
 def m1(run: RunResults) -> dict:
@@ -89,14 +106,17 @@ def m3(run: RunResults) -> dict:
 # highest AUC against LOSS on the same texts (paired bootstrap, memlens.harness.core.stats.paired_auc_difference), its
 # one-sided p (AUC gain <= 0) multiplied by the number of newer attacks scored there (Bonferroni for picking the best).
 # Holds when both stages' best newer attack beats LOSS at p < P_MAX; not reproduced when at either stage no newer
-# attack's AUC is above LOSS's; otherwise inconclusive.
+# attack's AUC is above LOSS's; otherwise inconclusive. Added later (issue #68), after the rule was first committed:
+# a newer attack degenerate there (memlens.harness.measures.mia.degenerate_reasons) is never the one picked, though it
+# still counts in the Bonferroni factor (it was looked at).
 def newer_vs_loss(run: RunResults, model: str, dataset: str = "sd_base") -> dict | None:
     """The best newer attack's AUC gain over LOSS on one model's `dataset` (target span, final), or None."""
     metrics = A.mia_entry(run.mia, model, dataset) or {}
     newer = {a: m for a, m in metrics.items() if a not in CLASSIC_ATTACKS and "vs_loss" in m}
-    if not newer or BASELINE_ATTACK not in metrics:
+    candidates = {a: m for a, m in newer.items() if not is_degenerate(m)}
+    if not candidates or BASELINE_ATTACK not in metrics:
         return None
-    attack, m = max(newer.items(), key=lambda am: am[1]["auc"]["value"])
+    attack, m = max(candidates.items(), key=lambda am: am[1]["auc"]["value"])
     gain = m["vs_loss"]
     return {"model": model, "attack": attack, "auc": m["auc"]["value"], "loss_auc": metrics[BASELINE_ATTACK]["auc"]["value"],
             "gain": gain["value"], "gain_ci95": gain["ci95"], "n_newer": len(newer),

@@ -364,25 +364,35 @@ def test_a_reward_rise_within_noise_is_not_evidence():
     assert got["F2"]["status"] == INCONCLUSIVE and "in initial sd) = 0.3" in got["F2"]["reason"]
 
 
-def _mia_summary(per_model: dict[str, tuple[list[float], list[float]]]) -> dict:
-    """{model: summary} as harness/audit/mia.py stores it, from (member scores, held-out scores) of the LOSS attack."""
-    from memlens.harness.core.stats import bootstrap_mia_metrics
+def _mia_summary(per_model: dict[str, tuple[list[float], ...]]) -> dict:
+    """{model: summary} as harness/audit/mia.py stores it, from (member scores, held-out scores) of the LOSS attack
+    and, optionally, (member, held-out) scores of the blind baseline on the same texts (default: a blind baseline at
+    chance, every text scored 0.5; None: a summary without one)."""
+    from memlens.harness.core.stats import bootstrap_mia_metrics, paired_auc_difference
 
-    return {model: {"spans": ["target"], "results": {"final": {"sd_base": {"spans": {"target": {
-        "loss": bootstrap_mia_metrics(members, held, n_boot=400, seed=0)}}}}}}
-            for model, (members, held) in per_model.items()}
+    out = {}
+    for model, (members, held, *blind) in per_model.items():
+        blind = blind[0] if blind else ([0.5] * len(members), [0.5] * len(held))
+        loss = bootstrap_mia_metrics(members, held, n_boot=400, seed=0)
+        if blind is not None:
+            loss["vs_blind"] = paired_auc_difference(members, held, *blind, n_boot=400, seed=0)
+        out[model] = {"spans": ["target"], "results": {"final": {"sd_base": {"spans": {"target": {"loss": loss}}}}}}
+    return out
 
 
 def test_membership_findings_by_hand():
-    """M1: RLFT.2 extracts 0/20 and its members all outscore the held-out rows (AUC 1): holds. M2: FT.3's attack
-    is at chance (identical scores, AUC 0.5): not reproduced. M3: IPO AUC 0.7 on 6 vs 6 rows: within noise."""
+    """M1: RLFT.2 extracts 0/20 and its members all outscore the held-out rows (AUC 1; the blind baseline at chance,
+    gain +0.5 on the same texts): holds. M2: FT.3's attack is at chance (identical scores, AUC 0.5): not reproduced.
+    M3: IPO AUC 0.7 on 6 vs 6 rows: within noise."""
     separated = ([100.0 + i for i in range(20)], [float(i) for i in range(20)])
     chance = ([1.0, 2.0, 3.0] * 7, [1.0, 2.0, 3.0] * 7)
     weak = ([1.0, 3.0, 4.0, 5.0, 6.0, 8.0], [0.0, 2.0, 2.5, 3.5, 4.5, 7.0])
     run = RunResults(grouped(), evidence(), mia=_mia_summary({"RLFT.2": separated, "FT.3": chance, "IPO": weak}))
     got = verdicts(run)
     assert got["M1"]["status"] == HOLDS and got["M1"]["p_value"] == 0.0
+    assert got["M1"]["test"]["p_detectable"] == 0.0 and got["M1"]["test"]["p_vs_blind"] == 0.0
     assert "AUC 1.00" in got["M1"]["ours"] and "extraction 0.0 %" in got["M1"]["ours"]
+    assert "vs blind baseline (no model) +0.50" in got["M1"]["ours"]
     assert got["M1"]["n"] == 20 and got["M1"]["test"]["n_boot"] == 400
     assert got["M2"]["status"] == FAILS
     assert got["M3"]["status"] == INCONCLUSIVE and got["M3"]["p_value"] >= 0.05
@@ -392,6 +402,25 @@ def test_membership_findings_by_hand():
     assert verdicts(RunResults(leaky, evidence(), mia=run.mia))["M1"]["status"] == FAILS
     # RL that did not move is no evidence for anything RLFT.2 shows.
     assert verdicts(RunResults(grouped(), evidence(rl=STILL), mia=run.mia))["M1"]["status"] == INCONCLUSIVE
+
+
+def test_a_membership_finding_needs_its_attack_to_beat_the_blind_baseline():
+    """M1 again with RLFT.2's attack at AUC 1, but the blind baseline (texts only) separates the same 20 vs 20 texts
+    as well: the gain over it is 0, so the split, not the model, is what is detected -> not reproduced. Blind a bit
+    below the attack (two held-out texts score above every member: 2 x 20 of the 400 pairs lost, AUC 0.9) -> the gain
+    +0.10 is above 0, but a resample holding neither of the two has gain 0, with probability (18/20)^20 = 0.12 -> p ~
+    0.12, inconclusive. A summary without a blind baseline cannot show the attack beats it -> inconclusive, noted."""
+    separated = ([100.0 + i for i in range(20)], [float(i) for i in range(20)])
+    same = verdicts(RunResults(grouped(), evidence(), mia=_mia_summary({"RLFT.2": (*separated, separated)})))["M1"]
+    assert same["status"] == FAILS and "+0.00" in same["ours"]
+    close_blind = ([20.0, 21.0] + [100.0 + i for i in range(2, 20)], [float(i) for i in range(18)] + [150.0, 151.0])
+    from memlens.harness.core.stats import roc_auc
+    assert roc_auc([*close_blind[0], *close_blind[1]], [1] * 20 + [0] * 20) == pytest.approx(1 - 40 / 400)
+    close = verdicts(RunResults(grouped(), evidence(), mia=_mia_summary({"RLFT.2": (*separated, close_blind)})))["M1"]
+    assert close["status"] == INCONCLUSIVE and close["test"]["p_detectable"] == 0
+    assert close["test"]["p_vs_blind"] == pytest.approx(0.9 ** 20, abs=0.05)
+    none = verdicts(RunResults(grouped(), evidence(), mia=_mia_summary({"RLFT.2": (*separated, None)})))["M1"]
+    assert none["status"] == INCONCLUSIVE and "no blind baseline (no model)" in none["note"]
 
 
 def _two_attacks(loss: tuple[list[float], list[float]], newer: tuple[list[float], list[float]]) -> dict:

@@ -213,7 +213,9 @@ def test_comparison_has_a_bar_per_method_with_its_training_evidence(fake_run):
 def test_membership_inference_is_reported_beside_extraction(fake_run):
     """An audit/mia/ summary (as harness/audit/mia.py writes it) gives a figure per model with AUC over checkpoints
     beside the extraction rate, a table, the comparison's MIA panel and rows M1-M3; its rows are never read as NED
-    rows."""
+    rows. In the table each model x dataset x span group starts with the blind baseline's row (no model, unranked;
+    hand-built here for FT.1's target span), then the attacks ranked; an attack marked degenerate (FT.1's EZ-MIA, as
+    harness/audit/mia.py marks it) is left out of the ranking and listed apart, with its reason."""
     from memlens.harness.core.errors import UserError
     from memlens.harness.core.stats import TPR_AT_FPR_RULE, bootstrap_mia_metrics
     from memlens.harness.report import analyses as A
@@ -230,6 +232,12 @@ def test_membership_inference_is_reported_beside_extraction(fake_run):
             _write_rows(fake_run / "audit" / "mia" / name / ck / "sd_base.jsonl",
                         [{"id": "x", "member": 1, "score": {"target": {"loss": 1.0}}}])
         results[name] = {"model": name, "spans": ["target", "program"], "results": per_ck}
+    blind = bootstrap_mia_metrics([0.4, 0.6] * 15, [0.5] * 30, n_boot=100)      # AUC 0.5 by hand: half above, half below
+    results["FT.1"]["blind"] = {"sd_base": {"n_members": 30, "n_nonmembers": 30, "spans": {"target": blind}}}
+    ez = bootstrap_mia_metrics([0.0] * 30, [1.0 + i for i in range(30)], n_boot=100)
+    ez.update(fallback={"members": 30, "nonmembers": 0}, degenerate=[
+        "30 of 30 members and 0 of 30 non-members took the authors' fallback", "AUC 0.00 ... below 0.5 (not flipped)"])
+    results["FT.1"]["results"]["final"]["sd_base"]["spans"]["target"]["ez_mia"] = ez
     (fake_run / "audit" / "mia" / "summary.json").write_text(json.dumps({"results": results}))
     with pytest.raises(UserError, match=r"mia/summary\.json: model 'FT\.1' has TPRs read as FPR <= a .* Rerun"):
         A.load_mia(fake_run / "audit")            # an older summary (no rule recorded) is refused, not mixed in
@@ -248,8 +256,17 @@ def test_membership_inference_is_reported_beside_extraction(fake_run):
     assert {r["tpr_at_fpr<1%"] for r in table} == {"n/m: needs ≥ 100 held out"}
     assert {r["tpr_at_fpr<0.1%"] for r in table} == {"n/m: needs ≥ 1,000 held out"}
     for model, span in {(r["model"], r["span"]) for r in table}:
-        group = sorted((r for r in table if (r["model"], r["span"]) == (model, span)), key=lambda r: r["rank"])
+        group = [r for r in table if (r["model"], r["span"]) == (model, span)]
+        if (model, span) == ("FT.1", "target"):
+            assert group[0]["attack_label"] == "blind baseline (no model)" and group[0]["rank"] is None
+            assert group[0]["auc"] == 0.5
+            group = group[1:]
         assert [r["rank"] for r in group] == [1, 2] and group[0]["auc"] >= group[1]["auc"]
+        assert "ez_mia" not in {r["attack"] for r in group}                # degenerate: never ranked
+    assert [(r["model"], r["span"], r["attack"], r["auc"]) for r in summary["membership_inference_degenerate"]] == [
+        ("FT.1", "target", "ez_mia", 0.0)]                                   # listed apart, its AUC not flipped
+    assert ("FT.1 / sd_base / target: degenerate here: EZ-MIA (30 of 30 members and 0 of 30 non-members took the "
+            "authors' fallback; AUC 0.00 ... below 0.5 (not flipped))") in (out / "report.md").read_text()
     panel = {r["model"]: r for r in summary["comparison_mia"]}
     assert set(panel) == {"FT.1", "IPO"} and panel["FT.1"]["auc"] > 0.8 and panel["FT.1"]["rate"] is not None
     assert "Membership inference beside extraction" in (out / "report.md").read_text()
