@@ -21,6 +21,8 @@ On disk, below the run's audit dir (memlens.harness.core.layout.mia_dir):
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,6 +252,18 @@ def _blind_of(rows: list[dict], span: str) -> tuple[list[float], list[float]] | 
     return ([r[BLIND][span] for r in rows if r["member"] == 1], [r[BLIND][span] for r in rows if r["member"] == 0])
 
 
+_BLIND_CACHE: dict[str, dict | None] = {}     # this process's blind baselines, by their texts, bootstrap and seed
+
+
+def _cached_blind_baseline(members: list[str], nonmembers: list[str], n_boot: int, seed: int) -> dict | None:
+    """blind_baseline, computed once per process for the same texts: it reads no model, and the callback audits the
+    same member / held-out sets at every checkpoint (their classifier costs seconds per call)."""
+    key = hashlib.sha256(json.dumps([members, nonmembers, n_boot, seed]).encode("utf-8")).hexdigest()
+    if key not in _BLIND_CACHE:
+        _BLIND_CACHE[key] = blind_baseline(members, nonmembers, n_boot=n_boot, seed=seed)
+    return _BLIND_CACHE[key]
+
+
 def _blind_baselines(data: dict[str, list[dict]], pairs, prefixes: dict[str, Prefixes], spans, n_boot: int,
                      seed: int) -> dict[str, dict]:
     """{dataset: {"spans": {span: metrics}, "scores": {span: {id: score}}, "n_members", "n_nonmembers"}} of the blind
@@ -265,8 +279,8 @@ def _blind_baselines(data: dict[str, list[dict]], pairs, prefixes: dict[str, Pre
         entry: dict = {"n_members": len(sides["members"]), "n_nonmembers": len(sides["nonmembers"]),
                        "spans": {}, "scores": {}}
         for span in spans:
-            found = blind_baseline([_span_text(r, span) for r in sides["members"]],
-                                   [_span_text(r, span) for r in sides["nonmembers"]], n_boot=n_boot, seed=seed)
+            found = _cached_blind_baseline([_span_text(r, span) for r in sides["members"]],
+                                           [_span_text(r, span) for r in sides["nonmembers"]], n_boot, seed)
             if found is None:
                 continue
             entry["spans"][span] = found["metrics"]

@@ -29,16 +29,16 @@ def _coin_split(seed: int, n: int = 200) -> tuple[list[str], list[str]]:
 
 
 def test_a_coin_split_of_one_distribution_is_at_chance():
-    """No word tells the sides apart, so the forest has nothing to learn: its out-of-fold AUC's interval holds 0.5
-    (one fixed draw), and over 8 independent draws the AUCs centre on 0.5 (their mean within 3 of its standard
-    errors, ~0.07 / sqrt(8): a biased baseline, e.g. one that saw its test fold, would sit well above)."""
-    members, nonmembers = _coin_split(7)
+    """No word tells the sides apart, so the classifier has nothing to learn: its out-of-fold AUC's interval holds 0.5
+    (one fixed draw), and over 4 independent draws the AUCs centre on 0.5 (their mean within 3 of its standard
+    errors, ~0.07 / sqrt(4): a biased baseline, e.g. one that saw its test fold, would sit well above)."""
+    members, nonmembers = _coin_split(7, n=120)
     found = blind_baseline(members, nonmembers, n_boot=400, seed=0)["metrics"]
     assert found["auc"]["ci95"][0] < 0.5 < found["auc"]["ci95"][1], found["auc"]
     assert not distinguishable_without_model(found)
     aucs = []
-    for draw in range(8):
-        members, nonmembers = _coin_split(100 + draw, n=100)
+    for draw in range(4):
+        members, nonmembers = _coin_split(100 + draw, n=80)
         scores = blind_scores(members + nonmembers, [1] * len(members) + [0] * len(nonmembers), seed=draw)
         aucs.append(roc_auc(scores, [1] * len(members) + [0] * len(nonmembers)))
     mean = sum(aucs) / len(aucs)
@@ -47,7 +47,8 @@ def test_a_coin_split_of_one_distribution_is_at_chance():
 
 def test_a_split_that_differs_in_a_word_is_told_apart_without_the_model():
     """Every member has a word no non-member has ("memberonly"): one split on its count separates the sides in
-    every training fold, so each held-out text is scored by it: AUC 1 (every member above every non-member), its
+    every training fold (and is among the 30 most frequent words, their feature count), so each held-out text is scored
+    by it: AUC 1 (every member above every non-member), its
     interval above 0.5, and the audit's warning fires (distinguishable_without_model)."""
     rng = random.Random(3)
     members = [t + " memberonly" for t in _texts(rng, 60)]
@@ -65,7 +66,9 @@ def test_its_auc_is_scikit_learns_on_the_same_scores():
     from sklearn.metrics import roc_auc_score
 
     rng = random.Random(5)
-    members = [t + (" memberonly" if i % 2 else "") for i, t in enumerate(_texts(rng, 40))]
+    # three times in half the members: frequent enough to be among their 30 features (max_features keeps the most
+    # frequent words of the training texts)
+    members = [t + (" memberonly" * 3 if i % 2 else "") for i, t in enumerate(_texts(rng, 40))]
     nonmembers = _texts(rng, 40)
     found = blind_baseline(members, nonmembers, n_boot=200, seed=1)
     ours, theirs = found["metrics"]["auc"]["value"], roc_auc_score([1] * 40 + [0] * 40, [*found["scores"][0],
@@ -74,8 +77,8 @@ def test_its_auc_is_scikit_learns_on_the_same_scores():
 
 
 def test_deterministic_for_a_seed():
-    """The same texts and seed give the same scores and interval, bit for bit; the folds and forests follow the seed."""
-    members, nonmembers = _coin_split(11, n=80)
+    """The same texts and seed give the same scores and interval, bit for bit; the folds and every model of the stack follow the seed."""
+    members, nonmembers = _coin_split(11, n=30)
     first = blind_baseline(members, nonmembers, n_boot=200, seed=4)
     again = blind_baseline(members, nonmembers, n_boot=200, seed=4)
     other = blind_baseline(members, nonmembers, n_boot=200, seed=5)
