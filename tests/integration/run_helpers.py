@@ -42,7 +42,10 @@ SESSION_ENV = {**os.environ, **OFFLINE}
 # Variables set while the session runs that no import reads differently: pytest's name of the current test, and the
 # cache folder torch sets in a process the first time something asks for it (a test's training does; measured: before
 # it was ignored here, every later call went to a new interpreter).
-NOT_COMPARED = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR")
+# Set in-process by a library on first use, and by a call that uses it anyway: torch's inductor cache folder, and
+# scikit-learn's import (os.environ.setdefault of two variables of Intel's OpenMP runtime, which torch's CPU build, on
+# GNU OpenMP, does not read): a worker that ran the blind-baseline tests would otherwise fork no call again.
+NOT_COMPARED = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK")
 # MEMLENS_TEST_FRESH_PROCESSES=1: every call a new interpreter, as before the preloaded server (to rule it out).
 _PRELOADED: list = []
 
