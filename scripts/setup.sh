@@ -3,7 +3,7 @@
 # numbers were computed with; pyproject.toml declares the wider ranges memlens works with, for installing beside your
 # own stack). Idempotent: reinstalls only when pyproject.toml, constraints.txt or this script changed.
 #
-# Prerequisites: Linux or macOS, Python 3.10-3.12 with venv (PYTHON=python3.11 picks one), ~2 GB of disk, the package
+# Prerequisites: Linux (tested on x86-64), Python >= 3.10 with venv (tested on 3.11) (PYTHON=python3.11 picks one), ~2 GB of disk, the package
 # index reachable. Takes ~2 minutes the first time.
 #
 # torch: the CPU build, wherever this runs. PyPI's torch for Linux x86-64 is the CUDA build (several GB, with nvidia-*

@@ -25,6 +25,8 @@ Departures, each deliberate:
   (benchmarks/crosscheck_blind_authors.py runs their train_classifier on our folds).
 - Their per-dataset settings (features, vectorizer, model) came from a search on each benchmark; a canary set has no
   such search, so their defaults are used, and `random_state` is the audit's seed (theirs: 42).
+- The stack fits its combiner on 5 folds of its own (theirs); a training fold with fewer than 5 texts of a side (a
+  small canary set) uses as many folds as it has, and one with fewer than 2 gives its test texts the member share.
 """
 
 from __future__ import annotations
@@ -45,8 +47,12 @@ BLIND_RULE = (f"Das et al. 2024 bag of words, their defaults: TfidfVectorizer(ma
               "split, on the texts the attacks score (prefix shots left out)")
 
 
-def authors_classifier(seed: int):
-    """Their default model (`model_type: 'stack'` in bag_of_words.py train_classifier), seeded with `seed`."""
+STACK_CV = 5                              # StackingClassifier's own folds for fitting the combiner (their default)
+
+
+def authors_classifier(seed: int, cv: int = STACK_CV):
+    """Their default model (`model_type: 'stack'` in bag_of_words.py train_classifier), seeded with `seed`; `cv`: the
+    stack's own folds (theirs: scikit-learn's default, 5)."""
     # scikit-learn costs about a second to import; the report reads this module's labels and never fits a model.
     from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier, StackingClassifier
     from sklearn.linear_model import LogisticRegression  # deferred: scikit-learn (above)
@@ -56,7 +62,7 @@ def authors_classifier(seed: int):
                   ("gaussian", GaussianNB()), ("multi", MultinomialNB()),
                   ("gradient", GradientBoostingClassifier(n_estimators=50, learning_rate=1.0, max_depth=5,
                                                           random_state=seed))]
-    return StackingClassifier(estimators=estimators, final_estimator=LogisticRegression(random_state=seed))
+    return StackingClassifier(estimators=estimators, final_estimator=LogisticRegression(random_state=seed), cv=cv)
 
 
 def fold_scores(train_texts: Sequence[str], train_labels: Sequence[int], test_texts: Sequence[str],
@@ -64,10 +70,17 @@ def fold_scores(train_texts: Sequence[str], train_labels: Sequence[int], test_te
     """P(member) of `test_texts` from their vectorizer and model fitted on the training texts alone (one fold)."""
     from sklearn.feature_extraction.text import TfidfVectorizer  # deferred: scikit-learn (authors_classifier)
 
+    labels = np.asarray(train_labels)
+    # The stack fits its combiner on its own stratified folds, which need that many texts of each side: their 5 where
+    # the training fold has them (every benchmark of theirs), fewer on a small canary set, and with fewer than 2 of a
+    # side no stack can be fitted: each test text then gets the training fold's member share (a departure).
+    inner = min(STACK_CV, int(np.bincount(labels, minlength=2).min()))
+    if inner < 2:
+        return np.full(len(test_texts), labels.mean())
     vectorizer = TfidfVectorizer(max_features=BLIND_FEATURES)
     train = vectorizer.fit_transform(list(train_texts)).toarray()      # dense, as theirs (GaussianNB needs it)
-    model = authors_classifier(seed)
-    model.fit(train, np.asarray(train_labels))
+    model = authors_classifier(seed, cv=inner)
+    model.fit(train, labels)
     member_column = list(model.classes_).index(1)
     return model.predict_proba(vectorizer.transform(list(test_texts)).toarray())[:, member_column]
 

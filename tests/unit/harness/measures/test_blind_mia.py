@@ -94,3 +94,13 @@ def test_too_few_texts_for_a_fold_split_give_none_and_wordless_texts_the_prior()
     assert blind_scores(["a b", "c d", "e f", "g h", "i j", "k l"], [1, 0, 1, 0, 1, 0], seed=0) == [0.5] * 6
     with pytest.raises(ValueError, match="labels"):
         blind_scores(["a b", "c d"], [1, 2], seed=0)
+
+
+def test_a_set_too_small_for_the_stacks_own_folds_still_gets_scores():
+    """Their stack fits its combiner on 5 folds of its own; with 3 texts a side the outer split has 3 folds whose
+    training parts hold 2 of each side: the stack then uses 2 folds (a 4-text call once failed here), and a side of 1
+    in training gives the fold's member share."""
+    members, nonmembers = ["a1 w1 w2", "a2 w3 w1", "a3 w2 w2"], ["b1 w1 w3", "b2 w2 w1", "b3 w3 w3"]
+    found = blind_baseline(members, nonmembers, n_boot=50, seed=0)
+    assert found is not None and len(found["scores"][0]) == len(found["scores"][1]) == 3
+    assert blind_scores(["x w1", "y w2", "z w1", "v w2"], [1, 1, 0, 0], seed=0) == [0.5] * 4
