@@ -174,7 +174,7 @@ def run_jobs(points: list[tuple], measurement) -> int:
     model two points share, e.g. their upstream PT, is one job), then each point's audit and report in turn, holding
     `after_locks`."""
     start = time.time()
-    prepared = [prepare_point(*point) for point in points]
+    prepared = [prepare_point(*point, measurement=measurement) for point in points]
     kinds = {p.settings["kind"] for p in prepared}
     if len(kinds) > 1:
         raise UserError(f"launcher.kind differs between the sweep points ({', '.join(sorted(kinds))}): sweep it in "
@@ -188,7 +188,7 @@ def run_jobs(points: list[tuple], measurement) -> int:
     return 0
 
 
-def prepare_point(cfg, overrides: list[str], after_locks: list[tuple]) -> Point:
+def prepare_point(cfg, overrides: list[str], after_locks: list[tuple], measurement=None) -> Point:
     """A point checked as `memlens run` checks it (refused with the fix before anything is written), its job
     command lines, and the models already finished (not submitted)."""
     if cfg.get("formal") is not None:
@@ -197,7 +197,7 @@ def prepare_point(cfg, overrides: list[str], after_locks: list[tuple]) -> Point:
     run_dir = Path(str(cfg.run_dir))
     planned = pipeline.plan(cfg)
     settings = check_launcher(cfg, planned)
-    pipeline.run_preflight(cfg, quiet=True, planned=planned)
+    pipeline.run_preflight(cfg, quiet=True, planned=planned, check_audit=pipeline.audit_check(cfg, measurement))
     pipeline.check_user_files(cfg, pipeline.needed_datasets(planned, cfg))
     at_once = f"{settings['parallel']} at a time" if settings["kind"] == "local" else "afterok dependencies"
     point = dict(cfg.get("sweep_point") or {})

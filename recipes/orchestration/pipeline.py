@@ -380,6 +380,13 @@ def after_training(cfg, measurement: Measurement) -> None:
                             f"`memlens run experiment={cfg.get('experiment_name')}` to continue")
 
 
+def audit_check(cfg, measurement: Measurement | None):
+    """The audit's settings check a run makes before it trains, when the run audits (None otherwise)."""
+    if measurement is None or "audit" not in (cfg.get("after_training") or []):
+        return None
+    return measurement.check_audit
+
+
 def run_main(cfg, measurement: Measurement) -> int:
     """`memlens run`: data -> every stage in dependency order -> audit -> report (paper 004's formal-language study,
     an experiment with a `formal:` section, has its own models: recipes/formal/language_models.py)."""
@@ -389,7 +396,7 @@ def run_main(cfg, measurement: Measurement) -> int:
     run_dir = run_directory(cfg)
     start = time.time()
     run_preflight(cfg, quiet=is_main_process() or None, planned=planned,   # `memlens check`: exit 2 with the fix
-                  check_audit=measurement.check_audit if "audit" in (cfg.get("after_training") or []) else None)
+                  check_audit=audit_check(cfg, measurement))
     check_user_files(cfg, needed_datasets(planned, cfg))
     require_tensorboard(cfg.get("tensorboard", False))      # refused before anything is written
     print(f"[memlens] run {cfg.get('experiment_name')} in {run_dir}: "

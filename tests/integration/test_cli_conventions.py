@@ -65,10 +65,11 @@ def test_check_refuses_a_misspelt_name_before_anything_trains(override, named):
     refused(memlens("check", "experiment=quickstart", *overrides), named)
 
 
-def test_run_refuses_a_misspelt_measure_before_its_first_stage(tmp_path):
+@pytest.mark.parametrize("launcher", [[], ["launcher.kind=local"]], ids=["in-process", "as-jobs"])
+def test_run_refuses_a_misspelt_measure_before_its_first_stage(tmp_path, launcher):
     run_dir = tmp_path / "run"
-    refused(memlens("run", "experiment=smoke", f"run_dir={run_dir}", "audit.measures=[ned,mai]"), r"'mai'")
-    assert not (run_dir / "models").exists() and not (run_dir / "data").exists()
+    refused(memlens("run", "experiment=smoke", f"run_dir={run_dir}", "audit.measures=[ned,mai]", *launcher), r"'mai'")
+    assert not (run_dir / "models").exists() and not (run_dir / "data").exists() and not (run_dir / "jobs").exists()
 
 
 def test_multirun_and_flags_may_stand_anywhere_among_the_overrides():
