@@ -241,7 +241,7 @@ def _read_records(fd: int, lock_file: Path) -> list[dict]:
     host = socket.gethostname()
     for _ in range(20):
         records = _all_records(lock_file, fd)
-        live = [r for r in records if r.get("host") != host or _alive(r.get("pid"))]
+        live = [r for r in records if r.get("host") != host or process_alive(r.get("pid"))]
         if live:
             return live
         time.sleep(0.05)
@@ -252,7 +252,7 @@ def holders(directory: Path) -> list[dict]:
     """The processes holding `directory`, read from their records without taking the lock (`memlens status`): a
     record of a process gone from this host is dropped; one from another host is kept (it cannot be checked here)."""
     host = socket.gethostname()
-    return [r for r in _all_records(Path(directory) / LOCK_FILE) if r.get("host") != host or _alive(r.get("pid"))]
+    return [r for r in _all_records(Path(directory) / LOCK_FILE) if r.get("host") != host or process_alive(r.get("pid"))]
 
 
 def _describe(holder: dict) -> str:
@@ -271,7 +271,8 @@ def _busy_message(directory: Path, key: str, holders: list[dict]) -> str:
             f"(kill {pids}) and rerun this command; to run both at once, give this one another {key}")
 
 
-def _alive(pid: object) -> bool:
+def process_alive(pid: object) -> bool:
+    """Whether process `pid` of this host lives (a process we may not signal lives too)."""
     if not isinstance(pid, int):
         return False
     try:
@@ -291,7 +292,7 @@ def _wait_for_launch_holder(directory: Path, key: str) -> None:
     path = directory / LOCK_FILE
     while time.monotonic() < deadline:
         records = _all_records(path)
-        live = [r for r in records if r.get("host") != host or _alive(r.get("pid"))]
+        live = [r for r in records if r.get("host") != host or process_alive(r.get("pid"))]
         if any(r.get("launch") == launch and (r.get("host") != host or r.get("parent") == os.getppid())
                for r in live):
             return

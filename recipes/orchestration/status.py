@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from memlens.harness.core.layout import (
     model_lock_dir,
     models_dir,
 )
-from memlens.harness.core.lock import holders
+from memlens.harness.core.lock import holders, process_alive
 from memlens.recipes.orchestration.launcher import JOB_INDEX, JOBS_DIR, LIVE_STATES, upstream_models
 from memlens.recipes.orchestration.pipeline import outdated_reason
 from memlens.recipes.orchestration.stage_plan import PlannedStage, plan
@@ -106,10 +105,8 @@ def last_error_line(log: Path) -> str:
 
 def local_job_alive(job: dict) -> bool:
     """A launcher.kind=local job (submitit's LocalExecutor: its job id is the process id)."""
-    with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
-        os.kill(int(job["job_id"]), 0)
-        return True
-    return False
+    job_id = str(job.get("job_id", ""))
+    return job_id.isdigit() and process_alive(int(job_id))
 
 
 def status_of(stage: PlannedStage, planned: list[PlannedStage], run_dir: Path, seed, job: dict | None,
