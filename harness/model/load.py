@@ -125,8 +125,23 @@ def _load(auto_cls_name: str, path: str | Path, device: str, trust_remote_code: 
             model = safe_from_pretrained(getattr(transformers, auto_cls_name), path, dtype=dtype,
                                          trust_remote_code=trust_remote_code)
     model.to(device).eval()
+    check_finite_weights(model, path)
     tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code, local_files_only=True)
     return model, tokenizer
+
+
+def check_finite_weights(model, path: str | Path) -> None:
+    """A UserError when any weight is NaN or infinite: such a model decodes no text (argmax over NaN logits), so
+    an audit of it would report a confident 0 % memorized. It is the mark of a stage whose training diverged
+    (memlens.recipes.stages.divergence stops new ones; this catches models trained elsewhere or before)."""
+    import torch  # heavy: the model layer loads torch on first use
+
+    bad = [name for name, tensor in model.state_dict().items()
+           if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())]
+    if bad:
+        raise UserError(f"model {path}: {len(bad)} weight tensor(s) hold NaN or infinite values (first: {bad[0]}); "
+                        "its training diverged and it cannot be scored. Fix: retrain it at a lower learning rate "
+                        "(`stages.<NAME>.lr=...`), or audit another checkpoint")
 
 
 def load_causal_lm(path: str | Path, device: str = "auto", *, trust_remote_code: bool = False, dtype=None):

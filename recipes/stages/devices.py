@@ -29,11 +29,16 @@ def trl_device_kwargs(device: str, deepspeed_config: str | None = None) -> dict[
     over the DeepSpeed config when one is given. On CPU a DeepSpeed config is used only when the stage
     gives one explicitly (`stages.<NAME>.deepspeed`): DeepSpeed's CPU accelerator over gloo, under a
     multi-process launch (deepspeed_on_cpu); without one the CPU flags are exactly as before.
+
+    On every device `logging_nan_inf_filter=False`: the Trainer then logs a NaN loss as NaN (with the filter it logs
+    the mean of the finite ones, 0.0 when none is), so that a diverged stage stops at once
+    (memlens.recipes.stages.divergence). It changes what is logged only when a loss is not finite.
     """
+    logging = {"logging_nan_inf_filter": False}
     if device == "cpu":
         # `activation_checkpointing`: transformers 5's name (`gradient_checkpointing` is its deprecated alias)
         kwargs: dict[str, Any] = {"use_cpu": True, "bf16": False, "activation_checkpointing": False,
-                                  "report_to": "none", "dataloader_num_workers": 0}
+                                  "report_to": "none", "dataloader_num_workers": 0, **logging}
         if deepspeed_config:
             del kwargs["use_cpu"]          # use_cpu=True makes accelerate skip DeepSpeed
             kwargs.update(deepspeed_on_cpu(deepspeed_config), dataloader_pin_memory=False)  # no accelerator to pin for
@@ -41,7 +46,7 @@ def trl_device_kwargs(device: str, deepspeed_config: str | None = None) -> dict[
     # Gradient checkpointing said explicitly: TRL's configs default it on, transformers' TrainingArguments
     # (the pointwise reward model's trainer) off; a 3 B model's activations need it on a GPU either way.
     kwargs = {"bf16": True, "report_to": "none", "gradient_checkpointing": True,
-              "gradient_checkpointing_kwargs": {"use_reentrant": False}}
+              "gradient_checkpointing_kwargs": {"use_reentrant": False}, **logging}
     if deepspeed_config:
         kwargs["deepspeed"] = deepspeed_config
     return kwargs

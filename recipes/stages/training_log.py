@@ -17,6 +17,7 @@ from memlens.harness.core.layout import (
 )
 from memlens.recipes.stages import preemption
 from memlens.recipes.stages.contract import StageContext
+from memlens.recipes.stages.divergence import DivergenceWatch
 
 
 def require_tensorboard(enabled: Any) -> bool:
@@ -49,15 +50,20 @@ class TrainLog:
     `models/<NAME>/tensorboard/`. trainer_state.json keeps its own copy (harness/report/evidence.py reads it).
 
     A resumed stage logs again every step after the checkpoint it resumes from, so `start(step)` first drops
-    what a killed run logged past that step: the file never holds a step twice."""
+    what a killed run logged past that step: the file never holds a step twice.
+
+    Every logged step of every stage passes here, so this is where a diverged stage stops: `append` raises
+    TrainingDiverged at the first NaN or infinite loss or gradient norm (memlens.recipes.stages.divergence)."""
 
     def __init__(self, out_dir: Path, tensorboard: bool = False, main_process: bool = True):
         self.path = Path(out_dir) / TRAIN_LOG
         self.tensorboard_dir = Path(out_dir) / TENSORBOARD_DIR if tensorboard else None
         self.main_process = main_process
         self.writer = None
+        self.watch = DivergenceWatch(Path(out_dir))
 
     def start(self, step: int) -> None:
+        self.watch.start(step)
         if not self.main_process:
             return
         if self.path.is_file():
@@ -72,16 +78,23 @@ class TrainLog:
             self.writer = SummaryWriter(log_dir=str(self.tensorboard_dir), purge_step=step + 1 if step else None)
 
     def append(self, step: int, logs: dict[str, Any]) -> None:
-        if not self.main_process:
-            return
         row = {"step": int(step), **{k: _loggable(v) for k, v in logs.items() if k != "step"}}
+        if self.main_process:
+            self._write(row)
+        try:
+            self.watch.observe(int(step), row, self.main_process)   # after the row is stored: the log shows the NaN
+        except Exception:
+            self.close()
+            raise
+
+    def _write(self, row: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as f:
             f.write(jsonl_line(row))
         if self.writer is not None:
             for key, value in row.items():
                 if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                    self.writer.add_scalar(key, value, int(step))
+                    self.writer.add_scalar(key, value, row["step"])
             self.writer.flush()
 
     def close(self) -> None:

@@ -109,7 +109,7 @@ def test_deepspeed_on_cpu_needs_a_launch_and_without_it_cpu_flags_are_unchanged(
 
     assert trl_device_kwargs("cpu") == trl_device_kwargs("cpu", None) == {
         "use_cpu": True, "bf16": False, "activation_checkpointing": False, "report_to": "none",
-        "dataloader_num_workers": 0}
+        "dataloader_num_workers": 0, "logging_nan_inf_filter": False}
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     with pytest.raises(UserError, match=r"deepspeed=.*ds_zero3\.json with device=cpu: .*launch/cpu_2proc\.yaml"):
         trl_device_kwargs("cpu", str(REPO / "launch" / "ds_zero3.json"))

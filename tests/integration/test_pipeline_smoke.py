@@ -339,6 +339,40 @@ def test_lora_sft_on_the_micro_model_trains_adapters_and_saves_a_merged_model(sm
     assert torch_dtype(parse_model({"dtype": "auto"}, "model"), "cpu") == torch.float32
 
 
+def test_a_stage_whose_training_diverges_stops_unfinished_with_the_fix(smoke, tmp_path):
+    """A stage whose loss or gradient norm turns NaN stops there (memlens.recipes.stages.divergence) instead of
+    finishing with NaN weights that an audit would score as "0 % memorized". Made certain here by one infinite weight
+    in the initial model (fp32 on the CPU survives any learning rate the settings allow: 0.99 gave losses of ~100,
+    all finite): the first logged step is NaN, its row is logged, and no checkpoint from after it is kept."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from memlens.recipes.stages import sft
+    from memlens.recipes.stages.contract import StageContext
+    from memlens.recipes.stages.divergence import TrainingDiverged
+
+    run_dir, _ = smoke
+    run = tmp_path / "diverge"
+    (run / "models").mkdir(parents=True)
+    os.symlink(run_dir / "data", run / "data")
+    pt = run_dir / "models" / "PT"
+    init = shutil.copytree(pt, tmp_path / "pt_inf", ignore=shutil.ignore_patterns("checkpoint-*"))
+    weights = load_file(init / "model.safetensors")
+    name = next(k for k in weights if k.endswith("mlp.up_proj.weight"))
+    weights[name][0, 0] = torch.inf
+    save_file(weights, init / "model.safetensors", metadata={"format": "pt"})
+    settings = {"init": str(init), "datasets": ["sd_base"], "model": read_json(pt / "provenance.json")["settings"]["model"],
+                "max_steps": 4, "lr": 1e-3, "batch_size": 4, "max_seq_len": 128, "save_steps": 1, "logging_steps": 1}
+    with pytest.raises(TrainingDiverged, match=r"stage FT\.nan diverged: at step 1 its loss nan.*stages\.FT\.nan\.lr"):
+        sft.run_stage(sft.load_settings(settings, "FT.nan"), StageContext(run, "FT.nan", seed=0, device="cpu"))
+    out = run / "models" / "FT.nan"
+    rows = read_jsonl(out / "train_log.jsonl")
+    assert [r["step"] for r in rows] == [1] and math.isnan(rows[0]["loss"])   # logged as NaN, not filtered to 0.0
+    assert not list(out.glob("checkpoint-*")) and not (out / "provenance.json").exists()
+
+
 def test_a_pretrained_model_preset_is_imported_as_pt_not_trained(smoke, tmp_path):
     """`model.pretrained: <dir or hub id>` (the GPU presets): PT loads it safely and saves it as the run's PT."""
     import torch
