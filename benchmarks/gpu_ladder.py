@@ -38,6 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 LADDER_MODEL = {"hidden_size": 768, "num_layers": 8, "num_heads": 12, "intermediate_size": 2048}
 TOY_MODEL = {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "intermediate_size": 176}
 SHIPPED_BASE = "assets/base_tiny"
+SHIPPED_HIDDEN = 256          # assets/base_tiny/config.json hidden_size
 
 # The chain at the findings experiment's 175-program settings (conf/experiment/findings.yaml, "More canaries":
 # FT.3 save_steps 235, RM.3 150 steps, IPO 175 steps), audited with NED and membership inference. No NMT summary is
@@ -129,17 +130,42 @@ def measure_throughput(preset: dict, device: str, steps: int, warmup: int) -> di
             "batch": PROBE_BATCH, "steps": steps, "seconds": round(seconds, 3)}
 
 
-def chain_token_passes(run_dir: Path, overrides: list[str]) -> dict[str, float]:
+def chain_stages(run_dir: Path, overrides: list[str]) -> list:
+    """The chain's stages as `memlens run experiment=quickstart` composes them with these overrides."""
+    from memlens.harness.cli import compose
+    from memlens.recipes.orchestration.stage_plan import plan
+
+    return plan(compose(["experiment=quickstart", f"run_dir={run_dir}", *overrides]))
+
+
+def width_scaled_lrs(stages: list, hidden: int) -> dict[str, float]:
+    """Each stage's learning rate times the shipped base's width over the ladder's (never above 1): μP's rule for
+    Adam's rate as a model widens (Yang et al. 2022, Tensor Programs V: a hidden weight's rate scales as 1/width).
+    Committed before the second GPU run, after the first one (benchmarks/README.md, "GPU ladder"), with no finding
+    computed: at the 5 M base's rates FT.3 (2e-3) turned NaN by step 20 and IPO (3e-4) by step 140, and the 60 M
+    base pre-trained at 2e-3 plateaued with gradient-norm spikes and a held-out loss worse than the shipped base's
+    (4.72 against 3.99). Applied to every stage, PT's too."""
+    ratio = min(1.0, SHIPPED_HIDDEN / hidden)
+    return {f"stages.{stage.model_name}.lr": float(f"{stage.given['lr'] * ratio:.3g}")
+            for stage in stages if stage.given.get("lr")}
+
+
+def base_stages(out: Path) -> list:
+    """The base run's stages (PT alone) as `memlens run experiment=base` composes them."""
+    from memlens.harness.cli import compose
+    from memlens.recipes.orchestration.stage_plan import plan
+
+    return plan(compose(["experiment=base", f"run_dir={out / 'base'}"]))
+
+
+def chain_token_passes(run_dir: Path, stages: list) -> dict[str, float]:
     """Training tokens each chain stage processes at the chosen settings (from its composed settings and its
     datasets' rows, counted in characters / 3.36, the shipped tokenizer's bytes per token on code), times the stage's
     factor: the unit the throughput is measured in."""
-    from memlens.harness.cli import compose
     from memlens.harness.core.io import read_jsonl
-    from memlens.recipes.orchestration.stage_plan import plan
 
-    cfg = compose(["experiment=quickstart", f"run_dir={run_dir}", *overrides])
     passes = {}
-    for stage in plan(cfg):
+    for stage in stages:
         if stage.recipe == "pretrain":
             continue
         s = stage.given
@@ -221,7 +247,8 @@ def base_command(out: Path, plan: dict) -> list[str]:
     toy = as_overrides(TOY_BASE) if plan["toy"] else []
     return ["run", "experiment=base", f"run_dir={out / 'base'}", f"seed={plan['seed']}", f"device={plan['device']}",
             *model, f"++stages.PT.max_tokens={plan['counts']['pt_tokens']}", f"++stages.PT.tokenizer={SHIPPED_BASE}",
-            *([] if plan["toy"] else [f"++stages.PT.save_steps={plan['counts']['pt_save_steps']}"]), *toy]
+            *([] if plan["toy"] else [f"++stages.PT.save_steps={plan['counts']['pt_save_steps']}"]), *toy,
+            *plan.get("base_overrides", [])]
 
 
 def chain_command(out: Path, plan: dict) -> list[str]:
@@ -307,11 +334,15 @@ def make_plan(args: argparse.Namespace, device: str, timings: Timings) -> dict:
     run_dir = args.out / "run"
     data_args = ["data", "experiment=quickstart", f"run_dir={run_dir}", f"seed={args.seed}", *as_overrides(chain)]
     timings.step("chain_data", lambda: memlens(data_args, args.out / "logs" / "chain.log"))
-    passes = chain_token_passes(run_dir, as_overrides(chain))
+    stages = chain_stages(run_dir, as_overrides(chain))
+    chain.update({k: v for k, v in width_scaled_lrs(stages, preset["hidden_size"]).items() if ".PT." not in k})
+    base_lrs = width_scaled_lrs(base_stages(args.out), preset["hidden_size"])
+    passes = chain_token_passes(run_dir, stages)
     counts = choose_counts(throughput["tokens_per_second"], passes, args.budget, args.toy)
     plan = {"toy": args.toy, "device": device, "seed": args.seed, "budget_seconds": args.budget, "model": preset,
             "throughput": throughput, "chain_token_passes": {k: round(v) for k, v in passes.items()},
-            "counts": counts, "chain_overrides": as_overrides(scaled(chain, counts["chain_scale"]))}
+            "counts": counts, "chain_overrides": as_overrides(scaled(chain, counts["chain_scale"])),
+            "base_overrides": as_overrides(base_lrs)}
     write_json(path, plan)
     print(f"[ladder] plan: {throughput['parameters'] / 1e6:.1f} M parameters, "
           f"{throughput['tokens_per_second']:.0f} training tokens/s on {device}; PT {counts['pt_tokens']} tokens "

@@ -64,3 +64,31 @@ def test_the_gpu_runs_commands_compose_as_memlens_would_run_them(ladder, tmp_pat
     assert stages["RM.3"]["max_steps"] == 75 and stages["IPO"]["max_steps"] == 87 and stages["FT.3"]["epochs"] == 7
     assert chain_cfg.data.sd.size == 175 and list(chain_cfg.audit.measures) == ["ned", "mia"]
     assert chain_cfg.report.nmt_summary is None and chain_cfg.model.pretrained == str(tmp_path / "base" / "models" / "PT")
+
+
+def test_every_learning_rate_shrinks_with_the_width_as_committed_before_the_second_gpu_run(ladder, tmp_path):
+    """768 wide against the shipped 256: every stage's rate x 1/3 (PT and FT 2e-3 -> 6.67e-4, RM 1e-3 -> 3.33e-4, RL
+    and IPO 3e-4 -> 1e-4); a model no wider than the shipped one keeps every rate. The overrides compose into the
+    stages' settings as the GPU run passes them, the base's and the chain's."""
+    from memlens.harness.cli import compose_only
+    from memlens.recipes.orchestration.stage_plan import plan
+
+    stages = ladder.chain_stages(tmp_path, ladder.as_overrides(ladder.CHAIN))
+    assert ladder.width_scaled_lrs(stages, 768) == {
+        "stages.PT.lr": 6.67e-4, "stages.FT.2.lr": 6.67e-4, "stages.FT.3.lr": 6.67e-4, "stages.RM.3.lr": 3.33e-4,
+        "stages.RLFT.2.lr": 1e-4, "stages.IPO.lr": 1e-4}
+    assert ladder.width_scaled_lrs(stages, 256) == ladder.width_scaled_lrs(stages, 64) == {
+        "stages.PT.lr": 2e-3, "stages.FT.2.lr": 2e-3, "stages.FT.3.lr": 2e-3, "stages.RM.3.lr": 1e-3,
+        "stages.RLFT.2.lr": 3e-4, "stages.IPO.lr": 3e-4}
+    base_lrs = ladder.width_scaled_lrs(ladder.base_stages(tmp_path), 768)
+    assert base_lrs == {"stages.PT.lr": 6.67e-4}
+    counts = ladder.choose_counts(150_000, PASSES, 540, toy=False)
+    run_plan = {"toy": False, "device": "cuda", "seed": 0, "model": ladder.model_preset(False), "counts": counts,
+                "chain_overrides": ladder.as_overrides({**ladder.CHAIN, "stages.FT.3.lr": 6.67e-4,
+                                                        "stages.IPO.lr": 1e-4}),
+                "base_overrides": ladder.as_overrides(base_lrs)}
+    (base_cfg,) = compose_only(ladder.base_command(tmp_path, run_plan))
+    assert {s.name: s for s in plan(base_cfg)}["PT"].given["lr"] == 6.67e-4
+    (chain_cfg,) = compose_only(ladder.chain_command(tmp_path, run_plan))
+    given = {s.model_name: s.given for s in plan(chain_cfg)}
+    assert given["FT.3"]["lr"] == 6.67e-4 and given["IPO"]["lr"] == 1e-4
