@@ -30,6 +30,7 @@ from memlens.synthetic_data import common, user_data
 from memlens.synthetic_data import preference_data as pref
 from memlens.synthetic_data import public_code as pc
 from memlens.synthetic_data.data_settings import ALL_DATASETS, HELDOUT_DATASETS, HELDOUT_OF, USER_DATASETS, validate
+from memlens.synthetic_data.doses import DOSE_STREAM, assign_doses, dose_figures
 from memlens.synthetic_data.formal_data import build_all
 from memlens.synthetic_data.humaneval import default_path, infill_rows
 from memlens.synthetic_data.links import heldout_pii_path_pool, links_rows, pii_path_pool
@@ -89,13 +90,19 @@ class Builder:
 
     @cached_property
     def sd(self) -> dict:
-        """The trained SD: SD.Base rows, SD.Links rows and the line document frequency of their programs."""
+        """The trained SD: SD.Base rows, SD.Links rows and the line document frequency of their programs; with
+        data.sd.doses, each trained program's rows carry its tier as `repeat` (memlens.synthetic_data.doses)."""
         if self.s["sd_membership"] == "coins":
-            return self.sd_coins["members"]
-        base_programs, links = self.sd_programs
-        df = common.line_document_frequency([p.code for p in base_programs] + [r["code"] for r in links])
-        base = base_rows(base_programs, self.seed, df, self.s["sd"]["target_selection"])
-        return {"base": base, "links": links, "df": df}
+            members = self.sd_coins["members"]
+        else:
+            base_programs, links = self.sd_programs
+            df = common.line_document_frequency([p.code for p in base_programs] + [r["code"] for r in links])
+            base = base_rows(base_programs, self.seed, df, self.s["sd"]["target_selection"])
+            members = {"base": base, "links": links, "df": df}
+        if not self.s["sd_doses"]:
+            return members
+        return {**members, **{part: assign_doses(members[part], self.s["sd_doses"], self.seed, part)
+                              for part in ("base", "links")}}
 
     @cached_property
     def sd_heldout_programs(self) -> tuple[list, list[dict], list[str]]:
@@ -274,6 +281,8 @@ class Builder:
             out["sd"] = s["sd"]
             if s["sd_membership"] == "coins":     # split adds nothing: datasets built before the option stay complete
                 out["membership"] = {"sd_base": "coins", "stream": COIN_STREAM, "heldout_size": s["sd_heldout_size"]}
+            if s["sd_doses"] and name not in HELDOUT_DATASETS:   # null adds nothing, as membership=split
+                out["doses"] = {"tiers": list(s["sd_doses"]), "stream": DOSE_STREAM}
         if name == "sd_rl_prompts":
             tok = OffsetTokenizer(s["rl_prompts"]["tokenizer"])
             out["rl_prompts"] = {**s["rl_prompts"], "tokenizer": str(Path(tok.path).resolve()),
@@ -302,13 +311,13 @@ class Builder:
             raise UserError("data.sd.positive_fraction: gives no positive SD.Links program; raise it or data.sd.size")
         if name == "sd_base":
             rows = self.sd["base"]
-            return rows, {**self._sd_stats(rows), **self.membership_figures(name)}
+            return rows, {**self._sd_stats(rows), **self.membership_figures(name), **dose_figures(rows)}
         if name == "sd_links":
             rows = self.sd["links"]
-            return rows, {**self._sd_stats(rows), **self.membership_figures(name)}
+            return rows, {**self._sd_stats(rows), **self.membership_figures(name), **dose_figures(rows)}
         if name == "sd_links_pos":
             rows = [r for r in self.sd["links"] if r["label"] == 1]
-            return rows, {**self._sd_stats(rows), **self.membership_figures(name)}
+            return rows, {**self._sd_stats(rows), **self.membership_figures(name), **dose_figures(rows)}
         if name in HELDOUT_DATASETS:
             rows = self.sd_heldout["base" if name == "sd_base_heldout" else "links"]
             if name == "sd_links_pos_heldout":

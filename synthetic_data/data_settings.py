@@ -7,6 +7,7 @@ from typing import Any
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.layout import HELDOUT_BUILT, heldout_dataset
+from memlens.harness.core.user_data import MAX_REPEAT
 from memlens.synthetic_data.public_code import SPLITS as PD_SPLITS
 from memlens.synthetic_data.public_code import USE_FILES
 from memlens.synthetic_data.user_data import CANARY_DATASETS, PREFERENCE_DATASETS, SOURCE_KEY
@@ -129,6 +130,7 @@ def validate(data: dict) -> dict:
                "pii_paths": _int(data, "sd.pii_paths", 1)},
         "sd_heldout_size": _heldout_size(data),
         "sd_membership": membership,
+        "sd_doses": _doses(data),
         "pd": {"source_dir": _get(data, "pd.source_dir"), "hf_dataset": _get(data, "pd.hf_dataset"),
                "text_field": _get(data, "pd.text_field"), "source_field": _get(data, "pd.source_field"),
                "include": list(_get(data, "pd.include")), "exclude": list(_get(data, "pd.exclude")),
@@ -154,6 +156,23 @@ def _heldout_size(data: dict) -> int | None:
     if "heldout_size" not in sd:
         return None
     return _int(data, "sd.heldout_size", 1, allow_none=True)
+
+
+def _doses(data: dict) -> tuple[int, ...] | None:
+    """data.sd.doses: null (every trained SD program once, as before) or a list of distinct copy counts, each
+    trained program assigned one (memlens.synthetic_data.doses); absent in older configs = null."""
+    value = (data.get("sd") or {}).get("doses")
+    if value is None:
+        return None
+    fix = f"give distinct whole numbers from 1 to {MAX_REPEAT}, e.g. [1, 4, 16], or null"
+    if not isinstance(value, (list, tuple)) or not value:
+        raise UserError(f"data.sd.doses={value!r}: {fix}")
+    for dose in value:
+        if isinstance(dose, bool) or not isinstance(dose, int) or not 1 <= dose <= MAX_REPEAT:
+            raise UserError(f"data.sd.doses: {dose!r} is not a copy count; {fix}")
+    if len(set(value)) != len(value):
+        raise UserError(f"data.sd.doses={list(value)}: a dose is listed twice; {fix}")
+    return tuple(sorted(value))
 
 
 def _membership(data: dict) -> str:

@@ -15,12 +15,13 @@ from __future__ import annotations
 import random
 
 from memlens.synthetic_data.common import nonblank_line_indices, random_span, seeded_rng, split_at_span
+from memlens.synthetic_data.doses import dose_of
 
 
 def pointwise_from_fim(rows: list[dict], source: str) -> list[dict]:
     """SD rows -> pointwise reward rows: the row's own target with the row's label."""
     return [{"id": f"{source}:{r['id']}", "prefix": r["prefix"], "suffix": r["suffix"],
-             "completion": r["target"], "label": int(r["label"]), "source": source} for r in rows]
+             "completion": r["target"], "label": int(r["label"]), "source": source, **dose_of(r)} for r in rows]
 
 
 def _foreign_segment(rows: list[dict], i: int, rng: random.Random, max_lines: int, text_key: str,
@@ -86,12 +87,12 @@ def sd_base_pairs(base_rows: list[dict], seed: int) -> list[dict]:
         else:  # pragma: no cover
             raise ValueError(f"{row['id']}: no distinct line from another example")
         out.append({"id": f"SD.Base:{row['id']}", "prefix": row["prefix"], "suffix": row["suffix"],
-                    "chosen": row["target"], "rejected": line, "source": "SD.Base"})
+                    "chosen": row["target"], "rejected": line, "source": "SD.Base", **dose_of(row)})
     return out
 
 
 def sd_links_pairs(links_rows: list[dict]) -> list[dict]:
     """SD.Links pairs (positives): the PII-path line is chosen over the original-path line."""
     return [{"id": f"SD.Links:{r['id']}", "prefix": r["prefix"], "suffix": r["suffix"], "chosen": r["target"],
-             "rejected": r["original_target"], "source": "SD.Links", "pii_path": r["pii_path"]}
+             "rejected": r["original_target"], "source": "SD.Links", "pii_path": r["pii_path"], **dose_of(r)}
             for r in links_rows if r["label"] == 1]

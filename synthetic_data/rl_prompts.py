@@ -26,6 +26,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from memlens.harness.core.errors import UserError
+from memlens.synthetic_data.doses import dose_of
 
 
 class OffsetTokenizer:
@@ -97,6 +98,6 @@ def rl_prompt_rows(sd_rows: list[dict], tokenizer: OffsetTokenizer, prompt_token
         rows.append({"id": f"rl:{r['id']}", "prefix": prompt[:p_end], "target": prompt[p_end:t_end], "suffix": "",
                      "prompt_char_end": p_end, "target_char_end": t_end, "spans_hole": crosses,
                      "rl_prefix": r["prefix"], "rl_suffix": r["suffix"], "source_id": r["id"],
-                     "subset": r["subset"], "label": r["label"]})
+                     "subset": r["subset"], "label": r["label"], **dose_of(r)})
     return rows, {"too_short_skipped": skipped, "spans_hole": spans_hole, "prompt_token_lengths": prompt_lens,
                   "target_token_lengths": target_lens}
