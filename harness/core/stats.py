@@ -333,3 +333,32 @@ def permutation_test(a, b, statistic, n_permutations: int = 9999, seed: int = 0)
         done += rows
     return {"test": "permutation", "difference": observed, "p_value": (1 + extreme) / (1 + n_permutations),
             "permutations": n_permutations}
+
+
+def dose_trend_test(successes_by_dose: Mapping[int, tuple[int, int]]) -> dict:
+    """Exact one-sided Cochran-Armitage trend test (Armitage 1955; exact conditional form, Agresti 2002 Sec. 5.8):
+    does the rate rise with the dose? `successes_by_dose` = {dose: (k, n)}. Doses are scored by rank (0, 1, 2, ...:
+    equal steps for a geometric series such as 1 / 4 / 16). Under H0 every row is equally likely to be a success, so
+    given the total K the successes fall on a uniformly random K-subset of the rows; p = P(T >= t) with T = the sum of
+    the successes' scores, summed exactly over that multivariate hypergeometric law (a small dynamic programme:
+    tiers x successes x score). One tier, or no success or no failure anywhere: p = 1 (nothing can rise)."""
+    doses = sorted(successes_by_dose)
+    counts = [successes_by_dose[d] for d in doses]
+    if any(not 0 <= k <= n for k, n in counts):
+        raise ValueError(f"dose_trend_test: need 0 <= k <= n per dose, got {dict(zip(doses, counts))}")
+    total_k, total_n = sum(k for k, _ in counts), sum(n for _, n in counts)
+    observed = sum(rank * k for rank, (k, _) in enumerate(counts))
+    result = {"test": "cochran_armitage_exact_greater", "doses": doses, "statistic": observed}
+    if len(doses) < 2 or total_k in (0, total_n):
+        return {**result, "p_value": 1.0}
+    # ways[(successes so far, score so far)] = number of row subsets of the tiers seen so far
+    ways: dict[tuple[int, int], int] = {(0, 0): 1}
+    for rank, (_, n) in enumerate(counts):
+        nxt: dict[tuple[int, int], int] = defaultdict(int)
+        for (used, score), w in ways.items():
+            for j in range(min(n, total_k - used) + 1):
+                nxt[(used + j, score + rank * j)] += w * math.comb(n, j)
+        ways = nxt
+    at_total = {score: w for (used, score), w in ways.items() if used == total_k}
+    p = sum(w for score, w in at_total.items() if score >= observed) / math.comb(total_n, total_k)
+    return {**result, "p_value": min(1.0, p)}

@@ -26,9 +26,9 @@ class Finding:
 
 # The modules that register the built-in findings, and the table's order of their ids.
 FINDING_MODULES = tuple(f"memlens.harness.report.findings.{name}" for name in (
-    "paper003", "objectives", "paper002", "paper004", "membership", "extraction_risk"))
+    "paper003", "objectives", "paper002", "paper004", "membership", "extraction_risk", "doses"))
 TABLE_ORDER = ("F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8", "V4", "V5", "V6", "V7", "P1", "P2", "P3",
-               "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "M4", "S1", "S2", "S3", "E1")
+               "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "M4", "S1", "S2", "S3", "E1", "D1", "D2", "D3")
 FINDINGS: Registry[Finding] = Registry("finding", "id", builtins=FINDING_MODULES, order=TABLE_ORDER)
 # The run that measures each built-in finding: a report names it beside the findings its own run did not measure.
 QUICKSTART, FINDINGS_RUN = "experiment=quickstart", "experiment=findings"

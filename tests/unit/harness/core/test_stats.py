@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memlens.harness.core.stats import (
+    dose_trend_test,
     Z95,
     fisher_exact,
     mcnemar_exact,
@@ -174,3 +175,34 @@ def test_the_paired_auc_gain_is_the_difference_of_the_two_aucs_and_its_bootstrap
     assert got["ci95"][0] <= got["value"] <= got["ci95"][1]
     same = paired_auc_difference(members, nonmembers, members, nonmembers, n_boot=50)
     assert same["value"] == 0 and same["ci95"] == [0.0, 0.0] and same["p_at_most_0"] == 1.0
+
+
+# --- the dose trend test (data.sd.doses; findings D1-D3) ------------------------------------------------------------
+def test_the_dose_trend_test_on_cases_derived_by_hand():
+    # 12 rows, 4 successes, all at the top dose: the only subset as extreme of C(12, 4) = 495
+    top = dose_trend_test({1: (0, 4), 4: (0, 4), 16: (4, 4)})
+    assert top["p_value"] == pytest.approx(1 / 495) and top["statistic"] == 8
+    # one success among 8 rows in two tiers: it sits in the top tier with probability 4 / 8
+    assert dose_trend_test({1: (0, 4), 16: (1, 4)})["p_value"] == pytest.approx(0.5)
+    # all successes at the lowest dose: every subset is as extreme, p = 1
+    assert dose_trend_test({1: (4, 4), 4: (0, 4), 16: (0, 4)})["p_value"] == pytest.approx(1.0)
+    assert dose_trend_test({4: (3, 5)})["p_value"] == 1.0                      # one tier: nothing can rise
+    assert dose_trend_test({1: (0, 5), 4: (0, 5)})["p_value"] == 1.0           # no success anywhere
+    with pytest.raises(ValueError, match="0 <= k <= n"):
+        dose_trend_test({1: (3, 2)})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(1, 4)), min_size=2, max_size=3))
+def test_the_dose_trend_test_equals_enumerating_every_subset(tiers):
+    """Brute force: every K-subset of the rows equally likely; p = the share whose score sum reaches the observed."""
+    counts = {4 ** i: (min(k, n), n) for i, (k, n) in enumerate(tiers)}
+    scores = [rank for rank, (_, n) in enumerate(counts.values()) for _ in range(n)]
+    total_k = sum(k for k, _ in counts.values())
+    observed = sum(rank * k for rank, (k, _) in enumerate(counts.values()))
+    subsets = list(itertools.combinations(range(len(scores)), total_k))
+    if total_k in (0, len(scores)):
+        expected = Fraction(1)
+    else:
+        expected = Fraction(sum(sum(scores[i] for i in c) >= observed for c in subsets), len(subsets))
+    assert dose_trend_test(counts)["p_value"] == pytest.approx(float(expected))

@@ -41,6 +41,7 @@ def test_each_verdict_by_hand_when_every_stage_trained():
         "M1": NOT_MEASURED, "M2": NOT_MEASURED, "M3": NOT_MEASURED, "M4": NOT_MEASURED,   # no mia audit
         "S1": NOT_MEASURED, "S2": NOT_MEASURED, "S3": NOT_MEASURED,                       # no discoverable audit
         "E1": NOT_MEASURED,                                                               # no epsilon audit
+        "D1": NOT_MEASURED, "D2": NOT_MEASURED, "D3": NOT_MEASURED,                       # no data.sd.doses
     }
     assert got["F1"]["p_value"] == 2 / 2 ** 10
     assert got["F2"]["p_value"] == 2 / 2 ** 10
@@ -450,12 +451,12 @@ def test_the_newer_attacks_against_loss_by_hand():
 
 # The findings table's rows, in its order (harness/report/findings/__init__.py imports the per-paper modules so).
 TABLE_ORDER = ("F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8", "V4", "V5", "V6", "V7", "P1", "P2", "P3",
-               "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "M4", "S1", "S2", "S3", "E1")
+               "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "M4", "S1", "S2", "S3", "E1", "D1", "D2", "D3")
 
 
 def test_the_registry_holds_the_findings_in_table_order_and_runs_what_is_registered():
     assert FINDINGS.names() == TABLE_ORDER
-    assert len(set(FINDINGS.names())) == len(FINDINGS) == 28
+    assert len(set(FINDINGS.names())) == len(FINDINGS) == 31
     assert all(FINDINGS[fid].id == fid and FINDINGS[fid].source and FINDINGS[fid].title for fid in FINDINGS)
     run = RunResults(grouped(), evidence())
     assert tuple(f["id"] for f in findings(run)) == TABLE_ORDER      # each check answers under its own id
@@ -506,3 +507,38 @@ def test_sampling_and_epsilon_findings_by_hand():
     # Rows that do not cover the NED audit's scored examples are not compared.
     disc["FT.3"]["rows"]["sd_base"] = disc["FT.3"]["rows"]["sd_base"][:19]
     assert verdicts(RunResults(grouped(), evidence(), discoverable=disc))["S1"]["status"] == NOT_MEASURED
+
+
+# --- D1-D3: memorization against dose (data.sd.doses), rules fixed before any run of experiment=doses -------------
+def _dosed(memorized_per_dose: dict[int, int], n: int = 8, prefix: str = "d") -> list[dict]:
+    """n rows per dose (`repeat`), the first memorized_per_dose[d] of each memorized."""
+    return [row(f"{prefix}{d}-{i}", i < k, repeat=d) for d, k in memorized_per_dose.items() for i in range(n)]
+
+
+def test_dose_findings_by_hand():
+    g = grouped()
+    g[("FT.3", "final", "sd_base")] = _dosed({1: 0, 4: 3, 16: 8})        # rises: 0/8 -> 3/8 -> 8/8
+    g[("IPO", "final", "sd_base")] = _dosed({1: 1, 4: 1, 16: 1})         # flat
+    g[("RLFT.2", "final", "sd_base")] = _dosed({1: 0, 4: 0, 16: 0})      # the floor
+    got = verdicts(RunResults(g, evidence()))
+    # D1: 11 successes of 24 all in the two upper tiers, 8 in the top: exact trend p far below 0.05
+    assert got["D1"]["status"] == HOLDS and got["D1"]["p_value"] < 1e-4
+    assert [r["k"] for r in got["D1"]["rates"]] == [0, 3, 8] and got["D1"]["ours"].startswith("x1: 0.0 %")
+    # D2: one per tier: the top's rate is not above the lowest's -> not reproduced
+    assert got["D2"]["status"] == FAILS
+    # D3: no success anywhere: p = 1 >= 0.05, FT's trend gate passes, RL's evidence passes
+    assert got["D3"]["status"] == HOLDS and got["D3"]["p_value"] == 1.0
+    assert got["D3"]["evidence"][0]["check"].startswith("FT.3: trend over doses")
+    # D3 reads "no rise" only where FT's own trend shows the doses: a flat FT makes it inconclusive
+    g[("FT.3", "final", "sd_base")] = _dosed({1: 2, 4: 2, 16: 2})
+    flat = verdicts(RunResults(g, evidence()))
+    assert flat["D1"]["status"] == FAILS and flat["D3"]["status"] == INCONCLUSIVE
+    # and RL that did not move gates it too, as F2
+    g[("FT.3", "final", "sd_base")] = _dosed({1: 0, 4: 3, 16: 8})
+    assert verdicts(RunResults(g, evidence(rl=STILL)))["D3"]["status"] == INCONCLUSIVE
+
+
+def test_dose_findings_need_two_doses():
+    g = grouped()
+    g[("FT.3", "final", "sd_base")] = _dosed({4: 3})
+    assert verdicts(RunResults(g, evidence()))["D1"]["status"] == NOT_MEASURED

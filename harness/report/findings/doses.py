@@ -1,0 +1,99 @@
+"""Findings D1-D3: memorization against repetition dose (data.sd.doses, memlens.synthetic_data.doses; experiment=doses).
+
+Where one dose of SD puts RLFT.2 and IPO on the floor (0 against 0 decides nothing), the same programs planted 1, 4 and
+16 times give a curve per route, and a trend test decides where a single dose cannot (issue: "Audits that decide at
+small scale"; the secret-sharer line of work measures exposure against insertions, Carlini et al. 2019 Sec. 5).
+These rules were committed before any run of experiment=doses: the direction, the test and the gates are fixed here,
+not read off a result. Each is decided over seeds by `over_seeds` (at least 3 runs agreeing).
+
+The test is the exact one-sided Cochran-Armitage trend test over the tiers (memlens.harness.core.stats.dose_trend_test)
+on the final checkpoint's counterfactual memorized flags on sd_base (the rate F1 reads).
+"""
+
+from __future__ import annotations
+
+from memlens.harness.core.stats import dose_trend_test, rate_with_interval
+from memlens.harness.report.findings.evidence_gates import _rlft2_evidence, ipo_check
+from memlens.harness.report.findings.registry import Finding, register
+from memlens.harness.report.findings.run import RunResults
+from memlens.harness.report.findings.verdict import P_MAX, _check, _pct, _result
+
+DOSED = "experiment=doses (data.sd.doses)"
+
+
+def rates_by_dose(rows: list[dict] | None) -> dict[int, tuple[int, int]] | None:
+    """{dose: (memorized, scored)} of a model's final sd_base rows by their `repeat`; None unless the rows carry at
+    least two doses (a run without data.sd.doses measures none of D1-D3)."""
+    if rows is None:
+        return None
+    scored = [r for r in rows if r["excluded"] is None and "repeat" in r]
+    doses = sorted({int(r["repeat"]) for r in scored})
+    if len(doses) < 2:
+        return None
+    return {d: (sum(bool(r["memorized"]) for r in scored if int(r["repeat"]) == d),
+                sum(int(r["repeat"]) == d for r in scored)) for d in doses}
+
+
+def dose_rates(model: str, counts: dict[int, tuple[int, int]]) -> list[dict]:
+    return [{"name": f"{model} x{d}", **rate_with_interval(k, n)} for d, (k, n) in counts.items()]
+
+
+def curve(rates: list[dict]) -> str:
+    return " → ".join(f"{r['name'].rsplit(' ', 1)[1]}: {_pct(r)}" for r in rates)
+
+
+def _rises(run: RunResults, fid: str, model: str, claim: str, stages: list[str], evidence) -> dict:
+    """`model`'s memorization of sd_base rises with dose: the top dose's rate above the lowest's, and the trend test's
+    p < P_MAX."""
+    rule = (f"{model}'s final rate on sd_base at the highest dose > at the lowest, and rises with dose "
+            f"(exact one-sided Cochran-Armitage trend test over the doses, p < {P_MAX})")
+    counts = rates_by_dose(run.rows(model, "sd_base"))
+    if counts is None:
+        return _result(fid, claim, "not in the papers (doses: issue #67)", rule, stages, measured=False)
+    rates = dose_rates(model, counts)
+    ok = rates[-1]["rate"] is not None and rates[0]["rate"] is not None and rates[-1]["rate"] > rates[0]["rate"]
+    return _result(fid, claim, "not in the papers (doses: issue #67)", rule, stages, measured=True, rule_ok=ok,
+                   evidence=evidence(run), rates=rates, test=dose_trend_test(counts), needs_test=True,
+                   ours=curve(rates))
+
+
+def d1(run: RunResults) -> dict:
+    """FT with SD in its data: memorization rises with the copies of a program."""
+    ft = run.roles.ft_direct
+    return _rises(run, "D1", ft, f"FT memorizes more of SD the more copies it saw ({ft})", [ft], lambda run: [])
+
+
+def d2(run: RunResults) -> dict:
+    """IPO on SD preference pairs: memorization rises with the copies of a pair."""
+    r = run.roles
+    return _rises(run, "D2", r.ipo, f"IPO memorizes more of SD the more copies of its pairs it saw ({r.ipo})",
+                  [r.ipo], lambda run: [ipo_check(run)])
+
+
+def d3(run: RunResults) -> dict:
+    """SD only in the reward model's data (and as RL prompts): RLFT.2's memorization does not rise with dose, where
+    FT's does. Gated by RL's evidence (as F2) and by D1's own trend (the doses must be visible where SD is trained on
+    directly, else "no rise" says nothing)."""
+    r = run.roles
+    claim = f"RLFT via the reward model memorizes no more with more copies ({r.rl_sd_in_rm}), where FT does"
+    rule = (f"{r.rl_sd_in_rm}'s trend over doses on sd_base not significant (exact one-sided Cochran-Armitage p >= "
+            f"{P_MAX}) while {r.ft_direct}'s is (p < {P_MAX})")
+    stages = [r.ft_direct, r.rm_sd, r.rl_sd_in_rm]
+    rl, ft = rates_by_dose(run.rows(r.rl_sd_in_rm, "sd_base")), rates_by_dose(run.rows(r.ft_direct, "sd_base"))
+    if rl is None or ft is None:
+        return _result("D3", claim, "not in the papers (doses: issue #67)", rule, stages, measured=False)
+    rl_test, ft_test = dose_trend_test(rl), dose_trend_test(ft)
+    ft_gate = _check(f"{r.ft_direct}: trend over doses (D1's test) p", ft_test["p_value"], f"< {P_MAX}",
+                     ft_test["p_value"] < P_MAX)
+    rates = dose_rates(r.rl_sd_in_rm, rl)
+    return _result("D3", claim, "not in the papers (doses: issue #67)", rule, stages, measured=True,
+                   rule_ok=rl_test["p_value"] >= P_MAX, evidence=[ft_gate, *_rlft2_evidence(run)], rates=rates,
+                   test=rl_test, ours=f"{curve(rates)} (trend p = {rl_test['p_value']:.3g})",
+                   note="no rise is read only where FT's own trend shows the doses (the gate); not a proof of none")
+
+
+register(
+    Finding("D1", "issue #67 (doses)", "FT memorization rises with dose", d1, measured_by=DOSED),
+    Finding("D2", "issue #67 (doses)", "IPO memorization rises with dose", d2, measured_by=DOSED),
+    Finding("D3", "issue #67 (doses)", "RLFT via the RM shows no rise with dose", d3, measured_by=DOSED),
+)
