@@ -71,8 +71,9 @@ def rates_section(finals: list[dict]) -> list[Block]:
 
 
 def breakdown_section(grouped: dict, entries: list[dict], fig_dir: Path, summary: dict) -> list[Block]:
-    """A user's canaries (data.canaries.file, or an audit.examples file with `group` / `repeat`): the final
-    checkpoint's memorization rate by group and by copies in training, each part with n and its interval."""
+    """A user's canaries (data.canaries.file, or an audit.examples file with `group` / `repeat`) or SD planted at
+    data.sd.doses: the final checkpoint's memorization rate by group and by copies in training, each part with n and
+    its interval."""
     rows_out, series = [], {}
     for e in sorted(A.final_entries(entries), key=lambda e: (e["model"], e["dataset"])):
         rows = grouped[(e["model"], e["checkpoint"], e["dataset"])]
@@ -87,10 +88,11 @@ def breakdown_section(grouped: dict, entries: list[dict], fig_dir: Path, summary
     if not rows_out:
         return []
     blocks: list[Block] = [
-        Heading(2, "Your canaries: memorization by group and by copies in training"),
-        Paragraph("Final checkpoints. 'group' is the label each canary carries; 'repeat' is how many copies "
-                  "of it went into training. Rates over scored (not excluded) canaries, with the 95 % Wilson "
-                  "interval; a part with few canaries has a wide interval."),
+        Heading(2, "Memorization by group and by copies in training"),
+        Paragraph("Final checkpoints. 'group' is the label each of your canaries carries; 'repeat' is how many "
+                  "copies of a canary (or, under data.sd.doses, of an SD program) went into training. Rates over "
+                  "scored (not excluded) canaries, with the 95 % Wilson interval; a part with few canaries has a "
+                  "wide interval."),
     ]
     exposure = {label: points for label, points in series.items() if len(points) >= 2}
     if exposure:

@@ -85,7 +85,7 @@ def test_canaries_are_audited_as_written_and_reported_by_group_and_repeat(canari
         assert part["n_scored"] + part["n_excluded"] == (3 if part["by"] == "group" else 4)
         assert (part["ci95"] is None) == (part["n_scored"] == 0)
     assert (run_dir / "report" / "figures" / "canaries_by_repeat.png").is_file()
-    assert "Your canaries: memorization by group and by copies in training" in \
+    assert "Memorization by group and by copies in training" in \
         (run_dir / "report" / "report.md").read_text()
 
 

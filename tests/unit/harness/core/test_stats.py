@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memlens.harness.core.stats import (
-    dose_trend_test,
     Z95,
+    dose_trend_test,
     fisher_exact,
     mcnemar_exact,
     rate_with_interval,
