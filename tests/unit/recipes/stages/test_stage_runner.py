@@ -76,6 +76,20 @@ def test_only_the_main_process_writes_provenance(tmp_path, monkeypatch):
     assert (ctx.out_dir / PROVENANCE_FILE).is_file()
 
 
+class NoDatasets(Recording):
+    def provenance(self):
+        return {"init_model": "base"}
+
+
+def test_a_recipe_whose_provenance_names_no_datasets_records_none(tmp_path):
+    """`datasets` has a default: a stage that reads none of the run's datasets (a plugin's checkpoint average) may
+    leave it out of provenance(), instead of a TypeError after it trained and saved."""
+    ctx = StageContext(tmp_path, "X.1")
+    run_recipe(NoDatasets, no_settings(), ctx)
+    record = json.loads((ctx.out_dir / PROVENANCE_FILE).read_text())
+    assert record["datasets"] == {} and record["init_model"] == "base" and record["stage"] == "recording"
+
+
 def test_a_recipe_module_without_its_settings_annotation_is_refused_where_it_is_resolved(monkeypatch):
     """The plan reads a stage's keys from load_settings' return annotation; a module without it is refused when the
     plan resolves it (before anything trains), naming the module and the fix, not with a KeyError: 'return'."""
