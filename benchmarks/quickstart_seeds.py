@@ -18,7 +18,7 @@
     python benchmarks/quickstart_seeds.py --rl runs/findings_rlvr runs/findings_rlvr_only_seed1 --models RLVR
                                       # each RL point's training evidence (reward, its AUC, reward rise, KL)
     python benchmarks/quickstart_seeds.py --pref runs/preference_objectives   # each preference model's fit and rates
-    python benchmarks/quickstart_seeds.py --formal runs/formal_languages      # paper 004's formal study, C1-C7
+    python benchmarks/quickstart_seeds.py --formal runs/formal_languages      # paper 004's formal study, L1-L7
 
     python benchmarks/quickstart_seeds.py --write docs/results.md [--root DIR] [--only "--marks,--rl"]
 
@@ -93,7 +93,7 @@ def seeds_cell(verdict: dict) -> str:
 
 
 def formal_table(run_dir: Path) -> str:
-    """Paper 004's formal-language study (`memlens run experiment=formal_languages`): each finding C1-C7 with its
+    """Paper 004's formal-language study (`memlens run experiment=formal_languages`): each finding L1-L7 with its
     mark and figure, then how close each language came to its entropy and where the run was computed."""
     findings = json.loads((run_dir / "formal" / "report" / "findings.json").read_text())
     per_seed = json.loads((run_dir / "formal" / "report" / "findings_per_seed.json").read_text())

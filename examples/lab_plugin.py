@@ -21,7 +21,7 @@ from memlens.harness.core.layout import whole_checkpoints
 from memlens.harness.core.objectives import OBJECTIVES, Objective
 from memlens.harness.measures.mia import ATTACKS, Attack
 from memlens.harness.report.findings.registry import Finding, register
-from memlens.harness.report.findings.verdict import _result
+from memlens.harness.report.findings.verdict import finding_result
 from memlens.recipes.stages.contract import StageContext, StageSettings, run_recipe
 from memlens.recipes.stages.registry import STAGES, StageRecipe
 from memlens.recipes.stages.verifiable_rewards import REWARD_FUNCTIONS, RewardFunction
@@ -142,8 +142,9 @@ MEASURES.register("row_count", Measure("Rows per dataset", count_rows, report_ro
 
 def ipo_audited(run):
     rows = run.rows("IPO", "sd_base")
-    return _result("X1", "the preference model's final checkpoint was audited on SD.Base", "a lab's plugin",
-                   "rows > 0", ["IPO"], measured=rows is not None, rule_ok=bool(rows), ours=f"{len(rows or [])} rows")
+    return finding_result("X1", "the preference model's final checkpoint was audited on SD.Base", "a lab's plugin",
+                          "rows > 0", ["IPO"], measured=rows is not None, rule_ok=bool(rows),
+                          ours=f"{len(rows or [])} rows")
 
 
 register(Finding("X1", "a lab's plugin", "the preference model was audited", ipo_audited,

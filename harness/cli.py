@@ -41,7 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("memlens.harness.report.render:main", "render figures and report.md/html from stored audit results"),
     "nmt": ("memlens.harness.study_commands:nmt_command", "Finding Memo: train a seq2seq model and run algorithms 1-3"),
     "formal": ("memlens.harness.study_commands:formal_command",
-               "paper 004's formal languages: measures, findings C1-C7, report"),
+               "paper 004's formal languages: measures, findings L1-L7, report"),
     "status": ("memlens.recipes.orchestration.status:main",
                "where each model of a run stands: done, running (step k/n), queued, failed, stale; --watch redraws"),
     "check": ("memlens.recipes.orchestration.check:main", "preflight of a model preset: files, sentinels, BOS/EOS/PAD, lengths"),

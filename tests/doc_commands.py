@@ -1,6 +1,6 @@
 """Reading the commands the docs show: code lines of a Markdown file, comment lines of a config file, and the argv of a
 `memlens ...` line (tests/unit/project/test_docs_commands.py composes them; tests/integration/test_readme_shell.py runs
-README.md's in a new shell)."""
+README.md's in a new shell); and a page's Python blocks (tests/integration/test_plugins.py runs docs/architecture.md's)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,11 @@ def code_lines(text: str) -> list[str]:
         lines += re.sub(r"\\\n\s*", " ", block).splitlines()
     lines += re.findall(r"`([^`\n]+)`", unfenced)
     return [line.strip() for line in lines]
+
+
+def python_blocks(text: str) -> list[str]:
+    """The fenced ```python blocks of a Markdown page, in order."""
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
 def memlens_argv(line: str) -> list[str] | None:

@@ -1,4 +1,4 @@
-"""Findings C1-C7 of paper 004's formal-language study, decided on the study's own run (harness/audit/formal.py).
+"""Findings L1-L7 of paper 004's formal-language study, decided on the study's own run (harness/audit/formal.py).
 
 A registry of its own (`FORMAL_FINDINGS`; the run's findings table, harness/report/findings/, is for code-model
 runs): each finding is one small function from the study's results to a row built by `verdict._result`, so it
@@ -114,19 +114,19 @@ def _not_measured(fid: str, claim: str, paper: str, rule: str) -> dict:
     return _result(fid, claim, paper, rule, ["formal"], measured=False)
 
 
-# ---------------------------------------------------------------- C1 Lemma 1
-def c1(results: FormalResults) -> dict:
+# ---------------------------------------------------------------- L1 Lemma 1
+def l1(results: FormalResults) -> dict:
     claim = "Lemma 1: contextual onset never precedes counterfactual onset; contextual score <= counterfactual score"
     paper, rule = "Lemma 1 (Sec. 3, App. D)", "0 violations over every trained string of every model"
     entries = results.entries
     if not entries:
-        return _not_measured("C1", claim, paper, rule)
+        return _not_measured("L1", claim, paper, rule)
     n = sum(e["lemma1"]["n"] for e in entries)
     bad = sum(e["lemma1"]["onset_violations"] + e["lemma1"]["score_violations"] for e in entries)
     premise = rate_with_interval(sum(e["lemma1"]["premise_holds"] for e in entries), n)
     ok = rate_with_interval(n - sum(max(e["lemma1"]["onset_violations"], e["lemma1"]["score_violations"])
                                     for e in entries), n)
-    return _result("C1", claim, paper, rule, ["formal"], measured=True, rule_ok=bad == 0,
+    return _result("L1", claim, paper, rule, ["formal"], measured=True, rule_ok=bad == 0,
                    rates=[{"name": "strings obeying Lemma 1", **ok},
                           {"name": "strings where the proof's premise (train <= counterfactual loss) holds",
                            **premise}],
@@ -135,15 +135,15 @@ def c1(results: FormalResults) -> dict:
                         "checks the implementation on real losses; its premise is an empirical question")
 
 
-# ---------------------------------------------------------------- C2
-def c2(results: FormalResults) -> dict:
+# ---------------------------------------------------------------- L2
+def l2(results: FormalResults) -> dict:
     claim = "Most strings recollection calls memorized are not contextually memorized"
     paper = "Sec. 3 (Fig. 2), Sec. 4 (Fig. 3)"
     rule = ("at e*, over both languages' base D and seeds, of the strings with loss < tau, > 50 % have contextual "
             "score 0 (exact one-sided binomial test vs 50 %, p < 0.05)")
     strings = [s for s in results.strings if s["variant"] == BASE]
     if not strings:
-        return _not_measured("C2", claim, paper, rule)
+        return _not_measured("L2", claim, paper, rule)
     pairs = [(lang, BASE) for lang in results.settings.languages]
     recollected = [s for s in strings if s["score_at_e_star"][REC] > 0]
     not_ctx = sum(1 for s in recollected if s["score_at_e_star"][CTX] == 0)
@@ -154,20 +154,20 @@ def c2(results: FormalResults) -> dict:
     per_language = "; ".join(
         f"{lang}: {sum(1 for s in recollected if s['language'] == lang and s['score_at_e_star'][CTX] == 0)}"
         f"/{sum(1 for s in recollected if s['language'] == lang)}" for lang in results.settings.languages)
-    return _result("C2", claim, paper, rule, ["formal"], measured=True, evidence=evidence,
+    return _result("L2", claim, paper, rule, ["formal"], measured=True, evidence=evidence,
                    rule_ok=(rate["rate"] or 0) > 0.5, rates=[rate], test=test, needs_test=True,
                    ours=_pct(rate), note=per_language)
 
 
-# ---------------------------------------------------------------- C3
-def c3(results: FormalResults) -> dict:
+# ---------------------------------------------------------------- L3
+def l3(results: FormalResults) -> dict:
     claim = "Memorization is non-zero at the optimal-learning epoch e*, in a high- and a low-entropy language"
     paper = "RQ3 (Sec. 4, Fig. 3)"
     rule = ("in each language, the contextual rate at e* of D's strings exceeds that of the test strings scored the "
             "same way (the null), Fisher p < 0.05")
     languages = results.settings.languages
     if not results.entries_of(languages[0], BASE):
-        return _not_measured("C3", claim, paper, rule)
+        return _not_measured("L3", claim, paper, rule)
     rates, tests, ok = [], [], True
     for lang in languages:
         entries = results.entries_of(lang, BASE)
@@ -178,14 +178,14 @@ def c3(results: FormalResults) -> dict:
         tests.append((lang, test))
         ok = ok and test["a_greater"]
     worst = max(tests, key=lambda t: t[1]["p_value"])
-    return _result("C3", claim, paper, rule, ["formal"], measured=True,
+    return _result("L3", claim, paper, rule, ["formal"], measured=True,
                    evidence=learned_checks(results, [(lang, BASE) for lang in languages]), rule_ok=ok, rates=rates,
                    test={**worst[1], "language": worst[0]}, needs_test=True,
                    ours="; ".join(f"{r['name'].split(',')[0]} {_pct(r)}" for r in rates),
                    note="p is the larger of the languages' p-values")
 
 
-# ---------------------------------------------------------------- C4
+# ---------------------------------------------------------------- L4
 def _onsets(strings: list[dict], measure: str) -> list[int]:
     return [s["onset"][measure] for s in strings if s["onset"][measure] is not None]
 
@@ -199,14 +199,14 @@ def iqr(values, axis=-1):
     return q75 - q25
 
 
-def c4(results: FormalResults) -> dict:
+def l4(results: FormalResults) -> dict:
     claim = "The band of contextual onset epochs is narrow for high entropy and broad for low entropy"
     paper = "RQ3 (Sec. 4, Fig. 3, footnote 2)"
     rule = ("the interquartile range of contextual onset epochs (strings memorized at some epoch, seeds pooled) is "
             "larger in the low-entropy language; permutation test of the difference, p < 0.05")
     low, high = results.settings.low_entropy, results.high_entropy
     if high is None or not results.strings_of(low, BASE):
-        return _not_measured("C4", claim, paper, rule)
+        return _not_measured("L4", claim, paper, rule)
     on_low, on_high = _onsets(results.strings_of(low, BASE), CTX), _onsets(results.strings_of(high, BASE), CTX)
     evidence = [*learned_checks(results, [(low, BASE), (high, BASE)]),
                 _check(f"{high} strings with a contextual onset", len(on_high), ">= 8", len(on_high) >= 8),
@@ -216,13 +216,13 @@ def c4(results: FormalResults) -> dict:
     def band(values):
         return f"[{min(values)}, {max(values)}], IQR {iqr(values):.1f}" if values else "none"
 
-    return _result("C4", claim, paper, rule, ["formal"], measured=True, evidence=evidence,
+    return _result("L4", claim, paper, rule, ["formal"], measured=True, evidence=evidence,
                    rule_ok=bool(on_low and on_high and iqr(on_low) > iqr(on_high)), test=test, needs_test=True,
                    ours=f"{high} band {band(on_high)} (n={len(on_high)}); {low} band {band(on_low)} (n={len(on_low)})")
 
 
-# ---------------------------------------------------------------- C5
-def c5(results: FormalResults) -> dict:
+# ---------------------------------------------------------------- L5
+def l5(results: FormalResults) -> dict:
     claim = ("Recollection favours frequent strings; contextual and counterfactual measures rate the top and bottom "
              "10 % alike")
     paper = "RQ4 (Sec. 4, Fig. 4)"
@@ -231,7 +231,7 @@ def c5(results: FormalResults) -> dict:
     low = results.settings.low_entropy
     strings = results.strings_of(low, BASE)
     if not strings:
-        return _not_measured("C5", claim, paper, rule)
+        return _not_measured("L5", claim, paper, rule)
     rates, tests = [], {}
     for measure in (REC, CTX, CF):
         groups = {}
@@ -243,7 +243,7 @@ def c5(results: FormalResults) -> dict:
         tests[measure] = greater(groups["top"], groups["bottom"])
     alike = all(tests[m]["p_value"] >= P_MAX for m in (CTX, CF))
     ok = tests[REC]["a_greater"] and alike
-    return _result("C5", claim, paper, rule, ["formal"], measured=True,
+    return _result("L5", claim, paper, rule, ["formal"], measured=True,
                    evidence=learned_checks(results, [(low, BASE)]), rule_ok=ok, rates=rates,
                    test={**tests[REC], "others": {m: tests[m]["p_value"] for m in (CTX, CF)}}, needs_test=True,
                    ours="; ".join(f"{r['name']} {_pct(r)}" for r in rates),
@@ -251,15 +251,15 @@ def c5(results: FormalResults) -> dict:
                          f"contextual p = {tests[CTX]['p_value']:.3g}, counterfactual p = {tests[CF]['p_value']:.3g}"))
 
 
-# ---------------------------------------------------------------- C6
-def c6(results: FormalResults) -> dict:
+# ---------------------------------------------------------------- L6
+def l6(results: FormalResults) -> dict:
     claim = "Deduplication delays memorization but does not remove it at e*"
     paper = "RQ4 (Sec. 4, Fig. 5)"
     rule = ("low-entropy language: median contextual onset later with dedup than without (permutation test p < 0.05), "
             "and dedup's contextual rate at e* above its null (Fisher p < 0.05)")
     low = results.settings.low_entropy
     if not results.settings.dedup or not results.entries_of(low, DEDUP):
-        return _not_measured("C6", claim, paper, rule)
+        return _not_measured("L6", claim, paper, rule)
     on_base, on_dedup = _onsets(results.strings_of(low, BASE), CTX), _onsets(results.strings_of(low, DEDUP), CTX)
     delay = permutation_test(on_dedup, on_base, np.median, BAND_PERMUTATIONS, seed=0)
     entries = results.entries_of(low, DEDUP)
@@ -268,7 +268,7 @@ def c6(results: FormalResults) -> dict:
     kept = greater(member, null)
     later = bool(on_base and on_dedup and np.median(on_dedup) > np.median(on_base))
     worst = max(delay["p_value"], kept["p_value"])
-    return _result("C6", claim, paper, rule, ["formal"], measured=True,
+    return _result("L6", claim, paper, rule, ["formal"], measured=True,
                    evidence=learned_checks(results, [(low, BASE), (low, DEDUP)]),
                    rule_ok=later and kept["a_greater"], rates=[member, null],
                    test={"test": "permutation (delay) and fisher_exact (kept)", "p_value": worst,
@@ -278,8 +278,8 @@ def c6(results: FormalResults) -> dict:
                          f"at e* {_pct(member)} vs null {_pct(null)}"))
 
 
-# ---------------------------------------------------------------- C7
-def c7(results: FormalResults) -> dict:
+# ---------------------------------------------------------------- L7
+def l7(results: FormalResults) -> dict:
     claim = ("Larger training sets lower test loss, raise recollection-based and lower contextual and "
              "counterfactual memorization")
     paper = "RQ5 (Sec. 4, Fig. 6)"
@@ -289,7 +289,7 @@ def c7(results: FormalResults) -> dict:
     low, sizes = results.settings.low_entropy, sorted(results.settings.sizes)
     small, large = (BASE if n == results.settings.train_size else size_variant(n) for n in (sizes[0], sizes[-1]))
     if len(sizes) < 2 or not results.entries_of(low, small) or not results.entries_of(low, large):
-        return _not_measured("C7", claim, paper, rule)
+        return _not_measured("L7", claim, paper, rule)
     e_small, e_large = results.entries_of(low, small), results.entries_of(low, large)
     loss_test = sign_test(_test_string_diffs(results, low, small, large))
     lower_loss = loss_test["down"] > loss_test["up"]
@@ -303,7 +303,7 @@ def c7(results: FormalResults) -> dict:
         ok = ok and (test["a_greater"] if want_higher else (b["rate"] or 0) < (a["rate"] or 0))
     losses = ", ".join(f"{e['test_loss_at_e_star']:.3f}" for e in e_small)
     losses_large = ", ".join(f"{e['test_loss_at_e_star']:.3f}" for e in e_large)
-    return _result("C7", claim, paper, rule, ["formal"], measured=True,
+    return _result("L7", claim, paper, rule, ["formal"], measured=True,
                    evidence=learned_checks(results, [(low, small), (low, large)]), rule_ok=ok, rates=rates,
                    test={"test": "sign (test loss) and fisher_exact (rates)", "p_value": max(parts.values()),
                          **{f"p_{k}": v for k, v in parts.items()}}, needs_test=True,
@@ -321,12 +321,12 @@ def _test_string_diffs(results: FormalResults, language: str, small: str, large:
 
 
 register(
-    FormalFinding("C1", "paper 004 Lemma 1", "contextual is stricter than counterfactual", c1),
-    FormalFinding("C2", "paper 004 Sec. 3-4", "recollection-memorized strings are mostly not contextual", c2),
-    FormalFinding("C3", "paper 004 RQ3", "memorization is non-zero at e*", c3),
-    FormalFinding("C4", "paper 004 RQ3", "narrow band for high entropy, broad for low", c4),
-    FormalFinding("C5", "paper 004 RQ4", "frequency matters to recollection only", c5),
-    FormalFinding("C6", "paper 004 RQ4", "dedup delays, does not remove", c6),
-    FormalFinding("C7", "paper 004 RQ5", "more data: lower test loss, more recollection, less contextual", c7),
+    FormalFinding("L1", "paper 004 Lemma 1", "contextual is stricter than counterfactual", l1),
+    FormalFinding("L2", "paper 004 Sec. 3-4", "recollection-memorized strings are mostly not contextual", l2),
+    FormalFinding("L3", "paper 004 RQ3", "memorization is non-zero at e*", l3),
+    FormalFinding("L4", "paper 004 RQ3", "narrow band for high entropy, broad for low", l4),
+    FormalFinding("L5", "paper 004 RQ4", "frequency matters to recollection only", l5),
+    FormalFinding("L6", "paper 004 RQ4", "dedup delays, does not remove", l6),
+    FormalFinding("L7", "paper 004 RQ5", "more data: lower test loss, more recollection, less contextual", l7),
 )
 

@@ -1,5 +1,5 @@
 """The formal-language study's report: paper 004's Fig. 2-6 redrawn from our run, the languages' learning evidence
-and the findings C1-C7 (harness/report/formal_findings.py), as <run_dir>/formal/report/report.md + findings.json.
+and the findings L1-L7 (harness/report/formal_findings.py), as <run_dir>/formal/report/report.md + findings.json.
 
 Every number comes from harness/audit/formal.py's summary.json and strings.jsonl; per-epoch scores of a string
 subset (Fig. 4's frequency groups) are recomputed with `memorization_measures`, the measures' one definition (the

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ from memlens.harness.core.layout import (
     heldout_dataset,
 )
 from memlens.recipes.stages.contract import StageSettings
-from memlens.recipes.stages.registry import STAGES, canonical_recipe, recipe_module
+from memlens.recipes.stages.registry import STAGES, canonical_recipe, recipe_module, settings_class
 
 REFERENCE_KEYS = ("init", "reward_model")    # settings that name another stage's model
 DATASET_KEYS = ("datasets", "eval_datasets", "score_datasets", "prompts", "reward.heldout")   # dotted: nested
@@ -86,7 +85,7 @@ def flatten_stages(node: dict[str, Any], prefix: str = "") -> dict[str, dict[str
 
 def settings_fields(recipe: str, stage: str) -> set[str]:
     """Keys the recipe's settings dataclass accepts (from its load_settings return annotation)."""
-    cls = typing.get_type_hints(recipe_module(recipe, stage).load_settings)["return"]
+    cls = settings_class(recipe_module(recipe, stage), f"stages.{stage}.recipe={recipe!r}")
     return {f.name for f in dataclasses.fields(cls)}
 
 

@@ -12,6 +12,7 @@ training log and console recipes/stages/training_log.py.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -166,10 +167,12 @@ def same_settings(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
-def write_provenance(ctx: StageContext, stage: str, settings: dict[str, Any], datasets: list[str],
+def write_provenance(ctx: StageContext, stage: str, settings: dict[str, Any], datasets: Sequence[str] = (),
                      init_model: str | None = None, reward_model: str | None = None,
                      **extra: Any) -> None:
-    """Write provenance.json last, atomically: the marker that this stage is finished."""
+    """Write provenance.json last, atomically: the marker that this stage is finished. A stage that reads no dataset
+    of the run (a plugin's checkpoint average) may leave `datasets` out of its `provenance()`: it is written as {}
+    rather than failing after the stage has trained and saved."""
     record = provenance(
         seed=ctx.seed,
         datasets={d: ctx.dataset_hash(d) for d in datasets},
@@ -191,7 +194,8 @@ def write_run_record(cfg, run_dir: Path, stages: list[dict[str, Any]], **extra: 
 class Recipe(Protocol):
     """The contract every stage recipe follows (torchtune's recipe interface): built from its settings and the
     stage's context, then setup -> train -> save -> evaluate; `provenance()` is what provenance.json records
-    besides the common fields (datasets, init model, settings...). `stage` is provenance.json's `stage`."""
+    besides the common fields: `datasets` (the run's datasets it trained on, hashed; none if left out), `init_model`,
+    `reward_model` and anything else of its own. `stage` is provenance.json's `stage`."""
 
     stage: ClassVar[str]
 

@@ -3,17 +3,21 @@
 A recipe is a module with `load_settings(settings, stage) -> <its StageSettings subclass>` (strict: every key
 checked, the error naming `stages.<NAME>.<key>`; the plan calls it once per stage) and `run_stage(settings, ctx:
 StageContext)`, which trains from that parsed object (setup, train, save, then provenance.json last, resumable from
-its last checkpoint). Modules are imported when a stage uses
-them, so listing the recipes loads no trainer. A new stage is its module plus one `STAGES.register(...)`.
+its last checkpoint). The plan reads the keys a stage accepts from load_settings' return annotation, so a module that
+lacks either function or the annotation is refused, naming it, when it is first resolved. Modules are imported when a
+stage uses them, so listing the recipes loads no trainer. A new stage is its module plus one `STAGES.register(...)`.
 """
 
 from __future__ import annotations
 
 import importlib
+import typing
 from dataclasses import dataclass
+from types import ModuleType
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.registry import Registry
+from memlens.recipes.stages.contract import StageSettings
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,28 @@ def canonical_recipe(recipe: object, stage: str) -> str:
     return name
 
 
-def recipe_module(recipe: str, stage: str):
-    """The module of a (registered or aliased) recipe, imported on first use."""
-    return importlib.import_module(STAGES[canonical_recipe(recipe, stage)].module)
+def recipe_module(recipe: str, stage: str) -> ModuleType:
+    """The module of a (registered or aliased) recipe, imported on first use and checked against the contract, so
+    that a plugin's slip fails when the run is planned, naming its module, not later inside a trainer."""
+    module = importlib.import_module(STAGES[canonical_recipe(recipe, stage)].module)
+    settings_class(module, f"stages.{stage}.recipe={recipe!r}")
+    return module
+
+
+def settings_class(module: ModuleType, where: str) -> type[StageSettings]:
+    """The StageSettings subclass a recipe module's `load_settings` returns, read from its return annotation (the
+    plan reads the keys a stage accepts from it before any settings are parsed)."""
+    fix = (f"{where}: recipe module {module.__name__!r}: annotate load_settings' return type with its StageSettings "
+           "subclass, e.g. `def load_settings(settings: dict, stage: str) -> MySettings:`")
+    for entry in ("load_settings", "run_stage"):
+        if not callable(getattr(module, entry, None)):
+            raise UserError(f"{where}: recipe module {module.__name__!r} has no {entry}(); define "
+                            "load_settings(settings, stage) and run_stage(settings, ctx) (docs/architecture.md, "
+                            "'How to add a stage')")
+    try:
+        cls = typing.get_type_hints(module.load_settings).get("return")
+    except NameError as e:      # a string annotation naming what the module does not define at its top
+        raise UserError(f"{fix} defined at the module's top ({e})") from e
+    if not (isinstance(cls, type) and issubclass(cls, StageSettings)):
+        raise UserError(fix if cls is None else f"{fix} (it is annotated {cls!r})")
+    return cls

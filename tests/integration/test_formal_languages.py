@@ -1,6 +1,6 @@
 """`memlens run experiment=formal_toy` through the real CLI: data, every model of the study (in the process pool),
-the three measures, findings C1-C7 and the report; a rerun keeps every model; a model lost mid-run is retrained to
-the same numbers. Toy size: the models do not learn their language, so every finding but C1 must be gated."""
+the three measures, findings L1-L7 and the report; a rerun keeps every model; a model lost mid-run is retrained to
+the same numbers. Toy size: the models do not learn their language, so every finding but L1 must be gated."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_formal_toy_run_writes_every_model_finding_and_figure(toy_run):
         assert len(record["loss"]) == settings.epochs and record["provenance"]["git_commit"]
     report = run_dir / "formal" / "report"
     findings = read_json(report / "findings.json")
-    assert [f["id"] for f in findings] == [f"C{i}" for i in range(1, 8)]
+    assert [f["id"] for f in findings] == [f"L{i}" for i in range(1, 8)]
     assert findings[0]["status"] == "holds"
     per_seed = read_json(report / "findings_per_seed.json")
     assert list(per_seed) == ["0"] and [f["id"] for f in per_seed["0"]] == [f["id"] for f in findings]
@@ -48,7 +48,7 @@ def test_formal_toy_run_writes_every_model_finding_and_figure(toy_run):
         assert f["status"] == "inconclusive" and "learned gap" in f["reason"], f
     for name in ("fig2_onsets.png", "fig3_entropy.png", "fig4_frequency.png", "fig5_dedup.png", "fig6_size.png"):
         assert (report / "figures" / name).stat().st_size > 1000, name
-    assert "| C7 |" in (report / "report.md").read_text()
+    assert "| L7 |" in (report / "report.md").read_text()
 
 
 def test_formal_measures_are_the_one_definition_on_the_models_losses(toy_run):

@@ -2,19 +2,25 @@
 with `plugins=[<file>]`, registering a training stage, a preference objective, a verifiable reward, a
 membership-inference attack, an audit measure and a finding. Fresh `memlens` processes (nothing imported by the test
 reaches them) train a preference stage with the objective, the plugin's stage after it and an RL stage against the
-reward, run the attack and the measure in the audit, and judge the finding in a rendered `memlens report`."""
+reward, run the attack and the measure in the audit, and judge the finding in a rendered `memlens report`. The page's
+own code blocks (a stage, an attack, a finding) are run as written, read from the page when the test runs."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import torch
 from safetensors.torch import load_file
 
 from memlens.harness.core.io import read_json, read_jsonl
-from tests.integration.run_helpers import REPO, copy_run, memlens
+from tests.doc_commands import python_blocks
+from tests.integration.run_helpers import OFFLINE, REPO, copy_run, memlens
 
 PLUGIN = REPO / "examples" / "lab_plugin.py"
+ARCHITECTURE = REPO / "docs" / "architecture.md"
 
 
 ONLY_IPO = ["stages.FT=null", "stages.RM=null", "stages.RLFT=null", "stages.IPO.objective=hinge_po",
@@ -81,3 +87,50 @@ def test_a_missing_or_broken_plugin_is_refused_naming_the_key(tmp_path):
     broken.write_text("raise RuntimeError('half-written plugin')\n")
     failed = memlens("check", f"plugins=[{broken}]")
     assert failed.returncode == 2 and "importing it raised RuntimeError: half-written plugin" in failed.stderr
+
+
+# Uses the page's blocks, loaded as one plugin file, in a fresh interpreter (their registrations stay there): the stage
+# is planned and run on the shipped base, the attack scores one text, the finding judges a run with and without rows.
+USE_THE_PAGES_PLUGIN = """
+import json, sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from memlens.harness.core.registry import load_plugins
+from memlens.harness.measures.mia import ATTACKS, AttackInputs
+from memlens.harness.report.findings.registry import FINDINGS
+from memlens.recipes.orchestration.stage_plan import settings_fields
+from memlens.recipes.stages.contract import StageContext
+from memlens.recipes.stages.registry import recipe_module
+
+load_plugins([sys.argv[1]])
+base, run_dir = Path("assets/base_tiny").resolve(), Path(sys.argv[2])
+assert {"init", "model", "lr"} <= settings_fields("copy", "COPY")
+module = recipe_module("copy", "COPY")
+ctx = StageContext(run_dir, "COPY")
+module.run_stage(module.load_settings({"init": str(base)}, "COPY"), ctx)
+record = json.loads((ctx.out_dir / "provenance.json").read_text())
+assert record["stage"] == "copy" and record["datasets"] == {} and record["init_model"] == str(base), record
+assert (ctx.out_dir / "model.safetensors").read_bytes() == (base / "model.safetensors").read_bytes()
+
+inputs = AttackInputs(values={"logp": np.array([-1.0, -2.0])}, text="t", control={"logp": np.array([-3.0])})
+assert ATTACKS["my_attack"].score(inputs) == 1.5
+
+check = FINDINGS["Y1"].check
+assert check(SimpleNamespace(rows=lambda model, dataset: None))["status"] == "not measured"
+held = check(SimpleNamespace(rows=lambda model, dataset: [{}, {}]))
+assert held["status"] == "holds" and held["ours"] == "2 rows", held
+assert list(FINDINGS)[-1] == "Y1"                    # after the built-ins
+"""
+
+
+def test_the_architecture_pages_plugin_examples_run_as_written(tmp_path):
+    blocks = python_blocks(ARCHITECTURE.read_text(encoding="utf-8"))
+    assert len(blocks) == 3, "a stage, an MIA attack and a finding; a new block gets its use here"
+    plugin = tmp_path / "from_the_architecture_page.py"
+    plugin.write_text("\n\n".join(blocks))
+    done = subprocess.run([sys.executable, "-c", USE_THE_PAGES_PLUGIN, str(plugin), str(tmp_path / "run")], cwd=REPO,
+                          env={**os.environ, **OFFLINE}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

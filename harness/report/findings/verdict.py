@@ -1,5 +1,6 @@
 """A finding's verdict: the statuses, the p-value below which a comparison is not noise, one line of evidence
-(`_check`) and the verdict that weighs them (`_result`), and how tables print figures and statuses."""
+(`_check`) and the verdict that weighs them (`_result`; `finding_result` is its public name for plugins), and how
+tables print figures and statuses."""
 
 from __future__ import annotations
 
@@ -56,6 +57,14 @@ def _result(fid: str, claim: str, paper: str, rule: str, stages: list[str], *, m
             "stages": stages, "evidence": evidence, "rates": rates or [], "n": primary.get("n"),
             "ci95": primary.get("ci95"), "p_value": test["p_value"] if test else None, "test": test,
             "reason": "; ".join(reasons), "note": note, "unstable": bool(unstable) and measured}
+
+
+def finding_result(fid: str, claim: str, paper: str, rule: str, stages: list[str], *, measured: bool = True,
+                   **verdict: Any) -> dict:
+    """A finding's row, for a finding of your own (a plugin's check): the built-ins' verdict (`_result`, whose
+    keywords it takes: rule_ok, evidence, rates, test, needs_test, ours, note, unstable) under a public name, the run
+    taken to have measured it unless `measured=False` says it lacks the data."""
+    return _result(fid, claim, paper, rule, stages, measured=measured, **verdict)
 
 
 def status_label(finding: dict) -> str:

@@ -1,14 +1,17 @@
-"""recipes.stages.contract.run_recipe, the one stage runner: setup -> train -> save -> evaluate in that order, provenance.json
+"""memlens.recipes.stages.contract.run_recipe, the one stage runner: setup -> train -> save -> evaluate in that order, provenance.json
 last and on the main process only, a finished stage with the same settings skipped, changed settings retrained.
 A recording recipe (it writes a file per step) stands in for a trainer: what is under test is the runner."""
 
 import json
+import sys
+import types
 
 import pytest
 
 from memlens.harness.core.errors import UserError
+from memlens.recipes.orchestration.stage_plan import settings_fields
 from memlens.recipes.stages.contract import PROVENANCE_FILE, StageContext, StageSettings, run_recipe
-from memlens.recipes.stages.registry import STAGES, canonical_recipe
+from memlens.recipes.stages.registry import STAGES, StageRecipe, canonical_recipe, recipe_module, settings_class
 
 
 class Recording:
@@ -71,6 +74,55 @@ def test_only_the_main_process_writes_provenance(tmp_path, monkeypatch):
     monkeypatch.setenv("RANK", "0")
     run_recipe(Recording, no_settings(), ctx)
     assert (ctx.out_dir / PROVENANCE_FILE).is_file()
+
+
+class NoDatasets(Recording):
+    def provenance(self):
+        return {"init_model": "base"}
+
+
+def test_a_recipe_whose_provenance_names_no_datasets_records_none(tmp_path):
+    """`datasets` has a default: a stage that reads none of the run's datasets (a plugin's checkpoint average) may
+    leave it out of provenance(), instead of a TypeError after it trained and saved."""
+    ctx = StageContext(tmp_path, "X.1")
+    run_recipe(NoDatasets, no_settings(), ctx)
+    record = json.loads((ctx.out_dir / PROVENANCE_FILE).read_text())
+    assert record["datasets"] == {} and record["init_model"] == "base" and record["stage"] == "recording"
+
+
+def test_a_recipe_module_without_its_settings_annotation_is_refused_where_it_is_resolved(monkeypatch):
+    """The plan reads a stage's keys from load_settings' return annotation; a module without it is refused when the
+    plan resolves it (before anything trains), naming the module and the fix, not with a KeyError: 'return'."""
+    module = types.ModuleType("lab_stage_plugin")
+    module.load_settings = lambda settings, stage: StageSettings.load(settings, stage)
+    module.run_stage = lambda settings, ctx: None
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    fix = (r"stages\.S\.recipe='lab': recipe module 'lab_stage_plugin': annotate load_settings' return type with its "
+           r"StageSettings subclass")
+    with STAGES.registered("lab", StageRecipe(module.__name__, "a test stage")):
+        with pytest.raises(UserError, match=fix):
+            recipe_module("lab", "S")
+        with pytest.raises(UserError, match=fix):
+            settings_fields("lab", "S")                              # where the plan read it
+
+        def returns_a_dict(settings, stage) -> dict: ...
+        module.load_settings = returns_a_dict
+        with pytest.raises(UserError, match=r"\(it is annotated <class 'dict'>\)"):
+            recipe_module("lab", "S")
+
+        def unresolvable(settings, stage) -> "LabSettings": ...      # noqa: F821 - a name the module lacks
+        module.load_settings = unresolvable
+        with pytest.raises(UserError, match=r"defined at the module's top \(name 'LabSettings' is not defined\)"):
+            recipe_module("lab", "S")
+
+        del module.run_stage
+        with pytest.raises(UserError, match=r"recipe module 'lab_stage_plugin' has no run_stage\(\)"):
+            recipe_module("lab", "S")
+
+        def annotated(settings, stage) -> StageSettings: ...
+        module.load_settings, module.run_stage = annotated, lambda settings, ctx: None
+        assert settings_class(recipe_module("lab", "S"), "x") is StageSettings
+        assert settings_fields("lab", "S") == {"model", "deepspeed", "lr", "save_steps", "logging_steps"}
 
 
 def test_every_registered_stage_is_a_module_with_the_runner_s_entry_points():
