@@ -11,6 +11,7 @@
 
     python benchmarks/quickstart_seeds.py --mia runs/quickstart          # extraction beside membership inference
     python benchmarks/quickstart_seeds.py --attacks runs/quickstart ...  # the newer attacks and the sequence vs LOSS
+    python benchmarks/quickstart_seeds.py --doses runs/doses runs/doses_seed1 ...  # rates and attacks per dose
     python benchmarks/quickstart_seeds.py --measure discoverable runs/quickstart   # a registered measure's table
     python benchmarks/quickstart_seeds.py --measure epsilon runs/quickstart_coins --final   # final checkpoints only
     python benchmarks/quickstart_seeds.py --marks runs/quickstart --ids F1,F2,F3,F8,N   # the README's table:
@@ -198,6 +199,36 @@ def mia_table(run_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def doses_table(run_dirs: list[Path]) -> str:
+    """Memorization against dose (experiment=doses, data.sd.doses), per run, model, dataset and dose: the final
+    checkpoint's extraction rate with its interval and n (report/summary.json `breakdowns`, by `repeat`), and the
+    best attack of that dose's members against every non-member (audit/mia's `tiers`, target span) with its AUC
+    interval and its TPR at FPR < 1 % ("n/m" where there are too few non-members for that FPR)."""
+    from memlens.harness.core.stats import fpr_key, min_nonmembers  # the TPR's key and when it exists
+    from memlens.harness.measures.mia import attack_label, best_attack  # the report's own pick and label
+    from memlens.harness.report.analyses import load_mia, mia_entry  # the stored MIA summary, as the report reads it
+
+    lines = ["| run | model | dataset | dose | extraction [95 % CI] (n) | best attack: AUC [95 % CI] | "
+             "TPR at FPR < 1 % |", "|---|---|---|---|---|---|---|"]
+    for run_dir in run_dirs:
+        breakdowns = [b for b in load_summary(run_dir).get("breakdowns") or [] if b["by"] == "repeat"]
+        mia = load_mia(run_dir / "audit")
+        for b in sorted(breakdowns, key=lambda b: (b["model"], b["dataset"], b["value"])):
+            entry = mia_entry(mia, b["model"], b["dataset"])
+            tiers = (((mia.get(b["model"]) or {}).get("results") or {}).get(b["checkpoint"]) or {}) \
+                .get(b["dataset"], {}).get("tiers", {})
+            best = best_attack((tiers.get(str(b["value"])) or {}).get("target") or {}) if entry else None
+            auc = tpr = "–"
+            if best is not None:
+                attack, m = best
+                auc = f"{attack_label(attack)}: {m['auc']['value']:.2f} [{m['auc']['ci95'][0]:.2f}, {m['auc']['ci95'][1]:.2f}]"
+                t = m[fpr_key(0.01)]
+                tpr = f"{t['value']:.2f}" if t.get("measurable") else f"n/m (< {min_nonmembers(0.01)} held out)"
+            lines.append(f"| {run_dir.name} | {b['model']} | {b['dataset']} | x{b['value']} | "
+                         f"{_pct(b['rate'], b['ci95'])} ({b['n_scored']}) | {auc} | {tpr} |")
+    return "\n".join(lines)
+
+
 def attacks_table(run_dirs: list[Path], dataset: str = "sd_base") -> str:
     """The newer attacks against LOSS, per run and audited model (report/summary.json `membership_inference`, target
     span, final checkpoint): LOSS's AUC, the newer attack with the highest AUC and its paired gain over LOSS with the
@@ -336,6 +367,8 @@ def table_for(args: list[str], root: Path) -> str:
         return mia_table(root / args[1])
     if args[0] == "--attacks":
         return attacks_table([root / a for a in args[1:]])
+    if args[0] == "--doses":
+        return doses_table([root / a for a in args[1:]])
     if args[0] == "--measure":
         return measure_table(args[1], root / args[2], final_only="--final" in args)
     if args[0] == "--formal":
