@@ -194,3 +194,33 @@ def test_attacks_table_sets_the_best_newer_attack_and_the_sequence_against_their
     # zlib is a classic attack: the best *newer* one is ReCaLL (the program span's row is not read)
     assert ("| a | IPO | 0.60 | ReCaLL (0.70) | +0.10 [+0.00, +0.20] | sequence (LOSS) (0.62) vs zlib (0.90) | "
             "-0.28 [-0.40, -0.10] | 40 / 40 |") in table
+
+
+def test_doses_table_puts_each_doses_extraction_beside_its_members_best_attack(tmp_path):
+    """`--doses RUN ...`: per model, dataset and dose the final breakdown by `repeat` (rate, interval, n) and the best
+    not-degenerate attack on that dose's members (audit/mia tiers, target span); a TPR at FPR < 1 % with fewer than
+    100 non-members reads n/m."""
+    _run(tmp_path, "runs/d", 0, [], 100)
+    summary = {"breakdowns": [
+        {"model": "FT.3", "checkpoint": "final", "dataset": "sd_base", "by": "repeat", "value": 16, "n_scored": 14,
+         "n_memorized": 14, "rate": 1.0, "ci95": [0.78, 1.0], "n_excluded": 0},
+        {"model": "FT.3", "checkpoint": "final", "dataset": "sd_base", "by": "repeat", "value": 1, "n_scored": 15,
+         "n_memorized": 0, "rate": 0.0, "ci95": [0.0, 0.2], "n_excluded": 0},
+        {"model": "FT.3", "checkpoint": "final", "dataset": "sd_base", "by": "group", "value": None, "n_scored": 29,
+         "n_memorized": 14, "rate": 0.48, "ci95": [0.3, 0.7], "n_excluded": 0}]}
+    (tmp_path / "runs/d/report/summary.json").write_text(json.dumps(summary))
+
+    def metrics(auc):
+        return {"auc": {"value": auc, "ci95": [auc - 0.1, min(1.0, auc + 0.05)]}, "n_members": 14, "n_nonmembers": 42,
+                "tpr_at_fpr<1%": {"value": 0.5, "measurable": False}}
+    tiers = {"1": {"target": {"loss": metrics(0.6), "zlib": metrics(0.7)}}, "16": {"target": {"loss": metrics(1.0)}}}
+    from memlens.harness.core.stats import TPR_AT_FPR_RULE  # the rule a summary must carry to be read
+
+    mia = {"results": {"FT.3": {"tpr_at_fpr_rule": TPR_AT_FPR_RULE, "results": {
+        "final": {"sd_base": {"spans": {"target": {"loss": metrics(0.8)}}, "tiers": tiers}}}}}}
+    (tmp_path / "runs/d/audit/mia").mkdir(parents=True)
+    (tmp_path / "runs/d/audit/mia/summary.json").write_text(json.dumps(mia))
+    lines = _module().table_for(["--doses", "runs/d"], tmp_path).splitlines()
+    assert len(lines) == 4                                                  # the header, its rule, two doses in order
+    assert lines[2] == "| d | FT.3 | sd_base | x1 | 0.0 % [0–20] (15) | zlib: 0.70 [0.60, 0.75] | n/m (< 100 held out) |"
+    assert lines[3].startswith("| d | FT.3 | sd_base | x16 | 100.0 % [78–100] (14) | LOSS: 1.00 [0.90, 1.00] |")
