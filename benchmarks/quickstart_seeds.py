@@ -201,15 +201,16 @@ def mia_table(run_dir: Path) -> str:
 
 def doses_table(run_dirs: list[Path]) -> str:
     """Memorization against dose (experiment=doses, data.sd.doses), per run, model, dataset and dose: the final
-    checkpoint's extraction rate with its interval and n (report/summary.json `breakdowns`, by `repeat`), and the
-    best attack of that dose's members against every non-member (audit/mia's `tiers`, target span) with its AUC
+    checkpoint's extraction rate with its interval and n (report/summary.json `breakdowns`, by `repeat`); LOSS, the
+    attack fixed in advance, on that dose's members against every non-member (audit/mia's `tiers`, target span); and
+    the best of all attacks there, picked after the fact (so biased upward: read it beside LOSS), with its AUC
     interval and its TPR at FPR < 1 % ("n/m" where there are too few non-members for that FPR)."""
     from memlens.harness.core.stats import fpr_key, min_nonmembers  # the TPR's key and when it exists
     from memlens.harness.measures.mia import attack_label, best_attack  # the report's own pick and label
     from memlens.harness.report.analyses import load_mia, mia_entry  # the stored MIA summary, as the report reads it
 
-    lines = ["| run | model | dataset | dose | extraction [95 % CI] (n) | best attack: AUC [95 % CI] | "
-             "TPR at FPR < 1 % |", "|---|---|---|---|---|---|---|"]
+    lines = ["| run | model | dataset | dose | extraction [95 % CI] (n) | LOSS AUC [95 % CI] | best attack: AUC [95 % CI] | "
+             "TPR at FPR < 1 % |", "|---|---|---|---|---|---|---|---|"]
     for run_dir in run_dirs:
         breakdowns = [b for b in load_summary(run_dir).get("breakdowns") or [] if b["by"] == "repeat"]
         mia = load_mia(run_dir / "audit")
@@ -217,7 +218,11 @@ def doses_table(run_dirs: list[Path]) -> str:
             entry = mia_entry(mia, b["model"], b["dataset"])
             tiers = (((mia.get(b["model"]) or {}).get("results") or {}).get(b["checkpoint"]) or {}) \
                 .get(b["dataset"], {}).get("tiers", {})
-            best = best_attack((tiers.get(str(b["value"])) or {}).get("target") or {}) if entry else None
+            at_dose = ((tiers.get(str(b["value"])) or {}).get("target") or {}) if entry else {}
+            best = best_attack(at_dose)
+            loss = at_dose.get("loss")
+            loss_auc = "–" if loss is None else \
+                f"{loss['auc']['value']:.2f} [{loss['auc']['ci95'][0]:.2f}, {loss['auc']['ci95'][1]:.2f}]"
             auc = tpr = "–"
             if best is not None:
                 attack, m = best
@@ -225,7 +230,7 @@ def doses_table(run_dirs: list[Path]) -> str:
                 t = m[fpr_key(0.01)]
                 tpr = f"{t['value']:.2f}" if t.get("measurable") else f"n/m (< {min_nonmembers(0.01)} held out)"
             lines.append(f"| {run_dir.name} | {b['model']} | {b['dataset']} | x{b['value']} | "
-                         f"{_pct(b['rate'], b['ci95'])} ({b['n_scored']}) | {auc} | {tpr} |")
+                         f"{_pct(b['rate'], b['ci95'])} ({b['n_scored']}) | {loss_auc} | {auc} | {tpr} |")
     return "\n".join(lines)
 
 

@@ -197,9 +197,9 @@ def test_attacks_table_sets_the_best_newer_attack_and_the_sequence_against_their
 
 
 def test_doses_table_puts_each_doses_extraction_beside_its_members_best_attack(tmp_path):
-    """`--doses RUN ...`: per model, dataset and dose the final breakdown by `repeat` (rate, interval, n) and the best
-    not-degenerate attack on that dose's members (audit/mia tiers, target span); a TPR at FPR < 1 % with fewer than
-    100 non-members reads n/m."""
+    """`--doses RUN ...`: per model, dataset and dose the final breakdown by `repeat` (rate, interval, n), LOSS (fixed in
+    advance) and the best not-degenerate attack on that dose's members (audit/mia tiers, target span); a TPR at
+    FPR < 1 % with fewer than 100 non-members reads n/m."""
     _run(tmp_path, "runs/d", 0, [], 100)
     summary = {"breakdowns": [
         {"model": "FT.3", "checkpoint": "final", "dataset": "sd_base", "by": "repeat", "value": 16, "n_scored": 14,
@@ -222,5 +222,6 @@ def test_doses_table_puts_each_doses_extraction_beside_its_members_best_attack(t
     (tmp_path / "runs/d/audit/mia/summary.json").write_text(json.dumps(mia))
     lines = _module().table_for(["--doses", "runs/d"], tmp_path).splitlines()
     assert len(lines) == 4                                                  # the header, its rule, two doses in order
-    assert lines[2] == "| d | FT.3 | sd_base | x1 | 0.0 % [0–20] (15) | zlib: 0.70 [0.60, 0.75] | n/m (< 100 held out) |"
-    assert lines[3].startswith("| d | FT.3 | sd_base | x16 | 100.0 % [78–100] (14) | LOSS: 1.00 [0.90, 1.00] |")
+    assert lines[2] == ("| d | FT.3 | sd_base | x1 | 0.0 % [0–20] (15) | 0.60 [0.50, 0.65] | zlib: 0.70 [0.60, 0.75] | "
+                        "n/m (< 100 held out) |")
+    assert lines[3].startswith("| d | FT.3 | sd_base | x16 | 100.0 % [78–100] (14) | 1.00 [0.90, 1.00] | LOSS: 1.00 [0.90, 1.00] |")
