@@ -136,8 +136,10 @@ def check_finite_weights(model, path: str | Path) -> None:
     (memlens.recipes.stages.divergence stops new ones; this catches models trained elsewhere or before)."""
     import torch  # heavy: the model layer loads torch on first use
 
-    bad = [name for name, tensor in model.state_dict().items()
-           if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())]
+    tensors = [(name, t) for name, t in model.state_dict().items() if t.is_floating_point()]
+    if not tensors or bool(torch.stack([torch.isfinite(t).all() for _, t in tensors]).all()):
+        return                   # one reduction and one device sync for the whole model, not one per tensor
+    bad = [name for name, t in tensors if not bool(torch.isfinite(t).all())]
     if bad:
         raise UserError(f"model {path}: {len(bad)} weight tensor(s) hold NaN or infinite values (first: {bad[0]}); "
                         "its training diverged and it cannot be scored. Fix: retrain it at a lower learning rate "

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from memlens.harness.core.errors import UserError
-from memlens.harness.core.layout import TRAIN_LOG, checkpoint_dirs
+from memlens.harness.core.layout import TRAIN_LOG, checkpoint_dirs, models_dir
 
 # The logged values whose divergence ruins the weights: the training loss and the pre-clipping gradient norm
 # (a NaN norm makes clipping multiply every gradient by NaN). Rewards and KL are measurements, not updates.
@@ -48,6 +48,14 @@ def remove_checkpoints_after(model_dir: Path, step: int) -> list[int]:
     return list(after)
 
 
+def model_name(model_dir: Path) -> str:
+    """The model's name as the run gives it: `RLFT.4/beta=0.005` for a sweep point (models/RLFT.4/beta=0.005/),
+    else the directory's own name."""
+    if model_dir.parent.parent.name == models_dir(".").name:
+        return f"{model_dir.parent.name}/{model_dir.name}"
+    return model_dir.name
+
+
 def diverged_message(name: str, step: int, bad: dict[str, float], logs: dict[str, Any], last_finite: int,
                      removed: list[int]) -> str:
     values = ", ".join(f"{k} {v}" for k, v in bad.items())
@@ -56,7 +64,7 @@ def diverged_message(name: str, step: int, bad: dict[str, float], logs: dict[str
     kept = (f"checkpoints after step {last_finite} were removed ({', '.join(map(str, removed))}) so that a rerun "
             "does not resume from them" if removed else f"no checkpoint was saved after step {last_finite}")
     return (f"stage {name} diverged: at step {step} its {values}{at_lr}; the stage is not finished and its weights "
-            f"are unusable. Fix: lower the stage's learning rate (`stages.{name}.lr=...`) or raise its batch size, and "
+            f"are unusable. Fix: lower the stage's learning rate (`stages.{name.split('/')[0]}.lr=...`) or raise its batch size, and "
             f"rerun the same command ({kept}; to train it afresh, remove models/{name}/). Every logged step is in "
             f"models/{name}/{TRAIN_LOG}.")
 
@@ -66,7 +74,7 @@ class DivergenceWatch:
 
     def __init__(self, model_dir: Path):
         self.model_dir = Path(model_dir)
-        self.name = self.model_dir.name
+        self.name = model_name(self.model_dir)
         self.last_finite = 0
 
     def start(self, step: int) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from memlens.harness.core.stats import dose_trend_test, rate_with_interval
 from memlens.harness.report.findings.evidence_gates import _rlft2_evidence, ipo_check
 from memlens.harness.report.findings.registry import Finding, register
-from memlens.harness.report.findings.run import RunResults
+from memlens.harness.report.findings.run import RunResults, memorized_flags
 from memlens.harness.report.findings.verdict import P_MAX, _check, _pct, _result
 
 DOSED = "experiment=doses (data.sd.doses)"
@@ -26,12 +26,12 @@ def rates_by_dose(rows: list[dict] | None) -> dict[int, tuple[int, int]] | None:
     least two doses (a run without data.sd.doses measures none of D1-D3)."""
     if rows is None:
         return None
-    scored = [r for r in rows if r["excluded"] is None and "repeat" in r]
-    doses = sorted({int(r["repeat"]) for r in scored})
+    flags = memorized_flags(rows)             # the scored rows, as every rate of the findings counts them
+    dose = {r["id"]: int(r["repeat"]) for r in rows if r["id"] in flags and "repeat" in r}
+    doses = sorted(set(dose.values()))
     if len(doses) < 2:
         return None
-    return {d: (sum(bool(r["memorized"]) for r in scored if int(r["repeat"]) == d),
-                sum(int(r["repeat"]) == d for r in scored)) for d in doses}
+    return {d: (sum(flags[i] for i in dose if dose[i] == d), sum(v == d for v in dose.values())) for d in doses}
 
 
 def dose_rates(model: str, counts: dict[int, tuple[int, int]]) -> list[dict]:

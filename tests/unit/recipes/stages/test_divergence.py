@@ -48,6 +48,14 @@ def test_a_resumed_stage_counts_from_the_checkpoint_it_resumed_from(tmp_path):
     assert (model_dir / "checkpoint-40").is_dir()
 
 
+def test_a_sweep_point_is_named_as_the_run_names_it(tmp_path):
+    point = tmp_path / "run" / "models" / "RLFT.4" / "beta=0.005"
+    point.mkdir(parents=True)
+    with pytest.raises(TrainingDiverged, match=r"stage RLFT\.4/beta=0\.005 diverged: .*`stages\.RLFT\.4\.lr=\.\.\.`"):
+        DivergenceWatch(point).observe(3, {"loss": math.nan})
+    assert DivergenceWatch(tmp_path / "run" / "models" / "FT.3").name == "FT.3"
+
+
 def test_a_process_other_than_the_first_raises_too_but_removes_nothing(tmp_path):
     (tmp_path / "checkpoint-20").mkdir()
     watch = DivergenceWatch(tmp_path)
