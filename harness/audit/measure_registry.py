@@ -5,9 +5,9 @@ validates against this registry and `memlens audit` runs the requested ones in r
 requested measure's `check(cfg)` passed (so a bad setting of the last measure stops the audit before the first runs). A measure
 without a dedicated report section gives `report_rows`: (columns, rows) read back from what it wrote, and the
 report lays them out as a table under its title (harness/report/render.py). Each built-in measure registers in the
-module that runs it (extraction.py: ned; losses.py, mia.py, discoverable.py, epsilon.py); the registry imports those
-modules the first time it is read, so a command that imported no audit module (`memlens report`) sees them too, in the
-order below.
+module that runs it (extraction.py: ned; losses.py, mia.py, discoverable.py, epsilon.py; preference_mia.py: pair_mia);
+the registry imports those modules the first time it is read, so a command that imported no audit module
+(`memlens report`) sees them too, in the order below.
 """
 
 from __future__ import annotations
@@ -33,5 +33,5 @@ class Measure:
 MEASURES: Registry[Measure] = Registry(
     "audit measure", "audit.measures",
     builtins=tuple(f"memlens.harness.audit.{module}" for module in ("extraction", "losses", "mia", "discoverable",
-                                                                    "epsilon")),
-    order=("ned", "loss", "mia", "discoverable", "epsilon"))
+                                                                    "epsilon", "preference_mia")),
+    order=("ned", "loss", "mia", "discoverable", "epsilon", "pair_mia"))
