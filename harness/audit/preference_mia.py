@@ -229,6 +229,8 @@ class PreferenceModel:
 def init_model_dir(run_dir: Path, recorded: str) -> Path | None:
     """The directory of a stage's initial model as provenance.json recorded it: the path itself, or, for a run that
     was moved or recorded a relative path, the same model below this run's models/ (None where neither exists)."""
+    if not recorded:
+        return None
     path = Path(recorded)
     if path.is_dir():
         return path
