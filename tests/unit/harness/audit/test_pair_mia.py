@@ -84,3 +84,14 @@ def test_the_plan_builds_held_out_pairs_only_for_pair_mia(measures, built):
     names = set(needed_datasets(plan(cfg), cfg))
     assert {n for n in names if n.startswith("pairs_") and n.endswith("_heldout")} == built
     assert not {n for n in names if n.startswith("sd_") and n.endswith("_heldout")}
+
+
+def test_pair_rows_are_not_read_as_a_models_ned_rows(tmp_path):
+    """audit/pair_mia/<model>/<checkpoint>/<dataset>.jsonl has the NED rows' shape of path: the report's row loader
+    (and so every extraction table and finding) skips it, as it skips audit/mia/."""
+    from memlens.harness.core.io import atomic_write_jsonl
+    from memlens.harness.report.analyses import load_audit_rows
+
+    atomic_write_jsonl(tmp_path / "IPO" / "final" / "sd_base.jsonl", [{"id": "a", "excluded": None}])
+    atomic_write_jsonl(tmp_path / "pair_mia" / "IPO" / "final" / "pairs_sd_base.jsonl", [{"id": "b", "member": 1}])
+    assert list(load_audit_rows(tmp_path)) == [("IPO", "final", "sd_base")]
