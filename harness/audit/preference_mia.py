@@ -317,13 +317,13 @@ def _table_row(model: str, dataset: str, checkpoint: str, rank: int | None, labe
     gain = m.get("vs_blind") or {}
     return {"model": model, "dataset": dataset, "checkpoint": checkpoint, "rank": rank, "attack": label,
             "AUC": round(m["auc"]["value"], 3), "AUC 95 % CI": _ci(m["auc"]["ci95"]),
-            "TPR at FPR < 1 %": _tpr_cell(m, MIA_FPRS[0]), "TPR 95 % CI": _tpr_ci(m, MIA_FPRS[0]),
+            "TPR at 1 % FPR": _tpr_cell(m, MIA_FPRS[0]), "TPR 95 % CI": _tpr_ci(m, MIA_FPRS[0]),
             "AUC vs blind": None if not gain else round(gain["value"], 3), "vs blind 95 % CI": _ci(gain.get("ci95")),
             "members / held out": f"{m['n_members']} / {m['n_nonmembers']}",
             "degenerate": "; ".join(m.get("degenerate") or []) or None}
 
 
-COLUMNS = ["model", "dataset", "checkpoint", "rank", "attack", "AUC", "AUC 95 % CI", "TPR at FPR < 1 %",
+COLUMNS = ["model", "dataset", "checkpoint", "rank", "attack", "AUC", "AUC 95 % CI", "TPR at 1 % FPR",
            "TPR 95 % CI", "AUC vs blind", "vs blind 95 % CI", "members / held out", "degenerate"]
 
 

@@ -72,7 +72,7 @@ def test_pair_membership_of_the_smoke_ipo(smoke, tmp_path):
     assert table[0]["attack"] == BLIND_LABEL and table[0]["rank"] is None
     assert {r["attack"] for r in table[1:]} == {a.label for a in PAIR_ATTACKS.values()}
     assert table[0]["members / held out"] == f"{len(members)} / {len(held)}"
-    assert "TPR at FPR < 1 %" in columns
+    assert "TPR at 1 % FPR" in columns
     # report.md / report.html: the table under its title, from the same rows
     from memlens.harness.report.sections import registered_measures_section
 

@@ -59,7 +59,7 @@ def test_the_report_table_opens_with_the_blind_baseline_and_ranks_the_attacks(tm
     assert [r["attack"] for r in table] == [BLIND_LABEL, "PREMIA (chosen only)", "PREMIA (pair margin)",
                                             "policy margin (no reference)"]
     assert [r["rank"] for r in table] == [None, 1, 2, None]
-    assert table[0]["TPR at FPR < 1 %"].startswith("n/m: needs ≥ 100 held out")
+    assert table[0]["TPR at 1 % FPR"].startswith("n/m: needs ≥ 100 held out")
     assert table[2]["members / held out"] == "2 / 2" and table[2]["AUC vs blind"] == 0.25
     assert table[3]["degenerate"] and columns[0] == "model"
     assert audit.report_rows(tmp_path / "elsewhere") is None
