@@ -40,7 +40,7 @@ from memlens.harness.report.evidence import stage_evidence
 from memlens.harness.report.findings import Roles, RunResults, findings, load_loss_rows, method_checks, status_label
 from memlens.harness.report.findings.registry import not_measured_line
 from memlens.harness.report.findings.verdict import NOT_MEASURED
-from memlens.harness.report.formal_report import formal_command
+from memlens.harness.report.formal_report import report_formal
 
 # Default groups when report.compare is empty: by the recipe that produced each model (an RL stage against a
 # verifiable reward is RLVR, a preference stage is named by its objective). The recipe does not say how SD
@@ -293,7 +293,7 @@ def _render(cfg, rcfg) -> int:
 
 def main(cfg) -> int:
     """`memlens report`: render <run_dir>/report/ from <run_dir>/audit/ (for paper 004's formal-language study, its
-    own report: harness/report/formal_report.py)."""
+    own report, from its stored analysis: harness/report/formal_report.py)."""
     if cfg.get("formal") is not None:
-        return formal_command(cfg)
+        return report_formal(cfg)
     return render_report(cfg)
