@@ -30,8 +30,11 @@ class Measure:
     check: Callable[..., None] | None = None         # check(cfg): its settings, before any measure runs
 
 
-MEASURES: Registry[Measure] = Registry(
-    "audit measure", "audit.measures",
-    builtins=tuple(f"memlens.harness.audit.{module}" for module in ("extraction", "losses", "mia", "discoverable",
-                                                                    "epsilon")),
-    order=("ned", "loss", "mia", "discoverable", "epsilon"))
+def import_builtin_measures() -> None:
+    """The modules that run and register the built-in measures (each imports this registry to register, so they are
+    imported on the registry's first read, not here at import)."""
+    from memlens.harness.audit import discoverable, epsilon, extraction, losses, mia  # noqa: F401  registered on import
+
+
+MEASURES: Registry[Measure] = Registry("audit measure", "audit.measures", builtins=import_builtin_measures,
+                                       order=("ned", "loss", "mia", "discoverable", "epsilon"))
