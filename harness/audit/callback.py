@@ -62,7 +62,7 @@ from memlens.harness.audit.background import (
     reference_from_json,
     snapshot_checkpoint,
 )
-from memlens.harness.audit.epsilon import DEFAULT_GUESSES
+from memlens.harness.audit.epsilon import DEFAULT_GUESSES, EpsilonSettings
 from memlens.harness.audit.mia import audit_mia, collect_summaries
 from memlens.harness.audit.preflight import check_survival, dataloader_parts
 from memlens.harness.audit.preflight import report as report_survival
@@ -114,7 +114,7 @@ FAIR_COIN = 0.5                         # memlens.inject's heldout_fraction the 
 REWARD = "reward"                       # what a reward model's checkpoint is scored with instead
 CALLBACK_LOG = "callback.jsonl"
 _ATTACHED: dict[str, Any] = {}          # out_dir -> weak reference to the trainer attach() was given
-EPSILON_DELTA = 1e-5                    # δ of the callback's ε bounds: conf/audit/default.yaml's epsilon_delta
+EPSILON_DELTA = EpsilonSettings.delta   # δ of the callback's ε bounds: audit.epsilon_delta's default
 REFERENCE_NAME = "the trainer's training rows (token ids)"   # DC-PDD's reference when the user names none
 BASE = "base"                           # control="base": a PEFT model's base, adapters off
 

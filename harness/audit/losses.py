@@ -8,12 +8,16 @@ themselves are memlens.harness.measures.losses and memlens.harness.measures.expo
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
 from memlens.harness.audit.measure_registry import MEASURES, Measure
 from memlens.harness.audit.plan import plan_audits
+from memlens.harness.audit.settings import AuditSettings, setting
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256, read_json, read_jsonl
 from memlens.harness.core.layout import checkpoint_dirs, data_dir, require_inside
@@ -30,6 +34,7 @@ FIM_FIELDS = ("id", "prefix", "target", "suffix")
 VARIANT_CONTROL = "control_run"
 VARIANT_REFERENCE = "reference_upper_bound"
 CONTROL_LOSS_FLOOR = 1e-12
+DEFAULT_TAU = 0.2                  # audit.tau (LossSettings): recollection threshold, paper 004 Sec. 3
 
 
 def checkpoint_steps(model_dir: str | Path) -> dict[int, Path]:
@@ -109,7 +114,7 @@ def _jsonable(a: np.ndarray) -> list:
 
 def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], out_dir: str | Path, *,
                  control_dir: str | Path | None = None, reference_model: str | Path | None = None,
-                 tau: float = 0.2, heldout: str | None = None, batch_size: int = 16,
+                 tau: float = DEFAULT_TAU, heldout: str | None = None, batch_size: int = 16,
                  device: str = "auto", fim_family: str | None = None, cache_dir: str | Path | None = None,
                  pii_candidates: str | Path | None = None, exposure: bool = True,
                  seed: int | None = None) -> dict:
@@ -257,7 +262,35 @@ def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], o
     return summary
 
 
-def audit_run_losses(cfg, log=print) -> None:
+@dataclass(frozen=True)
+class LossSettings:
+    """The loss measures' keys (KEYS) with their defaults, and the scoring knobs they share with the other measures;
+    parsed and checked when the audit is planned (harness/audit/command.py), before any model is scored."""
+
+    KEYS: ClassVar[dict[str, str]] = {"tau": "tau", "heldout": "loss_heldout"}
+
+    tau: float = DEFAULT_TAU             # recollection threshold on a string's loss (paper 004 Sec. 3)
+    heldout: str | None = "pd_eval"      # held-out set whose lowest mean loss marks e* (paper 004 Fig. 3); None: none
+    scoring: AuditSettings = field(default_factory=AuditSettings)
+
+    def __post_init__(self):
+        if isinstance(self.tau, bool) or not isinstance(self.tau, (int, float)) or not math.isfinite(self.tau) \
+                or self.tau <= 0:
+            raise UserError(f"audit.tau={self.tau!r}: must be a positive number (the loss below which a string counts "
+                            "as recollected; 0.2 is the default)")
+        if self.heldout is not None and not isinstance(self.heldout, str):
+            raise UserError(f"audit.loss_heldout={self.heldout!r}: name one of the run's datasets (e.g. pd_eval), or "
+                            "null")
+
+    @classmethod
+    def from_config(cls, a) -> LossSettings:
+        """audit.tau and audit.loss_heldout (a missing key takes its default), checked; errors name the key."""
+        tau = setting(a, cls, "tau")
+        tau = float(tau) if isinstance(tau, int) and not isinstance(tau, bool) else tau
+        return cls(tau, setting(a, cls, "heldout"), AuditSettings.from_config(a))
+
+
+def audit_run_losses(cfg, settings: LossSettings, log=print) -> None:
     """Paper 004's loss-based measures for every planned model (`audit.measures` includes `loss`).
 
     The control run is the plan's control when its checkpoints sit at the same steps as the audited
@@ -270,7 +303,7 @@ def audit_run_losses(cfg, log=print) -> None:
     by_model: dict[tuple[str, Path, Path], list[str]] = {}
     for item in plan_audits(cfg):
         by_model.setdefault((item.model_name, item.model_dir, item.control_dir), []).append(item.dataset)
-    heldout = a.get("loss_heldout")
+    heldout, scoring = settings.heldout, settings.scoring
     for (name, model_dir, control_dir), datasets in by_model.items():
         sets = {d: data_dir(run_dir, d) for d in datasets}
         if heldout and (data_dir(run_dir, heldout) / "rows.jsonl").is_file():
@@ -283,10 +316,10 @@ def audit_run_losses(cfg, log=print) -> None:
         audit_losses(model_dir, sets, require_inside(Path(a.out_dir) / "losses" / name, a.out_dir, "audit.out_dir"),
                      control_dir=control_dir if matched else None,
                      reference_model=None if matched else control_dir,
-                     tau=float(a.get("tau", 0.2)), heldout=heldout if heldout in sets else None,
-                     batch_size=int(a.batch_size), device=str(a.get("device") or "auto"),
-                     fim_family=a.get("fim_family"), cache_dir=Path(str(a.cache_dir)),
+                     tau=settings.tau, heldout=heldout if heldout in sets else None,
+                     batch_size=scoring.batch_size, device=scoring.device,
+                     fim_family=scoring.fim_family, cache_dir=Path(str(a.cache_dir)),
                      seed=cfg.get("seed"))
 
 
-MEASURES.register("loss", Measure("Loss measures (paper 004)", audit_run_losses))
+MEASURES.register("loss", Measure("Loss measures (paper 004)", audit_run_losses, settings=LossSettings.from_config))
