@@ -19,9 +19,10 @@ from memlens.harness.audit.measure_registry import MEASURES, Measure
 from memlens.harness.audit.plan import plan_audits
 from memlens.harness.audit.settings import AuditSettings, setting
 from memlens.harness.core.errors import UserError
-from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256, read_json, read_jsonl
+from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256, read_json
 from memlens.harness.core.layout import checkpoint_dirs, data_dir, require_inside
 from memlens.harness.core.provenance import provenance
+from memlens.harness.core.user_data import read_fim_examples
 from memlens.harness.measures import exposure as exp
 from memlens.harness.measures.losses import LOSS_MEASURES, memorization_measures
 from memlens.harness.model.cache import CACHE_VERSION, cached_target_losses, examples_fingerprint, in_chunks, loss_cache
@@ -87,22 +88,14 @@ def _match_checkpoints(audited_dir: Path, control_dir: Path | None) -> list[dict
 def load_fim_examples(path: str | Path) -> tuple[list[dict], str]:
     """Rows (id, prefix, target, suffix, ...) of a FIM example set and the sha256 of its file.
 
-    `path` is a rows.jsonl file or a dataset directory holding one.
+    `path` is a rows.jsonl file or a dataset directory holding one. The rows are read and checked by the one reader of
+    FIM examples (memlens.harness.core.user_data.read_fim_examples, as the NED audit reads them): the same rules and
+    the same errors (file:line, non-string field, empty target, duplicate id) whichever measure reads the set.
     """
     path = Path(path)
     if path.is_dir():
         path = path / "rows.jsonl"
-    rows = read_jsonl(path, required=FIM_FIELDS)
-    seen: set = set()
-    for n, r in enumerate(rows, start=1):
-        for f in ("prefix", "target", "suffix"):
-            if not isinstance(r[f], str):
-                raise UserError(f"{path}: row {n} (id {r['id']!r}): field {f!r} must be a string")
-        if not r["target"]:
-            raise UserError(f"{path}: row {n} (id {r['id']!r}): empty target, nothing to score; drop the row")
-        if r["id"] in seen:
-            raise UserError(f"{path}: row {n}: duplicate id {r['id']!r}; ids must be unique per dataset")
-        seen.add(r["id"])
+    rows = [row for _, row in read_fim_examples(path)]
     if not rows:
         raise UserError(f"{path}: no rows; the loss measures need at least one example")
     return rows, file_sha256(path)
