@@ -274,13 +274,12 @@ class LossSettings:
         if self.heldout is not None and not isinstance(self.heldout, str):
             raise UserError(f"audit.loss_heldout={self.heldout!r}: name one of the run's datasets (e.g. pd_eval), or "
                             "null")
+        object.__setattr__(self, "tau", float(self.tau))     # audit.tau=1 is 1.0, as the summaries record it
 
     @classmethod
     def from_config(cls, a) -> LossSettings:
         """audit.tau and audit.loss_heldout (a missing key takes its default), checked; errors name the key."""
-        tau = setting(a, cls, "tau")
-        tau = float(tau) if isinstance(tau, int) and not isinstance(tau, bool) else tau
-        return cls(tau, setting(a, cls, "heldout"), AuditSettings.from_config(a))
+        return cls(setting(a, cls, "tau"), setting(a, cls, "heldout"), AuditSettings.from_config(a))
 
 
 def audit_run_losses(cfg, settings: LossSettings, log=print) -> None:
