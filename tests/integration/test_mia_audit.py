@@ -315,8 +315,8 @@ def test_discoverable_extraction_over_the_run_reads_the_ned_rows_and_reruns_from
 
 
 def test_a_bad_setting_of_a_later_measure_stops_the_audit_before_the_first_runs(world, tmp_path):
-    """Every requested measure checks its settings before any runs (Measure.check): a bad discoverable or epsilon
-    setting fails in a second, not after the NED audit decoded every checkpoint."""
+    """Every measure's settings are parsed before any runs (Measure.settings, command.plan_settings): a bad
+    discoverable or epsilon setting fails in a second, not after the NED audit decoded every checkpoint."""
     from memlens.harness.core.errors import UserError
     from memlens.harness.core.shipped import shipped_path
 
