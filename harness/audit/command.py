@@ -52,7 +52,8 @@ def check_settings(cfg) -> str:
 
 
 def run_measure(cfg, name: str, settings: dict[str, Any]) -> None:
-    """One requested measure with the settings parsed when the audit was planned (a plugin's without: `run(cfg, log)`)."""
+    """One requested measure, with the settings parsed when the audit was planned (a plugin's without settings:
+    `run(cfg, log)`)."""
     measure = MEASURES[name]
     if name in settings:
         measure.run(cfg, settings[name], log=print)

@@ -81,8 +81,8 @@ class EpsilonSettings:
             raise UserError(f"audit.epsilon_span={span!r}: use a span the MIA audit scores (audit.mia_spans={spans}), "
                             "or add it to audit.mia_spans")
         delta = _number(a, "delta", 0.0, 1.0, closed_low=True,
-                        why="must be a number in [0, 1) (δ of the (ε, δ)-DP claim tested; 1e-5 is the default, 0 pure "
-                            "DP)")
+                        why="must be a number in [0, 1) (δ of the (ε, δ)-DP claim tested; 1e-5 is the default, "
+                            "0 pure DP)")
         confidence = _number(a, "confidence", 0.0, 1.0, closed_low=False, why="must be a number in (0, 1), e.g. 0.95")
         return cls(attack, span, delta, confidence, _guesses(setting(a, cls, "guesses")))
 
