@@ -1,7 +1,7 @@
 """`memlens audit experiment=<name>`: every requested measure (`audit.measures`, default [ned]) over the run's audit
 plan (harness/audit/plan.py), or `audit.model_dir=...`: the extraction audit of one model (harness/audit/run.py).
 
-Every requested measure's settings are parsed into its dataclass (plan_settings) before any model is scored; the
+Every measure's settings are parsed into its dataclass (plan_settings) before any model is scored; the
 measures run in the registry's order (harness/audit/measure_registry.py), each with its parsed settings, and each
 reports its cost in seconds.
 """
@@ -72,7 +72,7 @@ def main(cfg) -> int:
                             "them over a run's plan with `memlens audit experiment=<name>`")
         plan_settings(cfg)                # as the run's audit: every setting checked before the model is scored
         return audit_one(cfg)
-    settings = plan_settings(cfg)         # every requested measure's settings first: fail before anything runs
+    settings = plan_settings(cfg)         # every measure's settings first: fail before anything runs
     for name in measures:
         start = time.perf_counter()
         run_measure(cfg, name, settings)

@@ -3,7 +3,7 @@
 A measure scores a run's audit plan and writes its results under the audit directory; `audit.measures`
 validates against this registry and `memlens audit` runs the requested ones in registration order. Every setting of a
 measure is a frozen dataclass: its `settings` parser (the dataclass's `from_config(audit group)`, each error a UserError
-naming `audit.<key>=<value>` and the fix) runs for every requested measure when the audit is planned
+naming `audit.<key>=<value>` and the fix) runs for every measure, asked for or not, when the audit is planned
 (harness/audit/command.py plan_settings: `memlens audit`, `memlens check` and `memlens run`'s pre-check), so a bad
 setting of the last measure stops the audit before any model is scored; the measure's `run(cfg, settings, log)` then
 receives the parsed object instead of reading the config. A measure
