@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import errno
 import functools
-import importlib
 import itertools
 import os
 import re
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from memlens.harness.core.config import check_sections
@@ -31,22 +31,73 @@ from memlens.harness.core.shipped import shipped_dir
 from memlens.harness.model.load import filter_transformers_records
 from memlens.harness.report.findings import Roles
 
-# command -> ("module:function", help). Modules are imported only when their command runs, so
-# `memlens --help` stays fast and the scorer never imports the recipes.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "audit": ("memlens.harness.audit.command:main", "score checkpoints against a control model (k-approx. counterfactual)"),
-    "data": ("memlens.synthetic_data.build:main", "build the datasets an experiment needs into <run_dir>/data/"),
-    "train": ("memlens.recipes.orchestration.pipeline:train_main", "train one stage: memlens train stage=<name>"),
-    "run": ("memlens.recipes.orchestration.pipeline:run_main", "data -> every stage of an experiment -> audit -> report"),
-    "report": ("memlens.harness.report.render:main", "render figures and report.md/html from stored audit results"),
-    "nmt": ("memlens.harness.study_commands:nmt_command", "Finding Memo: train a seq2seq model and run algorithms 1-3"),
-    "formal": ("memlens.harness.study_commands:formal_command",
-               "paper 004's formal languages: measures, findings L1-L7, report"),
-    "status": ("memlens.recipes.orchestration.status:main",
+
+# Each command's function, imported by name inside a small loader: a module is imported only when its command runs, so
+# `memlens --help` stays fast and the scorer never imports the recipes, and a reader (or an import-graph tool) follows
+# a command to its code by imports alone.
+def _audit():
+    from memlens.harness.audit.command import main  # lazy: loads when its command runs
+    return main
+
+
+def _data():
+    from memlens.synthetic_data.build import main  # lazy: loads when its command runs
+    return main
+
+
+def _train():
+    from memlens.recipes.orchestration.pipeline import train_main  # lazy: loads when its command runs
+    return train_main
+
+
+def _run():
+    from memlens.recipes.orchestration.pipeline import run_main  # lazy: loads when its command runs
+    return run_main
+
+
+def _report():
+    from memlens.harness.report.render import main  # lazy: loads when its command runs
+    return main
+
+
+def _nmt():
+    from memlens.harness.study_commands import nmt_command  # lazy: loads when its command runs
+    return nmt_command
+
+
+def _formal():
+    from memlens.harness.study_commands import formal_command  # lazy: loads when its command runs
+    return formal_command
+
+
+def _status():
+    from memlens.recipes.orchestration.status import main  # lazy: loads when its command runs
+    return main
+
+
+def _check():
+    from memlens.recipes.orchestration.check import main  # lazy: loads when its command runs
+    return main
+
+
+def _verify():
+    from memlens.harness.report.verify import main  # lazy: loads when its command runs
+    return main
+
+
+# command -> (its loader, help)
+COMMANDS: dict[str, tuple[Callable[[], Callable], str]] = {
+    "audit": (_audit, "score checkpoints against a control model (k-approx. counterfactual)"),
+    "data": (_data, "build the datasets an experiment needs into <run_dir>/data/"),
+    "train": (_train, "train one stage: memlens train stage=<name>"),
+    "run": (_run, "data -> every stage of an experiment -> audit -> report"),
+    "report": (_report, "render figures and report.md/html from stored audit results"),
+    "nmt": (_nmt, "Finding Memo: train a seq2seq model and run algorithms 1-3"),
+    "formal": (_formal, "paper 004's formal languages: measures, findings L1-L7, report"),
+    "status": (_status,
                "where each model of a run stands: done, running (step k/n), queued, failed, stale; --watch redraws"),
-    "check": ("memlens.recipes.orchestration.check:main", "preflight of a model preset: files, sentinels, BOS/EOS/PAD, lengths"),
-    "verify": ("memlens.harness.report.verify:main",
-               "re-hash a finished run's data and models, recompute its summary and findings, compare"),
+    "check": (_check, "preflight of a model preset: files, sentinels, BOS/EOS/PAD, lengths"),
+    "verify": (_verify, "re-hash a finished run's data and models, recompute its summary and findings, compare"),
 }
 
 # Set before anything imports huggingface_hub, transformers or datasets (they read these at import):
@@ -279,33 +330,22 @@ def load_command(name: str):
     """The function that runs command `name`; `run`, `train` and `nmt` get the measuring side they need."""
     if name not in COMMANDS:
         raise UserError(f"unknown command {name!r}\n{USAGE}")
-    command = import_target(COMMANDS[name][0], name)
+    command = COMMANDS[name][0]()
     if name in ("run", "train", "check"):
         return functools.partial(command, measurement=measurement())
     return command
-
-
-def import_target(target: str, name: str = ""):
-    module_name, func_name = target.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        if e.name == module_name:
-            raise UserError(f"command {name!r} is not available in this version of memlens") from None
-        raise
-    return getattr(module, func_name)
 
 
 def measurement():
     """The training pipeline's link to the measuring side: `memlens audit` / `report` after training, and
     moving a replaced model's audit results aside (memlens.recipes.orchestration.pipeline.Measurement). The CLI is the one place
     both sides are imported: the recipes never import memlens.harness.audit or memlens.harness.report."""
-    # lazy: the recipes load when a training command runs
-    from memlens.recipes.orchestration.pipeline import Measurement
+    from memlens.harness.audit.command import check_settings  # lazy: the audit loads when a training command runs
+    from memlens.harness.audit.retire import retire_model_results  # lazy: as above
+    from memlens.recipes.orchestration.pipeline import Measurement  # lazy: the recipes load with it too
 
     return Measurement(run_command=lambda command, cfg: int(load_command(command)(cfg) or 0),
-                       retire_audit_results=import_target("memlens.harness.audit.retire:retire_model_results"),
-                       check_audit=import_target("memlens.harness.audit.command:check_settings"))
+                       retire_audit_results=retire_model_results, check_audit=check_settings)
 
 
 def directories_written(name: str, cfg) -> list[tuple[str, Path]]:

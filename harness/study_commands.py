@@ -17,13 +17,15 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from memlens.harness.audit.formal import analyse as analyse_formal
 from memlens.harness.audit.nmt import check_stability, run_nmt
 from memlens.harness.cli import stay_offline
 from memlens.harness.core.console import ExpectedRecords, quiet_libraries
 from memlens.harness.core.errors import UserError
+from memlens.harness.core.formal_study import FormalSettings
 from memlens.harness.core.kernels import level_environment
 from memlens.harness.model.load import filter_transformers_records
-from memlens.harness.report.formal_report import formal_command as formal_study
+from memlens.harness.report.formal_report import report_formal
 from memlens.harness.report.nmt_report import write_nmt_report
 from memlens.recipes.nmt.nmt_pipeline import NmtTrainer
 
@@ -38,12 +40,13 @@ def nmt_command(cfg) -> int:
 
 
 def formal_command(cfg) -> int:
-    """`memlens formal`: paper 004's formal-language study's measures, findings and report from its trained models
-    (memlens.harness.report.formal_report.formal_command)."""
+    """`memlens formal`: paper 004's formal-language study's measures (memlens.harness.audit.formal.analyse) over its
+    trained models, then its findings and report from what that stored (memlens.harness.report.formal_report)."""
     if cfg.get("formal") is None:
         raise UserError("memlens formal needs a formal-language experiment: experiment=formal_languages "
                         "(or formal_toy)")
-    return formal_study(cfg)
+    analyse_formal(cfg.run_dir, FormalSettings.load(OmegaConf.to_container(cfg.formal, resolve=True)))
+    return report_formal(cfg)
 
 
 def nmt_in_child_process(cfg, kernels: str) -> dict:

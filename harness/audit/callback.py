@@ -62,7 +62,7 @@ from memlens.harness.audit.background import (
     reference_from_json,
     snapshot_checkpoint,
 )
-from memlens.harness.audit.epsilon import DEFAULT_GUESSES
+from memlens.harness.audit.epsilon import DEFAULT_GUESSES, EpsilonSettings
 from memlens.harness.audit.mia import audit_mia, collect_summaries
 from memlens.harness.audit.preflight import check_survival, dataloader_parts
 from memlens.harness.audit.preflight import report as report_survival
@@ -93,7 +93,7 @@ from memlens.harness.core.provenance import provenance
 from memlens.harness.core.stats import BOOTSTRAP_N, BOOTSTRAP_SEED
 from memlens.harness.measures.epsilon import audit_epsilon, guess_counts
 from memlens.harness.measures.exposure import exposure_from_losses, exposure_summary
-from memlens.harness.measures.memorization import DEFAULT_K, summarize_rows
+from memlens.harness.measures.memorization import summarize_rows
 from memlens.harness.measures.mia import TokenFrequency, attack_metrics
 from memlens.harness.model.load import ADAPTER_CONFIG, has_weights, model_sentinels, set_threads
 from memlens.harness.model.rewards import score_texts
@@ -114,7 +114,7 @@ FAIR_COIN = 0.5                         # memlens.inject's heldout_fraction the 
 REWARD = "reward"                       # what a reward model's checkpoint is scored with instead
 CALLBACK_LOG = "callback.jsonl"
 _ATTACHED: dict[str, Any] = {}          # out_dir -> weak reference to the trainer attach() was given
-EPSILON_DELTA = 1e-5                    # δ of the callback's ε bounds: conf/audit/default.yaml's epsilon_delta
+EPSILON_DELTA = EpsilonSettings.delta   # δ of the callback's ε bounds: audit.epsilon_delta's default
 REFERENCE_NAME = "the trainer's training rows (token ids)"   # DC-PDD's reference when the user names none
 BASE = "base"                           # control="base": a PEFT model's base, adapters off
 
@@ -244,8 +244,9 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
 
     def __init__(self, manifest, *, control: str | Path, out_dir: str | Path, every: int = 1,
                  limit: int | None = None, measures: Sequence[str] = CALLBACK_MEASURES, model_name: str | None = None,
-                 prompt_format: str | None = None, k: float = DEFAULT_K, max_new_tokens: int = 64,
-                 target_tokens: int = 64, min_target_tokens: int = 10, batch_size: int = 16, device: str = "auto",
+                 prompt_format: str | None = None, k: float = AuditSettings.k,
+                 max_new_tokens: int = AuditSettings.max_new_tokens, target_tokens: int = AuditSettings.target_tokens,
+                 min_target_tokens: int = AuditSettings.min_target_tokens, batch_size: int = 16, device: str = "auto",
                  exposure_candidates: int = 32, reference: Sequence[str] | None = None,
                  preflight: str = "raise", background: bool = False, max_pending: int = 2,
                  log: Callable[[str], None] = print):

@@ -17,15 +17,14 @@ On disk, below the run's audit dir (memlens.harness.core.layout.discoverable_dir
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-
-from omegaconf import OmegaConf
+from typing import ClassVar
 
 from memlens.harness.audit.measure_registry import MEASURES, Measure
 from memlens.harness.audit.plan import plan_audits
 from memlens.harness.audit.run import META_SUFFIX, rows_path
-from memlens.harness.audit.settings import list_checkpoints
+from memlens.harness.audit.settings import AuditSettings, list_checkpoints, setting
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import RowStore, atomic_write_json, atomic_write_jsonl, read_json
 from memlens.harness.core.layout import discoverable_dir, require_inside
@@ -45,18 +44,43 @@ RULE = ("(n, p)-discoverable: 1 - (1 - p_z)^n >= p, p_z = the probability that o
 
 @dataclass(frozen=True)
 class DiscoverableSettings:
-    schemes: tuple[SamplingScheme, ...]
-    queries: tuple[int, ...]          # n of each (n, p) point: the curve's x-axis
-    probabilities: tuple[float, ...]  # p of each (n, p) point
+    """The audit.discoverable_* keys (KEYS) with their defaults, and the scoring knobs the measure shares with the
+    others; parsed and checked when the audit is planned (harness/audit/command.py), before any model is scored."""
+
+    KEYS: ClassVar[dict[str, str]] = {"schemes": "discoverable_schemes", "queries": "discoverable_queries",
+                                      "probabilities": "discoverable_p"}
+
+    schemes: tuple[SamplingScheme, ...] = (SamplingScheme("greedy", 0), SamplingScheme("top_k40", 1.0, 40))
+    queries: tuple[int, ...] = (1, 10, 100, 1000, 10000)   # n of each (n, p) point: the curve's x-axis
+    probabilities: tuple[float, ...] = (0.5, 0.9)          # p of each (n, p) point
+    scoring: AuditSettings = field(default_factory=AuditSettings)
+
+    @classmethod
+    def from_config(cls, a) -> DiscoverableSettings:
+        """audit.discoverable_schemes / _queries / _p (a missing key takes its default), checked; errors name the
+        key and the fix."""
+        schemes = _schemes(setting(a, cls, "schemes"))
+        queries = _numbers(setting(a, cls, "queries"), "audit.discoverable_queries", int)
+        probabilities = _numbers(setting(a, cls, "probabilities"), "audit.discoverable_p", float)
+        if any(n < 1 for n in queries):
+            raise UserError(f"audit.discoverable_queries={list(queries)}: each number of queries must be >= 1")
+        if any(not (0 < p <= 1) for p in probabilities):
+            raise UserError(f"audit.discoverable_p={list(probabilities)}: each probability must be in (0, 1]")
+        return cls(schemes, queries, probabilities, AuditSettings.from_config(a))
 
 
 def settings_from_audit(a) -> DiscoverableSettings:
-    """audit.discoverable_schemes / _queries / _p, checked; errors name the key and the fix."""
-    raw = a.get("discoverable_schemes")
-    raw = OmegaConf.to_container(raw, resolve=True) if OmegaConf.is_config(raw) else raw
-    if not raw or not isinstance(raw, list):
-        raise UserError("audit.discoverable_schemes: give a list of decoding schemes, e.g. [{name: greedy, "
+    """audit.discoverable_schemes / _queries / _p, checked (DiscoverableSettings.from_config)."""
+    return DiscoverableSettings.from_config(a)
+
+
+def _schemes(raw) -> tuple[SamplingScheme, ...]:
+    """The decoding schemes of audit.discoverable_schemes (plain values), checked."""
+    if not raw or not isinstance(raw, (list, tuple)):
+        raise UserError(f"audit.discoverable_schemes={raw!r}: give a list of decoding schemes, e.g. [{{name: greedy, "
                         "temperature: 0}, {name: top_k40, temperature: 1.0, top_k: 40}]")
+    if all(isinstance(entry, SamplingScheme) for entry in raw):      # the dataclass's own default
+        return tuple(raw)
     schemes = []
     for i, entry in enumerate(raw):
         where = f"audit.discoverable_schemes[{i}]"
@@ -73,19 +97,12 @@ def settings_from_audit(a) -> DiscoverableSettings:
     names = [s.name for s in schemes]
     if len(set(names)) != len(names):
         raise UserError(f"audit.discoverable_schemes: names {names} repeat; give each scheme its own name")
-    queries = _numbers(a.get("discoverable_queries"), "audit.discoverable_queries", int)
-    probabilities = _numbers(a.get("discoverable_p"), "audit.discoverable_p", float)
-    if any(n < 1 for n in queries):
-        raise UserError(f"audit.discoverable_queries={list(queries)}: each number of queries must be >= 1")
-    if any(not (0 < p <= 1) for p in probabilities):
-        raise UserError(f"audit.discoverable_p={list(probabilities)}: each probability must be in (0, 1]")
-    return DiscoverableSettings(tuple(schemes), queries, probabilities)
+    return tuple(schemes)
 
 
 def _numbers(raw, key: str, kind) -> tuple:
-    raw = OmegaConf.to_container(raw, resolve=True) if OmegaConf.is_config(raw) else raw
     raw = [raw] if isinstance(raw, (int, float)) and not isinstance(raw, bool) else raw
-    ok = isinstance(raw, list) and raw and all(
+    ok = isinstance(raw, (list, tuple)) and raw and all(
         isinstance(x, (int, float)) and not isinstance(x, bool) and (kind is float or float(x).is_integer())
         for x in raw)
     if not ok:
@@ -127,15 +144,15 @@ def _entry(scored: list[dict], logps: dict, control: dict, ned_rows: list[dict],
     return {"n_scored": len(scored), "greedy_ned": greedy, "schemes": schemes}
 
 
-def audit_discoverable(cfg, planned, log=print) -> dict:
+def audit_discoverable(cfg, planned, log=print, settings: DiscoverableSettings | None = None) -> dict:
     """Score every planned (model, dataset) at every checkpoint the extraction audit scored; write rows and
-    `discoverable/summary.json`; return the summary."""
+    `discoverable/summary.json`; return the summary. `settings`: parsed when the audit was planned (None: here)."""
     a = cfg.audit
-    settings = settings_from_audit(a)
+    settings = settings or DiscoverableSettings.from_config(a)
     out_dir = Path(a.out_dir)
     root = require_inside(discoverable_dir(out_dir), out_dir, "audit.out_dir")
-    device = pick_device(str(a.get("device") or "auto"))
-    cache_dir, batch_size, fim_family = Path(str(a.cache_dir)), int(a.batch_size), a.get("fim_family")
+    device = pick_device(settings.scoring.device)
+    cache_dir, batch_size, fim_family = Path(str(a.cache_dir)), settings.scoring.batch_size, settings.scoring.fim_family
     outputs: dict[Path, list[dict]] = {}
     results: dict = {}
     controls: dict[tuple[str, str], dict] = {}      # a control is scored once per example set, not per checkpoint
@@ -233,14 +250,14 @@ def report_rows(audit_dir: Path) -> tuple[list[str], list[dict]] | None:
     return columns, rows
 
 
-def audit_run_discoverable(cfg, log=print) -> None:
+def audit_run_discoverable(cfg, settings: DiscoverableSettings, log=print) -> None:
     """(n, p)-discoverable extraction for every planned model and dataset (`audit.measures` includes `discoverable`,
     after `ned`: it scores the examples the extraction audit scored; memlens.harness.audit.discoverable)."""
-    if cfg.audit.get("threads"):
-        set_threads(int(cfg.audit.threads))
-    audit_discoverable(cfg, plan_audits(cfg), log)
+    if settings.scoring.threads:
+        set_threads(settings.scoring.threads)
+    audit_discoverable(cfg, plan_audits(cfg), log, settings)
 
 
 MEASURES.register("discoverable", Measure("Probabilistic discoverable extraction (Hayes et al. 2024)",
                                           audit_run_discoverable, report_rows=report_rows,
-                                          check=lambda cfg: settings_from_audit(cfg.audit)))
+                                          settings=DiscoverableSettings.from_config))

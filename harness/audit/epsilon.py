@@ -22,9 +22,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from memlens.harness.audit.measure_registry import MEASURES, Measure
+from memlens.harness.audit.mia import mia_spans
 from memlens.harness.audit.plan import plan_audits
+from memlens.harness.audit.settings import setting
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, file_sha256, read_json, read_jsonl
 from memlens.harness.core.layout import epsilon_dir, mia_dir, require_inside
@@ -55,7 +58,11 @@ ASSUMPTIONS = (
 
 @dataclass(frozen=True)
 class EpsilonSettings:
-    """The audit.epsilon_* keys (recorded in every summary)."""
+    """The audit.epsilon_* keys (KEYS) with their defaults (recorded in every summary: asdict, KEYS is no field);
+    parsed and checked when the audit is planned (harness/audit/command.py), before any model is scored."""
+
+    KEYS: ClassVar[dict[str, str]] = {"attack": "epsilon_attack", "span": "epsilon_span", "delta": "epsilon_delta",
+                                      "confidence": "epsilon_confidence", "guesses": "epsilon_guesses"}
 
     attack: str = "loss"
     span: str = "target"
@@ -63,38 +70,32 @@ class EpsilonSettings:
     confidence: float = CONFIDENCE
     guesses: tuple[tuple[float, float], ...] = DEFAULT_GUESSES
 
+    @classmethod
+    def from_config(cls, a) -> EpsilonSettings:
+        """The audit group's epsilon_* keys (a missing key takes its default), checked; each error names the key and
+        the fix."""
+        attack = epsilon_attack(a)
+        span = setting(a, cls, "span")
+        spans = list(mia_spans(a))
+        if span not in spans:
+            raise UserError(f"audit.epsilon_span={span!r}: use a span the MIA audit scores (audit.mia_spans={spans}), "
+                            "or add it to audit.mia_spans")
+        delta = _number(a, "delta", 0.0, 1.0, closed_low=True,
+                        why="must be a number in [0, 1) (δ of the (ε, δ)-DP claim tested; 1e-5 is the default, "
+                            "0 pure DP)")
+        confidence = _number(a, "confidence", 0.0, 1.0, closed_low=False, why="must be a number in (0, 1), e.g. 0.95")
+        return cls(attack, span, delta, confidence, _guesses(setting(a, cls, "guesses")))
 
-def _number(a, key: str, default, low: float, high: float, *, closed_low: bool, why: str) -> float:
-    value = a.get(key, default)
+
+def _number(a, name: str, low: float, high: float, *, closed_low: bool, why: str) -> float:
+    value = setting(a, EpsilonSettings, name)
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or not (low <= value if closed_low else low < value) or not value < high:
-        raise UserError(f"audit.{key}={value!r}: {why}")
+        raise UserError(f"audit.{EpsilonSettings.KEYS[name]}={value!r}: {why}")
     return float(value)
 
 
-def epsilon_attack(a) -> str:
-    """audit.epsilon_attack, a registered MIA attack (plugins included); checked even when epsilon is not asked for,
-    so that a misspelt name never waits for the run that needs it."""
-    attack = a.get("epsilon_attack", "loss")
-    if attack not in ATTACKS:
-        raise UserError(f"audit.epsilon_attack={attack!r}: use one registered MIA attack, fixed before the scores "
-                        f"are seen: {', '.join(ATTACKS)}")
-    return attack
-
-
-def epsilon_settings(a) -> EpsilonSettings:
-    """The audit group's epsilon_* keys, checked; each error names the key and the fix."""
-    attack = epsilon_attack(a)
-    span = a.get("epsilon_span", "target")
-    spans = list(a.get("mia_spans") or ["target", "program"])
-    if span not in spans:
-        raise UserError(f"audit.epsilon_span={span!r}: use a span the MIA audit scores (audit.mia_spans={spans}), "
-                        "or add it to audit.mia_spans")
-    delta = _number(a, "epsilon_delta", 1e-5, 0.0, 1.0, closed_low=True,
-                    why="must be a number in [0, 1) (δ of the (ε, δ)-DP claim tested; 1e-5 is the default, 0 pure DP)")
-    confidence = _number(a, "epsilon_confidence", CONFIDENCE, 0.0, 1.0, closed_low=False,
-                         why="must be a number in (0, 1), e.g. 0.95")
-    raw = a.get("epsilon_guesses", [list(g) for g in DEFAULT_GUESSES])
+def _guesses(raw) -> tuple[tuple[float, float], ...]:
     try:
         guesses = tuple((float(p), float(n)) for p, n in raw)
         guess_counts(1, guesses)
@@ -104,7 +105,22 @@ def epsilon_settings(a) -> EpsilonSettings:
         raise UserError(f"audit.epsilon_guesses={raw!r}: give a non-empty list of [k+ share, k- share] pairs of the "
                         "canaries (each in [0, 1], their sum at most 1), e.g. [[0.1, 0.1]] for one fixed choice "
                         "or several for a Bonferroni-corrected choice") from None
-    return EpsilonSettings(attack, span, delta, confidence, guesses)
+    return guesses
+
+
+def epsilon_attack(a) -> str:
+    """audit.epsilon_attack, a registered MIA attack (plugins included); checked even when epsilon is not asked for,
+    so that a misspelt name never waits for the run that needs it."""
+    attack = setting(a, EpsilonSettings, "attack")
+    if attack not in ATTACKS:
+        raise UserError(f"audit.epsilon_attack={attack!r}: use one registered MIA attack, fixed before the scores "
+                        f"are seen: {', '.join(ATTACKS)}")
+    return attack
+
+
+def epsilon_settings(a) -> EpsilonSettings:
+    """The audit group's epsilon_* keys, checked (EpsilonSettings.from_config)."""
+    return EpsilonSettings.from_config(a)
 
 
 def require_mia(measures) -> None:
@@ -178,11 +194,12 @@ def epsilon_of_model(audit_dir: Path, model_name: str, s: EpsilonSettings, log=p
     return summary
 
 
-def audit_epsilon_models(cfg, models: list[str], log=print) -> None:
-    """The measure's body for the run's planned `models` (audit_run_epsilon below hands them over)."""
+def audit_epsilon_models(cfg, models: list[str], log=print, settings: EpsilonSettings | None = None) -> None:
+    """The measure's body for the run's planned `models` (audit_run_epsilon below hands them over with the settings
+    parsed when the audit was planned; None parses them here)."""
     a = cfg.audit
     require_mia(a.get("measures"))
-    s = epsilon_settings(a)
+    s = settings or EpsilonSettings.from_config(a)
     audit_dir = Path(str(a.out_dir))
     bounded = 0
     for name in models:
@@ -256,14 +273,11 @@ def report_rows(audit_dir: Path) -> tuple[list[str], list[dict]] | None:
     return (columns, rows) if rows else None
 
 
-def audit_run_epsilon(cfg, log=print) -> None:
+def audit_run_epsilon(cfg, settings: EpsilonSettings, log=print) -> None:
     """One-run ε lower bounds (harness/audit/epsilon.py) from the MIA rows of every planned model; after mia."""
-    audit_epsilon_models(cfg, list(dict.fromkeys(p.model_name for p in plan_audits(cfg))), log)
+    audit_epsilon_models(cfg, list(dict.fromkeys(p.model_name for p in plan_audits(cfg))), log, settings)
 
 
-def _check_epsilon(cfg) -> None:
-    require_mia(cfg.audit.get("measures"))
-    epsilon_settings(cfg.audit)
-
-
-MEASURES.register("epsilon", Measure(TITLE, audit_run_epsilon, report_rows=report_rows, check=_check_epsilon))
+MEASURES.register("epsilon", Measure(TITLE, audit_run_epsilon, report_rows=report_rows,
+                                     settings=EpsilonSettings.from_config,
+                                     check=lambda cfg: require_mia(cfg.audit.get("measures"))))

@@ -8,20 +8,48 @@ so adding one checkpoint and rerunning generates only that checkpoint's completi
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from memlens.harness.audit.measure_registry import MEASURES, Measure
 from memlens.harness.audit.plan import PlannedAudit, job_from_config_defaults, plan_audits
 from memlens.harness.audit.run import check_scored, run_audit, write_summary
-from memlens.harness.audit.settings import AuditJob
+from memlens.harness.audit.settings import AuditJob, AuditSettings, setting
 from memlens.harness.audit.shards import distributed, merge_shards, shard_examples
 from memlens.harness.core.config import require_bool
+from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_json
 from memlens.harness.core.layout import data_dir, datasets_dir, stale_dir
 from memlens.harness.core.provenance import provenance
 from memlens.harness.measures.utility import utility_of_models
 from memlens.harness.model.load import distributed_barrier
+
+
+@dataclass(frozen=True)
+class NedSettings:
+    """The ned measure's settings: the scoring knobs (AuditSettings, recorded in every .meta.json and the summary) and
+    the whole-run utility audit's keys (KEYS); parsed and checked when the audit is planned (harness/audit/command.py),
+    before any model is scored."""
+
+    KEYS: ClassVar[dict[str, str]] = {"utility": "utility", "utility_examples": "utility_examples"}
+
+    utility: bool = True                 # paper 003 Table 2's utility of every planned model after the NED audit
+    utility_examples: int | None = 200   # seeded subset size of each utility set; None: all
+    scoring: AuditSettings = field(default_factory=AuditSettings)
+
+    def __post_init__(self):
+        n = self.utility_examples
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise UserError(f"audit.utility_examples={n!r}: must be a positive integer (the seeded subset of each "
+                            "utility set) or null (all of it)")
+
+    @classmethod
+    def from_config(cls, a) -> NedSettings:
+        """audit.utility and audit.utility_examples (a missing key takes its default) and the scoring knobs, checked;
+        each error names the key and the fix."""
+        return cls(require_bool(setting(a, cls, "utility"), "audit.utility"), setting(a, cls, "utility_examples"),
+                   AuditSettings.from_config(a))
 
 
 class JobLog:
@@ -57,12 +85,14 @@ def job_line(out_dir: Path, item: PlannedAudit, scored: int) -> str:
             f"final {final}")
 
 
-def audit_run(cfg, log=print, check_empty: bool = True) -> int:
+def audit_run(cfg, log=print, check_empty: bool = True, settings: NedSettings | None = None) -> int:
     """Audit every planned (model, dataset) of a run; resumable; multi-process when launched so.
 
-    With `check_empty`, ends in `check_run_scored` (main() calls that after the loss measures)."""
+    With `check_empty`, ends in `check_run_scored` (main() calls that after the loss measures). `settings`: parsed
+    when the audit was planned (None: here)."""
     run_dir = Path(cfg.run_dir)
-    base = job_from_config_defaults(cfg)
+    settings = settings or NedSettings.from_config(cfg.audit)
+    base = job_from_config_defaults(cfg, settings.scoring)
     planned = plan_audits(cfg)
     rank, world = distributed()
     log(f"[audit] {len(planned)} (model, dataset) audits in {run_dir} (process {rank + 1}/{world})")
@@ -96,8 +126,8 @@ def audit_run(cfg, log=print, check_empty: bool = True) -> int:
                                   for p in planned])
         path = write_summary(out_dir, record)
         log(f"[audit] summary of the run: {path}")
-        if require_bool(cfg.audit.get("utility", False), "audit.utility"):
-            audit_run_utility(cfg, planned, base, log)
+        if settings.utility:
+            audit_run_utility(cfg, planned, base, settings.utility_examples, log)
         if check_empty:
             check_run_scored(cfg, log)
     return 0
@@ -112,21 +142,22 @@ def check_run_scored(cfg, log=print) -> None:
     check_scored(summary, [(p.model_name, p.dataset) for p in plan_audits(cfg)], base.settings.allow_empty, log)
 
 
-def audit_run_utility(cfg, planned: list[PlannedAudit], base: AuditJob, log=print) -> None:
-    """Paper 003 Table 2 analogue for the final model of every planned model and control."""
+def audit_run_utility(cfg, planned: list[PlannedAudit], base: AuditJob, n_examples: int | None, log=print) -> None:
+    """Paper 003 Table 2 analogue for the final model of every planned model and control (`n_examples`: the seeded
+    subset of each utility set, audit.utility_examples; None: all)."""
     models = {p.model_name: p.model_dir for p in planned}
     models.update({p.control_name: p.control_dir for p in planned})
-    n = cfg.audit.get("utility_examples")
     record = utility_of_models(models, datasets_dir(cfg.run_dir), base.out_dir, base.settings, base.cache_dir,
-                               int(n) if n else None, int(cfg.get("seed") or 0))
+                               n_examples, int(cfg.get("seed") or 0))
     for name, entry in record["results"].items():
         log(f"[audit] utility {name}: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                                     for k, v in entry.items()))
 
 
-def _run_ned(cfg, log=print) -> None:
-    audit_run(cfg, log, check_empty=False)    # check_run_scored comes last: an empty NED audit still gets the rest
+def _run_ned(cfg, settings: NedSettings, log=print) -> None:
+    # check_run_scored comes last: an empty NED audit still gets the rest
+    audit_run(cfg, log, check_empty=False, settings=settings)
 
 
 MEASURES.register("ned", Measure("Extraction: the counterfactual NED test (paper 003 Sec. 4.2)", _run_ned,
-                                 single_model=True))
+                                 single_model=True, settings=NedSettings.from_config))

@@ -8,16 +8,21 @@ themselves are memlens.harness.measures.losses and memlens.harness.measures.expo
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
 from memlens.harness.audit.measure_registry import MEASURES, Measure
 from memlens.harness.audit.plan import plan_audits
+from memlens.harness.audit.settings import AuditSettings, setting
 from memlens.harness.core.errors import UserError
-from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256, read_json, read_jsonl
+from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256, read_json
 from memlens.harness.core.layout import checkpoint_dirs, data_dir, require_inside
 from memlens.harness.core.provenance import provenance
+from memlens.harness.core.user_data import read_fim_examples
 from memlens.harness.measures import exposure as exp
 from memlens.harness.measures.losses import LOSS_MEASURES, memorization_measures
 from memlens.harness.model.cache import CACHE_VERSION, cached_target_losses, examples_fingerprint, in_chunks, loss_cache
@@ -30,6 +35,7 @@ FIM_FIELDS = ("id", "prefix", "target", "suffix")
 VARIANT_CONTROL = "control_run"
 VARIANT_REFERENCE = "reference_upper_bound"
 CONTROL_LOSS_FLOOR = 1e-12
+DEFAULT_TAU = 0.2                  # audit.tau (LossSettings): recollection threshold, paper 004 Sec. 3
 
 
 def checkpoint_steps(model_dir: str | Path) -> dict[int, Path]:
@@ -82,22 +88,14 @@ def _match_checkpoints(audited_dir: Path, control_dir: Path | None) -> list[dict
 def load_fim_examples(path: str | Path) -> tuple[list[dict], str]:
     """Rows (id, prefix, target, suffix, ...) of a FIM example set and the sha256 of its file.
 
-    `path` is a rows.jsonl file or a dataset directory holding one.
+    `path` is a rows.jsonl file or a dataset directory holding one. The rows are read and checked by the one reader of
+    FIM examples (memlens.harness.core.user_data.read_fim_examples, as the NED audit reads them): the same rules and
+    the same errors (file:line, non-string field, empty target, duplicate id) whichever measure reads the set.
     """
     path = Path(path)
     if path.is_dir():
         path = path / "rows.jsonl"
-    rows = read_jsonl(path, required=FIM_FIELDS)
-    seen: set = set()
-    for n, r in enumerate(rows, start=1):
-        for f in ("prefix", "target", "suffix"):
-            if not isinstance(r[f], str):
-                raise UserError(f"{path}: row {n} (id {r['id']!r}): field {f!r} must be a string")
-        if not r["target"]:
-            raise UserError(f"{path}: row {n} (id {r['id']!r}): empty target, nothing to score; drop the row")
-        if r["id"] in seen:
-            raise UserError(f"{path}: row {n}: duplicate id {r['id']!r}; ids must be unique per dataset")
-        seen.add(r["id"])
+    rows = [row for _, row in read_fim_examples(path)]
     if not rows:
         raise UserError(f"{path}: no rows; the loss measures need at least one example")
     return rows, file_sha256(path)
@@ -109,7 +107,7 @@ def _jsonable(a: np.ndarray) -> list:
 
 def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], out_dir: str | Path, *,
                  control_dir: str | Path | None = None, reference_model: str | Path | None = None,
-                 tau: float = 0.2, heldout: str | None = None, batch_size: int = 16,
+                 tau: float = DEFAULT_TAU, heldout: str | None = None, batch_size: int = 16,
                  device: str = "auto", fim_family: str | None = None, cache_dir: str | Path | None = None,
                  pii_candidates: str | Path | None = None, exposure: bool = True,
                  seed: int | None = None) -> dict:
@@ -257,7 +255,34 @@ def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], o
     return summary
 
 
-def audit_run_losses(cfg, log=print) -> None:
+@dataclass(frozen=True)
+class LossSettings:
+    """The loss measures' keys (KEYS) with their defaults, and the scoring knobs they share with the other measures;
+    parsed and checked when the audit is planned (harness/audit/command.py), before any model is scored."""
+
+    KEYS: ClassVar[dict[str, str]] = {"tau": "tau", "heldout": "loss_heldout"}
+
+    tau: float = DEFAULT_TAU             # recollection threshold on a string's loss (paper 004 Sec. 3)
+    heldout: str | None = "pd_eval"      # held-out set whose lowest mean loss marks e* (paper 004 Fig. 3); None: none
+    scoring: AuditSettings = field(default_factory=AuditSettings)
+
+    def __post_init__(self):
+        if isinstance(self.tau, bool) or not isinstance(self.tau, (int, float)) or not math.isfinite(self.tau) \
+                or self.tau <= 0:
+            raise UserError(f"audit.tau={self.tau!r}: must be a positive number (the loss below which a string counts "
+                            "as recollected; 0.2 is the default)")
+        if self.heldout is not None and not isinstance(self.heldout, str):
+            raise UserError(f"audit.loss_heldout={self.heldout!r}: name one of the run's datasets (e.g. pd_eval), or "
+                            "null")
+        object.__setattr__(self, "tau", float(self.tau))     # audit.tau=1 is 1.0, as the summaries record it
+
+    @classmethod
+    def from_config(cls, a) -> LossSettings:
+        """audit.tau and audit.loss_heldout (a missing key takes its default), checked; errors name the key."""
+        return cls(setting(a, cls, "tau"), setting(a, cls, "heldout"), AuditSettings.from_config(a))
+
+
+def audit_run_losses(cfg, settings: LossSettings, log=print) -> None:
     """Paper 004's loss-based measures for every planned model (`audit.measures` includes `loss`).
 
     The control run is the plan's control when its checkpoints sit at the same steps as the audited
@@ -270,7 +295,7 @@ def audit_run_losses(cfg, log=print) -> None:
     by_model: dict[tuple[str, Path, Path], list[str]] = {}
     for item in plan_audits(cfg):
         by_model.setdefault((item.model_name, item.model_dir, item.control_dir), []).append(item.dataset)
-    heldout = a.get("loss_heldout")
+    heldout, scoring = settings.heldout, settings.scoring
     for (name, model_dir, control_dir), datasets in by_model.items():
         sets = {d: data_dir(run_dir, d) for d in datasets}
         if heldout and (data_dir(run_dir, heldout) / "rows.jsonl").is_file():
@@ -283,10 +308,10 @@ def audit_run_losses(cfg, log=print) -> None:
         audit_losses(model_dir, sets, require_inside(Path(a.out_dir) / "losses" / name, a.out_dir, "audit.out_dir"),
                      control_dir=control_dir if matched else None,
                      reference_model=None if matched else control_dir,
-                     tau=float(a.get("tau", 0.2)), heldout=heldout if heldout in sets else None,
-                     batch_size=int(a.batch_size), device=str(a.get("device") or "auto"),
-                     fim_family=a.get("fim_family"), cache_dir=Path(str(a.cache_dir)),
+                     tau=settings.tau, heldout=heldout if heldout in sets else None,
+                     batch_size=scoring.batch_size, device=scoring.device,
+                     fim_family=scoring.fim_family, cache_dir=Path(str(a.cache_dir)),
                      seed=cfg.get("seed"))
 
 
-MEASURES.register("loss", Measure("Loss measures (paper 004)", audit_run_losses))
+MEASURES.register("loss", Measure("Loss measures (paper 004)", audit_run_losses, settings=LossSettings.from_config))

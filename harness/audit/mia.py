@@ -24,13 +24,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from memlens.harness.audit.losses import load_fim_examples
 from memlens.harness.audit.measure_registry import MEASURES, Measure
 from memlens.harness.audit.plan import plan_audits
-from memlens.harness.audit.settings import list_checkpoints
+from memlens.harness.audit.settings import AuditSettings, list_checkpoints, setting
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
 from memlens.harness.core.layout import MIA_SUMMARY, checkpoint_step, data_dir, heldout_dataset, mia_dir, require_inside
@@ -453,39 +454,56 @@ def mia_reference_texts(run_dir: Path, name: str | None, log=print) -> list[str]
 
 @dataclass(frozen=True)
 class MiaSettings:
-    """The audit.mia_* keys (conf/audit/default.yaml holds their defaults), checked when the audit is planned."""
+    """The audit.mia_* keys (KEYS) with their defaults, and the scoring knobs the measure shares with the others;
+    parsed and checked when the audit is planned (harness/audit/command.py), before any model is scored."""
 
-    spans: tuple[str, ...]
-    bootstrap: int
-    reference: str | None
+    KEYS: ClassVar[dict[str, str]] = {"spans": "mia_spans", "bootstrap": "mia_bootstrap", "reference": "mia_reference"}
+
+    spans: tuple[str, ...] = SPANS           # target: the FIM target given its prompt; program: the whole program
+    bootstrap: int = BOOTSTRAP_N             # resamples of each AUC / TPR interval
+    reference: str | None = "pd_eval"        # the run's dataset whose token frequencies calibrate DC-PDD; None: none
+    scoring: AuditSettings = field(default_factory=AuditSettings)
+
+    def __post_init__(self):
+        _check_spans(self.spans)
+        if isinstance(self.bootstrap, bool) or not isinstance(self.bootstrap, int) or self.bootstrap < 1:
+            raise UserError(f"audit.mia_bootstrap={self.bootstrap!r}: must be a positive integer (bootstrap resamples "
+                            f"of each interval; {BOOTSTRAP_N} is the default)")
+        if self.reference is not None and not isinstance(self.reference, str):
+            raise UserError(f"audit.mia_reference={self.reference!r}: name one of the run's datasets (e.g. pd_eval), "
+                            "or null")
+
+    @classmethod
+    def from_config(cls, a) -> MiaSettings:
+        """The audit group's mia_* keys (a missing key takes its default), checked; each error names the key."""
+        return cls(mia_spans(a), setting(a, cls, "bootstrap"), setting(a, cls, "reference"),
+                   AuditSettings.from_config(a))
+
+
+def mia_spans(a) -> tuple[str, ...]:
+    """audit.mia_spans, checked (null or empty: the default, both spans); epsilon reads it too."""
+    return _check_spans(setting(a, MiaSettings, "spans") or MiaSettings.spans)
 
 
 def mia_settings(a) -> MiaSettings:
-    """The audit group's mia_* keys, checked; each error names the key and the fix."""
-    n_boot = a.get("mia_bootstrap", 1000)
-    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
-        raise UserError(f"audit.mia_bootstrap={n_boot!r}: must be a positive integer (bootstrap resamples of each "
-                        "interval; 1000 is the default)")
-    reference = a.get("mia_reference")
-    if reference is not None and not isinstance(reference, str):
-        raise UserError(f"audit.mia_reference={reference!r}: name one of the run's datasets (e.g. pd_eval), or null")
-    return MiaSettings(_check_spans(a.get("mia_spans") or ["target", "program"]), n_boot, reference)
+    """The audit group's mia_* keys, checked (MiaSettings.from_config)."""
+    return MiaSettings.from_config(a)
 
 
-def audit_run_mia(cfg, log=print) -> None:
-    """Membership inference for every planned model (`audit.measures` includes `mia`): each planned dataset
-    whose held-out partner (`<dataset>_heldout`, e.g. sd_base_heldout) is built in the run is scored at every
-    checkpoint, members against held-out non-members (memlens.harness.audit.mia), the plan's control as the reference
-    model of the calibrated attack."""
+def audit_run_mia(cfg, settings: MiaSettings, log=print) -> None:
+    """Membership inference for every planned model (`audit.measures` includes `mia`; `settings` parsed when the
+    audit was planned): each planned dataset whose held-out partner (`<dataset>_heldout`, e.g. sd_base_heldout) is
+    built in the run is scored at every checkpoint, members against held-out non-members
+    (memlens.harness.audit.mia), the plan's control as the reference model of the calibrated attack."""
     run_dir = Path(cfg.run_dir)
     a = cfg.audit
     by_model: dict[tuple[str, Path, Path, bool], list[str]] = {}
     for item in plan_audits(cfg):
         by_model.setdefault((item.model_name, item.model_dir, item.control_dir, item.all_checkpoints),
                             []).append(item.dataset)
-    settings = mia_settings(a)
-    if a.get("threads"):
-        set_threads(int(a.threads))       # as the NED audit does (audit.threads)
+    scoring = settings.scoring
+    if scoring.threads:
+        set_threads(scoring.threads)      # as the NED audit does (audit.threads)
     reference = mia_reference_texts(run_dir, settings.reference, log)
     scored = 0
     for (name, model_dir, control_dir, all_checkpoints), datasets in by_model.items():
@@ -500,8 +518,8 @@ def audit_run_mia(cfg, log=print) -> None:
         audit_mia(model_dir, name, pairs, require_inside(mia_dir(a.out_dir, name), a.out_dir, "audit.out_dir"),
                   control_dir=control_dir, cache_dir=Path(str(a.cache_dir)), all_checkpoints=all_checkpoints,
                   spans=list(settings.spans), n_boot=settings.bootstrap,
-                  seed=int(cfg.get("seed") or 0), batch_size=int(a.batch_size),
-                  device=str(a.get("device") or "auto"), fim_family=a.get("fim_family"),
+                  seed=int(cfg.get("seed") or 0), batch_size=scoring.batch_size,
+                  device=scoring.device, fim_family=scoring.fim_family,
                   reference=reference, reference_name=settings.reference, log=log)
         scored += 1
     if not scored:
@@ -511,4 +529,4 @@ def audit_run_mia(cfg, log=print) -> None:
     collect_summaries(a.out_dir)
 
 
-MEASURES.register("mia", Measure("Membership inference", audit_run_mia, check=lambda cfg: mia_settings(cfg.audit)))
+MEASURES.register("mia", Measure("Membership inference", audit_run_mia, settings=MiaSettings.from_config))

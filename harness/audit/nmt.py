@@ -325,7 +325,7 @@ def _run(cfg, trainer, s: NmtSettings, run_dir: Path, out: Path, seed: int, devi
         "m1_size": sum(r["in_m1"] for r in alg1), "memorized": len(memorized),
         "memorized_by_kind": kinds, "heldout": heldout, "buckets": buckets, "neighbourhood": neighbourhood,
         "neighbourhood_per_bucket": per_bucket, "substitutes": substitutes_note(s), "recovery": recovery,
-        "quality": quality, "finetune": finetune, "findings": nmt.findings(buckets, neighbourhood, recovery),
+        "quality": quality, "finetune": finetune, "finding_numbers": nmt.finding_numbers(buckets, neighbourhood, recovery),
         "examples": [{k: m[k] for k in ("source", "reference", "prefix", "prefix_ratio")} for m in memorized[:8]],
         "timings": timings,  # wall seconds of this invocation (cached steps take ~0)
         "provenance": provenance(seed=seed, datasets={DATASET: manifest["sha256"]}, model_dir=str(model_dir),
@@ -411,7 +411,7 @@ def check_stability(cfg, rerun, log=print) -> dict | None:
     stability = {"kernels": current, "second_kernels": second.get("cpu_capability"),
                  "informative": second.get("cpu_capability") != current,
                  "memorized": other["memorized"], "unique_pairs": other["unique_pairs"],
-                 "findings": other["findings"], "buckets": other["buckets"], "run_dir": str(config.run_dir)}
+                 "finding_numbers": other["finding_numbers"], "buckets": other["buckets"], "run_dir": str(config.run_dir)}
     out = Path(cfg.run_dir) / "nmt"
     summary = read_json(out / "summary.json")
     summary["stability"] = stability

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from memlens.harness.audit.settings import AuditJob, settings_from_config
+from memlens.harness.audit.settings import AuditJob, AuditSettings, settings_from_config
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import require_creatable_dir
 from memlens.harness.core.layout import check_listed_name, check_model_name, data_dir, models_dir
@@ -98,13 +98,14 @@ def plan_audits(cfg) -> list[PlannedAudit]:
     return planned
 
 
-def job_from_config_defaults(cfg) -> AuditJob:
-    """The audit settings and output dirs of the config, without a single model/control/examples."""
+def job_from_config_defaults(cfg, settings: AuditSettings | None = None) -> AuditJob:
+    """The audit settings (`settings` when already parsed) and output dirs of the config, without a single
+    model/control/examples."""
     a = cfg.audit
     if a.out_dir in (None, ""):
         raise UserError("audit.out_dir is not set; pass audit.out_dir=<directory for the results>")
     out_dir = require_creatable_dir("audit.out_dir", Path(str(a.out_dir)))
-    settings = settings_from_config(a)
+    settings = settings or settings_from_config(a)
     cache_dir = require_creatable_dir("audit.cache_dir",
                                       Path(str(a.cache_dir)) if a.get("cache_dir") else out_dir / "cache")
     return AuditJob(model_dir=Path("."), model_name="", control_dir=Path("."), examples=Path("."), dataset="",

@@ -21,13 +21,13 @@ On disk, below the run's audit dir (memlens.harness.core.layout.pair_mia_dir):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from memlens.harness.audit.measure_registry import MEASURES, Measure
-from memlens.harness.audit.mia import mia_settings
 from memlens.harness.audit.plan import PROVENANCE_FILE, plan_audits
-from memlens.harness.audit.settings import list_checkpoints
+from memlens.harness.audit.settings import AuditSettings, list_checkpoints, setting
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256, read_json, read_jsonl
 from memlens.harness.core.layout import (
@@ -271,13 +271,33 @@ def preference_models(cfg, log=print) -> list[PreferenceModel]:
     return list(seen.values())
 
 
-def audit_run_pair_mia(cfg, log=print) -> None:
+@dataclass(frozen=True)
+class PairMiaSettings:
+    """pair_mia's settings: its bootstrap is the target MIA's key (audit.mia_bootstrap: one interval method for both
+    tables), and the scoring knobs every measure shares; parsed when the audit is planned (harness/audit/command.py)."""
+
+    KEYS: ClassVar[dict[str, str]] = {"bootstrap": "mia_bootstrap"}
+
+    bootstrap: int = BOOTSTRAP_N             # resamples of each AUC / TPR interval
+    scoring: AuditSettings = field(default_factory=AuditSettings)
+
+    def __post_init__(self):
+        if isinstance(self.bootstrap, bool) or not isinstance(self.bootstrap, int) or self.bootstrap < 1:
+            raise UserError(f"audit.mia_bootstrap={self.bootstrap!r}: must be a positive integer (bootstrap resamples "
+                            f"of each interval; {BOOTSTRAP_N} is the default)")
+
+    @classmethod
+    def from_config(cls, a) -> PairMiaSettings:
+        return cls(setting(a, cls, "bootstrap"), AuditSettings.from_config(a))
+
+
+def audit_run_pair_mia(cfg, settings: PairMiaSettings, log=print) -> None:
     """Preference-pair membership for every planned model a preference stage trained (`audit.measures` includes
-    pair_mia); the bootstrap is audit.mia_bootstrap's."""
+    pair_mia; `settings` parsed when the audit was planned)."""
     a = cfg.audit
-    settings = mia_settings(a)
-    if a.get("threads"):
-        set_threads(int(a.threads))
+    scoring = settings.scoring
+    if scoring.threads:
+        set_threads(scoring.threads)
     models = preference_models(cfg, log)
     if not models:
         log("[audit] note: pair membership scored nothing: no planned model was trained by a preference stage on "
@@ -289,9 +309,8 @@ def audit_run_pair_mia(cfg, log=print) -> None:
         audit_pair_mia(m.model_dir, m.name, m.pairs, m.reference_dir,
                        require_inside(pair_mia_dir(a.out_dir, m.name), a.out_dir, "audit.out_dir"),
                        cache_dir=Path(str(a.cache_dir)), all_checkpoints=m.all_checkpoints,
-                       n_boot=settings.bootstrap, seed=int(cfg.get("seed") or 0), batch_size=int(a.batch_size),
-                       device=str(a.get("device") or "auto"), fim_family=a.get("fim_family"), objective=m.objective,
-                       log=log)
+                       n_boot=settings.bootstrap, seed=int(cfg.get("seed") or 0), batch_size=scoring.batch_size,
+                       device=scoring.device, fim_family=scoring.fim_family, objective=m.objective, log=log)
     collect_pair_summaries(a.out_dir)
 
 
@@ -351,4 +370,4 @@ def report_rows(audit_dir: Path) -> tuple[list[str], list[dict]] | None:
 
 
 MEASURES.register(NAME, Measure(TITLE, audit_run_pair_mia, report_rows=report_rows,
-                                check=lambda cfg: mia_settings(cfg.audit)))
+                                settings=PairMiaSettings.from_config))

@@ -5,9 +5,12 @@ each error naming the key and the fix (memlens.harness.audit.run runs the job).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import functools
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
+
+from omegaconf import OmegaConf
 
 from memlens.harness.core.config import require_bool
 from memlens.harness.core.errors import UserError
@@ -23,11 +26,32 @@ FINAL = "final"            # checkpoint name of the model at the root of its dir
 # --------------------------------------------------------------------------------------------------
 
 DRAFT_CHOICES = ("target", "none")
+DEVICE_CHOICES = ("auto", "cpu", "cuda")     # as memlens.harness.model.load.pick_device takes them
+
+
+def setting(a, cls, name: str) -> Any:
+    """The audit group's value for field `name` of the settings dataclass `cls` (its key: `cls.KEYS[name]`, else the
+    field's own name), a plain value (a list, not a ListConfig); the field's default where the group has no such key
+    (a config built in code). So a measure's defaults are written once, in its dataclass: conf/audit/default.yaml
+    repeats them only so that Hydra accepts `audit.<key>=...` overrides, and
+    tests/unit/harness/audit/test_measure_settings.py asserts the two agree."""
+    key = getattr(cls, "KEYS", {}).get(name, name)
+    if a is None or key not in a:
+        field = next(f for f in fields(cls) if f.name == name)
+        return field.default_factory() if field.default is MISSING else field.default
+    value = a.get(key)
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def _number_or_as_given(value: Any) -> Any:
+    """float(value) for a number; anything else as given, for __post_init__ to refuse by its key."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
 
 @dataclass(frozen=True)
 class AuditSettings:
-    """The knobs that decide every number of the audit (recorded in each .meta.json and the summary)."""
+    """The knobs that decide every number of the audit (recorded in each .meta.json and the summary), the scoring
+    knobs every measure shares (batch size, device, FIM family, threads). Its keys are `audit.<field>`."""
 
     k: float = DEFAULT_K
     max_new_tokens: int = 64
@@ -45,22 +69,45 @@ class AuditSettings:
     sanity_baseline: bool = False  # accept an audited model identical to its control (every rate 0)
 
     def __post_init__(self):
-        if not isinstance(self.k, (int, float)) or not 0.0 <= float(self.k) <= 1.0:
+        if isinstance(self.k, bool) or not isinstance(self.k, (int, float)) or not 0.0 <= float(self.k) <= 1.0:
             raise UserError(f"audit.k={self.k!r}: must be a number in [0, 1] (the paper uses 0.1)")
-        if not isinstance(self.prompt_ned_threshold, (int, float)) or not 0.0 <= self.prompt_ned_threshold <= 1.0:
+        threshold = self.prompt_ned_threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
             raise UserError(f"audit.prompt_ned_threshold={self.prompt_ned_threshold!r}: must be in [0, 1] "
                             "(the paper uses 0.5)")
         for key in ("max_new_tokens", "target_tokens", "batch_size"):
             value = getattr(self, key)
-            if not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise UserError(f"audit.{key}={value!r}: must be a positive integer")
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or self.threads < 1):
             raise UserError(f"audit.threads={self.threads!r}: must be null (torch default) or a positive integer")
         if self.draft not in DRAFT_CHOICES:
             raise UserError(f"audit.draft={self.draft!r}: use one of {', '.join(DRAFT_CHOICES)} (target: verify "
                             "the target as a draft first, same completions, faster; none: plain greedy decoding)")
-        if not isinstance(self.min_target_tokens, int) or self.min_target_tokens < 0:
+        if isinstance(self.min_target_tokens, bool) or not isinstance(self.min_target_tokens, int) \
+                or self.min_target_tokens < 0:
             raise UserError(f"audit.min_target_tokens={self.min_target_tokens!r}: must be an integer >= 0")
+        if self.device not in DEVICE_CHOICES:
+            raise UserError(f"audit.device={self.device!r}: use one of {', '.join(DEVICE_CHOICES)} (auto: cuda when a "
+                            "CUDA device is visible, else cpu); device=... sets it for every command")
+        if self.fim_family is not None and not isinstance(self.fim_family, str):
+            raise UserError(f"audit.fim_family={self.fim_family!r}: name a FIM family (e.g. starcoder, memlens) or "
+                            "null to detect it from the tokenizer")
+
+    @classmethod
+    def from_config(cls, a) -> AuditSettings:
+        """The `audit` config group's scoring knobs, validated (__post_init__); a missing key takes its default."""
+        get = functools.partial(setting, a, cls)
+        return cls(k=_number_or_as_given(get("k")), max_new_tokens=get("max_new_tokens"),
+                   target_tokens=get("target_tokens"), min_target_tokens=get("min_target_tokens"),
+                   prompt_ned_threshold=_number_or_as_given(get("prompt_ned_threshold")),
+                   batch_size=get("batch_size"), fim_family=get("fim_family"), device=str(get("device") or "auto"),
+                   trust_remote_code=require_bool(get("trust_remote_code"), "audit.trust_remote_code"),
+                   progress=require_bool(get("progress"), "audit.progress", allow_none=True),
+                   threads=get("threads"), allow_empty=require_bool(get("allow_empty"), "audit.allow_empty"),
+                   draft=str(get("draft")),
+                   sanity_baseline=require_bool(get("sanity_baseline"), "audit.sanity_baseline"))
 
     def scoring(self) -> dict[str, Any]:
         """The settings rows depend on (batch size, device and progress bars do not change a row)."""
@@ -117,18 +164,8 @@ def default_dataset_name(examples: Path) -> str:
 
 
 def settings_from_config(a) -> AuditSettings:
-    """The `audit` config group's scoring knobs, validated (AuditSettings.__post_init__)."""
-    return AuditSettings(
-        k=float(a.k) if isinstance(a.k, (int, float)) and not isinstance(a.k, bool) else a.k,
-        max_new_tokens=a.max_new_tokens, target_tokens=a.target_tokens,
-        min_target_tokens=a.min_target_tokens, prompt_ned_threshold=float(a.prompt_ned_threshold),
-        batch_size=a.batch_size, fim_family=a.get("fim_family"), device=str(a.get("device") or "auto"),
-        trust_remote_code=require_bool(a.get("trust_remote_code", False), "audit.trust_remote_code"),
-        progress=require_bool(a.get("progress"), "audit.progress", allow_none=True),
-        threads=a.get("threads"), allow_empty=require_bool(a.get("allow_empty", False), "audit.allow_empty"),
-        draft=str(a.get("draft", "target")),
-        sanity_baseline=require_bool(a.get("sanity_baseline", False), "audit.sanity_baseline"),
-    )
+    """The `audit` config group's scoring knobs, validated (AuditSettings.from_config)."""
+    return AuditSettings.from_config(a)
 
 
 def job_from_config(cfg) -> AuditJob:

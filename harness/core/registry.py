@@ -6,8 +6,9 @@ Stage recipes, preference objectives, MIA attacks, audit measures, reward functi
 checks name the registered choices, the audit and the report iterate them in registration order.
 docs/architecture.md lists each registry and the one place to add to it.
 
-A registry whose built-in entries register in other modules names those modules (`builtins`) and the built-in
-names in their run order (`order`): the first read imports the modules, checks every named entry arrived, and
+A registry whose built-in entries register in other modules is given a function that imports those modules by name
+(`builtins`; direct imports, so a reader and an import-graph tool follow them) and the built-in names in their run
+order (`order`): the first read calls it, checks every named entry arrived, and
 lists the built-ins in that order, then any other entry (a user's plugin) in registration order. So every command
 sees the same entries in the same order in a fresh process, whatever it happened to import (a `memlens report` that
 imported no audit module saw no audit measures, and dropped their report sections).
@@ -34,13 +35,16 @@ class Registry(Generic[T]):
     """Name -> entry, in registration order. Names are unique: a second registration of a name is refused
     (two modules claiming one name would otherwise replace each other silently, by import order)."""
 
-    def __init__(self, kind: str, key: str, builtins: tuple[str, ...] = (), order: tuple[str, ...] = ()):
+    def __init__(self, kind: str, key: str, builtins: Callable[[], object] | None = None,
+                 order: tuple[str, ...] = ()):
         self.kind = kind          # what an entry is, for messages: "MIA attack", "audit measure", ...
         self.key = key            # the config key (or field) that names entries, for messages
         self._entries: dict[str, T] = {}
-        self._builtins = builtins  # modules that register the built-in entries, imported on the first read
+        # imports the modules that register the built-in entries, called on the first read (not at import: those
+        # modules import this registry to register)
+        self._builtins = builtins
         self._order = order        # the built-in names, in run and report order
-        self._loaded = not builtins
+        self._loaded = builtins is None
 
     def register(self, name: str, entry: T | None = None):
         """Register `entry` under `name`; without `entry`, a decorator that registers what it decorates."""
@@ -72,12 +76,11 @@ class Registry(Generic[T]):
         if self._loaded:
             return
         self._loaded = True      # first: a module being imported may itself read the registry
-        for module in self._builtins:
-            importlib.import_module(module)
+        self._builtins()
         missing = [name for name in self._order if name not in self._entries]
         if missing:
             raise RuntimeError(f"{self.kind} registry: {', '.join(missing)} named as built-in but not registered "
-                               f"by {', '.join(self._builtins)}")
+                               f"by the modules {self._builtins.__module__}.{self._builtins.__qualname__} imports")
 
     def _ordered(self) -> dict[str, T]:
         """Every entry: the built-ins in their declared order, then the rest in registration order."""

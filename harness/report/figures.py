@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from memlens.harness.measures.mia import attack_label  # noqa: E402
+from memlens.harness.measures.mia import ATTACKS, attack_label  # noqa: E402
 from memlens.harness.report.analyses import Persistence, checkpoint_step  # noqa: E402
 
 DPI = 110
@@ -258,6 +258,18 @@ def _checkpoint_x(checkpoints: list[str]) -> list[float]:
     return [checkpoint_step(c) if c != "final" else (steps[-1] + gap if steps else 1.0) for c in checkpoints]
 
 
+ATTACK_MARKERS = ("o", "s", "^", "D", "v", "P", "X")    # 7 shapes against 10 colours: a pair is unique up to 70
+
+
+def attack_style(attack: str) -> dict:
+    """One look per attack in every figure, from its place in the ATTACKS registry: a colour of tab10, a marker, and a
+    dashed line from the eleventh on (matplotlib's colour cycle alone has 10, and reused LOSS's blue for EZ-MIA).
+    An attack not registered here (a summary from elsewhere) gets a place after the registered ones by name."""
+    names = ATTACKS.names()
+    i = names.index(attack) if attack in names else len(names) + sum(map(ord, attack)) % 60
+    return {"color": f"C{i % 10}", "marker": ATTACK_MARKERS[i % len(ATTACK_MARKERS)], "ls": "-" if i < 10 else "--"}
+
+
 def mia_over_training_plot(model: str, per_dataset: dict[str, tuple[dict, list[dict]]], path: Path) -> Path | None:
     """Membership inference beside extraction, one panel per dataset: each attack's ROC AUC (members vs held-out,
     95 % bootstrap interval) over the checkpoints, and on a second axis the extraction (memorization) rate with its
@@ -268,7 +280,7 @@ def mia_over_training_plot(model: str, per_dataset: dict[str, tuple[dict, list[d
             xs = _checkpoint_x([p[0] for p in points])
             ys = [p[1] for p in points]
             err = [[y - p[2][0] for y, p in zip(ys, points)], [p[2][1] - y for y, p in zip(ys, points)]]
-            ax.errorbar(xs, ys, yerr=err, marker="o", ms=3, capsize=2, label=f"AUC {attack_label(attack)}")
+            ax.errorbar(xs, ys, yerr=err, ms=3, capsize=2, label=f"AUC {attack_label(attack)}", **attack_style(attack))
         ax.axhline(0.5, color="gray", ls=":", lw=1)
         ax.set(ylim=(0, 1.05), title=f"{model} on {dataset}", xlabel="training step (last point: final)",
                ylabel="membership ROC AUC (95 % bootstrap CI)")

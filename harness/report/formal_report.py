@@ -16,7 +16,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from memlens.harness.audit.formal import STRINGS_FILE, SUMMARY_FILE, analyse  # noqa: E402
+from memlens.harness.audit.formal import STRINGS_FILE, SUMMARY_FILE  # noqa: E402
+from memlens.harness.core.errors import UserError  # noqa: E402
 from memlens.harness.core.formal_study import (  # noqa: E402
     BASE,
     DEDUP,
@@ -247,14 +248,17 @@ def write_formal_report(run_dir: str | Path, settings: FormalSettings) -> Path:
     return out / "report.md"
 
 
-def formal_command(cfg) -> int:
-    """`memlens formal` (and `memlens report` on a formal-language experiment): the measures over the study's trained
-    models (harness/audit/formal.py), then its findings and report. `memlens run` on a formal experiment trains the
-    models and ends with this."""
+def report_formal(cfg) -> int:
+    """`memlens report` on a formal-language experiment: the report from the stored analysis alone (this layer never
+    runs a measure; `memlens formal`, harness/study_commands.py, computes the analysis and then calls this)."""
     from omegaconf import OmegaConf  # lazy: the config library loads with the command
 
     settings = FormalSettings.load(OmegaConf.to_container(cfg.formal, resolve=True))
-    analyse(cfg.run_dir, settings)
+    summary = analysis_dir(cfg.run_dir) / SUMMARY_FILE
+    if not summary.is_file():
+        raise UserError(f"{summary}: no formal-language analysis to report; compute it with `memlens formal "
+                        f"experiment={cfg.get('experiment_name') or '<formal experiment>'} run_dir={cfg.run_dir}` "
+                        "(it writes the report too)")
     path = write_formal_report(cfg.run_dir, settings)
     print(f"[memlens] formal: report {path}", flush=True)
     return 0

@@ -9,6 +9,7 @@ from pathlib import Path
 from memlens.harness.core.io import atomic_write_text, read_json, read_jsonl
 from memlens.harness.measures import nmt
 from memlens.harness.report.analyses import computed_on
+from memlens.harness.report.findings.paper002 import NMT_RULES, nmt_numbers
 
 
 def _fmt(x, digits: int = 2, pct: bool = False) -> str:
@@ -126,14 +127,16 @@ def render_report(summary: dict) -> str:
                   "", f"Fine-tuned on |F| = {ft['F_size']} recovered pairs + {ft['sample_size']} random training pairs."]
     else:
         lines.append("Not run (nmt.finetune.enabled=false).")
-    f = summary["findings"]
+    f = summary["finding_numbers"]
+    held = {fid: rule.holds(f) for fid, rule in NMT_RULES.items()}
     lines += ["", "## Findings", "",
-              f"- N1 memorization rises with repetitions: **{f['N1_memorization_rises_with_repetitions']}** "
-              f"(Pearson r = {_fmt(f['N1_pearson'], 3)})",
-              f"- N2 suffix perturbations keep the memorized output more often than prefix ones: "
-              f"**{f['N2_suffix_kept_more_than_prefix']}**; start perturbations least: **{f['N2_start_kept_least']}**",
+              "The rules, as harness/report/findings/paper002.py judges them (the run's findings table adds N1's "
+              "test and the stability check):", "",
+              f"- N1 memorization rises with repetitions: **{held['N1']}** (Pearson r = {_fmt(f['N1_pearson'], 3)})",
+              f"- N2 suffix perturbations keep the memorized output more often than prefix ones, start perturbations "
+              f"least: **{held['N2']}** ({nmt_numbers(f['N2_shares'])})",
               f"- N3 the recovery symbol gives new outputs for most memorized sources: "
-              f"**{f['N3_recovery_for_most_memorized']}** (`{f['N3_best_symbol']}`: "
+              f"**{held['N3']}** (`{f['N3_best_symbol']}`: "
               f"{_fmt(None if f['N3_best_rate'] is None else 100 * f['N3_best_rate'], 1, True)})", "",
               *stability_lines(summary),
               "## Examples (memorized)", "", "| Source | Reference (memorized output) | Prefix | Ratio |", "|---|---|---|---|"]
@@ -146,7 +149,7 @@ def render_report(summary: dict) -> str:
 
 def stability_lines(summary: dict) -> list[str]:
     """The stability rerun (harness/audit/nmt.py step 8) beside this run: memorized counts and each N1-N3
-    boolean under both kernel levels."""
+    rule under both kernel levels."""
     st = summary.get("stability")
     if not st:
         return []
@@ -154,12 +157,12 @@ def stability_lines(summary: dict) -> list[str]:
     lines = ["## Stability under a second level of torch's CPU kernels", ""]
     if not st.get("informative"):
         return lines + [f"Not informative: the rerun computed with the same kernels ({here}).", ""]
-    keys = [k for k in summary["findings"] if isinstance(summary["findings"][k], bool)]
     lines += [f"The model retrained and Algorithms 1-3 rerun with {there} kernels (this run: {here}); the report's "
               f"findings table marks a verdict that differs `inconclusive` (unstable).", "",
               f"| | {here} | {there} |", "|---|---|---|",
               f"| memorized of {summary['unique_pairs']} | {summary['memorized']} | {st['memorized']} |"]
-    lines += [f"| {k} | {summary['findings'][k]} | {st['findings'].get(k)} |" for k in keys]
+    lines += [f"| {fid} rule | {rule.holds(summary['finding_numbers'])} | {rule.holds(st['finding_numbers'])} |"
+              for fid, rule in NMT_RULES.items()]
     return lines + [""]
 
 

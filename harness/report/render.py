@@ -10,6 +10,8 @@ comparison by training method, which the report leads with) here.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +42,7 @@ from memlens.harness.report.evidence import stage_evidence
 from memlens.harness.report.findings import Roles, RunResults, findings, load_loss_rows, method_checks, status_label
 from memlens.harness.report.findings.registry import not_measured_line
 from memlens.harness.report.findings.verdict import NOT_MEASURED
-from memlens.harness.report.formal_report import formal_command
+from memlens.harness.report.formal_report import report_formal
 
 # Default groups when report.compare is empty: by the recipe that produced each model (an RL stage against a
 # verifiable reward is RLVR, a preference stage is named by its objective). The recipe does not say how SD
@@ -112,10 +114,10 @@ def _fmt_value(v: Any) -> str:
     return "missing" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
-def findings_section(cfg, audits: dict[Path, Path], grouped: dict, evidence: dict, k: float, summary: dict,
-                     out_dir: Path, mia: dict | None = None) -> list[Block]:
+def findings_section(cfg, audits: dict[Path, Path], grouped: dict, evidence: dict, k: float,
+                     mia: dict | None = None) -> S.Section:
     """The papers' findings (F1-F8, N1-N3, C1-C2) against this run, each with its training evidence,
-    rates with n and 95 % intervals, and the exact test: report/findings.json."""
+    rates with n and 95 % intervals, and the exact test; filed as `findings` (render writes report/findings.json)."""
 
     roles = Roles.load((cfg.get("report") or {}).get("findings_models"))
     nmt_path = (cfg.get("report") or {}).get("nmt_summary")
@@ -130,13 +132,11 @@ def findings_section(cfg, audits: dict[Path, Path], grouped: dict, evidence: dic
                                    f"({e['threshold']})" for e in f["evidence"])}
             for f in judged if f["status"] != NOT_MEASURED]
     unmeasured = not_measured_line(judged)
-    summary["findings"] = judged
-    atomic_write_json(out_dir / "findings.json", {"findings": judged, "nmt_summary": nmt_path,
-                                                  "evidence": evidence})
+    filed = {"findings": judged}
     if not rows:           # a run that measured none of the papers' findings (a callback run): the line alone
-        return [Heading(2, "The papers' findings"),
-                Paragraph(f"None measured by this run (no models or data for them): {unmeasured}.")]
-    return [
+        return S.Section([Heading(2, "The papers' findings"),
+                          Paragraph(f"None measured by this run (no models or data for them): {unmeasured}.")], filed)
+    return S.Section([
         Heading(2, "Findings: what this run concluded"),
         Paragraph("A finding holds only when the stages it depends on trained (evidence), its rule's "
                   "margin is met, and a comparison passes an exact test (McNemar on the same examples) at "
@@ -147,11 +147,12 @@ def findings_section(cfg, audits: dict[Path, Path], grouped: dict, evidence: dic
         table(rows, ["id", "claim", "status", "ours", "paper", "p_value", "why"]),
         Details("Each finding's rule and the training evidence it checked",
                 (table(rows, ["id", "rule", "evidence"]),)),
-    ] + ([Paragraph(f"Not measured by this run (no models or data for them): {unmeasured}.")] if unmeasured else [])
+    ] + ([Paragraph(f"Not measured by this run (no models or data for them): {unmeasured}.")] if unmeasured else []),
+        filed)
 
 
 def comparison_section(rcfg, prov: dict, entries: list[dict], grouped: dict, evidence: dict, k: float,
-                       fig_dir: Path, summary: dict, mia: dict | None = None) -> list[Block]:
+                       fig_dir: Path, mia: dict | None = None) -> S.Section:
     """Sec. 5.2 / 5.4 and beyond: a bar per model a run trained (FT, RLFT via a reward model, RLVR, each preference
     objective) per dataset, each with its 95 % interval, n and whether its stage passed its training evidence
     (memlens.harness.report.findings.method_checks: an RL point's reward rise, a preference model's fit to its
@@ -166,7 +167,7 @@ def comparison_section(rcfg, prov: dict, entries: list[dict], grouped: dict, evi
         compare = dict(sorted(compare.items(), key=lambda kv: order.get(kv[0], len(order))))  # report.compare: its own
     comp_rows = A.rlhf_vs_ipo(entries, compare, sorted({e["dataset"] for e in entries}))
     if len({r["model"] for r in comp_rows}) < 2:
-        return []
+        return S.Section([])
     run = RunResults(grouped, evidence, k=k)
     for r in comp_rows:
         checks = method_checks(run, r["model"], r["dataset"])
@@ -186,7 +187,7 @@ def comparison_section(rcfg, prov: dict, entries: list[dict], grouped: dict, evi
         table(comp_rows, ["group", "model", "dataset", "rate", "ci95", "n_scored", "pii_counterfactual_rate",
                           "pii_counterfactual_ci95", "evidence_ok", "evidence"]),
     ]
-    summary["comparison"] = comp_rows
+    filed = {"comparison": comp_rows}
     mia_rows = A.mia_comparison(comp_rows, mia or {})
     if mia_rows:
         path = F.mia_comparison_plot(mia_rows, fig_dir / "rlhf_vs_ipo_mia.png")
@@ -197,9 +198,54 @@ def comparison_section(rcfg, prov: dict, entries: list[dict], grouped: dict, evi
             table(mia_rows, ["group", "model", "dataset", "rate", "ci95", "n_scored", "best_attack", "auc",
                              "auc_ci95", A.TPR_1, "n_members", "n_nonmembers"]),
         ]
-        summary["comparison_mia"] = mia_rows
-    return blocks
+        filed["comparison_mia"] = mia_rows
+    return S.Section(blocks, filed)
 
+
+
+# ---------------------------------------------------------------- the evidence sections, in order
+@dataclass(frozen=True)
+class ReportInputs:
+    """What every section reads: the stored results of the reported runs, loaded once."""
+
+    runs: list[Path]
+    audits: dict[Path, Path]
+    grouped: dict              # (model, checkpoint, dataset) -> audit rows
+    entries: list[dict]        # one summary entry per model x checkpoint x dataset
+    finals: list[dict]         # the final checkpoint's entries
+    prov: dict[str, dict]      # model -> provenance.json
+    evidence: dict             # model -> its stage's training evidence
+    mia: dict                  # model -> its membership-inference summary
+    k: float
+    rcfg: Any                  # the `report` config group
+    fig_dir: Path
+
+
+SECTIONS: tuple[Callable[[ReportInputs], S.Section], ...] = (
+    lambda r: S.runs_section(r.runs, r.entries, r.mia, r.fig_dir),
+    lambda r: S.rates_section(r.finals),
+    lambda r: S.breakdown_section(r.grouped, r.entries, r.fig_dir),
+    lambda r: S.training_section(r.evidence, r.runs, r.fig_dir),
+    lambda r: S.persistence_section(r.grouped, r.entries, r.prov, r.k, r.fig_dir),
+    lambda r: S.reward_scores_section(r.runs, r.fig_dir),
+    lambda r: S.sweep_section(r.entries, r.fig_dir),
+    lambda r: S.over_training_section(r.entries, r.fig_dir),
+    lambda r: S.loss_section(r.audits, r.fig_dir),
+    lambda r: S.mia_section(r.mia, r.entries, r.fig_dir),
+    lambda r: S.utility_section(r.runs, r.audits),
+    lambda r: S.discoverable_section(r.audits, r.fig_dir),
+    lambda r: S.callback_section(r.audits),
+    lambda r: S.registered_measures_section(r.audits),
+    lambda r: S.maps_section(r.grouped, r.finals, r.rcfg, r.k, r.fig_dir),
+)
+
+
+def file_in(summary: dict, filed: dict, section) -> None:
+    """Add a section's rows to summary.json: each key is one section's alone."""
+    clash = sorted(set(filed) & set(summary))
+    if clash:
+        raise RuntimeError(f"report sections: {', '.join(clash)} filed twice (the second by {section})")
+    summary.update(filed)
 
 
 def report_dir(cfg) -> Path:
@@ -216,16 +262,13 @@ def render_report(cfg) -> int:
         F.DRAW_FIGURES.reset(token)
 
 
-def _render(cfg, rcfg) -> int:
+def load_inputs(cfg, rcfg) -> tuple[ReportInputs, list[dict]]:
+    """The stored results every section reads (and the provenance table), loaded once from the reported runs."""
     run_dir = Path(cfg.run_dir)
     k = float((cfg.get("audit") or {}).get("k", DEFAULT_K))   # the audit's k: one setting, read by both
-    out_dir = report_dir(cfg)
-    extra_runs = [Path(p) for p in (rcfg.get("runs") or [])]
-    runs = [run_dir] + extra_runs
+    runs = [run_dir] + [Path(p) for p in (rcfg.get("runs") or [])]
     # The audit results of each run: this config's audit.out_dir for run_dir, each other run's own record.
     audits = {run: layout.audit_dir(run, cfg if run == run_dir else None) for run in runs}
-    fig_dir = out_dir / "figures"
-
     grouped, prov_rows, prov = {}, [], {}
     for run in runs:
         prefix = "" if len(runs) == 1 else f"{run.name}:"
@@ -234,7 +277,18 @@ def _render(cfg, rcfg) -> int:
         prov_rows += t
         prov.update(p)
     entries = A.summary_entries(grouped)
-    finals = A.final_entries(entries)
+    inputs = ReportInputs(runs=runs, audits=audits, grouped=grouped, entries=entries, finals=A.final_entries(entries),
+                          prov=prov, evidence=_run_evidence(runs, prov, audits), mia=_mia(audits), k=k, rcfg=rcfg,
+                          fig_dir=report_dir(cfg) / "figures")
+    return inputs, prov_rows
+
+
+def _render(cfg, rcfg) -> int:
+    out_dir = report_dir(cfg)
+    inputs, prov_rows = load_inputs(cfg, rcfg)
+    runs, audits, grouped, entries, prov, evidence, mia, k, fig_dir = (
+        inputs.runs, inputs.audits, inputs.grouped, inputs.entries, inputs.prov, inputs.evidence, inputs.mia,
+        inputs.k, inputs.fig_dir)
     summary: dict[str, Any] = {"entries": entries}
     head: list[Block] = [
         Heading(1, f"memlens report: {', '.join(r.name for r in runs)}"),
@@ -243,37 +297,29 @@ def _render(cfg, rcfg) -> int:
                   "examples. Every checkpoint of every model is listed."),
         Contents(),
     ]
-    # The report leads with what the run concluded (`lead`: the findings, then the comparison figure); `blocks`
-    # holds the evidence and details after it, in the order a reader checks a conclusion. The sections run in
-    # this order (summary.json keeps it): the training section adds to `evidence`, which the findings read.
-    mia = _mia(audits)
-    blocks = S.runs_section(runs, entries, mia, fig_dir, summary)
-    blocks += S.rates_section(finals) + S.breakdown_section(grouped, entries, fig_dir, summary)
-    evidence = _run_evidence(runs, prov, audits)
-    blocks += S.training_section(evidence, runs, fig_dir, summary)
-    blocks += S.persistence_section(grouped, prov, k, fig_dir, summary)
-    blocks += S.reward_scores_section(runs, fig_dir, summary)
-    blocks += S.sweep_section(entries, fig_dir, summary)
-    blocks += S.over_training_section(entries, fig_dir)
-    blocks += S.loss_section(audits, fig_dir, summary)
-    blocks += S.mia_section(mia, entries, fig_dir, summary)
-    blocks += S.utility_section(runs, audits, summary)
-    blocks += S.discoverable_section(audits, fig_dir)
-    blocks += S.callback_section(audits, summary)
-    blocks += S.registered_measures_section(audits, summary)
-    blocks += S.maps_section(grouped, finals, rcfg, k, fig_dir)
-
+    # The report leads with what the run concluded (the findings, then the comparison figure); the evidence sections
+    # follow, in the order a reader checks a conclusion (SECTIONS; summary.json keeps it).
+    blocks: list[Block] = []
+    for section in SECTIONS:
+        part = section(inputs)
+        blocks += part.blocks
+        file_in(summary, part.filed, section)
     blocks += [Heading(2, "Provenance (paper 003 Table 1, generated from provenance.json)"),
                table(prov_rows, ["model", "stage", "init", "reward_model", "datasets", "hyper_parameters", "code",
                                  "git_commit", "computed_on"])]
     summary["provenance_table"] = prov_rows
 
-    judged = findings_section(cfg, audits, grouped, evidence, k, summary, out_dir, mia)
-    comparison = comparison_section(rcfg, prov, entries, grouped, evidence, k, fig_dir, summary, mia)
+    judged = findings_section(cfg, audits, grouped, evidence, k, mia)
+    file_in(summary, judged.filed, findings_section)
+    atomic_write_json(out_dir / "findings.json", {"findings": judged.filed["findings"],
+                                                  "nmt_summary": (cfg.get("report") or {}).get("nmt_summary"),
+                                                  "evidence": evidence})
+    comparison = comparison_section(rcfg, prov, entries, grouped, evidence, k, fig_dir, mia)
+    file_in(summary, comparison.filed, comparison_section)
     if any(f["status"] != NOT_MEASURED for f in summary.get("findings", [])):
-        blocks = head + judged + comparison + blocks
+        blocks = head + judged.blocks + comparison.blocks + blocks
     else:   # nothing of the papers measured: the run's own results lead, the papers' findings are one line after
-        blocks = head + comparison + blocks[:-2] + judged + blocks[-2:]
+        blocks = head + comparison.blocks + blocks[:-2] + judged.blocks + blocks[-2:]
 
     out_dir.mkdir(parents=True, exist_ok=True)
     title = f"memlens report: {', '.join(r.name for r in runs)}"
@@ -293,7 +339,7 @@ def _render(cfg, rcfg) -> int:
 
 def main(cfg) -> int:
     """`memlens report`: render <run_dir>/report/ from <run_dir>/audit/ (for paper 004's formal-language study, its
-    own report: harness/report/formal_report.py)."""
+    own report, from its stored analysis: harness/report/formal_report.py)."""
     if cfg.get("formal") is not None:
-        return formal_command(cfg)
+        return report_formal(cfg)
     return render_report(cfg)

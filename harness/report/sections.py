@@ -1,7 +1,8 @@
 """The report's evidence sections, in the order a reader checks a conclusion: rates, the user's canaries, training,
 persistence, reward scores, sweeps, memorization over training, loss-based measures, membership inference,
-utility, registered measures and the maps. Each returns its blocks (harness/report/blocks.py) and files its rows
-under its key of `summary` (summary.json); render.py puts them after the findings and the comparison.
+utility, registered measures and the maps. Each is a function of the stored results it is given that returns a
+`Section`: its blocks (harness/report/blocks.py) and the rows it files in summary.json under its own keys. None
+writes into shared state; render.py lists them in order (SECTIONS) and puts them after the findings and the comparison.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from memlens.harness.audit.measure_registry import MEASURES
@@ -39,6 +41,14 @@ from memlens.harness.report.evidence import log_history
 from memlens.harness.report.loss_figures import render_loss_figures
 
 
+@dataclass(frozen=True)
+class Section:
+    """One section of the report: its blocks, and what it files in summary.json (its keys, nobody else's)."""
+
+    blocks: list[Block]
+    filed: dict = field(default_factory=dict)
+
+
 def _reward_scores(run_dir: Path, prefix: str) -> dict[str, dict[str, dict[int, list[float]]]]:
     """dataset -> reward model -> label -> scores, from models/<RM>/scores/<dataset>.jsonl."""
     out: dict[str, dict[str, dict[int, list[float]]]] = defaultdict(dict)
@@ -51,8 +61,9 @@ def _reward_scores(run_dir: Path, prefix: str) -> dict[str, dict[str, dict[int, 
     return out
 
 
-def rates_section(finals: list[dict]) -> list[Block]:
+def rates_section(finals: list[dict]) -> Section:
     """The memorization rate of every audited model's final checkpoint, and its PII paths where they were scored."""
+    filed: dict = {}   # what this section files in summary.json, under its keys
     blocks: list[Block] = [
         Heading(2, "Memorization rates (final checkpoints)"),
         table(finals, ["model", "checkpoint", "dataset", "n_scored", "n_memorized", "rate", "ci95", "n_excluded",
@@ -67,13 +78,14 @@ def rates_section(finals: list[dict]) -> list[Block]:
         blocks.append(table(pii, ["model", "checkpoint", "dataset", "pii_regurgitation_rate",
                                   "control_pii_regurgitation_rate", "pii_counterfactual_rate",
                                   "pii_counterfactual_ci95", "pii_chance_level"]))
-    return blocks
+    return Section(blocks, filed)
 
 
-def breakdown_section(grouped: dict, entries: list[dict], fig_dir: Path, summary: dict) -> list[Block]:
+def breakdown_section(grouped: dict, entries: list[dict], fig_dir: Path) -> Section:
     """A user's canaries (data.canaries.file, or an audit.examples file with `group` / `repeat`) or SD planted at
     data.sd.doses: the final checkpoint's memorization rate by group and by copies in training, each part with n and
     its interval."""
+    filed: dict = {}   # what this section files in summary.json, under its keys
     rows_out, series = [], {}
     for e in sorted(A.final_entries(entries), key=lambda e: (e["model"], e["dataset"])):
         rows = grouped[(e["model"], e["checkpoint"], e["dataset"])]
@@ -86,7 +98,7 @@ def breakdown_section(grouped: dict, entries: list[dict], fig_dir: Path, summary
                     series.setdefault(f"{e['model']} on {e['dataset']}", []).append(
                         (part[key], part["rate"], part["ci95"]))
     if not rows_out:
-        return []
+        return Section([], filed)
     blocks: list[Block] = [
         Heading(2, "Memorization by group and by copies in training"),
         Paragraph("Final checkpoints. 'group' is the label each of your canaries carries; 'repeat' is how many "
@@ -101,15 +113,16 @@ def breakdown_section(grouped: dict, entries: list[dict], fig_dir: Path, summary
         blocks.append(Image(path, "Memorization rate against copies in training"))
     blocks.append(table(rows_out, ["model", "checkpoint", "dataset", "by", "value", "n_scored", "n_memorized",
                                    "rate", "ci95", "n_excluded"]))
-    summary["breakdowns"] = rows_out
-    return blocks
+    filed["breakdowns"] = rows_out
+    return Section(blocks, filed)
 
 
-def training_section(evidence: dict, runs: list[Path], fig_dir: Path, summary: dict) -> list[Block]:
+def training_section(evidence: dict, runs: list[Path], fig_dir: Path) -> Section:
     """Did each stage train? Reward-model AUCs by split, RL reward/KL curves per stage (one line per
     point), IPO accuracy/margin/loss — what a reader needs before believing a finding."""
+    filed: dict = {}   # what this section files in summary.json, under its keys
     if not evidence:
-        return []
+        return Section([], filed)
     blocks: list[Block] = [Heading(2, "Training: did each stage learn?")]
     rm_rows = [{"reward_model": m, "dataset": d, "split": v.get("split"), "n": v.get("n"), "auc": v.get("auc")}
                for m, ev in evidence.items() if ev["stage"] == "reward" for d, v in ev["auc"].items()]
@@ -160,9 +173,9 @@ def training_section(evidence: dict, runs: list[Path], fig_dir: Path, summary: d
         if stage_rows[kind]:
             for path in plot(_histories(runs, evidence, kind), fig_dir):
                 blocks.append(Image(path, f"{title}: {path.stem}"))
-    summary["training"] = {"reward_models": rm_rows, "rl": stage_rows["rl"],
+    filed["training"] = {"reward_models": rm_rows, "rl": stage_rows["rl"],
                           "preference": stage_rows[PREFERENCE_STAGE]}
-    return blocks
+    return Section(blocks, filed)
 
 
 def _stage_rows(evidence: dict, stage: str, columns: list[str]) -> list[dict]:
@@ -183,9 +196,10 @@ def _histories(runs: list[Path], evidence: dict, stage: str) -> dict[str, list[d
     return out
 
 
-def persistence_section(entries_rows: dict, prov: dict, k: float, fig_dir: Path, summary: dict) -> list[Block]:
+def persistence_section(entries_rows: dict, entries: list[dict], prov: dict, k: float, fig_dir: Path) -> Section:
     """Fig. 1 for every audited model whose init model was audited too (e.g. FT.1 -> RLFT.1/beta=*)."""
-    finals = {(e["model"], e["dataset"]): e["checkpoint"] for e in A.final_entries(summary["entries"])}
+    filed: dict = {}   # what this section files in summary.json, under its keys
+    finals = {(e["model"], e["dataset"]): e["checkpoint"] for e in A.final_entries(entries)}
     by_source: dict[tuple[str, str], dict[str, A.Persistence]] = defaultdict(dict)
     for (model, dataset), ckpt in finals.items():
         init = (prov.get(model) or {}).get("init_model")
@@ -198,7 +212,7 @@ def persistence_section(entries_rows: dict, prov: dict, k: float, fig_dir: Path,
                                entries_rows[(model, ckpt, dataset)], k)
         by_source[(source, dataset)][model] = result
     if not by_source:
-        return []
+        return Section([], filed)
     blocks: list[Block] = [Heading(2, "Persistence of memorization through a later stage (paper 003 Fig. 1)")]
     rows = []
     for (source, dataset), results in sorted(by_source.items()):
@@ -211,12 +225,13 @@ def persistence_section(entries_rows: dict, prov: dict, k: float, fig_dir: Path,
                          "share": r.share, "ci95": wilson_interval(r.n_still_memorized, r.n_source_memorized)})
     blocks.append(table(rows, ["source", "target", "dataset", "memorized_by_source", "still_memorized", "share",
                                "ci95"]))
-    summary["persistence"] = rows
-    return blocks
+    filed["persistence"] = rows
+    return Section(blocks, filed)
 
 
-def reward_scores_section(runs: list[Path], fig_dir: Path, summary: dict) -> list[Block]:
+def reward_scores_section(runs: list[Path], fig_dir: Path) -> Section:
     """Fig. 2: reward-score distributions by label, a section per scored dataset of each run."""
+    filed: dict = {}   # what this section files in summary.json, under its keys
     blocks: list[Block] = []
     for run in runs:
         prefix = "" if len(runs) == 1 else f"{run.name}:"
@@ -229,12 +244,13 @@ def reward_scores_section(runs: list[Path], fig_dir: Path, summary: dict) -> lis
                      for rm, s in ((rm, reward_score_stats([{"label": lbl, "score": x} for lbl, xs in by.items()
                                                                for x in xs])) for rm, by in per_rm.items())]
             blocks.append(table(stats, ["reward_model", "dataset", "mean_label_1", "mean_label_0", "auc"]))
-            summary.setdefault("reward_scores", []).extend(stats)
-    return blocks
+            filed.setdefault("reward_scores", []).extend(stats)
+    return Section(blocks, filed)
 
 
-def sweep_section(entries: list[dict], fig_dir: Path, summary: dict) -> list[Block]:
+def sweep_section(entries: list[dict], fig_dir: Path) -> Section:
     """Fig. 4 / Fig. 7: rate against each swept key, one line per dataset and setting of the others."""
+    filed: dict = {}   # what this section files in summary.json, under its keys
     finals = A.final_entries(entries)
     swept = defaultdict(set)
     for e in finals:
@@ -242,7 +258,7 @@ def sweep_section(entries: list[dict], fig_dir: Path, summary: dict) -> list[Blo
         if point:
             swept[base].update(point)
     if not swept:
-        return []
+        return Section([], filed)
     blocks: list[Block] = [Heading(2, "Sweeps (paper 003 Fig. 4, Fig. 7)")]
     out = []
     for base, axes in sorted(swept.items()):
@@ -265,33 +281,35 @@ def sweep_section(entries: list[dict], fig_dir: Path, summary: dict) -> list[Blo
                                     fig_dir / f"sweep_{_slug(base)}_{axis}.png")
                 blocks.append(Image(path, f"{base}: memorization rate against {axis}"))
     blocks.append(table(out, ["model", "axis", "series", "value", "rate", "ci95"]))
-    summary["sweeps"] = out
-    return blocks
+    filed["sweeps"] = out
+    return Section(blocks, filed)
 
 
-def over_training_section(entries: list[dict], fig_dir: Path) -> list[Block]:
+def over_training_section(entries: list[dict], fig_dir: Path) -> Section:
     """Every checkpoint is scored: memorization over training, a figure per model with two or more checkpoints."""
+    filed: dict = {}   # what this section files in summary.json, under its keys
     over = defaultdict(dict)
     for e in entries:
         over[e["model"]][e["dataset"]] = A.over_training(entries, e["model"], e["dataset"])
     trained = {m: d for m, d in over.items() if any(len([x for x in v if x["checkpoint"] != "final"]) >= 2
                                                     for v in d.values())}
     if not trained:
-        return []
+        return Section([], filed)
     blocks: list[Block] = [Heading(2, "Memorization over training (every checkpoint)")]
     for model, per_dataset in sorted(trained.items()):
         path = F.over_training_plot(model, per_dataset, fig_dir / f"over_training_{_slug(model)}.png")
         blocks.append(Image(path, f"{model} over training"))
-    return blocks
+    return Section(blocks, filed)
 
 
-def loss_section(audits: dict[Path, Path], fig_dir: Path, summary: dict) -> list[Block]:
+def loss_section(audits: dict[Path, Path], fig_dir: Path) -> Section:
     """Paper 004's recollection / counterfactual / contextual measures and canary exposure, per model,
     from the `audit.measures=[loss]` outputs under <audit dir>/losses/<model>/."""
+    filed: dict = {}   # what this section files in summary.json, under its keys
 
     found = [(audit, p) for audit in audits.values() for p in sorted((audit / "losses").rglob("summary.json"))]
     if not found:
-        return []
+        return Section([], filed)
     blocks: list[Block] = [Heading(2, "Loss-based measures (paper 004 Sec. 3-4) and canary exposure")]
     rows = []
     for audit, path in found:
@@ -310,8 +328,8 @@ def loss_section(audits: dict[Path, Path], fig_dir: Path, summary: dict) -> list
     cols = ["model", "dataset", "variant", "recollection_frac_last", "counterfactual_frac_last",
             "contextual_frac_last", "mean_exposure_last"]
     blocks.append(table(rows, cols))
-    summary["loss_measures"] = rows
-    return blocks
+    filed["loss_measures"] = rows
+    return Section(blocks, filed)
 
 
 def _tpr_cells(m: dict, fpr: float) -> dict:
@@ -391,12 +409,13 @@ def _sequence_rows(mia: dict) -> list[dict]:
     return out
 
 
-def mia_section(mia: dict, entries: list[dict], fig_dir: Path, summary: dict) -> list[Block]:
+def mia_section(mia: dict, entries: list[dict], fig_dir: Path) -> Section:
     """Membership inference beside extraction (`audit.measures=[...,mia]`): per audited model, each attack's AUC
     over checkpoints on the target span beside the extraction rate on the same canaries, and a table of the final
     checkpoint's attacks per span, ranked, with the gain of each over LOSS on the same texts."""
+    filed: dict = {}   # what this section files in summary.json, under its keys
     if not mia:
-        return []
+        return Section([], filed)
     labels = ", ".join(attack_label(a) for a in ATTACKS)
     blocks: list[Block] = [
         Heading(2, "Membership inference beside extraction"),
@@ -454,14 +473,14 @@ def mia_section(mia: dict, entries: list[dict], fig_dir: Path, summary: dict) ->
                              "checkpoint, on the same members and held-out canaries: AUC gain, paired bootstrap."),
                    table(sequence, ["model", "dataset", "span", "checkpoints", "attack_label", "auc", "best_single",
                                     "best_single_auc", "gain", "gain_ci95", "p_at_most_0"])]
-    summary["membership_inference"] = rows
+    filed["membership_inference"] = rows
     if degenerate:
-        summary["membership_inference_degenerate"] = degenerate
+        filed["membership_inference_degenerate"] = degenerate
     if sequence:
-        summary["membership_inference_sequence"] = sequence
+        filed["membership_inference_sequence"] = sequence
     if tiers:
-        summary["membership_inference_by_repeat"] = tiers
-    return blocks
+        filed["membership_inference_by_repeat"] = tiers
+    return Section(blocks, filed)
 
 
 def _manifest_ids(run: Path) -> frozenset:
@@ -473,12 +492,13 @@ def _manifest_ids(run: Path) -> frozenset:
     return frozenset(c["id"] for c in (manifest.get("canaries") or []) + (manifest.get("heldout") or []))
 
 
-def runs_section(runs: list[Path], entries: list[dict], mia: dict, fig_dir: Path, summary: dict) -> list[Block]:
+def runs_section(runs: list[Path], entries: list[dict], mia: dict, fig_dir: Path) -> Section:
     """Several runs side by side (`report.runs=[...]`), as paper 003 compares stages, for the user's own trainers
     (e.g. SFT against DPO against GRPO on one manifest): each model's extraction rate with its interval at its last
     checkpoint, held out beside it, the best MIA attack's AUC there, and every run's rate over steps on one axis."""
+    filed: dict = {}   # what this section files in summary.json, under its keys
     if len(runs) < 2:
-        return []
+        return Section([], filed)
     datasets = sorted({e["dataset"] for e in entries if not e["dataset"].endswith("_heldout")})
     rows, figures = [], []
     for dataset in datasets:
@@ -510,12 +530,13 @@ def runs_section(runs: list[Path], entries: list[dict], mia: dict, fig_dir: Path
               *figures,
               table(rows, ["model", "dataset", "checkpoint", "rate", "ci95", "n_scored", "heldout_rate", "best_attack",
                            "auc", "auc_ci95"])]
-    summary["runs_compared"] = {"runs": [str(r) for r in runs], "same_canaries": same, "rows": rows}
-    return blocks
+    filed["runs_compared"] = {"runs": [str(r) for r in runs], "same_canaries": same, "rows": rows}
+    return Section(blocks, filed)
 
 
-def utility_section(runs: list[Path], audits: dict[Path, Path], summary: dict) -> list[Block]:
+def utility_section(runs: list[Path], audits: dict[Path, Path]) -> Section:
     """Paper 003 Table 2 analogue: HumanEval single-line infilling exact match, held-out PD loss."""
+    filed: dict = {}   # what this section files in summary.json, under its keys
 
     rows = []
     for run in runs:
@@ -524,21 +545,22 @@ def utility_section(runs: list[Path], audits: dict[Path, Path], summary: dict) -
         for model, entry in sorted(((record or {}).get("results") or {}).items()):
             rows.append({"model": prefix + model, **entry})
     if not rows:
-        return []
+        return Section([], filed)
     blocks: list[Block] = [
         Heading(2, "Utility of the final models (paper 003 Table 2 analogue)"),
         Paragraph("HumanEval single-line infilling: exact match of the first generated line (no code is "
                   "executed); pd_eval: mean target cross-entropy on held-out public code (lower is better)."),
         table(rows, ["model", "humaneval_infill_exact_match", "humaneval_infill_n", "pd_eval_loss", "pd_eval_n"]),
     ]
-    summary["utility"] = rows
-    return blocks
+    filed["utility"] = rows
+    return Section(blocks, filed)
 
 
-def discoverable_section(audits: dict[Path, Path], fig_dir: Path) -> list[Block]:
+def discoverable_section(audits: dict[Path, Path], fig_dir: Path) -> Section:
     """The curve over n of probabilistic discoverable extraction (audit.measures=[...,discoverable]): per dataset,
     each model's sampling-scheme rate at the smallest p audited against n, beside its greedy NED rate. The table
     of the same results is the measure's registered one (below)."""
+    filed: dict = {}   # what this section files in summary.json, under its keys
     blocks: list[Block] = []
     for run, audit in audits.items():
         records = A.load_discoverable(audit)
@@ -560,12 +582,12 @@ def discoverable_section(audits: dict[Path, Path], fig_dir: Path) -> list[Block]
                 path = F.discoverable_curve_plot(curves, dataset, fig_dir / name)
                 blocks.append(Image(path, f"{run.name}: {dataset}" if len(audits) > 1 else dataset))
     if not blocks:
-        return []
-    return [Heading(2, "Extraction by sampling: the curve over queries (Hayes et al. 2024)"),
+        return Section([], filed)
+    return Section([Heading(2, "Extraction by sampling: the curve over queries (Hayes et al. 2024)"),
             Paragraph("Each model's counterfactual (n, p)-discoverable rate under its sampling scheme (the audited "
                       "model's chance that n queries produce the exact target is at least p, the control's is not; "
                       "final checkpoint) against n, with 95 % Wilson intervals; the dashed line is the same model's "
-                      "greedy NED rate on the same examples. Rules: docs/methods.md."), *blocks]
+                      "greedy NED rate on the same examples. Rules: docs/methods.md."), *blocks], filed)
 
 
 def _interval(m: dict | None) -> str:
@@ -575,9 +597,10 @@ def _interval(m: dict | None) -> str:
     return f"{m['value']:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if lo is not None else "")
 
 
-def callback_section(audits: dict[Path, Path], summary: dict) -> list[Block]:
+def callback_section(audits: dict[Path, Path]) -> Section:
     """What memlens.AuditCallback measured beside extraction and MIA at each saved checkpoint: exposure of the
     planted canaries next to its null (the held-out ones), and a reward model's ranking of planted over held out."""
+    filed: dict = {}   # what this section files in summary.json, under its keys
     exposure, reward = [], []
     for run, audit in audits.items():
         prefix = "" if len(audits) == 1 else f"{run.name}:"
@@ -611,13 +634,14 @@ def callback_section(audits: dict[Path, Path], summary: dict) -> list[Block]:
                    Paragraph("The reward of each canary's prompt + completion as a membership score, planted vs held "
                              "out: ROC AUC with its seeded bootstrap 95 % interval (0.5 = chance)."),
                    table(reward, list(reward[0]))]
-    summary["callback"] = {"exposure": exposure, "reward": reward}
-    return blocks
+    filed["callback"] = {"exposure": exposure, "reward": reward}
+    return Section(blocks, filed)
 
 
-def registered_measures_section(audits: dict[Path, Path], summary: dict) -> list[Block]:
+def registered_measures_section(audits: dict[Path, Path]) -> Section:
     """A measure registered with `report_rows` (harness/audit/measure_registry.py) gets a table under its title: the
     columns and rows it reads back from each run's audit directory, the run's name prefixed when several."""
+    filed: dict = {}   # what this section files in summary.json, under its keys
     blocks: list[Block] = []
     for name, measure in MEASURES.items():
         if measure.report_rows is None:
@@ -636,12 +660,13 @@ def registered_measures_section(audits: dict[Path, Path], summary: dict) -> list
             if prefix:
                 blocks.append(Paragraph(prefix.rstrip(": ")))
             blocks.append(table(rows, columns))
-            summary.setdefault("measures", {}).setdefault(name, []).extend(rows)
-    return blocks
+            filed.setdefault("measures", {}).setdefault(name, []).extend(rows)
+    return Section(blocks, filed)
 
 
-def maps_section(grouped: dict, finals: list[dict], rcfg, k: float, fig_dir: Path) -> list[Block]:
+def maps_section(grouped: dict, finals: list[dict], rcfg, k: float, fig_dir: Path) -> Section:
     """Fig. 3 / 8: a map per audited model and dataset (final checkpoint), grouped by model, each group folded."""
+    filed: dict = {}   # what this section files in summary.json, under its keys
     map_datasets = set(rcfg.get("map_datasets") or [])
     by_model: dict[str, list[Image]] = defaultdict(list)
     for e in sorted(finals, key=lambda e: (e["model"], e["dataset"])):
@@ -652,7 +677,7 @@ def maps_section(grouped: dict, finals: list[dict], rcfg, k: float, fig_dir: Pat
                                   fig_dir / f"map_{_slug(e['model'])}_{_slug(e['dataset'])}.png")
         by_model[e["model"]].append(Image(path, f"{e['model']} on {e['dataset']}"))
     if not by_model:
-        return []
+        return Section([], filed)
     blocks: list[Block] = [
         Heading(2, "Memorization maps (paper 003 Fig. 3, Fig. 8)"),
         Paragraph("One point per example: the control's distance to the target (x) against the audited model's "
@@ -661,7 +686,7 @@ def maps_section(grouped: dict, finals: list[dict], rcfg, k: float, fig_dir: Pat
     ]
     for model, images in by_model.items():
         blocks.append(Details(f"{model}: {len(images)} map(s)", tuple(images)))
-    return blocks
+    return Section(blocks, filed)
 
 
 def _slug(name: str) -> str:

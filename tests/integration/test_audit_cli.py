@@ -165,6 +165,17 @@ def test_bad_config_exits_2_naming_the_key(audit_world, tmp_path, capsys, overri
     assert __import__("re").search(message, capsys.readouterr().err)
 
 
+def test_a_bad_measure_setting_exits_2_before_the_model_is_scored(audit_world, tmp_path):
+    """Issue #69: `audit.mia_bootstrap=0` (a setting of a measure this one-model audit does not even run) is refused
+    by the real command when the audit is planned: exit 2 naming the key, no row, no audit file, no cache entry."""
+    from tests.integration.run_helpers import memlens, refused
+
+    out = tmp_path / "out"
+    refused(memlens("audit", *audit_overrides(audit_world, out, "audit.mia_bootstrap=0")),
+            r"audit\.mia_bootstrap=0: must be a positive integer")
+    assert not out.exists()
+
+
 def test_killed_audit_resumes_without_lost_or_duplicated_rows(audit_world, first_audit, tmp_path, capsys):
     """SIGKILL a real `python -m memlens audit` once rows exist, rerun, compare with the full run."""
     out_dir, cache_dir = tmp_path / "killed", tmp_path / "cache"  # fresh cache: the run must generate

@@ -110,8 +110,11 @@ def test_an_unshipped_grammar_stops_the_run_before_anything_is_written(tmp_path)
 def test_report_and_data_commands_serve_the_study_and_train_points_to_run(toy_run, tmp_path):
     run_dir, _ = toy_run
     findings = read_json(run_dir / "formal" / "report" / "findings.json")
-    assert cli.run(["report", "experiment=formal_toy", f"run_dir={run_dir}"]) == 0      # = memlens formal
+    summary = analysis_dir(run_dir) / "summary.json"
+    stamp = summary.stat().st_mtime_ns
+    assert cli.run(["report", "experiment=formal_toy", f"run_dir={run_dir}"]) == 0   # from the stored analysis
     assert read_json(run_dir / "formal" / "report" / "findings.json") == findings
+    assert summary.stat().st_mtime_ns == stamp, "memlens report reads the analysis; it never measures"
     fresh = tmp_path / "data_only"
     assert cli.run(["data", "experiment=formal_toy", f"run_dir={fresh}"]) == 0
     for language in ("G1", "G2"):
@@ -120,3 +123,11 @@ def test_report_and_data_commands_serve_the_study_and_train_points_to_run(toy_ru
     assert not (fresh / "formal" / "models").exists()
     with pytest.raises(UserError, match="memlens run experiment=formal_toy"):
         cli.run(["train", "experiment=formal_toy", f"run_dir={fresh}"])
+
+
+def test_report_on_a_formal_run_without_its_analysis_names_the_file_and_the_command(tmp_path):
+    """The report layer renders stored results only: with no analysis it refuses, naming what computes one."""
+    with pytest.raises(UserError, match=r"summary\.json: no formal-language analysis.*memlens formal "
+                                        r"experiment=formal_toy"):
+        cli.run(["report", "experiment=formal_toy", f"run_dir={tmp_path}"])
+    assert not (tmp_path / "formal" / "report").exists()

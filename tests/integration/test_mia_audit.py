@@ -200,16 +200,16 @@ def test_bad_mia_settings_name_the_key_and_a_plan_without_held_out_sets_is_noted
     with pytest.raises(UserError, match=r"audit\.mia_spans=\['prog'\]: use a non-empty list of \['target', 'program'\]"):
         audit_main(cfg(mia_spans=["prog"]))
     with pytest.raises(UserError, match=r"audit\.mia_bootstrap=0: must be a positive integer"):
-        audit_main(cfg(mia_bootstrap=0))
+        audit_main(cfg(mia_bootstrap=0, measures=["ned", "mia"]))     # refused before the NED audit scores a model
     with pytest.raises(UserError, match=r"audit\.measures=\['ned', 'mai'\]: unknown \['mai'\]"):
         audit_main(cfg(measures=["ned", "mai"]))
-    assert not (tmp_path / "audit" / "mia").exists()
+    assert not (tmp_path / "audit").exists()
     said = []
     no_partner = cfg()
     no_partner.audit_plan[0].datasets = ["sd_base_heldout"]         # scored as members: it has no partner
-    from memlens.harness.audit.mia import audit_run_mia
+    from memlens.harness.audit.mia import MiaSettings, audit_run_mia
 
-    audit_run_mia(no_partner, log=said.append)
+    audit_run_mia(no_partner, MiaSettings.from_config(no_partner.audit), log=said.append)
     assert "no planned dataset has a held-out partner" in said[-1] and not (tmp_path / "audit" / "mia").exists()
 
 
@@ -315,8 +315,8 @@ def test_discoverable_extraction_over_the_run_reads_the_ned_rows_and_reruns_from
 
 
 def test_a_bad_setting_of_a_later_measure_stops_the_audit_before_the_first_runs(world, tmp_path):
-    """Every requested measure checks its settings before any runs (Measure.check): a bad discoverable or epsilon
-    setting fails in a second, not after the NED audit decoded every checkpoint."""
+    """Every measure's settings are parsed before any runs (Measure.settings, command.plan_settings): a bad
+    discoverable or epsilon setting fails in a second, not after the NED audit decoded every checkpoint."""
     from memlens.harness.core.errors import UserError
     from memlens.harness.core.shipped import shipped_path
 

@@ -9,6 +9,7 @@ import pytest
 
 from memlens.harness import cli
 from memlens.harness.core.io import read_json, read_jsonl
+from memlens.harness.report.findings.paper002 import NMT_RULES
 
 pytestmark = pytest.mark.slow
 
@@ -42,10 +43,9 @@ def test_smoke_writes_every_output(smoke_run):
     for r in rows:
         if r["memorized"]:
             assert r["in_m1"] and r["prefix_len"] / r["source_len"] <= 0.75
-    findings = summary["findings"]
-    for key in ("N1_memorization_rises_with_repetitions", "N2_suffix_kept_more_than_prefix",
-                "N3_recovery_for_most_memorized"):
-        assert isinstance(findings[key], bool)
+    numbers = summary["finding_numbers"]
+    assert set(numbers) == {"N1_pearson", "N1_ratio_pct_by_bucket", "N2_shares", "N3_best_symbol", "N3_best_rate"}
+    assert len(numbers["N1_ratio_pct_by_bucket"]) == 5 and set(numbers["N2_shares"]) == {"prefix", "suffix", "start"}
     assert "corpus-frequency fallback" in summary["substitutes"]
     report = (out / "report.md").read_text()
     assert "| Repetitions | Total Samples | Memorized | Ratio (%) | Perturb Prefix" in report
@@ -86,7 +86,7 @@ def test_stability_rerun_under_a_second_kernel_level(smoke_run):
     assert other["provenance"]["compute"]["torch"]["cpu_capability"] == stability["second_kernels"]
     assert other["provenance"]["compute"]["variables"]["ATEN_CPU_CAPABILITY"] == rerun.name
     assert "stability" not in other and other["finetune"] == {"enabled": False}
-    assert stability["findings"] == other["findings"] and stability["memorized"] == other["memorized"]
+    assert stability["finding_numbers"] == other["finding_numbers"] and stability["memorized"] == other["memorized"]
     assert stability["informative"] == (stability["second_kernels"] != here)
     if "avx2" in summary["provenance"]["compute"]["cpu"]["isa"]:
         assert stability["informative"] and {here, stability["second_kernels"]} == {"AVX2", "DEFAULT"}
@@ -94,10 +94,8 @@ def test_stability_rerun_under_a_second_kernel_level(smoke_run):
     assert (read_json(rerun / "data" / "parallel" / "manifest.json")["sha256"]
             == read_json(run_dir / "data" / "parallel" / "manifest.json")["sha256"])
     table = {f["id"]: f for f in findings(RunResults({}, nmt=summary))}
-    for fid, keys in (("N1", ["N1_memorization_rises_with_repetitions"]),
-                      ("N2", ["N2_suffix_kept_more_than_prefix", "N2_start_kept_least"]),
-                      ("N3", ["N3_recovery_for_most_memorized"])):
-        rule_differs = any(summary["findings"][k] != other["findings"][k] for k in keys)
+    for fid, rule in NMT_RULES.items():
+        rule_differs = rule.holds(summary["finding_numbers"]) != rule.holds(other["finding_numbers"])
         if rule_differs:
             assert table[fid]["unstable"] and table[fid]["status"] == "inconclusive", fid
         if not table[fid]["unstable"]:

@@ -11,7 +11,7 @@ import hashlib
 
 import pytest
 
-from memlens.harness.audit.preference_mia import audit_run_pair_mia, report_rows
+from memlens.harness.audit.preference_mia import PairMiaSettings, audit_run_pair_mia, report_rows
 from memlens.harness.cli import compose
 from memlens.harness.core.io import read_json, read_jsonl
 from memlens.harness.measures.blind_mia import BLIND_LABEL
@@ -38,7 +38,7 @@ def test_pair_membership_of_the_smoke_ipo(smoke, tmp_path):
     cfg = compose(["experiment=smoke", f"run_dir={dest}", "device=cpu", PLAN, "audit.measures=[pair_mia]",
                    "audit.mia_bootstrap=50", "audit.progress=false"])
     built = build_datasets(cfg, names=["sd_base_heldout", "pairs_sd_base_heldout"], log=lambda *_: None)
-    audit_run_pair_mia(cfg, log=lambda *_: None)
+    audit_run_pair_mia(cfg, PairMiaSettings.from_config(cfg.audit), log=lambda *_: None)
 
     after = _digests(dest)
     assert {k: after[k] for k in before} == before          # the run's data and models: byte for byte

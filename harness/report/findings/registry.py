@@ -1,5 +1,5 @@
 """The findings table as a registry (harness/core/registry.py): each finding a `Finding`, registered by the module of
-the paper it comes from; the registry imports those modules the first time it is read and lists the findings in the
+the paper it comes from; the registry imports those modules (import_builtin_findings) the first time it is read and lists the findings in the
 table's order below, whichever module was imported first; `findings(run)` runs every registered finding in that
 order."""
 
@@ -24,12 +24,24 @@ class Finding:
     measured_by: str = ""                    # what measures it, for a run that does not (built-ins: MEASURED_BY)
 
 
-# The modules that register the built-in findings, and the table's order of their ids.
-FINDING_MODULES = tuple(f"memlens.harness.report.findings.{name}" for name in (
-    "paper003", "objectives", "paper002", "paper004", "membership", "extraction_risk", "doses"))
+def import_builtin_findings() -> None:
+    """The modules that register the built-in findings (each imports this registry to register, so they are imported
+    on the registry's first read, not here at import)."""
+    from memlens.harness.report.findings import (  # noqa: F401  registered on import
+        doses,
+        extraction_risk,
+        membership,
+        objectives,
+        paper002,
+        paper003,
+        paper004,
+    )
+
+
+# The table's order of the built-in ids.
 TABLE_ORDER = ("F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8", "V4", "V5", "V6", "V7", "P1", "P2", "P3",
                "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "M4", "S1", "S2", "S3", "E1", "D1", "D2", "D3")
-FINDINGS: Registry[Finding] = Registry("finding", "id", builtins=FINDING_MODULES, order=TABLE_ORDER)
+FINDINGS: Registry[Finding] = Registry("finding", "id", builtins=import_builtin_findings, order=TABLE_ORDER)
 # The run that measures each built-in finding: a report names it beside the findings its own run did not measure.
 QUICKSTART, FINDINGS_RUN = "experiment=quickstart", "experiment=findings"
 MEASURED_BY = {**dict.fromkeys(("F1", "F2", "F3", "F8"), QUICKSTART),

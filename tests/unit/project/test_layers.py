@@ -27,6 +27,10 @@ TORCH = ("torch", "transformers", "peft", "safetensors", "accelerate")
 CLIENT_ALLOWED = {"recipes": ("core", "text", "model"), "synthetic_data": ("core", "text")}
 # harness modules that exist to hold a heavy dependency: imported inside functions, commented, on first use.
 HEAVY_WRAPPERS = {"harness.text._window_kernel"}     # numba (~0.6 s import, a compiled kernel)
+# harness modules that import ours inside functions, by name, on purpose: the CLI loads a command's module only when it
+# runs (`memlens --help` stays fast, the scorer never loads the recipes), and a registry imports the modules that
+# register its built-ins on its first read (they import the registry to register: a circle at module level).
+DEFERRING = {"harness.cli", "harness.audit.measure_registry", "harness.report.findings.registry"}
 
 
 def module_name(path: Path) -> str:
@@ -132,7 +136,7 @@ def test_no_upward_import_and_no_function_level_harness_import():
             target = harness_target(name, KNOWN)
             if target is None:
                 continue
-            if in_function and not (target in HEAVY_WRAPPERS and "#" in context):
+            if in_function and not ((target in HEAVY_WRAPPERS or me in DEFERRING) and "#" in context):
                 bad.append(f"{me}:{line} imports {target} inside a function")
             elif layer_of(target) > layer_of(me):
                 bad.append(f"{me}:{line} imports {target} from a layer above")

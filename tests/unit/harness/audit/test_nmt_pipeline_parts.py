@@ -6,7 +6,7 @@ import pytest
 
 from memlens.harness.audit.nmt import NmtSettings, unique_pairs
 from memlens.harness.core.errors import UserError
-from memlens.harness.measures.nmt import findings, per_bucket_neighbourhood
+from memlens.harness.measures.nmt import finding_numbers, per_bucket_neighbourhood
 from memlens.harness.report.nmt_report import render_report
 
 
@@ -42,19 +42,13 @@ def _buckets(pearson):
     return {"pearson": pearson, "buckets": [{"repetitions": r, "ratio_pct": float(r)} for r in range(1, 6)]}
 
 
-def test_findings_report_the_model_not_a_wish():
+def test_the_audit_stores_the_figures_n1_to_n3_are_judged_on_and_no_verdict():
     nb = {"prefix": {"share": 0.2}, "suffix": {"share": 0.6}, "start": {"share": 0.1}}
-    f = findings(_buckets(0.8), nb, {"best_rate": 0.65, "best_symbol": "!"})
-    assert f["N1_memorization_rises_with_repetitions"] and f["N2_suffix_gt_prefix_gt_start"]
-    assert f["N3_recovery_for_most_memorized"] and f["N3_best_symbol"] == "!"
-    nb_flat = {"prefix": {"share": 0.5}, "suffix": {"share": 0.4}, "start": {"share": 0.6}}
-    f = findings(_buckets(-0.1), nb_flat, {"best_rate": 0.5, "best_symbol": "*"})
-    assert not f["N1_memorization_rises_with_repetitions"]
-    assert not f["N2_suffix_kept_more_than_prefix"] and not f["N2_start_kept_least"]
-    assert not f["N3_recovery_for_most_memorized"]                 # 0.5 is not "most"
-    none = findings(_buckets(None), {c: {"share": None} for c in ("prefix", "suffix", "start")},
-                    {"best_rate": None, "best_symbol": "!"})
-    assert not any(v for k, v in none.items() if isinstance(v, bool))
+    f = finding_numbers(_buckets(0.8), nb, {"best_rate": 0.65, "best_symbol": "!"})
+    assert f == {"N1_pearson": 0.8, "N1_ratio_pct_by_bucket": [1.0, 2.0, 3.0, 4.0, 5.0],
+                 "N2_shares": {"prefix": 0.2, "suffix": 0.6, "start": 0.1}, "N3_best_symbol": "!", "N3_best_rate": 0.65}
+    assert not any(isinstance(v, bool) for v in f.values()), "verdicts are the findings layer's (paper002.py)"
+    assert finding_numbers(_buckets(None), nb, None)["N3_best_rate"] is None
 
 
 def test_settings_validation_names_keys():
@@ -82,8 +76,8 @@ def test_report_has_table1_and_table4_rows():
                      "best_rate": 0.6, "any_symbol_rate": 0.6, "F_size": 3},
         "quality": {"Memorized outputs": {"count": 5, "ttr": 40.0, "rule_match_pct": 0.0}},
         "finetune": {"enabled": False},
-        "findings": findings(_buckets(None), {"prefix": {"share": 0.1}, "suffix": {"share": 0.5},
-                                              "start": {"share": None}}, {"best_rate": 0.6, "best_symbol": "!"}),
+        "finding_numbers": finding_numbers(_buckets(None), {"prefix": {"share": 0.1}, "suffix": {"share": 0.5},
+                                                            "start": {"share": None}}, {"best_rate": 0.6, "best_symbol": "!"}),
         "examples": [{"source": "a b c d", "reference": "X", "prefix": "a b", "prefix_ratio": 0.5}],
         "provenance": {"git_commit": "abc", "seed": 0, "datasets": {}},
     }
@@ -92,6 +86,9 @@ def test_report_has_table1_and_table4_rows():
     assert "| 1-5 | 10 | 5 | 50.00 | 10.00 % | 50.00 % | – |" in report
     assert "| `!` | 3/5 | 60.0 % |" in report
     assert "| Memorized outputs | 5 | 0.0 | 40.0 |" in report
+    # the verdicts are paper002.py's rules: r unknown -> N1 False; start share unknown -> N2 False; 0.6 > 0.5 -> N3
+    assert "- N1 memorization rises with repetitions: **False**" in report
+    assert "start perturbations least: **False**" in report and "memorized sources: **True** (`!`: 60.0 %)" in report
 
 
 @pytest.mark.parametrize("experiment", ["nmt_quickstart", "nmt_smoke"])

@@ -3,6 +3,7 @@ register its built-in entries and lists them in their declared order, whatever t
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 import types
@@ -34,7 +35,8 @@ def test_the_findings_table_keeps_its_order_whichever_module_was_imported_first(
 @pytest.fixture
 def plugin_module(monkeypatch):
     """A module on sys.modules that registers two built-ins into a registry given to it, in the wrong order."""
-    registry: Registry[str] = Registry("thing", "things", builtins=("memlens_test_things",), order=("a", "b"))
+    registry: Registry[str] = Registry("thing", "things", builtins=lambda: importlib.import_module("memlens_test_things"),
+                                       order=("a", "b"))
     module = types.ModuleType("memlens_test_things")
     module.__dict__["load"] = lambda: (registry.register("b", "B"), registry.register("a", "A"))
     monkeypatch.setitem(sys.modules, "memlens_test_things", module)
@@ -51,11 +53,12 @@ def test_builtins_load_on_the_first_read_in_the_declared_order_and_plugins_follo
 
 
 def test_a_builtin_that_its_module_does_not_register_is_an_error_naming_it(monkeypatch):
-    registry: Registry[str] = Registry("thing", "things", builtins=("memlens_test_empty",), order=("a", "zz"))
-    empty = types.ModuleType("memlens_test_empty")
-    monkeypatch.setitem(sys.modules, "memlens_test_empty", empty)
+    def import_nothing():
+        """A built-ins function whose modules register only "a"."""
+
+    registry: Registry[str] = Registry("thing", "things", builtins=import_nothing, order=("a", "zz"))
     registry.register("a", "A")
-    with pytest.raises(RuntimeError, match="zz named as built-in but not registered by memlens_test_empty"):
+    with pytest.raises(RuntimeError, match="zz named as built-in but not registered by the modules .*import_nothing"):
         registry.names()
 
 

@@ -44,7 +44,7 @@ def test_repeated_gives_each_row_its_copies_and_leaves_other_rows_alone():
     assert [r["id"] for r in repeated(rows)] == ["a", "a", "a", "b", "c"]
 
 
-@pytest.mark.parametrize("row, message", [
+BAD_ROWS = [
     ({"id": "b", "target": "abcdef"}, "mine.jsonl:2: missing field(s) prefix"),
     ({"id": "b", "text": "abc", "prefix": "", "target": "abc"}, "mine.jsonl:2: the row has both text and prefix"),
     ({"id": "b", "text": "abcdef", "target": "xyz123"}, "mine.jsonl:2: field target: not found in field text"),
@@ -57,12 +57,28 @@ def test_repeated_gives_each_row_its_copies_and_leaves_other_rows_alone():
     ({"id": "b", "prefix": "p", "target": "abcdef", "group": ["x"]}, "mine.jsonl:2: field group=['x']"),
     ({"id": "a", "prefix": "p", "target": "abcdef"}, "mine.jsonl:2: duplicate id 'a' (first on line 1)"),
     ({"id": None, "prefix": "p", "target": "abcdef"}, "mine.jsonl:2: field id must be a string or an integer"),
-])
+]
+
+
+@pytest.mark.parametrize("row, message", BAD_ROWS)
 def test_a_bad_canary_row_names_file_line_and_field(tmp_path, row, message):
     path = write(tmp_path, [{"id": "a", "prefix": "p", "target": "abcdef"}, row])
     with pytest.raises(UserError) as e:
         canaries(path)
     assert message in str(e.value)
+
+
+@pytest.mark.parametrize("row, message", [(row, message) for row, message in BAD_ROWS if "tokens" not in message])
+def test_every_reader_of_fim_examples_refuses_a_bad_row_alike(tmp_path, row, message):
+    """One reader of FIM examples (read_fim_examples): the NED audit's load_examples and the loss and MIA measures'
+    load_fim_examples refuse a bad row with the same message (the token count is the canary file's own check)."""
+    from memlens.harness.audit.losses import load_fim_examples
+
+    path = write(tmp_path, [{"id": "a", "prefix": "p", "target": "abcdef"}, row])
+    for read in (load_examples, load_fim_examples):
+        with pytest.raises(UserError) as e:
+            read(path)
+        assert message in str(e.value), read
 
 
 def test_an_empty_canary_file_is_refused(tmp_path):

@@ -93,7 +93,7 @@ def test_bad_settings_name_the_key():
     s = settings_from_audit(cfg())
     assert s.schemes[0].greedy and s.queries == (1, 10) and s.probabilities == (0.5,)
     cases = [
-        ({"discoverable_schemes": []}, r"audit\.discoverable_schemes: give a list"),
+        ({"discoverable_schemes": []}, r"audit\.discoverable_schemes=\[\]: give a list"),
         ({"discoverable_schemes": [{"name": "a", "temperature": -1}]}, r"discoverable_schemes\[0\]: .*>= 0"),
         ({"discoverable_schemes": [{"name": "a", "top_k": 0}]}, r"discoverable_schemes\[0\]: .*top_k=0"),
         ({"discoverable_schemes": [{"name": "a", "topk": 5}]}, r"discoverable_schemes\[0\]: unknown key"),

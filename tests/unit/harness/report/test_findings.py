@@ -235,19 +235,19 @@ def test_lemma1_premise_and_recollection_vs_contextual():
 
 
 def test_nmt_figures_read_as_numbers_not_json():
-    nmt = {"findings": {"N1_memorization_rises_with_repetitions": True, "N1_ratio_pct_by_bucket": [12.0, 14.25],
-                        "N2_suffix_kept_more_than_prefix": True, "N2_start_kept_least": False,
-                        "N2_shares": {"suffix": 0.8375, "prefix": 0.009}, "N3_recovery_for_most_memorized": True,
-                        "N3_best_rate": 0.748}}
+    nmt = {"finding_numbers": {"N1_pearson": 0.9, "N1_ratio_pct_by_bucket": [12.0, 14.25],
+                               "N2_shares": {"suffix": 0.8375, "prefix": 0.009, "start": 0.5},
+                               "N3_best_rate": 0.748}}
     got = verdicts(RunResults({}, {}, [], nmt))
     assert got["N1"]["ours"] == "12.0 → 14.2 %"
     assert got["N1"]["status"] == INCONCLUSIVE        # no per-bucket counts (an older run): no test, no "holds"
-    assert got["N2"]["ours"] == "suffix 83.8 %, prefix 0.9 %" and got["N2"]["status"] == FAILS
+    # suffix > prefix, but start (50 %) is not the least: FAILS
+    assert got["N2"]["ours"] == "suffix 83.8 %, prefix 0.9 %, start 50.0 %" and got["N2"]["status"] == FAILS
     assert got["N3"]["ours"] == "74.8 %"
 
 
 def _nmt_with_buckets(low: tuple[int, int], high: tuple[int, int]) -> dict:
-    return {"findings": {"N1_memorization_rises_with_repetitions": True, "N1_ratio_pct_by_bucket": [1.0, 2.0]},
+    return {"finding_numbers": {"N1_pearson": 1.0, "N1_ratio_pct_by_bucket": [1.0, 2.0]},
             "buckets": {"buckets": [{"repetitions": 1, "memorized": low[0], "total": low[1]},
                                     {"repetitions": 5, "memorized": high[0], "total": high[1]}]}}
 
@@ -264,11 +264,11 @@ def test_n1_needs_the_most_repeated_bucket_to_differ_beyond_noise():
 def _nmt_n3(best_rate: float, second_rate: float | None, informative: bool = True) -> dict:
     """An NMT summary whose N3 rate is `best_rate`, rerun (step 8) under AVX2 kernels giving `second_rate`."""
     def findings(rate):
-        return {"N3_recovery_for_most_memorized": rate > 0.5, "N3_best_rate": rate}
-    summary = {"findings": findings(best_rate)}
+        return {"N3_best_rate": rate}
+    summary = {"finding_numbers": findings(best_rate)}
     if second_rate is not None:
         summary["stability"] = {"kernels": "DEFAULT", "second_kernels": "AVX2" if informative else "DEFAULT",
-                                "informative": informative, "findings": findings(second_rate),
+                                "informative": informative, "finding_numbers": findings(second_rate),
                                 "buckets": {"buckets": []}}
     return summary
 
@@ -542,3 +542,19 @@ def test_dose_findings_need_two_doses():
     g = grouped()
     g[("FT.3", "final", "sd_base")] = _dosed({4: 3})
     assert verdicts(RunResults(g, evidence()))["D1"]["status"] == NOT_MEASURED
+
+
+@pytest.mark.parametrize(("numbers", "expected"), [
+    ({"N1_pearson": 0.01}, {"N1": True}), ({"N1_pearson": 0.0}, {"N1": False}), ({"N1_pearson": None}, {"N1": False}),
+    ({"N2_shares": {"prefix": 0.2, "suffix": 0.6, "start": 0.1}}, {"N2": True}),
+    ({"N2_shares": {"prefix": 0.2, "suffix": 0.6, "start": 0.2}}, {"N2": True}),     # start ties prefix: still least
+    ({"N2_shares": {"prefix": 0.5, "suffix": 0.4, "start": 0.1}}, {"N2": False}),    # suffix below prefix
+    ({"N2_shares": {"prefix": 0.2, "suffix": 0.6, "start": 0.3}}, {"N2": False}),    # start above prefix
+    ({"N2_shares": {"prefix": 0.2, "suffix": 0.6, "start": None}}, {"N2": False}),
+    ({"N3_best_rate": 0.51}, {"N3": True}), ({"N3_best_rate": 0.5}, {"N3": False}),  # 0.5 is not "most"
+    ({}, {"N1": False, "N2": False, "N3": False}),
+])
+def test_each_nmt_rule_is_stated_once_over_the_stored_figures(numbers, expected):
+    from memlens.harness.report.findings.paper002 import NMT_RULES
+
+    assert {fid: NMT_RULES[fid].holds(numbers) for fid in expected} == expected

@@ -358,3 +358,32 @@ def test_writers_lay_out_each_block_type(tmp_path):
     assert "<img alt='Rate figure' src='data:image/png;base64," in page
     folded = page[page.index("<details><summary>Folded rows</summary>"):page.index("</details>")]
     assert "<table><tr><th>id</th><th>rule</th></tr>" in folded
+
+
+def test_each_report_section_is_a_pure_function_of_the_stored_results(fake_run):
+    """The report is an ordered list of sections (render.SECTIONS); each reads the stored results it is given and
+    returns its blocks and what it files in summary.json, changing nothing it was given, the same on a second call;
+    no two sections file the same key."""
+    import copy
+
+    from memlens.harness.cli import compose
+    from memlens.harness.report import render
+    from memlens.harness.report.figures import DRAW_FIGURES
+
+    cfg = compose([f"run_dir={fake_run}"])
+    inputs, _ = render.load_inputs(cfg, cfg.report)
+    token = DRAW_FIGURES.set(False)          # the sections' tables, not their pictures
+    try:
+        frozen = copy.deepcopy({k: getattr(inputs, k) for k in ("grouped", "entries", "finals", "prov", "evidence",
+                                                                 "mia")})
+        filed: dict = {}
+        for section in render.SECTIONS:
+            first, second = section(inputs), section(inputs)
+            assert (first.filed, len(first.blocks)) == (second.filed, len(second.blocks))
+            render.file_in(filed, first.filed, section)
+        assert {k: getattr(inputs, k) for k in frozen} == frozen, "a section changed what it was given"
+        assert {"breakdowns", "persistence", "sweeps", "training", "reward_scores"} - set(filed) == {"breakdowns"}
+        with pytest.raises(RuntimeError, match="persistence filed twice"):
+            render.file_in(filed, {"persistence": []}, "a second section")
+    finally:
+        DRAW_FIGURES.reset(token)
