@@ -76,8 +76,7 @@ def test_pair_membership_of_the_smoke_ipo(smoke, tmp_path):
     # report.md / report.html: the table under its title, from the same rows
     from memlens.harness.report.sections import registered_measures_section
 
-    summary: dict = {}
-    blocks = registered_measures_section({dest: dest / "audit"}, summary)
-    assert [b.text for b in blocks if type(b).__name__ == "Heading"] == [
+    section = registered_measures_section({dest: dest / "audit"})
+    assert [b.text for b in section.blocks if type(b).__name__ == "Heading"] == [
         "Membership of preference pairs (PREMIA) (audit.measures: pair_mia)"]
-    assert summary["measures"]["pair_mia"] == table
+    assert section.filed["measures"]["pair_mia"] == table
