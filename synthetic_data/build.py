@@ -29,7 +29,15 @@ from memlens.harness.text.exclusions import exclusion_reasons
 from memlens.synthetic_data import common, user_data
 from memlens.synthetic_data import preference_data as pref
 from memlens.synthetic_data import public_code as pc
-from memlens.synthetic_data.data_settings import ALL_DATASETS, HELDOUT_DATASETS, HELDOUT_OF, USER_DATASETS, validate
+from memlens.synthetic_data.data_settings import (
+    ALL_DATASETS,
+    HELDOUT_DATASETS,
+    HELDOUT_OF,
+    PAIR_HELDOUT_DATASETS,
+    PAIR_HELDOUT_OF,
+    USER_DATASETS,
+    validate,
+)
 from memlens.synthetic_data.doses import DOSE_STREAM, assign_doses, dose_figures
 from memlens.synthetic_data.formal_data import build_all
 from memlens.synthetic_data.humaneval import default_path, infill_rows
@@ -165,7 +173,7 @@ class Builder:
         """What the manifest says about membership under coins (nothing under split: manifests as before)."""
         if self.s["sd_membership"] != "coins":
             return {}
-        if name in ("sd_base", "sd_base_heldout"):
+        if name in ("sd_base", "sd_base_heldout", "pairs_sd_base_heldout"):
             return dict(self.sd_coins["info"])
         return {"membership": "split", "membership_note": LINKS_SPLIT_NOTE}
 
@@ -275,13 +283,14 @@ class Builder:
         out: dict[str, Any] = {"seed": self.seed}
         if name in USER_DATASETS:
             out["user_file"] = self.files.settings_for(name)
-        if name in HELDOUT_DATASETS:
+        if name in HELDOUT_DATASETS or name in PAIR_HELDOUT_DATASETS:
             out["heldout_size"] = s["sd_heldout_size"]
-        if name.startswith("sd_") or name in ("rm_sd", "rm_sd_links", "pairs_sd_base", "pairs_sd_links"):
+        if name.startswith("sd_") or name in ("rm_sd", "rm_sd_links", "pairs_sd_base", "pairs_sd_links",
+                                              *PAIR_HELDOUT_DATASETS):
             out["sd"] = s["sd"]
             if s["sd_membership"] == "coins":     # split adds nothing: datasets built before the option stay complete
                 out["membership"] = {"sd_base": "coins", "stream": COIN_STREAM, "heldout_size": s["sd_heldout_size"]}
-            if s["sd_doses"] and name not in HELDOUT_DATASETS:   # null adds nothing, as membership=split
+            if s["sd_doses"] and name not in HELDOUT_DATASETS and name not in PAIR_HELDOUT_DATASETS:   # null adds nothing, as membership=split
                 out["doses"] = {"tiers": list(s["sd_doses"]), "stream": DOSE_STREAM}
         if name == "sd_rl_prompts":
             tok = OffsetTokenizer(s["rl_prompts"]["tokenizer"])
@@ -364,10 +373,24 @@ class Builder:
             return pref.sd_links_pairs(self.sd["links"]), {}
         if name == "pairs_pd2":
             return pref.pd2_pairs(self.pd2_examples["pd_2"]), {}
+        if name in PAIR_HELDOUT_DATASETS:
+            return self.heldout_pairs(name)
         if name == "humaneval_infill":
             rows = infill_rows(self.s["humaneval"]["path"])
             return rows, {"problems": len({r["task_id"] for r in rows})}
         raise UserError(f"data.datasets: unknown dataset {name!r}")  # validate() already rejects it
+
+    def heldout_pairs(self, name: str) -> tuple[list[dict], dict]:
+        """Non-member preference pairs: the member pairs' builders (memlens.synthetic_data.preference_data) run on the
+        held-out programs (sd_heldout), so members and non-members are pairs of one construction; no stage reads
+        them (harness/audit/preference_mia.py). The member pairs and every other dataset are built as before."""
+        if name == "pairs_sd_base_heldout":
+            rows = pref.sd_base_pairs(self.sd_heldout["base"], self.seed)
+        else:
+            rows = pref.sd_links_pairs(self.sd_heldout["links"])
+        if not rows:
+            raise UserError(f"data.sd.heldout_size: gives no program for {name}; raise it or set it to null")
+        return rows, {"heldout_of": PAIR_HELDOUT_OF[name], "members_in_training": 0, **self.membership_figures(name)}
 
     @staticmethod
     def _rm_stats(rows: list[dict]) -> dict:
@@ -409,7 +432,8 @@ def write_dataset(out_dir: Path, name: str, rows: list[dict], figures: dict, set
 
 UPSTREAM = {"rm_sd": ("sd_base", "sd_links"), "rm_sd_links": ("sd_links",), "pairs_sd_base": ("sd_base",),
             "pairs_sd_links": ("sd_links",), "sd_links_pos": ("sd_links",), "rm_pd2": ("pd_2",),
-            "rm_pd2_val": ("pd_2_val",), "pairs_pd2": ("pd_2",), "sd_rl_prompts": ("sd_base", "sd_links")}
+            "rm_pd2_val": ("pd_2_val",), "pairs_pd2": ("pd_2",), "sd_rl_prompts": ("sd_base", "sd_links"),
+            "pairs_sd_base_heldout": ("sd_base_heldout",), "pairs_sd_links_heldout": ("sd_links_heldout",)}
 
 
 def _upstream_hashes(data_dir: Path, name: str) -> dict[str, str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from memlens.harness.core.errors import UserError
-from memlens.harness.core.layout import HELDOUT_BUILT, heldout_dataset
+from memlens.harness.core.layout import HELDOUT_BUILT, PAIR_HELDOUT_BUILT, heldout_dataset
 from memlens.harness.core.user_data import MAX_REPEAT
 from memlens.synthetic_data.public_code import SPLITS as PD_SPLITS
 from memlens.synthetic_data.public_code import USE_FILES
@@ -20,9 +20,13 @@ HELDOUT_DATASETS = HELDOUT_BUILT     # memlens.harness.core.layout: the audit pa
 HELDOUT_OF = {heldout_dataset(name): name for name in ("sd_base", "sd_links", "sd_links_pos")}
 RM_DATASETS = ("rm_pd2", "rm_pd2_val", "rm_sd", "rm_sd_links")
 PAIR_DATASETS = ("pairs_sd_base", "pairs_sd_links", "pairs_pd2")
+# Non-member preference pairs: the SD pairs built by the same functions from the held-out programs (no stage reads
+# them; the preference-pair MIA scores a stage's pairs against them, harness/audit/preference_mia.py).
+PAIR_HELDOUT_DATASETS = PAIR_HELDOUT_BUILT
+PAIR_HELDOUT_OF = {heldout_dataset(name): name for name in ("pairs_sd_base", "pairs_sd_links")}
 USER_DATASETS = (*CANARY_DATASETS, *PREFERENCE_DATASETS)   # from data.canaries.file / data.preference.file
-ALL_DATASETS = (*SD_DATASETS, *HELDOUT_DATASETS, "sd_rl_prompts", *PD_SPLITS, *RM_DATASETS, *PAIR_DATASETS, "humaneval_infill",
-                *USER_DATASETS)
+ALL_DATASETS = (*SD_DATASETS, *HELDOUT_DATASETS, "sd_rl_prompts", *PD_SPLITS, *RM_DATASETS, *PAIR_DATASETS,
+                *PAIR_HELDOUT_DATASETS, "humaneval_infill", *USER_DATASETS)
 SD_SUBSETS = ("SD.Base", "SD.Links")
 TARGET_SELECTIONS = ("distinct", "uniform")
 # data.sd.membership: which SD.Base programs are trained on. "split": the first data.sd.size programs are members,

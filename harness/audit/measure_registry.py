@@ -9,9 +9,9 @@ setting of the last measure stops the audit before any model is scored; the meas
 receives the parsed object instead of reading the config. A measure
 without a dedicated report section gives `report_rows`: (columns, rows) read back from what it wrote, and the
 report lays them out as a table under its title (harness/report/render.py). Each built-in measure registers in the
-module that runs it (extraction.py: ned; losses.py, mia.py, discoverable.py, epsilon.py); the registry imports those
-modules the first time it is read, so a command that imported no audit module (`memlens report`) sees them too, in the
-order below.
+module that runs it (extraction.py: ned; losses.py, mia.py, discoverable.py, epsilon.py; preference_mia.py: pair_mia);
+the registry imports those modules the first time it is read, so a command that imported no audit module
+(`memlens report`) sees them too, in the order below.
 """
 
 from __future__ import annotations
@@ -41,8 +41,15 @@ class Measure:
 def import_builtin_measures() -> None:
     """The modules that run and register the built-in measures (each imports this registry to register, so they are
     imported on the registry's first read, not here at import)."""
-    from memlens.harness.audit import discoverable, epsilon, extraction, losses, mia  # noqa: F401  registered on import
+    from memlens.harness.audit import (  # noqa: F401  registered on import
+        discoverable,
+        epsilon,
+        extraction,
+        losses,
+        mia,
+        preference_mia,
+    )
 
 
 MEASURES: Registry[Measure] = Registry("audit measure", "audit.measures", builtins=import_builtin_measures,
-                                       order=("ned", "loss", "mia", "discoverable", "epsilon"))
+                                       order=("ned", "loss", "mia", "discoverable", "epsilon", "pair_mia"))

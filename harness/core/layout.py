@@ -125,6 +125,9 @@ REWARD_RANKING_SUBDIR = "reward"         # <audit dir>/reward/<model>/summary.js
 EPSILON_SUBDIR = "epsilon"               # <audit dir>/epsilon/<model>/summary.json (harness/audit/epsilon.py)
 HELDOUT_SUFFIX = "_heldout"              # <dataset>_heldout: the never-trained-on partner of a canary dataset
 HELDOUT_BUILT = ("sd_base_heldout", "sd_links_heldout", "sd_links_pos_heldout")   # what synthetic_data builds
+# The never-trained-on partners of the SD preference pairs: pairs built the same way from the held-out programs
+# (harness/audit/preference_mia.py scores a preference stage's pairs against them)
+PAIR_HELDOUT_BUILT = ("pairs_sd_base_heldout", "pairs_sd_links_heldout")
 
 
 def heldout_dataset(dataset: str) -> str:
@@ -135,6 +138,15 @@ def heldout_dataset(dataset: str) -> str:
 def mia_dir(audit_dir: str | Path, model_name: str | None = None) -> Path:
     """Membership-inference results below an audit dir (one model's when `model_name` is given)."""
     root = Path(audit_dir) / MIA_SUBDIR
+    return root / model_name if model_name else root
+
+
+PAIR_MIA_SUBDIR = "pair_mia"             # <audit dir>/pair_mia/<model>/<checkpoint>/<dataset>.jsonl + summaries
+
+
+def pair_mia_dir(audit_dir: str | Path, model_name: str | None = None) -> Path:
+    """Preference-pair membership results below an audit dir (one model's when `model_name` is given)."""
+    root = Path(audit_dir) / PAIR_MIA_SUBDIR
     return root / model_name if model_name else root
 
 

@@ -33,6 +33,7 @@ from memlens.harness.core.config import require_bool
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.layout import (
     HELDOUT_BUILT,
+    PAIR_HELDOUT_BUILT,
     check_listed_name,
     check_model_name,
     heldout_dataset,
@@ -259,6 +260,9 @@ def needed_datasets(stages: list[PlannedStage], cfg, with_audit: bool = True) ->
     if with_audit and "mia" in ([measures] if isinstance(measures, str) else list(measures)):
         # membership inference scores each planned SD set against its never-trained held-out partner
         names.update({heldout_dataset(n): None for n in list(names) if heldout_dataset(n) in HELDOUT_BUILT})
+    if with_audit and "pair_mia" in ([measures] if isinstance(measures, str) else list(measures)):
+        # preference-pair membership scores a preference stage's SD pairs against the same pairs of held-out programs
+        names.update({heldout_dataset(n): None for n in list(names) if heldout_dataset(n) in PAIR_HELDOUT_BUILT})
     utility = require_bool(audit.get("utility", False), "audit.utility")
     if with_audit and "audit" in list(cfg.get("after_training") or []) and utility:
         names.update({"humaneval_infill": None, "pd_eval": None})   # harness/measures/utility.py (Table 2 analogue)

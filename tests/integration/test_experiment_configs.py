@@ -18,7 +18,7 @@ from tests.integration.run_helpers import CONF, EXPERIMENTS
 DATASETS = {"sd_base", "sd_links", "sd_links_pos", "sd_base_heldout", "sd_links_heldout", "sd_links_pos_heldout",
             "sd_rl_prompts", "pd_pt", "pd_1", "pd_2", "pd_2_val", "pd_3",
             "pd_3_val", "pd_eval", "rm_pd2", "rm_pd2_val", "rm_sd", "rm_sd_links", "pairs_sd_base",
-            "pairs_sd_links", "pairs_pd2", "humaneval_infill",
+            "pairs_sd_links", "pairs_pd2", "pairs_sd_base_heldout", "pairs_sd_links_heldout", "humaneval_infill",
             # from the user's files (data.canaries.file, data.preference.file; synthetic_data/user_data.py)
             "canaries", "rm_canaries", "pairs_canaries", "preference_chosen", "rm_preference", "pairs_preference"}
 
@@ -124,6 +124,23 @@ def test_mia_in_the_measures_builds_the_held_out_partners_of_the_planned_sd_sets
     assert "mia" in list(findings.audit.measures)
     assert {"sd_base_heldout", "sd_links_pos_heldout"} <= set(needed_datasets(plan(findings), findings))
     quickstart = compose(["experiment=quickstart"])
-    assert not any(n.endswith("_heldout") for n in needed_datasets(plan(quickstart), quickstart))
+    assert not any(n.startswith("sd_") and n.endswith("_heldout") for n in needed_datasets(plan(quickstart), quickstart))
     switched = compose(["experiment=quickstart", "audit.measures=[ned,mia]"])
     assert {"sd_base_heldout", "sd_links_pos_heldout"} <= set(needed_datasets(plan(switched), switched))
+
+
+def test_the_quickstarts_pair_membership_changes_no_stage_and_adds_only_the_held_out_pairs():
+    """experiment=quickstart asks for pair_mia (IPO's preference pairs): against the same experiment without it, every
+    stage has the same settings, the datasets differ only by the two held-out pair sets (no stage reads them), and
+    the measure runs after ned (registration order), so the quickstart's training data, weights, rows and findings
+    stay as they were."""
+    from memlens.harness.audit.measure_registry import MEASURES
+
+    with_pairs = compose(["experiment=quickstart"])
+    without = compose(["experiment=quickstart", "audit.measures=[ned]"])
+    assert list(with_pairs.audit.measures) == ["ned", "pair_mia"]
+    assert [(s.model_name, s.given) for s in plan(with_pairs)] == [(s.model_name, s.given) for s in plan(without)]
+    added = set(needed_datasets(plan(with_pairs), with_pairs)) - set(needed_datasets(plan(without), without))
+    assert added == {"pairs_sd_base_heldout", "pairs_sd_links_heldout"}
+    assert not added & {d for s in plan(with_pairs) for d in s.given.get("datasets") or []}
+    assert MEASURES.names().index("ned") < MEASURES.names().index("pair_mia")

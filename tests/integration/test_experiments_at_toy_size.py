@@ -126,6 +126,9 @@ def test_experiment_runs_end_to_end_at_toy_size(name, tmp_path, finished_runs):
         assert {"FT.3", "RLFT.2", "IPO"} <= {m.split("/")[0] for m in mia}, sorted(mia)
         found = {f["id"]: f for f in json.loads((run_dir / "report" / "findings.json").read_text())["findings"]}
         assert all(found[fid]["status"] != "not measured" for fid in ("M1", "M2", "M3")), found["M1"]
+    if "pair_mia" in list(cfg.audit.measures):                 # the preference models' pairs, vs held-out pairs
+        pairs = json.loads((run_dir / "audit" / "pair_mia" / "summary.json").read_text())["results"]
+        assert "IPO" in pairs and pairs["IPO"]["results"]["final"], sorted(pairs)
     if name in CHECKS_OF_EXPERIMENT:
         CHECKS_OF_EXPERIMENT[name](run_dir)
     record_finished(finished_runs, run_dir)

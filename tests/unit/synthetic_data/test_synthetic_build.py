@@ -7,6 +7,7 @@ from omegaconf import OmegaConf
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import file_sha256
+from memlens.synthetic_data import preference_data as pref
 from memlens.synthetic_data.build import build_datasets
 from tests.unit.synthetic_data.build_helpers import cfg_for, training_strings
 
@@ -153,3 +154,30 @@ def test_heldout_size_sets_the_number_of_heldout_programs(tmp_path):
     counts = [json.loads((out[n] / "manifest.json").read_text())["count"] for n in out]
     assert json.loads((out["sd_links_heldout"] / "manifest.json").read_text())["heldout_of"] == "sd_links"
     assert sum(counts) == 40
+
+
+def test_heldout_pairs_are_the_member_pairs_construction_on_heldout_programs(tmp_path):
+    """pairs_sd_base_heldout / pairs_sd_links_heldout (the preference-pair MIA's non-members): the member pairs'
+    builders run on the held-out programs, with manifest and sha like every dataset, deterministic, sharing no id or
+    chosen line with the member pairs; the member pairs keep their bytes (the quickstart's IPO data unchanged)."""
+    names = ["sd_base", "sd_links", "sd_base_heldout", "sd_links_heldout", "pairs_sd_base", "pairs_sd_links",
+             "pairs_sd_base_heldout", "pairs_sd_links_heldout"]
+    out = build_datasets(cfg_for(tmp_path / "a"), names=names, log=lambda *_: None)
+
+    def rows(name, where=out):
+        return [json.loads(x) for x in (where[name] / "rows.jsonl").read_text().splitlines()]
+
+    assert rows("pairs_sd_base_heldout") == pref.sd_base_pairs(rows("sd_base_heldout"), 0)
+    assert rows("pairs_sd_links_heldout") == pref.sd_links_pairs(rows("sd_links_heldout"))
+    for member, held in (("pairs_sd_base", "pairs_sd_base_heldout"), ("pairs_sd_links", "pairs_sd_links_heldout")):
+        manifest = json.loads((out[held] / "manifest.json").read_text())
+        assert manifest["heldout_of"] == member and manifest["members_in_training"] == 0
+        assert manifest["sha256"] == file_sha256(out[held] / "rows.jsonl") and manifest["count"] == len(rows(held))
+        assert not {r["id"] for r in rows(held)} & {r["id"] for r in rows(member)}
+        assert not {r["chosen"] for r in rows(held)} & {r["chosen"] for r in rows(member)}
+    again = build_datasets(cfg_for(tmp_path / "b"), names=names, log=lambda *_: None)
+    alone = build_datasets(cfg_for(tmp_path / "c"), names=["pairs_sd_base", "pairs_sd_links"], log=lambda *_: None)
+    for name in names:
+        assert (again[name] / "rows.jsonl").read_bytes() == (out[name] / "rows.jsonl").read_bytes(), name
+    for name in ("pairs_sd_base", "pairs_sd_links"):
+        assert (alone[name] / "rows.jsonl").read_bytes() == (out[name] / "rows.jsonl").read_bytes(), name

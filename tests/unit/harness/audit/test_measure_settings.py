@@ -20,7 +20,7 @@ from memlens.harness.audit.settings import AuditSettings
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.shipped import shipped_path
 
-BUILT_INS = ("ned", "loss", "mia", "discoverable", "epsilon")
+BUILT_INS = ("ned", "loss", "mia", "discoverable", "epsilon", "pair_mia")
 
 # One bad value per key (wrong type or out of range); test_every_key_has_a_bad_value keeps it complete.
 BAD = {
