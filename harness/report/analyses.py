@@ -27,6 +27,7 @@ from memlens.harness.core.layout import (
     REWARD_RANKING_SUBDIR,
     discoverable_dir,
     epsilon_dir,
+    pair_mia_dir,
 )
 from memlens.harness.core.layout import checkpoint_step as layout_checkpoint_step
 from memlens.harness.core.stats import TPR_AT_FPR_RULE, fpr_key
@@ -288,6 +289,26 @@ def load_epsilon(audit_dir: str | Path) -> dict:
         record = json.loads(path.read_text(encoding="utf-8"))
         out[record["model"]] = record
     return out
+
+
+def load_pair_mia(audit_dir: str | Path) -> dict:
+    """{model: its preference-pair membership summary} (harness/audit/preference_mia.py: pair_mia/summary.json); {}
+    when the run measured none."""
+    path = pair_mia_dir(audit_dir) / MIA_SUMMARY
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text(encoding="utf-8")).get("results") or {}
+
+
+def pair_mia_entry(pair_mia: dict, model: str, dataset: str) -> tuple[str, dict] | None:
+    """(checkpoint, {attack: metrics} plus the summary's `blind`) of a preference model's last checkpoint on a pair
+    dataset ('final' when present), or None when not measured."""
+    record = pair_mia.get(model) or {}
+    checkpoints = [c for c in record.get("checkpoints") or [] if dataset in (record.get("results") or {}).get(c, {})]
+    if not checkpoints:
+        return None
+    checkpoint = "final" if "final" in checkpoints else checkpoints[-1]
+    return checkpoint, record["results"][checkpoint][dataset]
 
 
 def mia_entry(mia: dict, model: str, dataset: str, span: str = "target", checkpoint: str | None = None) -> dict | None:

@@ -1,10 +1,12 @@
-"""Findings M1-M4: membership inference (harness/measures/mia.py): is SD a stage trained on still detectable,
-whether or not it is extractable (M1-M3), and do the newer attacks detect it better than LOSS (M4)."""
+"""Findings M1-M5: membership inference (harness/measures/mia.py): is SD a stage trained on still detectable,
+whether or not it is extractable (M1-M3), do the newer attacks detect it better than LOSS (M4), and are IPO's own
+preference pairs detectable where its SD is not extractable (M5, harness/measures/preference_mia.py)."""
 
 from __future__ import annotations
 
 from memlens.harness.measures.blind_mia import BLIND_LABEL
 from memlens.harness.measures.mia import BASELINE_ATTACK, CLASSIC_ATTACKS, attack_label, best_attack, is_degenerate
+from memlens.harness.measures.preference_mia import PRIMARY_PAIR_ATTACK, pair_attack_label
 from memlens.harness.report import analyses as A
 from memlens.harness.report.findings.evidence_gates import (
     MIA_DETECTABLE_AUC,
@@ -100,6 +102,58 @@ def m3(run: RunResults) -> dict:
                                        f"{MIA_DETECTABLE_AUC}, {ipo})", [ipo], [ipo_check(run)])
 
 
+# ---------------------------------------------------------------- M5: the preference pairs themselves
+# Rule committed before any run judged it (issue #68; the quickstart's IPO had been audited once, exploratory, at
+# seed 0 when the measure was built: PREMIA AUC 0.86 on pairs_sd_base; the rule below is the issue's own example, fixed
+# here before the runs that decide it). What IPO trains on is pairs, not target strings, so its membership question is
+# about pairs (Feng et al. 2024). One attack fixed in advance, PREMIA's pair margin (PRIMARY_PAIR_ATTACK: no best-of
+# selection, no Bonferroni), at IPO's final checkpoint on pairs_sd_base (its SD pairs against the same pairs built from
+# held-out programs). Holds where its AUC is above MIA_DETECTABLE_AUC (bootstrap one-sided p < P_MAX) and above the
+# blind baseline's on the same pair texts (paired bootstrap one-sided p < P_MAX; intersection-union: p = the larger),
+# while IPO's extraction rate on sd_base stays below NOT_EXTRACTABLE_MAX, with IPO's training evidence in place. A
+# degenerate primary attack, or a summary without a blind baseline, leaves it inconclusive, never rescued by another.
+PAIR_DATASET = "pairs_sd_base"
+
+
+def m5(run: RunResults) -> dict:
+    ipo = run.roles.ipo
+    claim = (f"IPO's own preference pairs are detectable by membership inference (PREMIA, AUC > {MIA_DETECTABLE_AUC}) "
+             f"where its SD is not extractable ({ipo})")
+    rule = (f"{ipo} final, {PAIR_DATASET} vs the same pairs of held-out programs: {pair_attack_label(PRIMARY_PAIR_ATTACK)}"
+            f" (fixed, not picked) AUC > {MIA_DETECTABLE_AUC} and above the blind baseline's on the same pair texts "
+            f"(bootstrap one-sided and paired bootstrap one-sided p < {P_MAX}), and {ipo}'s extraction rate on sd_base "
+            f"< {100 * NOT_EXTRACTABLE_MAX:.0f} %")
+    paper = "not in paper 003 (preference-pair membership: Feng et al. 2024, PREMIA)"
+    entry = A.pair_mia_entry(run.pair_mia, ipo, PAIR_DATASET)
+    rows = run.rows(ipo, "sd_base")
+    if entry is None or rows is None or PRIMARY_PAIR_ATTACK not in entry[1].get("attacks", {}):
+        return _result("M5", claim, paper, rule, [ipo], measured=False)
+    checkpoint, result = entry
+    m = result["attacks"][PRIMARY_PAIR_ATTACK]
+    extraction = _rate(f"{ipo} sd_base extraction", memorized_flags(rows))
+    blind = m.get("vs_blind")
+    ours = (f"AUC {m['auc']['value']:.2f} [{m['auc']['ci95'][0]:.2f}, {m['auc']['ci95'][1]:.2f}] ({checkpoint}; "
+            f"{result['n_members']} pairs vs {result['n_nonmembers']} held out)")
+    if blind is not None:
+        ours += f"; vs {BLIND_LABEL} {blind['value']:+.2f} [{blind['ci95'][0]:+.2f}, {blind['ci95'][1]:+.2f}]"
+    ours += f"; extraction {_pct(extraction)}"
+    evidence = [ipo_check(run)]
+    if m.get("degenerate"):
+        evidence.append({"check": f"{ipo}: {pair_attack_label(PRIMARY_PAIR_ATTACK)} not degenerate",
+                         "value": "; ".join(m["degenerate"]), "threshold": "no degenerate reason", "ok": False})
+    p_detectable = m["auc"].get("p_at_most", {}).get(f"{MIA_DETECTABLE_AUC:g}")
+    p_blind = None if blind is None else blind["p_at_most_0"]
+    test = None if p_detectable is None or p_blind is None else {
+        "test": "bootstrap_one_sided_and_paired_vs_blind", "attack": PRIMARY_PAIR_ATTACK,
+        "null": f"AUC <= {MIA_DETECTABLE_AUC:g}, or AUC <= the blind baseline's on the same pair texts",
+        "p_detectable": p_detectable, "p_vs_blind": p_blind, "p_value": max(p_detectable, p_blind)}
+    ok = (m["auc"]["value"] > MIA_DETECTABLE_AUC and (blind is None or blind["value"] > 0)
+          and extraction["rate"] is not None and extraction["rate"] < NOT_EXTRACTABLE_MAX)
+    note = "" if blind is not None else f"no {BLIND_LABEL} on these pairs (a side too small): rerun pair_mia to decide"
+    return _result("M5", claim, paper, rule, [ipo], measured=True, rule_ok=ok, evidence=evidence, rates=[extraction],
+                   test=test, needs_test=True, ours=ours, note=note)
+
+
 # ---------------------------------------------------------------- M4: do the newer attacks beat LOSS?
 # Rule written before any run decided it (committed before the quickstart runs were audited). On the RL stage trained through
 # the reward model and on the preference stage, sd_base, target span, final checkpoint: the newer attack with the
@@ -154,4 +208,6 @@ register(
     Finding("M3", "not in paper 003 (membership inference)", "IPO on SD preference pairs leaves SD detectable", m3),
     Finding("M4", "not in paper 003 (membership inference)",
             "The newer attacks detect RLHF / preference-stage SD better than LOSS", m4),
+    Finding("M5", "not in paper 003 (preference-pair membership, PREMIA)",
+            "IPO's own preference pairs are detectable where its SD is not extractable", m5),
 )

@@ -39,6 +39,7 @@ def test_each_verdict_by_hand_when_every_stage_trained():
         "P1": NOT_MEASURED, "P2": NOT_MEASURED, "P3": NOT_MEASURED,                       # no PREF stage
         "N1": NOT_MEASURED, "N2": NOT_MEASURED, "N3": NOT_MEASURED, "C1": NOT_MEASURED, "C2": NOT_MEASURED,
         "M1": NOT_MEASURED, "M2": NOT_MEASURED, "M3": NOT_MEASURED, "M4": NOT_MEASURED,   # no mia audit
+        "M5": NOT_MEASURED,                                                              # no pair_mia audit
         "S1": NOT_MEASURED, "S2": NOT_MEASURED, "S3": NOT_MEASURED,                       # no discoverable audit
         "E1": NOT_MEASURED,                                                               # no epsilon audit
         "D1": NOT_MEASURED, "D2": NOT_MEASURED, "D3": NOT_MEASURED,                       # no data.sd.doses
@@ -451,12 +452,12 @@ def test_the_newer_attacks_against_loss_by_hand():
 
 # The findings table's rows, in its order (harness/report/findings/__init__.py imports the per-paper modules so).
 TABLE_ORDER = ("F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8", "V4", "V5", "V6", "V7", "P1", "P2", "P3",
-               "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "M4", "S1", "S2", "S3", "E1", "D1", "D2", "D3")
+               "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "M4", "M5", "S1", "S2", "S3", "E1", "D1", "D2", "D3")
 
 
 def test_the_registry_holds_the_findings_in_table_order_and_runs_what_is_registered():
     assert FINDINGS.names() == TABLE_ORDER
-    assert len(set(FINDINGS.names())) == len(FINDINGS) == 31
+    assert len(set(FINDINGS.names())) == len(FINDINGS) == 32
     assert all(FINDINGS[fid].id == fid and FINDINGS[fid].source and FINDINGS[fid].title for fid in FINDINGS)
     run = RunResults(grouped(), evidence())
     assert tuple(f["id"] for f in findings(run)) == TABLE_ORDER      # each check answers under its own id
@@ -558,3 +559,48 @@ def test_each_nmt_rule_is_stated_once_over_the_stored_figures(numbers, expected)
     from memlens.harness.report.findings.paper002 import NMT_RULES
 
     assert {fid: NMT_RULES[fid].holds(numbers) for fid in expected} == expected
+
+
+def _pair_summary(member_scores, nonmember_scores, blind_members=None, blind_nonmembers=None):
+    """A pair_mia summary of IPO's final checkpoint on pairs_sd_base whose PREMIA scores (every attack the same) and
+    blind scores are given; the metrics are the audit's own (harness/audit/preference_mia.pair_metrics)."""
+    from memlens.harness.audit.preference_mia import pair_metrics
+    from memlens.harness.measures.blind_mia import BLIND
+    from memlens.harness.measures.preference_mia import PAIR_ATTACKS
+
+    def side(scores, member, blind):
+        return [{"id": f"{member}{i}", "member": member, "score": {a: s for a in PAIR_ATTACKS},
+                 **({BLIND: blind[i]} if blind else {})} for i, s in enumerate(scores)]
+
+    rows = side(member_scores, 1, blind_members) + side(nonmember_scores, 0, blind_nonmembers)
+    result = {"n_members": len(member_scores), "n_nonmembers": len(nonmember_scores),
+              "attacks": pair_metrics(rows, 200, 0)}
+    return {"IPO": {"checkpoints": ["checkpoint-2", "final"], "results": {"final": {"pairs_sd_base": result}}}}
+
+
+def test_m5_ipo_pairs_detectable_where_sd_is_not_extractable_by_hand():
+    g = grouped()
+    g[("IPO", "final", "sd_base")] = rows(0, 20)                          # IPO extracts none of SD
+    separated = [float(i) for i in range(10, 30)], [float(-i) for i in range(1, 21)]     # every member above: AUC 1
+    chance_blind = [0.5] * 20, [0.5] * 20                                 # the blind baseline at 0.5 exactly
+    found = verdicts(RunResults(g, evidence(), pair_mia=_pair_summary(*separated, *chance_blind)))["M5"]
+    assert found["status"] == HOLDS and "AUC 1.00" in found["ours"] and "20 pairs vs 20 held out" in found["ours"]
+    assert found["test"]["p_value"] == 0.0 and found["rates"][0]["k"] == 0
+    # IPO extracts 8 of 20 (40 % >= 5 %): the rule's "not extractable" fails
+    found = verdicts(RunResults(grouped(), evidence(), pair_mia=_pair_summary(*separated, *chance_blind)))["M5"]
+    assert found["status"] == FAILS
+    # the blind baseline separates the pair texts as well (AUC 1 too): no gain over it, not reproduced
+    found = verdicts(RunResults(g, evidence(), pair_mia=_pair_summary(*separated, *separated)))["M5"]
+    assert found["status"] == FAILS and "vs blind" in found["ours"].lower()
+    # members and held-out pairs score alike: AUC 0.5, not reproduced
+    same = [float(i) for i in range(20)], [float(i) for i in range(20)]
+    assert verdicts(RunResults(g, evidence(), pair_mia=_pair_summary(*same, *chance_blind)))["M5"]["status"] == FAILS
+    # IPO did not fit its pairs (accuracy below the gate): inconclusive, whatever the AUC
+    found = verdicts(RunResults(g, evidence(ipo_accuracy=0.4), pair_mia=_pair_summary(*separated, *chance_blind)))
+    assert found["M5"]["status"] == INCONCLUSIVE
+    # the primary attack without spread (every score equal): degenerate, inconclusive, never rescued by another attack
+    flat = [1.0] * 20, [1.0] * 20
+    found = verdicts(RunResults(g, evidence(), pair_mia=_pair_summary(*flat, *chance_blind)))["M5"]
+    assert found["status"] == INCONCLUSIVE and "not degenerate" in found["reason"], found["reason"]
+    # no pair_mia audit: not measured
+    assert verdicts(RunResults(g, evidence()))["M5"]["status"] == NOT_MEASURED
