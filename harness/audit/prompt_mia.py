@@ -195,7 +195,7 @@ def rl_models(cfg, log=print) -> list[RLModel]:
     return list(seen.values())
 
 
-def _load_prompts(m: RLModel, cap: int, seed: int) -> tuple[dict[str, list[dict]], dict[str, str]]:
+def load_prompts(m: RLModel, cap: int, seed: int) -> tuple[dict[str, list[dict]], dict[str, str]]:
     data, sha = {}, {}
     for dataset, (members_path, nonmembers_path) in m.prompts.items():
         for role, path in (("members", members_path), ("nonmembers", nonmembers_path)):
@@ -216,7 +216,7 @@ def audit_prompt_mia(m: RLModel, settings: PromptMiaSettings, out_dir: str | Pat
     out_dir, cache_dir = Path(out_dir), Path(cache_dir)
     s, scoring = settings, settings.scoring
     device = pick_device(scoring.device)
-    data, sha = _load_prompts(m, s.prompts, seed)
+    data, sha = load_prompts(m, s.prompts, seed)
     everything = [r for rows in data.values() for r in rows]
     sample = dict(samples=s.samples, temperature=s.temperature, max_new_tokens=s.max_new_tokens, seed=seed,
                   device=device)

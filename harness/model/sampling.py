@@ -49,7 +49,8 @@ def sample_prompts(model, tokenizer, prompts: Sequence[str], ids: Sequence[Any],
         with torch.inference_mode():
             new = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), do_sample=True,
                                  temperature=temperature, top_k=0, top_p=1.0, num_return_sequences=samples,
-                                 max_new_tokens=max_new_tokens, eos_token_id=eos or None, pad_token_id=pad)
+                                 max_new_tokens=max_new_tokens, eos_token_id=eos or None, pad_token_id=pad,
+                                 use_cache=True)   # a training config may say use_cache: false
         new = new[:, input_ids.shape[1]:].tolist()
         texts = tokenizer.batch_decode([cut_at_eos(r, eos) for r in new], skip_special_tokens=True)
         out.append([strip_sentinels(t, sentinels) for t in texts])
