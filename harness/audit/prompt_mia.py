@@ -43,17 +43,24 @@ from memlens.harness.core.stats import BOOTSTRAP_N, BOOTSTRAP_SEED, MIA_FPRS, TP
 from memlens.harness.measures.blind_mia import BLIND, BLIND_LABEL, BLIND_RULE, blind_baseline
 from memlens.harness.measures.mia import attack_metrics, degenerate_reasons, is_degenerate
 from memlens.harness.measures.prompt_mia import (
+    DIBA,
     PRIMARY_PROMPT_ATTACK,
     PROMPT_ATTACKS,
     PROMPT_TEXT_RULE,
     PromptSamples,
+    diba_combined,
     min_knn_distance,
     prompt_attack_label,
     prompt_scores,
     prompt_text,
 )
 from memlens.harness.model.load import model_sentinels, pick_device, set_threads
-from memlens.harness.model.sampling import cached_samples
+from memlens.harness.model.sampling import (
+    cached_sample_logprobs,
+    cached_sample_rewards,
+    cached_samples,
+    sample_rows,
+)
 from memlens.harness.text.rl_contexts import prompt_contexts
 
 NAME = "prompt_mia"
@@ -71,18 +78,36 @@ def capped(rows: list[dict], n: int, seed: int, dataset: str) -> list[dict]:
     return [r for i, r in enumerate(rows) if i in keep]
 
 
-def score_prompts(rows: list[dict], member: int, policy: dict, initial: dict, k: int, blind: dict | None
-                  ) -> list[dict]:
-    """One output row per prompt: every prompt attack's score, both models' Min-kNN, the blind baseline's score."""
+def score_prompts(rows: list[dict], member: int, samples: dict, k: int, blind: dict | None) -> list[dict]:
+    """One output row per prompt: every prompt attack's score (those whose inputs were computed), both models' Min-kNN,
+    the DIBA features' inputs where computed, the blind baseline's score. `samples`: {id: PromptSamples}."""
     out = []
     for r in rows:
-        s = PromptSamples(tuple(policy[r["id"]]), tuple(initial[r["id"]]))
+        s = samples[r["id"]]
         row = {"id": r["id"], "member": member, "score": prompt_scores(s, k),
                "min_knn": {"policy": min_knn_distance(s.policy, k), "initial": min_knn_distance(s.initial, k)}}
+        if s.policy_rewards is not None and s.initial_rewards is not None:
+            row["reward"] = {"policy": sum(s.policy_rewards) / len(s.policy_rewards),
+                             "initial": sum(s.initial_rewards) / len(s.initial_rewards)}
         if blind is not None:
             row[BLIND] = blind[r["id"]]
         out.append(row)
     return out
+
+
+def add_diba(rows: list[dict]) -> None:
+    """DIBA's combined score on every row of one checkpoint and dataset (members and held-out pooled), where every row
+    has both features (memlens.harness.measures.prompt_mia.diba_combined)."""
+    if rows and all("reward_gain" in r["score"] and "policy_drift" in r["score"] for r in rows):
+        combined = diba_combined([r["score"]["reward_gain"] for r in rows], [r["score"]["policy_drift"] for r in rows])
+        for r, value in zip(rows, combined):
+            r["score"][DIBA] = value
+
+
+def scored_attacks(rows: list[dict]) -> list[str]:
+    """The attacks every row was scored by, in table order (the registry's, then DIBA's combination)."""
+    names = [*PROMPT_ATTACKS, DIBA]
+    return [a for a in names if rows and all(a in r["score"] for r in rows)]
 
 
 def prompt_metrics(rows: list[dict], n_boot: int, seed: int) -> dict:
@@ -92,7 +117,7 @@ def prompt_metrics(rows: list[dict], n_boot: int, seed: int) -> dict:
     if rows and all(BLIND in r for r in rows):
         blind = ([r[BLIND] for r in rows if r["member"] == 1], [r[BLIND] for r in rows if r["member"] == 0])
     out = {}
-    for attack in PROMPT_ATTACKS:
+    for attack in scored_attacks(rows):
         members = [r["score"][attack] for r in rows if r["member"] == 1]
         nonmembers = [r["score"][attack] for r in rows if r["member"] == 0]
         metrics = attack_metrics(members, nonmembers, n_boot=n_boot, seed=seed)
@@ -121,7 +146,7 @@ class PromptMiaSettings:
     KEYS: ClassVar[dict[str, str]] = {"bootstrap": "mia_bootstrap", "prompts": "prompt_mia_prompts",
                                       "samples": "prompt_mia_samples", "k": "prompt_mia_k",
                                       "temperature": "prompt_mia_temperature",
-                                      "max_new_tokens": "prompt_mia_max_new_tokens"}
+                                      "max_new_tokens": "prompt_mia_max_new_tokens", "diba": "prompt_mia_diba"}
 
     bootstrap: int = BOOTSTRAP_N      # resamples of each AUC / TPR interval
     prompts: int = 48                 # at most this many prompts per side (members, held out) and dataset
@@ -129,6 +154,8 @@ class PromptMiaSettings:
     k: int = 4                        # Min-kNN: the mean of the k smallest nearest-neighbour distances (k <= m)
     temperature: float = 1.0          # sampling temperature (the RL stage's default)
     max_new_tokens: int = 48          # tokens per sampled completion (the quickstart RLFT.2's max_completion_length)
+    diba: bool = True                 # DIBA's features too: the reward model scores both models' samples, both models
+                                      # score the audited model's samples (a stage with a verifiable reward: drift only)
     scoring: AuditSettings = field(default_factory=AuditSettings)
 
     def __post_init__(self):
@@ -141,6 +168,9 @@ class PromptMiaSettings:
         if self.k > self.samples:
             raise UserError(f"audit.prompt_mia_k={self.k}: at most audit.prompt_mia_samples={self.samples} (the "
                             "k smallest of m nearest-neighbour distances)")
+        if not isinstance(self.diba, bool):
+            raise UserError(f"audit.prompt_mia_diba={self.diba!r}: use true (DIBA's reward gain and drift beside "
+                            "Min-kNN) or false (Min-kNN alone, cheaper)")
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 10:
             raise UserError(f"audit.prompt_mia_temperature={t!r}: must be a number in (0, 10] (1.0: the RL stage's)")
@@ -148,7 +178,7 @@ class PromptMiaSettings:
     @classmethod
     def from_config(cls, a) -> PromptMiaSettings:
         return cls(*(setting(a, cls, name) for name in ("bootstrap", "prompts", "samples", "k", "temperature",
-                                                        "max_new_tokens")), AuditSettings.from_config(a))
+                                                        "max_new_tokens", "diba")), AuditSettings.from_config(a))
 
 
 @dataclass(frozen=True)
@@ -162,6 +192,8 @@ class RLModel:
     prompts: dict[str, tuple[Path, Path]]     # {prompt dataset: (its rows, its held-out twin's rows)}
     seed: int
     context_chars: int
+    reward_model_dir: Path | None = None       # the stage's reward model (None: a verifiable reward)
+    rm_max_length: int = 1024                  # the RM's training max_length (recipes/stages/rl.py rm_max_length)
 
 
 def rl_models(cfg, log=print) -> list[RLModel]:
@@ -189,9 +221,13 @@ def rl_models(cfg, log=print) -> list[RLModel]:
                    "none of its prompt datasets has a held-out twin built (" +
                    ", ".join(f"{a} -> {b}" for a, b in PROMPT_HELDOUT.items()) + ")"))
             continue
+        rm_dir = init_model_dir(run_dir, str(prov.get("reward_model") or ""))
+        rm_prov = rm_dir / PROVENANCE_FILE if rm_dir is not None else None
+        rm_max = int(((read_json(rm_prov).get("hyperparameters") or {}).get("max_length") or 1024)
+                     if rm_prov is not None and rm_prov.is_file() else 1024)
         seen[item.model_name] = RLModel(item.model_name, item.model_dir, item.all_checkpoints, initial, prompts,
                                         int(prov.get("seed") or 0),
-                                        int(hyper.get("context_chars") or DEFAULT_CONTEXT_CHARS))
+                                        int(hyper.get("context_chars") or DEFAULT_CONTEXT_CHARS), rm_dir, rm_max)
     return list(seen.values())
 
 
@@ -224,18 +260,40 @@ def audit_prompt_mia(m: RLModel, settings: PromptMiaSettings, out_dir: str | Pat
     for dataset in m.prompts:
         blind[dataset], blind_scores[dataset] = _blind_of(data[f"{dataset}:members"], data[f"{dataset}:nonmembers"],
                                                           s.bootstrap, seed)
-    initial, _ = cached_samples(m.initial_dir, everything, model_sentinels(m.initial_dir, scoring.fim_family),
-                                cache_dir, **sample)
+    initial_sentinels = model_sentinels(m.initial_dir, scoring.fim_family)
+    initial, _ = cached_samples(m.initial_dir, everything, initial_sentinels, cache_dir, **sample)
+    passes = dict(device=device)
+    rewards_of = None
+    if s.diba and m.reward_model_dir is not None:
+        def rewards_of(samples: dict) -> dict:
+            scores = cached_sample_rewards(m.reward_model_dir, sample_rows(everything, samples, keep_empty=True),
+                                           cache_dir, max_length=m.rm_max_length, **passes)
+            return {r["id"]: tuple(scores[f"{r['id']}#{i}"] for i in range(len(samples[r["id"]]))) for r in everything}
+    initial_rewards = rewards_of(initial) if rewards_of else None
     outputs: dict[Path, list[dict]] = {}
     results: dict = {}
     for checkpoint, path in list_checkpoints(m.model_dir, m.all_checkpoints):
-        policy, cache = cached_samples(path, everything, model_sentinels(path, scoring.fim_family), cache_dir,
-                                       **sample)
+        sentinels = model_sentinels(path, scoring.fim_family)
+        policy, cache = cached_samples(path, everything, sentinels, cache_dir, **sample)
         log(f"[audit]   {m.name} {checkpoint}: {cache.n_computed} prompt(s) sampled, {cache.n_cached} cached")
+        drift = None
+        if s.diba:
+            rows_ = sample_rows(everything, policy)
+            own = cached_sample_logprobs(path, rows_, sentinels, cache_dir, batch_size=scoring.batch_size, **passes)
+            ref = cached_sample_logprobs(m.initial_dir, rows_, initial_sentinels, cache_dir,
+                                         batch_size=scoring.batch_size, **passes)
+            drift = {r["id"]: tuple(own[k] - ref[k] for k in (f"{r['id']}#{i}" for i in range(len(policy[r["id"]])))
+                                    if k in own) for r in everything}
+        policy_rewards = rewards_of(policy) if rewards_of else None
+        samples = {r["id"]: PromptSamples(tuple(policy[r["id"]]), tuple(initial[r["id"]]),
+                                          policy_rewards[r["id"]] if policy_rewards else None,
+                                          initial_rewards[r["id"]] if initial_rewards else None,
+                                          drift[r["id"]] if drift is not None else None) for r in everything}
         for dataset in m.prompts:
             rows = []
             for role, member in (("members", 1), ("nonmembers", 0)):
-                rows += score_prompts(data[f"{dataset}:{role}"], member, policy, initial, s.k, blind_scores[dataset])
+                rows += score_prompts(data[f"{dataset}:{role}"], member, samples, s.k, blind_scores[dataset])
+            add_diba(rows)
             outputs[require_inside(out_dir / checkpoint / f"{dataset}.jsonl", out_dir, "audit.out_dir")] = rows
             results.setdefault(checkpoint, {})[dataset] = {
                 "n_members": len(data[f"{dataset}:members"]), "n_nonmembers": len(data[f"{dataset}:nonmembers"]),
@@ -243,9 +301,10 @@ def audit_prompt_mia(m: RLModel, settings: PromptMiaSettings, out_dir: str | Pat
                 "attacks": prompt_metrics(rows, s.bootstrap, seed)}
     summary = {
         "model": m.name, "model_dir": str(m.model_dir), "initial": str(m.initial_dir),
-        "checkpoints": sorted(results, key=_checkpoint_order), "attacks": list(PROMPT_ATTACKS),
-        "attack_labels": {a: prompt_attack_label(a) for a in PROMPT_ATTACKS}, "primary_attack": PRIMARY_PROMPT_ATTACK,
-        "sampling": {"samples": s.samples, "k": s.k, "temperature": s.temperature, "max_new_tokens": s.max_new_tokens,
+        "reward_model": str(m.reward_model_dir) if m.reward_model_dir else None,
+        "checkpoints": sorted(results, key=_checkpoint_order), "attacks": [*PROMPT_ATTACKS, DIBA],
+        "attack_labels": {a: prompt_attack_label(a) for a in [*PROMPT_ATTACKS, DIBA]}, "primary_attack": PRIMARY_PROMPT_ATTACK,
+        "sampling": {"samples": s.samples, "k": s.k, "diba": s.diba, "temperature": s.temperature, "max_new_tokens": s.max_new_tokens,
                      "prompts_per_side": s.prompts, "seed": seed},
         "contexts": {"seed": m.seed, "context_chars": m.context_chars},
         "fprs": list(MIA_FPRS), "tpr_at_fpr_rule": TPR_AT_FPR_RULE, "prompt_text_rule": PROMPT_TEXT_RULE,

@@ -52,20 +52,26 @@ def min_knn_distance(completions: Sequence[str], k: int) -> float:
 
 @dataclass(frozen=True)
 class PromptSamples:
-    """One prompt's sampled completions: from the audited model (`policy`) and from the stage's initial model."""
+    """One prompt's sampled completions: from the audited model (`policy`) and from the stage's initial model; for
+    DIBA, the reward of each (`policy_rewards`, `initial_rewards`: the stage's reward model) and each policy sample's
+    log-ratio log π(o | q) - log π_init(o | q) (`drift`), None where not computed."""
 
     policy: tuple[str, ...]
     initial: tuple[str, ...]
+    policy_rewards: tuple[float, ...] | None = None
+    initial_rewards: tuple[float, ...] | None = None
+    drift: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
 class PromptAttack:
     """One prompt attack: its label in tables, `score(samples, k) -> float` (higher = member), whether it reads the
-    initial model's samples."""
+    initial model's samples, and the DIBA inputs it needs ("rewards", "drift"; left out where they were not computed)."""
 
     label: str
     score: Callable[[PromptSamples, int], float]
     initial: bool = False
+    needs: tuple[str, ...] = ()
 
 
 def min_knn_score(s: PromptSamples, k: int) -> float:
@@ -80,22 +86,66 @@ def min_knn_vs_initial_score(s: PromptSamples, k: int) -> float:
     return min_knn_distance(s.initial, k) - min_knn_distance(s.policy, k)
 
 
+def reward_gain_score(s: PromptSamples, k: int) -> float:
+    """DIBA's reward-side evidence (Liu et al. 2025, arXiv 2511.14045, "advantage-side improvement"): the mean reward of
+    the audited model's samples minus the mean reward of the initial model's, on the same prompt."""
+    return _mean(s.policy_rewards) - _mean(s.initial_rewards)
+
+
+def policy_drift_score(s: PromptSamples, k: int) -> float:
+    """DIBA's policy-side evidence ("logit-side divergence"), as memlens reads it: the mean over the audited model's
+    samples of log π(o | q) - log π_init(o | q), each summed over the sample's tokens (a Monte-Carlo KL(π || π_init)
+    on the prompt); empty samples (no token) are left out."""
+    return _mean(s.drift) if s.drift else 0.0
+
+
+def _mean(values) -> float:
+    if not values:
+        raise ValueError("no values: the attack's input was not computed for this prompt")
+    return sum(values) / len(values)
+
+
 # The prompt attacks every prompt audit runs, in table order. A new one: a function of PromptSamples + a registration.
 PROMPT_ATTACKS: Registry[PromptAttack] = Registry("RL-prompt MIA attack", "prompt attack")
 PROMPT_ATTACKS.register("min_knn", PromptAttack("Min-kNN distance (Zhang et al.)", min_knn_score))
 PROMPT_ATTACKS.register("mean_nn", PromptAttack("mean NN distance (k = m)", mean_nn_score))
 PROMPT_ATTACKS.register("min_knn_vs_initial", PromptAttack("Min-kNN drop from the initial model",
                                                            min_knn_vs_initial_score, initial=True))
+PROMPT_ATTACKS.register("reward_gain", PromptAttack("DIBA reward gain", reward_gain_score, initial=True,
+                                                    needs=("rewards",)))
+PROMPT_ATTACKS.register("policy_drift", PromptAttack("DIBA policy drift", policy_drift_score, initial=True,
+                                                     needs=("drift",)))
+DIBA = "diba"                         # the two DIBA features combined over the pooled prompts (diba_combined)
+DIBA_LABEL = "DIBA (reward gain + drift, z-scored)"
 PRIMARY_PROMPT_ATTACK = "min_knn"     # the paper's detector: fixed before any run, never picked
 
 
 def prompt_attack_label(name: str) -> str:
-    return PROMPT_ATTACKS[name].label if name in PROMPT_ATTACKS else name
+    return DIBA_LABEL if name == DIBA else PROMPT_ATTACKS[name].label if name in PROMPT_ATTACKS else name
+
+
+def available(s: PromptSamples) -> set[str]:
+    """The DIBA inputs computed for this prompt."""
+    have = {"rewards"} if s.policy_rewards is not None and s.initial_rewards is not None else set()
+    return have | ({"drift"} if s.drift is not None else set())
 
 
 def prompt_scores(s: PromptSamples, k: int) -> dict[str, float]:
-    """Every registered prompt attack's score of one prompt."""
-    return {name: float(attack.score(s, k)) for name, attack in PROMPT_ATTACKS.items()}
+    """Every registered prompt attack's score of one prompt (those whose inputs were computed)."""
+    have = available(s)
+    return {name: float(attack.score(s, k)) for name, attack in PROMPT_ATTACKS.items() if set(attack.needs) <= have}
+
+
+def diba_combined(reward_gain: list[float], drift: list[float]) -> list[float]:
+    """DIBA's two features combined without labels: each standardised over the pooled prompts (members and held-out
+    alike: the auditor's query set), then summed. Liu et al. combine them with a classifier fitted on shadow data; this
+    label-free sum is memlens's stand-in (docs/methods.md)."""
+    def z(values: list[float]) -> list[float]:
+        mean = sum(values) / len(values)
+        sd = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+        return [(v - mean) / sd if sd > 0 else 0.0 for v in values]
+
+    return [a + b for a, b in zip(z(reward_gain), z(drift))]
 
 
 PROMPT_TEXT_RULE = "prefix and suffix joined by a newline (the context the policy completes)"

@@ -84,3 +84,55 @@ def cached_samples(model_dir: str | Path, rows: Sequence[dict], sentinels, cache
 
     values = cache.get(list(rows), compute)
     return values, cache
+
+
+def sample_rows(rows: Sequence[dict], samples: dict[Any, list[str]], keep_empty: bool = False) -> list[dict]:
+    """One FIM row per sampled completion (id `<prompt id>#<i>`, target = the completion): what a teacher-forced pass
+    or a reward model reads; an empty completion has no token to score and is left out unless `keep_empty` (a reward
+    model scores it, as the RL stage's reward did)."""
+    return [{"id": f"{r['id']}#{i}", "prefix": r["prefix"], "suffix": r["suffix"], "target": c}
+            for r in rows for i, c in enumerate(samples[r["id"]]) if c or keep_empty]
+
+
+def cached_sample_logprobs(model_dir: str | Path, rows: Sequence[dict], sentinels, cache_dir: str | Path,
+                           device: str = "cpu", batch_size: int = 16) -> dict[Any, float]:
+    """{sample row id: log p(completion | its PSM prompt)} summed over the completion's tokens under `model_dir`, through
+    the model layer's one cached teacher-forced pass (span "target", the extraction audit's encoding)."""
+    from memlens.harness.model.cache import cached_token_logprobs
+    from memlens.harness.model.scorer import CausalLMScorer
+
+    scorer = CausalLMScorer.load(model_dir, device, batch_size=batch_size, lazy=True)
+    values = cached_token_logprobs(scorer, list(rows), sentinels, cache_dir, "target")
+    scorer.release()
+    return {key: float(sum(v["logp"])) for key, v in values.items()}
+
+
+REWARD_SCORES = "sample_reward_scores"
+
+
+def cached_sample_rewards(rm_dir: str | Path, rows: Sequence[dict], cache_dir: str | Path, *, max_length: int,
+                          device: str = "cpu") -> dict[Any, float]:
+    """{sample row id: the reward model's score} of each completion in the reward model's training format
+    (format_psm_training(prefix, completion, suffix) in the RM's own sentinels, as recipes/stages/rl.py's
+    PsmRewardModel scores it), truncated to the RM's `max_length`; cached by the RM's fingerprint and the texts."""
+    from memlens.harness.model.cache import loss_cache
+    from memlens.harness.model.load import _load, model_sentinels
+    from memlens.harness.model.rewards import score_texts
+    from memlens.harness.text.fim import format_psm_training
+
+    sentinels = model_sentinels(rm_dir, None)
+    texts = [{"id": r["id"], "text": format_psm_training(r["prefix"], strip_sentinels(r["target"], sentinels),
+                                                          r["suffix"], sentinels)} for r in rows]
+    cache = loss_cache(cache_dir, REWARD_SCORES, model=model_fingerprint(rm_dir), max_length=max_length,
+                       examples=examples_fingerprint(texts, ("id", "text")))
+    loaded: list = []
+
+    def compute(missing: list[dict]):
+        if not loaded:
+            loaded.extend(_load("AutoModelForSequenceClassification", rm_dir, device, False, None))
+        for start in range(0, len(missing), 256):
+            part = missing[start:start + 256]
+            yield list(range(start, start + len(part))), score_texts(*loaded, [t["text"] for t in part],
+                                                                     max_length=max_length)
+
+    return cache.get(texts, compute)

@@ -1,8 +1,10 @@
 """RL-prompt membership (harness/audit/prompt_mia.py) on the smoke run's RLFT.1 (tests/integration/conftest.py `smoke`:
-no new training): on a copy of its data and its RLFT.1 and FT.1 models, the held-out prompts are the pd_3_val split,
-`prompt_mia` samples one RLFT.1 point and FT.1 (the stage's initial model, from provenance.json) on the same prompts,
-each row's Min-kNN is the samples' own, the samples are the model's seeded draws and a rerun reads them from the
-cache, the report's table opens with the blind baseline, and what the run had stays byte for byte."""
+no new training): on a copy of its data and its RLFT.1, FT.1 and RM.1 models, the held-out prompts are the pd_3_val
+split; `prompt_mia` samples one RLFT.1 point and FT.1 (the stage's initial model, from provenance.json) on the same
+prompts, and for DIBA RM.1 scores both models' samples and both models score the point's. Each row's Min-kNN is its
+samples' own and its reward gain its two mean rewards' difference, the samples are the model's seeded draws and a
+second ask reads them from the cache, the report's table opens with the blind baseline, and what the run had stays
+byte for byte."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from memlens.harness.audit.prompt_mia import PromptMiaSettings, audit_run_prompt
 from memlens.harness.cli import compose
 from memlens.harness.core.io import read_json, read_jsonl
 from memlens.harness.measures.blind_mia import BLIND_LABEL
-from memlens.harness.measures.prompt_mia import PROMPT_ATTACKS, min_knn_distance
+from memlens.harness.measures.prompt_mia import DIBA, PROMPT_ATTACKS, min_knn_distance
 from memlens.synthetic_data.build import build_datasets
 from tests.integration.run_helpers import copy_run
 
@@ -36,7 +38,7 @@ def test_prompt_membership_of_the_smoke_rlft1(smoke, tmp_path):
 
     run_dir, _ = smoke
     dest = copy_run(run_dir, tmp_path / "run", ["data/pd_3", "data/sd_base", "models/RLFT.1", "models/FT.1",
-                                                "models/FT.2"])
+                                                "models/FT.2", "models/RM.1"])
     before = _digests(dest)
     cfg = compose(["experiment=smoke", f"run_dir={dest}", "device=cpu", PLAN, "audit.measures=[prompt_mia]",
                    "audit.mia_bootstrap=50", "audit.progress=false", *SMALL])
@@ -50,7 +52,8 @@ def test_prompt_membership_of_the_smoke_rlft1(smoke, tmp_path):
     assert summary["initial"].endswith("models/FT.1") and summary["checkpoints"] == ["final"]
     entry = summary["results"]["final"]["pd_3"]
     assert read_jsonl(built["pd_3_val"] / "rows.jsonl") and (entry["n_members"], entry["n_nonmembers"]) == (8, 8)
-    assert set(entry["attacks"]) == set(PROMPT_ATTACKS)
+    assert set(entry["attacks"]) == {*PROMPT_ATTACKS, DIBA}           # RLFT.1 has a reward model: DIBA's features too
+    assert summary["reward_model"].endswith("models/RM.1")
     assert all("vs_blind" in m for m in entry["attacks"].values())
 
     rows = read_jsonl(dest / "audit" / "prompt_mia" / POINT / "final" / "pd_3.jsonl")
@@ -65,6 +68,7 @@ def test_prompt_membership_of_the_smoke_rlft1(smoke, tmp_path):
         assert all(len(s) == 4 for s in samples)
         assert r["min_knn"]["policy"] in [pytest.approx(min_knn_distance(s, 2)) for s in samples]
         assert r["score"]["min_knn"] == -r["min_knn"]["policy"]
+        assert r["score"]["reward_gain"] == pytest.approx(r["reward"]["policy"] - r["reward"]["initial"])
 
     # The cached samples are the model's seeded draws: drawn again, they are the same texts; asked again, the cache
     # answers without loading the model
@@ -85,7 +89,7 @@ def test_prompt_membership_of_the_smoke_rlft1(smoke, tmp_path):
 
     columns, table = report_rows(dest / "audit")
     assert table[0]["attack"] == BLIND_LABEL and table[0]["rank"] is None
-    assert {r["attack"] for r in table[1:1 + len(PROMPT_ATTACKS)]} == {a.label for a in PROMPT_ATTACKS.values()}
+    assert len(table) == 2 + len(PROMPT_ATTACKS)              # the blind baseline, each attack, DIBA's combination
     assert "TPR at 1 % FPR" in columns
     from memlens.harness.report.sections import registered_measures_section
 

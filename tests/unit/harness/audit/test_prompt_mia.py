@@ -8,18 +8,36 @@ from memlens.harness.audit import prompt_mia as audit
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json
 from memlens.harness.measures.blind_mia import BLIND, BLIND_LABEL
+from memlens.harness.measures.prompt_mia import PromptSamples
 
 # m1's policy samples are equal (NN distance 0); m2's are "aaaa", "aaab", "bbbb" (NN 0.25, 0.25, 0.75)
-POLICY = {"m1": ["x = 1", "x = 1", "x = 1"], "m2": ["aaaa", "aaab", "bbbb"]}
-INITIAL = {"m1": ["aaaa", "aaab", "bbbb"], "m2": ["aaaa", "aaab", "bbbb"]}
+DIVERSE = ("aaaa", "aaab", "bbbb")
+SAMPLES = {"m1": PromptSamples(("x = 1",) * 3, DIVERSE, (1.0, 2.0, 3.0), (0.0, 0.0, 3.0), (0.5, 1.5)),
+           "m2": PromptSamples(DIVERSE, DIVERSE)}
 
 
-def test_each_row_holds_both_models_min_knn_and_every_score():
-    rows = audit.score_prompts([{"id": "m1"}, {"id": "m2"}], 1, POLICY, INITIAL, 2, {"m1": 0.4, "m2": 0.6})
+def test_each_row_holds_both_models_min_knn_and_every_score_it_has_inputs_for():
+    rows = audit.score_prompts([{"id": "m1"}, {"id": "m2"}], 1, SAMPLES, 2, {"m1": 0.4, "m2": 0.6})
     assert [r["score"]["min_knn"] for r in rows] == [0.0, -0.25]
     assert [r["score"]["min_knn_vs_initial"] for r in rows] == [0.25, 0.0]
+    # m1: rewards 2.0 - 1.0 = 1.0; drift (0.5 + 1.5) / 2 = 1.0; m2 has neither input: no DIBA score
+    assert rows[0]["score"]["reward_gain"] == 1.0 and rows[0]["score"]["policy_drift"] == 1.0
+    assert rows[0]["reward"] == {"policy": 2.0, "initial": 1.0}
+    assert "reward_gain" not in rows[1]["score"] and "reward" not in rows[1]
     assert rows[1]["min_knn"] == {"policy": 0.25, "initial": 0.25}
     assert [r[BLIND] for r in rows] == [0.4, 0.6] and {r["member"] for r in rows} == {1}
+
+
+def test_diba_is_the_sum_of_the_two_features_standardised_over_the_pooled_prompts():
+    rows = [{"member": 1, "score": {"reward_gain": 1.0, "policy_drift": 10.0}},
+            {"member": 0, "score": {"reward_gain": 3.0, "policy_drift": 30.0}}]
+    audit.add_diba(rows)
+    # each feature: mean 2 / 20, population sd 1 / 10: z = -1, +1 for both
+    assert [r["score"]["diba"] for r in rows] == [-2.0, 2.0]
+    assert audit.scored_attacks(rows) == ["reward_gain", "policy_drift", "diba"]
+    partial = [{"member": 1, "score": {"reward_gain": 1.0}}]
+    audit.add_diba(partial)
+    assert "diba" not in partial[0]["score"]
 
 
 def _rows(members, nonmembers):
@@ -36,6 +54,7 @@ def test_metrics_by_hand_and_the_report_table(tmp_path):
     assert metrics["min_knn"]["vs_blind"]["value"] == 0.25
     assert metrics["min_knn"]["tpr_at_fpr<1%"]["measurable"] is False
     assert any("scores equal" in why for why in metrics["min_knn_vs_initial"]["degenerate"])
+    assert "reward_gain" not in metrics                        # not computed on these rows: not in the table
     metrics["mean_nn"]["auc"]["value"] = 0.9
     blind = audit.attack_metrics([0.5, 0.5], [0.5, 0.5], n_boot=20, seed=0)
     atomic_write_json(tmp_path / "prompt_mia" / "RLFT.2" / "summary.json", {

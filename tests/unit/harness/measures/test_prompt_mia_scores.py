@@ -62,3 +62,14 @@ def _brute_min_knn(c: list[str], k: int) -> float:
 @given(st.lists(st.text(alphabet="ab x=\n", max_size=12), min_size=2, max_size=6), st.integers(1, 7))
 def test_min_knn_matches_a_brute_force_reference(completions, k):
     assert pm.min_knn_distance(completions, k) == pytest.approx(_brute_min_knn(completions, k), abs=1e-12)
+
+
+def test_diba_features_by_hand():
+    s = pm.PromptSamples(("a", "b"), ("a", "b"), policy_rewards=(1.0, 3.0), initial_rewards=(0.5, 0.5),
+                         drift=(0.2, -0.1, 0.5))
+    assert pm.reward_gain_score(s, 1) == 1.5                  # mean 2.0 - mean 0.5
+    assert pm.policy_drift_score(s, 1) == pytest.approx(0.2)  # (0.2 - 0.1 + 0.5) / 3
+    assert set(pm.prompt_scores(s, 1)) == {"min_knn", "mean_nn", "min_knn_vs_initial", "reward_gain", "policy_drift"}
+    assert set(pm.prompt_scores(pm.PromptSamples(("a", "b"), ("a", "b")), 1)) == {"min_knn", "mean_nn",
+                                                                                  "min_knn_vs_initial"}
+    assert pm.diba_combined([1.0, 1.0], [0.0, 2.0]) == [-1.0, 1.0]   # a constant feature adds 0
