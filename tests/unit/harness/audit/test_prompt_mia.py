@@ -103,3 +103,18 @@ def test_the_smoke_plan_pairs_pd_3_with_its_validation_split():
     assert "pd_3_val" in names and "sd_base_heldout" not in names       # RLFT.1: pd_3; RLFT.4: sd_rl_prompts
     base = compose(["experiment=smoke"])
     assert needed_datasets(plan(base), base) == [n for n in names if n != "pd_3_val"]
+
+
+def test_a_retired_model_leaves_no_prompt_result_behind(tmp_path):
+    """harness/audit/retire.py: a retrained RL model's prompt rows and summary move to stale/, and the collected
+    summary no longer lists it (the report reads that one)."""
+    from memlens.harness.audit.retire import retire_model_results
+    from memlens.harness.core.io import read_json
+
+    for model in ("RLFT.2", "RLFT.3"):
+        atomic_write_json(tmp_path / "audit" / "prompt_mia" / model / "summary.json", {"model": model})
+    audit.collect_prompt_summaries(tmp_path / "audit")
+    moved = retire_model_results(tmp_path / "audit", tmp_path / "models" / "RLFT.2", "RLFT.2", tmp_path / "stale",
+                                 log=lambda *_: None)
+    assert (tmp_path / "stale" / "prompt_mia" / "RLFT.2" / "summary.json").is_file() and moved
+    assert list(read_json(tmp_path / "audit" / "prompt_mia" / "summary.json")["results"]) == ["RLFT.3"]
