@@ -18,10 +18,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memlens.harness.model.cache import ScoreCache, cache_key, examples_fingerprint
+from memlens.harness.model.cache import (
+    ScoreCache,
+    cache_key,
+    cached_token_logprobs,
+    examples_fingerprint,
+    loss_cache,
+)
 from memlens.harness.model.encode import cut_at_eos, encode_texts
-from memlens.harness.model.load import load_causal_lm, model_fingerprint
-from memlens.harness.text.fim import stop_token_ids, strip_sentinels
+from memlens.harness.model.load import load_causal_lm, load_reward_model, model_fingerprint, model_sentinels
+from memlens.harness.model.rewards import score_texts
+from memlens.harness.model.scorer import CausalLMScorer
+from memlens.harness.text.fim import format_psm_training, stop_token_ids, strip_sentinels
 
 SAMPLES = "sampled_completions"
 SAMPLES_SUBDIR = "samples"
@@ -98,9 +106,6 @@ def cached_sample_logprobs(model_dir: str | Path, rows: Sequence[dict], sentinel
                            device: str = "cpu", batch_size: int = 16) -> dict[Any, float]:
     """{sample row id: log p(completion | its PSM prompt)} summed over the completion's tokens under `model_dir`, through
     the model layer's one cached teacher-forced pass (span "target", the extraction audit's encoding)."""
-    from memlens.harness.model.cache import cached_token_logprobs
-    from memlens.harness.model.scorer import CausalLMScorer
-
     scorer = CausalLMScorer.load(model_dir, device, batch_size=batch_size, lazy=True)
     values = cached_token_logprobs(scorer, list(rows), sentinels, cache_dir, "target")
     scorer.release()
@@ -115,11 +120,6 @@ def cached_sample_rewards(rm_dir: str | Path, rows: Sequence[dict], cache_dir: s
     """{sample row id: the reward model's score} of each completion in the reward model's training format
     (format_psm_training(prefix, completion, suffix) in the RM's own sentinels, as recipes/stages/rl.py's
     PsmRewardModel scores it), truncated to the RM's `max_length`; cached by the RM's fingerprint and the texts."""
-    from memlens.harness.model.cache import loss_cache
-    from memlens.harness.model.load import _load, model_sentinels
-    from memlens.harness.model.rewards import score_texts
-    from memlens.harness.text.fim import format_psm_training
-
     sentinels = model_sentinels(rm_dir, None)
     texts = [{"id": r["id"], "text": format_psm_training(r["prefix"], strip_sentinels(r["target"], sentinels),
                                                           r["suffix"], sentinels)} for r in rows]
@@ -129,7 +129,7 @@ def cached_sample_rewards(rm_dir: str | Path, rows: Sequence[dict], cache_dir: s
 
     def compute(missing: list[dict]):
         if not loaded:
-            loaded.extend(_load("AutoModelForSequenceClassification", rm_dir, device, False, None))
+            loaded.extend(load_reward_model(rm_dir, device))
         for start in range(0, len(missing), 256):
             part = missing[start:start + 256]
             yield list(range(start, start + len(part))), score_texts(*loaded, [t["text"] for t in part],
