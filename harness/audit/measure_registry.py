@@ -9,7 +9,8 @@ setting of the last measure stops the audit before any model is scored; the meas
 receives the parsed object instead of reading the config. A measure
 without a dedicated report section gives `report_rows`: (columns, rows) read back from what it wrote, and the
 report lays them out as a table under its title (harness/report/render.py). Each built-in measure registers in the
-module that runs it (extraction.py: ned; losses.py, mia.py, discoverable.py, epsilon.py; preference_mia.py: pair_mia);
+module that runs it (extraction.py: ned; losses.py, mia.py, discoverable.py, epsilon.py; preference_mia.py: pair_mia; prompt_mia.py:
+prompt_mia);
 the registry imports those modules the first time it is read, so a command that imported no audit module
 (`memlens report`) sees them too, in the order below.
 """
@@ -48,8 +49,10 @@ def import_builtin_measures() -> None:
         losses,
         mia,
         preference_mia,
+        prompt_mia,
     )
 
 
 MEASURES: Registry[Measure] = Registry("audit measure", "audit.measures", builtins=import_builtin_measures,
-                                       order=("ned", "loss", "mia", "discoverable", "epsilon", "pair_mia"))
+                                       order=("ned", "loss", "mia", "discoverable", "epsilon", "pair_mia",
+                                              "prompt_mia"))

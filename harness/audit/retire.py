@@ -1,5 +1,6 @@
 """Results of a model that is replaced: before a stage is retrained, every audit result computed from its old weights
-(NED rows where it is the audited model or the control, its loss, MIA, discoverable and ε results) moves to the run's
+(NED rows where it is the audited model or the control, its loss, MIA, pair and prompt MIA, discoverable and ε
+results) moves to the run's
 stale/ folder and the summaries are rebuilt from what is left. The pipeline calls this through the CLI
 (memlens.recipes.orchestration.pipeline.Measurement), so the recipes never import the audit.
 """
@@ -13,9 +14,10 @@ from pathlib import Path
 from memlens.harness.audit.discoverable import drop_discoverable_model
 from memlens.harness.audit.mia import collect_summaries
 from memlens.harness.audit.preference_mia import collect_pair_summaries
+from memlens.harness.audit.prompt_mia import collect_prompt_summaries
 from memlens.harness.audit.run import META_SUFFIX, SUMMARY_FILE, write_summary
 from memlens.harness.core.io import atomic_write_json, read_json
-from memlens.harness.core.layout import discoverable_dir, epsilon_dir, mia_dir, pair_mia_dir
+from memlens.harness.core.layout import discoverable_dir, epsilon_dir, mia_dir, pair_mia_dir, prompt_mia_dir
 from memlens.harness.measures.utility import UTILITY_FILE
 
 
@@ -60,7 +62,7 @@ def retire_model_results(audit_dir: Path, model_dir: Path, model_name: str, dest
         _remove_empty_parents(meta_path.parent, audit_dir)
     for results in (audit_dir / "losses" / model_name, mia_dir(audit_dir, model_name),
                     discoverable_dir(audit_dir, model_name), epsilon_dir(audit_dir, model_name),
-                    pair_mia_dir(audit_dir, model_name)):
+                    pair_mia_dir(audit_dir, model_name), prompt_mia_dir(audit_dir, model_name)):
         if results.is_dir():
             target = dest / results.relative_to(audit_dir)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -87,6 +89,8 @@ def _drop_from_summaries(audit_dir: Path, model_name: str) -> None:
         collect_summaries(audit_dir)
     if pair_mia_dir(audit_dir).is_dir():
         collect_pair_summaries(audit_dir)
+    if prompt_mia_dir(audit_dir).is_dir():
+        collect_prompt_summaries(audit_dir)
     drop_discoverable_model(audit_dir, model_name)
     utility = audit_dir / UTILITY_FILE
     if utility.is_file():

@@ -150,6 +150,18 @@ def pair_mia_dir(audit_dir: str | Path, model_name: str | None = None) -> Path:
     return root / model_name if model_name else root
 
 
+PROMPT_MIA_SUBDIR = "prompt_mia"         # <audit dir>/prompt_mia/<model>/<checkpoint>/<dataset>.jsonl + summaries
+# The never-trained-on partner of each RL prompt dataset (harness/audit/prompt_mia.py): the SD programs' held-out
+# twins, and for public code the RL-prompt validation split (pd_3_val: files no stage trains on, split as pd_3 is).
+PROMPT_HELDOUT = {"sd_base": "sd_base_heldout", "sd_links": "sd_links_heldout", "pd_3": "pd_3_val"}
+
+
+def prompt_mia_dir(audit_dir: str | Path, model_name: str | None = None) -> Path:
+    """RL-prompt membership results below an audit dir (one model's when `model_name` is given)."""
+    root = Path(audit_dir) / PROMPT_MIA_SUBDIR
+    return root / model_name if model_name else root
+
+
 def discoverable_dir(audit_dir: str | Path, model_name: str | None = None) -> Path:
     """Probabilistic-extraction results below an audit dir (one model's when `model_name` is given)."""
     root = Path(audit_dir) / DISCOVERABLE_SUBDIR

@@ -154,6 +154,11 @@ def load_causal_lm(path: str | Path, device: str = "auto", *, trust_remote_code:
     return model, tokenizer
 
 
+def load_reward_model(path: str | Path, device: str = "auto", *, trust_remote_code: bool = False, dtype=None):
+    """(model, tokenizer) of a reward model directory (a one-unit sequence classifier), eval mode, on `device`."""
+    return _load("AutoModelForSequenceClassification", path, device, trust_remote_code, dtype)
+
+
 def load_seq2seq(path: str | Path, device: str = "auto", *, trust_remote_code: bool = False, dtype=None):
     """(model, tokenizer) of an encoder-decoder model directory (Marian, T5, BART), eval mode."""
     return _load("AutoModelForSeq2SeqLM", path, device, trust_remote_code, dtype)

@@ -24,6 +24,7 @@ from memlens.harness.core.layout import (
     MIA_SUBDIR,
     MIA_SUMMARY,
     PAIR_MIA_SUBDIR,
+    PROMPT_MIA_SUBDIR,
     REWARD_RANKING_SUBDIR,
     discoverable_dir,
     epsilon_dir,
@@ -39,7 +40,7 @@ FINAL = "final"
 Key = tuple[str, str, str]  # (model, checkpoint, dataset)
 TPR_1 = fpr_key(0.01)       # the TPR the comparison shows beside each extraction rate
 NOT_ROWS = ("cache", "losses", "shards", MIA_SUBDIR, DISCOVERABLE_SUBDIR, EPSILON_SUBDIR, CANARY_EXPOSURE_SUBDIR,
-            REWARD_RANKING_SUBDIR, PAIR_MIA_SUBDIR)  # audit/ subfolders: no NED rows
+            REWARD_RANKING_SUBDIR, PAIR_MIA_SUBDIR, PROMPT_MIA_SUBDIR)  # audit/ subfolders: no NED rows
 
 
 def checkpoint_step(checkpoint: str) -> float:

@@ -34,6 +34,7 @@ from memlens.harness.core.errors import UserError
 from memlens.harness.core.layout import (
     HELDOUT_BUILT,
     PAIR_HELDOUT_BUILT,
+    PROMPT_HELDOUT,
     check_listed_name,
     check_model_name,
     heldout_dataset,
@@ -263,6 +264,14 @@ def needed_datasets(stages: list[PlannedStage], cfg, with_audit: bool = True) ->
     if with_audit and "pair_mia" in ([measures] if isinstance(measures, str) else list(measures)):
         # preference-pair membership scores a preference stage's SD pairs against the same pairs of held-out programs
         names.update({heldout_dataset(n): None for n in list(names) if heldout_dataset(n) in PAIR_HELDOUT_BUILT})
+    if with_audit and "prompt_mia" in ([measures] if isinstance(measures, str) else list(measures)):
+        # RL-prompt membership samples an RL stage's policy on its prompts and on held-out prompts of the same source
+        for stage in stages:
+            if stage.recipe == "rl":
+                prompts = stage.given.get("prompts") or []
+                for name in [prompts] if isinstance(prompts, str) else prompts:
+                    if name in PROMPT_HELDOUT:
+                        names[PROMPT_HELDOUT[name]] = None
     utility = require_bool(audit.get("utility", False), "audit.utility")
     if with_audit and "audit" in list(cfg.get("after_training") or []) and utility:
         names.update({"humaneval_infill": None, "pd_eval": None})   # harness/measures/utility.py (Table 2 analogue)

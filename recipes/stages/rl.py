@@ -33,7 +33,6 @@ checkpoints hold the adapters. The reward model is frozen and never gets adapter
 from __future__ import annotations
 
 import dataclasses
-import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,7 @@ from memlens.harness.core.user_data import repeated
 from memlens.harness.model.load import model_fingerprint
 from memlens.harness.model.rewards import score_texts
 from memlens.harness.text import fim
+from memlens.harness.text.rl_contexts import prompt_contexts, split_code_at_line  # noqa: F401  (tests)
 from memlens.recipes.sandbox import runner as sandbox
 from memlens.recipes.stages import ppo, rl_eval, verifiable_rewards
 from memlens.recipes.stages.contract import (
@@ -218,40 +218,10 @@ def load_settings(settings: dict[str, Any], stage: str) -> RLSettings:
     return RLSettings.load(settings, stage)
 
 
-def split_code_at_line(text: str, rng: random.Random) -> tuple[str, str, str]:
-    """(prefix, line, suffix) split at a random line; the line is the target the RL stage discards."""
-    lines = text.splitlines(keepends=True) or [""]
-    i = rng.randrange(len(lines))
-    return "".join(lines[:i]), lines[i], "".join(lines[i + 1:])
-
-
 def prompt_rows(rows: list[dict], dataset: str, seed: int, context_chars: int) -> list[dict]:
-    """FIM contexts (id, prefix, suffix) of prompt rows: FIM rows as they are, code rows split at a line.
-
-    The split of a code row is seeded by (seed, row id), so it does not depend on row order. The context
-    keeps the last `context_chars` of the prefix and the first of the suffix, except in an RL-prompt row
-    (sd_rl_prompts: `rl_prefix`, `rl_suffix`): the audit checks the first 100 tokens of that very prompt
-    (Sec. 5.3), which start at the beginning of the prefix, so its prefix is kept whole and its suffix at
-    least up to the end of the audited text (`target_char_end`, in prefix + suffix coordinates).
-    """
-    out = []
-    for row in rows:
-        if "rl_prefix" in row and "rl_suffix" in row:
-            prefix, suffix = row["rl_prefix"], row["rl_suffix"]
-            keep_suffix = max(context_chars, int(row.get("target_char_end", 0)) - len(prefix))
-            out.append({"id": str(row["id"]), "prefix": prefix, "suffix": suffix[:keep_suffix]})
-            continue
-        if "prefix" in row and "suffix" in row:
-            prefix, suffix = row["prefix"], row["suffix"]
-        elif "text" in row:
-            prefix, _, suffix = split_code_at_line(row["text"], random.Random(f"{seed}:{row['id']}"))
-        else:
-            raise UserError(f"prompt dataset {dataset!r}, row {row.get('id')!r}: needs prefix/suffix (FIM row) "
-                            "or text (code row)")
-        out.append({"id": str(row["id"]), "prefix": prefix[-context_chars:] if prefix else "",
-                    "suffix": suffix[:context_chars], **({"repeat": row["repeat"]} if "repeat" in row else {}),
-                    **{k: row[k] for k in ROW_FIELDS if k in row}})   # what a verifiable reward reads (tests)
-    return out
+    """FIM contexts (id, prefix, suffix) of prompt rows (memlens.harness.text.rl_contexts.prompt_contexts, the one
+    definition the audit of RL prompts shares), with the fields a verifiable reward reads (ROW_FIELDS)."""
+    return prompt_contexts(rows, dataset, seed, context_chars, keep=ROW_FIELDS)
 
 
 def load_prompt_rows(ctx: StageContext, datasets: list[str], context_chars: int) -> list[dict]:

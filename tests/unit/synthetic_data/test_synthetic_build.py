@@ -181,3 +181,30 @@ def test_heldout_pairs_are_the_member_pairs_construction_on_heldout_programs(tmp
         assert (again[name] / "rows.jsonl").read_bytes() == (out[name] / "rows.jsonl").read_bytes(), name
     for name in ("pairs_sd_base", "pairs_sd_links"):
         assert (alone[name] / "rows.jsonl").read_bytes() == (out[name] / "rows.jsonl").read_bytes(), name
+
+
+def test_heldout_rl_prompts_are_other_prompts_of_the_same_construction(tmp_path):
+    """prompt_mia's non-members (harness/core/layout.py PROMPT_HELDOUT): the RL stage's own FIM contexts
+    (memlens.harness.text.rl_contexts) of the held-out programs share no id and no prompt with the members', are the
+    same on a rebuild, and building them leaves the member datasets' bytes as they were (the quickstart RLFT.2's
+    prompts unchanged). pd_3 -> pd_3_val: disjoint source files (test_synthetic_public_code.py)."""
+    from memlens.harness.core.layout import PROMPT_HELDOUT
+    from memlens.harness.text.rl_contexts import prompt_contexts
+
+    members = ["sd_base", "sd_links"]
+    names = members + [PROMPT_HELDOUT[m] for m in members]
+    out = build_datasets(cfg_for(tmp_path / "a"), names=names, log=lambda *_: None)
+    alone = build_datasets(cfg_for(tmp_path / "b"), names=members, log=lambda *_: None)
+    again = build_datasets(cfg_for(tmp_path / "c"), names=names, log=lambda *_: None)
+
+    def contexts(name, where=out):
+        rows = [json.loads(x) for x in (where[name] / "rows.jsonl").read_text().splitlines()]
+        return prompt_contexts(rows, name, 0, 2000)
+
+    for member in members:
+        held = PROMPT_HELDOUT[member]
+        assert (alone[member] / "rows.jsonl").read_bytes() == (out[member] / "rows.jsonl").read_bytes(), member
+        assert (again[held] / "rows.jsonl").read_bytes() == (out[held] / "rows.jsonl").read_bytes(), held
+        assert contexts(held) and not {r["id"] for r in contexts(held)} & {r["id"] for r in contexts(member)}
+        seen = {(r["prefix"], r["suffix"]) for r in contexts(member)}
+        assert not {(r["prefix"], r["suffix"]) for r in contexts(held)} & seen

@@ -20,7 +20,7 @@ from memlens.harness.audit.settings import AuditSettings
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.shipped import shipped_path
 
-BUILT_INS = ("ned", "loss", "mia", "discoverable", "epsilon", "pair_mia")
+BUILT_INS = ("ned", "loss", "mia", "discoverable", "epsilon", "pair_mia", "prompt_mia")
 
 # One bad value per key (wrong type or out of range); test_every_key_has_a_bad_value keeps it complete.
 BAD = {
@@ -33,6 +33,8 @@ BAD = {
     "discoverable_schemes": [], "discoverable_queries": [0], "discoverable_p": [2],
     "epsilon_attack": "lossx", "epsilon_span": "middle", "epsilon_delta": 1.0, "epsilon_confidence": 0,
     "epsilon_guesses": [[0.9, 0.9]],
+    "prompt_mia_prompts": 1, "prompt_mia_samples": 1, "prompt_mia_k": 0, "prompt_mia_temperature": 0,
+    "prompt_mia_max_new_tokens": "x", "prompt_mia_diba": "yes",
 }
 
 

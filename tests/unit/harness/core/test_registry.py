@@ -22,7 +22,7 @@ def test_the_audit_measures_are_all_there_in_a_process_that_imported_no_audit_mo
     out = fresh("import sys; from memlens.harness.audit.measure_registry import MEASURES; "
                 "assert 'memlens.harness.audit.extraction' not in sys.modules; print(*MEASURES.names()); "
                 "print('memlens.harness.audit.extraction' in sys.modules)")
-    assert out.splitlines() == ["ned loss mia discoverable epsilon pair_mia", "True"]
+    assert out.splitlines() == ["ned loss mia discoverable epsilon pair_mia prompt_mia", "True"]
 
 
 def test_the_findings_table_keeps_its_order_whichever_module_was_imported_first():

@@ -1,0 +1,138 @@
+"""Sampled completions of a model on FIM prompts, seeded per prompt and cached: what the audit of RL prompts reads.
+
+An RL stage learns from completions its policy samples; the membership test of its prompts (harness/audit/
+prompt_mia.py) samples the audited model and the stage's initial model the same way, m completions per prompt at a
+fixed temperature (ancestral sampling: top_k 0, top_p 1, as recipes/stages/rl_eval.py samples the policy). Each
+prompt draws from its own generator, seeded by (seed, prompt id), so a prompt's samples do not depend on which other
+prompts were asked for, in which order or batch: a rerun with more prompts reuses every stored one.
+
+Stored in the one cache of the model layer (memlens.harness.model.cache.ScoreCache):
+`<cache_dir>/samples/<key>.jsonl`, {id, completions: [m texts]}, the key covering the model's fingerprint, the
+prompts' text and every sampling setting; a fully cached rerun loads no weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from memlens.harness.model.cache import (
+    ScoreCache,
+    cache_key,
+    cached_token_logprobs,
+    examples_fingerprint,
+    loss_cache,
+)
+from memlens.harness.model.encode import cut_at_eos, encode_texts
+from memlens.harness.model.load import load_causal_lm, load_reward_model, model_fingerprint, model_sentinels
+from memlens.harness.model.rewards import score_texts
+from memlens.harness.model.scorer import CausalLMScorer
+from memlens.harness.text.fim import format_psm_training, stop_token_ids, strip_sentinels
+
+SAMPLES = "sampled_completions"
+SAMPLES_SUBDIR = "samples"
+
+
+def prompt_seed(seed: int, prompt_id: Any) -> int:
+    """The generator seed of one prompt's samples: a function of (seed, id) alone."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{prompt_id}".encode()).digest()[:8], "big") >> 1
+
+
+def sample_prompts(model, tokenizer, prompts: Sequence[str], ids: Sequence[Any], sentinels, *, samples: int,
+                   temperature: float, max_new_tokens: int, seed: int) -> list[list[str]]:
+    """`samples` completions of each prompt (cut at the family's stop tokens, special tokens skipped)."""
+    import torch  # heavy: the model layer only
+
+    eos = stop_token_ids(tokenizer, sentinels) or ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None
+                                                   else [])
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
+    device = next(model.parameters()).device
+    out = []
+    for ids_, pid in zip(encode_texts(tokenizer, list(prompts)), ids):
+        gen = torch.Generator(device="cpu").manual_seed(prompt_seed(seed, pid))
+        torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
+        input_ids = torch.tensor([ids_], device=device)
+        with torch.inference_mode():
+            new = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), do_sample=True,
+                                 temperature=temperature, top_k=0, top_p=1.0, num_return_sequences=samples,
+                                 max_new_tokens=max_new_tokens, eos_token_id=eos or None, pad_token_id=pad,
+                                 use_cache=True)   # a training config may say use_cache: false
+        new = new[:, input_ids.shape[1]:].tolist()
+        texts = tokenizer.batch_decode([cut_at_eos(r, eos) for r in new], skip_special_tokens=True)
+        out.append([strip_sentinels(t, sentinels) for t in texts])
+    return out
+
+
+def cached_samples(model_dir: str | Path, rows: Sequence[dict], sentinels, cache_dir: str | Path, *, samples: int,
+                   temperature: float, max_new_tokens: int, seed: int, device: str = "cpu",
+                   chunk: int = 8) -> tuple[dict[Any, list[str]], ScoreCache]:
+    """({id: its `samples` completions}, the cache) of `model_dir` on `rows` (id, prefix, suffix), prompted in the
+    model's format; weights loaded on a cache miss only."""
+    covers = {"model": model_fingerprint(model_dir), "examples_sha256": examples_fingerprint(rows, ("id", "prefix",
+                                                                                                     "suffix")),
+              "prompt_format": getattr(sentinels, "family", None), "stop_tokens": list(sentinels.stop_tokens()),
+              "samples": samples, "temperature": temperature, "max_new_tokens": max_new_tokens, "seed": seed,
+              "sampling": "ancestral (top_k 0, top_p 1), one generator per prompt seeded by (seed, id)"}
+    cache = ScoreCache(Path(cache_dir) / SAMPLES_SUBDIR / f"{cache_key(SAMPLES, **covers)}.jsonl",
+                       field="completions")
+    loaded: list = []
+
+    def compute(missing: list[dict]):
+        if not loaded:
+            loaded.extend(load_causal_lm(model_dir, device))
+        model, tokenizer = loaded
+        for start in range(0, len(missing), chunk):
+            part = missing[start:start + chunk]
+            texts = sample_prompts(model, tokenizer, [sentinels.prompt(r["prefix"], r["suffix"]) for r in part],
+                                   [r["id"] for r in part], sentinels, samples=samples, temperature=temperature,
+                                   max_new_tokens=max_new_tokens, seed=seed)
+            yield list(range(start, start + len(part))), texts
+
+    values = cache.get(list(rows), compute)
+    return values, cache
+
+
+def sample_rows(rows: Sequence[dict], samples: dict[Any, list[str]], keep_empty: bool = False) -> list[dict]:
+    """One FIM row per sampled completion (id `<prompt id>#<i>`, target = the completion): what a teacher-forced pass
+    or a reward model reads; an empty completion has no token to score and is left out unless `keep_empty` (a reward
+    model scores it, as the RL stage's reward did)."""
+    return [{"id": f"{r['id']}#{i}", "prefix": r["prefix"], "suffix": r["suffix"], "target": c}
+            for r in rows for i, c in enumerate(samples[r["id"]]) if c or keep_empty]
+
+
+def cached_sample_logprobs(model_dir: str | Path, rows: Sequence[dict], sentinels, cache_dir: str | Path,
+                           device: str = "cpu", batch_size: int = 16) -> dict[Any, float]:
+    """{sample row id: log p(completion | its PSM prompt)} summed over the completion's tokens under `model_dir`, through
+    the model layer's one cached teacher-forced pass (span "target", the extraction audit's encoding)."""
+    scorer = CausalLMScorer.load(model_dir, device, batch_size=batch_size, lazy=True)
+    values = cached_token_logprobs(scorer, list(rows), sentinels, cache_dir, "target")
+    scorer.release()
+    return {key: float(sum(v["logp"])) for key, v in values.items()}
+
+
+REWARD_SCORES = "sample_reward_scores"
+
+
+def cached_sample_rewards(rm_dir: str | Path, rows: Sequence[dict], cache_dir: str | Path, *, max_length: int,
+                          device: str = "cpu") -> dict[Any, float]:
+    """{sample row id: the reward model's score} of each completion in the reward model's training format
+    (format_psm_training(prefix, completion, suffix) in the RM's own sentinels, as recipes/stages/rl.py's
+    PsmRewardModel scores it), truncated to the RM's `max_length`; cached by the RM's fingerprint and the texts."""
+    sentinels = model_sentinels(rm_dir, None)
+    texts = [{"id": r["id"], "text": format_psm_training(r["prefix"], strip_sentinels(r["target"], sentinels),
+                                                          r["suffix"], sentinels)} for r in rows]
+    cache = loss_cache(cache_dir, REWARD_SCORES, model=model_fingerprint(rm_dir), max_length=max_length,
+                       examples=examples_fingerprint(texts, ("id", "text")))
+    loaded: list = []
+
+    def compute(missing: list[dict]):
+        if not loaded:
+            loaded.extend(load_reward_model(rm_dir, device))
+        for start in range(0, len(missing), 256):
+            part = missing[start:start + 256]
+            yield list(range(start, start + len(part))), score_texts(*loaded, [t["text"] for t in part],
+                                                                     max_length=max_length)
+
+    return cache.get(texts, compute)

@@ -1,0 +1,99 @@
+"""RL-prompt membership (harness/audit/prompt_mia.py) on the smoke run's RLFT.1 (tests/integration/conftest.py `smoke`:
+no new training): on a copy of its data and its RLFT.1, FT.1 and RM.1 models, the held-out prompts are the pd_3_val
+split; `prompt_mia` samples one RLFT.1 point and FT.1 (the stage's initial model, from provenance.json) on the same
+prompts, and for DIBA RM.1 scores both models' samples and both models score the point's. Each row's Min-kNN is its
+samples' own and its reward gain its two mean rewards' difference, the samples are the model's seeded draws and a
+second ask reads them from the cache, the report's table opens with the blind baseline, and what the run had stays
+byte for byte."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from memlens.harness.audit.prompt_mia import PromptMiaSettings, audit_run_prompt_mia, report_rows
+from memlens.harness.cli import compose
+from memlens.harness.core.io import read_json, read_jsonl
+from memlens.harness.measures.blind_mia import BLIND_LABEL
+from memlens.harness.measures.prompt_mia import DIBA, PROMPT_ATTACKS, min_knn_distance
+from memlens.synthetic_data.build import build_datasets
+from tests.integration.run_helpers import copy_run
+
+pytestmark = pytest.mark.slow
+POINT = "RLFT.1/beta=0.1"            # one sweep point, its final model: ~7 s beside the shared smoke run
+PLAN = f"audit_plan=[{{models:['{POINT}'],control:FT.2,datasets:[sd_base],checkpoints:final}}]"
+SMALL = ["audit.prompt_mia_samples=4", "audit.prompt_mia_k=2", "audit.prompt_mia_max_new_tokens=8",
+         "audit.prompt_mia_prompts=8"]
+
+
+def _digests(root) -> dict:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_prompt_membership_of_the_smoke_rlft1(smoke, tmp_path):
+    from memlens.harness.model.load import load_causal_lm, model_sentinels
+    from memlens.harness.model.sampling import SAMPLES_SUBDIR, cached_samples, sample_prompts
+
+    run_dir, _ = smoke
+    dest = copy_run(run_dir, tmp_path / "run", ["data/pd_3", "data/sd_base", "models/RLFT.1", "models/FT.1",
+                                                "models/FT.2", "models/RM.1"])
+    before = _digests(dest)
+    cfg = compose(["experiment=smoke", f"run_dir={dest}", "device=cpu", PLAN, "audit.measures=[prompt_mia]",
+                   "audit.mia_bootstrap=50", "audit.progress=false", *SMALL])
+    built = build_datasets(cfg, names=["pd_3_val"], log=lambda *_: None)
+    logged: list[str] = []
+    audit_run_prompt_mia(cfg, PromptMiaSettings.from_config(cfg.audit), log=logged.append)
+
+    after = _digests(dest)
+    assert {k: after[k] for k in before} == before          # the run's data and models: byte for byte
+    summary = read_json(dest / "audit" / "prompt_mia" / POINT / "summary.json")
+    assert summary["initial"].endswith("models/FT.1") and summary["checkpoints"] == ["final"]
+    entry = summary["results"]["final"]["pd_3"]
+    assert read_jsonl(built["pd_3_val"] / "rows.jsonl") and (entry["n_members"], entry["n_nonmembers"]) == (8, 8)
+    assert set(entry["attacks"]) == {*PROMPT_ATTACKS, DIBA}           # RLFT.1 has a reward model: DIBA's features too
+    assert summary["reward_model"].endswith("models/RM.1")
+    assert all("vs_blind" in m for m in entry["attacks"].values())
+
+    rows = read_jsonl(dest / "audit" / "prompt_mia" / POINT / "final" / "pd_3.jsonl")
+    assert [r["member"] for r in rows] == [1] * entry["n_members"] + [0] * entry["n_nonmembers"]
+    cached = {}
+    for path in (dest / "audit" / "cache" / SAMPLES_SUBDIR).glob("*.jsonl"):
+        cached[path] = {r["id"]: r["completions"] for r in read_jsonl(path)}
+    assert len(cached) == 2                                  # FT.1 (the initial model) and the point, once each
+    policy_dir = dest / "models" / POINT
+    for r in rows:
+        samples = [c[r["id"]] for c in cached.values() if r["id"] in c]
+        assert all(len(s) == 4 for s in samples)
+        assert r["min_knn"]["policy"] in [pytest.approx(min_knn_distance(s, 2)) for s in samples]
+        assert r["score"]["min_knn"] == -r["min_knn"]["policy"]
+        assert r["score"]["reward_gain"] == pytest.approx(r["reward"]["policy"] - r["reward"]["initial"])
+
+    # The cached samples are the model's seeded draws: drawn again, they are the same texts; asked again, the cache
+    # answers without loading the model
+    from memlens.harness.audit.prompt_mia import load_prompts, rl_models
+
+    (m,) = rl_models(cfg, log=lambda *_: None)
+    data = load_prompts(m, 8, 0)[0]
+    prompts = data["pd_3:members"][:2]
+    model, tok = load_causal_lm(policy_dir, "cpu")
+    sentinels = model_sentinels(policy_dir, None)
+    again = sample_prompts(model, tok, [sentinels.prompt(p["prefix"], p["suffix"]) for p in prompts],
+                           [p["id"] for p in prompts], sentinels, samples=4, temperature=1.0, max_new_tokens=8, seed=0)
+    assert any(all(c.get(p["id"]) == s for p, s in zip(prompts, again)) for c in cached.values())
+    _, cache = cached_samples(policy_dir, [r for v in data.values() for r in v], sentinels,
+                              dest / "audit" / "cache", samples=4, temperature=1.0, max_new_tokens=8, seed=0)
+    assert (cache.n_computed, cache.n_cached) == (0, 16)
+    assert any(f"{POINT} final: 16 prompt(s) sampled, 0 cached" in line for line in logged)
+
+    columns, table = report_rows(dest / "audit")
+    assert table[0]["attack"] == BLIND_LABEL and table[0]["rank"] is None
+    assert len(table) == 2 + len(PROMPT_ATTACKS)              # the blind baseline, each attack, DIBA's combination
+    assert "TPR at 1 % FPR" in columns
+    from memlens.harness.report.sections import registered_measures_section
+
+    section = registered_measures_section({dest: dest / "audit"})
+    assert "Membership of RL prompts (Min-kNN distance) (audit.measures: prompt_mia)" in [
+        b.text for b in section.blocks if type(b).__name__ == "Heading"]
+    assert section.filed["measures"]["prompt_mia"] == table
