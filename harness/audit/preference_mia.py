@@ -201,9 +201,9 @@ def _checkpoint_order(name: str) -> tuple[int, int]:
     return (1, 0) if step is None else (0, step)
 
 
-def collect_pair_summaries(audit_dir: str | Path) -> dict:
-    """`<audit dir>/pair_mia/summary.json`: {"results": {model: its summary}} from every per-model summary."""
-    root = pair_mia_dir(audit_dir)
+def collect_summaries(root: Path) -> dict:
+    """`<root>/summary.json`: {"results": {model: its summary}} from every per-model summary below `root` (the pair and
+    the prompt membership measures alike)."""
     models = {}
     for path in sorted(root.rglob("summary.json")):
         if path != root / MIA_SUMMARY:
@@ -212,6 +212,11 @@ def collect_pair_summaries(audit_dir: str | Path) -> dict:
     record = {"results": models}
     atomic_write_json(root / MIA_SUMMARY, record)
     return record
+
+
+def collect_pair_summaries(audit_dir: str | Path) -> dict:
+    """`<audit dir>/pair_mia/summary.json`: {"results": {model: its summary}} from every per-model summary."""
+    return collect_summaries(pair_mia_dir(audit_dir))
 
 
 @dataclass(frozen=True)
@@ -346,14 +351,14 @@ COLUMNS = ["model", "dataset", "checkpoint", "rank", "attack", "AUC", "AUC 95 % 
            "TPR 95 % CI", "AUC vs blind", "vs blind 95 % CI", "members / held out", "degenerate"]
 
 
-def report_rows(audit_dir: Path) -> tuple[list[str], list[dict]] | None:
-    """(columns, rows) for the report: per preference model and pair dataset, the final checkpoint's rows: the blind
-    baseline's first (no model, unranked), then each pair attack ranked by AUC (degenerate ones unranked, with why)."""
-    path = pair_mia_dir(audit_dir) / MIA_SUMMARY
-    if not path.is_file():
+def final_checkpoint_rows(summary_path: Path, label_of) -> tuple[list[str], list[dict]] | None:
+    """(columns, rows) of a membership measure's summary (pair or prompt): per model and dataset, the final
+    checkpoint's rows: the blind baseline's first (no model, unranked), then each attack ranked by AUC (degenerate ones
+    unranked, with why); `label_of(attack)` names an attack."""
+    if not summary_path.is_file():
         return None
     rows = []
-    for model, record in sorted((read_json(path).get("results") or {}).items()):
+    for model, record in sorted((read_json(summary_path).get("results") or {}).items()):
         last = (record.get("checkpoints") or [None])[-1]
         for dataset, entry in sorted(((record.get("results") or {}).get(last) or {}).items()):
             blind = (record.get(BLIND) or {}).get(dataset)
@@ -362,11 +367,16 @@ def report_rows(audit_dir: Path) -> tuple[list[str], list[dict]] | None:
             attacks = entry["attacks"]
             ranked = sorted((a for a in attacks if not is_degenerate(attacks[a])),
                             key=lambda a: -attacks[a]["auc"]["value"])
-            rows += [_table_row(model, dataset, last, rank, pair_attack_label(a), attacks[a])
+            rows += [_table_row(model, dataset, last, rank, label_of(a), attacks[a])
                      for rank, a in enumerate(ranked, start=1)]
-            rows += [_table_row(model, dataset, last, None, pair_attack_label(a), attacks[a])
+            rows += [_table_row(model, dataset, last, None, label_of(a), attacks[a])
                      for a in attacks if is_degenerate(attacks[a])]
     return (COLUMNS, rows) if rows else None
+
+
+def report_rows(audit_dir: Path) -> tuple[list[str], list[dict]] | None:
+    """The report's pair-membership table (final_checkpoint_rows of pair_mia/summary.json)."""
+    return final_checkpoint_rows(pair_mia_dir(audit_dir) / MIA_SUMMARY, pair_attack_label)
 
 
 MEASURES.register(NAME, Measure(TITLE, audit_run_pair_mia, report_rows=report_rows,

@@ -33,15 +33,20 @@ from typing import ClassVar
 
 from memlens.harness.audit.measure_registry import MEASURES, Measure
 from memlens.harness.audit.plan import PROVENANCE_FILE, plan_audits
-from memlens.harness.audit.preference_mia import COLUMNS, _checkpoint_order, _table_row, init_model_dir
+from memlens.harness.audit.preference_mia import (
+    _checkpoint_order,
+    collect_summaries,
+    final_checkpoint_rows,
+    init_model_dir,
+)
 from memlens.harness.audit.settings import AuditSettings, list_checkpoints, setting
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256, read_json, read_jsonl
 from memlens.harness.core.layout import MIA_SUMMARY, PROMPT_HELDOUT, data_dir, prompt_mia_dir, require_inside
 from memlens.harness.core.provenance import provenance
 from memlens.harness.core.stats import BOOTSTRAP_N, BOOTSTRAP_SEED, MIA_FPRS, TPR_AT_FPR_RULE, paired_auc_difference
-from memlens.harness.measures.blind_mia import BLIND, BLIND_LABEL, BLIND_RULE, blind_baseline
-from memlens.harness.measures.mia import attack_metrics, degenerate_reasons, is_degenerate
+from memlens.harness.measures.blind_mia import BLIND, BLIND_RULE, blind_baseline
+from memlens.harness.measures.mia import attack_metrics, degenerate_reasons
 from memlens.harness.measures.prompt_mia import (
     DIBA,
     PRIMARY_PROMPT_ATTACK,
@@ -321,15 +326,7 @@ def audit_prompt_mia(m: RLModel, settings: PromptMiaSettings, out_dir: str | Pat
 
 def collect_prompt_summaries(audit_dir: str | Path) -> dict:
     """`<audit dir>/prompt_mia/summary.json`: {"results": {model: its summary}} from every per-model summary."""
-    root = prompt_mia_dir(audit_dir)
-    models = {}
-    for path in sorted(root.rglob("summary.json")):
-        if path != root / MIA_SUMMARY:
-            record = read_json(path)
-            models[record.get("model") or str(path.parent.relative_to(root))] = record
-    record = {"results": models}
-    atomic_write_json(root / MIA_SUMMARY, record)
-    return record
+    return collect_summaries(prompt_mia_dir(audit_dir))
 
 
 def audit_run_prompt_mia(cfg, settings: PromptMiaSettings, log=print) -> None:
@@ -351,26 +348,8 @@ def audit_run_prompt_mia(cfg, settings: PromptMiaSettings, log=print) -> None:
 
 
 def report_rows(audit_dir: Path) -> tuple[list[str], list[dict]] | None:
-    """(columns, rows) for the report: per RL model and prompt dataset, the final checkpoint's rows: the blind baseline's
-    first (no model, unranked), then each prompt attack ranked by AUC (degenerate ones unranked, with why)."""
-    path = prompt_mia_dir(audit_dir) / MIA_SUMMARY
-    if not path.is_file():
-        return None
-    rows = []
-    for model, record in sorted((read_json(path).get("results") or {}).items()):
-        last = (record.get("checkpoints") or [None])[-1]
-        for dataset, entry in sorted(((record.get("results") or {}).get(last) or {}).items()):
-            blind = (record.get(BLIND) or {}).get(dataset)
-            if blind:
-                rows.append(_table_row(model, dataset, last, None, BLIND_LABEL, blind))
-            attacks = entry["attacks"]
-            ranked = sorted((a for a in attacks if not is_degenerate(attacks[a])),
-                            key=lambda a: -attacks[a]["auc"]["value"])
-            rows += [_table_row(model, dataset, last, rank, prompt_attack_label(a), attacks[a])
-                     for rank, a in enumerate(ranked, start=1)]
-            rows += [_table_row(model, dataset, last, None, prompt_attack_label(a), attacks[a])
-                     for a in attacks if is_degenerate(attacks[a])]
-    return (COLUMNS, rows) if rows else None
+    """The report's RL-prompt membership table (final_checkpoint_rows of prompt_mia/summary.json)."""
+    return final_checkpoint_rows(prompt_mia_dir(audit_dir) / MIA_SUMMARY, prompt_attack_label)
 
 
 MEASURES.register(NAME, Measure(TITLE, audit_run_prompt_mia, report_rows=report_rows,
