@@ -106,15 +106,15 @@ def score_pairs(rows: list[dict], member: int, policy: dict, reference: dict, bl
     return out
 
 
-def pair_metrics(rows: list[dict], n_boot: int, seed: int) -> dict:
-    """{attack: metrics} of one checkpoint and dataset: the target MIA's metrics (attack_metrics, the n/m rule
-    included), why an attack is degenerate here, and `vs_blind`, its paired AUC gain over the blind baseline on the
-    same pairs (where every pair has a blind score)."""
+def membership_metrics(rows: list[dict], attacks: list[str], n_boot: int, seed: int) -> dict:
+    """{attack: metrics} of one checkpoint and dataset of a membership measure (pairs or prompts): the target MIA's
+    metrics (attack_metrics, the n/m rule included), why an attack is degenerate here, and `vs_blind`, its paired AUC
+    gain over the blind baseline on the same texts (where every row has a blind score)."""
     blind = None
     if rows and all(BLIND in r for r in rows):
         blind = ([r[BLIND] for r in rows if r["member"] == 1], [r[BLIND] for r in rows if r["member"] == 0])
     out = {}
-    for attack in PAIR_ATTACKS:
+    for attack in attacks:
         members = [r["score"][attack] for r in rows if r["member"] == 1]
         nonmembers = [r["score"][attack] for r in rows if r["member"] == 0]
         metrics = attack_metrics(members, nonmembers, n_boot=n_boot, seed=seed)
@@ -125,15 +125,25 @@ def pair_metrics(rows: list[dict], n_boot: int, seed: int) -> dict:
     return out
 
 
-def _blind_of(members: list[dict], nonmembers: list[dict], n_boot: int, seed: int) -> tuple[dict | None, dict | None]:
-    """(the blind baseline's metrics, {id: its out-of-fold score}) on the pair texts, or (None, None) where a side is
-    too small for it."""
-    found = blind_baseline([pair_text(r) for r in members], [pair_text(r) for r in nonmembers], n_boot=n_boot,
-                           seed=seed)
+def pair_metrics(rows: list[dict], n_boot: int, seed: int) -> dict:
+    """membership_metrics of every pair attack."""
+    return membership_metrics(rows, list(PAIR_ATTACKS), n_boot, seed)
+
+
+def blind_of(members: list[dict], nonmembers: list[dict], text_of, n_boot: int,
+             seed: int) -> tuple[dict | None, dict | None]:
+    """(the blind baseline's metrics, {id: its out-of-fold score}) on the texts `text_of(row)` gives, or (None, None)
+    where a side is too small for it."""
+    found = blind_baseline([text_of(r) for r in members], [text_of(r) for r in nonmembers], n_boot=n_boot, seed=seed)
     if found is None:
         return None, None
     ids = [r["id"] for r in members + nonmembers]
     return found["metrics"], dict(zip(ids, [*found["scores"][0], *found["scores"][1]]))
+
+
+def _blind_of(members: list[dict], nonmembers: list[dict], n_boot: int, seed: int) -> tuple[dict | None, dict | None]:
+    """The blind baseline on the pair texts (pair_text)."""
+    return blind_of(members, nonmembers, pair_text, n_boot, seed)
 
 
 def _load_pairs(pairs: dict[str, tuple[Path, Path]]) -> tuple[dict[str, list[dict]], dict[str, str]]:

@@ -35,18 +35,19 @@ from memlens.harness.audit.measure_registry import MEASURES, Measure
 from memlens.harness.audit.plan import PROVENANCE_FILE, plan_audits
 from memlens.harness.audit.preference_mia import (
     _checkpoint_order,
+    blind_of,
     collect_summaries,
     final_checkpoint_rows,
     init_model_dir,
+    membership_metrics,
 )
 from memlens.harness.audit.settings import AuditSettings, list_checkpoints, setting
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256, read_json, read_jsonl
 from memlens.harness.core.layout import MIA_SUMMARY, PROMPT_HELDOUT, data_dir, prompt_mia_dir, require_inside
 from memlens.harness.core.provenance import provenance
-from memlens.harness.core.stats import BOOTSTRAP_N, BOOTSTRAP_SEED, MIA_FPRS, TPR_AT_FPR_RULE, paired_auc_difference
-from memlens.harness.measures.blind_mia import BLIND, BLIND_RULE, blind_baseline
-from memlens.harness.measures.mia import attack_metrics, degenerate_reasons
+from memlens.harness.core.stats import BOOTSTRAP_N, BOOTSTRAP_SEED, MIA_FPRS, TPR_AT_FPR_RULE
+from memlens.harness.measures.blind_mia import BLIND, BLIND_RULE
 from memlens.harness.measures.prompt_mia import (
     DIBA,
     PRIMARY_PROMPT_ATTACK,
@@ -116,30 +117,13 @@ def scored_attacks(rows: list[dict]) -> list[str]:
 
 
 def prompt_metrics(rows: list[dict], n_boot: int, seed: int) -> dict:
-    """{attack: metrics} of one checkpoint and dataset (attack_metrics with the n/m rule, `degenerate`, `vs_blind`),
-    as harness/audit/preference_mia.py pair_metrics."""
-    blind = None
-    if rows and all(BLIND in r for r in rows):
-        blind = ([r[BLIND] for r in rows if r["member"] == 1], [r[BLIND] for r in rows if r["member"] == 0])
-    out = {}
-    for attack in scored_attacks(rows):
-        members = [r["score"][attack] for r in rows if r["member"] == 1]
-        nonmembers = [r["score"][attack] for r in rows if r["member"] == 0]
-        metrics = attack_metrics(members, nonmembers, n_boot=n_boot, seed=seed)
-        metrics["degenerate"] = degenerate_reasons(members, nonmembers, metrics)
-        if blind is not None:
-            metrics["vs_blind"] = paired_auc_difference(members, nonmembers, *blind, n_boot=n_boot, seed=seed)
-        out[attack] = metrics
-    return out
+    """membership_metrics (harness/audit/preference_mia.py) of every attack the rows were scored by."""
+    return membership_metrics(rows, scored_attacks(rows), n_boot, seed)
 
 
 def _blind_of(members: list[dict], nonmembers: list[dict], n_boot: int, seed: int) -> tuple[dict | None, dict | None]:
-    found = blind_baseline([prompt_text(r) for r in members], [prompt_text(r) for r in nonmembers], n_boot=n_boot,
-                           seed=seed)
-    if found is None:
-        return None, None
-    ids = [r["id"] for r in members + nonmembers]
-    return found["metrics"], dict(zip(ids, [*found["scores"][0], *found["scores"][1]]))
+    """The blind baseline on the prompt texts (prompt_text)."""
+    return blind_of(members, nonmembers, prompt_text, n_boot, seed)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from memlens.harness.audit import prompt_mia as audit
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json
 from memlens.harness.measures.blind_mia import BLIND, BLIND_LABEL
+from memlens.harness.measures.mia import attack_metrics
 from memlens.harness.measures.prompt_mia import PromptSamples
 
 # m1's policy samples are equal (NN distance 0); m2's are "aaaa", "aaab", "bbbb" (NN 0.25, 0.25, 0.75)
@@ -56,7 +57,7 @@ def test_metrics_by_hand_and_the_report_table(tmp_path):
     assert any("scores equal" in why for why in metrics["min_knn_vs_initial"]["degenerate"])
     assert "reward_gain" not in metrics                        # not computed on these rows: not in the table
     metrics["mean_nn"]["auc"]["value"] = 0.9
-    blind = audit.attack_metrics([0.5, 0.5], [0.5, 0.5], n_boot=20, seed=0)
+    blind = attack_metrics([0.5, 0.5], [0.5, 0.5], n_boot=20, seed=0)
     atomic_write_json(tmp_path / "prompt_mia" / "RLFT.2" / "summary.json", {
         "model": "RLFT.2", "checkpoints": ["checkpoint-6", "final"], BLIND: {"sd_base": blind},
         "results": {"checkpoint-6": {}, "final": {"sd_base": {"attacks": metrics}}}})
