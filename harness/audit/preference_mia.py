@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from memlens.harness.audit.measure_registry import MEASURES, Measure
+from memlens.harness.audit.mia import _checkpoint_order
 from memlens.harness.audit.plan import PROVENANCE_FILE, plan_audits
 from memlens.harness.audit.settings import AuditSettings, list_checkpoints, setting
 from memlens.harness.core.errors import UserError
@@ -33,7 +34,6 @@ from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_
 from memlens.harness.core.layout import (
     MIA_SUMMARY,
     PAIR_HELDOUT_BUILT,
-    checkpoint_step,
     data_dir,
     heldout_dataset,
     models_dir,
@@ -204,11 +204,6 @@ def audit_pair_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tupl
         atomic_write_jsonl(path, rows)
     atomic_write_json(out_dir / "summary.json", summary)
     return summary
-
-
-def _checkpoint_order(name: str) -> tuple[int, int]:
-    step = checkpoint_step(name)
-    return (1, 0) if step is None else (0, step)
 
 
 def collect_summaries(root: Path) -> dict:

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import ClassVar
 
 from memlens.harness.audit.measure_registry import MEASURES, Measure
+from memlens.harness.audit.mia import _checkpoint_order
 from memlens.harness.audit.plan import PROVENANCE_FILE, plan_audits
 from memlens.harness.audit.preference_mia import (
-    _checkpoint_order,
     blind_of,
     collect_summaries,
     final_checkpoint_rows,
