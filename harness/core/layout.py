@@ -96,12 +96,17 @@ def models_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "models"
 
 
-LOCKS = ".locks"                         # <run_dir>/.locks/models/<NAME>/: the lock of one model (harness/core/lock.py)
+LOCKS = ".locks"     # <run_dir>/.locks/models/<NAME>/, .locks/data/<NAME>/: a model's, a dataset's lock (core/lock.py)
 
 
 def model_lock_dir(run_dir: str | Path, model_name: str) -> Path:
     """Where `memlens train` locks one model: outside its directory, which a retraining moves to stale/."""
     return Path(run_dir) / LOCKS / "models" / model_name
+
+
+def dataset_lock_dir(run_dir: str | Path, dataset: str) -> Path:
+    """Where a launcher's driver locks one dataset it builds while jobs read the others (the late data)."""
+    return Path(run_dir) / LOCKS / "data" / dataset
 
 
 def datasets_dir(run_dir: str | Path) -> Path:

@@ -2,7 +2,9 @@
 exclusive lock on it for as long as it runs.
 
 The lock is `fcntl.flock` on `<dir>/.memlens.lock`, taken without waiting: a second process gets a
-UserError (exit 2) naming the holder's pid, host and command, read from the lock file. The OS releases
+UserError (exit 2) naming the holder's pid, host and command, read from the lock file. The one exception is a
+bounded wait a caller asks for (`wait_s`): a launcher's job that only reads the run's data waits while the
+launcher's driver checks or builds it, instead of failing the job. The OS releases
 a flock when its process dies, however it dies, so the file a killed holder leaves behind never blocks
 anyone: only a live process can hold the lock. A holder unlinks the file when it releases it, and a
 taker checks that the file it locked is still the one at the path (else a releasing holder unlinked it
@@ -42,6 +44,7 @@ LOCK_FILE = ".memlens.lock"
 READERS_DIR = ".memlens.lock.readers"    # one record per shared holder
 LAUNCH_WAIT_SECONDS = 300      # how long processes 1..N-1 of a launch wait for process 0 to take the lock
 EXCLUSIVE, SHARED = "exclusive", "shared"
+WAIT_POLL_S = 0.2              # how often a patient taker (wait_s > 0) tries a held lock again
 
 
 @dataclass
@@ -82,23 +85,27 @@ class HeldLock:
 
 @contextlib.contextmanager
 def hold_directories(directories: list[tuple], command: str) -> Iterator[None]:
-    """Hold the lock of every `(config key, directory)` or `(config key, directory, SHARED | EXCLUSIVE)`
-    (default exclusive) for the duration of the block (the key names what to change in the error). The same
-    directory named twice is locked once, exclusively if either asks so."""
-    unique: dict[Path, tuple[str, str]] = {}
-    for key, directory, *mode in directories:
-        path, wanted = Path(os.path.abspath(directory)), (mode[0] if mode else EXCLUSIVE)
+    """Hold the lock of every `(config key, directory)`, `(config key, directory, SHARED | EXCLUSIVE)` (default
+    exclusive) or `(config key, directory, mode, wait_s)` for the duration of the block (the key names what to
+    change in the error). A lock held by another process is refused at once, or after `wait_s` seconds of
+    waiting for it (a launcher's job waits for the driver that is building its data). The same directory named
+    twice is locked once, exclusively if either asks so, waiting as long as the more patient asks."""
+    unique: dict[Path, tuple[str, str, float]] = {}
+    for key, directory, *rest in directories:
+        path = Path(os.path.abspath(directory))
+        wanted, wait_s = (rest + [EXCLUSIVE, 0.0][len(rest):])[:2]
         if wanted not in (EXCLUSIVE, SHARED):
             raise ValueError(f"lock mode {wanted!r}: use {EXCLUSIVE!r} or {SHARED!r}")
         old = unique.get(path)
-        unique[path] = (old[0] if old else key, EXCLUSIVE if EXCLUSIVE in (wanted, old and old[1]) else SHARED)
+        unique[path] = (old[0] if old else key, EXCLUSIVE if EXCLUSIVE in (wanted, old and old[1]) else SHARED,
+                        max(float(wait_s), old[2] if old else 0.0))
     held: list[HeldLock] = []
     try:
-        for directory, (key, mode) in sorted(unique.items()):
+        for directory, (key, mode, wait_s) in sorted(unique.items()):
             if _rank() > 0:
                 _wait_for_launch_holder(directory, key)
             else:
-                held.append(_acquire(directory, key, command, mode))
+                held.append(_acquire(directory, key, command, mode, wait_s))
         yield
     finally:
         for lock in reversed(held):
@@ -140,10 +147,11 @@ def _make_dir(directory: Path, attempts: int = 100) -> None:
     directory.mkdir(parents=True, exist_ok=True)
 
 
-def _acquire(directory: Path, key: str, command: str, mode: str = EXCLUSIVE) -> HeldLock:
+def _acquire(directory: Path, key: str, command: str, mode: str = EXCLUSIVE, wait_s: float = 0.0) -> HeldLock:
     require_creatable_dir(key, directory)
     created = _missing_parents(directory)
     path = directory / LOCK_FILE
+    deadline = time.monotonic() + wait_s
     try:
         _make_dir(directory)
         for attempt in itertools.count():
@@ -158,9 +166,13 @@ def _acquire(directory: Path, key: str, command: str, mode: str = EXCLUSIVE) -> 
             try:
                 fcntl.flock(fd, (fcntl.LOCK_EX if mode == EXCLUSIVE else fcntl.LOCK_SH) | fcntl.LOCK_NB)
             except BlockingIOError:
+                if time.monotonic() < deadline:     # a patient taker: try again until its wait is over
+                    os.close(fd)
+                    time.sleep(WAIT_POLL_S)
+                    continue
                 holders = _read_records(fd, path)
                 os.close(fd)
-                raise UserError(_busy_message(directory, key, holders)) from None
+                raise UserError(_busy_message(directory, key, holders, wait_s)) from None
             if _same_file(fd, path):
                 break
             os.close(fd)           # a releasing holder unlinked it after we opened it: take the new one
@@ -262,11 +274,12 @@ def _describe(holder: dict) -> str:
     return f"pid {holder.get('pid', 'unknown')}{where}{since}{what}"
 
 
-def _busy_message(directory: Path, key: str, holders: list[dict]) -> str:
+def _busy_message(directory: Path, key: str, holders: list[dict], waited_s: float = 0.0) -> str:
     holders = holders or [{}]
     pids = " ".join(str(h.get("pid", "unknown")) for h in holders)
     who = ("another memlens process" if len(holders) == 1 else f"{len(holders)} other memlens processes")
-    return (f"{directory} is in use by {who} ({'; '.join(_describe(h) for h in holders)}); two processes "
+    still = f" (still, after waiting {waited_s:.0f} s)" if waited_s else ""
+    return (f"{directory} is in use by {who}{still} ({'; '.join(_describe(h) for h in holders)}); two processes "
             "writing one directory would mix their results. Wait for it to finish, or stop it "
             f"(kill {pids}) and rerun this command; to run both at once, give this one another {key}")
 

@@ -36,7 +36,8 @@ from omegaconf import OmegaConf
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, read_json
-from memlens.harness.core.lock import EXCLUSIVE, hold_directories
+from memlens.harness.core.layout import DATASET_MANIFEST, data_dir, dataset_lock_dir, datasets_dir
+from memlens.harness.core.lock import EXCLUSIVE, SHARED, hold_directories
 from memlens.recipes.orchestration import pipeline
 from memlens.recipes.orchestration.stage_plan import REFERENCE_KEYS, needed_datasets
 from memlens.recipes.stages import preemption
@@ -291,7 +292,7 @@ def run_slurm(points: list[Point]) -> None:
     while any(waiting.values()):
         submitted = False
         for i, point in enumerate(points):
-            late = build_level_data(point.cfg, point.run_dir, point.planned)
+            late = build_level_data(point.cfg, point.run_dir, point.planned, jobs_started=bool(jobs))
             ready = [s for s in waiting[i] if not late & set(needed_datasets([s], point.cfg, with_audit=False))]
             for stage in ready:
                 if stage.model_name not in jobs:
@@ -434,10 +435,13 @@ def record_job(run_dir: Path, model_name: str, job, kind: str) -> None:
     atomic_write_json(path, index)
 
 
-def build_level_data(cfg, run_dir: Path, planned) -> set[str]:
+def build_level_data(cfg, run_dir: Path, planned, jobs_started: bool = False) -> set[str]:
     """Every dataset the run reads (its stages and its audit) that can be built now, built once by the driver, as
-    `memlens run` builds them: sd_rl_prompts once the stage whose tokenizer splits it has trained. Held
-    exclusively while it builds; what is built already is kept. Returns the datasets that must wait (late)."""
+    `memlens run` builds them: sd_rl_prompts once the stage whose tokenizer splits it has trained. What is built
+    already is kept. Returns the datasets that must wait (late). Before any job: the data held exclusively. Once
+    jobs run (each holds the data shared while it trains): the data held shared, waiting for a job that is just
+    taking it, and each dataset still to build (the late data, which no queued job reads yet) by a lock of its
+    own, so that neither a starting job nor the driver is refused by the other."""
     names = pipeline.needed_datasets(planned, cfg)
     tokenizer_stage = pipeline.rl_prompts_source(planned, run_dir)
     late: set[str] = set()
@@ -447,9 +451,18 @@ def build_level_data(cfg, run_dir: Path, planned) -> set[str]:
         elif tokenizer_stage is not None:
             names = [n for n in names if n != pipeline.RL_PROMPTS]
             late = {pipeline.RL_PROMPTS}
-    with hold_directories([("run_dir", pipeline.datasets_dir(run_dir), EXCLUSIVE)], "memlens run (data)"):
+    with hold_directories(data_locks(run_dir, names, jobs_started), "memlens run (data)"):
         pipeline.build_data(cfg, run_dir, names)
     return late
+
+
+def data_locks(run_dir: Path, names: list[str], jobs_started: bool) -> list[tuple]:
+    """What the driver holds while it checks and builds `names` (build_level_data)."""
+    if not jobs_started:
+        return [("run_dir", datasets_dir(run_dir), EXCLUSIVE)]
+    to_build = [n for n in names if not (data_dir(run_dir, n) / DATASET_MANIFEST).is_file()]
+    return [("run_dir", datasets_dir(run_dir), SHARED, pipeline.DATA_WAIT_S),
+            *(("run_dir", dataset_lock_dir(run_dir, n), EXCLUSIVE) for n in to_build)]
 
 
 def wait_for(job, model_name: str) -> None:

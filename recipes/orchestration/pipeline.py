@@ -68,6 +68,7 @@ from memlens.recipes.stages.registry import recipe_module
 from memlens.recipes.stages.training_log import require_tensorboard
 
 PENDING_FILE = "pending_settings.json"       # settings of an unfinished stage, to refuse a mixed resume
+DATA_WAIT_S = 300    # how long a job that only reads the data waits for the driver that checks or builds it
 
 
 # --- data ------------------------------------------------------------------------------------------------
@@ -447,7 +448,9 @@ def train_main(cfg, measurement: Measurement | None = None) -> int:
     tokenizer_stage = rl_prompts_source(planned, run_dir)
     if RL_PROMPTS in names and tokenizer_stage is not None:
         cfg = set_rl_prompts_tokenizer(cfg, tokenizer_stage)
-    with hold_directories(training_locks(run_dir, chosen, planned, names), f"memlens train stage={name}"):
+    reads_only = not require_bool(cfg.get("build_data", True), "build_data")
+    with hold_directories(training_locks(run_dir, chosen, planned, names, reads_only),
+                          f"memlens train stage={name}"):
         build_data(cfg, run_dir, names)
         for stage in chosen:
             train_stage(stage, run_dir, int(cfg.seed), device, results=results_dirs(cfg, run_dir, measurement),
@@ -457,11 +460,13 @@ def train_main(cfg, measurement: Measurement | None = None) -> int:
 
 
 def training_locks(run_dir: Path, chosen: list[PlannedStage], planned: list[PlannedStage],
-                   datasets: list[str]) -> list[tuple[str, Path, str]]:
+                   datasets: list[str], reads_only: bool = False) -> list[tuple]:
     """What `memlens train` holds beside its run (which it shares with other trainings, harness/cli.py): each model
     it trains exclusively, each model they start from (init, reward model) shared, so that two sweep points train
     at once while the same model started twice, or a retraining of a model another training reads, is refused; the
-    data shared when every dataset is built, else exclusively while this command builds it."""
+    data shared when every dataset is built, else exclusively while this command builds it. A training that only
+    reads the data (`build_data=false`: every launcher job) waits up to DATA_WAIT_S for a builder that holds the
+    data (the launcher's driver checking it, or building the late data while other jobs start)."""
     own = {s.model_name for s in chosen}
     by_name = {s.name: s for s in planned} | {s.model_name: s for s in planned}
     locks = [(f"stage={s.model_name}", model_lock_dir(run_dir, s.model_name), EXCLUSIVE) for s in chosen]
@@ -471,5 +476,8 @@ def training_locks(run_dir: Path, chosen: list[PlannedStage], planned: list[Plan
             if upstream is not None and upstream.model_name not in own:
                 locks.append((f"stages.{stage.name}.{key}", model_lock_dir(run_dir, upstream.model_name), SHARED))
     built = all((data_dir(run_dir, d) / "manifest.json").is_file() for d in datasets)
-    locks.append(("run_dir", datasets_dir(run_dir), SHARED if built else EXCLUSIVE))
+    if reads_only:
+        locks.append(("run_dir", datasets_dir(run_dir), SHARED, DATA_WAIT_S))
+    else:
+        locks.append(("run_dir", datasets_dir(run_dir), SHARED if built else EXCLUSIVE))
     return locks

@@ -256,7 +256,7 @@ def test_the_smoke_run_as_slurm_jobs_trains_the_same_models(smoke, tmp_path):
         assert sum("model(s) as jobs (slurm" in line for line in lines[:first_job]) == 2   # both points, then jobs
         assert [line.split()[1] for line in lines if " queued " in line] == ["RLFT.4/beta=0.1", held]
         assert again.stdout.count("(finished)") == 2 * (len(MODELS) - 1)   # each point's shared models: no job
-        assert f"[memlens] {'RLFT.4/beta=0.1':<28} job       done" in again.stdout
+        assert f"[memlens] {'RLFT.4/beta=0.1':<28} job       done" in again.stdout, again.stdout[-3000:] + again.stderr[-3000:]
         log = re.search(rf"the job training {re.escape(held)} failed \(log: (\S+)\)", again.stderr)
         assert log and f"a test holding {held}" in Path(log[1]).read_text(), again.stderr[-3000:]
         assert stamps and all(p.stat().st_mtime_ns == t for p, t in stamps.items())

@@ -3,6 +3,7 @@ releases a killed holder's lock, and a lock file left by a dead process never bl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -153,6 +154,31 @@ def test_an_exclusive_holder_refuses_a_shared_taker(tmp_path):
         holder.wait()
     with hold_directories([("run_dir", run_dir, SHARED), ("run_dir", run_dir)], "memlens run"):
         assert json.loads((run_dir / LOCK_FILE).read_text())["mode"] == "exclusive"   # named twice: the stronger
+
+
+def test_a_patient_taker_gets_a_lock_its_holder_releases_within_the_wait_and_is_refused_after_it(tmp_path):
+    """A launcher's job that only reads the data waits (wait_s) for the driver checking or building it: a holder
+    that lets go within the wait lets it in; one that holds on past it refuses it, saying how long it waited."""
+    import time
+
+    from memlens.harness.core.lock import EXCLUSIVE, SHARED
+
+    run_dir = tmp_path / "run"
+    holder = start_mode_holder(run_dir, EXCLUSIVE, "memlens run (data)")
+    try:
+        started = time.monotonic()
+        with pytest.raises(UserError, match=rf"in use by another memlens process \(still, after waiting 1 s\) "
+                                            rf"\(pid {holder.pid}\b.*memlens run \(data\)"):
+            with hold_directories([("run_dir", run_dir, SHARED, 1.0)], "memlens train stage=FT.2"):
+                pass
+        assert time.monotonic() - started >= 1.0
+        subprocess.Popen(["sh", "-c", f"sleep 1; kill -9 {holder.pid}"])          # lets go within the next wait
+        with hold_directories([("run_dir", run_dir, SHARED, 60.0)], "memlens train stage=FT.2"):
+            assert holder.wait(timeout=5) == -signal.SIGKILL       # let in once the holder was gone, not before
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
 
 
 def test_a_training_that_fails_under_its_shared_locks_raises_its_own_error(tmp_path):

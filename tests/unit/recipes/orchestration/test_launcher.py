@@ -31,6 +31,33 @@ def test_a_job_is_memlens_train_of_its_model_with_the_runs_overrides():
                          "+stage='RLFT.4/beta=0.1'", "build_data=false"]
 
 
+def test_the_driver_and_its_jobs_share_the_data_once_jobs_run_and_the_late_data_has_a_lock_of_its_own(tmp_path):
+    """The race a SLURM sweep lost in CI: a job starting (the data shared) while the driver checked the next point's
+    data (exclusive) was refused and failed. Before any job the driver holds the data exclusively; once jobs run it
+    holds it shared, as they do, waiting for one that is taking it, and the late dataset (no manifest yet, read by
+    no queued job) by a lock of its own; a job that only reads the data waits for the driver instead of failing."""
+    from memlens.harness.core.layout import dataset_lock_dir, datasets_dir
+    from memlens.harness.core.lock import EXCLUSIVE, SHARED, hold_directories
+    from memlens.recipes.orchestration.launcher import data_locks
+    from memlens.recipes.orchestration.pipeline import DATA_WAIT_S, training_locks
+
+    run_dir = tmp_path / "run"
+    (run_dir / "data" / "sd_base").mkdir(parents=True)
+    (run_dir / "data" / "sd_base" / "manifest.json").write_text("{}")
+    names = ["sd_base", "sd_rl_prompts"]
+    assert data_locks(run_dir, names, jobs_started=False) == [("run_dir", datasets_dir(run_dir), EXCLUSIVE)]
+    driver = data_locks(run_dir, names, jobs_started=True)
+    assert driver == [("run_dir", datasets_dir(run_dir), SHARED, DATA_WAIT_S),
+                      ("run_dir", dataset_lock_dir(run_dir, "sd_rl_prompts"), EXCLUSIVE)]
+    planned = plan(compose(["experiment=smoke", f"run_dir={run_dir}"]))
+    ft2 = [s for s in planned if s.model_name == "FT.2"]
+    job = training_locks(run_dir, ft2, planned, ["sd_base"], reads_only=True)
+    assert ("run_dir", datasets_dir(run_dir), SHARED, DATA_WAIT_S) in job
+    assert ("run_dir", datasets_dir(run_dir), SHARED) in training_locks(run_dir, ft2, planned, ["sd_base"])
+    with hold_directories(driver, "memlens run (data)"), hold_directories(job, "memlens train stage=FT.2"):
+        pass                                       # both at once: neither is refused
+
+
 def test_a_job_with_several_gpus_trains_under_accelerate_launch_one_process_per_gpu():
     command = train_command(["experiment=smoke"], {}, "FT.1", has_stage_key=True, gpus=4)
     assert command[:9] == [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--multi_gpu",
