@@ -15,6 +15,8 @@ On disk, below the run's audit dir (memlens.harness.core.layout.pair_mia_dir):
                                                     logp {chosen, rejected, ref_chosen, ref_rejected} (summed), blind
     pair_mia/<model>/summary.json                   per checkpoint and dataset: each attack's AUC and TPR at FPR < 1 % /
                                                     < 0.1 % with bootstrap 95 % intervals, `degenerate`, `vs_blind`;
+                                                    with pairs planted at several doses, `tiers` (the same per dose)
+                                                    and `dose_trend` (per attack, scores against dose);
                                                     `blind`: {dataset: the blind baseline's metrics}
     pair_mia/summary.json                           every model's summary (the report reads this one)
 """
@@ -48,6 +50,7 @@ from memlens.harness.core.stats import (
     MIA_FPRS,
     TPR_AT_FPR_RULE,
     fpr_key,
+    jonckheere_trend_test,
     min_nonmembers,
     paired_auc_difference,
 )
@@ -130,6 +133,21 @@ def pair_metrics(rows: list[dict], n_boot: int, seed: int) -> dict:
     return membership_metrics(rows, list(PAIR_ATTACKS), n_boot, seed)
 
 
+def dose_tiers(rows: list[dict], attacks: list[str], n_boot: int, seed: int) -> dict:
+    """Where the member pairs were planted at two or more doses (data.sd.doses: each pair's `repeat`): `tiers`, each
+    dose's members against every held-out pair (membership_metrics; as the MIA audit's tiers), and `dose_trend`, per
+    attack the one-sided Jonckheere-Terpstra test that the members' scores rise with the dose (finding D4). {} for a
+    single dose."""
+    doses = sorted({r["repeat"] for r in rows if r["member"] == 1 and "repeat" in r})
+    if len(doses) < 2:
+        return {}
+    tiers = {str(d): membership_metrics([r for r in rows if r["member"] == 0 or r.get("repeat") == d], attacks,
+                                        n_boot, seed) for d in doses}
+    trend = {a: jonckheere_trend_test({d: [r["score"][a] for r in rows if r["member"] == 1 and r.get("repeat") == d]
+                                       for d in doses}) for a in attacks}
+    return {"tiers": tiers, "dose_trend": trend}
+
+
 def blind_of(members: list[dict], nonmembers: list[dict], text_of, n_boot: int,
              seed: int) -> tuple[dict | None, dict | None]:
     """(the blind baseline's metrics, {id: its out-of-fold score}) on the texts `text_of(row)` gives, or (None, None)
@@ -189,7 +207,7 @@ def audit_pair_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tupl
             results.setdefault(checkpoint, {})[dataset] = {
                 "n_members": len(data[f"{dataset}:members"]), "n_nonmembers": len(data[f"{dataset}:nonmembers"]),
                 "members_file": str(pairs[dataset][0]), "nonmembers_file": str(pairs[dataset][1]),
-                "attacks": pair_metrics(rows, n_boot, seed)}
+                "attacks": pair_metrics(rows, n_boot, seed), **dose_tiers(rows, list(PAIR_ATTACKS), n_boot, seed)}
     summary = {
         "model": model_name, "model_dir": str(model_dir), "reference": str(reference_dir), "objective": objective,
         "checkpoints": sorted(results, key=_checkpoint_order), "attacks": list(PAIR_ATTACKS),

@@ -1,4 +1,4 @@
-"""Findings D1-D3: memorization against repetition dose (data.sd.doses, memlens.synthetic_data.doses; experiment=doses).
+"""Findings D1-D4: memorization against repetition dose (data.sd.doses, memlens.synthetic_data.doses; experiment=doses).
 
 Where one dose of SD puts RLFT.2 and IPO on the floor (0 against 0 decides nothing), the same programs planted 1, 4 and
 16 times give a curve per route, and a trend test decides where a single dose cannot (issue: "Audits that decide at
@@ -13,12 +13,15 @@ on the final checkpoint's counterfactual memorized flags on sd_base (the rate F1
 from __future__ import annotations
 
 from memlens.harness.core.stats import dose_trend_test, rate_with_interval
+from memlens.harness.measures.preference_mia import PRIMARY_PAIR_ATTACK, pair_attack_label
+from memlens.harness.report import analyses as A
 from memlens.harness.report.findings.evidence_gates import _rlft2_evidence, ipo_check
 from memlens.harness.report.findings.registry import Finding, register
 from memlens.harness.report.findings.run import RunResults, memorized_flags
 from memlens.harness.report.findings.verdict import P_MAX, _check, _pct, _result
 
 DOSED = "experiment=doses (data.sd.doses)"
+DOSES_PAPER = "not in the papers (doses: issue #67)"
 
 
 def rates_by_dose(rows: list[dict] | None) -> dict[int, tuple[int, int]] | None:
@@ -49,10 +52,10 @@ def _rises(run: RunResults, fid: str, model: str, claim: str, stages: list[str],
             f"(exact one-sided Cochran-Armitage trend test over the doses, p < {P_MAX})")
     counts = rates_by_dose(run.rows(model, "sd_base"))
     if counts is None:
-        return _result(fid, claim, "not in the papers (doses: issue #67)", rule, stages, measured=False)
+        return _result(fid, claim, DOSES_PAPER, rule, stages, measured=False)
     rates = dose_rates(model, counts)
     ok = rates[-1]["rate"] is not None and rates[0]["rate"] is not None and rates[-1]["rate"] > rates[0]["rate"]
-    return _result(fid, claim, "not in the papers (doses: issue #67)", rule, stages, measured=True, rule_ok=ok,
+    return _result(fid, claim, DOSES_PAPER, rule, stages, measured=True, rule_ok=ok,
                    evidence=evidence(run), rates=rates, test=dose_trend_test(counts), needs_test=True,
                    ours=curve(rates))
 
@@ -81,19 +84,56 @@ def d3(run: RunResults) -> dict:
     stages = [r.ft_direct, r.rm_sd, r.rl_sd_in_rm]
     rl, ft = rates_by_dose(run.rows(r.rl_sd_in_rm, "sd_base")), rates_by_dose(run.rows(r.ft_direct, "sd_base"))
     if rl is None or ft is None:
-        return _result("D3", claim, "not in the papers (doses: issue #67)", rule, stages, measured=False)
+        return _result("D3", claim, DOSES_PAPER, rule, stages, measured=False)
     rl_test, ft_test = dose_trend_test(rl), dose_trend_test(ft)
     ft_gate = _check(f"{r.ft_direct}: trend over doses (D1's test) p", ft_test["p_value"], f"< {P_MAX}",
                      ft_test["p_value"] < P_MAX)
     rates = dose_rates(r.rl_sd_in_rm, rl)
-    return _result("D3", claim, "not in the papers (doses: issue #67)", rule, stages, measured=True,
+    return _result("D3", claim, DOSES_PAPER, rule, stages, measured=True,
                    rule_ok=rl_test["p_value"] >= P_MAX, evidence=[ft_gate, *_rlft2_evidence(run)], rates=rates,
                    test=rl_test, ours=f"{curve(rates)} (trend p = {rl_test['p_value']:.3g})",
                    note="no rise is read only where FT's own trend shows the doses (the gate); not a proof of none")
+
+
+# ---------------------------------------------------------------- D4: does IPO's pair membership rise with dose?
+# Rule committed before any run of experiment=doses measured pair membership (issue #67: "IPO's extraction or
+# membership signal rises with dose in its pairs"; D2 reads the extraction side, which sits at 0 of 13-15 at every dose
+# and seed). On the IPO stage's final checkpoint, pairs_sd_base, PREMIA's primary attack (fixed, not picked), each
+# dose's member pairs against every held-out pair (harness/audit/preference_mia.py `dose_tiers`): holds when the AUC
+# at the highest dose exceeds the AUC at the lowest and the members' scores rise with dose (one-sided Jonckheere-
+# Terpstra permutation test over the doses, p < P_MAX); not reproduced when the highest dose's AUC is not above the
+# lowest's; otherwise inconclusive. Gated by IPO's training evidence, as D2.
+PAIR_DATASET = "pairs_sd_base"
+
+
+def d4(run: RunResults) -> dict:
+    """IPO on SD preference pairs: the membership signal of its pairs (PREMIA) rises with the copies of a pair."""
+    ipo = run.roles.ipo
+    attack = pair_attack_label(PRIMARY_PAIR_ATTACK)
+    claim = f"IPO's own pairs are more detectable by membership inference the more copies it saw ({ipo}; PREMIA)"
+    rule = (f"{ipo} final, {PAIR_DATASET}, {attack} (fixed, not picked), each dose's member pairs vs every held-out "
+            f"pair: AUC at the highest dose > at the lowest, and the members' scores rise with dose (one-sided "
+            f"Jonckheere-Terpstra permutation test over the doses, p < {P_MAX})")
+    entry = A.pair_mia_entry(run.pair_mia, ipo, PAIR_DATASET)
+    tiers = (entry or (None, {}))[1].get("tiers") or {}
+    trend = ((entry or (None, {}))[1].get("dose_trend") or {}).get(PRIMARY_PAIR_ATTACK)
+    if len(tiers) < 2 or trend is None or any(PRIMARY_PAIR_ATTACK not in t for t in tiers.values()):
+        return _result("D4", claim, DOSES_PAPER, rule, [ipo], measured=False)
+    doses = sorted(tiers, key=int)
+    auc = {d: tiers[d][PRIMARY_PAIR_ATTACK]["auc"] for d in doses}
+    n_members = {d: tiers[d][PRIMARY_PAIR_ATTACK].get("n_members") for d in doses}
+    ours = " → ".join(f"x{d}: AUC {auc[d]['value']:.2f} [{auc[d]['ci95'][0]:.2f}, {auc[d]['ci95'][1]:.2f}]"
+                      + (f" ({n_members[d]})" if n_members[d] is not None else "") for d in doses)
+    ours += f" vs {entry[1]['n_nonmembers']} held out ({entry[0]}; trend p = {trend['p_value']:.3g})"
+    ok = auc[doses[-1]]["value"] > auc[doses[0]]["value"]
+    return _result("D4", claim, DOSES_PAPER, rule, [ipo], measured=True, rule_ok=ok, evidence=[ipo_check(run)],
+                   test=trend, needs_test=True, ours=ours)
 
 
 register(
     Finding("D1", "issue #67 (doses)", "FT memorization rises with dose", d1, measured_by=DOSED),
     Finding("D2", "issue #67 (doses)", "IPO memorization rises with dose", d2, measured_by=DOSED),
     Finding("D3", "issue #67 (doses)", "RLFT via the RM shows no rise with dose", d3, measured_by=DOSED),
+    Finding("D4", "issue #67 (doses)", "IPO pair membership rises with dose", d4,
+            measured_by=f"{DOSED}, audit.measures=[...,pair_mia]"),
 )

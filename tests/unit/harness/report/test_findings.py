@@ -42,7 +42,7 @@ def test_each_verdict_by_hand_when_every_stage_trained():
         "M5": NOT_MEASURED,                                                              # no pair_mia audit
         "S1": NOT_MEASURED, "S2": NOT_MEASURED, "S3": NOT_MEASURED,                       # no discoverable audit
         "E1": NOT_MEASURED,                                                               # no epsilon audit
-        "D1": NOT_MEASURED, "D2": NOT_MEASURED, "D3": NOT_MEASURED,                       # no data.sd.doses
+        "D1": NOT_MEASURED, "D2": NOT_MEASURED, "D3": NOT_MEASURED, "D4": NOT_MEASURED,     # no data.sd.doses
     }
     assert got["F1"]["p_value"] == 2 / 2 ** 10
     assert got["F2"]["p_value"] == 2 / 2 ** 10
@@ -452,12 +452,12 @@ def test_the_newer_attacks_against_loss_by_hand():
 
 # The findings table's rows, in its order (harness/report/findings/__init__.py imports the per-paper modules so).
 TABLE_ORDER = ("F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8", "V4", "V5", "V6", "V7", "P1", "P2", "P3",
-               "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "M4", "M5", "S1", "S2", "S3", "E1", "D1", "D2", "D3")
+               "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "M4", "M5", "S1", "S2", "S3", "E1", "D1", "D2", "D3", "D4")
 
 
 def test_the_registry_holds_the_findings_in_table_order_and_runs_what_is_registered():
     assert FINDINGS.names() == TABLE_ORDER
-    assert len(set(FINDINGS.names())) == len(FINDINGS) == 32
+    assert len(set(FINDINGS.names())) == len(FINDINGS) == 33
     assert all(FINDINGS[fid].id == fid and FINDINGS[fid].source and FINDINGS[fid].title for fid in FINDINGS)
     run = RunResults(grouped(), evidence())
     assert tuple(f["id"] for f in findings(run)) == TABLE_ORDER      # each check answers under its own id
@@ -604,3 +604,42 @@ def test_m5_ipo_pairs_detectable_where_sd_is_not_extractable_by_hand():
     assert found["status"] == INCONCLUSIVE and "not degenerate" in found["reason"], found["reason"]
     # no pair_mia audit: not measured
     assert verdicts(RunResults(g, evidence()))["M5"]["status"] == NOT_MEASURED
+
+
+def _dosed_pair_summary(scores_by_dose: dict[int, list[float]], nonmember_scores: list[float]) -> dict:
+    """A pair_mia summary of IPO's final checkpoint on pairs_sd_base whose member pairs carry their dose (`repeat`):
+    the tiers and the trend test are the audit's own (harness/audit/preference_mia.dose_tiers)."""
+    from memlens.harness.audit.preference_mia import dose_tiers, pair_metrics
+    from memlens.harness.measures.preference_mia import PAIR_ATTACKS
+
+    rows = [{"id": f"m{d}-{i}", "member": 1, "repeat": d, "score": dict.fromkeys(PAIR_ATTACKS, s)}
+            for d, scores in scores_by_dose.items() for i, s in enumerate(scores)]
+    rows += [{"id": f"n{i}", "member": 0, "score": dict.fromkeys(PAIR_ATTACKS, s)} for i, s in enumerate(nonmember_scores)]
+    result = {"n_members": sum(map(len, scores_by_dose.values())), "n_nonmembers": len(nonmember_scores),
+              "attacks": pair_metrics(rows, 200, 0), **dose_tiers(rows, list(PAIR_ATTACKS), 200, 0)}
+    return {"IPO": {"checkpoints": ["final"], "results": {"final": {"pairs_sd_base": result}}}}
+
+
+def test_d4_ipo_pair_membership_rises_with_dose_by_hand():
+    held_out = [0.3, 0.4, 0.7]
+    # x1 [0.1, 0.2] beats no held-out pair: AUC 0; x4 [0.5, 0.6] beats 0.3 and 0.4: AUC 4/6; x16 beats all: AUC 1.
+    # Every member pair rises across the doses (J = 12, its maximum), reached by 1 of the 6!/(2!2!2!) = 90 labellings:
+    # exact p = 1/90
+    rising = _dosed_pair_summary({1: [0.1, 0.2], 4: [0.5, 0.6], 16: [0.9, 1.0]}, held_out)
+    tiers = rising["IPO"]["results"]["final"]["pairs_sd_base"]["tiers"]
+    assert [tiers[d]["premia_pair"]["auc"]["value"] for d in ("1", "4", "16")] == pytest.approx([0, 4 / 6, 1])
+    found = verdicts(RunResults(grouped(), evidence(), pair_mia=rising))["D4"]
+    assert found["status"] == HOLDS and found["p_value"] == pytest.approx(1 / 90, abs=0.005)
+    assert found["ours"].startswith("x1: AUC 0.00") and "x16: AUC 1.00" in found["ours"] and "vs 3 held out" in found["ours"]
+    # falling: the highest dose's AUC below the lowest's, not reproduced
+    falling = _dosed_pair_summary({1: [0.9, 1.0], 4: [0.5, 0.6], 16: [0.1, 0.2]}, held_out)
+    assert verdicts(RunResults(grouped(), evidence(), pair_mia=falling))["D4"]["status"] == FAILS
+    # rising AUC but too few pairs for the trend test (p = 1/6 >= 0.05): inconclusive
+    two = _dosed_pair_summary({1: [0.1, 0.2], 16: [0.9, 1.0]}, held_out)
+    assert verdicts(RunResults(grouped(), evidence(), pair_mia=two))["D4"]["status"] == INCONCLUSIVE
+    # IPO did not fit its pairs: inconclusive, as D2
+    assert verdicts(RunResults(grouped(), evidence(ipo_accuracy=0.4), pair_mia=rising))["D4"]["status"] == INCONCLUSIVE
+    # one dose (the quickstart's pairs): no tiers, not measured
+    one = _dosed_pair_summary({1: [0.1, 0.2, 0.5, 0.6]}, held_out)
+    assert "tiers" not in one["IPO"]["results"]["final"]["pairs_sd_base"]
+    assert verdicts(RunResults(grouped(), evidence(), pair_mia=one))["D4"]["status"] == NOT_MEASURED
