@@ -12,6 +12,7 @@
     python benchmarks/quickstart_seeds.py --mia runs/quickstart          # extraction beside membership inference
     python benchmarks/quickstart_seeds.py --attacks runs/quickstart ...  # the newer attacks and the sequence vs LOSS
     python benchmarks/quickstart_seeds.py --doses runs/doses runs/doses_seed1 ...  # rates and attacks per dose
+    python benchmarks/quickstart_seeds.py --pair-doses runs/doses runs/doses_seed1 ...  # pair membership per dose
     python benchmarks/quickstart_seeds.py --measure discoverable runs/quickstart   # a registered measure's table
     python benchmarks/quickstart_seeds.py --measure epsilon runs/quickstart_coins --final   # final checkpoints only
     python benchmarks/quickstart_seeds.py --marks runs/quickstart --ids F1,F2,F3,F8,N   # the README's table:
@@ -234,6 +235,34 @@ def doses_table(run_dirs: list[Path]) -> str:
     return "\n".join(lines)
 
 
+def pair_doses_table(run_dirs: list[Path], dataset: str = "pairs_sd_base") -> str:
+    """Pair membership against dose (experiment=doses with pair_mia; finding D4): per run and preference model, each
+    dose's member pairs against every held-out pair (audit/pair_mia's `tiers`, final checkpoint), PREMIA's primary
+    attack (fixed in advance) with its AUC interval and TPR at FPR < 1 %, and the one-sided Jonckheere-Terpstra p that
+    the members' scores rise with dose (`dose_trend`)."""
+    from memlens.harness.core.stats import fpr_key, min_nonmembers  # the TPR's key and when it exists
+    from memlens.harness.measures.preference_mia import PRIMARY_PAIR_ATTACK, pair_attack_label
+    from memlens.harness.report.analyses import load_pair_mia, pair_mia_entry  # as the report reads them
+
+    label = pair_attack_label(PRIMARY_PAIR_ATTACK)
+    lines = [f"| run | model | dose | member pairs | held out | {label} AUC [95 % CI] | TPR at FPR < 1 % | "
+             "trend p (scores rise with dose) |", "|---|---|---|---|---|---|---|---|"]
+    for run_dir in run_dirs:
+        pair_mia = load_pair_mia(run_dir / "audit")
+        for model in sorted(pair_mia):
+            found = pair_mia_entry(pair_mia, model, dataset)
+            tiers = (found or (None, {}))[1].get("tiers") or {}
+            trend = ((found or (None, {}))[1].get("dose_trend") or {}).get(PRIMARY_PAIR_ATTACK) or {}
+            for dose in sorted(tiers, key=int):
+                m = tiers[dose][PRIMARY_PAIR_ATTACK]
+                t = m[fpr_key(0.01)]
+                tpr = f"{t['value']:.2f}" if t.get("measurable") else f"n/m (< {min_nonmembers(0.01)} held out)"
+                lines.append(f"| {run_dir.name} | {model} ({found[0]}) | x{dose} | {m['n_members']} | "
+                             f"{m['n_nonmembers']} | {m['auc']['value']:.2f} [{m['auc']['ci95'][0]:.2f}, "
+                             f"{m['auc']['ci95'][1]:.2f}] | {tpr} | {trend.get('p_value', float('nan')):.3g} |")
+    return "\n".join(lines)
+
+
 def attacks_table(run_dirs: list[Path], dataset: str = "sd_base") -> str:
     """The newer attacks against LOSS, per run and audited model (report/summary.json `membership_inference`, target
     span, final checkpoint): LOSS's AUC, the newer attack with the highest AUC and its paired gain over LOSS with the
@@ -374,6 +403,8 @@ def table_for(args: list[str], root: Path) -> str:
         return attacks_table([root / a for a in args[1:]])
     if args[0] == "--doses":
         return doses_table([root / a for a in args[1:]])
+    if args[0] == "--pair-doses":
+        return pair_doses_table([root / a for a in args[1:]])
     if args[0] == "--measure":
         return measure_table(args[1], root / args[2], final_only="--final" in args)
     if args[0] == "--formal":
