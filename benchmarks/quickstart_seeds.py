@@ -123,6 +123,9 @@ def load_run(run_dir: Path) -> tuple[int | None, list[dict], float | None]:
     findings = json.loads(findings_file.read_text())["findings"]
     run = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").is_file() else {}
     seconds = run.get("wall_seconds")          # the whole `memlens run` (data, training, audit, report)
+    stages = run.get("stages") or []
+    if stages and all(s.get("status") == "skipped" for s in stages):
+        seconds = None                         # a rerun that trained nothing (a re-audit): not the run's cost
     return run.get("seed"), findings, seconds
 
 
@@ -157,7 +160,10 @@ def spread_table(runs: list[tuple[str, int | None, list[dict], float | None]]) -
                   "difference is within noise; report/findings.json says which), ?~ inconclusive because the verdict "
                   "changed under other CPU kernels (unstable), n/m not measured."]
     times = ", ".join(f"seed {seed}: {secs:.0f} s" for _, seed, _, secs in runs if secs is not None)
-    return "\n".join(lines) + (f"\n\n`memlens run` wall time: {times}" if times else "")
+    reran = [str(seed) for _, seed, _, secs in runs if secs is None]
+    note = (f"\n\nseed {', '.join(reran)}: the last `memlens run` trained nothing (a re-audit of finished models); "
+            "its wall time is not the run's cost") if reran else ""
+    return "\n".join(lines) + (f"\n\n`memlens run` wall time: {times}" if times else "") + note
 
 
 def one_run_table(findings: list[dict]) -> str:
