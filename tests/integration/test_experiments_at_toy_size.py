@@ -169,4 +169,15 @@ def _findings_rlvr_measured(run_dir):
     assert rl["RLVR.2"]["reward_function"] == "identifier_reuse" and rl["RLVR.2"]["reward_heldout_auc"] is not None
 
 
-CHECKS_OF_EXPERIMENT = {"preference_objectives": _preference_objectives_measured, "findings_rlvr": _findings_rlvr_measured}
+def _doses_measured(run_dir):
+    """D1-D4 are measured: the tiers reach the extraction rows and IPO's pair audit (its `tiers` and `dose_trend`)."""
+    _, findings = _report(run_dir)
+    for fid in ("D1", "D2", "D3", "D4"):
+        assert findings[fid]["status"] != "not measured", fid
+    pairs = json.loads((run_dir / "audit" / "pair_mia" / "summary.json").read_text())["results"]["IPO"]
+    entry = pairs["results"]["final"]["pairs_sd_base"]
+    assert sorted(entry["tiers"], key=int) == ["1", "4", "16"] and "premia_pair" in entry["dose_trend"]
+
+
+CHECKS_OF_EXPERIMENT = {"preference_objectives": _preference_objectives_measured, "findings_rlvr": _findings_rlvr_measured,
+                        "doses": _doses_measured}
