@@ -13,6 +13,7 @@
     python benchmarks/quickstart_seeds.py --attacks runs/quickstart ...  # the newer attacks and the sequence vs LOSS
     python benchmarks/quickstart_seeds.py --doses runs/doses runs/doses_seed1 ...  # rates and attacks per dose
     python benchmarks/quickstart_seeds.py --pair-doses runs/doses runs/doses_seed1 ...  # pair membership per dose
+    python benchmarks/quickstart_seeds.py --prompt-doses runs/doses runs/doses_seed1 ...  # RL-prompt membership per dose
     python benchmarks/quickstart_seeds.py --measure discoverable runs/quickstart   # a registered measure's table
     python benchmarks/quickstart_seeds.py --measure epsilon runs/quickstart_coins --final   # final checkpoints only
     python benchmarks/quickstart_seeds.py --marks runs/quickstart --ids F1,F2,F3,F8,N   # the README's table:
@@ -241,26 +242,30 @@ def doses_table(run_dirs: list[Path]) -> str:
     return "\n".join(lines)
 
 
-def pair_doses_table(run_dirs: list[Path], dataset: str = "pairs_sd_base") -> str:
-    """Pair membership against dose (experiment=doses with pair_mia; finding D4): per run and preference model, each
-    dose's member pairs against every held-out pair (audit/pair_mia's `tiers`, final checkpoint), PREMIA's primary
-    attack (fixed in advance) with its AUC interval and TPR at FPR < 1 %, and the one-sided Jonckheere-Terpstra p that
-    the members' scores rise with dose (`dose_trend`)."""
+def membership_doses_table(run_dirs: list[Path], measure: str) -> str:
+    """Membership against dose (experiment=doses; findings D4, D5): per run and model of `measure` (pair_mia: IPO's
+    pairs_sd_base; prompt_mia: the RL stages' sd_base prompts), each dose's members against every held-out example
+    (the measure's `tiers`, final checkpoint), its primary attack (fixed in advance) with its AUC interval and TPR at
+    FPR < 1 %, and the one-sided Jonckheere-Terpstra p that the members' scores rise with dose (`dose_trend`)."""
     from memlens.harness.core.stats import fpr_key, min_nonmembers  # the TPR's key and when it exists
     from memlens.harness.measures.preference_mia import PRIMARY_PAIR_ATTACK, pair_attack_label
-    from memlens.harness.report.analyses import load_pair_mia, pair_mia_entry  # as the report reads them
+    from memlens.harness.measures.prompt_mia import PRIMARY_PROMPT_ATTACK, prompt_attack_label
+    from memlens.harness.report.analyses import load_pair_mia, load_prompt_mia, membership_entry  # as the report
 
-    label = pair_attack_label(PRIMARY_PAIR_ATTACK)
-    lines = [f"| run | model | dose | member pairs | held out | {label} AUC [95 % CI] | TPR at FPR < 1 % | "
+    load, dataset, attack, label = {
+        "pair_mia": (load_pair_mia, "pairs_sd_base", PRIMARY_PAIR_ATTACK, pair_attack_label(PRIMARY_PAIR_ATTACK)),
+        "prompt_mia": (load_prompt_mia, "sd_base", PRIMARY_PROMPT_ATTACK, prompt_attack_label(PRIMARY_PROMPT_ATTACK)),
+    }[measure]
+    lines = [f"| run | model | dose | members | held out | {label} AUC [95 % CI] | TPR at FPR < 1 % | "
              "trend p (scores rise with dose) |", "|---|---|---|---|---|---|---|---|"]
     for run_dir in run_dirs:
-        pair_mia = load_pair_mia(run_dir / "audit")
-        for model in sorted(pair_mia):
-            found = pair_mia_entry(pair_mia, model, dataset)
+        summaries = load(run_dir / "audit")
+        for model in sorted(summaries):
+            found = membership_entry(summaries, model, dataset)
             tiers = (found or (None, {}))[1].get("tiers") or {}
-            trend = ((found or (None, {}))[1].get("dose_trend") or {}).get(PRIMARY_PAIR_ATTACK) or {}
+            trend = ((found or (None, {}))[1].get("dose_trend") or {}).get(attack) or {}
             for dose in sorted(tiers, key=int):
-                m = tiers[dose][PRIMARY_PAIR_ATTACK]
+                m = tiers[dose][attack]
                 t = m[fpr_key(0.01)]
                 tpr = f"{t['value']:.2f}" if t.get("measurable") else f"n/m (< {min_nonmembers(0.01)} held out)"
                 lines.append(f"| {run_dir.name} | {model} ({found[0]}) | x{dose} | {m['n_members']} | "
@@ -410,7 +415,9 @@ def table_for(args: list[str], root: Path) -> str:
     if args[0] == "--doses":
         return doses_table([root / a for a in args[1:]])
     if args[0] == "--pair-doses":
-        return pair_doses_table([root / a for a in args[1:]])
+        return membership_doses_table([root / a for a in args[1:]], "pair_mia")
+    if args[0] == "--prompt-doses":
+        return membership_doses_table([root / a for a in args[1:]], "prompt_mia")
     if args[0] == "--measure":
         return measure_table(args[1], root / args[2], final_only="--final" in args)
     if args[0] == "--formal":

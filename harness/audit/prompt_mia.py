@@ -20,7 +20,9 @@ On disk, below the run's audit dir (memlens.harness.core.layout.prompt_mia_dir):
                                                       min_knn {policy, initial}, blind
     prompt_mia/<model>/summary.json                   per checkpoint and dataset: each attack's AUC and TPR at FPR
                                                       < 1 % / < 0.1 % with bootstrap intervals, `degenerate`,
-                                                      `vs_blind`; `blind`: {dataset: the blind baseline's metrics}
+                                                      `vs_blind`; with prompts planted at several doses, `tiers`
+                                                      and `dose_trend` (as pair_mia's); `blind`: {dataset: the
+                                                      blind baseline's metrics}
     prompt_mia/summary.json                           every model's summary (the report reads this one)
 """
 
@@ -37,6 +39,7 @@ from memlens.harness.audit.plan import PROVENANCE_FILE, plan_audits
 from memlens.harness.audit.preference_mia import (
     blind_of,
     collect_summaries,
+    dose_tiers,
     final_checkpoint_rows,
     init_model_dir,
     membership_metrics,
@@ -97,6 +100,8 @@ def score_prompts(rows: list[dict], member: int, samples: dict, k: int, blind: d
                              "initial": sum(s.initial_rewards) / len(s.initial_rewards)}
         if blind is not None:
             row[BLIND] = blind[r["id"]]
+        if "repeat" in r:
+            row["repeat"] = int(r["repeat"])
         out.append(row)
     return out
 
@@ -287,7 +292,8 @@ def audit_prompt_mia(m: RLModel, settings: PromptMiaSettings, out_dir: str | Pat
             results.setdefault(checkpoint, {})[dataset] = {
                 "n_members": len(data[f"{dataset}:members"]), "n_nonmembers": len(data[f"{dataset}:nonmembers"]),
                 "members_file": str(m.prompts[dataset][0]), "nonmembers_file": str(m.prompts[dataset][1]),
-                "attacks": prompt_metrics(rows, s.bootstrap, seed)}
+                "attacks": prompt_metrics(rows, s.bootstrap, seed),
+                **dose_tiers(rows, scored_attacks(rows), s.bootstrap, seed)}
     summary = {
         "model": m.name, "model_dir": str(m.model_dir), "initial": str(m.initial_dir),
         "reward_model": str(m.reward_model_dir) if m.reward_model_dir else None,

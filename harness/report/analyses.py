@@ -29,6 +29,7 @@ from memlens.harness.core.layout import (
     discoverable_dir,
     epsilon_dir,
     pair_mia_dir,
+    prompt_mia_dir,
 )
 from memlens.harness.core.layout import checkpoint_step as layout_checkpoint_step
 from memlens.harness.core.stats import TPR_AT_FPR_RULE, fpr_key
@@ -292,19 +293,29 @@ def load_epsilon(audit_dir: str | Path) -> dict:
     return out
 
 
-def load_pair_mia(audit_dir: str | Path) -> dict:
-    """{model: its preference-pair membership summary} (harness/audit/preference_mia.py: pair_mia/summary.json); {}
-    when the run measured none."""
-    path = pair_mia_dir(audit_dir) / MIA_SUMMARY
+def _membership_summaries(root: Path) -> dict:
+    path = root / MIA_SUMMARY
     if not path.is_file():
         return {}
     return json.loads(path.read_text(encoding="utf-8")).get("results") or {}
 
 
-def pair_mia_entry(pair_mia: dict, model: str, dataset: str) -> tuple[str, dict] | None:
-    """(checkpoint, {attack: metrics} plus the summary's `blind`) of a preference model's last checkpoint on a pair
-    dataset ('final' when present), or None when not measured."""
-    record = pair_mia.get(model) or {}
+def load_pair_mia(audit_dir: str | Path) -> dict:
+    """{model: its preference-pair membership summary} (harness/audit/preference_mia.py: pair_mia/summary.json); {}
+    when the run measured none."""
+    return _membership_summaries(pair_mia_dir(audit_dir))
+
+
+def load_prompt_mia(audit_dir: str | Path) -> dict:
+    """{model: its RL-prompt membership summary} (harness/audit/prompt_mia.py: prompt_mia/summary.json); {} when the
+    run measured none."""
+    return _membership_summaries(prompt_mia_dir(audit_dir))
+
+
+def membership_entry(summaries: dict, model: str, dataset: str) -> tuple[str, dict] | None:
+    """(checkpoint, {attack: metrics} plus the summary's `blind`, `tiers`, `dose_trend`) of a model's last checkpoint
+    on a dataset of a membership measure (pair_mia, prompt_mia: 'final' when present), or None when not measured."""
+    record = summaries.get(model) or {}
     checkpoints = [c for c in record.get("checkpoints") or [] if dataset in (record.get("results") or {}).get(c, {})]
     if not checkpoints:
         return None

@@ -125,7 +125,7 @@ def findings_section(cfg, audits: dict[Path, Path], grouped: dict, evidence: dic
     loss_rows = [r for audit in audits.values() for r in load_loss_rows(audit)]
     judged = findings(RunResults(grouped, evidence, loss_rows, nmt, k, roles, mia or {},
                                  _by_model(audits, A.load_discoverable), _by_model(audits, A.load_epsilon),
-                                 _by_model(audits, A.load_pair_mia)))
+                                 _by_model(audits, A.load_pair_mia), _by_model(audits, A.load_prompt_mia)))
     # the findings this run measured lead; the rest are one line, with what measures each (findings.json keeps all)
     rows = [{**f, "p_value": f["p_value"], "why": f["reason"] or f["note"],
              "status": status_label(f),

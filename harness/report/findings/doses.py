@@ -1,4 +1,4 @@
-"""Findings D1-D4: memorization against repetition dose (data.sd.doses, memlens.synthetic_data.doses; experiment=doses).
+"""Findings D1-D5: memorization against repetition dose (data.sd.doses, memlens.synthetic_data.doses; experiment=doses).
 
 Where one dose of SD puts RLFT.2 and IPO on the floor (0 against 0 decides nothing), the same programs planted 1, 4 and
 16 times give a curve per route, and a trend test decides where a single dose cannot (issue: "Audits that decide at
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from memlens.harness.core.stats import dose_trend_test, rate_with_interval
 from memlens.harness.measures.preference_mia import PRIMARY_PAIR_ATTACK, pair_attack_label
+from memlens.harness.measures.prompt_mia import PRIMARY_PROMPT_ATTACK, prompt_attack_label
 from memlens.harness.report import analyses as A
 from memlens.harness.report.findings.evidence_gates import _rlft2_evidence, ipo_check
 from memlens.harness.report.findings.registry import Finding, register
@@ -106,28 +107,58 @@ def d3(run: RunResults) -> dict:
 PAIR_DATASET = "pairs_sd_base"
 
 
-def d4(run: RunResults) -> dict:
-    """IPO on SD preference pairs: the membership signal of its pairs (PREMIA) rises with the copies of a pair."""
-    ipo = run.roles.ipo
-    attack = pair_attack_label(PRIMARY_PAIR_ATTACK)
-    claim = f"IPO's own pairs are more detectable by membership inference the more copies it saw ({ipo}; PREMIA)"
-    rule = (f"{ipo} final, {PAIR_DATASET}, {attack} (fixed, not picked), each dose's member pairs vs every held-out "
-            f"pair: AUC at the highest dose > at the lowest, and the members' scores rise with dose (one-sided "
-            f"Jonckheere-Terpstra permutation test over the doses, p < {P_MAX})")
-    entry = A.pair_mia_entry(run.pair_mia, ipo, PAIR_DATASET)
+def membership_rises(fid: str, claim: str, rule: str, stages: list[str], entry: tuple[str, dict] | None,
+                     attack: str, evidence: list[dict]) -> dict:
+    """D4 / D5: a membership measure's fixed `attack` on each dose's members against every held-out example (the
+    entry's `tiers`) rises with dose: the top dose's AUC above the lowest's (the rule), the one-sided Jonckheere-
+    Terpstra test on the members' scores (`dose_trend`, the test)."""
     tiers = (entry or (None, {}))[1].get("tiers") or {}
-    trend = ((entry or (None, {}))[1].get("dose_trend") or {}).get(PRIMARY_PAIR_ATTACK)
-    if len(tiers) < 2 or trend is None or any(PRIMARY_PAIR_ATTACK not in t for t in tiers.values()):
-        return _result("D4", claim, DOSES_PAPER, rule, [ipo], measured=False)
+    trend = ((entry or (None, {}))[1].get("dose_trend") or {}).get(attack)
+    if len(tiers) < 2 or trend is None or any(attack not in t for t in tiers.values()):
+        return _result(fid, claim, DOSES_PAPER, rule, stages, measured=False)
     doses = sorted(tiers, key=int)
-    auc = {d: tiers[d][PRIMARY_PAIR_ATTACK]["auc"] for d in doses}
-    n_members = {d: tiers[d][PRIMARY_PAIR_ATTACK].get("n_members") for d in doses}
+    auc = {d: tiers[d][attack]["auc"] for d in doses}
+    n_members = {d: tiers[d][attack].get("n_members") for d in doses}
     ours = " → ".join(f"x{d}: AUC {auc[d]['value']:.2f} [{auc[d]['ci95'][0]:.2f}, {auc[d]['ci95'][1]:.2f}]"
                       + (f" ({n_members[d]})" if n_members[d] is not None else "") for d in doses)
     ours += f" vs {entry[1]['n_nonmembers']} held out ({entry[0]}; trend p = {trend['p_value']:.3g})"
     ok = auc[doses[-1]]["value"] > auc[doses[0]]["value"]
-    return _result("D4", claim, DOSES_PAPER, rule, [ipo], measured=True, rule_ok=ok, evidence=[ipo_check(run)],
-                   test=trend, needs_test=True, ours=ours)
+    return _result(fid, claim, DOSES_PAPER, rule, stages, measured=True, rule_ok=ok, evidence=evidence, test=trend,
+                   needs_test=True, ours=ours)
+
+
+def d4(run: RunResults) -> dict:
+    """IPO on SD preference pairs: the membership signal of its pairs (PREMIA) rises with the copies of a pair."""
+    ipo = run.roles.ipo
+    claim = f"IPO's own pairs are more detectable by membership inference the more copies it saw ({ipo}; PREMIA)"
+    rule = (f"{ipo} final, {PAIR_DATASET}, {pair_attack_label(PRIMARY_PAIR_ATTACK)} (fixed, not picked), each dose's "
+            f"member pairs vs every held-out pair: AUC at the highest dose > at the lowest, and the members' scores "
+            f"rise with dose (one-sided Jonckheere-Terpstra permutation test over the doses, p < {P_MAX})")
+    return membership_rises("D4", claim, rule, [ipo], A.membership_entry(run.pair_mia, ipo, PAIR_DATASET),
+                            PRIMARY_PAIR_ATTACK, [ipo_check(run)])
+
+
+# ---------------------------------------------------------------- D5: do RLFT.2's prompts show the dose?
+# Rule committed before any run of experiment=doses measured prompt membership (issue #68's RL-prompt membership,
+# issue #67's doses; D3 reads the extraction side, 0 of 13-15 at every dose and seed). On the RL stage trained through
+# the reward model (RLFT.2), its final checkpoint, its sd_base prompts, Min-kNN distance (the prompt audit's primary
+# attack, fixed, not picked), each dose's member prompts against every held-out prompt (harness/audit/prompt_mia.py,
+# `tiers`): holds when the AUC at the highest dose exceeds the AUC at the lowest and the members' scores rise with
+# dose (one-sided Jonckheere-Terpstra permutation test, p < P_MAX); not reproduced when the highest dose's AUC is not
+# above the lowest's; otherwise inconclusive. Gated by RL's evidence, as F2 and D3.
+PROMPT_DATASET = "sd_base"
+
+
+def d5(run: RunResults) -> dict:
+    """RLFT via the reward model: the membership signal of its own RL prompts (Min-kNN) rises with the copies of a
+    prompt."""
+    rl = run.roles.rl_sd_in_rm
+    claim = f"RLFT's own prompts are more detectable by membership inference the more copies it saw ({rl}; Min-kNN)"
+    rule = (f"{rl} final, its {PROMPT_DATASET} prompts, {prompt_attack_label(PRIMARY_PROMPT_ATTACK)} (fixed, not "
+            f"picked), each dose's member prompts vs every held-out prompt: AUC at the highest dose > at the lowest, "
+            f"and the members' scores rise with dose (one-sided Jonckheere-Terpstra permutation test, p < {P_MAX})")
+    return membership_rises("D5", claim, rule, [rl], A.membership_entry(run.prompt_mia, rl, PROMPT_DATASET),
+                            PRIMARY_PROMPT_ATTACK, _rlft2_evidence(run))
 
 
 register(
@@ -136,4 +167,6 @@ register(
     Finding("D3", "issue #67 (doses)", "RLFT via the RM shows no rise with dose", d3, measured_by=DOSED),
     Finding("D4", "issue #67 (doses)", "IPO pair membership rises with dose", d4,
             measured_by=f"{DOSED}, audit.measures=[...,pair_mia]"),
+    Finding("D5", "issue #67 (doses)", "RLFT prompt membership rises with dose", d5,
+            measured_by=f"{DOSED}, audit.measures=[...,prompt_mia]"),
 )

@@ -124,7 +124,7 @@ def m5(run: RunResults) -> dict:
             f"(bootstrap one-sided and paired bootstrap one-sided p < {P_MAX}), and {ipo}'s extraction rate on sd_base "
             f"< {100 * NOT_EXTRACTABLE_MAX:.0f} %")
     paper = "not in paper 003 (preference-pair membership: Feng et al. 2024, PREMIA)"
-    entry = A.pair_mia_entry(run.pair_mia, ipo, PAIR_DATASET)
+    entry = A.membership_entry(run.pair_mia, ipo, PAIR_DATASET)
     rows = run.rows(ipo, "sd_base")
     if entry is None or rows is None or PRIMARY_PAIR_ATTACK not in entry[1].get("attacks", {}):
         return _result("M5", claim, paper, rule, [ipo], measured=False)

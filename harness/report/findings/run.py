@@ -64,6 +64,7 @@ class RunResults:
     discoverable: dict = field(default_factory=dict)   # {model: probabilistic extraction} (analyses.load_discoverable)
     epsilon: dict = field(default_factory=dict)   # {model: one-run ε summary} (harness/audit/epsilon.py)
     pair_mia: dict = field(default_factory=dict)  # {model: preference-pair membership} (harness/audit/preference_mia.py)
+    prompt_mia: dict = field(default_factory=dict)  # {model: RL-prompt membership} (harness/audit/prompt_mia.py)
 
     def __post_init__(self):
         self.entries = A.summary_entries(self.grouped)

@@ -43,6 +43,7 @@ def test_each_verdict_by_hand_when_every_stage_trained():
         "S1": NOT_MEASURED, "S2": NOT_MEASURED, "S3": NOT_MEASURED,                       # no discoverable audit
         "E1": NOT_MEASURED,                                                               # no epsilon audit
         "D1": NOT_MEASURED, "D2": NOT_MEASURED, "D3": NOT_MEASURED, "D4": NOT_MEASURED,     # no data.sd.doses
+        "D5": NOT_MEASURED,
     }
     assert got["F1"]["p_value"] == 2 / 2 ** 10
     assert got["F2"]["p_value"] == 2 / 2 ** 10
@@ -452,12 +453,12 @@ def test_the_newer_attacks_against_loss_by_hand():
 
 # The findings table's rows, in its order (harness/report/findings/__init__.py imports the per-paper modules so).
 TABLE_ORDER = ("F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8", "V4", "V5", "V6", "V7", "P1", "P2", "P3",
-               "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "M4", "M5", "S1", "S2", "S3", "E1", "D1", "D2", "D3", "D4")
+               "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "M4", "M5", "S1", "S2", "S3", "E1", "D1", "D2", "D3", "D4", "D5")
 
 
 def test_the_registry_holds_the_findings_in_table_order_and_runs_what_is_registered():
     assert FINDINGS.names() == TABLE_ORDER
-    assert len(set(FINDINGS.names())) == len(FINDINGS) == 33
+    assert len(set(FINDINGS.names())) == len(FINDINGS) == 34
     assert all(FINDINGS[fid].id == fid and FINDINGS[fid].source and FINDINGS[fid].title for fid in FINDINGS)
     run = RunResults(grouped(), evidence())
     assert tuple(f["id"] for f in findings(run)) == TABLE_ORDER      # each check answers under its own id
@@ -643,3 +644,26 @@ def test_d4_ipo_pair_membership_rises_with_dose_by_hand():
     one = _dosed_pair_summary({1: [0.1, 0.2, 0.5, 0.6]}, held_out)
     assert "tiers" not in one["IPO"]["results"]["final"]["pairs_sd_base"]
     assert verdicts(RunResults(grouped(), evidence(), pair_mia=one))["D4"]["status"] == NOT_MEASURED
+
+
+def test_d5_rl_prompt_membership_rises_with_dose_by_hand():
+    """As D4, on RLFT.2's own prompts (the prompt audit's tiers, Min-kNN fixed), gated by RL's evidence as F2."""
+    from memlens.harness.audit.preference_mia import dose_tiers, membership_metrics
+
+    def summary(scores_by_dose, held_out):
+        rows = [{"id": f"m{d}-{i}", "member": 1, "repeat": d, "score": {"min_knn": s}}
+                for d, scores in scores_by_dose.items() for i, s in enumerate(scores)]
+        rows += [{"id": f"n{i}", "member": 0, "score": {"min_knn": s}} for i, s in enumerate(held_out)]
+        result = {"n_members": len(rows) - len(held_out), "n_nonmembers": len(held_out),
+                  "attacks": membership_metrics(rows, ["min_knn"], 200, 0), **dose_tiers(rows, ["min_knn"], 200, 0)}
+        return {"RLFT.2": {"checkpoints": ["final"], "results": {"final": {"sd_base": result}}}}
+
+    held_out = [0.3, 0.4, 0.7]
+    rising = summary({1: [0.1, 0.2], 4: [0.5, 0.6], 16: [0.9, 1.0]}, held_out)     # as D4's: exact p = 1/90
+    found = verdicts(RunResults(grouped(), evidence(), prompt_mia=rising))["D5"]
+    assert found["status"] == HOLDS and found["p_value"] == pytest.approx(1 / 90, abs=0.005)
+    assert found["stages"] == ["RLFT.2"] and "x16: AUC 1.00" in found["ours"]
+    assert verdicts(RunResults(grouped(), evidence(rl=STILL), prompt_mia=rising))["D5"]["status"] == INCONCLUSIVE
+    falling = summary({1: [0.9, 1.0], 4: [0.5, 0.6], 16: [0.1, 0.2]}, held_out)
+    assert verdicts(RunResults(grouped(), evidence(), prompt_mia=falling))["D5"]["status"] == FAILS
+    assert verdicts(RunResults(grouped(), evidence(), pair_mia=rising))["D5"]["status"] == NOT_MEASURED  # pairs: not D5's
