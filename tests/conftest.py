@@ -105,8 +105,8 @@ UNIT_SECONDS = {
     # measured in the fresh-clone CI run at f838860 (--durations=25, AMD EPYC with AVX-512): the SLURM preemption test
     # and the toy GPU ladder had no entry and started last, behind shorter units
     "test_slurm_preemption.py": 72, "test_gpu_ladder.py": 49, "test_epsilon_audit.py": 15, "test_plugins.py": 13,
-    # measured at a1b8b8e (same instance): the toy doses run, new
-    f"{TOY}[doses]": 31,
+    # measured at a1b8b8e (same instance): the toy doses run, new; at d89c51e with pair membership per dose
+    f"{TOY}[doses]": 41,
 }
 
 

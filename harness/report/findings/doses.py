@@ -107,6 +107,13 @@ def d3(run: RunResults) -> dict:
 PAIR_DATASET = "pairs_sd_base"
 
 
+def membership_rule(subject: str, label: str, members: str, held_out: str) -> str:
+    """D4 / D5's rule: `label` (fixed, not picked) on `subject`, each dose's `members` against every `held_out`."""
+    return (f"{subject}, {label} (fixed, not picked), each dose's {members} vs every {held_out}: AUC at the highest "
+            f"dose > at the lowest, and the members' scores rise with dose (one-sided Jonckheere-Terpstra permutation "
+            f"test over the doses, p < {P_MAX})")
+
+
 def membership_rises(fid: str, claim: str, rule: str, stages: list[str], entry: tuple[str, dict] | None,
                      attack: str, evidence: list[dict]) -> dict:
     """D4 / D5: a membership measure's fixed `attack` on each dose's members against every held-out example (the
@@ -131,9 +138,8 @@ def d4(run: RunResults) -> dict:
     """IPO on SD preference pairs: the membership signal of its pairs (PREMIA) rises with the copies of a pair."""
     ipo = run.roles.ipo
     claim = f"IPO's own pairs are more detectable by membership inference the more copies it saw ({ipo}; PREMIA)"
-    rule = (f"{ipo} final, {PAIR_DATASET}, {pair_attack_label(PRIMARY_PAIR_ATTACK)} (fixed, not picked), each dose's "
-            f"member pairs vs every held-out pair: AUC at the highest dose > at the lowest, and the members' scores "
-            f"rise with dose (one-sided Jonckheere-Terpstra permutation test over the doses, p < {P_MAX})")
+    rule = membership_rule(f"{ipo} final, {PAIR_DATASET}", pair_attack_label(PRIMARY_PAIR_ATTACK), "member pairs",
+                           "held-out pair")
     return membership_rises("D4", claim, rule, [ipo], A.membership_entry(run.pair_mia, ipo, PAIR_DATASET),
                             PRIMARY_PAIR_ATTACK, [ipo_check(run)])
 
@@ -154,9 +160,8 @@ def d5(run: RunResults) -> dict:
     prompt."""
     rl = run.roles.rl_sd_in_rm
     claim = f"RLFT's own prompts are more detectable by membership inference the more copies it saw ({rl}; Min-kNN)"
-    rule = (f"{rl} final, its {PROMPT_DATASET} prompts, {prompt_attack_label(PRIMARY_PROMPT_ATTACK)} (fixed, not "
-            f"picked), each dose's member prompts vs every held-out prompt: AUC at the highest dose > at the lowest, "
-            f"and the members' scores rise with dose (one-sided Jonckheere-Terpstra permutation test, p < {P_MAX})")
+    rule = membership_rule(f"{rl} final, its {PROMPT_DATASET} prompts", prompt_attack_label(PRIMARY_PROMPT_ATTACK),
+                           "member prompts", "held-out prompt")
     return membership_rises("D5", claim, rule, [rl], A.membership_entry(run.prompt_mia, rl, PROMPT_DATASET),
                             PRIMARY_PROMPT_ATTACK, _rlft2_evidence(run))
 
