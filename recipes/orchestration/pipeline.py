@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ from memlens.harness.core.layout import (
     stale_dir,
 )
 from memlens.harness.core.lock import EXCLUSIVE, LOCK_FILE, READERS_DIR, SHARED, hold_directories
-from memlens.harness.core.processes import is_main_process, world_size
+from memlens.harness.core.processes import is_main_process, process_rank, world_size
 from memlens.harness.core.provenance import git_commit
 from memlens.recipes.formal.language_models import run_formal
 from memlens.recipes.orchestration.check import run_preflight
@@ -251,14 +252,23 @@ def wait_for_everyone(device: str) -> None:
 
 
 def release_process_group() -> None:
-    """Destroy the launch's process group once this process is done with it. Left to the interpreter's teardown, the
-    group's threads can abort a rank after its work is complete ("terminate called without an active exception",
-    once on rank 1 of the two-process ZeRO-3 test), which the launcher reports as a failed run."""
-    if world_size() > 1:
-        import torch.distributed as dist  # torch (~1 s): a multi-process launch only
+    """Once this process is done with the launch: rank 0 destroys the process group; any other rank leaves at once,
+    without destroying it and without the interpreter's teardown. There the group's (and DeepSpeed's) C++ threads
+    can abort a rank whose work is complete ("terminate called without an active exception"), which the launcher
+    reports as a failed run: seen on rank 1 of the two-process ZeRO-3 test at 0c3229d, and again, with the group
+    destroyed first, in the fresh-clone CI of ee2a2a9. A rank > 0 holds no lock and writes no result
+    (harness/core/lock.py; the main process saves), so only its output is flushed; rank 0 exits normally, so its
+    atexit handlers (trackers, loggers) run."""
+    if world_size() <= 1:
+        return
+    if process_rank() > 0:            # the OS closes its sockets; destroying the group is where it can abort too
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    import torch.distributed as dist  # torch (~1 s): a multi-process launch only
 
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def identical_finished_stage(run_dir: Path, stage: PlannedStage, done: list[PlannedStage]) -> PlannedStage | None:
