@@ -93,7 +93,8 @@ def hold_directories(directories: list[tuple], command: str) -> Iterator[None]:
     unique: dict[Path, tuple[str, str, float]] = {}
     for key, directory, *rest in directories:
         path = Path(os.path.abspath(directory))
-        wanted, wait_s = (rest + [EXCLUSIVE, 0.0][len(rest):])[:2]
+        wanted = rest[0] if rest else EXCLUSIVE
+        wait_s = rest[1] if len(rest) > 1 else 0.0
         if wanted not in (EXCLUSIVE, SHARED):
             raise ValueError(f"lock mode {wanted!r}: use {EXCLUSIVE!r} or {SHARED!r}")
         old = unique.get(path)

@@ -36,7 +36,7 @@ from omegaconf import OmegaConf
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, read_json
-from memlens.harness.core.layout import DATASET_MANIFEST, data_dir, dataset_lock_dir, datasets_dir
+from memlens.harness.core.layout import dataset_lock_dir, datasets_dir
 from memlens.harness.core.lock import EXCLUSIVE, SHARED, hold_directories
 from memlens.recipes.orchestration import pipeline
 from memlens.recipes.orchestration.stage_plan import REFERENCE_KEYS, needed_datasets
@@ -460,7 +460,7 @@ def data_locks(run_dir: Path, names: list[str], jobs_started: bool) -> list[tupl
     """What the driver holds while it checks and builds `names` (build_level_data)."""
     if not jobs_started:
         return [("run_dir", datasets_dir(run_dir), EXCLUSIVE)]
-    to_build = [n for n in names if not (data_dir(run_dir, n) / DATASET_MANIFEST).is_file()]
+    to_build = [n for n in names if not pipeline.is_built(run_dir, n)]
     return [("run_dir", datasets_dir(run_dir), SHARED, pipeline.DATA_WAIT_S),
             *(("run_dir", dataset_lock_dir(run_dir, n), EXCLUSIVE) for n in to_build)]
 

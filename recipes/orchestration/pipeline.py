@@ -31,6 +31,7 @@ from memlens.harness.core.config import require_bool
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, read_json
 from memlens.harness.core.layout import (
+    DATASET_MANIFEST,
     TRAINER_STATE,
     audit_dir,
     checkpoint_dirs,
@@ -73,6 +74,11 @@ DATA_WAIT_S = 300    # how long a job that only reads the data waits for the dri
 
 
 # --- data ------------------------------------------------------------------------------------------------
+
+
+def is_built(run_dir: Path, dataset: str) -> bool:
+    """Whether a dataset of the run has been built (its manifest, written last, exists)."""
+    return (data_dir(run_dir, dataset) / DATASET_MANIFEST).is_file()
 
 
 def build_data(cfg, run_dir: Path, names: list[str]) -> None:
@@ -208,7 +214,7 @@ def outdated_reason(run_dir: Path, out_dir: Path, stage: PlannedStage, seed: int
     if seed is not None and prov.get("seed") is not None and int(prov["seed"]) != int(seed):
         return f"it was trained with seed {prov['seed']}, this run uses seed {seed}"
     for dataset, sha in (prov.get("datasets") or {}).items():
-        manifest = data_dir(run_dir, dataset) / "manifest.json"
+        manifest = data_dir(run_dir, dataset) / DATASET_MANIFEST
         if manifest.is_file() and read_json(manifest).get("sha256") != sha:
             return f"dataset {dataset} was rebuilt"
     finished = (out_dir / PROVENANCE_FILE).stat().st_mtime_ns
@@ -485,7 +491,7 @@ def training_locks(run_dir: Path, chosen: list[PlannedStage], planned: list[Plan
             upstream = by_name.get(stage.given.get(key)) if isinstance(stage.given.get(key), str) else None
             if upstream is not None and upstream.model_name not in own:
                 locks.append((f"stages.{stage.name}.{key}", model_lock_dir(run_dir, upstream.model_name), SHARED))
-    built = all((data_dir(run_dir, d) / "manifest.json").is_file() for d in datasets)
+    built = all(is_built(run_dir, d) for d in datasets)
     if reads_only:
         locks.append(("run_dir", datasets_dir(run_dir), SHARED, DATA_WAIT_S))
     else:
