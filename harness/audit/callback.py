@@ -64,7 +64,7 @@ from memlens.harness.audit.background import (
 )
 from memlens.harness.audit.epsilon import DEFAULT_GUESSES, EpsilonSettings
 from memlens.harness.audit.mia import audit_mia, collect_summaries
-from memlens.harness.audit.preflight import check_survival, dataloader_parts
+from memlens.harness.audit.preflight import check_new_tokens, check_survival, dataloader_parts
 from memlens.harness.audit.preflight import report as report_survival
 from memlens.harness.audit.run import AuditState, audit_checkpoint, write_summary
 from memlens.harness.audit.settings import AuditJob, AuditSettings
@@ -332,6 +332,8 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
             self.saves = (int(state.global_step // steps) if steps and steps >= 1
                           else max(self.saves + 1, self.scored * self.settings.every))
         if self.preflight != "off" and state.is_world_process_zero and not state.global_step:
+            check_new_tokens(kwargs.get("model"), kwargs.get("processing_class"), self.manifest, self.log,
+                             self.preflight == "raise")
             dataset, collator = dataloader_parts(kwargs.get("train_dataloader"))
             if dataset is not None and collator is not None:
                 report_survival(check_survival(args, dataset, collator, kwargs.get("processing_class"), self.manifest),
