@@ -184,20 +184,44 @@ def detection_verdict(designed: dict | None, sd: dict | None) -> tuple[str, str]
     return FAILS, f"{'never' if d is None else f'x{d}'} >= x{s}"
 
 
+def epsilon_per_dose(run_dir: Path, result: dict) -> dict[str, float]:
+    """Each dose's one-run ε lower bound (Steinke et al. 2023, harness/audit/epsilon.py with the audit's default
+    settings: LOSS on the target, δ 1e-5, 95 %, its four guess counts under Bonferroni) over that dose's canaries,
+    whose membership the coins decided: members and held-out twins of the same dose (the hosts' doses, redrawn from
+    the seed). Descriptive: no rule reads it."""
+    from memlens.harness.audit.epsilon import EpsilonSettings
+    from memlens.harness.core.io import read_jsonl
+    from memlens.harness.measures.epsilon import audit_epsilon, guess_counts
+
+    settings = EpsilonSettings()
+
+    dose_of = {h["id"]: h["repeat"] for h in sd_rows(result["seed"])[0]}
+    rows = list(read_jsonl(run_dir / "audit" / "mia" / "model" / result["checkpoint"] / "canaries.jsonl"))
+    out = {}
+    for dose in DOSES:
+        tier = [r for r in rows if dose_of.get(r["id"]) == dose and not r.get("prefix_shot")]
+        scores = [float(r["score"][settings.span][settings.attack]) for r in tier]
+        out[str(dose)] = audit_epsilon([str(r["id"]) for r in tier], scores, [int(r["member"]) for r in tier],
+                                       guess_counts(len(tier), settings.guesses), settings.delta,
+                                       settings.confidence)["epsilon_lower_bound"] if tier else None
+    return out
+
+
 def table(root: Path) -> str:
     from memlens.harness.report.findings.verdict import over_seeds
 
-    results = [json.loads(p.read_text()) for p in sorted(root.glob("*/result.json"))]
+    results = [json.loads(p.read_text()) | {"dir": p.parent} for p in sorted(root.glob("*/result.json"))]
     by = {(r["route"], r["design"], r["seed"]): r for r in results}
     seeds = sorted({r["seed"] for r in results})
     lines = ["| route | design | seed | LOSS AUC x1 / x4 / x16 [95 % interval] | extracted x1 / x4 / x16 | "
-             "held-out extracted | loss first → last | s |", "|---|---|---|---|---|---|---|---|"]
+             "ε ≥ x1 / x4 / x16 | held-out extracted | loss first → last | s |", "|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(results, key=lambda r: (r["route"], r["design"], r["seed"])):
         aucs = " / ".join("–" if r["doses"][str(d)]["auc"] is None else
                           f"{r['doses'][str(d)]['auc']:.2f} [{r['doses'][str(d)]['ci95'][0]:.2f}, "
                           f"{r['doses'][str(d)]['ci95'][1]:.2f}]" for d in DOSES)
         ext = " / ".join(f"{r['doses'][str(d)]['extracted']}/{r['doses'][str(d)]['scored']}" for d in DOSES)
-        lines.append(f"| {r['route']} | {r['design']} | {r['seed']} | {aucs} | {ext} | "
+        eps = " / ".join("–" if e is None else f"{e:.2f}" for e in epsilon_per_dose(r["dir"], r).values())
+        lines.append(f"| {r['route']} | {r['design']} | {r['seed']} | {aucs} | {ext} | {eps} | "
                      f"{r['heldout_extracted']}/{r['heldout']} | {r['loss_first']:.3g} → {r['loss_last']:.3g} | "
                      f"{r['seconds']:.0f} |")
     lines += ["", "| route | designed | per seed (detection dose: designed vs SD) | over seeds |", "|---|---|---|---|"]
