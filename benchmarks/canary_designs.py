@@ -41,6 +41,7 @@ cli.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
 cli.add_argument("--routes", nargs="+", default=["sft", "ipo"], choices=["sft", "ipo"])
 cli.add_argument("--designs", nargs="+", default=["as_given", "unigram", "new_token"])
 cli.add_argument("--table", metavar="DIR", help="print the table and verdicts of the runs under DIR, train nothing")
+cli.add_argument("--figure", metavar="PNG", help="with --table: also draw LOSS AUC against dose, a panel per design")
 
 DOSES = (1, 4, 16)
 HOSTS_PER_DOSE = 16
@@ -235,10 +236,43 @@ def table(root: Path) -> str:
     return "\n".join(lines)
 
 
+def figure(root: Path, path: Path) -> Path:
+    """LOSS AUC (target span) against dose: a panel per design, a line per route and seed, 95 % intervals drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results = [json.loads(p.read_text()) for p in sorted(root.glob("*/result.json"))]
+    designs = [d for d in ("as_given", *DESIGNED) if any(r["design"] == d for r in results)]
+    fig, axes = plt.subplots(1, len(designs), figsize=(4 * len(designs), 3.6), sharey=True, squeeze=False)
+    for ax, design in zip(axes[0], designs):
+        for r in sorted((r for r in results if r["design"] == design), key=lambda r: (r["route"], r["seed"])):
+            points = [(d, r["doses"][str(d)]) for d in DOSES if r["doses"][str(d)]["auc"] is not None]
+            xs = [d * (1.06 if r["route"] == "ipo" else 0.94) for d, _ in points]   # routes side by side
+            ys = [p["auc"] for _, p in points]
+            errors = [[y - p["ci95"][0] for y, (_, p) in zip(ys, points)],
+                      [p["ci95"][1] - y for y, (_, p) in zip(ys, points)]]
+            ax.errorbar(xs, ys, yerr=errors, marker="o" if r["route"] == "sft" else "s", capsize=2,
+                        color="tab:blue" if r["route"] == "sft" else "tab:orange", alpha=0.75,
+                        label=f"{r['route']} seed {r['seed']}")
+        ax.axhline(0.5, color="grey", lw=0.8, ls=":")
+        ax.set(xscale="log", xticks=list(DOSES), xticklabels=[f"x{d}" for d in DOSES], title=design,
+               xlabel="copies in training (dose)")
+    axes[0][0].set_ylabel("LOSS AUC, target (95 % interval)")
+    axes[0][-1].legend(fontsize=6)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path
+
+
 def main() -> None:
     options = cli.parse_args()
     if options.table:
         print(table(Path(options.table)))
+        if options.figure:
+            print(f"figure: {figure(Path(options.table), Path(options.figure))}")
         return
     for seed in options.seeds:
         for route in options.routes:

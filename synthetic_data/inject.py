@@ -190,8 +190,8 @@ def _designed(rows: list[dict], dataset, fmt: str, design: str, tokenizer, secre
     if tokenizer is None:
         raise UserError(f"design={design!r}: pass tokenizer= (your model's tokenizer): a designed secret is chosen "
                         "from the token statistics of your data in that tokenizer")
-    texts = [_text(example[TRAINED_FIELD[fmt]] if fmt != "conversational" else example["messages"])
-             for example in dataset]
+    texts = [_text([m for m in example["messages"] if m.get("role") == "assistant"] if fmt == "conversational"
+                   else example[TRAINED_FIELD[fmt]]) for example in dataset]
     secrets, record = design_secrets(design, tokenizer, texts, len(rows), secret_tokens, seed)
     return [{**r, "target": secret} for r, secret in zip(rows, secrets)], record
 
