@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from memlens.harness.measures import mia
@@ -175,3 +175,30 @@ def test_below_a_equal_one_rmia_is_not_the_reference_attack():
     assert mia.reference_score(*x1) < mia.reference_score(*x2)
     assert (mia.rmia_score(*x1, pop, "x1"), mia.rmia_score(*x2, pop, "x2")) == (1.0, 0.0)
     assert (mia.rmia_score(*x1, pop, "x1", a=1.0), mia.rmia_score(*x2, pop, "x2", a=1.0)) == (0.0, 1.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_against_the_evaluated_nonmembers_rmia_has_the_auc_of_its_ratio_up_to_two_ties(data):
+    """The audit's population is its evaluated non-members (docs/methods.md, "RMIA"). With γ = 1, LR(x, z) > 1 ⇔
+    r(x) > r(z), r = Pr(.|θ) / Pr(.): a member m scores #{z: r_z < r_m} / n, a non-member x, left out of its own
+    population, #{z ≠ x: r_z < r_x} / (n − 1). For r_m > r_x with k non-members below x: m ≥ (k + 1) / n ≥ k / (n − 1)
+    = x, equal only when x is the top non-member and m is above all; symmetrically at the bottom. So, the r distinct,
+    AUC(RMIA) =
+    AUC(r) − ½ #(members above every non-member) / (n_m n) + ½ #(members below every non-member) / (n_m n)."""
+    from memlens.harness.core.stats import roc_auc
+
+    members = data.draw(st.lists(st.tuples(LL, LL), min_size=1, max_size=10))
+    held = data.draw(st.lists(st.tuples(LL, LL), min_size=2, max_size=10))
+    texts = {f"m{i}": t for i, t in enumerate(members)} | {f"n{i}": t for i, t in enumerate(held)}
+    pop = mia.Population.of({i: {"logp": [t[0]]} for i, t in texts.items() if i[0] == "n"},
+                            {i: {"logp": [t[1]]} for i, t in texts.items() if i[0] == "n"})
+    score = [mia.rmia_score({"logp": [m]}, {"logp": [r]}, pop, i) for i, (m, r) in texts.items()]
+    ratio = [float(mia.rmia_ratio(m, r)) for m, r in texts.values()]
+    assume(len(set(ratio)) == len(ratio))           # the derivation's r are distinct (a tie in r is a tie in both)
+    labels = [1] * len(members) + [0] * len(held)
+    r_members, r_held = ratio[:len(members)], ratio[len(members):]
+    top, bottom = sum(r > max(r_held) for r in r_members), sum(r < min(r_held) for r in r_members)
+    pairs = len(members) * len(held)
+    expected = roc_auc(ratio, labels) - 0.5 * top / pairs + 0.5 * bottom / pairs
+    assert roc_auc(score, labels) == pytest.approx(expected, abs=1e-12)
