@@ -169,14 +169,18 @@ def _span_text(row: dict, span: str) -> str:
     return row["target"] if span == "target" else program_text(row)
 
 
-def _populations(values: dict, control: dict | None, spans) -> dict[str, Population] | None:
-    """RMIA's population z on each span ({span: Population}): every held-out text of the dataset (its `values` and
-    `control` passes; prefix shots included, they are held-out texts too), under this checkpoint and the control.
-    None where no registered attack reads it, without a control, or with fewer than two held-out texts (a text is
-    never its own z, memlens.harness.measures.mia.rmia_score)."""
+def _populations(values: dict, control: dict | None, spans, shots: frozenset) -> dict[str, Population] | None:
+    """RMIA's population z on each span ({span: Population}): the held-out texts of the dataset that the metrics
+    count (its `values` and `control` passes, the prefix `shots` left out), under this checkpoint and the control, so
+    the population is exactly the evaluated non-members (docs/methods.md, "RMIA"). None where no registered attack
+    reads it, without a control, or with fewer than two such texts (a text is never its own z,
+    memlens.harness.measures.mia.rmia_score)."""
     if POPULATION not in inputs_needed() or control is None:
         return None
-    out = {span: Population.of(values[span][PLAIN], control[span][PLAIN]) for span in spans}
+    out = {}
+    for span in spans:
+        keep = [i for i in values[span][PLAIN] if i not in shots]
+        out[span] = Population.of({i: values[span][PLAIN][i] for i in keep}, {i: control[span][PLAIN][i] for i in keep})
     return out if all(len(p.ids) >= 2 for p in out.values()) else None
 
 
@@ -381,7 +385,8 @@ def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Pat
             target = require_inside(out_dir / checkpoint / f"{dataset}.jsonl", out_dir, "audit.out_dir")
             history = _earlier_scores(out_dir, dataset, checkpoint, outputs)
             held = f"{dataset}:nonmembers"
-            population = _populations(values[held], control[held] if control else None, spans)
+            population = _populations(values[held], control[held] if control else None, spans,
+                                      prefixes[held].shot_ids if held in prefixes else frozenset())
             rows = []
             for role, member in (("members", 1), ("nonmembers", 0)):
                 key = f"{dataset}:{role}"

@@ -270,7 +270,7 @@ def sequence_score(current: float, trajectory: Sequence[Mapping], attack: str) -
 # RMIA (Zarifzadeh, Liu and Shokri, ICML 2024), offline, as the authors' ml_privacy_meter computes it
 # (modules/mia/attacks/rmia.py `run_rmia`, get_signals.py `get_softmax`, at e384af8). Both constants are the authors'
 # defaults, fixed before any run and never tuned (docs/methods.md, "RMIA"):
-RMIA_OFFLINE_A = 0.3    # `offline_a`: get_out_ref_signals' default and the paper's offline configs (their tuning over
+RMIA_OFFLINE_A = 0.3    # `offline_a`: get_out_ref_signals' default and most of the paper code's configs (their tuning over
                         # a paired model's AUC needs a second trained target, which a run does not have)
 RMIA_GAMMA = 1.0        # γ: run_rmia's threshold (`ratios > 1.0`), the code with the authors' language-model path
 

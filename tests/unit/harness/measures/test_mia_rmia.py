@@ -202,3 +202,22 @@ def test_against_the_evaluated_nonmembers_rmia_has_the_auc_of_its_ratio_up_to_tw
     pairs = len(members) * len(held)
     expected = roc_auc(ratio, labels) - 0.5 * top / pairs + 0.5 * bottom / pairs
     assert roc_auc(score, labels) == pytest.approx(expected, abs=1e-12)
+
+
+def test_under_perfect_separation_no_member_outscores_the_top_heldout_text():
+    """Four members whose ratio r is above every one of n = 5 held-out texts (the population, each left out of its
+    own): each member scores 5/5, the top held-out text 4/4, so AUC = 1 − 1/(2n) = 0.9 and no threshold admits a
+    member without a false positive (TPR at FPR < 1/n = 0), while the ratios themselves separate perfectly."""
+    from memlens.harness.core.stats import roc_auc, tpr_at_fpr
+
+    held = {f"n{i}": (math.log(0.1 + 0.1 * i), math.log(0.5)) for i in range(5)}
+    members = {f"m{i}": (math.log(0.8 + 0.05 * i), math.log(0.5)) for i in range(4)}
+    pop = mia.Population.of({i: {"logp": [m]} for i, (m, _) in held.items()},
+                            {i: {"logp": [r]} for i, (_, r) in held.items()})
+    texts = {**members, **held}
+    score = [mia.rmia_score({"logp": [m]}, {"logp": [r]}, pop, i) for i, (m, r) in texts.items()]
+    labels = [1] * 4 + [0] * 5
+    assert score == [1.0] * 4 + [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert roc_auc([m - r for m, r in texts.values()], labels) == 1.0
+    assert roc_auc(score, labels) == pytest.approx(1 - 1 / (2 * 5))
+    assert tpr_at_fpr(score, labels, 1 / 5) == 0.0
