@@ -1,9 +1,10 @@
 """The newer MIA attacks against their authors' own scoring code, on the same inputs.
 
 ReCaLL and Con-ReCall (Apache-2.0) and mimir's ReCaLL and DC-PDD (MIT) are transcribed in tests/authors_code/ and run
-in the unit tests (tests/unit/harness/measures/test_mia_newer_attacks.py). The DC-PDD and EZ-MIA repositories carry no
-licence, so their code is not part of this project: give a folder holding a transcription of each, as a reader makes
-from the repositories (header: repository, file, commit), and this script runs them beside memlens's attacks:
+in the unit tests (tests/unit/harness/measures/test_mia_newer_attacks.py), as is RMIA's run_rmia (ml_privacy_meter, MIT;
+tests/unit/harness/measures/test_mia_rmia.py). The DC-PDD and EZ-MIA repositories carry no licence, so their code is
+not part of this project: give a folder holding a transcription of each, as a reader makes from the repositories
+(header: repository, file, commit), and this script runs them beside memlens's attacks; RMIA's file it runs unchanged:
 
     .venv/bin/python benchmarks/crosscheck_mia_authors.py --authors DIR [--cases 2000]
 

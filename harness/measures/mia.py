@@ -389,8 +389,9 @@ class Attack:
 
 # The attacks every MIA audit runs, in the order tables list them and best_attack breaks ties. A new attack is
 # one function of AttackInputs plus `ATTACKS.register(name, Attack(label, score, needs))`: the audit computes what
-# it needs and scores it, the summary, report table and figure show it under its label, findings M1-M3 consider it
-# for the best attack (docs/architecture.md, "Add a membership-inference attack").
+# it needs and scores it, the summary, report table and figure show it under its label, findings M1-M4 consider it
+# unless it says `read_by_findings=False` (docs/architecture.md, "Add a membership-inference attack"). New attacks are
+# appended: a figure's look of an attack follows its place here (harness/report/figures.py attack_style).
 ATTACKS: Registry[Attack] = Registry("MIA attack", "attack")
 ATTACKS.register("loss", Attack("LOSS", lambda x: loss_score(x.values)))
 ATTACKS.register("zlib", Attack("zlib", lambda x: zlib_score(x.values, x.text)))
