@@ -84,7 +84,7 @@ def rmia_cases(authors, rng: np.random.Generator, cases: int) -> tuple[float, in
         values = {i: {"logp": model_ll[i].tolist()} for i in range(n)}
         control = {i: {"logp": ref_ll[i].tolist()} for i in range(n)}
         ours = mia.rmia_score(values[0], control[0], mia.Population.of(values, control), 0)
-        signal = mia.sequence_probability(model_ll.mean(1)), mia.sequence_probability(ref_ll.mean(1))
+        signal = mia.text_probability(model_ll.mean(1)), mia.text_probability(ref_ll.mean(1))
         theirs = authors.run_rmia(signal[0][:1], signal[1][:1, None], np.zeros((1, 1), dtype=bool), signal[0][1:],
                                   signal[1][1:, None], mia.RMIA_OFFLINE_A)[0]
         worst, inside = max(worst, abs(ours - theirs)), inside + (0 < theirs < 1)

@@ -275,7 +275,7 @@ RMIA_OFFLINE_A = 0.3    # `offline_a`: get_out_ref_signals' default and most of 
 RMIA_GAMMA = 1.0        # γ: run_rmia's threshold (`ratios > 1.0`), the code with the authors' language-model path
 
 
-def sequence_probability(mean_log_likelihood):
+def text_probability(mean_log_likelihood):
     """Pr(x | θ) of a text for RMIA: exp(mean token log-likelihood), the geometric mean of its token probabilities,
     as the authors' language-model signal (get_softmax for a PreTrainedModel: exp of the masked mean of the true
     tokens' log-probs). Works elementwise on arrays."""
@@ -283,9 +283,8 @@ def sequence_probability(mean_log_likelihood):
 
 
 def offline_probability(reference_probability, a: float = RMIA_OFFLINE_A):
-    """RMIA's offline Pr(x) from one OUT reference model (the authors' offline approximation, their README and
-    run_rmia's `mean_x`):
-    ½((1 + a) Pr(x | θ_out) + (1 − a)). a = 1 takes the OUT model's probability as it is."""
+    """RMIA's offline Pr(x) = ½((1 + a) Pr(x | θ_out) + (1 − a)) from one OUT reference model (the authors' offline
+    approximation: run_rmia's `mean_x`). a = 1 takes the OUT model's probability as it is."""
     if not 0 <= a <= 1:
         raise ValueError(f"offline a={a}: must be in [0, 1] (the authors' range)")
     return (1 + a) / 2 * np.asarray(reference_probability, dtype=np.float64) + (1 - a) / 2
@@ -293,7 +292,7 @@ def offline_probability(reference_probability, a: float = RMIA_OFFLINE_A):
 
 def rmia_ratio(model_ll, reference_ll, a: float = RMIA_OFFLINE_A):
     """Pr(x | θ) / Pr(x) of texts given their mean token log-likelihoods under the audited model and the reference."""
-    return sequence_probability(model_ll) / offline_probability(sequence_probability(reference_ll), a)
+    return text_probability(model_ll) / offline_probability(text_probability(reference_ll), a)
 
 
 @dataclass(frozen=True)
@@ -348,7 +347,7 @@ class AttackInputs:
     member_prefix: Mapping | None = None
     token_frequency: TokenFrequency | None = None
     trajectory: Sequence[Mapping] | None = None     # {attack: score} of each earlier checkpoint, oldest first
-    population: Population | None = None            # RMIA's held-out z, on this span (the text itself left out)
+    population: Population | None = None            # RMIA's held-out z on this span (may hold the text itself)
     text_id: object = None                          # the scored text's id: what `population` leaves out
 
 

@@ -114,7 +114,7 @@ def test_rmia_of_every_text_is_the_double_loop(data):
 def _signal(ll: float) -> np.ndarray:
     """Their per-text signal of one text, exp(mean LL) as a 1-element array, through the same exp as ours (math.exp
     and numpy's can differ in the last bit, which flips a tie LR = 1 exactly)."""
-    return mia.sequence_probability([ll])
+    return mia.text_probability([ll])
 
 
 @settings(max_examples=200, deadline=None)
@@ -126,8 +126,8 @@ def test_rmia_is_the_authors_run_rmia(data):
     scored = data.draw(st.lists(st.tuples(LL, LL), min_size=1, max_size=6))
     pop = mia.Population.of({i: {"logp": [m]} for i, (m, _) in enumerate(population)},
                             {i: {"logp": [r]} for i, (_, r) in enumerate(population)})
-    z_model = mia.sequence_probability([m for m, _ in population])
-    z_ref = mia.sequence_probability([r for _, r in population])[:, None]
+    z_model = mia.text_probability([m for m, _ in population])
+    z_ref = mia.text_probability([r for _, r in population])[:, None]
     for m, r in scored:
         theirs = authors.run_rmia(_signal(m), _signal(r)[:, None], np.zeros((1, 1), dtype=bool), z_model, z_ref,
                                   mia.RMIA_OFFLINE_A)
