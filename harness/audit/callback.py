@@ -20,7 +20,8 @@ Measures (paper 003 Def. 3.1 for extraction; memlens.harness.measures.mia for th
               the control is not. The held-out twins are scored the same way: a rate above 0 there means the
               target is guessable, not memorized.
   mia         the registered attacks, planted (members) vs held-out (non-members) canaries: AUC and TPR at low
-              FPR with bootstrap 95 % intervals; the reference attack is calibrated on `control`.
+              FPR with bootstrap 95 % intervals; the reference attack, EZ-MIA and RMIA are calibrated on `control`
+              (RMIA's population: the held-out canaries).
   exposure    Carlini et al. 2019 (Sec. 4), the rank form, with held-out twins as the sample of the canaries'
               randomness space: each canary's target given its prompt ranked by summed NLL among a pool of held-out
               targets (`exposure_candidates`, seeded) in the same place; exposure = log2(candidates) - log2(rank), ties
