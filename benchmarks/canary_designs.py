@@ -5,7 +5,7 @@ synthetic_data/designs.py) detected at a lower dose than SD's own target lines, 
     python benchmarks/canary_designs.py --table runs/canary_designs                 # the table and the verdicts
 
 Each run: 48 SD.Base programs (10 or 20 lines, the SD generator at the run's seed) are the hosts, dealt to doses
-1 / 4 / 16 (synthetic_data/doses.py, 16 each). The design fills each host's target: `as_given` keeps SD's own target
+1 / 4 / 16 (synthetic_data/doses.py, 16 each; a host whose target is its first line is then dropped). The design fills each host's target: `as_given` keeps SD's own target
 line; `unigram` and `new_token` put a designed secret of 10 tokens in its place (the rest of the program is the
 host's prefix and suffix). `memlens.inject` holds out each canary by a fair coin (the non-members) and plants the rest
 `repeat` times in 96 other SD programs (the fine-tuning data, whose token counts the unigram design reads). The
@@ -64,7 +64,11 @@ def sd_rows(seed: int) -> tuple[list[dict], list[str]]:
     programs = generate_programs(n_hosts + BACKGROUND, 0, seed, line_counts=(10, 20))
     rows = base_rows(programs[:n_hosts], seed, line_document_frequency(p.code for p in programs))
     hosts = [{"id": r["id"], "prefix": r["prefix"], "target": r["target"], "suffix": r["suffix"]} for r in rows]
-    return assign_doses(hosts, DOSES, seed, "canary-designs"), [p.code for p in programs[n_hosts:]]
+    # A host whose target is its program's first line has no prefix, so no prompt to score its target after:
+    # memlens.inject refuses it. Dropped after the doses are dealt, so every other host keeps its dose (seed 1 drops
+    # one host; seeds 0 and 2 have none).
+    dosed = assign_doses(hosts, DOSES, seed, "canary-designs")
+    return [h for h in dosed if h["prefix"]], [p.code for p in programs[n_hosts:]]
 
 
 def _halves(code: str) -> tuple[str, str]:

@@ -103,6 +103,16 @@ def _split(rows: list[dict], heldout_fraction: float, seed: int) -> tuple[list[d
     return planted, [r for r, c in zip(rows, coins) if not c]
 
 
+def _check_prefixes(rows: list[dict]) -> None:
+    """A canary needs a prefix: the audit scores its target after the prompt the trainer saw (the prefix), and an
+    empty prompt gives a causal model nothing to condition on (the callback's membership pass would fail after
+    training instead)."""
+    for r in rows:
+        if not r["prefix"]:
+            raise UserError(f"canary {r['id']!r}: an empty prefix; the audit completes and scores the target after its "
+                            "prompt, the prefix, so give the canary a prefix (the start of its line or program)")
+
+
 def _text(value: Any) -> str:
     """Every string inside a cell (a message list's contents included), for the collision check."""
     if isinstance(value, str):
@@ -220,6 +230,7 @@ def inject(dataset, canaries, *, seed: int = 0, heldout_fraction: float = 0.5, f
     if design != AS_GIVEN and not isinstance(canaries, (str, Path)):
         canaries = [{"target": DESIGNED, **row} for row in canaries]   # a host needs no target of its own
     rows, designed = _designed(load_canaries(canaries), dataset, fmt, design, tokenizer, secret_tokens, seed)
+    _check_prefixes(rows)
     _check_no_collision(dataset, rows)
     planted, heldout = _split(rows, heldout_fraction, seed)
     if fmt == "preference" and not len(dataset):

@@ -133,3 +133,9 @@ def test_bad_input_names_what_to_fix():
         inject(_dataset("language_modeling"), [{"id": "e", "prefix": "a", "target": ""}])
     with pytest.raises(UserError, match=r"format='chat': use one of"):
         inject(_dataset("language_modeling"), CANARIES, format="chat")
+
+
+def test_a_canary_without_a_prefix_is_refused_before_anything_is_planted():
+    empty = [{**CANARIES[0], "prefix": ""}, *CANARIES[1:]]
+    with pytest.raises(UserError, match="'c0': an empty prefix"):
+        inject(_dataset("prompt_completion"), empty, seed=3)
