@@ -63,7 +63,7 @@ from memlens.harness.audit.background import (
     snapshot_checkpoint,
 )
 from memlens.harness.audit.epsilon import DEFAULT_GUESSES, EpsilonSettings
-from memlens.harness.audit.mia import audit_mia, collect_summaries
+from memlens.harness.audit.mia import MiaSettings, audit_mia, collect_summaries
 from memlens.harness.audit.preflight import check_survival, dataloader_parts
 from memlens.harness.audit.preflight import report as report_survival
 from memlens.harness.audit.run import AuditState, audit_checkpoint, write_summary
@@ -474,10 +474,9 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
         return out
 
     def _mia(self, checkpoint: Path, name: str, control_dir: Path) -> dict:
-        summary = audit_mia(checkpoint.parent, name, {CANARIES: (self.planted, self.heldout)}, mia_dir(self.audit_dir,
-                            name), control_dir=control_dir, cache_dir=self.audit_dir / "cache",
-                            batch_size=self.audit.batch_size, device=self.audit.device,
-                            fim_family=self.audit.fim_family, checkpoints=[(checkpoint.name, checkpoint)],
+        summary = audit_mia(checkpoint.parent, name, {CANARIES: (self.planted, self.heldout)},
+                            mia_dir(self.audit_dir, name), MiaSettings(scoring=self.audit), control_dir=control_dir,
+                            cache_dir=self.audit_dir / "cache", checkpoints=[(checkpoint.name, checkpoint)],
                             reference=self.reference, reference_name=REFERENCE_NAME if isinstance(
                                 self.reference, TokenFrequency) else "AuditCallback(reference)", log=self.log)
         collect_summaries(self.audit_dir)
