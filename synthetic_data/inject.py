@@ -40,10 +40,13 @@ from memlens.harness.core.errors import UserError
 from memlens.harness.core.injected import MANIFEST_VERSION, write_manifest
 from memlens.harness.core.provenance import provenance
 from memlens.harness.core.user_data import fim_example, read_fim_examples
+from memlens.synthetic_data.designs import AS_GIVEN, design_secrets
 
 FORMATS = ("language_modeling", "prompt_completion", "conversational", "preference", "unpaired", "prompt_only")
 TRAINED_FIELD = {"language_modeling": "text", "prompt_completion": "completion", "conversational": "assistant",
                  "preference": "chosen", "unpaired": "completion", "prompt_only": "prompt"}
+DESIGNED = "<designed>"       # the target of a host given without one (a design replaces it)
+DEFAULT_SECRET_TOKENS = 10     # a designed secret's tokens: the audit's min_target_tokens (harness/audit/settings.py)
 MASKED_FIELD = {"prompt_completion": "prompt", "conversational": "user", "preference": "prompt", "unpaired": "prompt"}
 
 
@@ -178,14 +181,35 @@ def _fingerprint(dataset) -> str:
     return h.hexdigest()
 
 
+def _designed(rows: list[dict], dataset, fmt: str, design: str, tokenizer, secret_tokens: int,
+              seed: int) -> tuple[list[dict], dict | None]:
+    """The canaries with their targets replaced by `design`'s secrets (synthetic_data/designs.py), drawn from the
+    token statistics of the dataset's trained field; the hosts (prefix, suffix), ids, repeat and group stay."""
+    if design == AS_GIVEN:
+        return rows, None
+    if tokenizer is None:
+        raise UserError(f"design={design!r}: pass tokenizer= (your model's tokenizer): a designed secret is chosen "
+                        "from the token statistics of your data in that tokenizer")
+    texts = [_text([m for m in example["messages"] if m.get("role") == "assistant"] if fmt == "conversational"
+                   else example[TRAINED_FIELD[fmt]]) for example in dataset]
+    secrets, record = design_secrets(design, tokenizer, texts, len(rows), secret_tokens, seed)
+    return [{**r, "target": secret} for r, secret in zip(rows, secrets)], record
+
+
 def inject(dataset, canaries, *, seed: int = 0, heldout_fraction: float = 0.5, format: str | None = None,
            field: str | None = None, allow_masked: bool = False, rl_prompts: bool = False,
+           design: str = AS_GIVEN, tokenizer=None, secret_tokens: int = DEFAULT_SECRET_TOKENS,
            manifest_path: str | Path | None = None):
     """Plant `canaries` in `dataset` (a `datasets.Dataset`); returns (the new dataset, the manifest).
 
     Each planted canary goes in `repeat` times (its row's field, default 1) at seeded positions among the original
     rows, which keep their order; the held-out canaries are not in the data at all. `manifest_path`: also write
-    the manifest there (JSON, atomically)."""
+    the manifest there (JSON, atomically).
+
+    `design`: the canaries' own targets (`as_given`), or secrets designed to be found (synthetic_data/designs.py:
+    random, unigram, bigram, new_token; Panda et al. 2025) of `secret_tokens` tokens each, in place of each canary's
+    target, chosen in `tokenizer` from the dataset's trained text. `new_token` adds its tokens to `tokenizer`: then
+    `model.resize_token_embeddings(len(tokenizer))` and train the embeddings (the pre-flight refuses otherwise)."""
     from datasets import Dataset, concatenate_datasets  # heavy: only when injecting
 
     if not isinstance(dataset, Dataset):
@@ -193,7 +217,9 @@ def inject(dataset, canaries, *, seed: int = 0, heldout_fraction: float = 0.5, f
                         "datasets.load_dataset(...)[split] or Dataset.from_list(...)")
     fmt = format or detect_format(dataset.column_names)
     field = _check_field(fmt, field, allow_masked, rl_prompts)
-    rows = load_canaries(canaries)
+    if design != AS_GIVEN and not isinstance(canaries, (str, Path)):
+        canaries = [{"target": DESIGNED, **row} for row in canaries]   # a host needs no target of its own
+    rows, designed = _designed(load_canaries(canaries), dataset, fmt, design, tokenizer, secret_tokens, seed)
     _check_no_collision(dataset, rows)
     planted, heldout = _split(rows, heldout_fraction, seed)
     if fmt == "preference" and not len(dataset):
@@ -229,6 +255,8 @@ def inject(dataset, canaries, *, seed: int = 0, heldout_fraction: float = 0.5, f
                     "sha256_after": _fingerprint(out)},
         "provenance": provenance(seed=seed, datasets={}),
     }
+    if designed is not None:
+        manifest["design"] = designed
     if manifest_path is not None:
         write_manifest(manifest, manifest_path)
     return out, manifest

@@ -20,7 +20,8 @@ Measures (paper 003 Def. 3.1 for extraction; memlens.harness.measures.mia for th
               the control is not. The held-out twins are scored the same way: a rate above 0 there means the
               target is guessable, not memorized.
   mia         the registered attacks, planted (members) vs held-out (non-members) canaries: AUC and TPR at low
-              FPR with bootstrap 95 % intervals; the reference attack is calibrated on `control`.
+              FPR with bootstrap 95 % intervals; the reference attack, EZ-MIA and RMIA are calibrated on `control`
+              (RMIA's population: the held-out canaries).
   exposure    Carlini et al. 2019 (Sec. 4), the rank form, with held-out twins as the sample of the canaries'
               randomness space: each canary's target given its prompt ranked by summed NLL among a pool of held-out
               targets (`exposure_candidates`, seeded) in the same place; exposure = log2(candidates) - log2(rank), ties
@@ -65,7 +66,7 @@ from memlens.harness.audit.background import (
 )
 from memlens.harness.audit.epsilon import DEFAULT_GUESSES, EpsilonSettings
 from memlens.harness.audit.mia import MiaSettings, audit_mia, collect_summaries
-from memlens.harness.audit.preflight import check_survival, dataloader_parts
+from memlens.harness.audit.preflight import check_new_tokens, check_survival, dataloader_parts
 from memlens.harness.audit.preflight import report as report_survival
 from memlens.harness.audit.run import AuditState, audit_checkpoint, write_summary
 from memlens.harness.audit.settings import AuditJob, AuditSettings
@@ -382,6 +383,8 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
             self.saves = (int(state.global_step // steps) if steps and steps >= 1
                           else max(self.saves + 1, self.scored * self.settings.every))
         if self.preflight != "off" and state.is_world_process_zero and not state.global_step:
+            check_new_tokens(kwargs.get("model"), kwargs.get("processing_class"), self.manifest, self.log,
+                             self.preflight == "raise")
             dataset, collator = dataloader_parts(kwargs.get("train_dataloader"))
             if dataset is not None and collator is not None:
                 report_survival(check_survival(args, dataset, collator, kwargs.get("processing_class"), self.manifest),

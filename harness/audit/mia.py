@@ -7,7 +7,7 @@ The per-token log-probs come from the model layer's one teacher-forced pass thro
 (memlens.harness.model.cache.cached_token_logprobs), so a killed audit resumes where it stopped and a rerun loads no
 weights; everything else is recomputed from the cache and written atomically, summary last (as the loss audit,
 harness/audit/losses.py). The reference-calibrated attack uses the control's final model (the fixed control of
-the extraction audit, paper 003 Appendix B).
+the extraction audit, paper 003 Appendix B); RMIA also reads the held-out set's values as its population.
 
 On disk, below the run's audit dir (memlens.harness.core.layout.mia_dir):
     mia/<model>/<checkpoint>/<dataset>.jsonl   one row per example: id, member (1/0), score[span][attack], blind[span]
@@ -56,9 +56,11 @@ from memlens.harness.measures.mia import (
     MEMBER_PREFIX,
     MIN_K_FRACTION,
     NONMEMBER_PREFIX,
+    POPULATION,
     PREFIX_RULE,
     TRAJECTORY,
     AttackInputs,
+    Population,
     TokenFrequency,
     attack_fallbacks,
     attack_metrics,
@@ -167,9 +169,24 @@ def _span_text(row: dict, span: str) -> str:
     return row["target"] if span == "target" else program_text(row)
 
 
+def _populations(values: dict, control: dict | None, spans, shots: frozenset) -> dict[str, Population] | None:
+    """RMIA's population z on each span ({span: Population}): the held-out texts of the dataset that the metrics
+    count (its `values` and `control` passes, the prefix `shots` left out), under this checkpoint and the control, so
+    the population is exactly the evaluated non-members (docs/methods.md, "RMIA"). None where no registered attack
+    reads it, without a control, or with fewer than two such texts (a text is never its own z,
+    memlens.harness.measures.mia.rmia_score)."""
+    if POPULATION not in inputs_needed() or control is None:
+        return None
+    out = {}
+    for span in spans:
+        keep = [i for i in values[span][PLAIN] if i not in shots]
+        out[span] = Population.of({i: values[span][PLAIN][i] for i in keep}, {i: control[span][PLAIN][i] for i in keep})
+    return out if all(len(p.ids) >= 2 for p in out.values()) else None
+
+
 def _score_rows(rows: list[dict], member: int, values: dict, control: dict | None, spans,
                 frequency: TokenFrequency | None, earlier: list[dict[str, dict]], shots: frozenset,
-                blind: dict[str, dict] | None = None) -> list[dict]:
+                blind: dict[str, dict] | None = None, population: dict[str, Population] | None = None) -> list[dict]:
     out = []
     for r in rows:
         scores, fallbacks = {}, {}
@@ -181,7 +198,8 @@ def _score_rows(rows: list[dict], member: int, values: dict, control: dict | Non
                 control=control[span][PLAIN][r["id"]] if control is not None else None,
                 nonmember_prefix=passes.get(NONMEMBER_PREFIX, {}).get(r["id"]),
                 member_prefix=passes.get(MEMBER_PREFIX, {}).get(r["id"]),
-                token_frequency=frequency, trajectory=history or None)
+                token_frequency=frequency, trajectory=history or None,
+                population=population[span] if population else None, text_id=r["id"])
             scores[span] = attack_scores(inputs)
             if fallback := attack_fallbacks(inputs):
                 fallbacks[span] = fallback
@@ -404,12 +422,15 @@ class _MiaInputs:
 
     def score(self, dataset: str, values: dict, history: list[dict]) -> tuple[list[dict], dict]:
         """(one checkpoint's rows on one dataset pair, its result entry)."""
+        held = f"{dataset}:nonmembers"
+        population = _populations(values[held], self.control[held] if self.control else None, self.spans,
+                                  self.prefixes[held].shot_ids if held in self.prefixes else frozenset())
         rows = []
         for role, member in (("members", 1), ("nonmembers", 0)):
             key = f"{dataset}:{role}"
             shots = self.prefixes[key].shot_ids if key in self.prefixes else frozenset()
             rows += _score_rows(self.data[key], member, values[key], self.control[key] if self.control else None,
-                                self.spans, self.frequency, history, shots, self.blind[dataset]["scores"])
+                                self.spans, self.frequency, history, shots, self.blind[dataset]["scores"], population)
         overall, tiers = _metrics(rows, self.spans, self.n_boot, self.seed)
         return rows, {
             "n_members": sum(r["member"] == 1 and not r.get("prefix_shot") for r in rows),

@@ -204,6 +204,61 @@ def check_survival(args, dataset, collator, tokenizer, manifest) -> list[CanaryS
     return out
 
 
+# ------------------------------------------------------------------------------------------------ new-token canaries
+def _trained_rows(module) -> set[int] | None:
+    """The rows of an embedding module (a plain nn.Embedding / lm_head, or PEFT's wrappers of one) that training
+    updates: None for every row (a trainable weight, a ModulesToSaveWrapper's trainable copy, a LoRA embedding
+    adapter), else the set of rows PEFT's trainable tokens update (empty: frozen)."""
+    rows: set[int] = set()
+    for sub in module.modules():
+        indices = getattr(sub, "token_indices", None)
+        if isinstance(indices, dict):                  # peft TrainableTokensLayer: {adapter: [row, ...]}
+            for listed in indices.values():
+                rows.update(int(i) for i in listed)
+    if any(p.requires_grad for name, p in module.named_parameters() if "trainable_tokens_delta" not in name):
+        return None
+    return rows
+
+
+def new_token_refusal(model, tokenizer, manifest) -> str | None:
+    """Why training would not learn a new-token canary (synthetic_data/designs.py, `new_token`), or None: the tokenizer
+    lacks the tokens, the embeddings were not resized to hold them, or their rows are frozen (LoRA without the
+    embeddings: they keep their initial values, and the audit would measure noise, not memorization)."""
+    added = (read_manifest(manifest).get("design") or {}).get("new_tokens") or []
+    if not added:
+        return None
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    ids = [tokenizer.convert_tokens_to_ids(t) for t in added]
+    if any(i is None or i == tokenizer.unk_token_id for i in ids):
+        return ("pre-flight: the trainer's tokenizer lacks the new-token canaries' tokens; train with the tokenizer "
+                "memlens.inject(design='new_token', tokenizer=...) extended")
+    embeddings = model.get_input_embeddings()
+    rows = embeddings.weight.shape[0] if hasattr(embeddings, "weight") else embeddings.num_embeddings
+    if max(ids) >= rows:
+        return (f"pre-flight: the model's embeddings have {rows} rows and the new-token canaries need {max(ids) + 1}; "
+                "call model.resize_token_embeddings(len(tokenizer)) before training")
+    frozen = []
+    for side, module in (("input", embeddings), ("output", model.get_output_embeddings())):
+        trained = _trained_rows(module) if module is not None else None
+        if trained is not None and not set(ids) <= trained:
+            frozen.append(side)
+    if frozen:
+        return (f"pre-flight: the {' and '.join(frozen)} embedding rows of the new-token canaries are frozen, so they "
+                "keep their initial values and the audit would measure noise, not memorization; train them: PEFT "
+                "LoraConfig(modules_to_save=['embed_tokens', 'lm_head']) or trainable_token_indices=<their ids>, or "
+                "leave the embeddings trainable")
+    return None
+
+
+def check_new_tokens(model, tokenizer, manifest, log=print, raise_on_failure: bool = True) -> None:
+    """Refuse (UserError with the fix) or warn when training would not learn the new-token canaries."""
+    why = new_token_refusal(model, tokenizer, manifest) if model is not None else None
+    if why and raise_on_failure:
+        raise UserError(why)
+    if why:
+        log(f"[memlens] warning: {why}")
+
+
 def survival_table(results: list[CanarySurvival], trainer_name: str) -> str:
     """The pre-flight's table, one row per canary."""
     lines = [f"[memlens] pre-flight ({trainer_name}): planted copies whose target reaches the loss",
@@ -229,6 +284,7 @@ def refusal(results: list[CanarySurvival]) -> str | None:
 def preflight(trainer, manifest, log=print, raise_on_failure: bool = True) -> list[CanarySurvival]:
     """Check, before training, that every planted copy of the manifest's canaries reaches `trainer`'s loss; print the
     table and raise (UserError, with the fix) when one does not, unless `raise_on_failure` is false."""
+    check_new_tokens(trainer.model, trainer.processing_class, manifest, log, raise_on_failure)
     results = check_survival(trainer.args, trainer.train_dataset, trainer.data_collator,
                              trainer.processing_class, manifest)
     return report(results, type(trainer).__name__, log, raise_on_failure)

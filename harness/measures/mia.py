@@ -26,6 +26,9 @@ memlens.harness.core.stats.roc_auc / tpr_at_fpr read them directly (members labe
 - dc_pdd: token probabilities calibrated by a reference corpus's token frequencies (Zhang et al. 2024, DC-PDD).
 - ez_mia: the gain over a reference model at the positions the model gets wrong (Ilic et al. 2026, EZ-MIA).
 - sequence_loss, sequence_reference: an attack's score averaged over the stage's checkpoints (after SeMI*).
+- rmia: the share of population texts z (held-out, the scored text left out) that x beats in the relative likelihood
+  ratio [Pr(x|θ)/Pr(x)] / [Pr(z|θ)/Pr(z)] > γ, Pr(·) the offline approximation from the control (Zarifzadeh, Liu and
+  Shokri, ICML 2024, "Low-cost high-power membership inference attacks", RMIA; the authors' ml_privacy_meter).
 
 Where a text has fewer tokens than 1 / k, min_k uses its one least likely token (never an empty mean). Every
 attack is held to its authors' code or a hand-derived case (docs/methods.md, "Membership inference").
@@ -151,7 +154,8 @@ NONMEMBER_PREFIX = "nonmember_prefix"   # the same tokens scored after a prefix 
 MEMBER_PREFIX = "member_prefix"         # ... after a prefix of member text (Con-ReCall)
 TOKEN_FREQUENCY = "token_frequency"     # a reference token-frequency distribution of the run's own data (DC-PDD)
 TRAJECTORY = "trajectory"               # this text's scores at every earlier checkpoint of the same model (sequence)
-INPUTS = (CONTROL, NONMEMBER_PREFIX, MEMBER_PREFIX, TOKEN_FREQUENCY, TRAJECTORY)
+POPULATION = "population"               # held-out texts' likelihoods under the model and the control (RMIA's z)
+INPUTS = (CONTROL, NONMEMBER_PREFIX, MEMBER_PREFIX, TOKEN_FREQUENCY, TRAJECTORY, POPULATION)
 
 
 CON_RECALL_GAMMA = 0.5        # Con-ReCall's weight of the member prefix (one value of the authors' grid, fixed)
@@ -263,6 +267,71 @@ def sequence_score(current: float, trajectory: Sequence[Mapping], attack: str) -
     return float(np.mean([*earlier, current]))
 
 
+# RMIA (Zarifzadeh, Liu and Shokri, ICML 2024), offline, as the authors' ml_privacy_meter computes it
+# (modules/mia/attacks/rmia.py `run_rmia`, get_signals.py `get_softmax`, at e384af8). Both constants are the authors'
+# defaults, fixed before any run and never tuned (docs/methods.md, "RMIA"):
+RMIA_OFFLINE_A = 0.3    # `offline_a`: get_out_ref_signals' default and most of the paper code's configs (their tuning over
+                        # a paired model's AUC needs a second trained target, which a run does not have)
+RMIA_GAMMA = 1.0        # γ: run_rmia's threshold (`ratios > 1.0`), the code with the authors' language-model path
+
+
+def text_probability(mean_log_likelihood):
+    """Pr(x | θ) of a text for RMIA: exp(mean token log-likelihood), the geometric mean of its token probabilities,
+    as the authors' language-model signal (get_softmax for a PreTrainedModel: exp of the masked mean of the true
+    tokens' log-probs). Works elementwise on arrays."""
+    return np.exp(np.asarray(mean_log_likelihood, dtype=np.float64))
+
+
+def offline_probability(reference_probability, a: float = RMIA_OFFLINE_A):
+    """RMIA's offline Pr(x) = ½((1 + a) Pr(x | θ_out) + (1 − a)) from one OUT reference model (the authors' offline
+    approximation: run_rmia's `mean_x`). a = 1 takes the OUT model's probability as it is."""
+    if not 0 <= a <= 1:
+        raise ValueError(f"offline a={a}: must be in [0, 1] (the authors' range)")
+    return (1 + a) / 2 * np.asarray(reference_probability, dtype=np.float64) + (1 - a) / 2
+
+
+def rmia_ratio(model_ll, reference_ll, a: float = RMIA_OFFLINE_A):
+    """Pr(x | θ) / Pr(x) of texts given their mean token log-likelihoods under the audited model and the reference."""
+    return text_probability(model_ll) / offline_probability(text_probability(reference_ll), a)
+
+
+@dataclass(frozen=True)
+class Population:
+    """RMIA's population z: held-out texts (`ids`) with their mean token log-likelihoods under the audited model
+    (`model_ll`) and under the reference model (`reference_ll`, the control), on the span being scored."""
+
+    ids: tuple
+    model_ll: np.ndarray
+    reference_ll: np.ndarray
+
+    @classmethod
+    def of(cls, values: Mapping, reference: Mapping) -> Population:
+        """From {id: per-token values} of the same texts under the audited model and the reference."""
+        missing = set(values) ^ set(reference)
+        if missing:
+            raise ValueError(f"RMIA population: ids {sorted(map(str, missing))[:3]} have values under one model only")
+        ids = tuple(values)
+        return cls(ids, np.array([mean_ll(values[i]) for i in ids]), np.array([mean_ll(reference[i]) for i in ids]))
+
+    def without(self, text_id) -> Population:
+        """The population with the text `text_id` left out: x is never its own z."""
+        keep = np.array([i != text_id for i in self.ids], dtype=bool)
+        return Population(tuple(i for i in self.ids if i != text_id), self.model_ll[keep], self.reference_ll[keep])
+
+
+def rmia_score(values: Mapping, reference: Mapping, population: Population, text_id,
+               a: float = RMIA_OFFLINE_A, gamma: float = RMIA_GAMMA) -> float:
+    """RMIA (Zarifzadeh et al. 2024, offline; the authors' run_rmia): the share of population texts z, `text_id` left
+    out, with LR(x, z) = [Pr(x|θ)/Pr(x)] / [Pr(z|θ)/Pr(z)] > γ (higher = member)."""
+    pool = population.without(text_id)
+    if not pool.ids:
+        raise ValueError(f"RMIA: no population text besides {text_id!r}; the population needs at least two held-out "
+                         "texts")
+    x = rmia_ratio(mean_ll(values), mean_ll(reference), a)
+    z = rmia_ratio(pool.model_ll, pool.reference_ll, a)
+    return float(np.mean(x / z > gamma))
+
+
 @dataclass(frozen=True)
 class AttackInputs:
     """Everything an attack may read of one text. `values`: the audited model's per-token values on it (`ids`,
@@ -278,6 +347,8 @@ class AttackInputs:
     member_prefix: Mapping | None = None
     token_frequency: TokenFrequency | None = None
     trajectory: Sequence[Mapping] | None = None     # {attack: score} of each earlier checkpoint, oldest first
+    population: Population | None = None            # RMIA's held-out z on this span (may hold the text itself)
+    text_id: object = None                          # the scored text's id: what `population` leaves out
 
 
 @dataclass(frozen=True)
@@ -292,6 +363,10 @@ class Attack:
     # Where the authors' code scores a text by a fallback branch rather than the statistic: why it did for these
     # inputs, else None (EZ-MIA's `ez_mia_fallback`). Reported, never changing the score (`degenerate_reasons`).
     fallback: Callable[[AttackInputs], str | None] | None = None
+    # False for an attack registered after findings M1-M4's rules were committed (RMIA, issue #68): the audit, the
+    # table and the figures show it, but M1-M4 neither pick it nor count it, so each reads the attacks it read when
+    # its rule was fixed (harness/report/findings/membership.py).
+    read_by_findings: bool = True
 
     def __post_init__(self):
         unknown = set(self.needs) - set(INPUTS)
@@ -313,8 +388,9 @@ class Attack:
 
 # The attacks every MIA audit runs, in the order tables list them and best_attack breaks ties. A new attack is
 # one function of AttackInputs plus `ATTACKS.register(name, Attack(label, score, needs))`: the audit computes what
-# it needs and scores it, the summary, report table and figure show it under its label, findings M1-M3 consider it
-# for the best attack (docs/architecture.md, "Add a membership-inference attack").
+# it needs and scores it, the summary, report table and figure show it under its label, findings M1-M4 consider it
+# unless it says `read_by_findings=False` (docs/architecture.md, "Add a membership-inference attack"). New attacks are
+# appended: a figure's look of an attack follows its place here (harness/report/figures.py attack_style).
 ATTACKS: Registry[Attack] = Registry("MIA attack", "attack")
 ATTACKS.register("loss", Attack("LOSS", lambda x: loss_score(x.values)))
 ATTACKS.register("zlib", Attack("zlib", lambda x: zlib_score(x.values, x.text)))
@@ -335,6 +411,8 @@ ATTACKS.register("dc_pdd", Attack("DC-PDD", lambda x: dc_pdd_score(x.values, x.t
                                   needs=frozenset({TOKEN_FREQUENCY})))
 ATTACKS.register("ez_mia", Attack("EZ-MIA", lambda x: ez_mia_score(x.values, x.control), needs=frozenset({CONTROL}),
                                   fallback=lambda x: ez_mia_fallback(x.values, x.control)))
+ATTACKS.register("rmia", Attack("RMIA (control)", lambda x: rmia_score(x.values, x.control, x.population, x.text_id),
+                                needs=frozenset({CONTROL, POPULATION}), read_by_findings=False))
 
 BASELINE_ATTACK = "loss"      # what every other attack is compared with, on the same texts (`vs_loss`)
 CLASSIC_ATTACKS = ("loss", "zlib", "min_k", "min_k_plus_plus", "reference")   # mimir's set; the rest are newer

@@ -50,7 +50,7 @@ def test_every_saved_checkpoint_of_a_trl_trainer_is_scored(kind, loss_type, base
                 "canaries" if dataset == "canaries" else "heldout"])
             assert len(rows) == n == record["extraction"][dataset]["n_scored"] + sum(
                 1 for r in rows if r["excluded"])
-        assert set(record["mia"]) >= {"loss", "zlib", "min_k", "min_k_plus_plus", "reference", "ez_mia"}, record["mia"]
+        assert set(record["mia"]) >= {"loss", "zlib", "min_k", "min_k_plus_plus", "reference", "ez_mia", "rmia"}, record["mia"]
         # DC-PDD's reference: the trainer's own processed rows; the sequence attacks from the second save on
         assert "dc_pdd" in record["mia"], (kind, sorted(record["mia"]))
         assert ("sequence_loss" in record["mia"]) == (checkpoint != "checkpoint-1")

@@ -16,7 +16,7 @@ from memlens.harness.audit.command import main as audit_main
 from memlens.harness.audit.mia import MiaSettings, audit_mia
 from memlens.harness.audit.settings import AuditSettings
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
-from memlens.harness.measures.mia import ATTACKS, best_attack
+from memlens.harness.measures.mia import ATTACKS, best_attack, rmia_ratio
 from memlens.harness.model.cache import cached_token_logprobs, program_text
 from memlens.harness.model.logprobs import encode_fim_examples, target_losses, target_token_logprobs
 from memlens.harness.model.scorer import CausalLMScorer
@@ -144,6 +144,19 @@ def test_trained_members_separate_and_an_untrained_model_does_not(world):
     assert program["value"] > 0.7 and program["ci95"][0] > 0.5, program
     control_free = untrained["results"]["final"]["sd_base"]["spans"]
     assert "reference" not in control_free["target"]          # no control given: no calibrated attack
+    assert "rmia" not in control_free["target"]               # ... nor RMIA (its Pr(x) is the control's)
+    # RMIA's population is the 13 held-out texts the metrics count (shots left out), each left out of its own: its
+    # score, recomputed from the rows' own LOSS (LL under FT.1) and reference (LL - LL under the control) scores.
+    def ratio(r, span):
+        ll = r["score"][span]["loss"]
+        return float(rmia_ratio(ll, ll - r["score"][span]["reference"]))
+
+    for span in ("target", "program"):
+        held = [r for r in rows if r["member"] == 0 and not r.get("prefix_shot")]
+        for r in rows:
+            lrs = [ratio(r, span) / ratio(z, span) for z in held if z["id"] != r["id"]]
+            low, high = (sum(lr > 1 + e for lr in lrs) / len(lrs) for e in (1e-9, -1e-9))
+            assert low <= r["score"][span]["rmia"] <= high, (span, r["id"])
     for span in ("target", "program"):
         auc = control_free[span]["loss"]["auc"]
         assert abs(auc["value"] - 0.5) < 0.25 and auc["ci95"][0] < 0.5 < auc["ci95"][1], (span, auc)

@@ -5,7 +5,14 @@ preference pairs detectable where its SD is not extractable (M5, harness/measure
 from __future__ import annotations
 
 from memlens.harness.measures.blind_mia import BLIND_LABEL
-from memlens.harness.measures.mia import BASELINE_ATTACK, CLASSIC_ATTACKS, attack_label, best_attack, is_degenerate
+from memlens.harness.measures.mia import (
+    ATTACKS,
+    BASELINE_ATTACK,
+    CLASSIC_ATTACKS,
+    attack_label,
+    best_attack,
+    is_degenerate,
+)
 from memlens.harness.measures.preference_mia import PRIMARY_PAIR_ATTACK, pair_attack_label
 from memlens.harness.report import analyses as A
 from memlens.harness.report.findings.evidence_gates import (
@@ -27,10 +34,19 @@ from memlens.harness.report.findings.verdict import P_MAX, FindingResult, _pct, 
 # H0: AUC <= the blind baseline's AUC on the same texts (`vs_blind`: Das et al. 2024, an attack that does not beat a
 # classifier reading the texts alone says nothing about the model). A finding holds only where both are rejected:
 # the intersection-union test (Berger 1982), whose p is the larger of the two.
+# The attacks are those registered when the rule was committed (`rule_metrics`: RMIA, added later, is not read).
+def rule_metrics(run: RunResults, model: str, dataset: str) -> dict:
+    """{attack: metrics} of `dataset` (target span, final) that M1-M4's rules read: every attack but those registered
+    after the rules were committed (`Attack.read_by_findings`, RMIA), which would otherwise change the pick and the
+    Bonferroni factor after the fact. An attack not registered here (a summary from elsewhere) is read as before."""
+    metrics = A.mia_entry(run.mia, model, dataset) or {}
+    return {a: m for a, m in metrics.items() if a not in ATTACKS or ATTACKS[a].read_by_findings}
+
+
 def mia_detection(run: RunResults, model: str, dataset: str = "sd_base") -> dict | None:
     """The best attack on `dataset` (target span, final checkpoint) and its tests; None when not measured.
     `vs_blind` is None where the summary has no blind baseline (too few texts, or audited before memlens had one)."""
-    metrics = A.mia_entry(run.mia, model, dataset) or {}
+    metrics = rule_metrics(run, model, dataset)
     best = best_attack(metrics)
     if best is None:
         return None
@@ -162,10 +178,11 @@ def m5(run: RunResults) -> FindingResult:
 # Holds when both stages' best newer attack beats LOSS at p < P_MAX; not reproduced when at either stage no newer
 # attack's AUC is above LOSS's; otherwise inconclusive. Added later (issue #68), after the rule was first committed:
 # a newer attack degenerate there (memlens.harness.measures.mia.degenerate_reasons) is never the one picked, though it
-# still counts in the Bonferroni factor (it was looked at).
+# still counts in the Bonferroni factor (it was looked at). RMIA, registered after M1-M4's rules, is read by neither
+# (`rule_metrics`): each finding reads the attacks it read when its rule was committed.
 def newer_vs_loss(run: RunResults, model: str, dataset: str = "sd_base") -> dict | None:
     """The best newer attack's AUC gain over LOSS on one model's `dataset` (target span, final), or None."""
-    metrics = A.mia_entry(run.mia, model, dataset) or {}
+    metrics = rule_metrics(run, model, dataset)
     newer = {a: m for a, m in metrics.items() if a not in CLASSIC_ATTACKS and "vs_loss" in m}
     candidates = {a: m for a, m in newer.items() if not is_degenerate(m)}
     if not candidates or BASELINE_ATTACK not in metrics:

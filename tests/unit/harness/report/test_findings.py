@@ -452,6 +452,26 @@ def test_the_newer_attacks_against_loss_by_hand():
     assert verdicts(RunResults(grouped(), evidence(), mia=only_one))["M4"].status == NOT_MEASURED
 
 
+def test_rmia_registered_after_the_rules_is_read_by_no_membership_finding():
+    """RMIA joined the attacks after M1-M4's rules were committed (issue #68): in a summary where it separates the
+    sets (AUC 1) beside a LOSS and a ReCaLL at chance, M3 and M4 still read the attacks they read before it existed:
+    M3's pick is LOSS (the tie at AUC 0.5 with ReCaLL broken by registration order), not RMIA; M4's best newer attack is ReCaLL, at chance -> not reproduced
+    (RMIA would have made it hold), with the same Bonferroni factors as without RMIA."""
+    from memlens.harness.core.stats import bootstrap_mia_metrics, paired_auc_difference
+
+    chance = ([1.0, 2.0, 3.0, 4.0] * 5, [1.0, 2.0, 3.0, 4.0] * 5)
+    separated = ([100.0 + i for i in range(20)], [float(i) for i in range(20)])
+    mia = {m: _two_attacks(chance, chance) for m in ("RLFT.2", "IPO")}
+    for record in mia.values():
+        record["results"]["final"]["sd_base"]["spans"]["target"]["rmia"] = {
+            **bootstrap_mia_metrics(*separated, n_boot=400, seed=0),
+            "vs_loss": paired_auc_difference(*separated, *chance, n_boot=400, seed=0)}
+    got = verdicts(RunResults(grouped(), evidence(), mia=mia))
+    assert got["M4"].status == FAILS and got["M4"].test["attack"] == "recall"
+    assert got["M4"].test["n_attacks"] == 1
+    assert "AUC 0.50" in got["M3"].ours and "(loss;" in got["M3"].ours      # RMIA's AUC 1 is not its pick
+
+
 # The findings table's rows, in its order (harness/report/findings/__init__.py imports the per-paper modules so).
 TABLE_ORDER = ("F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8", "V4", "V5", "V6", "V7", "P1", "P2", "P3",
                "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "M4", "M5", "S1", "S2", "S3", "E1", "D1", "D2", "D3", "D4", "D5")

@@ -1,0 +1,226 @@
+"""Canaries designed to be found (Panda, Tang, Nasr, Choquette-Choo and Mittal, "Privacy auditing of large language
+models", ICLR 2025, arXiv 2503.06808): a registry of secret designs, each a way of choosing a canary's secret tokens
+so that membership inference detects it at a dose where a random or a natural secret stays on the floor.
+
+A design chooses, for each canary, the token ids of its secret; `designed_canaries` writes them as the canary's
+target (decoded text) and keeps the canary's own prefix and suffix (the host: the authors' "prompt", which they draw
+at random or from validation data; ours is whatever host the user or the builder gives). The held-out twins are
+designed the same way and held out by their coins (memlens.inject), so MIA and the one-run ε bound apply unchanged.
+
+The built-in designs follow the authors' code (github.com/kiddyboots216/privacy-auditing-of-llms, create_datasets.py,
+its `--mode`s), read 2026-11-28; where ours departs, the entry's comment says so:
+
+    random     `random`:  k tokens drawn uniformly among the tokens the fine-tuning data contains (count > 0)
+    unigram    `unigram`: k tokens drawn among the n*k token types the fine-tuning data contains least often
+    bigram     `bigram`:  a pair (x, y), x among the n rarest types, y the type least likely to follow x under the
+               data's bigram model, repeated to k tokens: x y x y ...
+    new_token  `new`:     k tokens that did not exist: random strings of non-zero digits added to the vocabulary;
+               the model's embeddings must be resized and trainable (harness/audit/preflight.py refuses otherwise)
+
+Every design here is model-free (token statistics of the fine-tuning data, or new tokens). The authors' model-based
+`rare` mode (a prefix token chosen to make the secret least likely under the model) and Mitchell and Andrew's
+high-temperature samples from the model itself (arXiv 2606.10481) are not built.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.registry import Registry
+
+AS_GIVEN = "as_given"          # the canaries' own targets (no design): memlens.inject's default
+NEW_TOKEN_DIGITS = 6           # characters of one new token (the authors' secrets are strings of non-zero digits)
+ROUND_TRIP_TRIES = 200         # draws per canary before a design gives up on a secret that re-tokenizes as itself
+
+
+@dataclass(frozen=True)
+class TokenStatistics:
+    """What the model-free designs read of the fine-tuning data: unigram and bigram counts of its token ids (the
+    authors' build_unigram_matrix / build_bigram_matrix, kept sparse so a 150k vocabulary costs nothing), and the
+    ids no secret may use (the tokenizer's special tokens)."""
+
+    unigrams: Counter
+    bigrams: Counter
+    excluded: frozenset[int]
+
+    @classmethod
+    def of(cls, token_ids: Iterable[Sequence[int]], excluded: Iterable[int] = ()) -> TokenStatistics:
+        unigrams: Counter = Counter()
+        bigrams: Counter = Counter()
+        for ids in token_ids:
+            unigrams.update(ids)
+            bigrams.update(zip(ids, ids[1:]))
+        return cls(unigrams, bigrams, frozenset(excluded))
+
+    def seen(self) -> list[int]:
+        """Token ids the data contains (the authors' count > canary_lower_threshold, with the threshold 0)."""
+        return sorted(t for t, c in self.unigrams.items() if c > 0 and t not in self.excluded)
+
+    def rarest(self, n: int, rng: random.Random) -> list[int]:
+        """The n seen types the data contains least often; types of equal count in a seeded order. The authors take
+        every type below a count threshold that covers n types, so at the threshold they take a few more."""
+        seen = self.seen()
+        rng.shuffle(seen)                                  # ties: seeded, not by id
+        return sorted(seen, key=lambda t: self.unigrams[t])[:n]
+
+
+@dataclass(frozen=True)
+class DesignRequest:
+    """One design's job: `n` secrets of `k` tokens each, from these statistics, by this seeded generator."""
+
+    n: int
+    k: int
+    stats: TokenStatistics
+    rng: random.Random
+
+
+@dataclass(frozen=True)
+class CanaryDesign:
+    """A registered design: `secrets(request)` returns n lists of k token ids (or, for a design that adds tokens,
+    n lists of k new token strings, `adds_tokens=True`)."""
+
+    label: str
+    source: str
+    secrets: Callable[[DesignRequest], list[list]]
+    adds_tokens: bool = False
+
+
+DESIGNS: Registry[CanaryDesign] = Registry("canary design", "design")
+
+
+def _enough(pool: list[int], needed: int, design: str) -> None:
+    if len(pool) < needed:
+        raise UserError(f"design={design!r}: the fine-tuning data has {len(pool)} usable token types, and {needed} are "
+                        "needed (n canaries x k tokens, no token reused); give fewer or shorter canaries, or more data")
+
+
+def random_secrets(req: DesignRequest) -> list[list[int]]:
+    """The authors' `random` baseline: tokens drawn uniformly among those the data contains. Without reuse (their
+    `no_canary_reuse`), so no two canaries share a token and one canary's training cannot lower another's loss."""
+    pool = req.stats.seen()
+    _enough(pool, req.n * req.k, "random")
+    drawn = req.rng.sample(pool, req.n * req.k)
+    return [drawn[i * req.k:(i + 1) * req.k] for i in range(req.n)]
+
+
+def unigram_secrets(req: DesignRequest) -> list[list[int]]:
+    """The authors' `unigram`: tokens drawn among the n*k types the data contains least often (but at least once):
+    the tokens the fine-tuned model least expects, so a secret's loss drops most when it is trained on."""
+    pool = req.stats.rarest(req.n * req.k, req.rng)
+    _enough(pool, req.n * req.k, "unigram")
+    req.rng.shuffle(pool)
+    return [pool[i * req.k:(i + 1) * req.k] for i in range(req.n)]
+
+
+def bigram_secrets(req: DesignRequest) -> list[list[int]]:
+    """The authors' `bigram`: for each of the n rarest types x (rarest first), the type y least likely to follow x
+    under the data's bigram model P(y | x) = count(x, y) / count(x, .), among the 3n rarest types, no y used twice
+    (their `no_canary_reuse`) and, unlike theirs, no y that is another canary's x, so no two secrets share a token;
+    the secret is x y repeated to k tokens (their `[x, y] * (mask_len // 2)`; an odd k ends on x). Ties in P(y | x)
+    (most pairs never occur: P = 0) go to the rarer y, then in a seeded order."""
+    xs = req.stats.rarest(req.n, req.rng)
+    _enough(xs, req.n, "bigram")
+    ys = [y for y in req.stats.rarest(3 * req.n, req.rng) if y not in xs]
+    row_total = Counter()
+    for (x, _), c in req.stats.bigrams.items():
+        row_total[x] += c
+    used: set[int] = set()
+    secrets = []
+    for x in xs:
+        def p_given_x(y: int, x: int = x) -> float:
+            return req.stats.bigrams[(x, y)] / row_total[x] if row_total[x] else 0.0
+        free = [y for y in ys if y not in used]
+        if not free:
+            raise UserError(f"design='bigram': no unused rare type left to follow token {x}; give fewer canaries")
+        y = min(free, key=lambda t: (p_given_x(t), req.stats.unigrams[t]))
+        used.add(y)
+        secrets.append(([x, y] * ((req.k + 1) // 2))[:req.k])
+    return secrets
+
+
+def new_token_secrets(req: DesignRequest) -> list[list[str]]:
+    """The authors' `new`: strings of random non-zero digits, each added to the vocabulary as one token (they skip a
+    string the tokenizer already holds as one token; ours draws another). k new tokens per canary, none shared."""
+    made: set[str] = set()
+    secrets = []
+    for _ in range(req.n):
+        secret = []
+        while len(secret) < req.k:
+            token = "".join(req.rng.choice("123456789") for _ in range(NEW_TOKEN_DIGITS))
+            if token not in made:
+                made.add(token)
+                secret.append(token)
+        secrets.append(secret)
+    return secrets
+
+
+DESIGNS.register("random", CanaryDesign("random tokens", "Panda et al. 2025, code mode `random`", random_secrets))
+DESIGNS.register("unigram", CanaryDesign("rarest tokens (unigram)", "Panda et al. 2025, code mode `unigram`",
+                                         unigram_secrets))
+DESIGNS.register("bigram", CanaryDesign("least likely bigrams", "Panda et al. 2025, code mode `bigram`",
+                                        bigram_secrets))
+DESIGNS.register("new_token", CanaryDesign("new tokens", "Panda et al. 2025, code mode `new`", new_token_secrets,
+                                           adds_tokens=True))
+
+
+# ------------------------------------------------------------------------------------------------ into canaries
+def token_statistics(tokenizer, texts: Iterable[str]) -> TokenStatistics:
+    """Counts of the fine-tuning data's tokens in `tokenizer` (a transformers tokenizer), special tokens excluded."""
+    ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    return TokenStatistics.of(ids, tokenizer.all_special_ids)
+
+
+def _round_trips(tokenizer, ids: list[int]) -> bool:
+    """Whether the secret's text tokenizes back to exactly its ids: the audit scores the text, so a secret that
+    re-tokenizes into other (common) tokens would not be the designed secret the model saw."""
+    text = tokenizer.decode(ids)
+    return bool(text.strip()) and tokenizer(text, add_special_tokens=False)["input_ids"] == list(ids)
+
+
+def design_secrets(design: str, tokenizer, texts: Iterable[str], n: int, k: int, seed: int) -> tuple[list[str], dict]:
+    """n secret texts of `design` for a model with `tokenizer`, fine-tuned on `texts`; and what the manifest records
+    (the design, k, and for `new_token` the tokens added to `tokenizer`, which this adds). A drawn secret that does
+    not re-tokenize as itself is drawn again (seeded), up to ROUND_TRIP_TRIES times per canary."""
+    if design not in DESIGNS:
+        raise UserError(f"design={design!r}: one of {', '.join([AS_GIVEN, *DESIGNS.names()])}")
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise UserError(f"secret_tokens={k!r}: a positive number of tokens per designed secret")
+    entry = DESIGNS[design]
+    rng = random.Random(f"canary-design:{design}:{seed}")
+    stats = token_statistics(tokenizer, texts) if not entry.adds_tokens else TokenStatistics.of([])
+    if entry.adds_tokens:
+        secrets = entry.secrets(DesignRequest(n, k, stats, rng))
+        added = [t for s in secrets for t in s]
+        clash = [t for t in added if len(tokenizer(t, add_special_tokens=False)["input_ids"]) == 1]
+        if clash:
+            raise UserError(f"design='new_token': {clash[0]!r} is already one token of this tokenizer; use a "
+                            "tokenizer without earlier new-token canaries, or another seed")
+        tokenizer.add_tokens(added)
+        texts_out = ["".join(s) for s in secrets]       # the authors' digit string, cut into its new tokens
+        for text, secret in zip(texts_out, secrets):
+            if tokenizer(text, add_special_tokens=False)["input_ids"] != tokenizer.convert_tokens_to_ids(secret):
+                raise UserError(f"design='new_token': {text!r} does not tokenize as its {k} new tokens in this "
+                                "tokenizer; report it with the tokenizer's name")
+        return texts_out, {"design": design, "secret_tokens": k, "new_tokens": added}
+    secrets = entry.secrets(DesignRequest(n, k, stats, rng))
+    refused: set[int] = set()
+    redrawn = 0
+    for i in range(n):
+        for _ in range(ROUND_TRIP_TRIES):
+            if _round_trips(tokenizer, secrets[i]):
+                break
+            # Redraw this canary alone, from tokens no other canary holds and no refused draw used, so one redraw
+            # moves no other canary's secret and never repeats itself.
+            refused.update(secrets[i])
+            held = {t for j, s in enumerate(secrets) if j != i for t in s}
+            pool = TokenStatistics(stats.unigrams, stats.bigrams, stats.excluded | held | refused)
+            secrets[i] = entry.secrets(DesignRequest(1, k, pool, rng))[0]
+            redrawn += 1
+        else:
+            raise UserError(f"design={design!r}: no secret of {k} tokens that re-tokenizes as itself in "
+                            f"{ROUND_TRIP_TRIES} draws for canary {i}; give a shorter secret_tokens")
+    return [tokenizer.decode(ids) for ids in secrets], {"design": design, "secret_tokens": k, "redrawn": redrawn}

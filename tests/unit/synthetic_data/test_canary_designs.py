@@ -1,0 +1,209 @@
+"""Canary designs (synthetic_data/designs.py; Panda et al. 2025): each design's secrets on a hand-counted corpus, the
+rarest-token rule against a brute-force count, secrets that re-tokenize as themselves in the shipped tokenizer,
+`memlens.inject(design=...)` planting each designed canary exactly `repeat` times, a new-token canary whose token
+exists and trains, and the pre-flight refusing new tokens the model cannot learn."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memlens.harness.audit.preflight import new_token_refusal
+from memlens.harness.core.errors import UserError
+from memlens.harness.core.shipped import shipped_path
+from memlens.synthetic_data.designs import (
+    DesignRequest,
+    TokenStatistics,
+    bigram_secrets,
+    design_secrets,
+    random_secrets,
+    unigram_secrets,
+)
+from memlens.synthetic_data.inject import inject
+
+# Token 10 occurs once, 11 twice, 12 three times, 13 four times, 14 five times.
+CORPUS = [[10, 12, 13, 13, 14], [11, 12, 14, 14, 13], [11, 12, 13, 14, 14]]
+
+
+def _request(n: int, k: int, corpus=CORPUS, seed: int = 0) -> DesignRequest:
+    return DesignRequest(n, k, TokenStatistics.of(corpus), random.Random(seed))
+
+
+def test_unigram_secrets_take_the_rarest_types_without_reuse():
+    secrets = unigram_secrets(_request(2, 1))
+    assert sorted(t for s in secrets for t in s) == [10, 11]          # counts 1 and 2: the two rarest
+    assert sorted(t for s in unigram_secrets(_request(1, 3)) for t in s) == [10, 11, 12]
+
+
+def test_bigram_secrets_pair_each_rare_token_with_its_least_likely_follower():
+    """x = 10, 11 (the two rarest); y among the other types 12, 13, 14. x = 10: P(12 | 10) = 1, P(13 | 10) =
+    P(14 | 10) = 0, and of the tied 13 (count 4) and 14 (count 5) the rarer wins: y = 13. x = 11: 13 is taken;
+    P(12 | 11) = 1 > P(14 | 11) = 0, so y = 14, though 12 is the rarer: least likely first, rarity breaks ties."""
+    assert bigram_secrets(_request(2, 4)) == [[10, 13, 10, 13], [11, 14, 11, 14]]
+    assert bigram_secrets(_request(2, 3)) == [[10, 13, 10], [11, 14, 11]]
+
+
+def test_random_secrets_draw_only_tokens_the_data_contains_and_never_the_excluded():
+    stats = TokenStatistics.of(CORPUS, excluded=[14])
+    secrets = random_secrets(DesignRequest(2, 2, stats, random.Random(3)))
+    tokens = [t for s in secrets for t in s]
+    assert len(set(tokens)) == 4 and set(tokens) <= {10, 11, 12, 13}
+
+
+def test_a_design_asked_for_more_tokens_than_the_data_has_names_the_fix():
+    with pytest.raises(UserError, match="usable token types"):
+        unigram_secrets(_request(3, 2))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 30), min_size=2, max_size=12), min_size=1, max_size=8),
+       st.integers(1, 3), st.integers(1, 3), st.integers(0, 1000))
+def test_unigram_secrets_are_the_rarest_types_by_brute_force(corpus, n, k, seed):
+    counts: dict[int, int] = {}
+    for seq in corpus:
+        for t in seq:
+            counts[t] = counts.get(t, 0) + 1
+    if len(counts) < n * k:
+        return
+    chosen = {t for s in unigram_secrets(_request(n, k, corpus, seed)) for t in s}
+    assert len(chosen) == n * k                                       # no token reused
+    others = [counts[t] for t in counts if t not in chosen]
+    assert not others or max(counts[t] for t in chosen) <= min(others)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir():
+    return shipped_path("assets/base_tiny")
+
+
+def _tokenizer(path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+TEXTS = [f"def handler_{i}(event, context):\n    value = event.get('k{i}')\n    return value * {i}\n"
+         for i in range(40)] + ["import json\nimport os\nprint(json.dumps(os.environ.copy()))\n"]
+
+
+@pytest.mark.parametrize("design", ["random", "unigram", "bigram"])
+def test_designed_secrets_tokenize_back_as_drawn_and_follow_the_seed(tokenizer_dir, design):
+    tok = _tokenizer(tokenizer_dir)
+    secrets, record = design_secrets(design, tok, TEXTS, 4, 6, seed=1)
+    assert record["design"] == design and len(secrets) == 4
+    seen = set()
+    for text in secrets:
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert len(ids) == 6 and tok.decode(ids) == text
+        assert not seen & set(ids)                                    # no token shared between canaries
+        seen |= set(ids)
+    assert design_secrets(design, tok, TEXTS, 4, 6, seed=1)[0] == secrets
+    assert design_secrets(design, tok, TEXTS, 4, 6, seed=2)[0] != secrets
+
+
+def test_new_token_secrets_add_tokens_that_tokenize_whole(tokenizer_dir):
+    tok = _tokenizer(tokenizer_dir)
+    before = len(tok)
+    secrets, record = design_secrets("new_token", tok, [], 3, 4, seed=0)
+    assert len(tok) == before + 12 and len(record["new_tokens"]) == 12
+    for text in secrets:
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert len(ids) == 4 and all(i >= before for i in ids)
+
+
+def _dataset(rows):
+    from datasets import Dataset
+
+    return Dataset.from_list(rows)
+
+
+HOSTS = [{"id": f"h{i}", "prefix": f"def secret_{i}():\n    return '", "target": "x", "suffix": "'\n",
+          "repeat": (1, 4, 16)[i % 3]} for i in range(9)]
+
+
+@pytest.mark.parametrize("design", ["unigram", "new_token"])
+def test_inject_plants_each_designed_canary_exactly_repeat_times(tokenizer_dir, design):
+    tok = _tokenizer(tokenizer_dir)
+    data = _dataset([{"prompt": f"# task {i}\n", "completion": text} for i, text in enumerate(TEXTS)])
+    out, manifest = inject(data, HOSTS, seed=5, design=design, tokenizer=tok, secret_tokens=5)
+    assert manifest["design"]["design"] == design
+    completions = Counter()
+    for row in out:
+        completions.update([row["completion"]])
+    planted_text = "\n".join(out["completion"])
+    for c in manifest["canaries"]:
+        assert c["target"] != "x" and len(tok(c["target"], add_special_tokens=False)["input_ids"]) == 5
+        assert planted_text.count(c["target"]) == c["repeat"] == len(c["positions"])
+    for c in manifest["heldout"]:
+        assert planted_text.count(c["target"]) == 0
+
+
+def test_inject_with_a_design_needs_the_tokenizer():
+    data = _dataset([{"text": t} for t in TEXTS])
+    with pytest.raises(UserError, match="tokenizer="):
+        inject(data, HOSTS, design="bigram")
+
+
+def _tiny_model(tokenizer_dir):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(tokenizer_dir)
+    config.update({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+                   "num_key_value_heads": 2, "head_dim": 16})
+    return AutoModelForCausalLM.from_config(config)
+
+
+def test_a_new_token_canary_exists_and_trains(tokenizer_dir):
+    """The new token gets an embedding row, and a few real optimizer steps on a row holding the secret move that row
+    and lower the secret's loss: what new-token canaries rely on (its rows start untrained)."""
+    import torch
+
+    torch.manual_seed(0)
+    tok = _tokenizer(tokenizer_dir)
+    model = _tiny_model(tokenizer_dir)
+    (secret,), record = design_secrets("new_token", tok, [], 1, 3, seed=0)
+    model.resize_token_embeddings(len(tok))
+    ids = tok.convert_tokens_to_ids(record["new_tokens"])
+    assert new_token_refusal(model, tok, {"canaries": [{}], "heldout": [], "design": record}) is None
+    batch = torch.tensor([tok("key = " + secret + "\n", add_special_tokens=False)["input_ids"]])
+    before_row = model.get_input_embeddings().weight[ids[0]].detach().clone()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(8):
+        loss = model(input_ids=batch, labels=batch).loss
+        losses.append(loss.item())
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    assert not torch.equal(model.get_input_embeddings().weight[ids[0]], before_row)
+    assert losses[-1] < losses[0]
+
+
+def test_the_preflight_refuses_new_tokens_the_model_cannot_learn(tokenizer_dir):
+    from peft import LoraConfig, get_peft_model
+
+    tok = _tokenizer(tokenizer_dir)
+    _, record = design_secrets("new_token", tok, [], 1, 2, seed=0)
+    manifest = {"canaries": [{}], "heldout": [], "design": record}
+    ids = tok.convert_tokens_to_ids(record["new_tokens"])
+
+    assert "resize_token_embeddings" in new_token_refusal(_tiny_model(tokenizer_dir), tok, manifest)
+
+    def resized():
+        model = _tiny_model(tokenizer_dir)
+        model.resize_token_embeddings(len(tok))
+        return model
+
+    lora = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    assert "frozen" in new_token_refusal(get_peft_model(resized(), LoraConfig(**lora)), tok, manifest)
+    assert new_token_refusal(get_peft_model(resized(), LoraConfig(**lora, trainable_token_indices=ids)),
+                             tok, manifest) is None
+    other_rows = [i - 1000 for i in ids]
+    assert "frozen" in new_token_refusal(get_peft_model(resized(), LoraConfig(**lora, trainable_token_indices=other_rows)),
+                                         tok, manifest)
+    assert new_token_refusal(resized(), tok, manifest) is None       # a plain model: every row trains
+    assert "lacks" in new_token_refusal(resized(), _tokenizer(tokenizer_dir), manifest)
