@@ -44,6 +44,10 @@ import re
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # for the annotations; the functions import memlens where they use it, as the rest of this file does
+    from memlens.harness.report.findings.verdict import FindingResult
 
 
 def computed_where(run_dir: Path) -> str:
@@ -63,17 +67,17 @@ def marks_table(run_dirs: list[Path], prefixes: list[str] | None) -> str:
     from memlens.harness.report.findings.verdict import MIN_SEEDS, over_seeds  # the rule, defined once
 
     runs = [(d, *load_run(d)) for d in run_dirs]
-    ids = [f["id"] for f in only_ids(runs[0][2], prefixes)]
+    ids = [f.id for f in only_ids(runs[0][2], prefixes)]
     lines = ["| finding | paper | " + " | ".join(f"seed {seed}" for _, seed, _, _ in runs) + " | over the seeds |",
              "|---|---|" + ":-:|" * len(runs) + "---|"]
     for fid in ids:
-        first = next(f for f in runs[0][2] if f["id"] == fid)
+        first = next(f for f in runs[0][2] if f.id == fid)
         cells, per_seed = [], []
         for _, _, findings, _ in runs:
-            f = next((x for x in findings if x["id"] == fid), None)
+            f = next((x for x in findings if x.id == fid), None)
             per_seed.append(f)
-            cells.append("–" if f is None else f"{mark(f)} {f['ours'] if f['status'] != 'not measured' else ''}".strip())
-        lines.append(f"| {fid} {first['claim']} | {first['paper']} | " + " | ".join(cells) + " | "
+            cells.append("–" if f is None else f"{mark(f)} {f.ours if f.status != 'not measured' else ''}".strip())
+        lines.append(f"| {fid} {first.claim} | {first.paper} | " + " | ".join(cells) + " | "
                      + seeds_cell(over_seeds(per_seed)) + " |")
     lines += ["", "✓ holds, ✗ not reproduced, ? inconclusive, ?~ inconclusive (unstable: the verdict changed when "
                   "the run was repeated on other CPU kernels), n/m not measured. Over the seeds: a verdict only where "
@@ -98,16 +102,20 @@ def seeds_cell(verdict: dict) -> str:
 def formal_table(run_dir: Path) -> str:
     """Paper 004's formal-language study (`memlens run experiment=formal_languages`): each finding L1-L7 with its
     mark and figure, then how close each language came to its entropy and where the run was computed."""
-    findings = json.loads((run_dir / "formal" / "report" / "findings.json").read_text())
-    per_seed = json.loads((run_dir / "formal" / "report" / "findings_per_seed.json").read_text())
+    from memlens.harness.report.findings.verdict import FindingResult  # the stored rows, read back
+
+    findings = [FindingResult.from_dict(f)
+                for f in json.loads((run_dir / "formal" / "report" / "findings.json").read_text())]
+    per_seed = {seed: [FindingResult.from_dict(f) for f in rows] for seed, rows in
+                json.loads((run_dir / "formal" / "report" / "findings_per_seed.json").read_text()).items()}
     summary = json.loads((run_dir / "formal" / "analysis" / "summary.json").read_text())
     lines = ["| finding | paper | " + " | ".join(f"seed {s}" for s in per_seed) + " | seeds pooled |",
              "|---|---|" + ":-:|" * len(per_seed) + "---|"]
     for i, f in enumerate(findings):
-        why = f" — {f['reason']}" if f["status"] != "holds" and f["reason"] else ""
-        p = f" (p = {f['p_value']:.2g})" if f.get("p_value") is not None else ""
+        why = f" — {f.reason}" if f.status != "holds" and f.reason else ""
+        p = f" (p = {f.p_value:.2g})" if f.p_value is not None else ""
         seeds = " | ".join(mark(rows[i]) for rows in per_seed.values())
-        lines.append(f"| {f['id']} {f['claim']} | {f['paper']} | {seeds} | {mark(f)} {f['ours']}{p}{why} |")
+        lines.append(f"| {f.id} {f.claim} | {f.paper} | {seeds} | {mark(f)} {f.ours}{p}{why} |")
     gaps = {}
     for e in summary["entries"]:
         gaps.setdefault((e["language"], e["variant"]), []).append(e["learned_gap"])
@@ -117,11 +125,14 @@ def formal_table(run_dir: Path) -> str:
     return "\n".join(lines)
 
 
-def load_run(run_dir: Path) -> tuple[int | None, list[dict], float | None]:
+def load_run(run_dir: Path) -> tuple[int | None, list[FindingResult], float | None]:
+    """(seed, findings as FindingResult rows, wall seconds of the run) from a rendered run."""
+    from memlens.harness.report.findings.verdict import FindingResult  # the stored rows, read back
+
     findings_file = run_dir / "report" / "findings.json"
     if not findings_file.is_file():
         raise SystemExit(f"{findings_file}: missing; run `memlens report run_dir={run_dir}` first")
-    findings = json.loads(findings_file.read_text())["findings"]
+    findings = [FindingResult.from_dict(f) for f in json.loads(findings_file.read_text())["findings"]]
     run = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").is_file() else {}
     seconds = run.get("wall_seconds")          # the whole `memlens run` (data, training, audit, report)
     stages = run.get("stages") or []
@@ -137,25 +148,25 @@ def load_summary(run_dir: Path) -> dict:
     return json.loads(summary_file.read_text())
 
 
-def only_ids(findings: list[dict], prefixes: list[str] | None) -> list[dict]:
-    return [f for f in findings if not prefixes or any(f["id"].startswith(p) for p in prefixes)]
+def only_ids(findings: list[FindingResult], prefixes: list[str] | None) -> list[FindingResult]:
+    return [f for f in findings if not prefixes or any(f.id.startswith(p) for p in prefixes)]
 
 
-def spread_table(runs: list[tuple[str, int | None, list[dict], float | None]]) -> str:
-    ids = [f["id"] for f in runs[0][2]]
+def spread_table(runs: list[tuple[str, int | None, list[FindingResult], float | None]]) -> str:
+    ids = [f.id for f in runs[0][2]]
     head = "| id | paper | " + " | ".join(f"seed {seed}" for _, seed, _, _ in runs) + " | holds in |"
     lines = [head, "|" + "---|" * (len(runs) + 3)]
     for fid in ids:
         cells, held, measured, paper = [], 0, 0, ""
         for _, _, findings, _ in runs:
-            f = next((x for x in findings if x["id"] == fid), None)
+            f = next((x for x in findings if x.id == fid), None)
             if f is None:
                 cells.append("–")
                 continue
-            paper = f["paper"]
-            cells.append(f"{f['ours']} {mark(f)}")
-            measured += f["status"] != "not measured"
-            held += f["status"] == "holds"
+            paper = f.paper
+            cells.append(f"{f.ours} {mark(f)}")
+            measured += f.status != "not measured"
+            held += f.status == "holds"
         lines.append(f"| {fid} | {paper} | " + " | ".join(cells) + f" | {held}/{measured} |")
     lines += ["", "✓ holds, ✗ not reproduced, ? inconclusive (a stage it depends on did not train, or the "
                   "difference is within noise; report/findings.json says which), ?~ inconclusive because the verdict "
@@ -167,15 +178,15 @@ def spread_table(runs: list[tuple[str, int | None, list[dict], float | None]]) -
     return "\n".join(lines) + (f"\n\n`memlens run` wall time: {times}" if times else "") + note
 
 
-def one_run_table(findings: list[dict]) -> str:
+def one_run_table(findings: list[FindingResult]) -> str:
     """One run's findings: figure with interval and n, p-value, status, and why it is not `holds`."""
     from memlens.harness.report.findings import status_label  # the report's own wording of a status
 
     lines = ["| id | finding | paper | this run | p | status | why |", "|---|---|---|---|---|---|---|"]
     for f in findings:
-        p = f.get("p_value")
-        why = (f.get("reason") or f.get("note") or "").replace("|", "/")
-        lines.append(f"| {f['id']} | {f['claim']} | {f['paper']} | {f['ours']} | "
+        p = f.p_value
+        why = (f.reason or f.note).replace("|", "/")
+        lines.append(f"| {f.id} | {f.claim} | {f.paper} | {f.ours} | "
                      f"{'–' if p is None else f'{p:.2g}'} | {status_label(f)} | {why} |")
     return "\n".join(lines)
 
@@ -389,9 +400,9 @@ def pref_table(run_dir: Path) -> str:
 MARKS = {"holds": "✓", "not reproduced": "✗", "inconclusive": "?"}
 
 
-def mark(finding: dict) -> str:
+def mark(finding: FindingResult) -> str:
     """A finding's verdict as one mark; '?~' where it is inconclusive because it was unstable."""
-    return "?~" if finding.get("unstable") else MARKS.get(finding["status"], "n/m")
+    return "?~" if finding.unstable else MARKS.get(finding.status, "n/m")
 
 
 def table_for(args: list[str], root: Path) -> str:

@@ -44,6 +44,7 @@ scored: the log says so and how to audit it afterwards with `memlens audit`.
 
 from __future__ import annotations
 
+import inspect
 import json
 import random
 import shutil
@@ -52,7 +53,7 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ from memlens.harness.audit.background import (
     snapshot_checkpoint,
 )
 from memlens.harness.audit.epsilon import DEFAULT_GUESSES, EpsilonSettings
-from memlens.harness.audit.mia import audit_mia, collect_summaries
+from memlens.harness.audit.mia import MiaSettings, audit_mia, collect_summaries
 from memlens.harness.audit.preflight import check_new_tokens, check_survival, dataloader_parts
 from memlens.harness.audit.preflight import report as report_survival
 from memlens.harness.audit.run import AuditState, audit_checkpoint, write_summary
@@ -163,6 +164,88 @@ class CallbackSettings:
                             "scores; add 'mia'")
 
 
+@dataclass(frozen=True, kw_only=True)
+class CallbackArgs:
+    """AuditCallback's keyword arguments, in one place: their defaults (docs/audit-callback.md's table), their checks
+    (all made here, before the callback writes anything), and the form `state()` saves with each checkpoint
+    (`asdict`), so a resumed trainer rebuilds the callback as it was: the manifest as its copy under out_dir, paths as
+    strings, `reference` only as the user's texts, never a computed table."""
+
+    manifest: str = field(init=False)        # the manifest's copy, <out_dir>/canaries/manifest.json
+    control: str | Path                      # a model trained without the canaries, or "base" (a PEFT model's base)
+    out_dir: str | Path
+    every: int = 1                           # score every N-th save
+    limit: int | None = None                 # score at most this many checkpoints
+    measures: Sequence[str] = CALLBACK_MEASURES
+    model_name: str | None = None            # None: the trainer's output dir's name
+    prompt_format: str | None = None         # prefix / chat / a FIM family; None: from the manifest's format
+    k: float = AuditSettings.k
+    max_new_tokens: int = AuditSettings.max_new_tokens
+    target_tokens: int = AuditSettings.target_tokens
+    min_target_tokens: int = AuditSettings.min_target_tokens
+    batch_size: int = 16
+    device: str = "auto"
+    exposure_candidates: int = 32            # held-out targets each canary is ranked among
+    preflight: str = "raise"                 # one of PREFLIGHT_MODES
+    background: bool = False                 # score in a worker process while training goes on
+    max_pending: int = 2                     # checkpoints queued for the worker before a save waits
+    reference: Sequence[str] | None = None   # texts whose token frequencies calibrate DC-PDD; None: the training rows
+
+    def __post_init__(self):
+        out_dir = require_creatable_dir("AuditCallback(out_dir)", Path(self.out_dir))
+        self.settings()                                       # every, limit, measures
+        control = str(self.control)
+        if control != BASE and not has_weights(control):
+            raise UserError(f"AuditCallback(control={control!r}): not a model directory with *.safetensors "
+                            "weights; pass a model trained the same way without the canaries (paper 003's "
+                            "counterfactual control), or 'base' for a PEFT model")
+        if self.model_name is not None:
+            check_name(self.model_name, "AuditCallback(model_name)")
+        self.audit_settings(self.prompt_format)               # k, the token counts, batch size, device
+        if not isinstance(self.exposure_candidates, int) or self.exposure_candidates < 1:
+            raise UserError(f"AuditCallback(exposure_candidates={self.exposure_candidates!r}): a positive integer "
+                            "(held-out targets each canary is ranked among; 32 gives up to 5 bits)")
+        if self.reference is not None and (isinstance(self.reference, str)
+                                           or not all(isinstance(t, str) for t in self.reference)):
+            raise UserError("AuditCallback(reference=...): a list of texts (public text of the kind the model trains "
+                            "on, none of them a canary) whose token frequencies calibrate DC-PDD; None: the "
+                            "trainer's own tokenized training data")
+        if self.preflight not in PREFLIGHT_MODES:
+            raise UserError(f"AuditCallback(preflight={self.preflight!r}): one of {', '.join(PREFLIGHT_MODES)} "
+                            "(raise: refuse to train when a planted copy gets no loss; warn: say so and train; off: "
+                            "no check)")
+        if not isinstance(self.max_pending, int) or self.max_pending < 1:
+            raise UserError(f"AuditCallback(max_pending={self.max_pending!r}): a positive integer (checkpoints queued "
+                            "for background scoring before a save waits for the oldest)")
+        # the saved form: plain strings and lists
+        for name, value in (("out_dir", str(out_dir)), ("manifest", str(out_dir / CANARIES / "manifest.json")),
+                            ("control", control), ("measures", list(self.measures)),
+                            ("reference", list(self.reference) if self.reference is not None else None)):
+            object.__setattr__(self, name, value)
+
+    def settings(self) -> CallbackSettings:
+        """When the callback scores, and with what (recorded in callback.jsonl)."""
+        return CallbackSettings(self.every, self.limit, tuple(self.measures), self.prompt_format)
+
+    def audit_settings(self, prompt_format: str | None) -> AuditSettings:
+        """The extraction audit's settings, asking for a canary in `prompt_format` (this argument's, else the
+        manifest's: default_prompt_format)."""
+        return AuditSettings(k=self.k, max_new_tokens=self.max_new_tokens, target_tokens=self.target_tokens,
+                             min_target_tokens=self.min_target_tokens, batch_size=self.batch_size,
+                             fim_family=prompt_format, device=self.device, progress=False)
+
+
+def _init_signature() -> inspect.Signature:
+    """AuditCallback(manifest, *, <CallbackArgs' fields>, log=print), for help() and editors: the keywords are
+    CallbackArgs', written once."""
+    keywords = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+                for p in inspect.signature(CallbackArgs).parameters.values()]
+    return inspect.Signature([inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+                              inspect.Parameter("manifest", inspect.Parameter.POSITIONAL_OR_KEYWORD), *keywords,
+                              inspect.Parameter("log", inspect.Parameter.KEYWORD_ONLY, default=print,
+                                                annotation="Callable[[str], None]")])
+
+
 def _is_reward_model(model) -> bool:
     """A sequence classifier with one output (TRL's RewardTrainer model), PEFT-wrapped or not."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -243,54 +326,21 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
     saves: k-approximate counterfactual extraction against `control` and membership inference, or a reward
     model's ranking of planted vs held-out canaries. See this module's docstring for the layout."""
 
-    def __init__(self, manifest, *, control: str | Path, out_dir: str | Path, every: int = 1,
-                 limit: int | None = None, measures: Sequence[str] = CALLBACK_MEASURES, model_name: str | None = None,
-                 prompt_format: str | None = None, k: float = AuditSettings.k,
-                 max_new_tokens: int = AuditSettings.max_new_tokens, target_tokens: int = AuditSettings.target_tokens,
-                 min_target_tokens: int = AuditSettings.min_target_tokens, batch_size: int = 16, device: str = "auto",
-                 exposure_candidates: int = 32, reference: Sequence[str] | None = None,
-                 preflight: str = "raise", background: bool = False, max_pending: int = 2,
-                 log: Callable[[str], None] = print):
-        self.out_dir = require_creatable_dir("AuditCallback(out_dir)", Path(out_dir))
-        self.settings = CallbackSettings(every, limit, tuple(measures), prompt_format)
-        # What `state()` saves with each checkpoint, so a resumed trainer rebuilds this callback as it was (the
-        # manifest from the copy under out_dir; `reference` only as the user's texts, never a computed table).
-        self._init_args = {"manifest": str(self.out_dir / CANARIES / "manifest.json"), "control": str(control),
-                           "out_dir": str(self.out_dir), "every": every, "limit": limit, "measures": list(measures),
-                           "model_name": model_name, "prompt_format": prompt_format, "k": k,
-                           "max_new_tokens": max_new_tokens, "target_tokens": target_tokens,
-                           "min_target_tokens": min_target_tokens, "batch_size": batch_size, "device": device,
-                           "exposure_candidates": exposure_candidates, "preflight": preflight,
-                           "background": background, "max_pending": max_pending,
-                           "reference": list(reference) if reference is not None else None}
+    def __init__(self, manifest, *, log: Callable[[str], None] = print, **arguments):
+        """`manifest`: what memlens.inject returned, or its JSON path (copied under out_dir); the keywords are
+        CallbackArgs' (control and out_dir required), all checked before anything is written."""
+        self.args = CallbackArgs(**arguments)
+        self.out_dir = Path(self.args.out_dir)
+        self.settings = self.args.settings()
         self.manifest, self.planted, self.heldout = _manifest_files(manifest, self.out_dir)
-        if str(control) != BASE and not has_weights(control):
-            raise UserError(f"AuditCallback(control={str(control)!r}): not a model directory with *.safetensors "
-                            "weights; pass a model trained the same way without the canaries (paper 003's "
-                            "counterfactual control), or 'base' for a PEFT model")
-        self.control = str(control)
-        self.model_name = check_name(model_name, "AuditCallback(model_name)") if model_name is not None else None
-        self.audit = AuditSettings(k=k, max_new_tokens=max_new_tokens, target_tokens=target_tokens,
-                                   min_target_tokens=min_target_tokens, batch_size=batch_size,
-                                   fim_family=prompt_format or default_prompt_format(self.manifest), device=device,
-                                   progress=False)
-        if not isinstance(exposure_candidates, int) or exposure_candidates < 1:
-            raise UserError(f"AuditCallback(exposure_candidates={exposure_candidates!r}): a positive integer (held-out "
-                            "targets each canary is ranked among; 32 gives up to 5 bits)")
-        self.exposure_candidates = exposure_candidates
-        if reference is not None and (isinstance(reference, str) or not all(isinstance(t, str) for t in reference)):
-            raise UserError("AuditCallback(reference=...): a list of texts (public text of the kind the model trains "
-                            "on, none of them a canary) whose token frequencies calibrate DC-PDD; None: the "
-                            "trainer's own tokenized training data")
-        self.reference: TokenFrequency | list[str] | None = list(reference) if reference is not None else None
-        if preflight not in PREFLIGHT_MODES:
-            raise UserError(f"AuditCallback(preflight={preflight!r}): one of {', '.join(PREFLIGHT_MODES)} (raise: refuse "
-                            "to train when a planted copy gets no loss; warn: say so and train; off: no check)")
-        self.preflight = preflight
-        if not isinstance(max_pending, int) or max_pending < 1:
-            raise UserError(f"AuditCallback(max_pending={max_pending!r}): a positive integer (checkpoints queued for "
-                            "background scoring before a save waits for the oldest)")
-        self.background = BackgroundScorer(self.audit_dir, max_pending) if background else None
+        self.control = self.args.control
+        self.model_name = str(self.args.model_name) if self.args.model_name is not None else None
+        self.audit = self.args.audit_settings(self.args.prompt_format or default_prompt_format(self.manifest))
+        self.exposure_candidates = self.args.exposure_candidates
+        self.reference: TokenFrequency | list[str] | None = (list(self.args.reference)
+                                                             if self.args.reference is not None else None)
+        self.preflight = self.args.preflight
+        self.background = BackgroundScorer(self.audit_dir, self.args.max_pending) if self.args.background else None
         self.log = log
         link = _ATTACHED.get(str(self.out_dir.resolve()))
         self.trainer = link() if link is not None else None   # attach(): the trainer whose log() reaches its trackers
@@ -321,7 +371,7 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
         the callback from it (its arguments; the trainer link through attach()). The counters are then recounted
         from callback.jsonl and the save schedule (`on_train_begin`), with or without that flag, and no scored
         checkpoint is scored again."""
-        return {"args": dict(self._init_args), "attributes": {"saves": self.saves, "scored": self.scored}}
+        return {"args": asdict(self.args), "attributes": {"saves": self.saves, "scored": self.scored}}
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._find_trainer(args)
@@ -398,7 +448,7 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
         control_dir = _peft_base(model) if self.control == BASE else Path(self.control)
         snapshot = snapshot_checkpoint(checkpoint, self.audit_dir / PENDING_SUBDIR)
         reference = self.reference
-        self._finished(self.background.submit(dict(self._init_args, model_name=name), reference, snapshot,
+        self._finished(self.background.submit(dict(asdict(self.args), model_name=name), reference, snapshot,
                                               int(step), control_dir))
 
     def _finished(self, records: list[dict]) -> None:
@@ -477,10 +527,9 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
         return out
 
     def _mia(self, checkpoint: Path, name: str, control_dir: Path) -> dict:
-        summary = audit_mia(checkpoint.parent, name, {CANARIES: (self.planted, self.heldout)}, mia_dir(self.audit_dir,
-                            name), control_dir=control_dir, cache_dir=self.audit_dir / "cache",
-                            batch_size=self.audit.batch_size, device=self.audit.device,
-                            fim_family=self.audit.fim_family, checkpoints=[(checkpoint.name, checkpoint)],
+        summary = audit_mia(checkpoint.parent, name, {CANARIES: (self.planted, self.heldout)},
+                            mia_dir(self.audit_dir, name), MiaSettings(scoring=self.audit), control_dir=control_dir,
+                            cache_dir=self.audit_dir / "cache", checkpoints=[(checkpoint.name, checkpoint)],
                             reference=self.reference, reference_name=REFERENCE_NAME if isinstance(
                                 self.reference, TokenFrequency) else "AuditCallback(reference)", log=self.log)
         collect_summaries(self.audit_dir)
@@ -582,6 +631,9 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
                                                   {"role": "assistant", "content": row["target"] + row["suffix"]}],
                                                  tokenize=False)
         return row["prefix"] + row["target"] + row["suffix"]
+
+
+AuditCallback.__init__.__signature__ = _init_signature()   # help(AuditCallback) lists every keyword
 
 
 def exposure_dir(audit_dir: Path, model_name: str) -> Path:

@@ -17,7 +17,7 @@ from memlens.harness.audit.plan import PlannedAudit, job_from_config_defaults, p
 from memlens.harness.audit.run import check_scored, run_audit, write_summary
 from memlens.harness.audit.settings import AuditJob, AuditSettings, setting
 from memlens.harness.audit.shards import distributed, merge_shards, shard_examples
-from memlens.harness.core.config import require_bool
+from memlens.harness.core.config import AUDIT_UTILITY_DEFAULT, audit_utility
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_json
 from memlens.harness.core.layout import data_dir, datasets_dir, stale_dir
@@ -34,7 +34,7 @@ class NedSettings:
 
     KEYS: ClassVar[dict[str, str]] = {"utility": "utility", "utility_examples": "utility_examples"}
 
-    utility: bool = True                 # paper 003 Table 2's utility of every planned model after the NED audit
+    utility: bool = AUDIT_UTILITY_DEFAULT  # paper 003 Table 2's utility of every planned model after the NED audit
     utility_examples: int | None = 200   # seeded subset size of each utility set; None: all
     scoring: AuditSettings = field(default_factory=AuditSettings)
 
@@ -48,7 +48,7 @@ class NedSettings:
     def from_config(cls, a) -> NedSettings:
         """audit.utility and audit.utility_examples (a missing key takes its default) and the scoring knobs, checked;
         each error names the key and the fix."""
-        return cls(require_bool(setting(a, cls, "utility"), "audit.utility"), setting(a, cls, "utility_examples"),
+        return cls(audit_utility(a), setting(a, cls, "utility_examples"),
                    AuditSettings.from_config(a))
 
 

@@ -9,9 +9,9 @@ themselves are memlens.harness.measures.losses and memlens.harness.measures.expo
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -105,24 +105,23 @@ def _jsonable(a: np.ndarray) -> list:
     return [float(round(x, 8)) for x in np.asarray(a, dtype=np.float64).ravel()]
 
 
-def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], out_dir: str | Path, *,
-                 control_dir: str | Path | None = None, reference_model: str | Path | None = None,
-                 tau: float = DEFAULT_TAU, heldout: str | None = None, batch_size: int = 16,
-                 device: str = "auto", fim_family: str | None = None, cache_dir: str | Path | None = None,
-                 pii_candidates: str | Path | None = None, exposure: bool = True,
-                 seed: int | None = None) -> dict:
+def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], out_dir: str | Path,
+                 settings: LossSettings, *, control_dir: str | Path | None = None,
+                 reference_model: str | Path | None = None, cache_dir: str | Path | None = None,
+                 pii_candidates: str | Path | None = None, exposure: bool = True, seed: int | None = None) -> dict:
     """Paper 004's three measures (and SD.Links exposure) at every checkpoint of an audited run.
 
     audited_dir: <run_dir>/models/<NAME> (e.g. FT.1) with checkpoint-<step>/ dirs.
+    example_sets: {dataset name: rows.jsonl or dataset dir} of FIM rows (id, prefix, target, suffix).
+    settings: tau; heldout, the name of an example set the audited run did not train on (its lowest mean loss marks
+        the "optimal learning" epoch e* of paper 004 Fig. 3; None: none); and the scoring knobs (batch size, device,
+        FIM family) in settings.scoring.
     control_dir: the control run (e.g. FT.2: same stage and schedule, trained without the audited
         strings), with checkpoints at the same steps. Exact paper 004 Sec. 3 setting.
     reference_model: used when there is no control run: one fixed model directory whose loss is the
         control loss at every epoch (paper 004 Sec. 5 proxy). Its recollection is only an upper bound
         of the optimal contextual recollection, so the output is labelled `reference_upper_bound`;
         counterfactual and contextual then coincide (the threshold no longer depends on the epoch).
-    example_sets: {dataset name: rows.jsonl or dataset dir} of FIM rows (id, prefix, target, suffix).
-    heldout: name of an example set the audited run did not train on; the checkpoint with its lowest
-        mean loss is the "optimal learning" epoch e* marked in paper 004 Fig. 3.
     exposure: rank-based exposure (harness/measures/exposure.py) for rows with `pii_path` (SD.Links positives).
 
     Writes into out_dir, atomically: <set>.jsonl (per string: losses, onsets, per-epoch scores),
@@ -131,7 +130,35 @@ def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], o
     <cache_dir>/losses/ (cache_dir: the audit's cache, default out_dir/cache) per (weights, examples,
     settings) fingerprint, so a killed run resumes where it stopped. Returns the summary.
     """
-    audited_dir, out_dir = Path(audited_dir), Path(out_dir)
+    out_dir = Path(out_dir)
+    _check_loss_inputs(example_sets, control_dir, reference_model, settings.heldout)
+    device = pick_device(settings.scoring.device)
+    compared = _Comparison(Path(audited_dir), control_dir, reference_model,
+                           _match_checkpoints(Path(audited_dir), Path(control_dir) if control_dir else None))
+    passes = _LossPasses.prepare(example_sets, compared.checkpoints[0]["audited"], settings.scoring, device,
+                                 Path(cache_dir) if cache_dir is not None else out_dir / "cache",
+                                 pii_candidates, exposure)
+    train, control, cand = _checkpoint_losses(passes, compared)
+    # Everything is computed before anything is written, so a bad input (UserError below) leaves no
+    # half-updated output directory; summary.json is written last and marks a finished audit.
+    summary_sets, outputs, n_floored = {}, {}, 0
+    for name, (rows, sha) in passes.data.items():
+        floored, out_rows, entry = _dataset_result(name, rows, sha, train[name], control[name], settings.tau,
+                                                   compared.variant)
+        n_floored += floored
+        outputs[f"{name}.jsonl"] = out_rows
+        if name in cand:
+            exp_rows, entry["exposure"] = _exposure_result(cand[name], passes.pii_rows[name], passes.candidates)
+            outputs[f"{name}.exposure.jsonl"] = exp_rows
+        summary_sets[name] = entry
+    summary = _loss_summary(passes, settings, compared, train, summary_sets, n_floored, seed)
+    for file_name, rows in outputs.items():
+        atomic_write_jsonl(out_dir / file_name, rows)
+    atomic_write_json(out_dir / "summary.json", summary)
+    return summary
+
+
+def _check_loss_inputs(example_sets: dict, control_dir, reference_model, heldout: str | None) -> None:
     if control_dir is None and reference_model is None:
         raise UserError("audit_losses needs a control run (control_dir, e.g. models/FT.2) or a fixed "
                         "reference model (reference_model) to compare the audited checkpoints against")
@@ -141,94 +168,140 @@ def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], o
         raise UserError("no example sets given; pass e.g. {'sd_base': <run_dir>/data/sd_base}")
     if heldout is not None and heldout not in example_sets:
         raise UserError(f"heldout={heldout!r} is not one of the example sets {sorted(example_sets)}")
-    device = pick_device(device)
-    cache_dir = Path(cache_dir) if cache_dir is not None else out_dir / "cache"
-    checkpoints = _match_checkpoints(audited_dir, Path(control_dir) if control_dir else None)
-    variant = VARIANT_CONTROL if control_dir is not None else VARIANT_REFERENCE
-    data = {name: load_fim_examples(path) for name, path in example_sets.items()}
 
-    sentinels = model_sentinels(checkpoints[0]["audited"], fim_family)
-    candidates = exp.load_candidates(pii_candidates or exp.PII_PATHS_FILE) if exposure else []
-    pii_rows = {name: exp.exposure_rows(rows) for name, (rows, _) in data.items()} if exposure else {}
 
-    def losses_of(model_dir: Path, with_exposure: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+@dataclass(frozen=True)
+class _Comparison:
+    """What a loss audit compares: the audited run's checkpoints against the control run's at the same steps
+    (control_dir), or against one fixed reference model at every checkpoint (reference_model)."""
+
+    audited_dir: Path
+    control_dir: str | Path | None
+    reference_model: str | Path | None
+    checkpoints: list[dict]                     # _match_checkpoints: step, epoch, audited, control (dirs)
+
+    @property
+    def variant(self) -> str:
+        return VARIANT_CONTROL if self.control_dir is not None else VARIANT_REFERENCE
+
+
+@dataclass(frozen=True)
+class _LossPasses:
+    """What every model's loss pass reads: the example sets, their SD.Links positives and the candidate paths their
+    exposure ranks against (none when exposure is off), the FIM sentinels, the scoring knobs and the cache."""
+
+    data: dict[str, tuple[list[dict], str]]     # set name -> (rows, sha256)
+    pii_rows: dict[str, list[dict]]
+    candidates: list[str]
+    sentinels: Any                              # the audited model's prompt format (model_sentinels)
+    scoring: AuditSettings
+    device: str
+    cache_dir: Path
+    candidates_file: str | Path | None          # where the candidates came from (None: the shipped file)
+
+    @property
+    def exposed(self) -> bool:
+        """Whether any set has SD.Links positives whose exposure is measured."""
+        return any(self.pii_rows.values())
+
+    @classmethod
+    def prepare(cls, example_sets: dict[str, str | Path], first_checkpoint: Path, scoring: AuditSettings,
+                device: str, cache_dir: Path, pii_candidates: str | Path | None, exposure: bool) -> _LossPasses:
+        """`pii_candidates`: the candidate paths' file (None: the shipped one), read only with `exposure`."""
+        data = {name: load_fim_examples(path) for name, path in example_sets.items()}
+        sentinels = model_sentinels(first_checkpoint, scoring.fim_family)
+        candidates = exp.load_candidates(pii_candidates or exp.PII_PATHS_FILE) if exposure else []
+        pii_rows = {name: exp.exposure_rows(rows) for name, (rows, _) in data.items()} if exposure else {}
+        return cls(data, pii_rows, candidates, sentinels, scoring, device, cache_dir, pii_candidates)
+
+    def losses_of(self, model_dir: Path, with_exposure: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """Mean target loss per set, and (rows, candidates) exposure losses per set, of one model dir."""
-        scorer = CausalLMScorer.load(model_dir, device, batch_size=batch_size, lazy=True)
-
-        def cand_loss(rows):
-            return exp.candidate_losses(scorer, rows, candidates, sentinels).tolist()
-
+        scorer = CausalLMScorer.load(model_dir, self.device, batch_size=self.scoring.batch_size, lazy=True)
         target, cands = {}, {}
-        for name, (rows, _) in data.items():
-            got = cached_target_losses(scorer, rows, sentinels, cache_dir)
+        for name, (rows, _) in self.data.items():
+            got = cached_target_losses(scorer, rows, self.sentinels, self.cache_dir)
             target[name] = np.array([got[r["id"]] for r in rows])
-            if with_exposure and pii_rows.get(name):
-                cache = loss_cache(cache_dir, EXPOSURE_SUM, model=scorer.fingerprint, candidates=candidates,
-                                   examples=examples_fingerprint(pii_rows[name], FIM_FIELDS + ("pii_path",)),
-                                   sentinels=sentinels.family, device=device, prompt_pass="shared")
-                got = cache.get(pii_rows[name], in_chunks(cand_loss, chunk=max(1, 2048 // len(candidates))))
-                cands[name] = np.array([got[r["id"]] for r in pii_rows[name]])
+            if with_exposure and self.pii_rows.get(name):
+                cands[name] = self._exposure_losses(scorer, self.pii_rows[name])
         scorer.release()
         return target, cands
 
-    train = {name: [] for name in data}
-    control = {name: [] for name in data}
-    cand = {name: [] for name in pii_rows if pii_rows[name]}
-    reference = losses_of(Path(reference_model), False)[0] if reference_model is not None else None
-    for ck in checkpoints:
-        t, c = losses_of(ck["audited"], True)
-        ctrl = losses_of(ck["control"], False)[0] if ck["control"] is not None else reference
-        for name in data:
+    def _exposure_losses(self, scorer: CausalLMScorer, rows: list[dict]) -> np.ndarray:
+        def cand_loss(chunk):
+            return exp.candidate_losses(scorer, chunk, self.candidates, self.sentinels).tolist()
+
+        cache = loss_cache(self.cache_dir, EXPOSURE_SUM, model=scorer.fingerprint, candidates=self.candidates,
+                           examples=examples_fingerprint(rows, FIM_FIELDS + ("pii_path",)),
+                           sentinels=self.sentinels.family, device=self.device, prompt_pass="shared")
+        got = cache.get(rows, in_chunks(cand_loss, chunk=max(1, 2048 // len(self.candidates))))
+        return np.array([got[r["id"]] for r in rows])
+
+
+def _checkpoint_losses(passes: _LossPasses, compared: _Comparison):
+    """(train, control, exposure candidates): per set, one array per checkpoint; the control's loss is its
+    checkpoint's at the same step, else the fixed reference model's at every checkpoint."""
+    train = {name: [] for name in passes.data}
+    control = {name: [] for name in passes.data}
+    cand = {name: [] for name in passes.pii_rows if passes.pii_rows[name]}
+    reference = (passes.losses_of(Path(compared.reference_model), False)[0]
+                 if compared.reference_model is not None else None)
+    for ck in compared.checkpoints:
+        t, c = passes.losses_of(ck["audited"], True)
+        ctrl = passes.losses_of(ck["control"], False)[0] if ck["control"] is not None else reference
+        for name in passes.data:
             train[name].append(t[name])
             control[name].append(ctrl[name])
         for name in cand:
             cand[name].append(c[name])
+    return train, control, cand
 
-    # Everything is computed before anything is written, so a bad input (UserError below) leaves no
-    # half-updated output directory; summary.json is written last and marks a finished audit.
-    summary_sets, outputs, n_floored = {}, {}, 0
-    for name, (rows, sha) in data.items():
-        tr, co = np.stack(train[name]), np.stack(control[name])
-        # A control loss can underflow to exactly 0 in float32 (every target token predicted with
-        # probability 1.0); Eq. 1-2 divide by it. Raise it to CONTROL_LOSS_FLOOR, where the limit of
-        # Eq. 1-2 is the same (memorized only if the audited loss is lower still); counted in the summary.
-        n_floored += int(np.sum(co < CONTROL_LOSS_FLOOR))
-        co = np.maximum(co, CONTROL_LOSS_FLOOR)
-        try:
-            m = memorization_measures(tr, co, tau)
-        except ValueError as e:
-            raise UserError(f"dataset {name}: {e}") from None
-        out_rows = []
-        for j, r in enumerate(rows):
-            out_rows.append({
-                "id": r["id"], "variant": variant,
-                "train_loss": _jsonable(tr[:, j]), "control_loss": _jsonable(co[:, j]),
-                "optimal_contextual_loss": float(m["optimal_contextual_loss"][j]),
-                "onset": {k: int(m[k]["onset"][j]) for k in LOSS_MEASURES},
-                "score": {k: _jsonable(m[k]["score"][:, j]) for k in LOSS_MEASURES},
-            })
-        outputs[f"{name}.jsonl"] = out_rows
-        entry = {
-            "count": len(rows), "sha256": sha,
-            "mean_train_loss": _jsonable(tr.mean(axis=1)), "mean_control_loss": _jsonable(co.mean(axis=1)),
-            "measures": {k: {"frac": _jsonable(m[k]["frac"]), "weighted": _jsonable(m[k]["weighted"]),
-                             "memorized_ever": int(np.sum(m[k]["onset"] >= 0))} for k in LOSS_MEASURES},
-        }
-        if name in cand:
-            per_ck = [exp.exposures(L, pii_rows[name], candidates) for L in cand[name]]
-            exp_rows = [{"id": r["id"], "pii_path": r["pii_path"],
-                         "rank": [per_ck[e][i]["rank"] for e in range(len(checkpoints))],
-                         "exposure": [per_ck[e][i]["exposure"] for e in range(len(checkpoints))]}
-                        for i, r in enumerate(pii_rows[name])]
-            outputs[f"{name}.exposure.jsonl"] = exp_rows
-            entry["exposure"] = [exp.exposure_summary([x["exposure"] for x in ck_rows], len(candidates))
-                                 for ck_rows in per_ck]
-        summary_sets[name] = entry
 
-    best_epoch = None
-    if heldout is not None:
-        best_epoch = int(np.argmin(np.stack(train[heldout]).mean(axis=1)))
-    summary = {
+def _dataset_result(name: str, rows: list[dict], sha: str, train: list[np.ndarray], control: list[np.ndarray],
+                    tau: float, variant: str) -> tuple[int, list[dict], dict]:
+    """(control losses floored, the set's per-string rows, its summary entry) from its losses at every checkpoint."""
+    tr, co = np.stack(train), np.stack(control)
+    # A control loss can underflow to exactly 0 in float32 (every target token predicted with
+    # probability 1.0); Eq. 1-2 divide by it. Raise it to CONTROL_LOSS_FLOOR, where the limit of
+    # Eq. 1-2 is the same (memorized only if the audited loss is lower still); counted in the summary.
+    n_floored = int(np.sum(co < CONTROL_LOSS_FLOOR))
+    co = np.maximum(co, CONTROL_LOSS_FLOOR)
+    try:
+        m = memorization_measures(tr, co, tau)
+    except ValueError as e:
+        raise UserError(f"dataset {name}: {e}") from None
+    out_rows = [{
+        "id": r["id"], "variant": variant,
+        "train_loss": _jsonable(tr[:, j]), "control_loss": _jsonable(co[:, j]),
+        "optimal_contextual_loss": float(m["optimal_contextual_loss"][j]),
+        "onset": {k: int(m[k]["onset"][j]) for k in LOSS_MEASURES},
+        "score": {k: _jsonable(m[k]["score"][:, j]) for k in LOSS_MEASURES},
+    } for j, r in enumerate(rows)]
+    entry = {
+        "count": len(rows), "sha256": sha,
+        "mean_train_loss": _jsonable(tr.mean(axis=1)), "mean_control_loss": _jsonable(co.mean(axis=1)),
+        "measures": {k: {"frac": _jsonable(m[k]["frac"]), "weighted": _jsonable(m[k]["weighted"]),
+                         "memorized_ever": int(np.sum(m[k]["onset"] >= 0))} for k in LOSS_MEASURES},
+    }
+    return n_floored, out_rows, entry
+
+
+def _exposure_result(cand: list[np.ndarray], pii_rows: list[dict], candidates: list[str]) -> tuple[list[dict], list]:
+    """(per positive: its rank and exposure at each checkpoint, the exposure summary per checkpoint)."""
+    per_ck = [exp.exposures(L, pii_rows, candidates) for L in cand]
+    rows = [{"id": r["id"], "pii_path": r["pii_path"],
+             "rank": [per_ck[e][i]["rank"] for e in range(len(cand))],
+             "exposure": [per_ck[e][i]["exposure"] for e in range(len(cand))]}
+            for i, r in enumerate(pii_rows)]
+    return rows, [exp.exposure_summary([x["exposure"] for x in ck_rows], len(candidates)) for ck_rows in per_ck]
+
+
+def _loss_summary(passes: _LossPasses, settings: LossSettings, compared: _Comparison, train: dict,
+                  summary_sets: dict, n_floored: int, seed: int | None) -> dict:
+    """summary.json of a loss audit: what was compared, e*, the sets' entries and the provenance."""
+    heldout, variant, control_dir, reference_model = (settings.heldout, compared.variant, compared.control_dir,
+                                                      compared.reference_model)
+    best_epoch = int(np.argmin(np.stack(train[heldout]).mean(axis=1))) if heldout is not None else None
+    return {
         "variant": variant,
         "variant_note": (
             "control = the control run's checkpoint at the same step (paper 004 Sec. 3)"
@@ -236,23 +309,19 @@ def audit_losses(audited_dir: str | Path, example_sets: dict[str, str | Path], o
             "control = one fixed reference model at every epoch (paper 004 Sec. 5 proxy): its loss upper-"
             "bounds the optimal contextual recollection only if it never trained on these strings; "
             "counterfactual == contextual here"),
-        "audited": str(audited_dir), "control": str(control_dir) if control_dir else None,
+        "audited": str(compared.audited_dir), "control": str(control_dir) if control_dir else None,
         "reference_model": str(reference_model) if reference_model else None,
-        "tau": tau, "heldout": heldout, "best_epoch": best_epoch, "control_losses_floored": n_floored,
+        "tau": settings.tau, "heldout": heldout, "best_epoch": best_epoch, "control_losses_floored": n_floored,
         "checkpoints": [{"index": i, "step": ck["step"], "epoch": ck["epoch"], "control_step": ck.get("control_step")}
-                        for i, ck in enumerate(checkpoints)],
-        "n_candidates": len(candidates) if cand else None,
+                        for i, ck in enumerate(compared.checkpoints)],
+        "n_candidates": len(passes.candidates) if passes.exposed else None,
         "datasets": summary_sets,
-        "provenance": provenance(seed=seed, datasets={n: sha for n, (_, sha) in data.items()},
-                                 measure="paper004_loss_measures", tau=tau, variant=variant,
-                                 fim_family=sentinels.family, cache_version=CACHE_VERSION,
-                                 pii_candidates_sha256=(file_sha256(pii_candidates or exp.PII_PATHS_FILE)
-                                                        if cand else None)),
+        "provenance": provenance(seed=seed, datasets={n: sha for n, (_, sha) in passes.data.items()},
+                                 measure="paper004_loss_measures", tau=settings.tau, variant=variant,
+                                 fim_family=passes.sentinels.family, cache_version=CACHE_VERSION,
+                                 pii_candidates_sha256=(file_sha256(passes.candidates_file or exp.PII_PATHS_FILE)
+                                                        if passes.exposed else None)),
     }
-    for file_name, rows in outputs.items():
-        atomic_write_jsonl(out_dir / file_name, rows)
-    atomic_write_json(out_dir / "summary.json", summary)
-    return summary
 
 
 @dataclass(frozen=True)
@@ -295,7 +364,7 @@ def audit_run_losses(cfg, settings: LossSettings, log=print) -> None:
     by_model: dict[tuple[str, Path, Path], list[str]] = {}
     for item in plan_audits(cfg):
         by_model.setdefault((item.model_name, item.model_dir, item.control_dir), []).append(item.dataset)
-    heldout, scoring = settings.heldout, settings.scoring
+    heldout = settings.heldout
     for (name, model_dir, control_dir), datasets in by_model.items():
         sets = {d: data_dir(run_dir, d) for d in datasets}
         if heldout and (data_dir(run_dir, heldout) / "rows.jsonl").is_file():
@@ -306,12 +375,9 @@ def audit_run_losses(cfg, settings: LossSettings, log=print) -> None:
             + (f"control run {control_dir.name} (same checkpoint steps)" if matched
                else f"reference model {control_dir.name} (upper-bound variant: checkpoint steps differ)"))
         audit_losses(model_dir, sets, require_inside(Path(a.out_dir) / "losses" / name, a.out_dir, "audit.out_dir"),
-                     control_dir=control_dir if matched else None,
-                     reference_model=None if matched else control_dir,
-                     tau=settings.tau, heldout=heldout if heldout in sets else None,
-                     batch_size=scoring.batch_size, device=scoring.device,
-                     fim_family=scoring.fim_family, cache_dir=Path(str(a.cache_dir)),
-                     seed=cfg.get("seed"))
+                     replace(settings, heldout=heldout if heldout in sets else None),
+                     control_dir=control_dir if matched else None, reference_model=None if matched else control_dir,
+                     cache_dir=Path(str(a.cache_dir)), seed=cfg.get("seed"))
 
 
 MEASURES.register("loss", Measure("Loss measures (paper 004)", audit_run_losses, settings=LossSettings.from_config))

@@ -337,27 +337,62 @@ def _metrics(rows: list[dict], spans, n_boot: int, seed: int) -> tuple[dict, dic
 
 
 def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Path, Path]], out_dir: str | Path,
-              *, control_dir: str | Path | None = None, cache_dir: str | Path | None = None,
-              all_checkpoints: bool = True, spans=SPANS, n_boot: int = BOOTSTRAP_N, seed: int = BOOTSTRAP_SEED,
-              batch_size: int = 16, device: str = "auto", fim_family: str | None = None,
+              settings: MiaSettings, *, control_dir: str | Path | None = None, cache_dir: str | Path | None = None,
+              all_checkpoints: bool = True, seed: int = BOOTSTRAP_SEED,
               checkpoints: list[tuple[str, Path]] | None = None,
               reference: TokenFrequency | Sequence[str] | None = None, reference_name: str | None = None,
               log=print) -> dict:
     """Score every checkpoint of `model_dir` (then its final model) on each dataset of `pairs`
     ({dataset: (members rows, non-members rows)}); write rows and `<out_dir>/summary.json`; return the summary.
 
+    `settings`: the spans, the bootstrap resamples and the scoring knobs (batch size, device, FIM family in
+    settings.scoring); its `reference` (a dataset name) is the caller's to read into `reference`.
     `checkpoints`: (name, directory) to score instead, added to the checkpoints the summary already holds (the
     training callback scores each checkpoint as it is saved, and the trainer may delete older ones).
     `reference` (named `reference_name` in the summary): DC-PDD's token frequencies, or texts to count them in.
     The blind baseline (no model) is computed first, once per dataset pair, and `log` warns before any checkpoint is
     scored where it tells the sets apart (`warn_if_distinguishable`)."""
     out_dir = Path(out_dir)
-    spans = _check_spans(spans)
+    spans, n_boot, scoring = _check_spans(settings.spans), settings.bootstrap, settings.scoring
     if not pairs:
         raise UserError(f"{model_name}: no (members, held-out) dataset pair to score; build the held-out sets "
                         "(memlens data: sd_base_heldout, sd_links_heldout) or drop mia from audit.measures")
-    device = pick_device(device)
+    device = pick_device(scoring.device)
     cache_dir = Path(cache_dir) if cache_dir is not None else out_dir / "cache"
+    data, sha = _load_pairs(pairs)
+    prefixes = _choose_shots(data, pairs)
+    blind = _blind_baselines(data, pairs, prefixes, spans, n_boot, seed)
+    warn_if_distinguishable(blind, log)
+    control = (_token_values(Path(control_dir), data, spans, cache_dir, device, scoring.batch_size,
+                             scoring.fim_family) if control_dir is not None else None)
+    frequency = _reference_frequency(Path(model_dir), reference)
+    inputs = _MiaInputs(pairs, data, prefixes, blind, control, frequency, spans, n_boot, seed)
+
+    outputs: dict[Path, list[dict]] = {}
+    results: dict = {}
+    earlier = _earlier_results(out_dir, control_dir, spans, n_boot, seed) if checkpoints is not None else {}
+    if checkpoints is None:
+        checkpoints = list_checkpoints(model_dir, all_checkpoints)
+    for checkpoint, path in checkpoints:
+        values = _token_values(path, data, spans, cache_dir, device, scoring.batch_size, scoring.fim_family, prefixes)
+        for dataset in pairs:
+            target = require_inside(out_dir / checkpoint / f"{dataset}.jsonl", out_dir, "audit.out_dir")
+            history = _earlier_scores(out_dir, dataset, checkpoint, outputs)
+            rows, entry = inputs.score(dataset, values, history)
+            outputs[target] = rows
+            results.setdefault(checkpoint, {})[dataset] = entry
+    results = {**{c: r for c, r in earlier.items() if c not in results}, **results}
+    summary = _mia_summary(model_name, model_dir, control_dir, inputs, results, sha, reference_name)
+    # Everything computed first: a failure above leaves the previous outputs whole; the summary marks a finish.
+    for path, rows in outputs.items():
+        atomic_write_jsonl(path, rows)
+    atomic_write_json(out_dir / "summary.json", summary)
+    return summary
+
+
+def _load_pairs(pairs: dict[str, tuple[Path, Path]]) -> tuple[dict[str, list[dict]], dict[str, str]]:
+    """({"<dataset>:members" / ":nonmembers": rows}, {the same keys: sha256}); a held-out id that is also a member is
+    an error naming both files."""
     data: dict[str, list[dict]] = {}
     sha: dict[str, str] = {}
     for dataset, (members_path, nonmembers_path) in pairs.items():
@@ -367,64 +402,67 @@ def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Pat
         if clash:
             raise UserError(f"{nonmembers_path}: ids {sorted(clash)[:3]} are also members ({members_path}); "
                             "held-out examples must be examples no stage trained on")
-    prefixes = _choose_shots(data, pairs)
-    blind = _blind_baselines(data, pairs, prefixes, spans, n_boot, seed)
-    warn_if_distinguishable(blind, log)
-    control = (_token_values(Path(control_dir), data, spans, cache_dir, device, batch_size, fim_family)
-               if control_dir is not None else None)
-    frequency = _reference_frequency(Path(model_dir), reference)
+    return data, sha
 
-    outputs: dict[Path, list[dict]] = {}
-    results: dict = {}
-    earlier = _earlier_results(out_dir, control_dir, spans, n_boot, seed) if checkpoints is not None else {}
-    if checkpoints is None:
-        checkpoints = list_checkpoints(model_dir, all_checkpoints)
-    for checkpoint, path in checkpoints:
-        values = _token_values(path, data, spans, cache_dir, device, batch_size, fim_family, prefixes)
-        for dataset in pairs:
-            target = require_inside(out_dir / checkpoint / f"{dataset}.jsonl", out_dir, "audit.out_dir")
-            history = _earlier_scores(out_dir, dataset, checkpoint, outputs)
-            held = f"{dataset}:nonmembers"
-            population = _populations(values[held], control[held] if control else None, spans,
-                                      prefixes[held].shot_ids if held in prefixes else frozenset())
-            rows = []
-            for role, member in (("members", 1), ("nonmembers", 0)):
-                key = f"{dataset}:{role}"
-                shots = prefixes[key].shot_ids if key in prefixes else frozenset()
-                rows += _score_rows(data[key], member, values[key], control[key] if control else None, spans,
-                                    frequency, history, shots, blind[dataset]["scores"], population)
-            outputs[target] = rows
-            overall, tiers = _metrics(rows, spans, n_boot, seed)
-            results.setdefault(checkpoint, {})[dataset] = {
-                "n_members": sum(r["member"] == 1 and not r.get("prefix_shot") for r in rows),
-                "n_nonmembers": sum(r["member"] == 0 and not r.get("prefix_shot") for r in rows),
-                "members_file": str(pairs[dataset][0]), "nonmembers_file": str(pairs[dataset][1]),
-                "prefix_shots": {role: [r["id"] for r in rows if r.get("prefix_shot") and r["member"] == member]
-                                 for role, member in (("members", 1), ("nonmembers", 0))},
-                "earlier_checkpoints": len(history),
-                "spans": overall, **({"tiers": tiers} if tiers else {})}
-    results = {**{c: r for c, r in earlier.items() if c not in results}, **results}
-    summary = {
+
+@dataclass(frozen=True)
+class _MiaInputs:
+    """What scoring each checkpoint reads besides its own token values: the dataset pairs and their rows, the prefix
+    shots, the blind baseline, the control's values, DC-PDD's reference frequencies, the spans and the bootstrap."""
+
+    pairs: dict[str, tuple[Path, Path]]
+    data: dict[str, list[dict]]
+    prefixes: dict[str, Prefixes]
+    blind: dict[str, dict]
+    control: dict | None
+    frequency: TokenFrequency | None
+    spans: tuple[str, ...]
+    n_boot: int
+    seed: int
+
+    def score(self, dataset: str, values: dict, history: list[dict]) -> tuple[list[dict], dict]:
+        """(one checkpoint's rows on one dataset pair, its result entry)."""
+        held = f"{dataset}:nonmembers"
+        population = _populations(values[held], self.control[held] if self.control else None, self.spans,
+                                  self.prefixes[held].shot_ids if held in self.prefixes else frozenset())
+        rows = []
+        for role, member in (("members", 1), ("nonmembers", 0)):
+            key = f"{dataset}:{role}"
+            shots = self.prefixes[key].shot_ids if key in self.prefixes else frozenset()
+            rows += _score_rows(self.data[key], member, values[key], self.control[key] if self.control else None,
+                                self.spans, self.frequency, history, shots, self.blind[dataset]["scores"], population)
+        overall, tiers = _metrics(rows, self.spans, self.n_boot, self.seed)
+        return rows, {
+            "n_members": sum(r["member"] == 1 and not r.get("prefix_shot") for r in rows),
+            "n_nonmembers": sum(r["member"] == 0 and not r.get("prefix_shot") for r in rows),
+            "members_file": str(self.pairs[dataset][0]), "nonmembers_file": str(self.pairs[dataset][1]),
+            "prefix_shots": {role: [r["id"] for r in rows if r.get("prefix_shot") and r["member"] == member]
+                             for role, member in (("members", 1), ("nonmembers", 0))},
+            "earlier_checkpoints": len(history),
+            "spans": overall, **({"tiers": tiers} if tiers else {})}
+
+
+def _mia_summary(model_name: str, model_dir, control_dir, inputs: _MiaInputs, results: dict, sha: dict[str, str],
+                 reference_name: str | None) -> dict:
+    """summary.json of one model's membership inference: the method (spans, attacks, rules, bootstrap), the blind
+    baseline, every checkpoint's results and the provenance."""
+    spans = inputs.spans
+    return {
         "model": model_name, "model_dir": str(model_dir), "control": str(control_dir) if control_dir else None,
         "checkpoints": sorted(results, key=_checkpoint_order), "spans": list(spans), "attacks": list(ATTACKS),
         "attack_inputs": {name: sorted(attack.needs) for name, attack in ATTACKS.items()},
         "min_k_fraction": MIN_K_FRACTION, "fprs": list(MIA_FPRS), "tpr_at_fpr_rule": TPR_AT_FPR_RULE,
-        "prefix_rule": PREFIX_RULE, "reference_corpus": reference_name if frequency is not None else None,
+        "prefix_rule": PREFIX_RULE, "reference_corpus": reference_name if inputs.frequency is not None else None,
         "blind_rule": BLIND_RULE,
         # The blind baseline reads no model: one entry per dataset, not per checkpoint (its per-text scores are in
         # the rows, `blind`, and every attack's `vs_blind` compares with it on the same texts).
-        BLIND: {d: {k: v for k, v in entry.items() if k != "scores"} for d, entry in blind.items()},
-        "bootstrap": {"n": n_boot, "seed": seed},
+        BLIND: {d: {k: v for k, v in entry.items() if k != "scores"} for d, entry in inputs.blind.items()},
+        "bootstrap": {"n": inputs.n_boot, "seed": inputs.seed},
         "score_convention": "higher = member; AUC 0.5 = chance",
         "results": results,
-        "provenance": provenance(seed=seed, datasets=sha, measure="membership_inference",
+        "provenance": provenance(seed=inputs.seed, datasets=sha, measure="membership_inference",
                                  cache_version=CACHE_VERSION, spans=list(spans)),
     }
-    # Everything computed first: a failure above leaves the previous outputs whole; the summary marks a finish.
-    for path, rows in outputs.items():
-        atomic_write_jsonl(path, rows)
-    atomic_write_json(out_dir / "summary.json", summary)
-    return summary
 
 
 def _checkpoint_order(name: str) -> tuple[int, int]:
@@ -537,11 +575,8 @@ def audit_run_mia(cfg, settings: MiaSettings, log=print) -> None:
             continue
         log(f"[audit] membership inference for {name}: {', '.join(pairs)} against their held-out sets")
         audit_mia(model_dir, name, pairs, require_inside(mia_dir(a.out_dir, name), a.out_dir, "audit.out_dir"),
-                  control_dir=control_dir, cache_dir=Path(str(a.cache_dir)), all_checkpoints=all_checkpoints,
-                  spans=list(settings.spans), n_boot=settings.bootstrap,
-                  seed=int(cfg.get("seed") or 0), batch_size=scoring.batch_size,
-                  device=scoring.device, fim_family=scoring.fim_family,
-                  reference=reference, reference_name=settings.reference, log=log)
+                  settings, control_dir=control_dir, cache_dir=Path(str(a.cache_dir)), all_checkpoints=all_checkpoints,
+                  seed=int(cfg.get("seed") or 0), reference=reference, reference_name=settings.reference, log=log)
         scored += 1
     if not scored:
         log("[audit] note: membership inference scored nothing: no planned dataset has a held-out partner "

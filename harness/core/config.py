@@ -30,6 +30,19 @@ def require_bool(value: Any, key: str, *, allow_none: bool = False) -> bool | No
                     f"number); pass {key}=true or {key}=false")
 
 
+# audit.utility: paper 003 Table 2's utility of every planned model after the NED audit (conf/audit/default.yaml).
+AUDIT_UTILITY_DEFAULT = True
+
+
+def audit_utility(audit: Any) -> bool:
+    """audit.utility of the `audit` config group, checked (a missing key or group: AUDIT_UTILITY_DEFAULT). Defined
+    here, below both readers: the audit's NedSettings (memlens.harness.audit.extraction) and the run's data plan
+    (memlens.recipes.orchestration.stage_plan builds humaneval_infill and pd_eval only when it is on), which may not
+    import harness/audit."""
+    value = AUDIT_UTILITY_DEFAULT if audit is None or "utility" not in audit else audit.get("utility")
+    return require_bool(value, "audit.utility")
+
+
 def _union_members(tp: Any) -> tuple:
     """The members of `X | Y` or Optional[X]; () for anything else (list[int]'s argument is not a member)."""
     return typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else ()

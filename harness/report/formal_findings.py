@@ -1,7 +1,7 @@
 """Findings L1-L7 of paper 004's formal-language study, decided on the study's own run (harness/audit/formal.py).
 
 A registry of its own (`FORMAL_FINDINGS`; the run's findings table, harness/report/findings/, is for code-model
-runs): each finding is one small function from the study's results to a row built by `verdict._result`, so it
+runs): each finding is one small function from the study's results to a row built by `verdict.finding_result`, so it
 reads like every other row: claim, rule, evidence, rates with their 95 % Wilson interval and n, the test and its
 p-value, status. The project's rules apply: a comparison holds only at p < 0.05 (`P_MAX`), in the claimed
 direction; rates pool the three seeds; every finding gates on the evidence that the models learned their language
@@ -26,7 +26,7 @@ from memlens.harness.core.stats import (
     rate_with_interval,
     sign_test,
 )
-from memlens.harness.report.findings.verdict import P_MAX, _check, _pct, _result
+from memlens.harness.report.findings.verdict import P_MAX, FindingResult, _check, _pct, finding_result
 
 CTX, CF, REC = "contextual", "counterfactual", "recollection"
 BAND_PERMUTATIONS = 9999
@@ -58,7 +58,7 @@ class FormalFinding:
     id: str
     source: str
     title: str
-    check: Callable[[FormalResults], dict]
+    check: Callable[[FormalResults], FindingResult]
 
 
 FORMAL_FINDINGS: Registry[FormalFinding] = Registry("formal-language finding", "id")
@@ -69,11 +69,11 @@ def register(*entries: FormalFinding) -> None:
         FORMAL_FINDINGS.register(entry.id, entry)
 
 
-def formal_findings(results: FormalResults) -> list[dict]:
+def formal_findings(results: FormalResults) -> list[FindingResult]:
     return [finding.check(results) for finding in FORMAL_FINDINGS.values()]
 
 
-def findings_per_seed(results: FormalResults) -> dict[int, list[dict]]:
+def findings_per_seed(results: FormalResults) -> dict[int, list[FindingResult]]:
     """Every finding on each seed's strings alone (the table's pooled verdict beside how each seed decides)."""
     return {seed: formal_findings(FormalResults(results.settings,
                                                 [e for e in results.entries if e["seed"] == seed],
@@ -110,12 +110,12 @@ def greater(a: dict, b: dict) -> dict:
     return {**test, "a_greater": (a["rate"] or 0) > (b["rate"] or 0)}
 
 
-def _not_measured(fid: str, claim: str, paper: str, rule: str) -> dict:
-    return _result(fid, claim, paper, rule, ["formal"], measured=False)
+def _not_measured(fid: str, claim: str, paper: str, rule: str) -> FindingResult:
+    return finding_result(fid, claim, paper, rule, ["formal"], measured=False)
 
 
 # ---------------------------------------------------------------- L1 Lemma 1
-def l1(results: FormalResults) -> dict:
+def l1(results: FormalResults) -> FindingResult:
     claim = "Lemma 1: contextual onset never precedes counterfactual onset; contextual score <= counterfactual score"
     paper, rule = "Lemma 1 (Sec. 3, App. D)", "0 violations over every trained string of every model"
     entries = results.entries
@@ -126,17 +126,17 @@ def l1(results: FormalResults) -> dict:
     premise = rate_with_interval(sum(e["lemma1"]["premise_holds"] for e in entries), n)
     ok = rate_with_interval(n - sum(max(e["lemma1"]["onset_violations"], e["lemma1"]["score_violations"])
                                     for e in entries), n)
-    return _result("L1", claim, paper, rule, ["formal"], measured=True, rule_ok=bad == 0,
-                   rates=[{"name": "strings obeying Lemma 1", **ok},
+    return finding_result("L1", claim, paper, rule, ["formal"], measured=True, rule_ok=bad == 0,
+                          rates=[{"name": "strings obeying Lemma 1", **ok},
                           {"name": "strings where the proof's premise (train <= counterfactual loss) holds",
                            **premise}],
-                   ours=f"{bad} violations in {n} strings; premise {_pct(premise)}",
-                   note="the lemma follows from the measures' definitions (harness/measures/losses.py), so this row "
-                        "checks the implementation on real losses; its premise is an empirical question")
+                          ours=f"{bad} violations in {n} strings; premise {_pct(premise)}",
+                          note="the lemma follows from the measures' definitions (harness/measures/losses.py), so "
+                               "this row checks the implementation on real losses; its premise is an empirical question")
 
 
 # ---------------------------------------------------------------- L2
-def l2(results: FormalResults) -> dict:
+def l2(results: FormalResults) -> FindingResult:
     claim = "Most strings recollection calls memorized are not contextually memorized"
     paper = "Sec. 3 (Fig. 2), Sec. 4 (Fig. 3)"
     rule = ("at e*, over both languages' base D and seeds, of the strings with loss < tau, > 50 % have contextual "
@@ -154,13 +154,13 @@ def l2(results: FormalResults) -> dict:
     per_language = "; ".join(
         f"{lang}: {sum(1 for s in recollected if s['language'] == lang and s['score_at_e_star'][CTX] == 0)}"
         f"/{sum(1 for s in recollected if s['language'] == lang)}" for lang in results.settings.languages)
-    return _result("L2", claim, paper, rule, ["formal"], measured=True, evidence=evidence,
-                   rule_ok=(rate["rate"] or 0) > 0.5, rates=[rate], test=test, needs_test=True,
-                   ours=_pct(rate), note=per_language)
+    return finding_result("L2", claim, paper, rule, ["formal"], measured=True, evidence=evidence,
+                          rule_ok=(rate["rate"] or 0) > 0.5, rates=[rate], test=test, needs_test=True,
+                          ours=_pct(rate), note=per_language)
 
 
 # ---------------------------------------------------------------- L3
-def l3(results: FormalResults) -> dict:
+def l3(results: FormalResults) -> FindingResult:
     claim = "Memorization is non-zero at the optimal-learning epoch e*, in a high- and a low-entropy language"
     paper = "RQ3 (Sec. 4, Fig. 3)"
     rule = ("in each language, the contextual rate at e* of D's strings exceeds that of the test strings scored the "
@@ -178,11 +178,12 @@ def l3(results: FormalResults) -> dict:
         tests.append((lang, test))
         ok = ok and test["a_greater"]
     worst = max(tests, key=lambda t: t[1]["p_value"])
-    return _result("L3", claim, paper, rule, ["formal"], measured=True,
-                   evidence=learned_checks(results, [(lang, BASE) for lang in languages]), rule_ok=ok, rates=rates,
-                   test={**worst[1], "language": worst[0]}, needs_test=True,
-                   ours="; ".join(f"{r['name'].split(',')[0]} {_pct(r)}" for r in rates),
-                   note="p is the larger of the languages' p-values")
+    return finding_result("L3", claim, paper, rule, ["formal"], measured=True,
+                          evidence=learned_checks(results, [(lang, BASE) for lang in languages]), rule_ok=ok,
+                          rates=rates,
+                          test={**worst[1], "language": worst[0]}, needs_test=True,
+                          ours="; ".join(f"{r['name'].split(',')[0]} {_pct(r)}" for r in rates),
+                          note="p is the larger of the languages' p-values")
 
 
 # ---------------------------------------------------------------- L4
@@ -199,7 +200,7 @@ def iqr(values, axis=-1):
     return q75 - q25
 
 
-def l4(results: FormalResults) -> dict:
+def l4(results: FormalResults) -> FindingResult:
     claim = "The band of contextual onset epochs is narrow for high entropy and broad for low entropy"
     paper = "RQ3 (Sec. 4, Fig. 3, footnote 2)"
     rule = ("the interquartile range of contextual onset epochs (strings memorized at some epoch, seeds pooled) is "
@@ -216,13 +217,14 @@ def l4(results: FormalResults) -> dict:
     def band(values):
         return f"[{min(values)}, {max(values)}], IQR {iqr(values):.1f}" if values else "none"
 
-    return _result("L4", claim, paper, rule, ["formal"], measured=True, evidence=evidence,
-                   rule_ok=bool(on_low and on_high and iqr(on_low) > iqr(on_high)), test=test, needs_test=True,
-                   ours=f"{high} band {band(on_high)} (n={len(on_high)}); {low} band {band(on_low)} (n={len(on_low)})")
+    return finding_result("L4", claim, paper, rule, ["formal"], measured=True, evidence=evidence,
+                          rule_ok=bool(on_low and on_high and iqr(on_low) > iqr(on_high)), test=test, needs_test=True,
+                          ours=f"{high} band {band(on_high)} (n={len(on_high)}); "
+                               f"{low} band {band(on_low)} (n={len(on_low)})")
 
 
 # ---------------------------------------------------------------- L5
-def l5(results: FormalResults) -> dict:
+def l5(results: FormalResults) -> FindingResult:
     claim = ("Recollection favours frequent strings; contextual and counterfactual measures rate the top and bottom "
              "10 % alike")
     paper = "RQ4 (Sec. 4, Fig. 4)"
@@ -243,16 +245,17 @@ def l5(results: FormalResults) -> dict:
         tests[measure] = greater(groups["top"], groups["bottom"])
     alike = all(tests[m]["p_value"] >= P_MAX for m in (CTX, CF))
     ok = tests[REC]["a_greater"] and alike
-    return _result("L5", claim, paper, rule, ["formal"], measured=True,
-                   evidence=learned_checks(results, [(low, BASE)]), rule_ok=ok, rates=rates,
-                   test={**tests[REC], "others": {m: tests[m]["p_value"] for m in (CTX, CF)}}, needs_test=True,
-                   ours="; ".join(f"{r['name']} {_pct(r)}" for r in rates),
-                   note=("'alike' is no detectable difference at this n (Fisher p >= 0.05), not a proven equivalence: "
-                         f"contextual p = {tests[CTX]['p_value']:.3g}, counterfactual p = {tests[CF]['p_value']:.3g}"))
+    return finding_result("L5", claim, paper, rule, ["formal"], measured=True,
+                          evidence=learned_checks(results, [(low, BASE)]), rule_ok=ok, rates=rates,
+                          test={**tests[REC], "others": {m: tests[m]["p_value"] for m in (CTX, CF)}}, needs_test=True,
+                          ours="; ".join(f"{r['name']} {_pct(r)}" for r in rates),
+                          note=("'alike' is no detectable difference at this n (Fisher p >= 0.05), not a proven "
+                                "equivalence: "
+                                f"contextual p = {tests[CTX]['p_value']:.3g}, counterfactual p = {tests[CF]['p_value']:.3g}"))
 
 
 # ---------------------------------------------------------------- L6
-def l6(results: FormalResults) -> dict:
+def l6(results: FormalResults) -> FindingResult:
     claim = "Deduplication delays memorization but does not remove it at e*"
     paper = "RQ4 (Sec. 4, Fig. 5)"
     rule = ("low-entropy language: median contextual onset later with dedup than without (permutation test p < 0.05), "
@@ -268,18 +271,18 @@ def l6(results: FormalResults) -> dict:
     kept = greater(member, null)
     later = bool(on_base and on_dedup and np.median(on_dedup) > np.median(on_base))
     worst = max(delay["p_value"], kept["p_value"])
-    return _result("L6", claim, paper, rule, ["formal"], measured=True,
-                   evidence=learned_checks(results, [(low, BASE), (low, DEDUP)]),
-                   rule_ok=later and kept["a_greater"], rates=[member, null],
-                   test={"test": "permutation (delay) and fisher_exact (kept)", "p_value": worst,
-                         "delay_p": delay["p_value"], "kept_p": kept["p_value"]}, needs_test=True,
-                   ours=(f"median onset {np.median(on_base) if on_base else '–'} -> "
-                         f"{np.median(on_dedup) if on_dedup else '–'} (n={len(on_base)}, {len(on_dedup)}); "
-                         f"at e* {_pct(member)} vs null {_pct(null)}"))
+    return finding_result("L6", claim, paper, rule, ["formal"], measured=True,
+                          evidence=learned_checks(results, [(low, BASE), (low, DEDUP)]),
+                          rule_ok=later and kept["a_greater"], rates=[member, null],
+                          test={"test": "permutation (delay) and fisher_exact (kept)", "p_value": worst,
+                                "delay_p": delay["p_value"], "kept_p": kept["p_value"]}, needs_test=True,
+                          ours=(f"median onset {np.median(on_base) if on_base else '–'} -> "
+                                f"{np.median(on_dedup) if on_dedup else '–'} (n={len(on_base)}, {len(on_dedup)}); "
+                                f"at e* {_pct(member)} vs null {_pct(null)}"))
 
 
 # ---------------------------------------------------------------- L7
-def l7(results: FormalResults) -> dict:
+def l7(results: FormalResults) -> FindingResult:
     claim = ("Larger training sets lower test loss, raise recollection-based and lower contextual and "
              "counterfactual memorization")
     paper = "RQ5 (Sec. 4, Fig. 6)"
@@ -303,12 +306,12 @@ def l7(results: FormalResults) -> dict:
         ok = ok and (test["a_greater"] if want_higher else (b["rate"] or 0) < (a["rate"] or 0))
     losses = ", ".join(f"{e['test_loss_at_e_star']:.3f}" for e in e_small)
     losses_large = ", ".join(f"{e['test_loss_at_e_star']:.3f}" for e in e_large)
-    return _result("L7", claim, paper, rule, ["formal"], measured=True,
-                   evidence=learned_checks(results, [(low, small), (low, large)]), rule_ok=ok, rates=rates,
-                   test={"test": "sign (test loss) and fisher_exact (rates)", "p_value": max(parts.values()),
-                         **{f"p_{k}": v for k, v in parts.items()}}, needs_test=True,
-                   ours=f"test loss at e* {losses} -> {losses_large}; "
-                        + "; ".join(f"{r['name']} {_pct(r)}" for r in rates))
+    return finding_result("L7", claim, paper, rule, ["formal"], measured=True,
+                          evidence=learned_checks(results, [(low, small), (low, large)]), rule_ok=ok, rates=rates,
+                          test={"test": "sign (test loss) and fisher_exact (rates)", "p_value": max(parts.values()),
+                                **{f"p_{k}": v for k, v in parts.items()}}, needs_test=True,
+                          ours=f"test loss at e* {losses} -> {losses_large}; "
+                               + "; ".join(f"{r['name']} {_pct(r)}" for r in rates))
 
 
 def _test_string_diffs(results: FormalResults, language: str, small: str, large: str) -> list[float]:

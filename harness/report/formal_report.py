@@ -30,7 +30,7 @@ from memlens.harness.core.formal_study import (  # noqa: E402
 from memlens.harness.core.io import atomic_write_json, atomic_write_text, read_json, read_jsonl  # noqa: E402
 from memlens.harness.measures.losses import LOSS_MEASURES, memorization_measures  # noqa: E402
 from memlens.harness.report.figures import save_figure  # noqa: E402
-from memlens.harness.report.findings.verdict import status_label  # noqa: E402
+from memlens.harness.report.findings.verdict import FindingResult, status_label  # noqa: E402
 from memlens.harness.report.formal_findings import FormalResults, findings_per_seed, formal_findings  # noqa: E402
 
 COLORS = {"recollection": "tab:orange", "counterfactual": "tab:blue", "contextual": "tab:red"}
@@ -208,15 +208,15 @@ def language_table(results: FormalResults) -> list[str]:
     return lines
 
 
-def findings_table(rows: list[dict], per_seed: dict[int, list[dict]]) -> list[str]:
+def findings_table(rows: list[FindingResult], per_seed: dict[int, list[FindingResult]]) -> list[str]:
     seeds = list(per_seed)
     lines = ["| id | claim | seeds pooled | status | " + " | ".join(f"seed {s}" for s in seeds) + " | why / note |",
              "|---|---|---|---|" + "---|" * len(seeds) + "---|"]
     for i, r in enumerate(rows):
-        why = "; ".join(x for x in (r["reason"], r["note"]) if x)
-        p = f" (p = {r['p_value']:.3g})" if r.get("p_value") is not None else ""
+        why = "; ".join(x for x in (r.reason, r.note) if x)
+        p = f" (p = {r.p_value:.3g})" if r.p_value is not None else ""
         cells = " | ".join(status_label(per_seed[s][i]) for s in seeds)
-        lines.append(f"| {r['id']} | {r['claim']} | {r['ours']}{p} | {status_label(r)} | {cells} | {why} |")
+        lines.append(f"| {r.id} | {r.claim} | {r.ours}{p} | {status_label(r)} | {cells} | {why} |")
     return lines
 
 
@@ -227,8 +227,9 @@ def write_formal_report(run_dir: str | Path, settings: FormalSettings) -> Path:
     rows = formal_findings(results)
     figures = [(name, draw(results, out / "figures" / name)) for name, draw in FIGURES]
     per_seed = findings_per_seed(results)
-    atomic_write_json(out / PER_SEED_FILE, {str(seed): seed_rows for seed, seed_rows in per_seed.items()})
-    atomic_write_json(out / FINDINGS_FILE, rows)
+    atomic_write_json(out / PER_SEED_FILE, {str(seed): [f.as_dict() for f in seed_rows]
+                                            for seed, seed_rows in per_seed.items()})
+    atomic_write_json(out / FINDINGS_FILE, [f.as_dict() for f in rows])
     text = [
         "# Paper 004 on its own formal languages", "",
         f"Languages {', '.join(settings.languages)} (low entropy: {settings.low_entropy}), seeds {settings.seeds}, "

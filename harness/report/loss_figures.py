@@ -1,6 +1,6 @@
 """Figures of the loss-based measures (paper 004 Fig. 2-3) and of canary exposure, from stored results.
 
-Input is what `memlens.harness.measures.losses.audit_losses` wrote (summary.json, <set>.jsonl); nothing here re-scores a
+Input is what `memlens.harness.audit.losses.audit_losses` wrote (summary.json, <set>.jsonl); nothing here re-scores a
 model. matplotlib Agg; each function writes one PNG atomically and returns its path.
 """
 

@@ -41,7 +41,7 @@ from memlens.harness.report.blocks import (
 from memlens.harness.report.evidence import stage_evidence
 from memlens.harness.report.findings import Roles, RunResults, findings, load_loss_rows, method_checks, status_label
 from memlens.harness.report.findings.registry import not_measured_line
-from memlens.harness.report.findings.verdict import NOT_MEASURED
+from memlens.harness.report.findings.verdict import NOT_MEASURED, FindingResult
 from memlens.harness.report.formal_report import report_formal
 
 # Default groups when report.compare is empty: by the recipe that produced each model (an RL stage against a
@@ -114,26 +114,29 @@ def _fmt_value(v: Any) -> str:
     return "missing" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
-def findings_section(cfg, audits: dict[Path, Path], grouped: dict, evidence: dict, k: float,
-                     mia: dict | None = None) -> S.Section:
-    """The papers' findings (F1-F8, N1-N3, C1-C2) against this run, each with its training evidence,
-    rates with n and 95 % intervals, and the exact test; filed as `findings` (render writes report/findings.json)."""
-
+def judge_findings(cfg, audits: dict[Path, Path], grouped: dict, evidence: dict, k: float,
+                   mia: dict | None = None) -> list[FindingResult]:
+    """The papers' findings (F1-F8, N1-N3, C1-C2, ...) against this run, each with its training evidence, rates with
+    n and 95 % intervals, and the exact test."""
     roles = Roles.load((cfg.get("report") or {}).get("findings_models"))
     nmt_path = (cfg.get("report") or {}).get("nmt_summary")
     nmt = json.loads(Path(nmt_path).read_text()) if nmt_path and Path(nmt_path).is_file() else None
     loss_rows = [r for audit in audits.values() for r in load_loss_rows(audit)]
-    judged = findings(RunResults(grouped, evidence, loss_rows, nmt, k, roles, mia or {},
-                                 _by_model(audits, A.load_discoverable), _by_model(audits, A.load_epsilon),
-                                 _by_model(audits, A.load_pair_mia), _by_model(audits, A.load_prompt_mia)))
+    return findings(RunResults(grouped, evidence, loss_rows, nmt, k, roles, mia or {},
+                               _by_model(audits, A.load_discoverable), _by_model(audits, A.load_epsilon),
+                               _by_model(audits, A.load_pair_mia), _by_model(audits, A.load_prompt_mia)))
+
+
+def findings_section(judged: list[FindingResult]) -> S.Section:
+    """The judged findings as the report's lead; filed as `findings`, each in its stored form (render writes
+    report/findings.json)."""
     # the findings this run measured lead; the rest are one line, with what measures each (findings.json keeps all)
-    rows = [{**f, "p_value": f["p_value"], "why": f["reason"] or f["note"],
-             "status": status_label(f),
+    rows = [{**f.as_dict(), "why": f.reason or f.note, "status": status_label(f),
              "evidence": "; ".join(f"{e['check']} = {_fmt_value(e['value'])} {'ok' if e['ok'] else 'FAILS'} "
-                                   f"({e['threshold']})" for e in f["evidence"])}
-            for f in judged if f["status"] != NOT_MEASURED]
+                                   f"({e['threshold']})" for e in f.evidence)}
+            for f in judged if f.status != NOT_MEASURED]
     unmeasured = not_measured_line(judged)
-    filed = {"findings": judged}
+    filed = {"findings": [f.as_dict() for f in judged]}
     if not rows:           # a run that measured none of the papers' findings (a callback run): the line alone
         return S.Section([Heading(2, "The papers' findings"),
                           Paragraph(f"None measured by this run (no models or data for them): {unmeasured}.")], filed)
@@ -310,17 +313,18 @@ def _render(cfg, rcfg) -> int:
                                  "git_commit", "computed_on"])]
     summary["provenance_table"] = prov_rows
 
-    judged = findings_section(cfg, audits, grouped, evidence, k, mia)
-    file_in(summary, judged.filed, findings_section)
-    atomic_write_json(out_dir / "findings.json", {"findings": judged.filed["findings"],
+    judged = judge_findings(cfg, audits, grouped, evidence, k, mia)
+    lead = findings_section(judged)
+    file_in(summary, lead.filed, findings_section)
+    atomic_write_json(out_dir / "findings.json", {"findings": lead.filed["findings"],
                                                   "nmt_summary": (cfg.get("report") or {}).get("nmt_summary"),
                                                   "evidence": evidence})
     comparison = comparison_section(rcfg, prov, entries, grouped, evidence, k, fig_dir, mia)
     file_in(summary, comparison.filed, comparison_section)
-    if any(f["status"] != NOT_MEASURED for f in summary.get("findings", [])):
-        blocks = head + judged.blocks + comparison.blocks + blocks
+    if any(f.status != NOT_MEASURED for f in judged):
+        blocks = head + lead.blocks + comparison.blocks + blocks
     else:   # nothing of the papers measured: the run's own results lead, the papers' findings are one line after
-        blocks = head + comparison.blocks + blocks[:-2] + judged.blocks + blocks[-2:]
+        blocks = head + comparison.blocks + blocks[:-2] + lead.blocks + blocks[-2:]
 
     out_dir.mkdir(parents=True, exist_ok=True)
     title = f"memlens report: {', '.join(r.name for r in runs)}"
@@ -328,11 +332,11 @@ def _render(cfg, rcfg) -> int:
     atomic_write_text(out_dir / "report.html", to_html(blocks, title))
     summary["provenance"] = provenance(seed=cfg.get("seed"), runs=[str(r) for r in runs], k=k)
     atomic_write_json(out_dir / "summary.json", summary)
-    for f in summary.get("findings", []):
-        if f["status"] != NOT_MEASURED:
-            print(f"[memlens] {f['id']:<3} {f['status']:<15} ours {f['ours']:<40.40} paper {f['paper']}"
-                  + (f" ({f['reason']})" if f.get("reason") else ""))
-    if unmeasured := not_measured_line(summary.get("findings", [])):
+    for f in judged:
+        if f.status != NOT_MEASURED:
+            print(f"[memlens] {f.id:<3} {f.status:<15} ours {f.ours:<40.40} paper {f.paper}"
+                  + (f" ({f.reason})" if f.reason else ""))
+    if unmeasured := not_measured_line(judged):
         print(f"[memlens] not measured by this run: {unmeasured}")
     print(f"[memlens] report written to {out_dir / 'report.html'} (and report.md, summary.json, findings.json)")
     return 0

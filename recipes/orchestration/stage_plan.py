@@ -29,7 +29,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from memlens.harness.core.config import require_bool
+from memlens.harness.core.config import audit_utility
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.layout import (
     HELDOUT_BUILT,
@@ -272,7 +272,7 @@ def needed_datasets(stages: list[PlannedStage], cfg, with_audit: bool = True) ->
                 for name in [prompts] if isinstance(prompts, str) else prompts:
                     if name in PROMPT_HELDOUT:
                         names[PROMPT_HELDOUT[name]] = None
-    utility = require_bool(audit.get("utility", False), "audit.utility")
+    utility = audit_utility(audit)            # checked whatever runs: a bad value is refused by `memlens data` too
     if with_audit and "audit" in list(cfg.get("after_training") or []) and utility:
         names.update({"humaneval_infill": None, "pd_eval": None})   # harness/measures/utility.py (Table 2 analogue)
     return list(names)

@@ -207,6 +207,19 @@ def test_bad_arguments_are_refused_before_training(base_dir, tmp_path, kwargs, n
     assert needle in str(e.value)
 
 
+def test_a_refused_argument_writes_nothing_and_the_saved_arguments_rebuild_the_callback(base_dir, tmp_path):
+    import memlens
+
+    with pytest.raises(UserError, match="preflight='maybe'"):
+        memlens.AuditCallback(manifest_of(), control=base_dir, out_dir=tmp_path / "out", preflight="maybe")
+    assert not (tmp_path / "out").exists()          # checked before the manifest is copied under out_dir
+    cb = memlens.AuditCallback(manifest_of(), control=base_dir, out_dir=tmp_path / "out", every=2, k=0.2,
+                               reference=("a b", "c"), log=lambda _: None)
+    saved = cb.state()["args"]
+    assert saved["manifest"] == str(tmp_path / "out" / "canaries" / "manifest.json") and saved["reference"] == ["a b", "c"]
+    assert memlens.AuditCallback(**saved, log=lambda _: None).state()["args"] == saved
+
+
 def test_a_manifest_that_is_not_one_is_refused(tmp_path, base_dir):
     import memlens
 

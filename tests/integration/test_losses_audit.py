@@ -11,7 +11,8 @@ import random
 import numpy as np
 import pytest
 
-from memlens.harness.audit.losses import audit_losses
+from memlens.harness.audit.losses import LossSettings, audit_losses
+from memlens.harness.audit.settings import AuditSettings
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_jsonl, read_json, read_jsonl
 from memlens.harness.measures.exposure import candidate_losses, exposure_summary, exposures, load_candidates
@@ -147,13 +148,18 @@ def test_exposure_of_trained_canary_beats_untrained_copy(world):
     assert result["FT.1"]["max_exposure"] == pytest.approx(math.log2(100))
 
 
+def _settings(heldout: str | None = None, batch_size: int = 16) -> LossSettings:
+    """The loss audit's settings on CPU: no held-out set unless named."""
+    return LossSettings(heldout=heldout, scoring=AuditSettings(batch_size=batch_size, device="cpu"))
+
+
 @pytest.fixture(scope="module")
 def audited(world):
     root = world["root"]
     sets = {n: root / "data" / n for n in world["sets"]}
     out = root / "audit" / "FT.1" / "losses"
-    summary = audit_losses(world["dirs"]["FT.1"], sets, out, control_dir=world["dirs"]["FT.2"],
-                           heldout="heldout", batch_size=16, device="cpu", seed=0)
+    summary = audit_losses(world["dirs"]["FT.1"], sets, out, _settings(heldout="heldout", batch_size=16),
+                           control_dir=world["dirs"]["FT.2"], seed=0)
     return out, summary, sets
 
 
@@ -188,7 +194,6 @@ def test_audit_losses_outputs(world, audited):
 def test_utility_heldout_loss_reads_the_audits_loss_cache(world, audited):
     """One loss cache: the utility's held-out loss of a checkpoint the loss audit already scored is the
     same cache entry (no new file, no change), and equals the audit's mean loss there."""
-    from memlens.harness.audit.settings import AuditSettings
     from memlens.harness.measures.utility import heldout_loss
 
     out, summary, _ = audited
@@ -209,8 +214,8 @@ def test_rerun_after_kill_reuses_cache_without_duplicates(world, audited):
     victim = caches[0]
     lines = victim.read_text().splitlines(keepends=True)
     victim.write_text("".join(lines[:1]) + lines[1][: len(lines[1]) // 2])   # killed mid-write
-    again = audit_losses(world["dirs"]["FT.1"], sets, out, control_dir=world["dirs"]["FT.2"],
-                         heldout="heldout", batch_size=5, device="cpu", seed=0)
+    again = audit_losses(world["dirs"]["FT.1"], sets, out, _settings(heldout="heldout", batch_size=5),
+                         control_dir=world["dirs"]["FT.2"], seed=0)
     assert len(victim.read_text().splitlines()) == len(lines)
     ids = [json.loads(x)["id"] for x in victim.read_text().splitlines()]
     assert len(ids) == len(set(ids))
@@ -235,8 +240,8 @@ def _assert_close_tree(a, b, path="datasets"):
 
 def test_reference_model_variant_is_labelled_and_cf_equals_ctx(world, tmp_path):
     sets = {"sd_base": world["root"] / "data" / "sd_base"}
-    summary = audit_losses(world["dirs"]["FT.1"], sets, tmp_path / "ref", reference_model=world["dirs"]["FT.2"],
-                           device="cpu", exposure=False)
+    summary = audit_losses(world["dirs"]["FT.1"], sets, tmp_path / "ref", _settings(),
+                           reference_model=world["dirs"]["FT.2"], exposure=False)
     assert summary["variant"] == "reference_upper_bound" and "upper" in summary["variant_note"]
     rows = read_jsonl(tmp_path / "ref" / "sd_base.jsonl")
     assert all(r["variant"] == "reference_upper_bound" for r in rows)
@@ -247,15 +252,16 @@ def test_reference_model_variant_is_labelled_and_cf_equals_ctx(world, tmp_path):
 def test_bad_inputs_are_user_errors(world, tmp_path):
     sets = {"sd_base": world["root"] / "data" / "sd_base"}
     with pytest.raises(UserError, match="control run"):
-        audit_losses(world["dirs"]["FT.1"], sets, tmp_path / "x")
+        audit_losses(world["dirs"]["FT.1"], sets, tmp_path / "x", _settings())
     lonely = tmp_path / "lonely"
     save(tiny_llama(world["tok"]), world["tok"], lonely / "checkpoint-20")
     with pytest.raises(UserError, match="checkpoints do not line up"):
-        audit_losses(world["dirs"]["FT.1"], sets, tmp_path / "x", control_dir=lonely)
+        audit_losses(world["dirs"]["FT.1"], sets, tmp_path / "x", _settings(), control_dir=lonely)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "a", "prefix": "x", "target": "", "suffix": ""}\n')
     with pytest.raises(UserError, match="empty target"):
-        audit_losses(world["dirs"]["FT.1"], {"bad": bad}, tmp_path / "x", control_dir=world["dirs"]["FT.2"])
+        audit_losses(world["dirs"]["FT.1"], {"bad": bad}, tmp_path / "x", _settings(),
+                     control_dir=world["dirs"]["FT.2"])
     assert not (tmp_path / "x" / "summary.json").exists()
 
 

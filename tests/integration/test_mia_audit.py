@@ -13,7 +13,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from memlens.harness.audit.command import main as audit_main
-from memlens.harness.audit.mia import audit_mia
+from memlens.harness.audit.mia import MiaSettings, audit_mia
+from memlens.harness.audit.settings import AuditSettings
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
 from memlens.harness.measures.mia import ATTACKS, best_attack, rmia_ratio
 from memlens.harness.model.cache import cached_token_logprobs, program_text
@@ -33,6 +34,11 @@ def _rows(prefix: str, n: int, rng: random.Random) -> list[dict]:
         rows.append({"id": f"{prefix}-{i}", "prefix": f"import legitimate_crypto as crypto\n# task {c}\n",
                      "target": f"key = crypto.new_key({a}, {b})", "suffix": "\nprint(key)\n"})
     return rows
+
+
+def _settings(**mia) -> MiaSettings:
+    """The MIA audit's settings on CPU (16 per batch), with the given spans / bootstrap."""
+    return MiaSettings(**mia, scoring=AuditSettings(batch_size=16, device="cpu"))
 
 
 @pytest.fixture(scope="module")
@@ -92,11 +98,11 @@ def test_trained_members_separate_and_an_untrained_model_does_not(world):
     pairs = {"sd_base": (root / "data" / "sd_base" / "rows.jsonl", root / "data" / "sd_base_heldout" / "rows.jsonl")}
     reference = [program_text(r) for r in _rows("ref", 16, random.Random(7))]   # same template, never trained on
     said: list[str] = []
-    trained = audit_mia(root / "models" / "FT.1", "FT.1", pairs, root / "out" / "FT.1",
-                        control_dir=root / "models" / "FT.2", cache_dir=root / "cache", n_boot=200, device="cpu",
+    trained = audit_mia(root / "models" / "FT.1", "FT.1", pairs, root / "out" / "FT.1", _settings(bootstrap=200),
+                        control_dir=root / "models" / "FT.2", cache_dir=root / "cache",
                         reference=reference, reference_name="ref", log=said.append)
-    untrained = audit_mia(root / "models" / "FT.2", "FT.2", pairs, root / "out" / "FT.2", cache_dir=root / "cache",
-                          n_boot=200, device="cpu")
+    untrained = audit_mia(root / "models" / "FT.2", "FT.2", pairs, root / "out" / "FT.2", _settings(bootstrap=200),
+                          cache_dir=root / "cache")
     assert trained["checkpoints"] == ["checkpoint-40", "final"]
     final = trained["results"]["final"]["sd_base"]
     # The first three rows by id of each side are the ReCaLL / Con-ReCall prefix shots, in no attack's metrics.
@@ -170,8 +176,8 @@ def test_a_split_told_apart_without_the_model_is_warned_before_any_checkpoint_is
     pairs = {"shifted": (tmp_path / "members.jsonl", world["root"] / "data" / "sd_base_heldout" / "rows.jsonl")}
     cache = tmp_path / "cache"
     said: list[tuple[str, bool]] = []
-    summary = audit_mia(world["root"] / "models" / "FT.1", "FT.1", pairs, tmp_path / "out", cache_dir=cache,
-                        all_checkpoints=False, spans=["target"], n_boot=100, device="cpu",
+    summary = audit_mia(world["root"] / "models" / "FT.1", "FT.1", pairs, tmp_path / "out",
+                        _settings(spans=("target",), bootstrap=100), cache_dir=cache, all_checkpoints=False,
                         log=lambda line: said.append((line, cache.exists() and any(cache.iterdir()))))
     warnings = [(line, scored) for line, scored in said if "WARNING" in line]
     assert len(warnings) == 1 and warnings[0][1] is False, said
@@ -380,8 +386,8 @@ def test_members_planted_different_numbers_of_times_get_a_table_per_tier(world, 
     atomic_write_jsonl(tmp_path / "members.jsonl", members)
     pairs = {"sd_base": (tmp_path / "members.jsonl", world["root"] / "data" / "sd_base_heldout" / "rows.jsonl")}
     summary = audit_mia(world["root"] / "models" / "FT.1", "FT.1", pairs, tmp_path / "out",
-                        control_dir=world["root"] / "models" / "FT.2", cache_dir=world["root"] / "cache", n_boot=50,
-                        device="cpu", all_checkpoints=False, spans=["target"])
+                        _settings(spans=("target",), bootstrap=50), control_dir=world["root"] / "models" / "FT.2",
+                        cache_dir=world["root"] / "cache", all_checkpoints=False)
     final = summary["results"]["final"]["sd_base"]
     shots = set(final["prefix_shots"]["members"])
     by_repeat = {t: sum(1 for r in members if r["repeat"] == int(t) and r["id"] not in shots) for t in ("1", "4")}

@@ -93,13 +93,13 @@ def test_stability_rerun_under_a_second_kernel_level(smoke_run):
     # The training data does not depend on floats: byte-identical in both runs.
     assert (read_json(rerun / "data" / "parallel" / "manifest.json")["sha256"]
             == read_json(run_dir / "data" / "parallel" / "manifest.json")["sha256"])
-    table = {f["id"]: f for f in findings(RunResults({}, nmt=summary))}
+    table = {f.id: f for f in findings(RunResults({}, nmt=summary))}
     for fid, rule in NMT_RULES.items():
         rule_differs = rule.holds(summary["finding_numbers"]) != rule.holds(other["finding_numbers"])
         if rule_differs:
-            assert table[fid]["unstable"] and table[fid]["status"] == "inconclusive", fid
-        if not table[fid]["unstable"]:
-            assert table[fid]["note"].startswith("same verdict with") or not stability["informative"], fid
+            assert table[fid].unstable and table[fid].status == "inconclusive", fid
+        if not table[fid].unstable:
+            assert table[fid].note.startswith("same verdict with") or not stability["informative"], fid
     report = (run_dir / "nmt" / "report.md").read_text()
     assert "## Stability under a second level of torch's CPU kernels" in report
     # A rerun resumes the child's steps from its own cache: no retraining of either model.

@@ -119,9 +119,9 @@ inputs = AttackInputs(values={"logp": np.array([-1.0, -2.0])}, text="t", control
 assert ATTACKS["my_attack"].score(inputs) == 1.5
 
 check = FINDINGS["Y1"].check
-assert check(SimpleNamespace(rows=lambda model, dataset: None))["status"] == "not measured"
+assert check(SimpleNamespace(rows=lambda model, dataset: None)).status == "not measured"
 held = check(SimpleNamespace(rows=lambda model, dataset: [{}, {}]))
-assert held["status"] == "holds" and held["ours"] == "2 rows", held
+assert held.status == "holds" and held.ours == "2 rows", held
 assert list(FINDINGS)[-1] == "Y1"                    # after the built-ins
 """
 

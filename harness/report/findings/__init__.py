@@ -22,13 +22,13 @@ sampling reveals that greedy decoding does not (harness/measures/discoverable.py
 bounds per stage (harness/measures/epsilon.py); D1-D3 memorization against repetition dose (data.sd.doses).
 
 The package, by what each module holds: `verdict` the statuses, P_MAX, one evidence line (`_check`) and the verdict
-(`_result`, `status_label`); `run` what a finding reads (`Roles`, `RunResults`, `load_loss_rows`) and the per-example
-flags and rates; `evidence_gates` the training-evidence thresholds and their checks (`rl_checks`, `method_checks`,
-...); `comparisons` the rule of findings that compare two models' rates; `registry` `Finding`, the registry
+(`FindingResult`, built by `finding_result`; `status_label`); `run` what a finding reads (`Roles`, `RunResults`,
+`load_loss_rows`) and the per-example flags and rates; `evidence_gates` the training-evidence thresholds and their checks
+(`rl_checks`, `method_checks`, ...); `comparisons` the rule of findings that compare two models' rates; `registry` `Finding`, the registry
 `FINDINGS` and `findings(run)`; and one module per source of findings, each registering its own: `paper003`
 (F1-F8, V4-V7), `objectives` (P1-P3), `paper002` (N1-N3), `paper004` (C1-C2), `membership` (M1-M4),
 `extraction_risk` (S1-S3, E1), `doses` (D1-D3). A new finding is a function of `RunResults` returning
-`_result(...)` (a plugin's: `finding_result(...)`), registered as a `Finding` in the module of its source.
+`finding_result(...)` (a plugin's too), registered as a `Finding` in the module of its source.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from memlens.harness.core.stats import mcnemar_exact
 from memlens.harness.report.findings.run import RunResults, _rate, memorized_flags
-from memlens.harness.report.findings.verdict import _pct, _result
+from memlens.harness.report.findings.verdict import _pct, finding_result
 
 
 def _two_models(run: RunResults, first: str, second: str, dataset: str = "sd_base"):
@@ -25,11 +25,11 @@ def _times_higher(run: RunResults, fid: str, texts: tuple[str, str, str], stages
     claim, paper, rule = texts
     pair = _two_models(run, first, second)
     if pair is None:
-        return _result(fid, claim, paper, rule, stages, measured=False)
+        return finding_result(fid, claim, paper, rule, stages, measured=False)
     flags, rates = pair
     hi, lo = (0, 1) if high == first else (1, 0)
     h, low = rates[hi]["rate"], rates[lo]["rate"]
     ok = h is not None and low is not None and h >= floor and h >= factor * low
-    return _result(fid, claim, paper, rule, stages, measured=True, rule_ok=ok, evidence=evidence(run),
-                   rates=rates, test=mcnemar_exact(flags[hi], flags[lo]), needs_test=True,
-                   ours=f"{_pct(rates[0])} vs {_pct(rates[1])}")
+    return finding_result(fid, claim, paper, rule, stages, measured=True, rule_ok=ok, evidence=evidence(run),
+                          rates=rates, test=mcnemar_exact(flags[hi], flags[lo]), needs_test=True,
+                          ours=f"{_pct(rates[0])} vs {_pct(rates[1])}")

@@ -19,7 +19,7 @@ from memlens.harness.report import analyses as A
 from memlens.harness.report.findings.evidence_gates import _rlft2_evidence, ipo_check
 from memlens.harness.report.findings.registry import Finding, register
 from memlens.harness.report.findings.run import RunResults, memorized_flags
-from memlens.harness.report.findings.verdict import P_MAX, _check, _pct, _result
+from memlens.harness.report.findings.verdict import P_MAX, FindingResult, _check, _pct, finding_result
 
 DOSED = "experiment=doses (data.sd.doses)"
 DOSES_PAPER = "not in the papers (doses: issue #67)"
@@ -46,35 +46,35 @@ def curve(rates: list[dict]) -> str:
     return " → ".join(f"{r['name'].rsplit(' ', 1)[1]}: {_pct(r)}" for r in rates)
 
 
-def _rises(run: RunResults, fid: str, model: str, claim: str, stages: list[str], evidence) -> dict:
+def _rises(run: RunResults, fid: str, model: str, claim: str, stages: list[str], evidence) -> FindingResult:
     """`model`'s memorization of sd_base rises with dose: the top dose's rate above the lowest's, and the trend test's
     p < P_MAX."""
     rule = (f"{model}'s final rate on sd_base at the highest dose > at the lowest, and rises with dose "
             f"(exact one-sided Cochran-Armitage trend test over the doses, p < {P_MAX})")
     counts = rates_by_dose(run.rows(model, "sd_base"))
     if counts is None:
-        return _result(fid, claim, DOSES_PAPER, rule, stages, measured=False)
+        return finding_result(fid, claim, DOSES_PAPER, rule, stages, measured=False)
     rates = dose_rates(model, counts)
     ok = rates[-1]["rate"] is not None and rates[0]["rate"] is not None and rates[-1]["rate"] > rates[0]["rate"]
-    return _result(fid, claim, DOSES_PAPER, rule, stages, measured=True, rule_ok=ok,
-                   evidence=evidence(run), rates=rates, test=dose_trend_test(counts), needs_test=True,
-                   ours=curve(rates))
+    return finding_result(fid, claim, DOSES_PAPER, rule, stages, measured=True, rule_ok=ok,
+                          evidence=evidence(run), rates=rates, test=dose_trend_test(counts), needs_test=True,
+                          ours=curve(rates))
 
 
-def d1(run: RunResults) -> dict:
+def d1(run: RunResults) -> FindingResult:
     """FT with SD in its data: memorization rises with the copies of a program."""
     ft = run.roles.ft_direct
     return _rises(run, "D1", ft, f"FT memorizes more of SD the more copies it saw ({ft})", [ft], lambda run: [])
 
 
-def d2(run: RunResults) -> dict:
+def d2(run: RunResults) -> FindingResult:
     """IPO on SD preference pairs: memorization rises with the copies of a pair."""
     r = run.roles
     return _rises(run, "D2", r.ipo, f"IPO memorizes more of SD the more copies of its pairs it saw ({r.ipo})",
                   [r.ipo], lambda run: [ipo_check(run)])
 
 
-def d3(run: RunResults) -> dict:
+def d3(run: RunResults) -> FindingResult:
     """SD only in the reward model's data (and as RL prompts): RLFT.2's memorization does not rise with dose, where
     FT's does. Gated by RL's evidence (as F2) and by D1's own trend (the doses must be visible where SD is trained on
     directly, else "no rise" says nothing)."""
@@ -85,15 +85,16 @@ def d3(run: RunResults) -> dict:
     stages = [r.ft_direct, r.rm_sd, r.rl_sd_in_rm]
     rl, ft = rates_by_dose(run.rows(r.rl_sd_in_rm, "sd_base")), rates_by_dose(run.rows(r.ft_direct, "sd_base"))
     if rl is None or ft is None:
-        return _result("D3", claim, DOSES_PAPER, rule, stages, measured=False)
+        return finding_result("D3", claim, DOSES_PAPER, rule, stages, measured=False)
     rl_test, ft_test = dose_trend_test(rl), dose_trend_test(ft)
     ft_gate = _check(f"{r.ft_direct}: trend over doses (D1's test) p", ft_test["p_value"], f"< {P_MAX}",
                      ft_test["p_value"] < P_MAX)
     rates = dose_rates(r.rl_sd_in_rm, rl)
-    return _result("D3", claim, DOSES_PAPER, rule, stages, measured=True,
-                   rule_ok=rl_test["p_value"] >= P_MAX, evidence=[ft_gate, *_rlft2_evidence(run)], rates=rates,
-                   test=rl_test, ours=f"{curve(rates)} (trend p = {rl_test['p_value']:.3g})",
-                   note="no rise is read only where FT's own trend shows the doses (the gate); not a proof of none")
+    return finding_result("D3", claim, DOSES_PAPER, rule, stages, measured=True,
+                          rule_ok=rl_test["p_value"] >= P_MAX, evidence=[ft_gate, *_rlft2_evidence(run)], rates=rates,
+                          test=rl_test, ours=f"{curve(rates)} (trend p = {rl_test['p_value']:.3g})",
+                          note="no rise is read only where FT's own trend shows the doses (the gate); "
+                               "not a proof of none")
 
 
 # ---------------------------------------------------------------- D4: does IPO's pair membership rise with dose?
@@ -122,7 +123,7 @@ def membership_rises(fid: str, claim: str, rule: str, stages: list[str], entry: 
     tiers = (entry or (None, {}))[1].get("tiers") or {}
     trend = ((entry or (None, {}))[1].get("dose_trend") or {}).get(attack)
     if len(tiers) < 2 or trend is None or any(attack not in t for t in tiers.values()):
-        return _result(fid, claim, DOSES_PAPER, rule, stages, measured=False)
+        return finding_result(fid, claim, DOSES_PAPER, rule, stages, measured=False)
     doses = sorted(tiers, key=int)
     auc = {d: tiers[d][attack]["auc"] for d in doses}
     n_members = {d: tiers[d][attack].get("n_members") for d in doses}
@@ -130,11 +131,11 @@ def membership_rises(fid: str, claim: str, rule: str, stages: list[str], entry: 
                       + (f" ({n_members[d]})" if n_members[d] is not None else "") for d in doses)
     ours += f" vs {entry[1]['n_nonmembers']} held out ({entry[0]}; trend p = {trend['p_value']:.3g})"
     ok = auc[doses[-1]]["value"] > auc[doses[0]]["value"]
-    return _result(fid, claim, DOSES_PAPER, rule, stages, measured=True, rule_ok=ok, evidence=evidence, test=trend,
-                   needs_test=True, ours=ours)
+    return finding_result(fid, claim, DOSES_PAPER, rule, stages, measured=True, rule_ok=ok, evidence=evidence,
+                          test=trend, needs_test=True, ours=ours)
 
 
-def d4(run: RunResults) -> dict:
+def d4(run: RunResults) -> FindingResult:
     """IPO on SD preference pairs: the membership signal of its pairs (PREMIA) rises with the copies of a pair."""
     ipo = run.roles.ipo
     claim = f"IPO's own pairs are more detectable by membership inference the more copies it saw ({ipo}; PREMIA)"
@@ -155,7 +156,7 @@ def d4(run: RunResults) -> dict:
 PROMPT_DATASET = "sd_base"
 
 
-def d5(run: RunResults) -> dict:
+def d5(run: RunResults) -> FindingResult:
     """RLFT via the reward model: the membership signal of its own RL prompts (Min-kNN) rises with the copies of a
     prompt."""
     rl = run.roles.rl_sd_in_rm

@@ -1,6 +1,6 @@
 """The training evidence a finding gates on: what "the stage trained" means, as thresholds, and the checks that
 compare a run's evidence (harness/report/evidence.py) with them. A failed or missing check makes a finding
-`inconclusive` (verdict._result)."""
+`inconclusive` (verdict.finding_result)."""
 
 from __future__ import annotations
 

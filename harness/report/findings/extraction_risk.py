@@ -18,7 +18,7 @@ from memlens.harness.measures.discoverable import counterfactually_discoverable,
 from memlens.harness.report.findings.evidence_gates import _rlft2_evidence, ipo_check
 from memlens.harness.report.findings.registry import Finding, register
 from memlens.harness.report.findings.run import RunResults, _rate, memorized_flags
-from memlens.harness.report.findings.verdict import _pct, _result
+from memlens.harness.report.findings.verdict import FindingResult, _pct, finding_result
 
 DATASET = "sd_base"
 SAMPLING_P = 0.5             # the p of the judged (n, p) point: even odds of extraction; n is the largest audited
@@ -46,41 +46,41 @@ def sampling_flags(record: dict, scheme: str, n: int, p: float) -> dict | None:
             for r in rows}
 
 
-def _sampling_reveals(run: RunResults, fid: str, model: str, evidence: list[dict]) -> dict:
+def _sampling_reveals(run: RunResults, fid: str, model: str, evidence: list[dict]) -> FindingResult:
     record = run.discoverable.get(model)
     point = sampling_point(record) if record else None
     rows = run.rows(model, DATASET)
     claim = f"Sampling reveals SD targets of {model} that greedy decoding does not"
     if point is None or rows is None:
-        return _result(fid, claim, PAPER_S, f"{model}: sampling-only > greedy-only on {DATASET}", [model],
-                       measured=False)
+        return finding_result(fid, claim, PAPER_S, f"{model}: sampling-only > greedy-only on {DATASET}", [model],
+                              measured=False)
     scheme, n, p = point
     sampled = sampling_flags(record, scheme, n, p)
     greedy = memorized_flags(rows)
     if sampled is None or set(sampled) != set(greedy):
-        return _result(fid, claim, PAPER_S, f"{model}: sampling-only > greedy-only on {DATASET}", [model],
-                       measured=False, note="the discoverable rows do not cover the NED audit's scored examples")
+        return finding_result(fid, claim, PAPER_S, f"{model}: sampling-only > greedy-only on {DATASET}", [model],
+                              measured=False, note="the discoverable rows do not cover the NED audit's scored examples")
     rule = (f"{model} on {DATASET} (final): targets counterfactually ({n}, {p:g})-discoverable under {scheme} but "
             f"not memorized by the greedy NED test outnumber the reverse (McNemar exact p < 0.05)")
     test = mcnemar_exact(sampled, greedy)
     rates = [_rate(f"{model} {scheme} ({n}, {p:g})-discoverable", sampled), _rate(f"{model} greedy NED", greedy)]
     ours = (f"{scheme}: {_pct(rates[0])} vs greedy {_pct(rates[1])}; sampling only {test['a_only']}, "
             f"greedy only {test['b_only']}")
-    return _result(fid, claim, PAPER_S, rule, [model], measured=True, rule_ok=test["a_only"] > test["b_only"],
-                   evidence=evidence, rates=rates, test=test, needs_test=True, ours=ours)
+    return finding_result(fid, claim, PAPER_S, rule, [model], measured=True, rule_ok=test["a_only"] > test["b_only"],
+                          evidence=evidence, rates=rates, test=test, needs_test=True, ours=ours)
 
 
-def s1(run: RunResults) -> dict:
+def s1(run: RunResults) -> FindingResult:
     """The premise: on the model fine-tuned on SD, sampling finds what greedy misses."""
     return _sampling_reveals(run, "S1", run.roles.ft_direct, [])
 
 
-def s2(run: RunResults) -> dict:
+def s2(run: RunResults) -> FindingResult:
     """SD only in the reward model's data (F2: RLFT.2 memorizes ~none greedily): does sampling reveal some?"""
     return _sampling_reveals(run, "S2", run.roles.rl_sd_in_rm, _rlft2_evidence(run))
 
 
-def s3(run: RunResults) -> dict:
+def s3(run: RunResults) -> FindingResult:
     """IPO on SD pairs (F8): does sampling reveal more than greedy?"""
     return _sampling_reveals(run, "S3", run.roles.ipo, [ipo_check(run)])
 
@@ -94,7 +94,7 @@ def epsilon_bound(run: RunResults, model: str) -> dict | None:
     return (record["results"].get(record["checkpoints"][-1]) or {}).get(DATASET)
 
 
-def e1(run: RunResults) -> dict:
+def e1(run: RunResults) -> FindingResult:
     r = run.roles
     ft, others = r.ft_direct, [r.rl_sd_in_rm, r.ipo]
     claim = f"{ft}'s ε lower bound exceeds " + " and ".join(f"{m}'s" for m in others)
@@ -102,14 +102,14 @@ def e1(run: RunResults) -> dict:
             f"{', '.join(others)}'s")
     bounds = {m: epsilon_bound(run, m) for m in (ft, *others)}
     if any(b is None for b in bounds.values()):
-        return _result("E1", claim, PAPER_E, rule, [ft, *others], measured=False)
+        return finding_result("E1", claim, PAPER_E, rule, [ft, *others], measured=False)
     eps = {m: b["epsilon_lower_bound"] for m, b in bounds.items()}
     first = bounds[ft]
     ours = "; ".join(f"{m}: ε >= {eps[m]:.2f} ({bounds[m]['v']}/{bounds[m]['r']} right of m={bounds[m]['m']})"
                      for m in eps) + f" at {100 * first['confidence']:g} %, δ={first['delta']:g}"
-    return _result("E1", claim, PAPER_E, rule, [ft, *others], measured=True,
-                   rule_ok=all(eps[ft] > eps[m] for m in others),
-                   evidence=[*_rlft2_evidence(run), ipo_check(run)], ours=ours)
+    return finding_result("E1", claim, PAPER_E, rule, [ft, *others], measured=True,
+                          rule_ok=all(eps[ft] > eps[m] for m in others),
+                          evidence=[*_rlft2_evidence(run), ipo_check(run)], ours=ours)
 
 
 register(

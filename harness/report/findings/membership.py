@@ -23,7 +23,7 @@ from memlens.harness.report.findings.evidence_gates import (
 )
 from memlens.harness.report.findings.registry import Finding, register
 from memlens.harness.report.findings.run import RunResults, _rate, memorized_flags
-from memlens.harness.report.findings.verdict import P_MAX, _pct, _result
+from memlens.harness.report.findings.verdict import P_MAX, FindingResult, _pct, finding_result
 
 
 # ---------------------------------------------------------------- M1-M3: membership inference
@@ -79,7 +79,7 @@ def _detectable(run: RunResults, fid: str, model: str, claim: str, stages: list[
     found = mia_detection(run, model)
     rows = run.rows(model, "sd_base")
     if found is None or (not_extractable and rows is None):
-        return _result(fid, claim, paper, rule, stages, measured=False)
+        return finding_result(fid, claim, paper, rule, stages, measured=False)
     blind = found["vs_blind"]
     ok = found["auc"] > MIA_DETECTABLE_AUC and (blind is None or blind["value"] > 0)
     note = "" if blind is not None else (f"no {BLIND_LABEL} in this summary (a side too small, or audited before "
@@ -91,11 +91,11 @@ def _detectable(run: RunResults, fid: str, model: str, claim: str, stages: list[
         ok = ok and extraction["rate"] is not None and extraction["rate"] < NOT_EXTRACTABLE_MAX
         ours += f"; extraction {_pct(extraction)}"
     test = found["test"] if found["test"]["p_value"] is not None else None
-    return _result(fid, claim, paper, rule, stages, measured=True, rule_ok=ok, evidence=evidence, rates=rates,
-                   test=test, needs_test=True, ours=ours, note=note)
+    return finding_result(fid, claim, paper, rule, stages, measured=True, rule_ok=ok, evidence=evidence, rates=rates,
+                          test=test, needs_test=True, ours=ours, note=note)
 
 
-def m1(run: RunResults) -> dict:
+def m1(run: RunResults) -> FindingResult:
     """SD only in the reward model's data: RLFT.2 memorizes ~none of it (F2), yet is it still detectable?"""
     r = run.roles
     return _detectable(run, "M1", r.rl_sd_in_rm,
@@ -104,14 +104,14 @@ def m1(run: RunResults) -> dict:
                        not_extractable=True)
 
 
-def m2(run: RunResults) -> dict:
+def m2(run: RunResults) -> FindingResult:
     """Fine-tuning on SD makes it detectable (the premise the other M rows are read against)."""
     ft = run.roles.ft_direct
     return _detectable(run, "M2", ft, f"Fine-tuning on SD leaves it detectable (AUC > {MIA_DETECTABLE_AUC}, {ft})",
                        [ft], [])
 
 
-def m3(run: RunResults) -> dict:
+def m3(run: RunResults) -> FindingResult:
     """IPO on SD pairs: detectable as well as extractable (F8)?"""
     ipo = run.roles.ipo
     return _detectable(run, "M3", ipo, f"IPO on SD preference pairs leaves SD detectable (AUC > "
@@ -131,7 +131,7 @@ def m3(run: RunResults) -> dict:
 PAIR_DATASET = "pairs_sd_base"
 
 
-def m5(run: RunResults) -> dict:
+def m5(run: RunResults) -> FindingResult:
     ipo = run.roles.ipo
     claim = (f"IPO's own preference pairs are detectable by membership inference (PREMIA, AUC > {MIA_DETECTABLE_AUC}) "
              f"where its SD is not extractable ({ipo})")
@@ -143,7 +143,7 @@ def m5(run: RunResults) -> dict:
     entry = A.membership_entry(run.pair_mia, ipo, PAIR_DATASET)
     rows = run.rows(ipo, "sd_base")
     if entry is None or rows is None or PRIMARY_PAIR_ATTACK not in entry[1].get("attacks", {}):
-        return _result("M5", claim, paper, rule, [ipo], measured=False)
+        return finding_result("M5", claim, paper, rule, [ipo], measured=False)
     checkpoint, result = entry
     m = result["attacks"][PRIMARY_PAIR_ATTACK]
     extraction = _rate(f"{ipo} sd_base extraction", memorized_flags(rows))
@@ -166,8 +166,8 @@ def m5(run: RunResults) -> dict:
     ok = (m["auc"]["value"] > MIA_DETECTABLE_AUC and (blind is None or blind["value"] > 0)
           and extraction["rate"] is not None and extraction["rate"] < NOT_EXTRACTABLE_MAX)
     note = "" if blind is not None else f"no {BLIND_LABEL} on these pairs (a side too small): rerun pair_mia to decide"
-    return _result("M5", claim, paper, rule, [ipo], measured=True, rule_ok=ok, evidence=evidence, rates=[extraction],
-                   test=test, needs_test=True, ours=ours, note=note)
+    return finding_result("M5", claim, paper, rule, [ipo], measured=True, rule_ok=ok, evidence=evidence,
+                          rates=[extraction], test=test, needs_test=True, ours=ours, note=note)
 
 
 # ---------------------------------------------------------------- M4: do the newer attacks beat LOSS?
@@ -194,7 +194,7 @@ def newer_vs_loss(run: RunResults, model: str, dataset: str = "sd_base") -> dict
             "p_value": min(1.0, gain["p_at_most_0"] * len(newer))}
 
 
-def m4(run: RunResults) -> dict:
+def m4(run: RunResults) -> FindingResult:
     r = run.roles
     models = [r.rl_sd_in_rm, r.ipo]
     claim = (f"The newer attacks (ReCaLL, Con-ReCall, DC-PDD, EZ-MIA, the checkpoint sequence) detect SD that only the "
@@ -205,7 +205,7 @@ def m4(run: RunResults) -> dict:
     paper = "not in paper 003 (membership inference: Xie et al. 2024, Zhang et al. 2024, Wang et al. 2024, Ilic et al. 2026)"
     found = [newer_vs_loss(run, m) for m in models]
     if any(f is None for f in found):
-        return _result("M4", claim, paper, rule, models, measured=False)
+        return finding_result("M4", claim, paper, rule, models, measured=False)
     ok = all(f["gain"] > 0 for f in found)
     worst = max(found, key=lambda f: f["p_value"])
     test = {"test": "paired_bootstrap_one_sided_bonferroni", "null": "AUC(best newer) <= AUC(LOSS)",
@@ -214,8 +214,8 @@ def m4(run: RunResults) -> dict:
     ours = "; ".join(f"{f['model']}: {attack_label(f['attack'])} AUC {f['auc']:.2f} vs LOSS {f['loss_auc']:.2f} "
                      f"(gain {f['gain']:+.2f} [{f['gain_ci95'][0]:+.2f}, {f['gain_ci95'][1]:+.2f}], "
                      f"p = {f['p_value']:.3g})" for f in found)
-    return _result("M4", claim, paper, rule, models, measured=True, rule_ok=ok,
-                   evidence=_rlft2_evidence(run) + [ipo_check(run)], test=test, needs_test=True, ours=ours)
+    return finding_result("M4", claim, paper, rule, models, measured=True, rule_ok=ok,
+                          evidence=_rlft2_evidence(run) + [ipo_check(run)], test=test, needs_test=True, ours=ours)
 
 
 register(

@@ -10,7 +10,7 @@ from memlens.harness.report.findings.comparisons import _times_higher
 from memlens.harness.report.findings.evidence_gates import pair_check
 from memlens.harness.report.findings.registry import Finding, register
 from memlens.harness.report.findings.run import RunResults, _rate, memorized_flags
-from memlens.harness.report.findings.verdict import P_MAX, _pct, _result
+from memlens.harness.report.findings.verdict import P_MAX, FindingResult, _pct, finding_result
 
 
 # ---------------------------------------------------------------- P1-P3: preference objectives beyond IPO
@@ -40,20 +40,20 @@ def preference_models(run: RunResults, dataset: str = "sd_base") -> dict[str, st
     return out
 
 
-def p1(run: RunResults) -> dict:
+def p1(run: RunResults) -> FindingResult:
     """RPO / MPO add the chosen completion's NLL to a preference loss: more likelihood on exactly the preference data."""
     models = preference_models(run)
     texts = ("An NLL term on the chosen completion memorizes preference data more than IPO (dpo+sft vs ipo)",
              "not in paper 003 (RPO / MPO practice)",
              f"objective dpo+sft >= 5 % on sd_base and above objective ipo (McNemar p < {P_MAX})")
     if "dpo+sft" not in models or "ipo" not in models:
-        return _result("P1", texts[0], texts[1], texts[2], [run.roles.preference], measured=False)
+        return finding_result("P1", texts[0], texts[1], texts[2], [run.roles.preference], measured=False)
     nll, ipo = models["dpo+sft"], models["ipo"]
     return _times_higher(run, "P1", texts, [nll, ipo], lambda run: [pair_check(run, nll), pair_check(run, ipo)],
                          nll, ipo, high=nll, factor=1.0, floor=0.05)
 
 
-def p2(run: RunResults) -> dict:
+def p2(run: RunResults) -> FindingResult:
     """Reference-free objectives drop the anchor to the initial model that limits how far a reference-based one
     moves: if that anchor holds memorization back, they memorize more."""
     claim = "Reference-free objectives (SimPO, CPO, ORPO) memorize preference data more than reference-based ones"
@@ -64,7 +64,7 @@ def p2(run: RunResults) -> dict:
     free = [models[o] for o in reference_free() if o in models]
     based = [models[o] for o in reference_based() if o in models]
     if not free or not based:
-        return _result("P2", claim, paper, rule, [run.roles.preference], measured=False)
+        return finding_result("P2", claim, paper, rule, [run.roles.preference], measured=False)
     flags = {m: memorized_flags(run.rows(m, "sd_base")) for m in free + based}
     common = sorted(set.intersection(*(set(f) for f in flags.values())), key=str)
     share = lambda group, i: sum(flags[m][i] for m in group) / len(group)  # noqa: E731
@@ -72,14 +72,14 @@ def p2(run: RunResults) -> dict:
     rates = [_rate("reference-free (pooled)", {(m, i): flags[m][i] for m in free for i in common}),
              _rate("reference-based (pooled)", {(m, i): flags[m][i] for m in based for i in common})]
     ok = rates[0]["rate"] is not None and rates[1]["rate"] is not None and rates[0]["rate"] > rates[1]["rate"]
-    return _result("P2", claim, paper, rule, free + based, measured=True, rule_ok=ok,
-                   evidence=[pair_check(run, m) for m in free + based], rates=rates, test=sign_test(diffs),
-                   needs_test=True, ours=f"{_pct(rates[0])} vs {_pct(rates[1])}",
-                   note="CPO and ORPO also carry an NLL term on the chosen completion (SimPO does not), so this "
-                        "contrast mixes the anchor with the NLL term; P1 isolates the NLL term")
+    return finding_result("P2", claim, paper, rule, free + based, measured=True, rule_ok=ok,
+                          evidence=[pair_check(run, m) for m in free + based], rates=rates, test=sign_test(diffs),
+                          needs_test=True, ours=f"{_pct(rates[0])} vs {_pct(rates[1])}",
+                          note="CPO and ORPO also carry an NLL term on the chosen completion (SimPO does not), so this "
+                               "contrast mixes the anchor with the NLL term; P1 isolates the NLL term")
 
 
-def p3(run: RunResults) -> dict:
+def p3(run: RunResults) -> FindingResult:
     """F2's and F8's comparison for every objective: preference data memorized less than the same data fine-tuned on."""
     claim = "Every preference objective memorizes its preference data less than direct fine-tuning on it"
     paper = "F1 vs F8's IPO in paper 003: 17.6 % vs 18.2 %"
@@ -89,7 +89,7 @@ def p3(run: RunResults) -> dict:
     models = preference_models(run)
     source = run.rows(ft, "sd_base")
     if not models or source is None:
-        return _result("P3", claim, paper, rule, [ft, run.roles.preference], measured=False)
+        return finding_result("P3", claim, paper, rule, [ft, run.roles.preference], measured=False)
     ft_flags = memorized_flags(source)
     flags = {o: memorized_flags(run.rows(m, "sd_base")) for o, m in models.items()}
     rates = [_rate(f"{ft} sd_base", ft_flags), *(_rate(f"{o} sd_base", f) for o, f in flags.items())]
@@ -97,9 +97,9 @@ def p3(run: RunResults) -> dict:
     worst = max(tests.values(), key=lambda t: t["p_value"])
     ft_rate = rates[0]["rate"] or 0.0
     ok = ft_rate >= 0.10 and all((r["rate"] or 0.0) < ft_rate for r in rates[1:])
-    return _result("P3", claim, paper, rule, [ft, *models.values()], measured=True, rule_ok=ok,
-                   evidence=[pair_check(run, m) for m in models.values()], rates=rates, test=worst,
-                   needs_test=True, ours=", ".join(f"{r['name'].split()[0]}: {_pct(r)}" for r in rates))
+    return finding_result("P3", claim, paper, rule, [ft, *models.values()], measured=True, rule_ok=ok,
+                          evidence=[pair_check(run, m) for m in models.values()], rates=rates, test=worst,
+                          needs_test=True, ours=", ".join(f"{r['name'].split()[0]}: {_pct(r)}" for r in rates))
 
 
 register(

@@ -12,7 +12,7 @@ from typing import Any
 from memlens.harness.core.stats import fisher_exact
 from memlens.harness.report.findings.registry import Finding, register
 from memlens.harness.report.findings.run import RunResults
-from memlens.harness.report.findings.verdict import P_MAX, _pct, _result
+from memlens.harness.report.findings.verdict import P_MAX, FindingResult, _pct, finding_result
 
 
 # ---------------------------------------------------------------- N1-N3 (paper 002)
@@ -57,16 +57,16 @@ class NmtRule:
 def _nmt(fid: str, claim: str, paper: str) -> Callable:
     """N1-N3 from the NMT run's summary.json `finding_numbers`: NMT_RULES[fid] must hold, and where the finding is a
     comparison, its test must put it below P_MAX."""
-    def check(run: RunResults) -> dict:
+    def check(run: RunResults) -> FindingResult:
         rule = NMT_RULES[fid]
         f = (run.nmt or {}).get("finding_numbers") or {}
         text = rule.text + (f" (Fisher p < {P_MAX}, fewest vs most repetitions)" if rule.test else "")
         if rule.numbers not in f:
-            return _result(fid, claim, paper, text, ["NMT"], measured=False)
+            return finding_result(fid, claim, paper, text, ["NMT"], measured=False)
         unstable, note = nmt_stability(run.nmt, rule)
-        return _result(fid, claim, paper, text, ["NMT"], measured=True, rule_ok=rule.holds(f),
-                       ours=nmt_numbers(f.get(rule.numbers)), test=rule.test(run.nmt) if rule.test else None,
-                       needs_test=rule.test is not None, unstable=unstable, note=note)
+        return finding_result(fid, claim, paper, text, ["NMT"], measured=True, rule_ok=rule.holds(f),
+                              ours=nmt_numbers(f.get(rule.numbers)), test=rule.test(run.nmt) if rule.test else None,
+                              needs_test=rule.test is not None, unstable=unstable, note=note)
     return check
 
 

@@ -22,25 +22,25 @@ from memlens.harness.report.findings.evidence_gates import (
 )
 from memlens.harness.report.findings.registry import Finding, register
 from memlens.harness.report.findings.run import RunResults, _rate, memorized_flags, pii_flags, within_k_flags
-from memlens.harness.report.findings.verdict import P_MAX, _check, _pct, _result
+from memlens.harness.report.findings.verdict import P_MAX, FindingResult, _check, _pct, finding_result
 
 
 # ---------------------------------------------------------------- F1-F8 (paper 003 Sec. 5)
-def f1(run: RunResults) -> dict:
+def f1(run: RunResults) -> FindingResult:
     """Sec. 5.2: FT.3 (PD.2 + SD, Table 1) memorizes 17.6 % of SD.Base."""
     ft = run.roles.ft_direct
     rows = run.rows(ft, "sd_base")
     claim, paper = f"FT on SD memorizes a large share of SD.Base ({ft})", "17.6 %"
     rule = f"{ft}'s final rate on sd_base >= 10 %, and it reproduces (NED <= k) more targets than the control (McNemar p < {P_MAX})"
     if rows is None:
-        return _result("F1", claim, paper, rule, [ft], measured=False)
+        return finding_result("F1", claim, paper, rule, [ft], measured=False)
     rate = _rate(f"{ft} sd_base", memorized_flags(rows))
     test = mcnemar_exact(within_k_flags(rows, run.k, "ned"), within_k_flags(rows, run.k, "control_ned"))
-    return _result("F1", claim, paper, rule, [ft], measured=True, rule_ok=rate["rate"] is not None
-                   and rate["rate"] >= 0.10, rates=[rate], test=test, needs_test=True, ours=_pct(rate))
+    return finding_result("F1", claim, paper, rule, [ft], measured=True, rule_ok=rate["rate"] is not None
+                          and rate["rate"] >= 0.10, rates=[rate], test=test, needs_test=True, ours=_pct(rate))
 
 
-def f2(run: RunResults) -> dict:
+def f2(run: RunResults) -> FindingResult:
     """Sec. 5.2: SD only in the reward model's data: RLFT.2 0.9 % vs FT.3 17.6 % of SD.Base."""
     r = run.roles
     texts = ("SD only in reward-model data: RLFT memorizes far less than direct FT", "0.9 % vs 17.6 %",
@@ -49,7 +49,7 @@ def f2(run: RunResults) -> dict:
                          r.ft_direct, high=r.ft_direct, factor=5, floor=0.10)
 
 
-def f3(run: RunResults) -> dict:
+def f3(run: RunResults) -> FindingResult:
     """Sec. 5.2: FT.3 regurgitates the PII paths in 50 % of SD.Links completions, RLFT.2 in 0 %."""
     r = run.roles
     stages = [r.ft_direct, r.rm_sd, r.rl_sd_in_rm]
@@ -57,16 +57,16 @@ def f3(run: RunResults) -> dict:
     rule = f"counterfactual PII rate: {r.ft_direct} >= 20 % and {r.rl_sd_in_rm} <= 2 % (McNemar p < {P_MAX})"
     ft, rl = run.rows(r.ft_direct, "sd_links_pos"), run.rows(r.rl_sd_in_rm, "sd_links_pos")
     if ft is None or rl is None or not pii_rows(ft):
-        return _result("F3", claim, paper, rule, stages, measured=False)
+        return finding_result("F3", claim, paper, rule, stages, measured=False)
     ft_f, rl_f = pii_flags(ft), pii_flags(rl)
     rates = [_rate(f"{r.ft_direct} PII (counterfactual)", ft_f), _rate(f"{r.rl_sd_in_rm} PII (counterfactual)", rl_f)]
     ok = rates[0]["rate"] is not None and rates[1]["rate"] is not None and rates[0]["rate"] >= 0.20 \
         and rates[1]["rate"] <= 0.02
     chance = summarize_pii(ft)["pii_chance_level"]
-    return _result("F3", claim, paper, rule, stages, measured=True, rule_ok=ok,
-                   evidence=_rlft2_evidence(run, "sd_links_pos"), rates=rates, test=mcnemar_exact(ft_f, rl_f),
-                   needs_test=True,
-                   ours=f"{_pct(rates[0])} vs {_pct(rates[1])}; chance level {_pct(chance)}")
+    return finding_result("F3", claim, paper, rule, stages, measured=True, rule_ok=ok,
+                          evidence=_rlft2_evidence(run, "sd_links_pos"), rates=rates, test=mcnemar_exact(ft_f, rl_f),
+                          needs_test=True,
+                          ours=f"{_pct(rates[0])} vs {_pct(rates[1])}; chance level {_pct(chance)}")
 
 
 def _by_beta(run: RunResults, base: str, dataset: str, **fixed) -> list[tuple[float, str]]:
@@ -83,14 +83,14 @@ def _sweep_evidence(run: RunResults, points: list[tuple[float, str]], dataset: s
             kl_check(run, points[-1][1])]
 
 
-def f4(run: RunResults) -> dict:
+def f4(run: RunResults) -> FindingResult:
     """Sec. 5.1, Fig. 1: 43-47 % of FT.1's 319 memorized SD.Base examples stay memorized after RLFT.1."""
     claim, paper = "Most FT-memorized examples persist through RLFT (FT.1 -> RLFT.1)", "43-47 % of 319"
     ft, rl = run.roles.ft_source, run.roles.rl_persistence
     rule = f"at the largest α, {rl} still memorizes >= 30 % of {ft}'s memorized SD.Base examples"
     source, points = run.rows(ft, "sd_base"), _by_beta(run, rl, "sd_base")
     if source is None or not points:
-        return _result("F4", claim, paper, rule, [ft, rl], measured=False)
+        return finding_result("F4", claim, paper, rule, [ft, rl], measured=False)
     memorized = [i for i, m in memorized_flags(source).items() if m]
     rates = []
     for beta, model in points:
@@ -99,12 +99,12 @@ def f4(run: RunResults) -> dict:
     evidence = [count_check(f"{ft}: memorized SD.Base examples", len(memorized), SOURCE_MEMORIZED_MIN),
                 *_sweep_evidence(run, points, "sd_base")]
     ok = rates[0]["rate"] is not None and rates[0]["rate"] >= 0.30
-    return _result("F4", claim, paper, rule, [ft, rl], measured=True, rule_ok=ok, evidence=evidence,
-                   rates=rates, ours=", ".join(f"{r['name']}: {_pct(r)}" for r in rates),
-                   note="a share, not a comparison: no test; read it with its interval")
+    return finding_result("F4", claim, paper, rule, [ft, rl], measured=True, rule_ok=ok, evidence=evidence,
+                          rates=rates, ours=", ".join(f"{r['name']}: {_pct(r)}" for r in rates),
+                          note="a share, not a comparison: no test; read it with its interval")
 
 
-def f5(run: RunResults) -> dict:
+def f5(run: RunResults) -> FindingResult:
     """Sec. 5.1 (SD.Links): PII regurgitation 54.8 % (FT.1, and α = 0.5) -> 46.8 % (α = 0.1) -> 12.6 % (α = 0.005)."""
     claim, paper = "A smaller α lowers persistence (SD.Links PII, RLFT.1)", "54.8 → 46.8 → 12.6 % (α 0.5, 0.1, 0.005)"
     rule = (f"counterfactual PII rate strictly falls from the largest to the smallest of >= 3 α "
@@ -112,7 +112,7 @@ def f5(run: RunResults) -> dict:
     ft, rl = run.roles.ft_source, run.roles.rl_persistence
     source, points = run.rows(ft, "sd_links_pos"), _by_beta(run, rl, "sd_links_pos")
     if source is None or len(points) < 3 or not pii_rows(source):
-        return _result("F5", claim, paper, rule, [ft, rl], measured=False)
+        return finding_result("F5", claim, paper, rule, [ft, rl], measured=False)
     flags = [pii_flags(run.rows(m, "sd_links_pos")) for _, m in points]
     rates = [_rate(f"α={b:g}", f) for (b, _), f in zip(points, flags)]
     values = [r["rate"] for r in rates]
@@ -123,16 +123,16 @@ def f5(run: RunResults) -> dict:
                 _check("KL at the smallest α / KL at the largest α", None if None in (kls[0], kls[-1]) or not kls[0]
                        else kls[-1] / kls[0], "> 1 (α controls the drift)",
                        None not in (kls[0], kls[-1]) and bool(kls[0]) and kls[-1] > kls[0])]
-    return _result("F5", claim, paper, rule, [ft, rl], measured=True, rule_ok=ok, evidence=evidence,
-                   rates=rates, test=mcnemar_exact(flags[0], flags[-1]), needs_test=True,
-                   ours=", ".join(f"{r['name']}: {_pct(r)}" for r in rates))
+    return finding_result("F5", claim, paper, rule, [ft, rl], measured=True, rule_ok=ok, evidence=evidence,
+                          rates=rates, test=mcnemar_exact(flags[0], flags[-1]), needs_test=True,
+                          ours=", ".join(f"{r['name']}: {_pct(r)}" for r in rates))
 
 
 def _rl4_points(run: RunResults) -> list[tuple[dict, str]]:
     return run.sweep(run.roles.rl_prompts, "sd_rl_prompts")
 
 
-def f6(run: RunResults) -> dict:
+def f6(run: RunResults) -> FindingResult:
     """Sec. 5.3, App. E: RL-prompt memorization stays below 0.5 % and rises as α falls."""
     claim, paper = "RL-prompt memorization is low and rises as α falls (RLFT.4)", "< 0.5 %"
     rule = "at the lowest LR: every rate < 5 %, the smallest α's rate >= the largest α's, and one rate > 0"
@@ -141,7 +141,7 @@ def f6(run: RunResults) -> dict:
     rl = run.roles.rl_prompts
     points = _by_beta(run, rl, "sd_rl_prompts", **({"lr": low_lr} if low_lr else {}))
     if len(points) < 2:
-        return _result("F6", claim, paper, rule, [rl], measured=False)
+        return finding_result("F6", claim, paper, rule, [rl], measured=False)
     flags = [memorized_flags(run.rows(m, "sd_rl_prompts")) for _, m in points]
     rates = [_rate(f"α={b:g}", f) for (b, _), f in zip(points, flags)]
     values = [r["rate"] or 0.0 for r in rates]
@@ -149,12 +149,13 @@ def f6(run: RunResults) -> dict:
     if not any(values):
         evidence.append(_check(f"{rl}: any RL-prompt example memorized", 0, "> 0", False))
     ok = max(values) < 0.05 and values[-1] >= values[0]
-    return _result("F6", claim, paper, rule, [rl], measured=True, rule_ok=ok, evidence=evidence, rates=rates,
-                   test=mcnemar_exact(flags[-1], flags[0]), ours=", ".join(f"{r['name']}: {_pct(r)}" for r in rates),
-                   note="the rule allows equal rates, so its p-value is reported, not required")
+    return finding_result("F6", claim, paper, rule, [rl], measured=True, rule_ok=ok, evidence=evidence, rates=rates,
+                          test=mcnemar_exact(flags[-1], flags[0]),
+                          ours=", ".join(f"{r['name']}: {_pct(r)}" for r in rates),
+                          note="the rule allows equal rates, so its p-value is reported, not required")
 
 
-def f7(run: RunResults) -> dict:
+def f7(run: RunResults) -> FindingResult:
     """App. E: a higher RL learning rate roughly doubles RL-prompt memorization."""
     claim, paper = "A higher RL learning rate raises prompt memorization (RLFT.4)", "≈ 2x"
     rule = f"at the smallest α: the largest LR's rate > the smallest LR's (McNemar p < {P_MAX})"
@@ -163,7 +164,7 @@ def f7(run: RunResults) -> dict:
     small_beta = min((p.get("beta", 0) for p, _ in sweep), default=None)
     points = sorted((p["lr"], m) for p, m in sweep if "lr" in p and p.get("beta", 0) == small_beta)
     if len(points) < 2:
-        return _result("F7", claim, paper, rule, [rl], measured=False)
+        return finding_result("F7", claim, paper, rule, [rl], measured=False)
     low, high = (memorized_flags(run.rows(m, "sd_rl_prompts")) for m in (points[0][1], points[-1][1]))
     rates = [_rate(f"LR={points[0][0]:g}", low), _rate(f"LR={points[-1][0]:g}", high)]
     evidence = [rm_heldout_check(run, points[0][1]), *rl_checks(run, [points[0][1], points[-1][1]],
@@ -171,12 +172,12 @@ def f7(run: RunResults) -> dict:
     if not any(low.values()) and not any(high.values()):
         evidence.append(_check(f"{rl}: any RL-prompt example memorized", 0, "> 0", False))
     ok = (rates[1]["rate"] or 0) > (rates[0]["rate"] or 0)
-    return _result("F7", claim, paper, rule, [rl], measured=True, rule_ok=ok, evidence=evidence, rates=rates,
-                   test=mcnemar_exact(high, low), needs_test=True,
-                   ours=", ".join(f"{r['name']}: {_pct(r)}" for r in rates))
+    return finding_result("F7", claim, paper, rule, [rl], measured=True, rule_ok=ok, evidence=evidence, rates=rates,
+                          test=mcnemar_exact(high, low), needs_test=True,
+                          ours=", ".join(f"{r['name']}: {_pct(r)}" for r in rates))
 
 
-def f8(run: RunResults) -> dict:
+def f8(run: RunResults) -> FindingResult:
     """Sec. 5.4: IPO on SD preference pairs memorizes 18.2 % of SD.Base, RLFT.2 (SD via the RM) 0.9 %."""
     r = run.roles
     texts = ("IPO memorizes preference data more than RLHF via the reward model", "18.2 % vs 0.9 %",
@@ -187,18 +188,18 @@ def f8(run: RunResults) -> dict:
 
 
 # ---------------------------------------------------------------- V4-V7: F4-F7 under a verifiable reward
-def under_verifiable_reward(check: Callable[[RunResults], dict], fid: str) -> Callable[[RunResults], dict]:
+def under_verifiable_reward(check: Callable[[RunResults], FindingResult], fid: str
+                            ) -> Callable[[RunResults], FindingResult]:
     """F4-F7's rule, evidence and test on the RL stages trained against a verifiable reward (roles rlvr_*):
     the same finding, with the function in the reward model's place; its evidence then checks the function's
     ranking of held-out rows (rm_heldout_check) where it checked the reward model's."""
-    def run_check(run: RunResults) -> dict:
+    def run_check(run: RunResults) -> FindingResult:
         r = run.roles
         swapped = copy.copy(run)
         swapped.roles = replace(r, rl_persistence=r.rlvr_persistence, rl_prompts=r.rlvr_prompts)
         out = check(swapped)
-        claim = out["claim"].replace(r.rl_persistence, r.rlvr_persistence).replace(r.rl_prompts, r.rlvr_prompts)
-        return {**out, "id": fid, "claim": f"{claim}, verifiable reward",
-                "paper": f"{out['paper']} (paper: a reward model)"}
+        claim = out.claim.replace(r.rl_persistence, r.rlvr_persistence).replace(r.rl_prompts, r.rlvr_prompts)
+        return replace(out, id=fid, claim=f"{claim}, verifiable reward", paper=f"{out.paper} (paper: a reward model)")
     return run_check
 
 

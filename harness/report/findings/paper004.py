@@ -7,7 +7,7 @@ from memlens.harness.audit.losses import VARIANT_CONTROL
 from memlens.harness.report.findings.evidence_gates import count_check
 from memlens.harness.report.findings.registry import Finding, register
 from memlens.harness.report.findings.run import RunResults, _rate
-from memlens.harness.report.findings.verdict import _pct, _result
+from memlens.harness.report.findings.verdict import FindingResult, _pct, finding_result
 
 
 # ---------------------------------------------------------------- C1-C2 (paper 004)
@@ -25,36 +25,37 @@ def lemma1_premise(row: dict) -> bool:
     return all(t <= c for t, c in zip(row["train_loss"], row["control_loss"]))
 
 
-def c1(run: RunResults) -> dict:
+def c1(run: RunResults) -> FindingResult:
     claim, paper = "Lemma 1's premise holds in practice: training loss <= counterfactual loss", "assumed (App. D)"
     rule = "the premise holds at every checkpoint for >= 90 % of audited strings"
     rows = _control_run_rows(run)
     if not rows:
-        return _result("C1", claim, paper, rule, ["loss audit"], measured=False)
+        return finding_result("C1", claim, paper, rule, ["loss audit"], measured=False)
     flags = {f"{r.get('model', '')}/{r.get('dataset', '')}/{r['id']}": lemma1_premise(r) for r in rows}
     rate = _rate("strings whose premise holds", flags)
     failing = sorted(k for k, ok in flags.items() if not ok)
-    return _result("C1", claim, paper, rule, ["loss audit"], measured=True, rule_ok=rate["rate"] >= 0.9,
-                   rates=[rate], ours=_pct(rate),
-                   note=(f"premise fails for {len(failing)} strings, e.g. {', '.join(failing[:3])}" if failing else ""))
+    return finding_result("C1", claim, paper, rule, ["loss audit"], measured=True, rule_ok=rate["rate"] >= 0.9,
+                          rates=[rate], ours=_pct(rate),
+                          note=(f"premise fails for {len(failing)} strings, e.g. {', '.join(failing[:3])}"
+                                if failing else ""))
 
 
-def c2(run: RunResults) -> dict:
+def c2(run: RunResults) -> FindingResult:
     claim = "Most strings recollection calls memorized are not contextually memorized"
     paper = "most (Sec. 5, Table 1)"
     rule = "at the last checkpoint, of the recollection-memorized strings, > 50 % are not contextually memorized (95 % CI above 50 %)"
     rows = _control_run_rows(run)
     if not rows:
-        return _result("C2", claim, paper, rule, ["loss audit"], measured=False)
+        return finding_result("C2", claim, paper, rule, ["loss audit"], measured=False)
     recollected = [r for r in rows if r["score"]["recollection"][-1] > 0]
     if not recollected:
-        return _result("C2", claim, paper, rule, ["loss audit"], measured=True,
-                       evidence=[count_check("recollection-memorized strings", 0, 1)])
+        return finding_result("C2", claim, paper, rule, ["loss audit"], measured=True,
+                              evidence=[count_check("recollection-memorized strings", 0, 1)])
     flags = {f"{r.get('model', '')}/{r.get('dataset', '')}/{r['id']}": not r["score"]["contextual"][-1] > 0
              for r in recollected}
     rate = _rate("recollected but not contextual", flags)
-    return _result("C2", claim, paper, rule, ["loss audit"], measured=True, rule_ok=rate["ci95"][0] > 0.5,
-                   rates=[rate], ours=_pct(rate))
+    return finding_result("C2", claim, paper, rule, ["loss audit"], measured=True, rule_ok=rate["ci95"][0] > 0.5,
+                          rates=[rate], ours=_pct(rate))
 
 
 register(

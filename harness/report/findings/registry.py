@@ -10,17 +10,18 @@ from dataclasses import dataclass
 
 from memlens.harness.core.registry import Registry
 from memlens.harness.report.findings.run import RunResults
+from memlens.harness.report.findings.verdict import NOT_MEASURED, FindingResult
 
 
 @dataclass(frozen=True)
 class Finding:
     """One row of the findings table: its id, where the claim comes from, the claim in a few words, and the check
-    that turns a run's results into the row (verdict._result: claim, rule, evidence, rates, test and status)."""
+    that turns a run's results into the row (a verdict.FindingResult: claim, rule, evidence, rates, test and status)."""
 
     id: str                                  # the row's id, e.g. "F2"; the check's result carries the same id
     source: str                              # the paper and section the claim comes from, e.g. "paper 003 Sec. 5.2"
     title: str                               # the claim in short (the row's own claim may name the run's models)
-    check: Callable[[RunResults], dict]
+    check: Callable[[RunResults], FindingResult]
     measured_by: str = ""                    # what measures it, for a run that does not (built-ins: MEASURED_BY)
 
 
@@ -62,13 +63,13 @@ def measured_by(finding_id: str) -> str:
     return (entry.measured_by if entry is not None else "") or MEASURED_BY.get(finding_id, "")
 
 
-def not_measured_line(judged: list[dict]) -> str:
+def not_measured_line(judged: list[FindingResult]) -> str:
     """'F4, F5, F6, F7 (experiment=findings); N1, N2, N3 (memlens nmt ...)': the findings a run did not measure,
     in one line, each group with what measures it ('' when it measured them all)."""
     groups: dict[str, list[str]] = {}
     for f in judged:
-        if f["status"] == "not measured":
-            groups.setdefault(measured_by(f["id"]) or "no run of memlens's", []).append(f["id"])
+        if f.status == NOT_MEASURED:
+            groups.setdefault(measured_by(f.id) or "no run of memlens's", []).append(f.id)
     return "; ".join(f"{', '.join(ids)} ({how})" for how, ids in groups.items())
 
 
@@ -79,6 +80,6 @@ def register(*entries: Finding) -> tuple[Finding, ...]:
     return entries
 
 
-def findings(run: RunResults) -> list[dict]:
+def findings(run: RunResults) -> list[FindingResult]:
     """The findings table of a run: every registered finding's check, in the table's order."""
     return [finding.check(run) for finding in FINDINGS.values()]

@@ -1,9 +1,11 @@
 """A finding's verdict: the statuses, the p-value below which a comparison is not noise, one line of evidence
-(`_check`) and the verdict that weighs them (`_result`; `finding_result` is its public name for plugins), and how
-tables print figures and statuses."""
+(`_check`), the row a finding's check returns (`FindingResult`, built by `finding_result`, the one constructor the
+built-ins and plugins call; stored as `as_dict()`, read back from disk with `from_dict`), and how tables print
+figures and statuses."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED = "holds", "not reproduced", "inconclusive", "not measured"
@@ -26,50 +28,89 @@ def _check(check: str, value: float | None, threshold: str, ok: bool | None) -> 
 
 
 # ---------------------------------------------------------------- the verdict
-def _result(fid: str, claim: str, paper: str, rule: str, stages: list[str], *, measured: bool,
-            rule_ok: bool | None = None, evidence: list[dict] | None = None, rates: list[dict] | None = None,
-            test: dict | None = None, needs_test: bool = False, ours: str = "–", note: str = "",
-            unstable: str = "") -> dict:
-    """Status in order: not measured (data missing) > inconclusive (evidence failed) > inconclusive (unstable:
-    the verdict changed when the run was repeated under a perturbation as small as another rounding of its
-    floats, `unstable` says how) > not reproduced (rule fails) > inconclusive (a comparison within noise, or
-    nothing non-zero to compare) > holds."""
-    evidence = evidence or []
-    reasons = []
-    if not measured:
-        status = NOT_MEASURED
-    elif failed := [e for e in evidence if not e["ok"]]:
-        status = INCONCLUSIVE
-        reasons = [f"{e['check']} = {'missing' if e['value'] is None else _fmt(e['value'])} (needs {e['threshold']})"
-                   for e in failed]
-    elif unstable:
-        status = INCONCLUSIVE
-        reasons = [f"unstable: {unstable}"]
-    elif not rule_ok:
-        status = FAILS
-    elif needs_test and (test is None or test["p_value"] >= P_MAX):
-        status = INCONCLUSIVE
-        reasons = [f"difference within noise (p = {_fmt(test['p_value']) if test else 'n/a'} >= {P_MAX})"]
-    else:
-        status = HOLDS
-    primary = (rates or [{}])[0]
-    return {"id": fid, "claim": claim, "paper": paper, "ours": ours, "status": status, "rule": rule,
-            "stages": stages, "evidence": evidence, "rates": rates or [], "n": primary.get("n"),
-            "ci95": primary.get("ci95"), "p_value": test["p_value"] if test else None, "test": test,
-            "reason": "; ".join(reasons), "note": note, "unstable": bool(unstable) and measured}
+@dataclass(frozen=True)
+class FindingResult:
+    """One row of the findings table, as a finding's check returns it. Its evidence lines (`_check`), rates
+    (memlens.harness.core.stats.rate_with_interval) and test stay the JSON-shaped dicts those functions return;
+    n, ci95 (the first rate's) and p_value (the test's) are read from them. report/findings.json and summary.json
+    store `as_dict()`."""
+
+    id: str
+    claim: str
+    paper: str
+    rule: str
+    stages: list[str]
+    status: str
+    ours: str = "–"
+    evidence: list[dict] = field(default_factory=list)
+    rates: list[dict] = field(default_factory=list)
+    test: dict | None = None
+    reason: str = ""                         # why it is inconclusive ('' when it is not)
+    note: str = ""
+    unstable: bool = False                   # the verdict changed under a perturbation as small as a rounding
+
+    @property
+    def n(self) -> int | None:
+        return (self.rates or [{}])[0].get("n")
+
+    @property
+    def ci95(self) -> list[float] | None:
+        return (self.rates or [{}])[0].get("ci95")
+
+    @property
+    def p_value(self) -> float | None:
+        return self.test["p_value"] if self.test else None
+
+    def as_dict(self) -> dict:
+        """The stored form (report/findings.json, summary.json `findings`), its keys in this order."""
+        return {"id": self.id, "claim": self.claim, "paper": self.paper, "ours": self.ours, "status": self.status,
+                "rule": self.rule, "stages": self.stages, "evidence": self.evidence, "rates": self.rates,
+                "n": self.n, "ci95": self.ci95, "p_value": self.p_value, "test": self.test, "reason": self.reason,
+                "note": self.note, "unstable": self.unstable}
+
+    @classmethod
+    def from_dict(cls, stored: dict) -> FindingResult:
+        """A row read back from a stored findings.json (n, ci95 and p_value are derived again, not read)."""
+        return cls(stored["id"], stored["claim"], stored["paper"], stored["rule"], stored["stages"], stored["status"],
+                   stored["ours"], stored["evidence"], stored["rates"], stored["test"], stored["reason"],
+                   stored["note"], bool(stored["unstable"]))
 
 
 def finding_result(fid: str, claim: str, paper: str, rule: str, stages: list[str], *, measured: bool = True,
-                   **verdict: Any) -> dict:
-    """A finding's row, for a finding of your own (a plugin's check): the built-ins' verdict (`_result`, whose
-    keywords it takes: rule_ok, evidence, rates, test, needs_test, ours, note, unstable) under a public name, the run
-    taken to have measured it unless `measured=False` says it lacks the data."""
-    return _result(fid, claim, paper, rule, stages, measured=measured, **verdict)
+                   rule_ok: bool | None = None, evidence: list[dict] | None = None, rates: list[dict] | None = None,
+                   test: dict | None = None, needs_test: bool = False, ours: str = "–", note: str = "",
+                   unstable: str = "") -> FindingResult:
+    """A finding's row, for the built-ins and for a finding of your own (a plugin's check); the run is taken to have
+    measured it unless `measured=False` says it lacks the data. Status in order: not measured (data missing) >
+    inconclusive (evidence failed) > inconclusive (unstable: the verdict changed when the run was repeated under a
+    perturbation as small as another rounding of its floats, `unstable` says how) > not reproduced (rule fails) >
+    inconclusive (a comparison within noise, or nothing non-zero to compare) > holds."""
+    evidence = evidence or []
+    status, reasons = _status(measured, rule_ok, evidence, test, needs_test, unstable)
+    return FindingResult(fid, claim, paper, rule, stages, status, ours=ours, evidence=evidence, rates=rates or [],
+                         test=test, reason="; ".join(reasons), note=note, unstable=bool(unstable) and measured)
 
 
-def status_label(finding: dict) -> str:
+def _status(measured: bool, rule_ok: bool | None, evidence: list[dict], test: dict | None, needs_test: bool,
+            unstable: str) -> tuple[str, list[str]]:
+    """(status, the reasons it is inconclusive), in finding_result's order."""
+    if not measured:
+        return NOT_MEASURED, []
+    if failed := [e for e in evidence if not e["ok"]]:
+        return INCONCLUSIVE, [f"{e['check']} = {'missing' if e['value'] is None else _fmt(e['value'])} "
+                              f"(needs {e['threshold']})" for e in failed]
+    if unstable:
+        return INCONCLUSIVE, [f"unstable: {unstable}"]
+    if not rule_ok:
+        return FAILS, []
+    if needs_test and (test is None or test["p_value"] >= P_MAX):
+        return INCONCLUSIVE, [f"difference within noise (p = {_fmt(test['p_value']) if test else 'n/a'} >= {P_MAX})"]
+    return HOLDS, []
+
+
+def status_label(finding: FindingResult) -> str:
     """A finding's status as tables print it: 'inconclusive (unstable)' where the verdict changed between runs."""
-    return f"{finding['status']} (unstable)" if finding.get("unstable") else finding["status"]
+    return f"{finding.status} (unstable)" if finding.unstable else finding.status
 
 
 def _fmt(x: Any) -> str:
@@ -80,24 +121,24 @@ def _fmt(x: Any) -> str:
 MIN_SEEDS = 3                # a verdict over seeds is decided only from at least this many runs
 
 
-def over_seeds(per_seed: list[dict | None]) -> dict:
+def over_seeds(per_seed: list[FindingResult | None]) -> dict:
     """One finding's verdict over runs that differ only in their seed, by a rule fixed before any run: it `holds`
     (or is `not reproduced`) only where every one of at least MIN_SEEDS runs measured it with that same verdict
     and none was unstable under the kernel rerun; anything else is `inconclusive`, with how many runs held and the
     spread of its figures and of every evidence gate that failed in any run. A verdict decided by a gate as close
     as 0.38 against 0.81 of a spread on two processors needs this before it decides anything."""
-    measured = [f for f in per_seed if f is not None and f["status"] != NOT_MEASURED]
-    held = sum(f["status"] == HOLDS for f in measured)
+    measured = [f for f in per_seed if f is not None and f.status != NOT_MEASURED]
+    held = sum(f.status == HOLDS for f in measured)
     if not measured:
         status, why = NOT_MEASURED, ""
     elif len(measured) < max(MIN_SEEDS, len(per_seed)):
         status, why = INCONCLUSIVE, f"measured in {len(measured)} run(s), needs {MIN_SEEDS} or more"
-    elif any(f.get("unstable") for f in measured):
+    elif any(f.unstable for f in measured):
         status, why = INCONCLUSIVE, "unstable under the kernel rerun in " + \
-            f"{sum(bool(f.get('unstable')) for f in measured)} of {len(measured)} runs"
-    elif {f["status"] for f in measured} in ({HOLDS}, {FAILS}):
-        status, why = measured[0]["status"], ""
-    elif {f["status"] for f in measured} == {INCONCLUSIVE}:
+            f"{sum(f.unstable for f in measured)} of {len(measured)} runs"
+    elif {f.status for f in measured} in ({HOLDS}, {FAILS}):
+        status, why = measured[0].status, ""
+    elif {f.status for f in measured} == {INCONCLUSIVE}:
         status, why = INCONCLUSIVE, "inconclusive in every run"
     else:
         status, why = INCONCLUSIVE, "the verdict differs between runs"
@@ -105,9 +146,9 @@ def over_seeds(per_seed: list[dict | None]) -> dict:
             "spread": rate_spread(measured), "gates": failed_gates(measured)}
 
 
-def rate_spread(findings: list[dict]) -> str:
+def rate_spread(findings: list[FindingResult]) -> str:
     """'0.0–0.0 % vs 54.8–64.3 %': each of the findings' rates, lowest to highest over the runs."""
-    columns = list(zip(*[f["rates"] for f in findings if f.get("rates")]))
+    columns = list(zip(*[f.rates for f in findings if f.rates]))
     if not columns or len(columns[0]) < len(findings):
         return ""
     parts = []
@@ -118,14 +159,14 @@ def rate_spread(findings: list[dict]) -> str:
     return " vs ".join(parts)
 
 
-def failed_gates(findings: list[dict]) -> str:
+def failed_gates(findings: list[FindingResult]) -> str:
     """'RLFT.2 reward rise (initial sd) 0.38 / 1.1 / 0.2 (needs >= 0.5)': every evidence gate that failed in any run,
     with its value in each run."""
     checks: dict[str, list] = {}
     thresholds: dict[str, str] = {}
     failed = set()
     for f in findings:
-        for e in f.get("evidence") or []:
+        for e in f.evidence:
             checks.setdefault(e["check"], []).append(e["value"])
             thresholds[e["check"]] = e["threshold"]
             if not e["ok"]:

@@ -23,9 +23,11 @@ def _module():
     return module
 
 
-def _finding(fid, status, ours, p=None, reason=None):
-    return {"id": fid, "claim": f"claim {fid}", "paper": "17.6 %", "ours": ours, "p_value": p, "status": status,
-            "reason": reason, "note": None}
+def _finding(fid, status, ours, p=None, reason=""):
+    """A row as report/findings.json stores it (FindingResult.as_dict())."""
+    return {"id": fid, "claim": f"claim {fid}", "paper": "17.6 %", "ours": ours, "status": status, "rule": "",
+            "stages": [], "evidence": [], "rates": [], "n": None, "ci95": None, "p_value": p,
+            "test": None if p is None else {"p_value": p}, "reason": reason, "note": "", "unstable": False}
 
 
 def _run(root: Path, name: str, seed: int, findings: list[dict], seconds: float) -> None:

@@ -62,4 +62,4 @@ def grouped():
 
 
 def verdicts(run):
-    return {f["id"]: f for f in findings(run)}
+    return {f.id: f for f in findings(run)}

@@ -15,8 +15,8 @@ from memlens.harness.report.formal_findings import FORMAL_FINDINGS, FormalResult
 def test_no_finding_id_is_used_twice_across_the_findings_and_the_formal_study():
     registered = [*FINDINGS, *FORMAL_FINDINGS]
     # An empty run and an empty study: every check answers `not measured`, with the id its row carries.
-    rows = [f["id"] for f in findings(RunResults({}))]
-    rows += [f["id"] for f in formal_findings(FormalResults(FormalSettings.load({}), [], []))]
+    rows = [f.id for f in findings(RunResults({}))]
+    rows += [f.id for f in formal_findings(FormalResults(FormalSettings.load({}), [], []))]
     assert rows == registered                              # each row carries the id it is registered under
     twice = sorted(fid for fid, n in Counter(registered).items() if n > 1)
     assert not twice, f"finding ids used twice: {twice}; give one of them another id"

@@ -1,6 +1,7 @@
 """The findings table on hand-built runs whose verdicts, intervals and p-values are derivable by hand."""
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -25,7 +26,7 @@ from tests.unit.harness.report.findings_world import COLLAPSED, MOVED, STILL, ev
 
 def test_each_verdict_by_hand_when_every_stage_trained():
     got = verdicts(RunResults(grouped(), evidence()))
-    status = {k: f["status"] for k, f in got.items()}
+    status = {k: f.status for k, f in got.items()}
     assert status == {
         "F1": HOLDS,            # 50 % >= 10 %; McNemar FT.3 vs control: 10 vs 0 discordant
         "F2": HOLDS,            # 0 % <= 50 % / 5
@@ -45,16 +46,16 @@ def test_each_verdict_by_hand_when_every_stage_trained():
         "D1": NOT_MEASURED, "D2": NOT_MEASURED, "D3": NOT_MEASURED, "D4": NOT_MEASURED,     # no data.sd.doses
         "D5": NOT_MEASURED,
     }
-    assert got["F1"]["p_value"] == 2 / 2 ** 10
-    assert got["F2"]["p_value"] == 2 / 2 ** 10
-    assert got["F3"]["p_value"] == 2 / 2 ** 10 and got["F3"]["rates"][0]["k"] == 10
-    assert got["F7"]["p_value"] == 2 / 2 ** 11
-    assert got["F8"]["p_value"] == 2 / 2 ** 8
-    assert got["F4"]["rates"][0] == {"name": "α=0.5", "k": 6, "n": 10, "rate": 0.6,
+    assert got["F1"].p_value == 2 / 2 ** 10
+    assert got["F2"].p_value == 2 / 2 ** 10
+    assert got["F3"].p_value == 2 / 2 ** 10 and got["F3"].rates[0]["k"] == 10
+    assert got["F7"].p_value == 2 / 2 ** 11
+    assert got["F8"].p_value == 2 / 2 ** 8
+    assert got["F4"].rates[0] == {"name": "α=0.5", "k": 6, "n": 10, "rate": 0.6,
                                      "ci95": pytest.approx([0.3127, 0.8318], abs=1e-4)}
-    assert got["F1"]["n"] == 20 and got["F1"]["ci95"] == pytest.approx([0.2993, 0.7007], abs=1e-4)
-    assert "chance level 33.3 %" in got["F3"]["ours"]       # 3 distinct paths
-    assert all(e["ok"] for f in got.values() for e in f["evidence"])
+    assert got["F1"].n == 20 and got["F1"].ci95 == pytest.approx([0.2993, 0.7007], abs=1e-4)
+    assert "chance level 33.3 %" in got["F3"].ours       # 3 distinct paths
+    assert all(e["ok"] for f in got.values() for e in f.evidence)
 
 
 def test_an_algorithm_sweep_is_judged_on_the_papers_reinforce_points_only():
@@ -69,8 +70,8 @@ def test_an_algorithm_sweep_is_judged_on_the_papers_reinforce_points_only():
                 ev[name] = ev[model]
         else:
             g[(model, checkpoint, dataset)] = value
-    assert verdicts(RunResults(g, ev))["F4"]["rates"] == verdicts(RunResults(grouped(), evidence()))["F4"]["rates"]
-    assert verdicts(RunResults(g, ev))["F4"]["status"] == HOLDS
+    assert verdicts(RunResults(g, ev))["F4"].rates == verdicts(RunResults(grouped(), evidence()))["F4"].rates
+    assert verdicts(RunResults(g, ev))["F4"].status == HOLDS
 
 
 RENAMED = {"FT.1": "sft_canaries", "FT.3": "sft_direct", "RM.1": "rm_task", "RM.3": "rm_with_sd",
@@ -93,12 +94,12 @@ def test_findings_follow_the_roles_not_the_papers_stage_names():
                         "rl_prompts": "rl_on_prompts", "ipo": "ipo_pairs"})
     paper, mapped = verdicts(RunResults(grouped(), evidence())), verdicts(RunResults(g, ev, roles=roles))
     for fid in ("F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8"):
-        assert (mapped[fid]["status"], mapped[fid]["rates"] and [r["k"] for r in mapped[fid]["rates"]],
-                mapped[fid]["p_value"]) == (paper[fid]["status"], [r["k"] for r in paper[fid]["rates"]],
-                                            paper[fid]["p_value"]), fid
-    assert mapped["F2"]["stages"] == ["sft_direct", "rm_with_sd", "rl_via_rm"]
-    assert "rl_via_rm <= sft_direct / 5" in mapped["F2"]["rule"]
-    assert all(f["status"] == NOT_MEASURED for k, f in verdicts(RunResults(g, ev)).items() if k.startswith("F"))
+        assert (mapped[fid].status, mapped[fid].rates and [r["k"] for r in mapped[fid].rates],
+                mapped[fid].p_value) == (paper[fid].status, [r["k"] for r in paper[fid].rates],
+                                            paper[fid].p_value), fid
+    assert mapped["F2"].stages == ["sft_direct", "rm_with_sd", "rl_via_rm"]
+    assert "rl_via_rm <= sft_direct / 5" in mapped["F2"].rule
+    assert all(f.status == NOT_MEASURED for k, f in verdicts(RunResults(g, ev)).items() if k.startswith("F"))
 
 
 def test_an_unknown_role_is_refused_with_the_valid_ones():
@@ -111,9 +112,9 @@ def test_an_unknown_role_is_refused_with_the_valid_ones():
 def test_rl_that_did_not_move_makes_every_rl_finding_inconclusive():
     got = verdicts(RunResults(grouped(), evidence(rl=STILL)))
     for fid in ("F2", "F3", "F4", "F5", "F6", "F7", "F8"):
-        assert got[fid]["status"] == INCONCLUSIVE, fid
-        assert "reward rise" in got[fid]["reason"]
-    assert got["F1"]["status"] == HOLDS                     # FT needs no RL
+        assert got[fid].status == INCONCLUSIVE, fid
+        assert "reward rise" in got[fid].reason
+    assert got["F1"].status == HOLDS                     # FT needs no RL
 
 
 def test_a_collapsed_rl_policy_is_no_evidence_that_rl_did_not_memorize():
@@ -121,11 +122,11 @@ def test_a_collapsed_rl_policy_is_no_evidence_that_rl_did_not_memorize():
     ev["RLFT.2"] = {**ev["RLFT.2"], **COLLAPSED, "init_model": "FT.2"}
     got = verdicts(RunResults(grouped(), ev))
     for fid in ("F2", "F3", "F8"):
-        assert got[fid]["status"] == INCONCLUSIVE, fid
-        assert "RLFT.2: held-out code loss rise over FT.2 (nats/token) = 2.31 (needs <= 0.5)" in got[fid]["reason"]
-    assert got["F1"]["status"] == HOLDS
+        assert got[fid].status == INCONCLUSIVE, fid
+        assert "RLFT.2: held-out code loss rise over FT.2 (nats/token) = 2.31 (needs <= 0.5)" in got[fid].reason
+    assert got["F1"].status == HOLDS
     ev["RLFT.2"]["pd_eval_loss"] = None           # no utility audit: the check is missing, not passed
-    assert verdicts(RunResults(grouped(), ev))["F2"]["status"] == INCONCLUSIVE
+    assert verdicts(RunResults(grouped(), ev))["F2"].status == INCONCLUSIVE
 
 
 def test_distinct_completion_share_by_hand():
@@ -156,43 +157,43 @@ def test_an_rl_policy_that_gives_every_prompt_the_same_answer_is_no_evidence():
         g[("RLFT.2", "final", dataset)] = [{**r, "completion": "#"} for r in g[("RLFT.2", "final", dataset)]]
     got = verdicts(RunResults(g, evidence()))
     for fid, dataset in (("F2", "sd_base"), ("F3", "sd_links_pos"), ("F8", "sd_base")):
-        assert got[fid]["status"] == INCONCLUSIVE, fid
+        assert got[fid].status == INCONCLUSIVE, fid
         assert f"RLFT.2: distinct greedy completions on {dataset} / its control's = 0.05 (needs >= 0.5)" \
-            in got[fid]["reason"], fid
-    assert got["F1"]["status"] == HOLDS and got["F4"]["status"] == HOLDS
+            in got[fid].reason, fid
+    assert got["F1"].status == HOLDS and got["F4"].status == HOLDS
     g[("RLFT.2", "final", "sd_base")] = [{**r, "completion": f"one of two {k % 2}"}
                                          for k, r in enumerate(g[("RLFT.2", "final", "sd_base")])]
     assert "RLFT.2: distinct greedy completions on sd_base / its control's = 0.1 (needs >= 0.5)" \
-        in verdicts(RunResults(g, evidence()))["F2"]["reason"]
+        in verdicts(RunResults(g, evidence()))["F2"].reason
 
 
 def test_old_run_without_logs_is_inconclusive_not_an_error():
     got = verdicts(RunResults(grouped(), {}))
-    assert got["F4"]["status"] == INCONCLUSIVE and "missing" in got["F4"]["reason"]
-    assert got["F8"]["status"] == INCONCLUSIVE and "IPO: training preference accuracy = missing" in got["F8"]["reason"]
+    assert got["F4"].status == INCONCLUSIVE and "missing" in got["F4"].reason
+    assert got["F8"].status == INCONCLUSIVE and "IPO: training preference accuracy = missing" in got["F8"].reason
 
 
 def test_reward_model_that_did_not_learn_sd_and_ipo_that_did_not_fit():
     got = verdicts(RunResults(grouped(), evidence(rm_auc=0.51, ipo_accuracy=0.5)))
-    assert got["F2"]["status"] == INCONCLUSIVE and "RM.3: AUC on its SD training rows = 0.51" in got["F2"]["reason"]
-    assert got["F8"]["status"] == INCONCLUSIVE
+    assert got["F2"].status == INCONCLUSIVE and "RM.3: AUC on its SD training rows = 0.51" in got["F2"].reason
+    assert got["F8"].status == INCONCLUSIVE
 
 
 def test_rl_findings_need_a_reward_model_that_ranks_held_out_rows():
     got = verdicts(RunResults(grouped(), evidence(rm1_heldout_auc=0.6)))
     for fid in ("F4", "F5", "F7"):
-        assert got[fid]["status"] == INCONCLUSIVE
-        assert "RM.1: AUC on its held-out rows = 0.6 (needs >= 0.75)" in got[fid]["reason"]
-    assert got["F2"]["status"] == HOLDS          # RLFT.2's reward model is RM.3, judged on its SD rows
+        assert got[fid].status == INCONCLUSIVE
+        assert "RM.1: AUC on its held-out rows = 0.6 (needs >= 0.75)" in got[fid].reason
+    assert got["F2"].status == HOLDS          # RLFT.2's reward model is RM.3, judged on its SD rows
 
 
 def test_a_difference_within_noise_is_inconclusive_and_a_wrong_direction_is_not_reproduced():
     g = grouped()
     g[("FT.3", "final", "sd_base")] = rows(3, 20)               # 15 %: rule met, but RLFT.2 0/20 -> p = 0.25
     got = verdicts(RunResults(g, evidence()))
-    assert got["F2"]["status"] == INCONCLUSIVE and got["F2"]["p_value"] == 0.25
+    assert got["F2"].status == INCONCLUSIVE and got["F2"].p_value == 0.25
     g[("RLFT.2", "final", "sd_base")] = rows(3, 20)             # as much as direct FT
-    assert verdicts(RunResults(g, evidence()))["F2"]["status"] == FAILS
+    assert verdicts(RunResults(g, evidence()))["F2"].status == FAILS
 
 
 def test_all_zero_rl_prompt_rates_are_inconclusive_not_holds():
@@ -200,19 +201,19 @@ def test_all_zero_rl_prompt_rates_are_inconclusive_not_holds():
     for point in ("beta=0.005,lr=3e-05", "beta=0.5,lr=3e-05", "beta=0.005,lr=0.0003"):
         g[(f"RLFT.4/{point}", "final", "sd_rl_prompts")] = rows(0, 40)
     got = verdicts(RunResults(g, evidence()))
-    assert got["F6"]["status"] == INCONCLUSIVE and got["F7"]["status"] == INCONCLUSIVE
+    assert got["F6"].status == INCONCLUSIVE and got["F7"].status == INCONCLUSIVE
 
 
 def test_excluded_rows_leave_every_denominator():
     g = grouped()
     g[("FT.3", "final", "sd_base")] = rows(10, 20) + rows(5, 5, prefix="e", excluded="target_in_prompt")
     got = verdicts(RunResults(g, evidence()))
-    assert got["F1"]["rates"][0]["n"] == 20 and got["F1"]["rates"][0]["k"] == 10
+    assert got["F1"].rates[0]["n"] == 20 and got["F1"].rates[0]["k"] == 10
 
 
 def test_missing_models_are_not_measured():
     got = verdicts(RunResults({}, {}))
-    assert {f["status"] for f in got.values()} == {NOT_MEASURED}
+    assert {f.status for f in got.values()} == {NOT_MEASURED}
 
 
 LOSS_ROWS = [  # premise holds on a and b, fails on c (training loss above control at the last checkpoint)
@@ -229,11 +230,11 @@ LOSS_ROWS = [  # premise holds on a and b, fails on c (training loss above contr
 
 def test_lemma1_premise_and_recollection_vs_contextual():
     got = verdicts(RunResults({}, {}, LOSS_ROWS))
-    assert got["C1"]["status"] == FAILS and (got["C1"]["rates"][0]["k"], got["C1"]["n"]) == (2, 3)
-    assert "/c" in got["C1"]["note"]
+    assert got["C1"].status == FAILS and (got["C1"].rates[0]["k"], got["C1"].n) == (2, 3)
+    assert "/c" in got["C1"].note
     # 3 strings recollected at the end, 2 of them (b, c) not contextually memorized: 67 %, but the 95 %
     # interval [21 %, 94 %] reaches below 50 %, so "most" is not shown
-    assert got["C2"]["rates"][0]["k"] == 2 and got["C2"]["status"] == FAILS
+    assert got["C2"].rates[0]["k"] == 2 and got["C2"].status == FAILS
 
 
 def test_nmt_figures_read_as_numbers_not_json():
@@ -241,11 +242,11 @@ def test_nmt_figures_read_as_numbers_not_json():
                                "N2_shares": {"suffix": 0.8375, "prefix": 0.009, "start": 0.5},
                                "N3_best_rate": 0.748}}
     got = verdicts(RunResults({}, {}, [], nmt))
-    assert got["N1"]["ours"] == "12.0 → 14.2 %"
-    assert got["N1"]["status"] == INCONCLUSIVE        # no per-bucket counts (an older run): no test, no "holds"
+    assert got["N1"].ours == "12.0 → 14.2 %"
+    assert got["N1"].status == INCONCLUSIVE        # no per-bucket counts (an older run): no test, no "holds"
     # suffix > prefix, but start (50 %) is not the least: FAILS
-    assert got["N2"]["ours"] == "suffix 83.8 %, prefix 0.9 %, start 50.0 %" and got["N2"]["status"] == FAILS
-    assert got["N3"]["ours"] == "74.8 %"
+    assert got["N2"].ours == "suffix 83.8 %, prefix 0.9 %, start 50.0 %" and got["N2"].status == FAILS
+    assert got["N3"].ours == "74.8 %"
 
 
 def _nmt_with_buckets(low: tuple[int, int], high: tuple[int, int]) -> dict:
@@ -257,10 +258,10 @@ def _nmt_with_buckets(low: tuple[int, int], high: tuple[int, int]) -> dict:
 def test_n1_needs_the_most_repeated_bucket_to_differ_beyond_noise():
     # The quickstart's NMT run: 81/600 once-seen vs 17/120 five-times-seen rises, but within noise.
     flat = verdicts(RunResults({}, {}, [], _nmt_with_buckets((81, 600), (17, 120))))["N1"]
-    assert flat["status"] == INCONCLUSIVE and flat["p_value"] > 0.5 and flat["test"]["test"] == "fisher_exact"
+    assert flat.status == INCONCLUSIVE and flat.p_value > 0.5 and flat.test["test"] == "fisher_exact"
     # 10/100 vs 30/100: a real rise (p ~ 6e-4)
     rise = verdicts(RunResults({}, {}, [], _nmt_with_buckets((10, 100), (30, 100))))["N1"]
-    assert rise["status"] == HOLDS and rise["p_value"] < 0.001
+    assert rise.status == HOLDS and rise.p_value < 0.001
 
 
 def _nmt_n3(best_rate: float, second_rate: float | None, informative: bool = True) -> dict:
@@ -278,20 +279,20 @@ def _nmt_n3(best_rate: float, second_rate: float | None, informative: bool = Tru
 def test_a_verdict_that_flips_with_the_cpu_kernels_is_inconclusive_unstable():
     # The issue's numbers: N3 65.4 % with the portable kernels, 32.4 % with AVX2: the rule (> 50 %) flips.
     flip = verdicts(RunResults({}, {}, [], _nmt_n3(0.654, 0.324)))["N3"]
-    assert flip["status"] == INCONCLUSIVE and flip["unstable"]
-    assert flip["reason"] == ("unstable: the verdict differs between torch's CPU kernel levels "
+    assert flip.status == INCONCLUSIVE and flip.unstable
+    assert flip.reason == ("unstable: the verdict differs between torch's CPU kernel levels "
                               "(65.4 % with DEFAULT, 32.4 % with AVX2)")
     # Both above 50 %: the verdict stands, and the note gives the second figure.
     same = verdicts(RunResults({}, {}, [], _nmt_n3(0.654, 0.70)))["N3"]
-    assert same["status"] == HOLDS and not same["unstable"] and same["note"] == "same verdict with AVX2 kernels (70.0 %)"
+    assert same.status == HOLDS and not same.unstable and same.note == "same verdict with AVX2 kernels (70.0 %)"
     # Both below: not reproduced, stably.
-    assert verdicts(RunResults({}, {}, [], _nmt_n3(0.3, 0.32)))["N3"]["status"] == FAILS
+    assert verdicts(RunResults({}, {}, [], _nmt_n3(0.3, 0.32)))["N3"].status == FAILS
     # A rerun that computed with the same kernels says nothing: the verdict is the run's, with a note.
     blind = verdicts(RunResults({}, {}, [], _nmt_n3(0.654, 0.324, informative=False)))["N3"]
-    assert blind["status"] == HOLDS and blind["note"] == "not checked under a second kernel level"
+    assert blind.status == HOLDS and blind.note == "not checked under a second kernel level"
     # No rerun at all (nmt.stability_kernels=null, or an older run): the run's verdict, no note.
     alone = verdicts(RunResults({}, {}, [], _nmt_n3(0.654, None)))["N3"]
-    assert alone["status"] == HOLDS and alone["note"] == "" and not alone["unstable"]
+    assert alone.status == HOLDS and alone.note == "" and not alone.unstable
 
 
 def test_stability_compares_the_test_as_well_as_the_rule():
@@ -301,7 +302,7 @@ def test_stability_compares_the_test_as_well_as_the_rule():
     second = _nmt_with_buckets((10, 100), (12, 100))
     summary["stability"] = {"kernels": "DEFAULT", "second_kernels": "AVX2", "informative": True, **second}
     got = verdicts(RunResults({}, {}, [], summary))["N1"]
-    assert got["status"] == INCONCLUSIVE and got["unstable"]
+    assert got.status == INCONCLUSIVE and got.unstable
 
 
 # ---------------------------------------------------------------- evidence from stored logs
@@ -353,18 +354,18 @@ def test_loss_rows_of_the_heldout_set_are_not_training_strings(tmp_path):
     rows = load_loss_rows(tmp_path / "audit")
     assert {(r["dataset"], r["heldout"]) for r in rows} == {("pd_eval", True), ("sd_base", False)}
     got = verdicts(RunResults({}, {}, rows))
-    assert got["C1"]["n"] == 2 and got["C1"]["status"] == HOLDS     # the held-out string's "failure" is not counted
+    assert got["C1"].n == 2 and got["C1"].status == HOLDS     # the held-out string's "failure" is not counted
 
 
 def test_a_reward_rise_within_noise_is_not_evidence():
     # Large mean rise (one prompt jumped) but as many prompts fell as rose: the sign test says noise.
     noisy = {**MOVED, "eval_up": 12, "eval_down": 12, "eval_p_value": 1.0}
     got = verdicts(RunResults(grouped(), evidence(rl=noisy)))
-    assert got["F2"]["status"] == INCONCLUSIVE and "(sign test p) = 1 " in got["F2"]["reason"]
+    assert got["F2"].status == INCONCLUSIVE and "(sign test p) = 1 " in got["F2"].reason
     # Beyond noise but below half the initial spread: not enough either.
     small = {**MOVED, "eval_change_in_sd": 0.3}
     got = verdicts(RunResults(grouped(), evidence(rl=small)))
-    assert got["F2"]["status"] == INCONCLUSIVE and "in initial sd) = 0.3" in got["F2"]["reason"]
+    assert got["F2"].status == INCONCLUSIVE and "in initial sd) = 0.3" in got["F2"].reason
 
 
 def _mia_summary(per_model: dict[str, tuple[list[float], ...]]) -> dict:
@@ -392,19 +393,19 @@ def test_membership_findings_by_hand():
     weak = ([1.0, 3.0, 4.0, 5.0, 6.0, 8.0], [0.0, 2.0, 2.5, 3.5, 4.5, 7.0])
     run = RunResults(grouped(), evidence(), mia=_mia_summary({"RLFT.2": separated, "FT.3": chance, "IPO": weak}))
     got = verdicts(run)
-    assert got["M1"]["status"] == HOLDS and got["M1"]["p_value"] == 0.0
-    assert got["M1"]["test"]["p_detectable"] == 0.0 and got["M1"]["test"]["p_vs_blind"] == 0.0
-    assert "AUC 1.00" in got["M1"]["ours"] and "extraction 0.0 %" in got["M1"]["ours"]
-    assert "vs blind baseline (no model) +0.50" in got["M1"]["ours"]
-    assert got["M1"]["n"] == 20 and got["M1"]["test"]["n_boot"] == 400
-    assert got["M2"]["status"] == FAILS
-    assert got["M3"]["status"] == INCONCLUSIVE and got["M3"]["p_value"] >= 0.05
+    assert got["M1"].status == HOLDS and got["M1"].p_value == 0.0
+    assert got["M1"].test["p_detectable"] == 0.0 and got["M1"].test["p_vs_blind"] == 0.0
+    assert "AUC 1.00" in got["M1"].ours and "extraction 0.0 %" in got["M1"].ours
+    assert "vs blind baseline (no model) +0.50" in got["M1"].ours
+    assert got["M1"].n == 20 and got["M1"].test["n_boot"] == 400
+    assert got["M2"].status == FAILS
+    assert got["M3"].status == INCONCLUSIVE and got["M3"].p_value >= 0.05
     # Extractable as well as detectable: M1's "though not extractable" fails.
     leaky = grouped()
     leaky[("RLFT.2", "final", "sd_base")] = rows(5, 20)
-    assert verdicts(RunResults(leaky, evidence(), mia=run.mia))["M1"]["status"] == FAILS
+    assert verdicts(RunResults(leaky, evidence(), mia=run.mia))["M1"].status == FAILS
     # RL that did not move is no evidence for anything RLFT.2 shows.
-    assert verdicts(RunResults(grouped(), evidence(rl=STILL), mia=run.mia))["M1"]["status"] == INCONCLUSIVE
+    assert verdicts(RunResults(grouped(), evidence(rl=STILL), mia=run.mia))["M1"].status == INCONCLUSIVE
 
 
 def test_a_membership_finding_needs_its_attack_to_beat_the_blind_baseline():
@@ -415,15 +416,15 @@ def test_a_membership_finding_needs_its_attack_to_beat_the_blind_baseline():
     0.12, inconclusive. A summary without a blind baseline cannot show the attack beats it -> inconclusive, noted."""
     separated = ([100.0 + i for i in range(20)], [float(i) for i in range(20)])
     same = verdicts(RunResults(grouped(), evidence(), mia=_mia_summary({"RLFT.2": (*separated, separated)})))["M1"]
-    assert same["status"] == FAILS and "+0.00" in same["ours"]
+    assert same.status == FAILS and "+0.00" in same.ours
     close_blind = ([20.0, 21.0] + [100.0 + i for i in range(2, 20)], [float(i) for i in range(18)] + [150.0, 151.0])
     from memlens.harness.core.stats import roc_auc
     assert roc_auc([*close_blind[0], *close_blind[1]], [1] * 20 + [0] * 20) == pytest.approx(1 - 40 / 400)
     close = verdicts(RunResults(grouped(), evidence(), mia=_mia_summary({"RLFT.2": (*separated, close_blind)})))["M1"]
-    assert close["status"] == INCONCLUSIVE and close["test"]["p_detectable"] == 0
-    assert close["test"]["p_vs_blind"] == pytest.approx(0.9 ** 20, abs=0.05)
+    assert close.status == INCONCLUSIVE and close.test["p_detectable"] == 0
+    assert close.test["p_vs_blind"] == pytest.approx(0.9 ** 20, abs=0.05)
     none = verdicts(RunResults(grouped(), evidence(), mia=_mia_summary({"RLFT.2": (*separated, None)})))["M1"]
-    assert none["status"] == INCONCLUSIVE and "no blind baseline (no model)" in none["note"]
+    assert none.status == INCONCLUSIVE and "no blind baseline (no model)" in none.note
 
 
 def _two_attacks(loss: tuple[list[float], list[float]], newer: tuple[list[float], list[float]]) -> dict:
@@ -444,11 +445,11 @@ def test_the_newer_attacks_against_loss_by_hand():
     separated = ([100.0 + i for i in range(20)], [float(i) for i in range(20)])
     better = {m: _two_attacks(chance, separated) for m in ("RLFT.2", "IPO")}
     got = verdicts(RunResults(grouped(), evidence(), mia=better))["M4"]
-    assert got["status"] == HOLDS and got["p_value"] == 0.0 and "gain +0.50" in got["ours"]
+    assert got.status == HOLDS and got.p_value == 0.0 and "gain +0.50" in got.ours
     same = {m: _two_attacks(chance, chance) for m in ("RLFT.2", "IPO")}
-    assert verdicts(RunResults(grouped(), evidence(), mia=same))["M4"]["status"] == FAILS
+    assert verdicts(RunResults(grouped(), evidence(), mia=same))["M4"].status == FAILS
     only_one = {"RLFT.2": better["RLFT.2"]}
-    assert verdicts(RunResults(grouped(), evidence(), mia=only_one))["M4"]["status"] == NOT_MEASURED
+    assert verdicts(RunResults(grouped(), evidence(), mia=only_one))["M4"].status == NOT_MEASURED
 
 
 def test_rmia_registered_after_the_rules_is_read_by_no_membership_finding():
@@ -466,9 +467,9 @@ def test_rmia_registered_after_the_rules_is_read_by_no_membership_finding():
             **bootstrap_mia_metrics(*separated, n_boot=400, seed=0),
             "vs_loss": paired_auc_difference(*separated, *chance, n_boot=400, seed=0)}
     got = verdicts(RunResults(grouped(), evidence(), mia=mia))
-    assert got["M4"]["status"] == FAILS and got["M4"]["test"]["attack"] == "recall"
-    assert got["M4"]["test"]["n_attacks"] == 1
-    assert "AUC 0.50" in got["M3"]["ours"] and "(loss;" in got["M3"]["ours"]      # RMIA's AUC 1 is not its pick
+    assert got["M4"].status == FAILS and got["M4"].test["attack"] == "recall"
+    assert got["M4"].test["n_attacks"] == 1
+    assert "AUC 0.50" in got["M3"].ours and "(loss;" in got["M3"].ours      # RMIA's AUC 1 is not its pick
 
 
 # The findings table's rows, in its order (harness/report/findings/__init__.py imports the per-paper modules so).
@@ -481,18 +482,18 @@ def test_the_registry_holds_the_findings_in_table_order_and_runs_what_is_registe
     assert len(set(FINDINGS.names())) == len(FINDINGS) == 34
     assert all(FINDINGS[fid].id == fid and FINDINGS[fid].source and FINDINGS[fid].title for fid in FINDINGS)
     run = RunResults(grouped(), evidence())
-    assert tuple(f["id"] for f in findings(run)) == TABLE_ORDER      # each check answers under its own id
+    assert tuple(f.id for f in findings(run)) == TABLE_ORDER      # each check answers under its own id
     with pytest.raises(ValueError, match="registered twice"):
         FINDINGS.register("F1", FINDINGS["F1"])
     # A finding added by a test: F1's rule on FT.1 (10/20 memorized, like FT.3), last in the table while registered.
     on_ft1 = Finding("X1", "a test", "F1 on FT.1",
-                     lambda run: {**FINDINGS["F1"].check(RunResults(run.grouped, run.evidence, roles=Roles(
-                         ft_direct="FT.1"))), "id": "X1"})
+                     lambda run: replace(FINDINGS["F1"].check(RunResults(run.grouped, run.evidence, roles=Roles(
+                         ft_direct="FT.1"))), id="X1"))
     with FINDINGS.registered("X1", on_ft1):
         table = findings(run)
-        assert [f["id"] for f in table] == [*TABLE_ORDER, "X1"]
-        assert table[-1]["status"] == HOLDS and table[-1]["stages"] == ["FT.1"] and "FT.1" in table[-1]["claim"]
-    assert tuple(f["id"] for f in findings(run)) == TABLE_ORDER and "X1" not in FINDINGS
+        assert [f.id for f in table] == [*TABLE_ORDER, "X1"]
+        assert table[-1].status == HOLDS and table[-1].stages == ["FT.1"] and "FT.1" in table[-1].claim
+    assert tuple(f.id for f in findings(run)) == TABLE_ORDER and "X1" not in FINDINGS
 
 
 def _discoverable(ids, sampled_ids, control_ids=()):
@@ -516,19 +517,19 @@ def test_sampling_and_epsilon_findings_by_hand():
                                                   "confidence": 0.95, "delta": 1e-5}}}}
            for m, b in (("FT.3", 2.5), ("RLFT.2", 0.0), ("IPO", 0.4))}
     got = verdicts(RunResults(grouped(), evidence(), discoverable=disc, epsilon=eps))
-    assert got["S1"]["status"] == HOLDS and got["S1"]["p_value"] == 2 / 2 ** 10     # 10 sampling-only, 0 greedy-only
-    assert [r["k"] for r in got["S1"]["rates"]] == [20, 10] and "(100, 0.5)-discoverable" in got["S1"]["rule"]
-    assert got["S2"]["status"] == FAILS and got["S2"]["rates"][0]["k"] == 0          # 0 vs 0: the rule fails
-    assert got["S3"]["status"] == FAILS and got["S3"]["test"]["a_only"] == got["S3"]["test"]["b_only"] == 0
-    assert got["E1"]["status"] == HOLDS and "FT.3: ε >= 2.50" in got["E1"]["ours"]
+    assert got["S1"].status == HOLDS and got["S1"].p_value == 2 / 2 ** 10     # 10 sampling-only, 0 greedy-only
+    assert [r["k"] for r in got["S1"].rates] == [20, 10] and "(100, 0.5)-discoverable" in got["S1"].rule
+    assert got["S2"].status == FAILS and got["S2"].rates[0]["k"] == 0          # 0 vs 0: the rule fails
+    assert got["S3"].status == FAILS and got["S3"].test["a_only"] == got["S3"].test["b_only"] == 0
+    assert got["E1"].status == HOLDS and "FT.3: ε >= 2.50" in got["E1"].ours
     eps["IPO"]["results"]["final"]["sd_base"]["epsilon_lower_bound"] = 2.5          # a tie is not "exceeds"
-    assert verdicts(RunResults(grouped(), evidence(), epsilon=eps))["E1"]["status"] == FAILS
+    assert verdicts(RunResults(grouped(), evidence(), epsilon=eps))["E1"].status == FAILS
     # The RL stage did not move: S2 and E1 are inconclusive, whatever the numbers say.
     still = verdicts(RunResults(grouped(), evidence(rl=STILL), discoverable=disc, epsilon=eps))
-    assert still["S2"]["status"] == INCONCLUSIVE and still["E1"]["status"] == INCONCLUSIVE
+    assert still["S2"].status == INCONCLUSIVE and still["E1"].status == INCONCLUSIVE
     # Rows that do not cover the NED audit's scored examples are not compared.
     disc["FT.3"]["rows"]["sd_base"] = disc["FT.3"]["rows"]["sd_base"][:19]
-    assert verdicts(RunResults(grouped(), evidence(), discoverable=disc))["S1"]["status"] == NOT_MEASURED
+    assert verdicts(RunResults(grouped(), evidence(), discoverable=disc))["S1"].status == NOT_MEASURED
 
 
 # --- D1-D3: memorization against dose (data.sd.doses), rules fixed before any run of experiment=doses -------------
@@ -544,26 +545,26 @@ def test_dose_findings_by_hand():
     g[("RLFT.2", "final", "sd_base")] = _dosed({1: 0, 4: 0, 16: 0})      # the floor
     got = verdicts(RunResults(g, evidence()))
     # D1: 11 successes of 24 all in the two upper tiers, 8 in the top: exact trend p far below 0.05
-    assert got["D1"]["status"] == HOLDS and got["D1"]["p_value"] < 1e-4
-    assert [r["k"] for r in got["D1"]["rates"]] == [0, 3, 8] and got["D1"]["ours"].startswith("x1: 0.0 %")
+    assert got["D1"].status == HOLDS and got["D1"].p_value < 1e-4
+    assert [r["k"] for r in got["D1"].rates] == [0, 3, 8] and got["D1"].ours.startswith("x1: 0.0 %")
     # D2: one per tier: the top's rate is not above the lowest's -> not reproduced
-    assert got["D2"]["status"] == FAILS
+    assert got["D2"].status == FAILS
     # D3: no success anywhere: p = 1 >= 0.05, FT's trend gate passes, RL's evidence passes
-    assert got["D3"]["status"] == HOLDS and got["D3"]["p_value"] == 1.0
-    assert got["D3"]["evidence"][0]["check"].startswith("FT.3: trend over doses")
+    assert got["D3"].status == HOLDS and got["D3"].p_value == 1.0
+    assert got["D3"].evidence[0]["check"].startswith("FT.3: trend over doses")
     # D3 reads "no rise" only where FT's own trend shows the doses: a flat FT makes it inconclusive
     g[("FT.3", "final", "sd_base")] = _dosed({1: 2, 4: 2, 16: 2})
     flat = verdicts(RunResults(g, evidence()))
-    assert flat["D1"]["status"] == FAILS and flat["D3"]["status"] == INCONCLUSIVE
+    assert flat["D1"].status == FAILS and flat["D3"].status == INCONCLUSIVE
     # and RL that did not move gates it too, as F2
     g[("FT.3", "final", "sd_base")] = _dosed({1: 0, 4: 3, 16: 8})
-    assert verdicts(RunResults(g, evidence(rl=STILL)))["D3"]["status"] == INCONCLUSIVE
+    assert verdicts(RunResults(g, evidence(rl=STILL)))["D3"].status == INCONCLUSIVE
 
 
 def test_dose_findings_need_two_doses():
     g = grouped()
     g[("FT.3", "final", "sd_base")] = _dosed({4: 3})
-    assert verdicts(RunResults(g, evidence()))["D1"]["status"] == NOT_MEASURED
+    assert verdicts(RunResults(g, evidence()))["D1"].status == NOT_MEASURED
 
 
 @pytest.mark.parametrize(("numbers", "expected"), [
@@ -605,26 +606,26 @@ def test_m5_ipo_pairs_detectable_where_sd_is_not_extractable_by_hand():
     separated = [float(i) for i in range(10, 30)], [float(-i) for i in range(1, 21)]     # every member above: AUC 1
     chance_blind = [0.5] * 20, [0.5] * 20                                 # the blind baseline at 0.5 exactly
     found = verdicts(RunResults(g, evidence(), pair_mia=_pair_summary(*separated, *chance_blind)))["M5"]
-    assert found["status"] == HOLDS and "AUC 1.00" in found["ours"] and "20 pairs vs 20 held out" in found["ours"]
-    assert found["test"]["p_value"] == 0.0 and found["rates"][0]["k"] == 0
+    assert found.status == HOLDS and "AUC 1.00" in found.ours and "20 pairs vs 20 held out" in found.ours
+    assert found.test["p_value"] == 0.0 and found.rates[0]["k"] == 0
     # IPO extracts 8 of 20 (40 % >= 5 %): the rule's "not extractable" fails
     found = verdicts(RunResults(grouped(), evidence(), pair_mia=_pair_summary(*separated, *chance_blind)))["M5"]
-    assert found["status"] == FAILS
+    assert found.status == FAILS
     # the blind baseline separates the pair texts as well (AUC 1 too): no gain over it, not reproduced
     found = verdicts(RunResults(g, evidence(), pair_mia=_pair_summary(*separated, *separated)))["M5"]
-    assert found["status"] == FAILS and "vs blind" in found["ours"].lower()
+    assert found.status == FAILS and "vs blind" in found.ours.lower()
     # members and held-out pairs score alike: AUC 0.5, not reproduced
     same = [float(i) for i in range(20)], [float(i) for i in range(20)]
-    assert verdicts(RunResults(g, evidence(), pair_mia=_pair_summary(*same, *chance_blind)))["M5"]["status"] == FAILS
+    assert verdicts(RunResults(g, evidence(), pair_mia=_pair_summary(*same, *chance_blind)))["M5"].status == FAILS
     # IPO did not fit its pairs (accuracy below the gate): inconclusive, whatever the AUC
     found = verdicts(RunResults(g, evidence(ipo_accuracy=0.4), pair_mia=_pair_summary(*separated, *chance_blind)))
-    assert found["M5"]["status"] == INCONCLUSIVE
+    assert found["M5"].status == INCONCLUSIVE
     # the primary attack without spread (every score equal): degenerate, inconclusive, never rescued by another attack
     flat = [1.0] * 20, [1.0] * 20
     found = verdicts(RunResults(g, evidence(), pair_mia=_pair_summary(*flat, *chance_blind)))["M5"]
-    assert found["status"] == INCONCLUSIVE and "not degenerate" in found["reason"], found["reason"]
+    assert found.status == INCONCLUSIVE and "not degenerate" in found.reason, found.reason
     # no pair_mia audit: not measured
-    assert verdicts(RunResults(g, evidence()))["M5"]["status"] == NOT_MEASURED
+    assert verdicts(RunResults(g, evidence()))["M5"].status == NOT_MEASURED
 
 
 def _dosed_pair_summary(scores_by_dose: dict[int, list[float]], nonmember_scores: list[float]) -> dict:
@@ -650,20 +651,20 @@ def test_d4_ipo_pair_membership_rises_with_dose_by_hand():
     tiers = rising["IPO"]["results"]["final"]["pairs_sd_base"]["tiers"]
     assert [tiers[d]["premia_pair"]["auc"]["value"] for d in ("1", "4", "16")] == pytest.approx([0, 4 / 6, 1])
     found = verdicts(RunResults(grouped(), evidence(), pair_mia=rising))["D4"]
-    assert found["status"] == HOLDS and found["p_value"] == pytest.approx(1 / 90, abs=0.005)
-    assert found["ours"].startswith("x1: AUC 0.00") and "x16: AUC 1.00" in found["ours"] and "vs 3 held out" in found["ours"]
+    assert found.status == HOLDS and found.p_value == pytest.approx(1 / 90, abs=0.005)
+    assert found.ours.startswith("x1: AUC 0.00") and "x16: AUC 1.00" in found.ours and "vs 3 held out" in found.ours
     # falling: the highest dose's AUC below the lowest's, not reproduced
     falling = _dosed_pair_summary({1: [0.9, 1.0], 4: [0.5, 0.6], 16: [0.1, 0.2]}, held_out)
-    assert verdicts(RunResults(grouped(), evidence(), pair_mia=falling))["D4"]["status"] == FAILS
+    assert verdicts(RunResults(grouped(), evidence(), pair_mia=falling))["D4"].status == FAILS
     # rising AUC but too few pairs for the trend test (p = 1/6 >= 0.05): inconclusive
     two = _dosed_pair_summary({1: [0.1, 0.2], 16: [0.9, 1.0]}, held_out)
-    assert verdicts(RunResults(grouped(), evidence(), pair_mia=two))["D4"]["status"] == INCONCLUSIVE
+    assert verdicts(RunResults(grouped(), evidence(), pair_mia=two))["D4"].status == INCONCLUSIVE
     # IPO did not fit its pairs: inconclusive, as D2
-    assert verdicts(RunResults(grouped(), evidence(ipo_accuracy=0.4), pair_mia=rising))["D4"]["status"] == INCONCLUSIVE
+    assert verdicts(RunResults(grouped(), evidence(ipo_accuracy=0.4), pair_mia=rising))["D4"].status == INCONCLUSIVE
     # one dose (the quickstart's pairs): no tiers, not measured
     one = _dosed_pair_summary({1: [0.1, 0.2, 0.5, 0.6]}, held_out)
     assert "tiers" not in one["IPO"]["results"]["final"]["pairs_sd_base"]
-    assert verdicts(RunResults(grouped(), evidence(), pair_mia=one))["D4"]["status"] == NOT_MEASURED
+    assert verdicts(RunResults(grouped(), evidence(), pair_mia=one))["D4"].status == NOT_MEASURED
 
 
 def test_d5_rl_prompt_membership_rises_with_dose_by_hand():
@@ -681,9 +682,9 @@ def test_d5_rl_prompt_membership_rises_with_dose_by_hand():
     held_out = [0.3, 0.4, 0.7]
     rising = summary({1: [0.1, 0.2], 4: [0.5, 0.6], 16: [0.9, 1.0]}, held_out)     # as D4's: exact p = 1/90
     found = verdicts(RunResults(grouped(), evidence(), prompt_mia=rising))["D5"]
-    assert found["status"] == HOLDS and found["p_value"] == pytest.approx(1 / 90, abs=0.005)
-    assert found["stages"] == ["RLFT.2"] and "x16: AUC 1.00" in found["ours"]
-    assert verdicts(RunResults(grouped(), evidence(rl=STILL), prompt_mia=rising))["D5"]["status"] == INCONCLUSIVE
+    assert found.status == HOLDS and found.p_value == pytest.approx(1 / 90, abs=0.005)
+    assert found.stages == ["RLFT.2"] and "x16: AUC 1.00" in found.ours
+    assert verdicts(RunResults(grouped(), evidence(rl=STILL), prompt_mia=rising))["D5"].status == INCONCLUSIVE
     falling = summary({1: [0.9, 1.0], 4: [0.5, 0.6], 16: [0.1, 0.2]}, held_out)
-    assert verdicts(RunResults(grouped(), evidence(), prompt_mia=falling))["D5"]["status"] == FAILS
-    assert verdicts(RunResults(grouped(), evidence(), pair_mia=rising))["D5"]["status"] == NOT_MEASURED  # pairs: not D5's
+    assert verdicts(RunResults(grouped(), evidence(), prompt_mia=falling))["D5"].status == FAILS
+    assert verdicts(RunResults(grouped(), evidence(), pair_mia=rising))["D5"].status == NOT_MEASURED  # pairs: not D5's

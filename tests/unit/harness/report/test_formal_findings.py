@@ -39,24 +39,24 @@ def test_every_finding_is_registered_in_table_order():
 
 def test_l1_counts_violations_and_holds_only_at_zero():
     good = FormalResults(SETTINGS, [entry("G1", BASE, 1, 10, 0)], [])
-    assert l1(good)["status"] == HOLDS
+    assert l1(good).status == HOLDS
     bad = entry("G1", BASE, 1, 10, 0)
     bad["lemma1"]["onset_violations"] = 1
     row = l1(FormalResults(SETTINGS, [bad], []))
-    assert row["status"] == FAILS and row["ours"].startswith("1 violations in 10")
-    assert l1(FormalResults(SETTINGS, [], []))["status"] == NOT_MEASURED
+    assert row.status == FAILS and row.ours.startswith("1 violations in 10")
+    assert l1(FormalResults(SETTINGS, [], [])).status == NOT_MEASURED
 
 
 def test_l3_needs_both_languages_above_their_null_and_the_learning_gate():
     # 20/20 vs 0/20: Fisher's two-sided p = 2 / C(40, 20) ~ 1.5e-11 in each language
     both = [entry("G1", BASE, 20, 20, 0), entry("G2", BASE, 20, 20, 0)]
     row = l3(FormalResults(SETTINGS, both, []))
-    assert row["status"] == HOLDS and row["p_value"] == pytest.approx(2 / math.comb(40, 20))
+    assert row.status == HOLDS and row.p_value == pytest.approx(2 / math.comb(40, 20))
     one_at_null = [entry("G1", BASE, 20, 20, 0), entry("G2", BASE, 3, 20, 3)]
-    assert l3(FormalResults(SETTINGS, one_at_null, []))["status"] in (FAILS, INCONCLUSIVE)
+    assert l3(FormalResults(SETTINGS, one_at_null, [])).status in (FAILS, INCONCLUSIVE)
     unlearned = [entry("G1", BASE, 20, 20, 0, gap=0.5), entry("G2", BASE, 20, 20, 0)]
     row = l3(FormalResults(SETTINGS, unlearned, []))
-    assert row["status"] == INCONCLUSIVE and "G1/base" in row["reason"]
+    assert row.status == INCONCLUSIVE and "G1/base" in row.reason
 
 
 def test_l4_compares_the_spread_of_onsets():
@@ -64,28 +64,28 @@ def test_l4_compares_the_spread_of_onsets():
     broad = [string("G2", BASE, 2 + i) for i in range(30)]                    # IQR 14.5
     entries = [entry("G1", BASE, 1, 30, 0), entry("G2", BASE, 1, 30, 0)]
     row = l4(FormalResults(SETTINGS, entries, narrow + broad))
-    assert row["status"] == HOLDS and row["p_value"] < 0.01
+    assert row.status == HOLDS and row.p_value < 0.01
     swapped = [string("G1", BASE, 2 + i) for i in range(30)] + [string("G2", BASE, 10 + (i % 2)) for i in range(30)]
-    assert l4(FormalResults(SETTINGS, entries, swapped))["status"] == FAILS
+    assert l4(FormalResults(SETTINGS, entries, swapped)).status == FAILS
 
 
 def test_l5_needs_recollection_to_differ_and_the_other_measures_not_to():
     top = [string("G2", BASE, 3, "top", rec=1, ctx=0.3, cf=0.3) for _ in range(12)]
     bottom = [string("G2", BASE, 3, "bottom", rec=0, ctx=0.3, cf=0.3) for _ in range(12)]
     results = FormalResults(SETTINGS, [entry("G2", BASE, 1, 24, 0)], top + bottom)
-    assert l5(results)["status"] == HOLDS          # 12/12 vs 0/12 recollection; 12/12 vs 12/12 otherwise
+    assert l5(results).status == HOLDS             # 12/12 vs 0/12 recollection; 12/12 vs 12/12 otherwise
     bottom_ctx0 = [string("G2", BASE, 3, "bottom", rec=0, ctx=0.0, cf=0.3) for _ in range(12)]
     row = l5(FormalResults(SETTINGS, [entry("G2", BASE, 1, 24, 0)], top + bottom_ctx0))
-    assert row["status"] == FAILS                  # contextual differs 12/12 vs 0/12
+    assert row.status == FAILS                     # contextual differs 12/12 vs 0/12
 
 
 def test_l6_needs_a_later_median_onset_and_memorization_left_at_e_star():
     base = [string("G2", BASE, 3 + (i % 3)) for i in range(30)]
     later = [string("G2", DEDUP, 9 + (i % 3)) for i in range(30)]
     entries = [entry("G2", BASE, 10, 30, 0), entry("G2", DEDUP, 15, 30, 0)]
-    assert l6(FormalResults(SETTINGS, entries, base + later))["status"] == HOLDS
+    assert l6(FormalResults(SETTINGS, entries, base + later)).status == HOLDS
     removed = [entry("G2", BASE, 10, 30, 0), entry("G2", DEDUP, 0, 30, 0)]
-    assert l6(FormalResults(SETTINGS, removed, base + later))["status"] == FAILS
+    assert l6(FormalResults(SETTINGS, removed, base + later)).status == FAILS
 
 
 def test_binomial_test_greater_by_hand():

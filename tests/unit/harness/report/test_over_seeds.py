@@ -3,14 +3,21 @@ only where at least three seeds all give it and no kernel rerun changed it; the 
 
 from __future__ import annotations
 
-from memlens.harness.report.findings.verdict import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, over_seeds
+from memlens.harness.report.findings.verdict import (
+    FAILS,
+    HOLDS,
+    INCONCLUSIVE,
+    NOT_MEASURED,
+    FindingResult,
+    over_seeds,
+)
 
 
-def finding(status: str, rates=(), gate: float | None = None, unstable: bool = False) -> dict:
+def finding(status: str, rates=(), gate: float | None = None, unstable: bool = False) -> FindingResult:
     evidence = [] if gate is None else [{"check": "RLFT.2 reward rise (initial sd)", "value": gate,
                                          "threshold": ">= 0.5", "ok": gate >= 0.5}]
-    return {"status": status, "unstable": unstable, "evidence": evidence,
-            "rates": [{"rate": r, "k": 0, "n": 42, "ci95": [0, 1]} for r in rates]}
+    return FindingResult("F2", "a claim", "a paper", "a rule", ["RLFT.2"], status, evidence=evidence,
+                         rates=[{"rate": r, "k": 0, "n": 42, "ci95": [0, 1]} for r in rates], unstable=unstable)
 
 
 def test_three_seeds_that_all_hold_hold_and_the_spread_is_lowest_to_highest():

@@ -33,17 +33,20 @@ def test_the_variable_names_one_for_any_command(monkeypatch):
 
 def test_the_findings_a_run_did_not_measure_are_one_line_with_what_measures_each():
     from memlens.harness.report.findings.registry import FINDINGS, Finding, not_measured_line
+    from memlens.harness.report.findings.verdict import FindingResult
 
-    judged = [{"id": i, "status": s} for i, s in (("F1", "holds"), ("F4", "not measured"), ("F5", "not measured"),
-                                                  ("N1", "not measured"), ("M1", "inconclusive"),
-                                                  ("E1", "not measured"))]
+    def judged_as(fid: str, status: str) -> FindingResult:
+        return FindingResult(fid, "a claim", "a paper", "a rule", [], status)
+
+    judged = [judged_as(i, s) for i, s in (("F1", "holds"), ("F4", "not measured"), ("F5", "not measured"),
+                                           ("N1", "not measured"), ("M1", "inconclusive"), ("E1", "not measured"))]
     assert not_measured_line(judged) == ("F4, F5 (experiment=findings); N1 (memlens nmt experiment=nmt_quickstart + "
                                          "report.nmt_summary); E1 (audit.measures=[...,mia,epsilon] with "
                                          "data.sd.membership=coins)")
-    assert not_measured_line([{"id": "F1", "status": "holds"}]) == ""
+    assert not_measured_line([judged_as("F1", "holds")]) == ""
     # a finding registered from elsewhere says what measures it itself
     with FINDINGS.registered("X1", Finding("X1", "a test", "a plugin's claim", lambda run: {}, "experiment=mine")):
-        assert not_measured_line([{"id": "X1", "status": "not measured"}]) == "X1 (experiment=mine)"
+        assert not_measured_line([judged_as("X1", "not measured")]) == "X1 (experiment=mine)"
 
 
 def test_an_objective_registered_from_its_own_module_is_grouped_and_classed_when_read():
