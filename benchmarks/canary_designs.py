@@ -213,7 +213,7 @@ def epsilon_per_dose(run_dir: Path, result: dict) -> dict[str, float]:
 
 
 def table(root: Path) -> str:
-    from memlens.harness.report.findings.verdict import over_seeds
+    from memlens.harness.report.findings.verdict import FindingResult, over_seeds
 
     results = [json.loads(p.read_text()) | {"dir": p.parent} for p in sorted(root.glob("*/result.json"))]
     by = {(r["route"], r["design"], r["seed"]): r for r in results}
@@ -233,7 +233,9 @@ def table(root: Path) -> str:
     for route in sorted({r["route"] for r in results}):
         for design in DESIGNED:
             verdicts = [detection_verdict(by.get((route, design, s)), by.get((route, "as_given", s))) for s in seeds]
-            overall = over_seeds([{"status": v, "rates": []} for v, _ in verdicts])
+            overall = over_seeds([FindingResult(f"designs/{route}/{design}", "detected at a lower dose than SD",
+                                                "Panda et al. 2025", "benchmarks/canary_designs.py", [route], v,
+                                                reason=why) for v, why in verdicts])
             per_seed = "; ".join(f"seed {s}: {v} ({why})" for s, (v, why) in zip(seeds, verdicts))
             lines.append(f"| {route} | {design} | {per_seed} | {overall['status']} "
                          f"({overall['held']} of {overall['measured']} hold) |")
