@@ -37,6 +37,9 @@ class Measure:
     settings: Callable[[Any], Any] | None = None     # from_config(cfg.audit) -> its frozen settings, when planned
     check: Callable[..., None] | None = None         # check(cfg): what its settings alone cannot say (e.g. the
                                                      # measures it reads beside it), when planned
+    membership_of: str = ""                          # the data kind whose membership it audits ("preference pairs",
+                                                     # "RL prompts"): the report puts its table in the membership
+                                                     # section, under that kind, instead of a section of its own
 
 
 def import_builtin_measures() -> None:

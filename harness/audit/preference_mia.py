@@ -403,4 +403,5 @@ def report_rows(audit_dir: Path) -> tuple[list[str], list[dict]] | None:
 
 
 MEASURES.register(NAME, Measure(TITLE, audit_run_pair_mia, report_rows=report_rows,
-                                settings=PairMiaSettings.from_config))
+                                settings=PairMiaSettings.from_config,
+                                membership_of="preference pairs, what an IPO / DPO-family stage trains on"))

@@ -343,4 +343,5 @@ def report_rows(audit_dir: Path) -> tuple[list[str], list[dict]] | None:
 
 
 MEASURES.register(NAME, Measure(TITLE, audit_run_prompt_mia, report_rows=report_rows,
-                                settings=PromptMiaSettings.from_config))
+                                settings=PromptMiaSettings.from_config,
+                                membership_of="RL prompts, what an RL stage samples its completions for"))

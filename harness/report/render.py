@@ -235,7 +235,7 @@ SECTIONS: tuple[Callable[[ReportInputs], S.Section], ...] = (
     lambda r: S.sweep_section(r.entries, r.fig_dir),
     lambda r: S.over_training_section(r.entries, r.fig_dir),
     lambda r: S.loss_section(r.audits, r.fig_dir),
-    lambda r: S.mia_section(r.mia, r.entries, r.fig_dir),
+    lambda r: S.membership_section(r.mia, r.entries, r.audits, r.fig_dir),
     lambda r: S.utility_section(r.runs, r.audits),
     lambda r: S.discoverable_section(r.audits, r.fig_dir),
     lambda r: S.callback_section(r.audits),

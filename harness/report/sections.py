@@ -418,7 +418,7 @@ def mia_section(mia: dict, entries: list[dict], fig_dir: Path) -> Section:
         return Section([], filed)
     labels = ", ".join(attack_label(a) for a in ATTACKS)
     blocks: list[Block] = [
-        Heading(2, "Membership inference beside extraction"),
+        Heading(3, "Target strings, beside extraction (audit.measures: mia)"),
         Paragraph("Can an attacker tell the canaries a model trained on from held-out ones of the same "
                   "generator (<dataset>_heldout, never in any stage's data)? Attacks (harness/measures/mia.py; "
                   f"docs/methods.md): {labels}. ROC AUC and TPR at FPR < 1 % / < 0.1 % (strict, as mimir and "
@@ -452,7 +452,7 @@ def mia_section(mia: dict, entries: list[dict], fig_dir: Path) -> Section:
         groups: dict[tuple, list[dict]] = defaultdict(list)
         for r in degenerate:
             groups[(r["model"], r["dataset"], r["span"])].append(r)
-        blocks += [Heading(3, "Degenerate attacks (not ranked)"),
+        blocks += [Heading(4, "Degenerate attacks (not ranked)"),
                    Paragraph("An attack is degenerate where its own fallback branch scored at least half of the "
                              "members or of the held-out texts, where all its scores are equal, or where its AUC's "
                              "95 % interval lies below 0.5; each score equals its authors' code, none is flipped, "
@@ -460,14 +460,14 @@ def mia_section(mia: dict, entries: list[dict], fig_dir: Path) -> Section:
                              + " ".join(f"{m} / {d} / {s}: {degenerate_line(g)}." for (m, d, s), g in groups.items())),
                    table(degenerate, ["model", "dataset", "span", "attack_label", "auc", "auc_ci95", "degenerate_why"])]
     if tiers:
-        blocks += [Heading(3, "By repetition"),
+        blocks += [Heading(4, "By repetition"),
                    Paragraph("The final checkpoint's attacks with the members split by how many times each was "
                              "planted (its `repeat`), each tier against every held-out canary."),
                    table(tiers, ["model", "dataset", "span", "tier", "rank", "attack_label", "auc", "auc_ci95",
                                  one, f"{one}_cp95", "n_members", "n_nonmembers"])]
     sequence = _sequence_rows(mia)
     if sequence:
-        blocks += [Heading(3, "The checkpoint sequence against the best single checkpoint"),
+        blocks += [Heading(4, "The checkpoint sequence against the best single checkpoint"),
                    Paragraph("Each sequence attack (the mean of one attack's score over the stage's checkpoints so "
                              "far; docs/methods.md) against the best single-checkpoint attack at the final "
                              "checkpoint, on the same members and held-out canaries: AUC gain, paired bootstrap."),
@@ -638,13 +638,39 @@ def callback_section(audits: dict[Path, Path]) -> Section:
     return Section(blocks, filed)
 
 
+MEMBERSHIP_HEADING = "Membership inference, by what each stage trains on"
+
+
+def membership_section(mia: dict, entries: list[dict], audits: dict[Path, Path], fig_dir: Path) -> Section:
+    """One section per report for membership, a part per data kind a stage trains on (issue #68): target strings
+    (`mia`, beside extraction) first, then each registered measure with `membership_of` (preference pairs, RL prompts)
+    under its kind. Each part's table opens with the blind baseline's row."""
+    targets = mia_section(mia, entries, fig_dir)
+    kinds = _measure_tables(audits, lambda m: bool(m.membership_of), lambda name, m: f"{m.membership_of[:1].upper()}"
+                            f"{m.membership_of[1:]} ({m.title}; audit.measures: {name})", level=3)
+    if not targets.blocks and not kinds.blocks:
+        return Section([], {})
+    intro = Paragraph("Can an attacker tell what a model trained on from held-out data of the same kind? Each part "
+                      "scores what its stages train on: the FIM target strings of SFT-style training, the preference "
+                      "pairs of IPO/DPO, the prompts of RL. In every table the blind baseline (no model) comes first.")
+    return Section([Heading(2, MEMBERSHIP_HEADING), intro, *targets.blocks, *kinds.blocks],
+                   {**targets.filed, **kinds.filed})
+
+
 def registered_measures_section(audits: dict[Path, Path]) -> Section:
     """A measure registered with `report_rows` (harness/audit/measure_registry.py) gets a table under its title: the
-    columns and rows it reads back from each run's audit directory, the run's name prefixed when several."""
+    columns and rows it reads back from each run's audit directory, the run's name prefixed when several. Membership
+    measures (`membership_of`) are in the membership section instead."""
+    return _measure_tables(audits, lambda m: not m.membership_of, lambda name, m: f"{m.title} (audit.measures: {name})",
+                           level=2)
+
+
+def _measure_tables(audits: dict[Path, Path], wanted, heading, level: int) -> Section:
+    """The report_rows tables of the registered measures `wanted` picks, each under `heading(name, measure)`."""
     filed: dict = {}   # what this section files in summary.json, under its keys
     blocks: list[Block] = []
     for name, measure in MEASURES.items():
-        if measure.report_rows is None:
+        if measure.report_rows is None or not wanted(measure):
             continue
         tables = []
         for run, audit in audits.items():
@@ -655,7 +681,7 @@ def registered_measures_section(audits: dict[Path, Path]) -> Section:
                 tables.append((prefix, columns, rows))
         if not tables:
             continue
-        blocks.append(Heading(2, f"{measure.title} (audit.measures: {name})"))
+        blocks.append(Heading(level, heading(name, measure)))
         for prefix, columns, rows in tables:
             if prefix:
                 blocks.append(Paragraph(prefix.rstrip(": ")))

@@ -74,9 +74,11 @@ def test_pair_membership_of_the_smoke_ipo(smoke, tmp_path):
     assert table[0]["members / held out"] == f"{len(members)} / {len(held)}"
     assert "TPR at 1 % FPR" in columns
     # report.md / report.html: the table under its title, from the same rows
-    from memlens.harness.report.sections import registered_measures_section
+    from memlens.harness.report.sections import MEMBERSHIP_HEADING, membership_section, registered_measures_section
 
-    section = registered_measures_section({dest: dest / "audit"})
-    assert [b.text for b in section.blocks if type(b).__name__ == "Heading"] == [
-        "Membership of preference pairs (PREMIA) (audit.measures: pair_mia)"]
+    section = membership_section({}, [], {dest: dest / "audit"}, dest / "fig")
+    assert [(b.level, b.text) for b in section.blocks if type(b).__name__ == "Heading"] == [
+        (2, MEMBERSHIP_HEADING), (3, "Preference pairs, what an IPO / DPO-family stage trains on (Membership of "
+                                     "preference pairs (PREMIA); audit.measures: pair_mia)")]
     assert section.filed["measures"]["pair_mia"] == table
+    assert not registered_measures_section({dest: dest / "audit"}).blocks      # not a section of its own

@@ -91,9 +91,9 @@ def test_prompt_membership_of_the_smoke_rlft1(smoke, tmp_path):
     assert table[0]["attack"] == BLIND_LABEL and table[0]["rank"] is None
     assert len(table) == 2 + len(PROMPT_ATTACKS)              # the blind baseline, each attack, DIBA's combination
     assert "TPR at 1 % FPR" in columns
-    from memlens.harness.report.sections import registered_measures_section
+    from memlens.harness.report.sections import membership_section
 
-    section = registered_measures_section({dest: dest / "audit"})
-    assert "Membership of RL prompts (Min-kNN distance) (audit.measures: prompt_mia)" in [
-        b.text for b in section.blocks if type(b).__name__ == "Heading"]
+    section = membership_section({}, [], {dest: dest / "audit"}, dest / "fig")
+    assert ("RL prompts, what an RL stage samples its completions for (Membership of RL prompts (Min-kNN distance); "
+            "audit.measures: prompt_mia)") in [b.text for b in section.blocks if type(b).__name__ == "Heading"]
     assert section.filed["measures"]["prompt_mia"] == table

@@ -269,7 +269,9 @@ def test_membership_inference_is_reported_beside_extraction(fake_run):
             "authors' fallback; AUC 0.00 ... below 0.5 (not flipped))") in (out / "report.md").read_text()
     panel = {r["model"]: r for r in summary["comparison_mia"]}
     assert set(panel) == {"FT.1", "IPO"} and panel["FT.1"]["auc"] > 0.8 and panel["FT.1"]["rate"] is not None
-    assert "Membership inference beside extraction" in (out / "report.md").read_text()
+    md = (out / "report.md").read_text()
+    assert md.index("## Membership inference, by what each stage trains on") < md.index(
+        "### Target strings, beside extraction (audit.measures: mia)") < md.index("#### Degenerate attacks (not ranked)")
     found = {f["id"]: f for f in json.loads((out / "findings.json").read_text())["findings"]}
     assert found["M3"]["status"] != "not measured" and found["M1"]["status"] == "not measured"   # no RLFT.2 here
 
