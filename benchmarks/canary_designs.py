@@ -204,7 +204,9 @@ def epsilon_per_dose(run_dir: Path, result: dict) -> dict[str, float]:
     rows = list(read_jsonl(run_dir / "audit" / "mia" / "model" / result["checkpoint"] / "canaries.jsonl"))
     out = {}
     for dose in DOSES:
-        tier = [r for r in rows if dose_of.get(r["id"]) == dose and not r.get("prefix_shot")]
+        # Every row, shots included, as the audit's own ε does (harness/audit/epsilon.py): which rows are ReCaLL's
+        # shots depends on the coins, so leaving them out would make the remaining coins no longer fair.
+        tier = [r for r in rows if dose_of.get(r["id"]) == dose]
         scores = [float(r["score"][settings.span][settings.attack]) for r in tier]
         out[str(dose)] = audit_epsilon([str(r["id"]) for r in tier], scores, [int(r["member"]) for r in tier],
                                        guess_counts(len(tier), settings.guesses), settings.delta,

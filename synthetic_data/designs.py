@@ -14,7 +14,8 @@ its `--mode`s), read 2026-11-28; where ours departs, the entry's comment says so
     unigram    `unigram`: k tokens drawn among the n*k token types the fine-tuning data contains least often
     bigram     `bigram`:  a pair (x, y), x among the n rarest types, y the type least likely to follow x under the
                data's bigram model, repeated to k tokens: x y x y ...
-    new_token  `new`:     k tokens that did not exist: random strings of non-zero digits added to the vocabulary;
+    new_token  `new`:     k tokens that did not exist: random strings of non-zero digits added to the vocabulary
+               (a string the tokenizer already holds as one token is refused; theirs skips it);
                the model's embeddings must be resized and trainable (harness/audit/preflight.py refuses otherwise)
 
 Every design here is model-free (token statistics of the fine-tuning data, or new tokens). The authors' model-based
@@ -24,6 +25,7 @@ high-temperature samples from the model itself (arXiv 2606.10481) are not built.
 
 from __future__ import annotations
 
+import copy
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -143,8 +145,9 @@ def bigram_secrets(req: DesignRequest) -> list[list[int]]:
 
 
 def new_token_secrets(req: DesignRequest) -> list[list[str]]:
-    """The authors' `new`: strings of random non-zero digits, each added to the vocabulary as one token (they skip a
-    string the tokenizer already holds as one token; ours draws another). k new tokens per canary, none shared."""
+    """The authors' `new`: strings of random non-zero digits, each to be added to the vocabulary as one token (they
+    skip a string the tokenizer already holds as one token; design_secrets refuses it). k new tokens per canary, none
+    shared."""
     made: set[str] = set()
     secrets = []
     for _ in range(req.n):
@@ -183,44 +186,64 @@ def _round_trips(tokenizer, ids: list[int]) -> bool:
 
 def design_secrets(design: str, tokenizer, texts: Iterable[str], n: int, k: int, seed: int) -> tuple[list[str], dict]:
     """n secret texts of `design` for a model with `tokenizer`, fine-tuned on `texts`; and what the manifest records
-    (the design, k, and for `new_token` the tokens added to `tokenizer`, which this adds). A drawn secret that does
-    not re-tokenize as itself is drawn again (seeded), up to ROUND_TRIP_TRIES times per canary."""
-    if design not in DESIGNS:
-        raise UserError(f"design={design!r}: one of {', '.join([AS_GIVEN, *DESIGNS.names()])}")
+    (the design, k, how many draws were redrawn, and for `new_token` the tokens to add, which `add_new_tokens` adds:
+    `tokenizer` itself is never changed here, so a refusal later leaves it as it was). A drawn secret that does not
+    re-tokenize as itself is drawn again (seeded), up to ROUND_TRIP_TRIES times per canary."""
+    check_design(design)
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise UserError(f"secret_tokens={k!r}: a positive number of tokens per designed secret")
     entry = DESIGNS[design]
     rng = random.Random(f"canary-design:{design}:{seed}")
-    stats = token_statistics(tokenizer, texts) if not entry.adds_tokens else TokenStatistics.of([])
     if entry.adds_tokens:
-        secrets = entry.secrets(DesignRequest(n, k, stats, rng))
-        added = [t for s in secrets for t in s]
-        clash = [t for t in added if len(tokenizer(t, add_special_tokens=False)["input_ids"]) == 1]
-        if clash:
-            raise UserError(f"design='new_token': {clash[0]!r} is already one token of this tokenizer; use a "
-                            "tokenizer without earlier new-token canaries, or another seed")
-        tokenizer.add_tokens(added)
-        texts_out = ["".join(s) for s in secrets]       # the authors' digit string, cut into its new tokens
-        for text, secret in zip(texts_out, secrets):
-            if tokenizer(text, add_special_tokens=False)["input_ids"] != tokenizer.convert_tokens_to_ids(secret):
-                raise UserError(f"design='new_token': {text!r} does not tokenize as its {k} new tokens in this "
-                                "tokenizer; report it with the tokenizer's name")
-        return texts_out, {"design": design, "secret_tokens": k, "new_tokens": added}
+        return _new_token_secrets(entry, tokenizer, DesignRequest(n, k, TokenStatistics.of([]), rng))
+    stats = token_statistics(tokenizer, texts)
     secrets = entry.secrets(DesignRequest(n, k, stats, rng))
     refused: set[int] = set()
-    redrawn = 0
+    redrawn: list[int] = []
     for i in range(n):
-        for _ in range(ROUND_TRIP_TRIES):
-            if _round_trips(tokenizer, secrets[i]):
-                break
+        tries = 0
+        while not _round_trips(tokenizer, secrets[i]):
+            if tries == ROUND_TRIP_TRIES:
+                raise UserError(f"design={design!r}: no secret of {k} tokens that re-tokenizes as itself in "
+                                f"{ROUND_TRIP_TRIES} redraws for canary {i}; give a shorter secret_tokens")
             # Redraw this canary alone, from tokens no other canary holds and no refused draw used, so one redraw
-            # moves no other canary's secret and never repeats itself.
+            # moves no other canary's secret and never repeats itself. Drawn alone (n = 1), a redrawn unigram secret
+            # takes the rarest types left, a bigram one its y among the 3 rarest left: the manifest lists them.
             refused.update(secrets[i])
             held = {t for j, s in enumerate(secrets) if j != i for t in s}
             pool = TokenStatistics(stats.unigrams, stats.bigrams, stats.excluded | held | refused)
             secrets[i] = entry.secrets(DesignRequest(1, k, pool, rng))[0]
-            redrawn += 1
-        else:
-            raise UserError(f"design={design!r}: no secret of {k} tokens that re-tokenizes as itself in "
-                            f"{ROUND_TRIP_TRIES} draws for canary {i}; give a shorter secret_tokens")
+            tries += 1
+        if tries:
+            redrawn.append(i)
     return [tokenizer.decode(ids) for ids in secrets], {"design": design, "secret_tokens": k, "redrawn": redrawn}
+
+
+def _new_token_secrets(entry: CanaryDesign, tokenizer, req: DesignRequest) -> tuple[list[str], dict]:
+    """new_token's secrets, checked on a copy of `tokenizer` with the tokens added: each string is new to it, and
+    each secret (the strings concatenated, the authors' digit string) tokenizes as exactly its new tokens."""
+    secrets = entry.secrets(req)
+    added = [t for s in secrets for t in s]
+    clash = [t for t in added if len(tokenizer(t, add_special_tokens=False)["input_ids"]) == 1]
+    if clash:
+        raise UserError(f"design='new_token': {clash[0]!r} is already one token of this tokenizer (refused, not "
+                        "redrawn); use a tokenizer without earlier new-token canaries, or another seed")
+    extended = copy.deepcopy(tokenizer)
+    extended.add_tokens(added)
+    texts = ["".join(s) for s in secrets]
+    for text, secret in zip(texts, secrets):
+        if extended(text, add_special_tokens=False)["input_ids"] != extended.convert_tokens_to_ids(secret):
+            raise UserError(f"design='new_token': {text!r} does not tokenize as its {req.k} new tokens in this "
+                            "tokenizer; report it with the tokenizer's name")
+    return texts, {"design": "new_token", "secret_tokens": req.k, "new_tokens": added}
+
+
+def add_new_tokens(tokenizer, record: dict) -> None:
+    """Add a design's new tokens (its record's `new_tokens`, none for the other designs) to `tokenizer`."""
+    if record.get("new_tokens"):
+        tokenizer.add_tokens(record["new_tokens"])
+
+
+def check_design(design: str) -> None:
+    if design != AS_GIVEN and design not in DESIGNS:
+        raise UserError(f"design={design!r}: one of {', '.join([AS_GIVEN, *DESIGNS.names()])}")

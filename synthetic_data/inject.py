@@ -40,7 +40,7 @@ from memlens.harness.core.errors import UserError
 from memlens.harness.core.injected import MANIFEST_VERSION, write_manifest
 from memlens.harness.core.provenance import provenance
 from memlens.harness.core.user_data import fim_example, read_fim_examples
-from memlens.synthetic_data.designs import AS_GIVEN, design_secrets
+from memlens.synthetic_data.designs import AS_GIVEN, add_new_tokens, check_design, design_secrets
 
 FORMATS = ("language_modeling", "prompt_completion", "conversational", "preference", "unpaired", "prompt_only")
 TRAINED_FIELD = {"language_modeling": "text", "prompt_completion": "completion", "conversational": "assistant",
@@ -101,6 +101,14 @@ def _split(rows: list[dict], heldout_fraction: float, seed: int) -> tuple[list[d
         raise UserError(f"every one of the {len(rows)} canaries was held out by its coin; give more canaries "
                         "or lower heldout_fraction")
     return planted, [r for r, c in zip(rows, coins) if not c]
+
+
+def _trained_text(value: Any) -> str:
+    """The text a trainer learns from in a trained field: a message list's assistant contents (the roles and other keys
+    are no text it trains on), else every string in the cell."""
+    if isinstance(value, list) and value and all(isinstance(m, dict) and "content" in m for m in value):
+        return _text([m["content"] for m in value if m.get("role", "assistant") == "assistant"])
+    return _text(value)
 
 
 def _check_prefixes(rows: list[dict]) -> None:
@@ -195,13 +203,14 @@ def _designed(rows: list[dict], dataset, fmt: str, design: str, tokenizer, secre
               seed: int) -> tuple[list[dict], dict | None]:
     """The canaries with their targets replaced by `design`'s secrets (synthetic_data/designs.py), drawn from the
     token statistics of the dataset's trained field; the hosts (prefix, suffix), ids, repeat and group stay."""
+    check_design(design)
     if design == AS_GIVEN:
         return rows, None
     if tokenizer is None:
         raise UserError(f"design={design!r}: pass tokenizer= (your model's tokenizer): a designed secret is chosen "
                         "from the token statistics of your data in that tokenizer")
-    texts = [_text([m for m in example["messages"] if m.get("role") == "assistant"] if fmt == "conversational"
-                   else example[TRAINED_FIELD[fmt]]) for example in dataset]
+    texts = [_trained_text(example["messages"] if fmt == "conversational" else example[TRAINED_FIELD[fmt]])
+             for example in dataset]
     secrets, record = design_secrets(design, tokenizer, texts, len(rows), secret_tokens, seed)
     return [{**r, "target": secret} for r, secret in zip(rows, secrets)], record
 
@@ -229,8 +238,9 @@ def inject(dataset, canaries, *, seed: int = 0, heldout_fraction: float = 0.5, f
     field = _check_field(fmt, field, allow_masked, rl_prompts)
     if design != AS_GIVEN and not isinstance(canaries, (str, Path)):
         canaries = [{"target": DESIGNED, **row} for row in canaries]   # a host needs no target of its own
-    rows, designed = _designed(load_canaries(canaries), dataset, fmt, design, tokenizer, secret_tokens, seed)
-    _check_prefixes(rows)
+    rows = load_canaries(canaries)
+    _check_prefixes(rows)                  # before any design: a design keeps the prefix
+    rows, designed = _designed(rows, dataset, fmt, design, tokenizer, secret_tokens, seed)
     _check_no_collision(dataset, rows)
     planted, heldout = _split(rows, heldout_fraction, seed)
     if fmt == "preference" and not len(dataset):
@@ -268,6 +278,7 @@ def inject(dataset, canaries, *, seed: int = 0, heldout_fraction: float = 0.5, f
     }
     if designed is not None:
         manifest["design"] = designed
+        add_new_tokens(tokenizer, designed)     # last: a refused inject leaves the tokenizer as it was
     if manifest_path is not None:
         write_manifest(manifest, manifest_path)
     return out, manifest

@@ -66,7 +66,7 @@ from memlens.harness.audit.background import (
 )
 from memlens.harness.audit.epsilon import DEFAULT_GUESSES, EpsilonSettings
 from memlens.harness.audit.mia import MiaSettings, audit_mia, collect_summaries
-from memlens.harness.audit.preflight import check_new_tokens, check_survival, dataloader_parts
+from memlens.harness.audit.preflight import check_new_tokens, check_survival, control_refusal, dataloader_parts
 from memlens.harness.audit.preflight import report as report_survival
 from memlens.harness.audit.run import AuditState, audit_checkpoint, write_summary
 from memlens.harness.audit.settings import AuditJob, AuditSettings
@@ -330,6 +330,8 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
         """`manifest`: what memlens.inject returned, or its JSON path (copied under out_dir); the keywords are
         CallbackArgs' (control and out_dir required), all checked before anything is written."""
         self.args = CallbackArgs(**arguments)
+        if why := control_refusal(self.args.control, manifest):
+            raise UserError(why)
         self.out_dir = Path(self.args.out_dir)
         self.settings = self.args.settings()
         self.manifest, self.planted, self.heldout = _manifest_files(manifest, self.out_dir)

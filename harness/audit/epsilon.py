@@ -33,7 +33,10 @@ from memlens.harness.core.io import atomic_write_json, file_sha256, read_json, r
 from memlens.harness.core.layout import epsilon_dir, mia_dir, require_inside
 from memlens.harness.core.provenance import provenance
 from memlens.harness.measures.epsilon import CONFIDENCE, audit_epsilon, guess_counts
-from memlens.harness.measures.mia import ATTACKS, POPULATION
+from memlens.harness.measures.mia import ATTACKS, MEMBER_PREFIX, NONMEMBER_PREFIX, POPULATION
+
+# The attack inputs made of canaries whose membership the coins decided (an epsilon attack must read none of them).
+COIN_CHOSEN_INPUTS = frozenset({POPULATION, NONMEMBER_PREFIX, MEMBER_PREFIX})
 
 TITLE = "Privacy auditing in one run: ε lower bounds (Steinke et al. 2023; Xiang et al. 2025)"
 SUMMARY_FILE = "summary.json"
@@ -115,12 +118,14 @@ def epsilon_attack(a) -> str:
     if attack not in ATTACKS:
         raise UserError(f"audit.epsilon_attack={attack!r}: use one registered MIA attack, fixed before the scores "
                         f"are seen: {', '.join(ATTACKS)}")
-    if POPULATION in ATTACKS[attack].needs:
-        # Its population is the held-out canaries: the coins chose them, and the bound's guesses must not read the coins
-        # (ASSUMPTIONS; Steinke et al. 2023, Algorithm 1).
-        raise UserError(f"audit.epsilon_attack={attack!r}: its score reads the held-out canaries (its population), which "
-                        "the membership coins chose, so its guesses would depend on the coins and the one-run bound "
-                        "would not hold; use an attack of the model's scores alone, e.g. loss or reference")
+    if ATTACKS[attack].needs & COIN_CHOSEN_INPUTS:
+        # RMIA's population is the held-out canaries, ReCaLL's and Con-ReCall's prefixes are held-out / planted
+        # canaries: the coins chose them, and the bound's guesses must not read the coins (ASSUMPTIONS; Steinke et al.
+        # 2023, Algorithm 1). Their shots also get no score of their own, so the bound would fail after the MIA run.
+        raise UserError(f"audit.epsilon_attack={attack!r}: its score reads canaries the membership coins chose (a "
+                        "population or prefix of held-out or planted canaries), so its guesses would depend on the "
+                        "coins and the one-run bound would not hold; use an attack of the model's scores alone, e.g. "
+                        "loss or reference")
     return attack
 
 

@@ -24,10 +24,13 @@ refuses to train (`preflight="raise"`, the default) with the fix, or warns (`"wa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.injected import read_manifest
+from memlens.harness.core.io import read_json
+from memlens.harness.model.load import load_tokenizer
 
 SURVIVES = "survives"
 MASKED = "masked"                 # present, but no loss on (some of) its tokens
@@ -224,10 +227,13 @@ def new_token_refusal(model, tokenizer, manifest) -> str | None:
     """Why training would not learn a new-token canary (synthetic_data/designs.py, `new_token`), or None: the tokenizer
     lacks the tokens, the embeddings were not resized to hold them, or their rows are frozen (LoRA without the
     embeddings: they keep their initial values, and the audit would measure noise, not memorization)."""
-    added = (read_manifest(manifest).get("design") or {}).get("new_tokens") or []
+    added = new_tokens_of(manifest)
     if not added:
         return None
     tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    if tokenizer is None:
+        return ("pre-flight: the trainer has no processing_class, so the new-token canaries cannot be checked; pass "
+                "processing_class=<the tokenizer memlens.inject(design='new_token', tokenizer=...) extended>")
     ids = [tokenizer.convert_tokens_to_ids(t) for t in added]
     if any(i is None or i == tokenizer.unk_token_id for i in ids):
         return ("pre-flight: the trainer's tokenizer lacks the new-token canaries' tokens; train with the tokenizer "
@@ -247,6 +253,33 @@ def new_token_refusal(model, tokenizer, manifest) -> str | None:
                 "keep their initial values and the audit would measure noise, not memorization; train them: PEFT "
                 "LoraConfig(modules_to_save=['embed_tokens', 'lm_head']) or trainable_token_indices=<their ids>, or "
                 "leave the embeddings trainable")
+    return None
+
+
+def new_tokens_of(manifest) -> list[str]:
+    """The tokens a new-token design added (synthetic_data/designs.py), none for any other manifest."""
+    return (read_manifest(manifest).get("design") or {}).get("new_tokens") or []
+
+
+def control_refusal(control: str, manifest) -> str | None:
+    """Why `control` cannot score new-token canaries, or None: 'base' (a PEFT model's base on disk never had the rows
+    resized, nor its tokenizer the tokens), or a control directory whose tokenizer lacks them or whose embeddings
+    were not resized to hold them (config.json's vocab_size)."""
+    added = new_tokens_of(manifest)
+    if not added:
+        return None
+    fix = ("give the control the same extended tokenizer and resized embeddings, never trained on the canaries "
+           "(the base model after model.resize_token_embeddings(len(tokenizer)), saved with that tokenizer)")
+    if str(control) == "base":
+        return f"AuditCallback(control='base'): the new-token canaries' rows are not in the PEFT base on disk; {fix}"
+    tokenizer = load_tokenizer(control)
+    ids = [tokenizer.convert_tokens_to_ids(t) for t in added]
+    if any(i is None or i == tokenizer.unk_token_id for i in ids):
+        return f"AuditCallback(control={str(control)!r}): its tokenizer lacks the new-token canaries' tokens; {fix}"
+    rows = read_json(Path(control) / "config.json").get("vocab_size") or 0
+    if max(ids) >= rows:
+        return (f"AuditCallback(control={str(control)!r}): its embeddings have {rows} rows and the new tokens need "
+                f"{max(ids) + 1}; {fix}")
     return None
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from memlens.harness.core.errors import UserError
 from memlens.harness.core.registry import Registry
 from memlens.harness.report.findings.run import RunResults
 from memlens.harness.report.findings.verdict import NOT_MEASURED, FindingResult
@@ -82,4 +83,11 @@ def register(*entries: Finding) -> tuple[Finding, ...]:
 
 def findings(run: RunResults) -> list[FindingResult]:
     """The findings table of a run: every registered finding's check, in the table's order."""
-    return [finding.check(run) for finding in FINDINGS.values()]
+    results = []
+    for finding in FINDINGS.values():
+        result = finding.check(run)
+        if not isinstance(result, FindingResult):     # e.g. a plugin's check written against the old dict rows
+            raise UserError(f"finding {finding.id}: its check returned a {type(result).__name__}, not a FindingResult; "
+                            "build its row with finding_result(...) (memlens.harness.report.findings.verdict)")
+        results.append(result)
+    return results

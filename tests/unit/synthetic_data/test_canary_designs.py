@@ -18,6 +18,7 @@ from memlens.harness.core.shipped import shipped_path
 from memlens.synthetic_data.designs import (
     DesignRequest,
     TokenStatistics,
+    add_new_tokens,
     bigram_secrets,
     design_secrets,
     random_secrets,
@@ -109,7 +110,9 @@ def test_new_token_secrets_add_tokens_that_tokenize_whole(tokenizer_dir):
     tok = _tokenizer(tokenizer_dir)
     before = len(tok)
     secrets, record = design_secrets("new_token", tok, [], 3, 4, seed=0)
-    assert len(tok) == before + 12 and len(record["new_tokens"]) == 12
+    assert len(tok) == before and len(record["new_tokens"]) == 12       # drawn on a copy: the caller adds them
+    add_new_tokens(tok, record)
+    assert len(tok) == before + 12
     for text in secrets:
         ids = tok(text, add_special_tokens=False)["input_ids"]
         assert len(ids) == 4 and all(i >= before for i in ids)
@@ -166,6 +169,7 @@ def test_a_new_token_canary_exists_and_trains(tokenizer_dir):
     tok = _tokenizer(tokenizer_dir)
     model = _tiny_model(tokenizer_dir)
     (secret,), record = design_secrets("new_token", tok, [], 1, 3, seed=0)
+    add_new_tokens(tok, record)
     model.resize_token_embeddings(len(tok))
     ids = tok.convert_tokens_to_ids(record["new_tokens"])
     assert new_token_refusal(model, tok, {"canaries": [{}], "heldout": [], "design": record}) is None
@@ -188,6 +192,7 @@ def test_the_preflight_refuses_new_tokens_the_model_cannot_learn(tokenizer_dir):
 
     tok = _tokenizer(tokenizer_dir)
     _, record = design_secrets("new_token", tok, [], 1, 2, seed=0)
+    add_new_tokens(tok, record)
     manifest = {"canaries": [{}], "heldout": [], "design": record}
     ids = tok.convert_tokens_to_ids(record["new_tokens"])
 
@@ -207,3 +212,57 @@ def test_the_preflight_refuses_new_tokens_the_model_cannot_learn(tokenizer_dir):
                                          tok, manifest)
     assert new_token_refusal(resized(), tok, manifest) is None       # a plain model: every row trains
     assert "lacks" in new_token_refusal(resized(), _tokenizer(tokenizer_dir), manifest)
+
+
+def test_a_refused_inject_leaves_the_tokenizer_as_it_was(tokenizer_dir):
+    tok = _tokenizer(tokenizer_dir)
+    before = len(tok)
+    data = _dataset([{"prompt": f"# task {i}\n", "completion": text} for i, text in enumerate(TEXTS)])
+    with pytest.raises(UserError, match="empty prefix"):
+        inject(data, [{**HOSTS[0], "prefix": ""}, *HOSTS[1:]], design="new_token", tokenizer=tok)
+    with pytest.raises(UserError, match="every one of the"):
+        inject(data, HOSTS[:1], heldout_fraction=0.999, seed=5, design="new_token", tokenizer=tok)
+    assert len(tok) == before
+    inject(data, HOSTS, seed=5, design="new_token", tokenizer=tok, secret_tokens=2)   # the retry is not refused
+    assert len(tok) > before
+
+
+def test_a_misspelt_design_is_named_before_the_tokenizer_is_asked_for():
+    with pytest.raises(UserError, match="design='unigrm': one of as_given, random, unigram, bigram, new_token"):
+        inject(_dataset([{"text": t} for t in TEXTS]), HOSTS, design="unigrm")
+
+
+def test_conversational_statistics_read_the_assistant_contents_only(tokenizer_dir):
+    from memlens.synthetic_data.inject import _trained_text
+
+    messages = [{"role": "user", "content": "question"}, {"role": "assistant", "content": "answer", "name": "bot"}]
+    assert _trained_text(messages) == "answer"
+    assert _trained_text("plain text") == "plain text"
+
+
+def test_the_callback_refuses_a_control_that_cannot_score_new_tokens(tokenizer_dir, tmp_path):
+    """A control must hold the new tokens too: 'base' (a PEFT base on disk) and the shipped base as it is are refused
+    before anything is written; the base resized and saved with the extended tokenizer is accepted."""
+    from memlens.harness.audit.preflight import control_refusal
+
+    tok = _tokenizer(tokenizer_dir)
+    data = _dataset([{"prompt": f"# task {i}\n", "completion": text} for i, text in enumerate(TEXTS)])
+    _, manifest = inject(data, HOSTS, seed=5, design="new_token", tokenizer=tok, secret_tokens=2)
+    assert "not in the PEFT base" in control_refusal("base", manifest)
+    assert "tokenizer lacks" in control_refusal(str(tokenizer_dir), manifest)
+    model = _tiny_model(tokenizer_dir)
+    model.save_pretrained(tmp_path / "unresized")
+    tok.save_pretrained(tmp_path / "unresized")
+    assert "embeddings have 4096 rows" in control_refusal(str(tmp_path / "unresized"), manifest)
+    model.resize_token_embeddings(len(tok))
+    model.save_pretrained(tmp_path / "control")
+    tok.save_pretrained(tmp_path / "control")
+    assert control_refusal(str(tmp_path / "control"), manifest) is None
+    assert control_refusal("base", {"canaries": [{}], "heldout": []}) is None       # no new tokens: nothing to check
+    assert "no processing_class" in new_token_refusal(model, None, manifest)
+
+    import memlens
+
+    with pytest.raises(UserError, match="control='base'"):
+        memlens.AuditCallback(manifest, control="base", out_dir=tmp_path / "audit")
+    assert not (tmp_path / "audit").exists()

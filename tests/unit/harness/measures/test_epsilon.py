@@ -463,7 +463,9 @@ def test_the_measure_refuses_split_membership_stale_rows_and_bad_settings(tmp_pa
     assert "rebuilt after the MIA audit scored it" in said[-1]
     cases = [({"measures": ["ned", "epsilon"]}, r"audit\.measures=\['ned', 'epsilon'\]: epsilon reads .* add mia"),
              ({"epsilon_attack": "best"}, r"audit\.epsilon_attack='best': use one registered MIA attack"),
-             ({"epsilon_attack": "rmia"}, r"audit\.epsilon_attack='rmia': its score reads the held-out canaries"),
+             ({"epsilon_attack": "rmia"}, r"audit\.epsilon_attack='rmia': its score reads canaries the membership"),
+             ({"epsilon_attack": "recall"}, r"audit\.epsilon_attack='recall': its score reads canaries the membership"),
+             ({"epsilon_attack": "con_recall"}, r"audit\.epsilon_attack='con_recall': its score reads canaries"),
              ({"epsilon_span": "program"}, r"audit\.epsilon_span='program': use a span the MIA audit scores"),
              ({"epsilon_delta": 2}, r"audit\.epsilon_delta=2: must be a number in \[0, 1\)"),
              ({"epsilon_confidence": 1.0}, r"audit\.epsilon_confidence=1\.0: must be a number in \(0, 1\)"),

@@ -688,3 +688,14 @@ def test_d5_rl_prompt_membership_rises_with_dose_by_hand():
     falling = summary({1: [0.9, 1.0], 4: [0.5, 0.6], 16: [0.1, 0.2]}, held_out)
     assert verdicts(RunResults(grouped(), evidence(), prompt_mia=falling))["D5"].status == FAILS
     assert verdicts(RunResults(grouped(), evidence(), pair_mia=rising))["D5"].status == NOT_MEASURED  # pairs: not D5's
+
+
+def test_a_check_that_returns_a_dict_is_named_with_the_fix():
+    """A plugin written against the old dict rows fails where it is run, naming the finding and the constructor."""
+    from memlens.harness.core.errors import UserError
+    from memlens.harness.report.findings.registry import FINDINGS, Finding, findings
+    from memlens.harness.report.findings.run import RunResults
+
+    with FINDINGS.registered("X9", Finding("X9", "a plugin", "an old-style row", lambda run: {"id": "X9"})):
+        with pytest.raises(UserError, match="finding X9: its check returned a dict.*finding_result"):
+            findings(RunResults(grouped={}))
