@@ -29,6 +29,7 @@ only when at least 3 seeds say so and none says otherwise (harness/report/findin
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import shutil
 import sys
@@ -120,8 +121,11 @@ def run_one(out: Path, route: str, design: str, seed: int) -> dict:
         trainer = SFTTrainer(model=model, processing_class=tokenizer, train_dataset=train, callbacks=[audit],
                              args=SFTConfig(learning_rate=1e-3, **common))
     else:
+        # TRL loads its reference from the model's path when none is given: the base on disk, without the new
+        # tokens' rows; a new-token run passes the resized base itself (for the others the two are the same model).
+        ref = {"ref_model": copy.deepcopy(model)} if design == "new_token" else {}
         trainer = DPOTrainer(model=model, processing_class=tokenizer, train_dataset=train, callbacks=[audit],
-                             args=DPOConfig(loss_type="ipo", beta=0.5, learning_rate=3e-4, **common))
+                             args=DPOConfig(loss_type="ipo", beta=0.5, learning_rate=3e-4, **common), **ref)
     started = time.perf_counter()
     trainer.train()
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]

@@ -386,7 +386,7 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
                           else max(self.saves + 1, self.scored * self.settings.every))
         if self.preflight != "off" and state.is_world_process_zero and not state.global_step:
             check_new_tokens(kwargs.get("model"), kwargs.get("processing_class"), self.manifest, self.log,
-                             self.preflight == "raise")
+                             self.preflight == "raise", getattr(self.trainer, "ref_model", None))
             dataset, collator = dataloader_parts(kwargs.get("train_dataloader"))
             if dataset is not None and collator is not None:
                 report_survival(check_survival(args, dataset, collator, kwargs.get("processing_class"), self.manifest),

@@ -223,10 +223,17 @@ def _trained_rows(module) -> set[int] | None:
     return rows
 
 
-def new_token_refusal(model, tokenizer, manifest) -> str | None:
+def _embedding_rows(model) -> int:
+    embeddings = model.get_input_embeddings()
+    return embeddings.weight.shape[0] if hasattr(embeddings, "weight") else embeddings.num_embeddings
+
+
+def new_token_refusal(model, tokenizer, manifest, ref_model=None) -> str | None:
     """Why training would not learn a new-token canary (synthetic_data/designs.py, `new_token`), or None: the tokenizer
     lacks the tokens, the embeddings were not resized to hold them, or their rows are frozen (LoRA without the
-    embeddings: they keep their initial values, and the audit would measure noise, not memorization)."""
+    embeddings: they keep their initial values, and the audit would measure noise, not memorization); or a preference
+    trainer's reference model (`ref_model`) cannot embed them (TRL loads it from the model's path, unresized, when
+    none is given: the first step would fail with an index error)."""
     added = new_tokens_of(manifest)
     if not added:
         return None
@@ -239,7 +246,7 @@ def new_token_refusal(model, tokenizer, manifest) -> str | None:
         return ("pre-flight: the trainer's tokenizer lacks the new-token canaries' tokens; train with the tokenizer "
                 "memlens.inject(design='new_token', tokenizer=...) extended")
     embeddings = model.get_input_embeddings()
-    rows = embeddings.weight.shape[0] if hasattr(embeddings, "weight") else embeddings.num_embeddings
+    rows = _embedding_rows(model)
     if max(ids) >= rows:
         return (f"pre-flight: the model's embeddings have {rows} rows and the new-token canaries need {max(ids) + 1}; "
                 "call model.resize_token_embeddings(len(tokenizer)) before training")
@@ -253,6 +260,10 @@ def new_token_refusal(model, tokenizer, manifest) -> str | None:
                 "keep their initial values and the audit would measure noise, not memorization; train them: PEFT "
                 "LoraConfig(modules_to_save=['embed_tokens', 'lm_head']) or trainable_token_indices=<their ids>, or "
                 "leave the embeddings trainable")
+    if ref_model is not None and max(ids) >= _embedding_rows(ref_model):
+        return (f"pre-flight: the trainer's reference model has {_embedding_rows(ref_model)} embedding rows and the "
+                f"new-token canaries need {max(ids) + 1} (TRL loads the reference from the model's path, without them, "
+                "when none is given); pass ref_model=<the base, resized the same way>")
     return None
 
 
@@ -283,9 +294,9 @@ def control_refusal(control: str, manifest) -> str | None:
     return None
 
 
-def check_new_tokens(model, tokenizer, manifest, log=print, raise_on_failure: bool = True) -> None:
+def check_new_tokens(model, tokenizer, manifest, log=print, raise_on_failure: bool = True, ref_model=None) -> None:
     """Refuse (UserError with the fix) or warn when training would not learn the new-token canaries."""
-    why = new_token_refusal(model, tokenizer, manifest) if model is not None else None
+    why = new_token_refusal(model, tokenizer, manifest, ref_model) if model is not None else None
     if why and raise_on_failure:
         raise UserError(why)
     if why:
@@ -317,7 +328,8 @@ def refusal(results: list[CanarySurvival]) -> str | None:
 def preflight(trainer, manifest, log=print, raise_on_failure: bool = True) -> list[CanarySurvival]:
     """Check, before training, that every planted copy of the manifest's canaries reaches `trainer`'s loss; print the
     table and raise (UserError, with the fix) when one does not, unless `raise_on_failure` is false."""
-    check_new_tokens(trainer.model, trainer.processing_class, manifest, log, raise_on_failure)
+    check_new_tokens(trainer.model, trainer.processing_class, manifest, log, raise_on_failure,
+                     getattr(trainer, "ref_model", None))
     results = check_survival(trainer.args, trainer.train_dataset, trainer.data_collator,
                              trainer.processing_class, manifest)
     return report(results, type(trainer).__name__, log, raise_on_failure)

@@ -211,6 +211,9 @@ def test_the_preflight_refuses_new_tokens_the_model_cannot_learn(tokenizer_dir):
     assert "frozen" in new_token_refusal(get_peft_model(resized(), LoraConfig(**lora, trainable_token_indices=other_rows)),
                                          tok, manifest)
     assert new_token_refusal(resized(), tok, manifest) is None       # a plain model: every row trains
+    assert "reference model has 4096 embedding rows" in new_token_refusal(resized(), tok, manifest,
+                                                                          ref_model=_tiny_model(tokenizer_dir))
+    assert new_token_refusal(resized(), tok, manifest, ref_model=resized()) is None
     assert "lacks" in new_token_refusal(resized(), _tokenizer(tokenizer_dir), manifest)
 
 
