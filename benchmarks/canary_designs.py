@@ -198,23 +198,18 @@ def epsilon_per_dose(run_dir: Path, result: dict) -> dict[str, float]:
     settings: LOSS on the target, δ 1e-5, 95 %, its four guess counts under Bonferroni) over that dose's canaries,
     whose membership the coins decided: members and held-out twins of the same dose (the hosts' doses, redrawn from
     the seed). Descriptive: no rule reads it."""
-    from memlens.harness.audit.epsilon import EpsilonSettings
+    from memlens.harness.audit.epsilon import EpsilonSettings, bound_of_rows
     from memlens.harness.core.io import read_jsonl
-    from memlens.harness.measures.epsilon import audit_epsilon, guess_counts
-
-    settings = EpsilonSettings()
 
     dose_of = {h["id"]: h["repeat"] for h in sd_rows(result["seed"])[0]}
-    rows = list(read_jsonl(run_dir / "audit" / "mia" / "model" / result["checkpoint"] / "canaries.jsonl"))
+    path = run_dir / "audit" / "mia" / "model" / result["checkpoint"] / "canaries.jsonl"
+    rows = list(read_jsonl(path))
     out = {}
     for dose in DOSES:
-        # Every row, shots included, as the audit's own ε does (harness/audit/epsilon.py): which rows are ReCaLL's
-        # shots depends on the coins, so leaving them out would make the remaining coins no longer fair.
+        # Every row, shots included, as the audit's own ε does: which rows are ReCaLL's shots depends on the coins,
+        # so leaving them out would make the remaining coins no longer fair.
         tier = [r for r in rows if dose_of.get(r["id"]) == dose]
-        scores = [float(r["score"][settings.span][settings.attack]) for r in tier]
-        out[str(dose)] = audit_epsilon([str(r["id"]) for r in tier], scores, [int(r["member"]) for r in tier],
-                                       guess_counts(len(tier), settings.guesses), settings.delta,
-                                       settings.confidence)["epsilon_lower_bound"] if tier else None
+        out[str(dose)] = bound_of_rows(tier, EpsilonSettings(), path)["epsilon_lower_bound"] if tier else None
     return out
 
 

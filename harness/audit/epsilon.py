@@ -158,7 +158,9 @@ def _refusal(entry: dict, mia_sha: dict, dataset: str) -> str | None:
     return None
 
 
-def _bound(rows: list[dict], s: EpsilonSettings, where: Path) -> dict:
+def bound_of_rows(rows: list[dict], s: EpsilonSettings, where: Path) -> dict:
+    """The ε lower bounds (audit_epsilon) of MIA rows whose membership coins decided: each row's `s.span` / `s.attack`
+    score, every row counted; `where` names the rows' file in the error when a score is missing."""
     scores = []
     for r in rows:
         value = ((r.get("score") or {}).get(s.span) or {}).get(s.attack)
@@ -189,7 +191,7 @@ def epsilon_of_model(audit_dir: Path, model_name: str, s: EpsilonSettings, log=p
                 refused[dataset] = reason
                 continue
             path = mia_dir(audit_dir, model_name) / checkpoint / f"{dataset}.jsonl"
-            results.setdefault(checkpoint, {})[dataset] = _bound(read_jsonl(path), s, path)
+            results.setdefault(checkpoint, {})[dataset] = bound_of_rows(read_jsonl(path), s, path)
             rows_sha[f"{checkpoint}/{dataset}"] = file_sha256(path)
     for dataset, reason in refused.items():
         log(f"[audit] note: epsilon for {model_name} refuses {dataset}: {reason}")
