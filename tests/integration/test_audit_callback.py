@@ -238,6 +238,10 @@ from tests.integration.callback_helpers import train_with_callback
 trainer, _ = train_with_callback("sft", Path({base!r}), Path({out!r}), [])
 # a file per rank: two processes' prints interleave on one stdout (measured: a line cut in two by the other's log)
 Path(f"rank{{trainer.args.process_index}}.txt").write_text(f"world size {{trainer.args.world_size}}")
+# torch's advice: destroy the group before exit; left to interpreter shutdown, gloo's threads once aborted rank 0
+# after its work ("terminate called without an active exception": the project CI of d4b8a66)
+torch.distributed.barrier()
+torch.distributed.destroy_process_group()
 """
 
 
