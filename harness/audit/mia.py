@@ -33,7 +33,7 @@ from memlens.harness.audit.measure_registry import MEASURES, Measure
 from memlens.harness.audit.plan import plan_audits
 from memlens.harness.audit.settings import AuditSettings, list_checkpoints, setting
 from memlens.harness.core.errors import UserError
-from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
+from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_json, read_jsonl
 from memlens.harness.core.layout import MIA_SUMMARY, checkpoint_step, data_dir, heldout_dataset, mia_dir, require_inside
 from memlens.harness.core.provenance import provenance
 from memlens.harness.core.stats import (
@@ -71,7 +71,14 @@ from memlens.harness.measures.mia import (
     prefix_text,
     split_shots,
 )
-from memlens.harness.model.cache import CACHE_VERSION, SPANS, cached_token_logprobs, program_text
+from memlens.harness.model.cache import (
+    BLIND_SUBDIR,
+    CACHE_VERSION,
+    SPANS,
+    cache_key,
+    cached_token_logprobs,
+    program_text,
+)
 from memlens.harness.model.load import load_tokenizer, model_sentinels, pick_device, set_threads
 from memlens.harness.model.scorer import CausalLMScorer
 
@@ -274,17 +281,40 @@ def _blind_of(rows: list[dict], span: str) -> tuple[list[float], list[float]] | 
 _BLIND_CACHE: dict[str, dict | None] = {}     # this process's blind baselines, by their texts, bootstrap and seed
 
 
-def _cached_blind_baseline(members: list[str], nonmembers: list[str], n_boot: int, seed: int) -> dict | None:
-    """blind_baseline, computed once per process for the same texts: it reads no model, and the callback audits the
-    same member / held-out sets at every checkpoint (their classifier costs seconds per call)."""
-    key = hashlib.sha256(json.dumps([members, nonmembers, n_boot, seed]).encode("utf-8")).hexdigest()
-    if key not in _BLIND_CACHE:
-        _BLIND_CACHE[key] = blind_baseline(members, nonmembers, n_boot=n_boot, seed=seed)
-    return _BLIND_CACHE[key]
+def _blind_key(members: list[str], nonmembers: list[str], n_boot: int, seed: int) -> str:
+    """What a blind baseline depends on: the texts of each side, the bootstrap, the seed, the classifier (its rule
+    text) and the scikit-learn that fits it."""
+    from importlib.metadata import version
+
+    return cache_key("blind_baseline", texts=hashlib.sha256(json.dumps([members, nonmembers]).encode()).hexdigest(),
+                     n_boot=n_boot, seed=seed, rule=BLIND_RULE, sklearn=version("scikit-learn"))
+
+
+def _cached_blind_baseline(members: list[str], nonmembers: list[str], n_boot: int, seed: int,
+                           cache_dir: Path | None = None) -> dict | None:
+    """blind_baseline, computed once for the same texts: it reads no model, the callback audits the same member /
+    held-out sets at every checkpoint, and a rerun (a resumed callback, `memlens audit` again) the same sets as the
+    run before (their classifier costs seconds per call). Kept in this process and, with `cache_dir`, at
+    `<cache_dir>/blind_baseline/<key>.json`, written whole or not at all."""
+    key = _blind_key(members, nonmembers, n_boot, seed)
+    if key in _BLIND_CACHE:
+        return _BLIND_CACHE[key]
+    stored = Path(cache_dir) / BLIND_SUBDIR / f"{key}.json" if cache_dir is not None else None
+    if stored is not None and stored.is_file():
+        found = read_json(stored)["baseline"]
+        if found is not None:
+            found["scores"] = tuple(found["scores"])
+    else:
+        found = blind_baseline(members, nonmembers, n_boot=n_boot, seed=seed)
+        if stored is not None:
+            # plain json (no default=str): a value JSON cannot hold exactly fails here instead of coming back changed
+            atomic_write_text(stored, json.dumps({"key": key, "baseline": found}) + "\n")
+    _BLIND_CACHE[key] = found
+    return found
 
 
 def _blind_baselines(data: dict[str, list[dict]], pairs, prefixes: dict[str, Prefixes], spans, n_boot: int,
-                     seed: int) -> dict[str, dict]:
+                     seed: int, cache_dir: Path | None = None) -> dict[str, dict]:
     """{dataset: {"spans": {span: metrics}, "scores": {span: {id: score}}, "n_members", "n_nonmembers"}} of the blind
     baseline (memlens.harness.measures.blind_mia): once per member / held-out pair, since it reads no model, on the
     texts every attack's metrics are over (prefix shots left out); a dataset with too few texts has spans {}."""
@@ -299,7 +329,8 @@ def _blind_baselines(data: dict[str, list[dict]], pairs, prefixes: dict[str, Pre
                        "spans": {}, "scores": {}}
         for span in spans:
             found = _cached_blind_baseline([_span_text(r, span) for r in sides["members"]],
-                                           [_span_text(r, span) for r in sides["nonmembers"]], n_boot, seed)
+                                           [_span_text(r, span) for r in sides["nonmembers"]], n_boot, seed,
+                                           cache_dir)
             if found is None:
                 continue
             entry["spans"][span] = found["metrics"]
@@ -361,7 +392,7 @@ def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Pat
     cache_dir = Path(cache_dir) if cache_dir is not None else out_dir / "cache"
     data, sha = _load_pairs(pairs)
     prefixes = _choose_shots(data, pairs)
-    blind = _blind_baselines(data, pairs, prefixes, spans, n_boot, seed)
+    blind = _blind_baselines(data, pairs, prefixes, spans, n_boot, seed, cache_dir)
     warn_if_distinguishable(blind, log)
     control = (_token_values(Path(control_dir), data, spans, cache_dir, device, scoring.batch_size,
                              scoring.fim_family) if control_dir is not None else None)

@@ -30,6 +30,7 @@ TOKEN_LOGPROBS = "token_logprobs"       # per token: id, logp, and mu / var of t
 SCHEME_LOGPROBS = "scheme_target_logprobs"  # per example and decoding scheme: log p(exact target) (discoverable)
 SPANS = ("target", "program")           # the FIM target given its prompt; the whole program as plain text
 LOSSES_SUBDIR = "losses"
+BLIND_SUBDIR = "blind_baseline"        # the blind MIA baseline (reads no model, only texts): harness/audit/mia.py
 
 
 def cache_key(kind: str, **covers: Any) -> str:

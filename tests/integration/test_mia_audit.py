@@ -170,7 +170,8 @@ def test_trained_members_separate_and_an_untrained_model_does_not(world):
 def test_a_split_told_apart_without_the_model_is_warned_before_any_checkpoint_is_scored(world, tmp_path):
     """Members whose target names a variable the held-out ones never use (`secret_key` against `key`): the blind
     baseline separates them from the texts alone (AUC 1), and the audit says so before it has scored any checkpoint
-    (the cache, fresh here, is still empty when the warning is logged), naming the fix."""
+    (the cache, fresh here, holds no model's values yet when the warning is logged: only the baseline's own entry),
+    naming the fix."""
     members = [{**r, "target": r["target"].replace("key =", "secret_key =")} for r in world["members"]]
     atomic_write_jsonl(tmp_path / "members.jsonl", members)
     pairs = {"shifted": (tmp_path / "members.jsonl", world["root"] / "data" / "sd_base_heldout" / "rows.jsonl")}
@@ -178,12 +179,50 @@ def test_a_split_told_apart_without_the_model_is_warned_before_any_checkpoint_is
     said: list[tuple[str, bool]] = []
     summary = audit_mia(world["root"] / "models" / "FT.1", "FT.1", pairs, tmp_path / "out",
                         _settings(spans=("target",), bootstrap=100), cache_dir=cache, all_checkpoints=False,
-                        log=lambda line: said.append((line, cache.exists() and any(cache.iterdir()))))
+                        log=lambda line: said.append((line, cache.exists() and any(
+                            p.name != "blind_baseline" for p in cache.iterdir()))))
     warnings = [(line, scored) for line, scored in said if "WARNING" in line]
     assert len(warnings) == 1 and warnings[0][1] is False, said
     assert "shifted (target span): the blind baseline (no model) tells its 13 members from its 13 non-members" in \
         warnings[0][0] and "fair coin, as memlens.inject does" in warnings[0][0]
     assert summary["blind"]["shifted"]["spans"]["target"]["auc"]["value"] == 1.0
+
+
+def test_a_rerun_reads_the_blind_baseline_from_the_cache_and_scores_the_same(world, tmp_path, monkeypatch):
+    """The blind baseline is stored in the audit cache, keyed by its texts: a second audit in a new process (this
+    process's memory cleared) reads it instead of fitting the classifier again (which would raise here), and writes
+    the same rows and the same blind metrics; other texts get an entry of their own."""
+    import memlens.harness.audit.mia as mia_audit
+
+    pairs = {"sd_base": (world["root"] / "data" / "sd_base" / "rows.jsonl",
+                         world["root"] / "data" / "sd_base_heldout" / "rows.jsonl")}
+    cache = tmp_path / "cache"
+
+    def audit(out: str, chosen=pairs) -> dict:
+        return audit_mia(world["root"] / "models" / "FT.1", "FT.1", chosen, tmp_path / out,
+                         _settings(spans=("target",), bootstrap=100), cache_dir=cache, all_checkpoints=False,
+                         log=lambda _: None)
+
+    monkeypatch.setattr(mia_audit, "_BLIND_CACHE", {})
+    first = audit("first")
+    stored = sorted((cache / "blind_baseline").glob("*.json"))
+    assert len(stored) == 1
+
+    def refit(*args, **kwargs):
+        raise AssertionError("the blind baseline was fitted again")
+
+    monkeypatch.setattr(mia_audit, "_BLIND_CACHE", {})
+    monkeypatch.setattr(mia_audit, "blind_baseline", refit)
+    again = audit("again")
+    assert again["blind"] == first["blind"]
+    assert (tmp_path / "again" / "final" / "sd_base.jsonl").read_bytes() == \
+        (tmp_path / "first" / "final" / "sd_base.jsonl").read_bytes()
+    # other texts (the last member's target changed; the first ones are prefix shots, left out of the baseline):
+    # not the stored entry, so the classifier is fitted for them
+    members = read_jsonl(pairs["sd_base"][0])
+    atomic_write_jsonl(tmp_path / "members.jsonl", [*members[:-1], {**members[-1], "target": "value = 7"}])
+    with pytest.raises(AssertionError, match="fitted again"):
+        audit("other", {"sd_base": (tmp_path / "members.jsonl", pairs["sd_base"][1])})
 
 
 def test_the_run_audit_writes_mia_below_the_audit_dir_and_reruns_from_the_cache(world):
