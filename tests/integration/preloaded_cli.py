@@ -11,8 +11,11 @@ read at import time — kernel level, threads, offline switches, caches — are 
 kernel level, a SLURM cluster's variables, a wrapper module) runs as a real subprocess. Tests of how memlens starts
 (tests/unit/harness/core/test_reproducibility.py, test_offline.py, test_install.py) start real processes themselves.
 
+A test's own Python program (`python SCRIPT ARGS`: a training with the AuditCallback that kills itself, then resumes)
+is forked the same way (`run_python`), under the same condition.
+
 Protocol: the server (`python -m tests.integration.preloaded_cli SOCKET`) accepts one connection per call, forks a
-supervisor that reads one JSON request line {args, env, cwd, stdout, stderr, timeout}, forks the call, waits for it
+supervisor that reads one JSON request line {args, env, cwd, stdout, stderr, timeout, script}, forks the call, waits for it
 (killing its session at the timeout) and answers one JSON line {returncode, timed_out}.
 """
 
@@ -52,13 +55,18 @@ def _run_call(request: dict) -> None:
         out = os.open(request[key], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(out, fd)
         os.close(out)
-    # `python -m` puts the working directory first on sys.path, then PYTHONPATH's entries.
+    # `python -m` puts the working directory first on sys.path, `python SCRIPT` the script's folder; then PYTHONPATH's
+    # entries.
+    script = request.get("script")
     extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
-    sys.path[:1] = [request["cwd"], *extra]
-    sys.argv = [str(Path(sys.modules["memlens"].__file__).parent / "__main__.py"), *request["args"]]
+    sys.path[:1] = [str(Path(script).parent) if script else request["cwd"], *extra]
+    sys.argv = [script or str(Path(sys.modules["memlens"].__file__).parent / "__main__.py"), *request["args"]]
     code = 0
     try:
-        runpy.run_module("memlens", run_name="__main__", alter_sys=True)
+        if script:
+            runpy.run_path(script, run_name="__main__")
+        else:
+            runpy.run_module("memlens", run_name="__main__", alter_sys=True)
     except SystemExit as stop:                    # as the interpreter turns SystemExit into an exit status
         if stop.code is None:
             code = 0
@@ -165,11 +173,13 @@ class PreloadedCli:
     def serves(self, env: dict[str, str]) -> bool:
         return self.proc is not None and self.proc.poll() is None and env == self.env
 
-    def run(self, args: list[str], env: dict[str, str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+    def run(self, args: list[str], env: dict[str, str], cwd: Path, timeout: float,
+            script: Path | None = None) -> subprocess.CompletedProcess:
+        """`python -m memlens ARGS`, or with `script` `python SCRIPT ARGS` (a test's own program)."""
         stamp = f"{os.getpid()}-{time.monotonic_ns()}"
         out, err = self.folder / f"{stamp}.out", self.folder / f"{stamp}.err"
         request = {"args": list(args), "env": env, "cwd": str(cwd), "stdout": str(out), "stderr": str(err),
-                   "timeout": timeout}
+                   "timeout": timeout, "script": str(script) if script is not None else None}
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.connect(str(self.folder / "server.sock"))
             conn.sendall((json.dumps(request) + "\n").encode())
@@ -177,7 +187,7 @@ class PreloadedCli:
         stdout, stderr = (p.read_text(encoding="utf-8", errors="replace") for p in (out, err))
         out.unlink()
         err.unlink()
-        cmd = [sys.executable, "-m", "memlens", *args]
+        cmd = [sys.executable, *([str(script)] if script is not None else ["-m", "memlens"]), *args]
         if answer["timed_out"]:
             raise subprocess.TimeoutExpired(cmd, timeout, stdout, stderr)
         return subprocess.CompletedProcess(cmd, answer["returncode"], stdout, stderr)

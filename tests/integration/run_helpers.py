@@ -107,6 +107,15 @@ def run_memlens(args: list[str], env: dict[str, str], cwd: Path, timeout: float)
                           timeout=timeout)
 
 
+def run_python(script: Path, args: list[str], env: dict[str, str], cwd: Path, timeout: float
+               ) -> subprocess.CompletedProcess:
+    """`python SCRIPT ARGS` in `env` from `cwd`, captured, forked from the preloaded server as run_memlens is."""
+    if forkable(env) and (server := preloaded_cli()):
+        return server.run(args, env, cwd, timeout, script=script)
+    return subprocess.run([sys.executable, str(script), *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
 def memlens(*args: str, launcher: list[str] | None = None, timeout: int = 900,
             env: dict[str, str] | None = None, module: str = "memlens") -> subprocess.CompletedProcess:
     """`python -m memlens ARGS` from the checkout, offline (or under `launcher`, e.g. accelerate launch; `env`: the

@@ -20,6 +20,8 @@ import pytest
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_json, read_jsonl
 from tests.integration.callback_helpers import CANARIES, SMALL, STEPS, make_base, manifest_of, train_with_callback
+from tests.integration.run_helpers import memlens as memlens_command
+from tests.integration.run_helpers import run_python, user_directory_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,9 +88,7 @@ def test_with_enough_canaries_every_attack_and_the_one_run_bounds_are_scored(bas
     assert all(b["epsilon_lower_bound"] is None or b["epsilon_lower_bound"] >= 0 for b in bounds.values())
     record = read_json(tmp_path / "audit" / "epsilon" / "model" / "summary.json")
     assert record["checkpoints"] == ["checkpoint-1", "checkpoint-2"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "memlens", "report", f"run_dir={tmp_path}"], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = memlens_command("report", f"run_dir={tmp_path}", timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Xiang 2025 order statistics" in (tmp_path / "report" / "report.md").read_text()
 
@@ -99,9 +99,7 @@ def test_the_callback_run_renders_as_a_report_and_prompts_as_trained(base_dir, t
     meta = read_json(tmp_path / "audit" / "model" / "checkpoint-2" / "canaries.meta.json")
     assert meta["settings"]["fim_family"] == "prefix"          # a prompt-completion fine-tune: asked left to right
     assert all(r["target"] and r["control_completion"] is not None for r in rows)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "memlens", "report", f"run_dir={tmp_path}"], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = memlens_command("report", f"run_dir={tmp_path}", timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     report = (tmp_path / "report" / "report.md").read_text()
     assert "| model | checkpoint-2 | canaries |" in report and "canaries_heldout" in report
@@ -120,9 +118,7 @@ def test_a_reward_model_is_scored_by_its_ranking_of_planted_over_heldout(base_di
     assert sorted(log) == ["checkpoint-1", "checkpoint-2"]
     assert all("reward" in r and "extraction" not in r for r in log.values())
     summary = read_json(tmp_path / "audit" / "reward" / "model" / "summary.json")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "memlens", "report", f"run_dir={tmp_path}"], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = memlens_command("report", f"run_dir={tmp_path}", timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "A reward model's ranking of the canaries" in (tmp_path / "report" / "report.md").read_text()
     for entry in summary["results"].values():
@@ -353,12 +349,11 @@ def test_a_killed_and_resumed_run_audits_each_checkpoint_exactly_once(base_dir, 
     checkpoint-3 is scored, 1 and 2 are not scored again, the MIA summary holds all three, and the counters are
     right whether the trainer restores the callback's ExportableState (restore_callback_states_from_checkpoint) or
     the callback recovers them from callback.jsonl."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    env = user_directory_env()                          # offline, the checkout first on the path
     script = tmp_path / "run.py"
     script.write_text(KILLED_RUN)
     mode = "restore" if restore else "plain"
-    killed = subprocess.run([sys.executable, str(script), str(base_dir), str(tmp_path / "out"), "first", mode],
-                            env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+    killed = run_python(script, [str(base_dir), str(tmp_path / "out"), "first", mode], env, REPO, 600)
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert [r["checkpoint"] for r in read_jsonl(tmp_path / "out" / "audit" / "callback.jsonl")] == [
         "checkpoint-1", "checkpoint-2"]
@@ -366,8 +361,7 @@ def test_a_killed_and_resumed_run_audits_each_checkpoint_exactly_once(base_dir, 
     # the trainer writes trainer_state.json before this save's callbacks run: the state one save behind
     assert state["stateful_callbacks"]["AuditCallback"]["attributes"] == {"saves": 1, "scored": 1}
     assert state["stateful_callbacks"]["AuditCallback"]["args"]["out_dir"] == str(tmp_path / "out")
-    resumed = subprocess.run([sys.executable, str(script), str(base_dir), str(tmp_path / "out"), "resume", mode],
-                             env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+    resumed = run_python(script, [str(base_dir), str(tmp_path / "out"), "resume", mode], env, REPO, 600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     log = [r["checkpoint"] for r in read_jsonl(tmp_path / "out" / "audit" / "callback.jsonl")]
     assert log == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
@@ -384,9 +378,7 @@ def test_the_report_compares_several_callback_runs_on_one_manifest(base_dir, tmp
     interval and n, the held-out rate and the best MIA attack's AUC, and says the canaries are the same."""
     for kind in ("sft", "dpo"):
         train_with_callback(kind, base_dir, tmp_path / kind, [], loss_type="sigmoid" if kind == "dpo" else None)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "memlens", "report", f"run_dir={tmp_path / 'sft'}",
-                           f"report.runs=[{tmp_path / 'dpo'}]"], env=env, capture_output=True, text=True, timeout=300)
+    done = memlens_command("report", f"run_dir={tmp_path / 'sft'}", f"report.runs=[{tmp_path / 'dpo'}]", timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     summary = read_json(tmp_path / "sft" / "report" / "summary.json")["runs_compared"]
     assert summary["same_canaries"] is True

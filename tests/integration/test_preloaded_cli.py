@@ -63,3 +63,20 @@ def test_a_forked_call_past_its_timeout_is_killed(audit_world, tmp_path):
         pytest.skip("MEMLENS_TEST_FRESH_PROCESSES=1: no preloaded server")
     with pytest.raises(subprocess.TimeoutExpired):
         server.run(["audit", *audit_overrides(audit_world, tmp_path / "out")], {**os.environ, **OFFLINE}, tmp_path, 0.5)
+
+
+def test_a_forked_script_sees_what_python_script_would(tmp_path):
+    """`run_python` (a test's own program, forked): its name is __main__, its arguments and its folder first on the
+    path as `python SCRIPT ARGS` gives them, and its exit status and output, whether forked or new."""
+    from tests.integration.run_helpers import run_python
+
+    script = tmp_path / "probe.py"
+    script.write_text("import sys\nprint(__name__, sys.argv[1:], sys.path[0])\nprint('to stderr', file=sys.stderr)\n"
+                      "sys.exit(3)\n")
+    env = {**os.environ, **OFFLINE}
+    forked = run_python(script, ["a", "b c"], env, tmp_path, 60)
+    new = subprocess.run([sys.executable, str(script), "a", "b c"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert forked.returncode == new.returncode == 3
+    assert forked.stdout == new.stdout == f"__main__ ['a', 'b c'] {tmp_path}\n"
+    assert forked.stderr == new.stderr == "to stderr\n"
