@@ -25,6 +25,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 from typing import ClassVar
 
@@ -284,17 +285,16 @@ _BLIND_CACHE: dict[str, dict | None] = {}     # this process's blind baselines, 
 def _blind_key(members: list[str], nonmembers: list[str], n_boot: int, seed: int) -> str:
     """What a blind baseline depends on: the texts of each side, the bootstrap, the seed, the classifier (its rule
     text) and the scikit-learn that fits it."""
-    from importlib.metadata import version
-
     return cache_key("blind_baseline", texts=hashlib.sha256(json.dumps([members, nonmembers]).encode()).hexdigest(),
                      n_boot=n_boot, seed=seed, rule=BLIND_RULE, sklearn=version("scikit-learn"))
 
 
-def _cached_blind_baseline(members: list[str], nonmembers: list[str], n_boot: int, seed: int,
+def cached_blind_baseline(members: list[str], nonmembers: list[str], n_boot: int, seed: int,
                            cache_dir: Path | None = None) -> dict | None:
     """blind_baseline, computed once for the same texts: it reads no model, the callback audits the same member /
     held-out sets at every checkpoint, and a rerun (a resumed callback, `memlens audit` again) the same sets as the
-    run before (their classifier costs seconds per call). Kept in this process and, with `cache_dir`, at
+    run before (their classifier costs seconds per call). Every membership measure's baseline comes from here:
+    targets (this module), pairs (preference_mia.py), prompts (prompt_mia.py). Kept in this process and, with `cache_dir`, at
     `<cache_dir>/blind_baseline/<key>.json`, written whole or not at all."""
     key = _blind_key(members, nonmembers, n_boot, seed)
     if key in _BLIND_CACHE:
@@ -328,7 +328,7 @@ def _blind_baselines(data: dict[str, list[dict]], pairs, prefixes: dict[str, Pre
         entry: dict = {"n_members": len(sides["members"]), "n_nonmembers": len(sides["nonmembers"]),
                        "spans": {}, "scores": {}}
         for span in spans:
-            found = _cached_blind_baseline([_span_text(r, span) for r in sides["members"]],
+            found = cached_blind_baseline([_span_text(r, span) for r in sides["members"]],
                                            [_span_text(r, span) for r in sides["nonmembers"]], n_boot, seed,
                                            cache_dir)
             if found is None:

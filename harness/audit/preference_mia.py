@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from memlens.harness.audit.measure_registry import MEASURES, Measure
-from memlens.harness.audit.mia import _checkpoint_order
+from memlens.harness.audit.mia import _checkpoint_order, cached_blind_baseline
 from memlens.harness.audit.plan import PROVENANCE_FILE, plan_audits
 from memlens.harness.audit.settings import AuditSettings, list_checkpoints, setting
 from memlens.harness.core.errors import UserError
@@ -54,7 +54,7 @@ from memlens.harness.core.stats import (
     min_nonmembers,
     paired_auc_difference,
 )
-from memlens.harness.measures.blind_mia import BLIND, BLIND_LABEL, BLIND_RULE, blind_baseline
+from memlens.harness.measures.blind_mia import BLIND, BLIND_LABEL, BLIND_RULE
 from memlens.harness.measures.mia import attack_metrics, degenerate_reasons, is_degenerate
 from memlens.harness.measures.preference_mia import (
     PAIR_ATTACKS,
@@ -148,20 +148,22 @@ def dose_tiers(rows: list[dict], attacks: list[str], n_boot: int, seed: int) -> 
     return {"tiers": tiers, "dose_trend": trend}
 
 
-def blind_of(members: list[dict], nonmembers: list[dict], text_of, n_boot: int,
-             seed: int) -> tuple[dict | None, dict | None]:
+def blind_of(members: list[dict], nonmembers: list[dict], text_of, n_boot: int, seed: int,
+             cache_dir: Path | None = None) -> tuple[dict | None, dict | None]:
     """(the blind baseline's metrics, {id: its out-of-fold score}) on the texts `text_of(row)` gives, or (None, None)
-    where a side is too small for it."""
-    found = blind_baseline([text_of(r) for r in members], [text_of(r) for r in nonmembers], n_boot=n_boot, seed=seed)
+    where a side is too small for it; stored in `cache_dir` (harness/audit/mia.py cached_blind_baseline)."""
+    found = cached_blind_baseline([text_of(r) for r in members], [text_of(r) for r in nonmembers], n_boot, seed,
+                                  cache_dir)
     if found is None:
         return None, None
     ids = [r["id"] for r in members + nonmembers]
     return found["metrics"], dict(zip(ids, [*found["scores"][0], *found["scores"][1]]))
 
 
-def _blind_of(members: list[dict], nonmembers: list[dict], n_boot: int, seed: int) -> tuple[dict | None, dict | None]:
+def _blind_of(members: list[dict], nonmembers: list[dict], n_boot: int, seed: int,
+              cache_dir: Path | None = None) -> tuple[dict | None, dict | None]:
     """The blind baseline on the pair texts (pair_text)."""
-    return blind_of(members, nonmembers, pair_text, n_boot, seed)
+    return blind_of(members, nonmembers, pair_text, n_boot, seed, cache_dir)
 
 
 def _load_pairs(pairs: dict[str, tuple[Path, Path]]) -> tuple[dict[str, list[dict]], dict[str, str]]:
@@ -192,7 +194,7 @@ def audit_pair_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tupl
     blind, blind_scores = {}, {}
     for dataset in pairs:
         blind[dataset], blind_scores[dataset] = _blind_of(data[f"{dataset}:members"], data[f"{dataset}:nonmembers"],
-                                                          n_boot, seed)
+                                                          n_boot, seed, cache_dir)
     reference = _pair_values(Path(reference_dir), data, cache_dir, device, batch_size, fim_family)
     outputs: dict[Path, list[dict]] = {}
     results: dict = {}

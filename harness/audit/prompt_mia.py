@@ -126,9 +126,10 @@ def prompt_metrics(rows: list[dict], n_boot: int, seed: int) -> dict:
     return membership_metrics(rows, scored_attacks(rows), n_boot, seed)
 
 
-def _blind_of(members: list[dict], nonmembers: list[dict], n_boot: int, seed: int) -> tuple[dict | None, dict | None]:
+def _blind_of(members: list[dict], nonmembers: list[dict], n_boot: int, seed: int,
+              cache_dir: Path | None = None) -> tuple[dict | None, dict | None]:
     """The blind baseline on the prompt texts (prompt_text)."""
-    return blind_of(members, nonmembers, prompt_text, n_boot, seed)
+    return blind_of(members, nonmembers, prompt_text, n_boot, seed, cache_dir)
 
 
 @dataclass(frozen=True)
@@ -253,7 +254,7 @@ def audit_prompt_mia(m: RLModel, settings: PromptMiaSettings, out_dir: str | Pat
     blind, blind_scores = {}, {}
     for dataset in m.prompts:
         blind[dataset], blind_scores[dataset] = _blind_of(data[f"{dataset}:members"], data[f"{dataset}:nonmembers"],
-                                                          s.bootstrap, seed)
+                                                          s.bootstrap, seed, cache_dir)
     initial_sentinels = model_sentinels(m.initial_dir, scoring.fim_family)
     initial, _ = cached_samples(m.initial_dir, everything, initial_sentinels, cache_dir, **sample)
     passes = dict(device=device)
