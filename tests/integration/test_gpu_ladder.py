@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from memlens.harness.report.findings.verdict import FAILS, HOLDS, INCONCLUSIVE
-from tests.integration.run_helpers import OFFLINE, REPO
+from tests.integration.run_helpers import OFFLINE, REPO, run_python
 
 pytestmark = pytest.mark.slow
 CHAIN_MODELS = ("PT", "FT.2", "FT.3", "RM.3", "RLFT.2", "IPO")
@@ -23,8 +22,8 @@ CHAIN_MODELS = ("PT", "FT.2", "FT.3", "RM.3", "RLFT.2", "IPO")
 def ladder(out: Path) -> subprocess.CompletedProcess:
     import os
 
-    return subprocess.run([sys.executable, "benchmarks/gpu_ladder.py", "--toy", "--out", str(out)], cwd=REPO,
-                          env={**os.environ, **OFFLINE}, capture_output=True, text=True, timeout=900)
+    return run_python(REPO / "benchmarks" / "gpu_ladder.py", ["--toy", "--out", str(out)], {**os.environ, **OFFLINE},
+                      REPO, 900)
 
 
 def weights(out: Path) -> dict[Path, int]:
