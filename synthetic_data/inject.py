@@ -25,6 +25,12 @@ assistant-only loss — which is refused unless `allow_masked=True`, because not
 Held-out canaries: by default each canary is held out by an independent fair coin (`heldout_fraction=0.5`, seeded),
 so the planted and held-out sets are the coins' ones and zeros that membership inference and the one-run ε bound
 (harness/measures/epsilon.py) assume. `heldout_fraction=0` plants every canary.
+
+Preference pairs: in a preference dataset whose sides are text, each canary also gets its `pair` in the manifest, the
+(prompt, chosen, rejected) a preference trainer reads: a planted canary's is its first copy in the data, a held-out
+canary's is built the same way with a rejected side drawn (seeded, on a stream of its own, so the planted rows are
+what they were without it) from the dataset's rejected column. Pair membership (PREMIA: harness/audit/preference_mia.py)
+tells the planted pairs from these held-out ones.
 """
 
 from __future__ import annotations
@@ -215,6 +221,24 @@ def _designed(rows: list[dict], dataset, fmt: str, design: str, tokenizer, secre
     return [{**r, "target": secret} for r, secret in zip(rows, secrets)], record
 
 
+def _pairs(fmt: str, field: str, dataset, heldout: list[dict], copies: list[dict], rows: list[dict],
+           seed: int) -> dict[Any, dict]:
+    """{canary id: its (prompt, chosen, rejected)} in a preference dataset of text sides with the canary on the chosen
+    side, else {}: a planted canary's first copy in the data (`copies` and their `rows` in dataset order), a held-out
+    canary's with a rejected side drawn from the dataset (its own seeded stream: the planted rows are drawn as
+    before)."""
+    if fmt != "preference" or field != TRAINED_FIELD[fmt] or not isinstance(dataset[0]["rejected"], str):
+        return {}
+    out: dict[Any, dict] = {}
+    for copy, row in zip(copies, rows):
+        out.setdefault(copy["id"], {k: row[k] for k in ("prompt", "chosen", "rejected")})
+    rng = random.Random(f"inject-heldout-rejected:{seed}")
+    for r in heldout:
+        row = _placed(fmt, field, r, dataset[rng.randrange(len(dataset))]["rejected"])
+        out[r["id"]] = {k: row[k] for k in ("prompt", "chosen", "rejected")}
+    return out
+
+
 def inject(dataset, canaries, *, seed: int = 0, heldout_fraction: float = 0.5, format: str | None = None,
            field: str | None = None, allow_masked: bool = False, rl_prompts: bool = False,
            design: str = AS_GIVEN, tokenizer=None, secret_tokens: int = DEFAULT_SECRET_TOKENS,
@@ -263,15 +287,19 @@ def inject(dataset, canaries, *, seed: int = 0, heldout_fraction: float = 0.5, f
     landed: dict[Any, list[int]] = {}
     for position, copy in at.items():
         landed.setdefault(copies[copy]["id"], []).append(position)
+    by_position = [at[p] for p in sorted(at)]
+    pairs = _pairs(fmt, field, dataset, heldout, [copies[i] for i in by_position], [new_rows[i] for i in by_position],
+                   seed)
     manifest = {
         "manifest_version": MANIFEST_VERSION, "format": fmt, "field": field, "masked": field != TRAINED_FIELD[fmt],
         "seed": seed, "heldout_rule": f"an independent seeded coin per canary, held out with probability "
                                       f"{heldout_fraction:g}", "heldout_fraction": heldout_fraction,
         "canaries": [{k: r[k] for k in ("id", "prefix", "target", "suffix", "repeat") if k in r}
                      | ({"group": r["group"]} if "group" in r else {}) | {"positions": sorted(landed[r["id"]])}
-                     for r in planted],
+                     | ({"pair": pairs[r["id"]]} if r["id"] in pairs else {}) for r in planted],
         "heldout": [{k: r[k] for k in ("id", "prefix", "target", "suffix")} | ({"group": r["group"]} if "group" in r
-                                                                             else {}) for r in heldout],
+                                                                             else {})
+                    | ({"pair": pairs[r["id"]]} if r["id"] in pairs else {}) for r in heldout],
         "dataset": {"rows_before": len(dataset), "rows_after": len(out), "sha256_before": _fingerprint(dataset),
                     "sha256_after": _fingerprint(out)},
         "provenance": provenance(seed=seed, datasets={}),

@@ -10,6 +10,7 @@ renders the rates over steps:
     <out_dir>/audit/<model>/checkpoint-<step>/canaries_heldout.jsonl       ... of the held-out twins (rate ~0)
     <out_dir>/audit/summary.json                                           rebuilt from every row
     <out_dir>/audit/mia/<model>/summary.json                               membership inference per checkpoint
+    <out_dir>/audit/pair_mia/<model>/summary.json                          membership of preference pairs (below)
     <out_dir>/audit/exposure/<model>/checkpoint-<step>.jsonl + summary.json exposure of each canary (below)
     <out_dir>/audit/reward/<model>/summary.json                            a reward model's ranking (below)
     <out_dir>/audit/callback.jsonl                                         per checkpoint: step, seconds, rates
@@ -22,6 +23,10 @@ Measures (paper 003 Def. 3.1 for extraction; memlens.harness.measures.mia for th
   mia         the registered attacks, planted (members) vs held-out (non-members) canaries: AUC and TPR at low
               FPR with bootstrap 95 % intervals; the reference attack, EZ-MIA and RMIA are calibrated on `control`
               (RMIA's population: the held-out canaries).
+  pair_mia    on a preference dataset (DPO, IPO, CPO, ORPO, ...): PREMIA (Feng et al. 2024, Sec. 4;
+              harness/audit/preference_mia.py) on each canary's preference pair as the trainer read it, planted vs
+              held out (memlens.inject draws the held-out pairs' rejected sides from the data), with `control` as the
+              reference of its ratios (the paper's reference is the model the stage started from: pass that one).
   exposure    Carlini et al. 2019 (Sec. 4), the rank form, with held-out twins as the sample of the canaries'
               randomness space: each canary's target given its prompt ranked by summed NLL among a pool of held-out
               targets (`exposure_candidates`, seeded) in the same place; exposure = log2(candidates) - log2(rank), ties
@@ -66,12 +71,13 @@ from memlens.harness.audit.background import (
 )
 from memlens.harness.audit.epsilon import DEFAULT_GUESSES, EpsilonSettings
 from memlens.harness.audit.mia import MiaSettings, audit_mia, collect_summaries
+from memlens.harness.audit.preference_mia import PRIMARY_PAIR_ATTACK, audit_pair_mia, collect_pair_summaries
 from memlens.harness.audit.preflight import check_new_tokens, check_survival, control_refusal, dataloader_parts
 from memlens.harness.audit.preflight import report as report_survival
 from memlens.harness.audit.run import AuditState, audit_checkpoint, write_summary
 from memlens.harness.audit.settings import AuditJob, AuditSettings
 from memlens.harness.core.errors import UserError
-from memlens.harness.core.injected import read_manifest, write_manifest
+from memlens.harness.core.injected import has_pairs, pair_files, read_manifest, write_manifest
 from memlens.harness.core.io import (
     RowStore,
     atomic_write_json,
@@ -89,6 +95,7 @@ from memlens.harness.core.layout import (
     epsilon_dir,
     heldout_dataset,
     mia_dir,
+    pair_mia_dir,
     require_inside,
 )
 from memlens.harness.core.provenance import provenance
@@ -109,7 +116,8 @@ from memlens.harness.model.training import (
     trainer_callback_base,
 )
 
-CALLBACK_MEASURES = ("extraction", "mia", "exposure")   # what a causal LM's checkpoint is scored with by default
+# what a causal LM's checkpoint is scored with by default (pair_mia: only where the manifest holds preference pairs)
+CALLBACK_MEASURES = ("extraction", "mia", "exposure", "pair_mia")
 OPTIONAL = ("epsilon",)                 # asked for by name: the one-run ε bounds need fair-coin held-out canaries
 PREFLIGHT_MODES = ("raise", "warn", "off")   # a planted copy that gets no loss: refuse to train, say so, or skip
 FAIR_COIN = 0.5                         # memlens.inject's heldout_fraction the one-run bounds assume
@@ -487,6 +495,8 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
                     record["extraction"] = self._extraction(checkpoint, name, control_dir)
                 if "mia" in self.settings.measures:
                     record["mia"] = self._mia(checkpoint, name, control_dir)
+                if "pair_mia" in self.settings.measures and has_pairs(self.manifest):
+                    record["pair_mia"] = self._pair_mia(checkpoint, name, control_dir)
                 if "exposure" in self.settings.measures:
                     record["exposure"] = self._exposure(checkpoint, name)
                 if "epsilon" in self.settings.measures:
@@ -538,6 +548,20 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
         spans = summary["results"][checkpoint.name][CANARIES]["spans"]
         return {attack: {k: m[k] for k in ("auc", "tpr_at_fpr<1%", "degenerate") if m.get(k)} for attack, m in
                 (spans.get("target") or {}).items()}
+
+    def _pair_mia(self, checkpoint: Path, name: str, control_dir: Path) -> dict:
+        """PREMIA's pair attacks on the planted canaries' preference pairs against the held-out ones, `control` the
+        reference of the ratios; each attack's AUC, TPR at FPR < 1 % and why it is degenerate, where it is."""
+        pairs = {CANARIES: pair_files(self.out_dir / CANARIES / "manifest.json")}
+        summary = audit_pair_mia(checkpoint.parent, name, pairs, control_dir, pair_mia_dir(self.audit_dir, name),
+                                 cache_dir=self.audit_dir / "cache",
+                                 batch_size=self.audit.batch_size, device=self.audit.device,
+                                 fim_family=self.audit.fim_family, checkpoints=[(checkpoint.name, checkpoint)],
+                                 log=self.log)
+        collect_pair_summaries(self.audit_dir)
+        attacks = summary["results"][checkpoint.name][CANARIES]["attacks"]
+        return {attack: {k: m[k] for k in ("auc", "tpr_at_fpr<1%", "degenerate") if m.get(k)}
+                for attack, m in attacks.items()}
 
     def _epsilon(self, checkpoint: Path, name: str) -> dict:
         """The one-run ε lower bounds (Steinke et al. 2023; Xiang et al. 2025, memlens.harness.measures.epsilon) from
@@ -646,8 +670,8 @@ def exposure_dir(audit_dir: Path, model_name: str) -> Path:
 def tracker_metrics(record: dict) -> dict[str, float]:
     """A scored checkpoint's figures under `memlens/` keys, as the trainer's trackers receive them: extraction rates
     (planted, held out) and the control's rate, each attack's AUC and TPR at FPR < 1 % (only where that FPR exists at
-    this many held-out canaries), the planted canaries' mean exposure in bits, a reward model's ranking AUC, and the
-    one-run ε bounds."""
+    this many held-out canaries: target attacks under memlens/mia/, preference-pair attacks under memlens/pair_mia/),
+    the planted canaries' mean exposure in bits, a reward model's ranking AUC, and the one-run ε bounds."""
     out: dict[str, float] = {}
     extraction = record.get("extraction") or {}
     for dataset, key in ((CANARIES, "extraction_rate"), (heldout_dataset(CANARIES), "extraction_rate_heldout")):
@@ -655,11 +679,12 @@ def tracker_metrics(record: dict) -> dict[str, float]:
             out[f"memlens/{key}"] = extraction[dataset]["rate"]
     if (extraction.get(CANARIES) or {}).get("control_rate") is not None:
         out["memlens/control_rate"] = extraction[CANARIES]["control_rate"]
-    for attack, m in (record.get("mia") or {}).items():
-        out[f"memlens/mia/{attack}/auc"] = m["auc"]["value"]
-        tpr = m.get("tpr_at_fpr<1%") or {}
-        if tpr.get("measurable"):
-            out[f"memlens/mia/{attack}/tpr_at_1pct_fpr"] = tpr["value"]
+    for kind in ("mia", "pair_mia"):
+        for attack, m in (record.get(kind) or {}).items():
+            out[f"memlens/{kind}/{attack}/auc"] = m["auc"]["value"]
+            tpr = m.get("tpr_at_fpr<1%") or {}
+            if tpr.get("measurable"):
+                out[f"memlens/{kind}/{attack}/tpr_at_1pct_fpr"] = tpr["value"]
     planted = (record.get("exposure") or {}).get("planted") or {}
     if planted.get("mean") is not None:
         out["memlens/exposure_bits"] = planted["mean"]
@@ -678,6 +703,10 @@ def _headline(record: dict) -> dict[str, str]:
     for attack, m in (record.get("mia") or {}).items():
         # a degenerate attack's AUC says nothing about the model (memlens.harness.measures.mia.degenerate_reasons)
         out[f"MIA {attack} AUC"] = f"{m['auc']['value']:.2f}" + (" (degenerate)" if m.get("degenerate") else "")
+    pair = (record.get("pair_mia") or {}).get(PRIMARY_PAIR_ATTACK)
+    if pair:
+        out[f"pair MIA {PRIMARY_PAIR_ATTACK} AUC"] = f"{pair['auc']['value']:.2f}" + (
+            " (degenerate)" if pair.get("degenerate") else "")
     exposure = record.get("exposure") or {}
     if "planted" in exposure and exposure["planted"]["mean"] is not None:
         out["exposure planted/held out"] = f"{exposure['planted']['mean']:.2f}/{exposure['heldout']['mean']:.2f} bits"

@@ -183,10 +183,13 @@ def audit_pair_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tupl
                    reference_dir: str | Path, out_dir: str | Path, *, cache_dir: str | Path | None = None,
                    all_checkpoints: bool = True, n_boot: int = BOOTSTRAP_N, seed: int = BOOTSTRAP_SEED,
                    batch_size: int = 16, device: str = "auto", fim_family: str | None = None,
-                   objective: str | None = None, log=print) -> dict:
+                   objective: str | None = None, checkpoints: list[tuple[str, Path]] | None = None,
+                   log=print) -> dict:
     """Score every checkpoint of `model_dir` (then its final model) on each dataset of `pairs` ({dataset: (member
     pairs, held-out pairs)}) against `reference_dir`, the stage's initial model; write rows and
-    `<out_dir>/summary.json` (everything computed first, the summary last); return the summary."""
+    `<out_dir>/summary.json` (everything computed first, the summary last); return the summary.
+    `checkpoints`: (name, directory) to score instead, added to the results the summary already holds when they were
+    computed the same way (memlens.AuditCallback scores each checkpoint as the trainer saves it)."""
     out_dir = Path(out_dir)
     device = pick_device(device)
     cache_dir = Path(cache_dir) if cache_dir is not None else out_dir / "cache"
@@ -198,7 +201,8 @@ def audit_pair_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tupl
     reference = _pair_values(Path(reference_dir), data, cache_dir, device, batch_size, fim_family)
     outputs: dict[Path, list[dict]] = {}
     results: dict = {}
-    for checkpoint, path in list_checkpoints(model_dir, all_checkpoints):
+    earlier = _earlier_pair_results(out_dir, reference_dir, n_boot, seed) if checkpoints is not None else {}
+    for checkpoint, path in checkpoints if checkpoints is not None else list_checkpoints(model_dir, all_checkpoints):
         policy = _pair_values(path, data, cache_dir, device, batch_size, fim_family)
         for dataset in pairs:
             rows = []
@@ -210,6 +214,7 @@ def audit_pair_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tupl
                 "n_members": len(data[f"{dataset}:members"]), "n_nonmembers": len(data[f"{dataset}:nonmembers"]),
                 "members_file": str(pairs[dataset][0]), "nonmembers_file": str(pairs[dataset][1]),
                 "attacks": pair_metrics(rows, n_boot, seed), **dose_tiers(rows, list(PAIR_ATTACKS), n_boot, seed)}
+    results = {**{c: r for c, r in earlier.items() if c not in results}, **results}
     summary = {
         "model": model_name, "model_dir": str(model_dir), "reference": str(reference_dir), "objective": objective,
         "checkpoints": sorted(results, key=_checkpoint_order), "attacks": list(PAIR_ATTACKS),
@@ -224,6 +229,19 @@ def audit_pair_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tupl
         atomic_write_jsonl(path, rows)
     atomic_write_json(out_dir / "summary.json", summary)
     return summary
+
+
+def _earlier_pair_results(out_dir: Path, reference_dir, n_boot: int, seed: int) -> dict:
+    """The per-checkpoint results of `<out_dir>/summary.json` when they were computed the same way (reference, attacks,
+    bootstrap, pair texts, blind baseline), else none: a summary only ever joins results of one method."""
+    path = out_dir / "summary.json"
+    if not path.is_file():
+        return {}
+    old = read_json(path)
+    same = (old.get("reference") == str(reference_dir) and old.get("attacks") == list(PAIR_ATTACKS)
+            and old.get("bootstrap") == {"n": n_boot, "seed": seed} and old.get("pair_text_rule") == PAIR_TEXT_RULE
+            and old.get("blind_rule") == BLIND_RULE)
+    return dict(old.get("results") or {}) if same else {}
 
 
 def collect_summaries(root: Path) -> dict:

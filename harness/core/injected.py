@@ -1,6 +1,8 @@
 """The manifest of canaries planted in a user's dataset (memlens.inject writes it, memlens.AuditCallback and `memlens
 audit` read it): the one definition of its files, `<stem>.json` with `<stem>.planted.jsonl` and
-`<stem>.heldout.jsonl` beside it."""
+`<stem>.heldout.jsonl` beside it, and for a preference dataset `<stem>.pairs_planted.jsonl` and
+`<stem>.pairs_heldout.jsonl` (each canary's preference pair in the pair-membership form: id, prefix = the prompt,
+suffix = "", chosen, rejected; harness/audit/preference_mia.py reads them)."""
 
 from __future__ import annotations
 
@@ -18,10 +20,35 @@ def write_manifest(manifest: dict, path: str | Path) -> tuple[Path, Path]:
     two JSONL paths."""
     path = Path(path)
     planted, heldout = path.with_suffix(".planted.jsonl"), path.with_suffix(".heldout.jsonl")
-    atomic_write_jsonl(planted, [{k: v for k, v in c.items() if k != "positions"} for c in manifest["canaries"]])
-    atomic_write_jsonl(heldout, manifest["heldout"])
+    atomic_write_jsonl(planted, [{k: v for k, v in c.items() if k not in ("positions", "pair")}
+                                 for c in manifest["canaries"]])
+    atomic_write_jsonl(heldout, [{k: v for k, v in c.items() if k != "pair"} for c in manifest["heldout"]])
+    if has_pairs(manifest):
+        for rows, target in zip((manifest["canaries"], manifest["heldout"]), pair_files(path)):
+            atomic_write_jsonl(target, [pair_row(c) for c in rows])
     atomic_write_json(path, manifest)           # last: a manifest on disk means its example files are whole
     return planted, heldout
+
+
+def has_pairs(manifest: dict) -> bool:
+    """Whether every canary, planted and held out, carries its preference pair (memlens.inject on preference data),
+    with a canary on each side (membership needs members and non-members)."""
+    rows = [*manifest["canaries"], *manifest["heldout"]]
+    return bool(manifest["canaries"]) and bool(manifest["heldout"]) and all("pair" in c for c in rows)
+
+
+def pair_files(path: str | Path) -> tuple[Path, Path]:
+    """(planted pairs, held-out pairs) beside the manifest at `path`."""
+    path = Path(path)
+    return path.with_suffix(".pairs_planted.jsonl"), path.with_suffix(".pairs_heldout.jsonl")
+
+
+def pair_row(canary: dict) -> dict:
+    """A canary's pair as the pair-membership measure reads it: the trainer's prompt as the prefix, nothing after it
+    (a preference trainer asks left to right), the chosen and rejected completions."""
+    pair = canary["pair"]
+    return {"id": canary["id"], "prefix": pair["prompt"], "suffix": "", "chosen": pair["chosen"],
+            "rejected": pair["rejected"]}
 
 
 def read_manifest(manifest) -> dict:

@@ -57,6 +57,8 @@ def test_every_saved_checkpoint_of_a_trl_trainer_is_scored(kind, loss_type, base
         assert "dc_pdd" in record["mia"], (kind, sorted(record["mia"]))
         assert ("sequence_loss" in record["mia"]) == (checkpoint != "checkpoint-1")
         assert record["exposure"]["planted"]["count"] == planted and record["exposure"]["heldout"]["count"] == heldout
+        # preference-pair membership wherever the trainer reads pairs (the manifest holds them), nowhere else
+        assert ("pair_mia" in record) == (manifest["format"] == "preference"), (kind, sorted(record))
         for row in read_jsonl(tmp_path / "audit" / "exposure" / "model" / f"{checkpoint}.jsonl"):
             # a planted canary ranks among every held-out target, a held-out one among the others
             assert row["n_candidates"] == heldout + row["member"] and 1 <= row["rank"] <= row["n_candidates"]
@@ -110,6 +112,52 @@ def test_the_callback_run_renders_as_a_report_and_prompts_as_trained(base_dir, t
     assert "Exposure of the canaries over training" in report and "| model | checkpoint-2 |" in report
     # MIA at the last checkpoint (no 'final' here), attacks ranked by AUC
     assert re.search(r"\| model \| canaries \| target \| \d+ \| LOSS \|", report)
+
+
+def test_a_dpo_run_scores_its_canaries_pairs_against_the_control_as_reference(base_dir, tmp_path):
+    """DPO on a preference set with canaries: each checkpoint's planted pairs against the held-out ones (PREMIA), the
+    control the reference of the ratios. A row's reference log-prob of its chosen side is the control's own summed
+    log-prob of that completion after the prompt (computed here with transformers, outside memlens), its pair score
+    the margin of the two log-ratios; the summary gathers both checkpoints, the trackers get the AUCs, and the
+    report shows the pairs' membership table."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from memlens.harness.audit.callback import tracker_metrics
+    from memlens.harness.measures.preference_mia import PAIR_ATTACKS
+
+    _, manifest = train_with_callback("dpo", base_dir, tmp_path, [], loss_type="sigmoid")
+    log = _log(tmp_path)
+    assert sorted(log) == ["checkpoint-1", "checkpoint-2"]
+    for record in log.values():
+        assert set(record["pair_mia"]) == set(PAIR_ATTACKS), record["pair_mia"]
+        metrics = tracker_metrics(record)
+        assert metrics["memlens/pair_mia/premia_pair/auc"] == record["pair_mia"]["premia_pair"]["auc"]["value"]
+    summary = read_json(tmp_path / "audit" / "pair_mia" / "model" / "summary.json")
+    assert summary["checkpoints"] == ["checkpoint-1", "checkpoint-2"] and summary["reference"] == str(base_dir)
+    rows = read_jsonl(tmp_path / "audit" / "pair_mia" / "model" / "checkpoint-2" / "canaries.jsonl")
+    assert sorted(r["id"] for r in rows) == sorted(c["id"] for c in manifest["canaries"] + manifest["heldout"])
+    pairs = {c["id"]: c["pair"] for c in manifest["canaries"] + manifest["heldout"]}
+    tok = AutoTokenizer.from_pretrained(base_dir)
+    control = AutoModelForCausalLM.from_pretrained(base_dir).eval()
+    for row in rows:
+        logp = row["logp"]
+        assert row["score"]["premia_pair"] == pytest.approx(
+            (logp["chosen"] - logp["ref_chosen"]) - (logp["rejected"] - logp["ref_rejected"]), abs=1e-9)
+        prompt = tok(pairs[row["id"]]["prompt"])["input_ids"]
+        chosen = tok(pairs[row["id"]]["chosen"], add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = control(torch.tensor([prompt + chosen])).logits[0].float()
+        by_token = torch.log_softmax(logits[len(prompt) - 1:-1], dim=-1)
+        assert logp["ref_chosen"] == pytest.approx(float(by_token[torch.arange(len(chosen)), chosen].sum()), abs=1e-3)
+    assert member_counts(rows) == (len(manifest["canaries"]), len(manifest["heldout"]))
+    done = memlens_command("report", f"run_dir={tmp_path}", timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "PREMIA (pair margin)" in (tmp_path / "report" / "report.md").read_text()
+
+
+def member_counts(rows: list[dict]) -> tuple[int, int]:
+    return sum(r["member"] == 1 for r in rows), sum(r["member"] == 0 for r in rows)
 
 
 def test_a_reward_model_is_scored_by_its_ranking_of_planted_over_heldout(base_dir, tmp_path):

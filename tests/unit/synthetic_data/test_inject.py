@@ -91,6 +91,36 @@ def test_seeded_same_input_same_output_and_the_manifest_on_disk(tmp_path):
     assert memlens.inject is inject                      # the package's own name for it
 
 
+def test_a_preference_canary_carries_its_pair_as_trained_and_a_held_out_one_a_pair_built_alike(tmp_path):
+    """Preference data: a planted canary's pair is its first copy's row as planted; a held-out canary's is built the
+    same way (prompt = prefix, chosen = target + suffix) with a rejected side drawn from the data's rejected column;
+    the same seed gives the same rows and pairs, and the pair files hold them in the pair-membership form (id,
+    prefix = prompt, suffix "", chosen, rejected). Other formats carry no pairs."""
+    from memlens.harness.core.injected import has_pairs, pair_files
+
+    out, manifest = inject(_dataset("preference"), CANARIES, seed=3, manifest_path=tmp_path / "m.json")
+    rejected = {r["rejected"] for r in ROWS["preference"]}
+    assert has_pairs(manifest) and manifest["heldout"]
+    for c in manifest["canaries"]:
+        first = out[c["positions"][0]]
+        assert c["pair"] == {"prompt": first["prompt"], "chosen": first["chosen"], "rejected": first["rejected"]}
+    for c in manifest["heldout"]:
+        # the prefix ends in spaces: they move to the completion, as a planted copy's do
+        assert c["pair"]["prompt"] + c["pair"]["chosen"] == c["prefix"] + c["target"] + c["suffix"]
+        assert c["pair"]["chosen"].startswith(" " + c["target"]) and c["pair"]["rejected"] in rejected
+    again, same = inject(_dataset("preference"), CANARIES, seed=3)
+    assert again.to_list() == out.to_list() and same == {**manifest, "provenance": same["provenance"]}
+    planted_file, heldout_file = pair_files(tmp_path / "m.json")
+    rows = [json.loads(line) for line in heldout_file.read_text().splitlines()]
+    assert rows == [{"id": c["id"], "prefix": c["pair"]["prompt"], "suffix": "", "chosen": c["pair"]["chosen"],
+                     "rejected": c["pair"]["rejected"]} for c in manifest["heldout"]]
+    assert len(planted_file.read_text().splitlines()) == len(manifest["canaries"])
+    # the audit-example files stay as they were: no pair in them
+    assert all("pair" not in json.loads(line) for line in (tmp_path / "m.heldout.jsonl").read_text().splitlines())
+    _, plain = inject(_dataset("prompt_completion"), CANARIES, seed=3, manifest_path=tmp_path / "p.json")
+    assert not has_pairs(plain) and not pair_files(tmp_path / "p.json")[0].exists()
+
+
 def test_a_canary_file_is_read_as_data_canaries_file_is(tmp_path):
     path = tmp_path / "canaries.jsonl"
     path.write_text("\n".join(json.dumps({"id": f"t{i}", "text": f"token = 'ghp_{i}a8c7e6f5d4c3b2a1'\nuse(token)\n",
