@@ -78,35 +78,33 @@ SPREAD_BY_PARAMETER = {"test_model_families.py"}
 # Units start longest first, so that the two workers finish together instead of one running a long test alone at
 # the end (xdist hands the next unit in this order to whichever worker has run out; its own default order, by tests
 # per unit, put every one-test unit — the longest among them — last). Seconds of one worker, measured on an idle
-# 2-core machine (`scripts/test.sh --durations=150` at 3c43446, tests/README.md "Time"); units not listed (a few
-# seconds each) follow in file order. The first four are placed by hand: one worker builds the shared smoke run (`smoke`, ~75 s)
-# while the other runs two long units that do not read it, so neither waits on the other.
+# 2-core AMD EPYC with AVX-512 (`pytest -n 2 --durations=0` at fb3aea7, tests/README.md "Time"; the callback file
+# +10 s for its DPO pair test, added after); units not listed (under 10 s each) follow in file order. The first four
+# are placed by hand: one worker builds the shared smoke run (`smoke`, ~50 s) while the other runs two long units
+# that do not read it, so neither waits on the other.
 SMOKE = "test_pipeline_smoke.py::"
 TOY = "test_experiments_at_toy_size.py::test_experiment_runs_end_to_end_at_toy_size"
 FIRST_UNITS = (f"{SMOKE}test_every_stage_trained_in_dependency_order", f"{TOY}[findings]",
                f"{SMOKE}test_the_smoke_run_on_the_other_cpu_kernel_level", f"{TOY}[preference_objectives]")
 UNIT_SECONDS = {
-    f"{SMOKE}test_the_smoke_run_as_slurm_jobs_trains_the_same_models": 99,
-    f"{SMOKE}test_the_smoke_run_as_local_jobs_trains_the_rest_as_the_sequential_run": 59,
-    "test_multiprocess_save.py": 49, f"{TOY}[ft_persistence]": 46,
-    "test_run_integrity.py::test_two_sweep_points_train_at_once_and_one_model_is_never_trained_twice": 42,
-    f"{TOY}[findings_rlvr]": 39, "test_nmt_pipeline.py": 39, f"{TOY}[rm_injection]": 38, "test_report_render.py": 35,
-    "test_audit_callback.py": 33, "test_own_data.py": 32, "test_model_families.py[starcoder2]": 27,
-    "test_model_families.py[qwen2.5-coder]": 27, "test_model_families.py[codegemma]": 25,
-    "test_model_families.py[deepseek-coder]": 25, "test_formal_languages.py": 25,
-    "test_reliability.py::test_line_separators_survive_audit_rerun_and_report": 27,
-    "test_run_integrity.py::test_full_disk_while_building_data_or_training_is_exit_2_and_the_rerun_resumes": 24,
-    "test_ppo_stage.py": 24, f"{TOY}[rl_prompts]": 24,
-    "test_run_integrity.py::test_full_disk_during_an_audit_is_exit_2_and_the_rerun_resumes": 21,
-    "test_pipeline_resume.py": 21, f"{TOY}[quickstart]": 19, "test_offline.py": 18, "test_hostile_completions.py": 18,
-    "test_install.py": 16, f"{SMOKE}test_ft_under_accelerate_launch_with_two_cpu_processes": 15,
-    "test_run_integrity.py::test_a_retrained_model_is_audited_and_reported_again": 14,
-    "test_audit_run.py": 13, f"{TOY}[ipo]": 12,
-    # measured in the fresh-clone CI run at f838860 (--durations=25, AMD EPYC with AVX-512): the SLURM preemption test
-    # and the toy GPU ladder had no entry and started last, behind shorter units
-    "test_slurm_preemption.py": 72, "test_gpu_ladder.py": 49, "test_epsilon_audit.py": 15, "test_plugins.py": 13,
-    # measured at a1b8b8e (same instance): the toy doses run, new; at d89c51e with pair membership per dose
-    f"{TOY}[doses]": 41,
+    "test_audit_callback.py": 91, f"{SMOKE}test_the_smoke_run_as_slurm_jobs_trains_the_same_models": 74,
+    "test_slurm_preemption.py": 59, "test_gpu_ladder.py": 52,
+    f"{SMOKE}test_the_smoke_run_as_local_jobs_trains_the_rest_as_the_sequential_run": 40,
+    "test_multiprocess_save.py": 35, f"{TOY}[doses]": 34, f"{TOY}[findings_rlvr]": 32,
+    "test_hostile_completions.py": 29, f"{TOY}[ft_persistence]": 28, "test_nmt_pipeline.py": 27,
+    "test_report_render.py": 27, "test_model_families.py[qwen2.5-coder]": 23, "test_own_data.py": 23,
+    "test_model_families.py[codegemma]": 23, "test_model_families.py[deepseek-coder]": 23,
+    "test_formal_languages.py": 22, f"{TOY}[rm_injection]": 22, "test_epsilon_audit.py": 19,
+    "test_run_integrity.py::test_full_disk_while_building_data_or_training_is_exit_2_and_the_rerun_resumes": 19,
+    "test_model_families.py[starcoder2]": 19,
+    "test_run_integrity.py::test_two_sweep_points_train_at_once_and_one_model_is_never_trained_twice": 18,
+    "test_plugins.py": 18, "test_kernel_levels.py": 17, "test_blind_mia.py": 16, "test_ppo_stage.py": 16,
+    "test_mia_audit.py": 12, "test_docs_commands.py": 12, "test_offline.py": 12, "test_install.py": 12,
+    f"{TOY}[quickstart]": 11,
+    "test_run_integrity.py::test_full_disk_during_an_audit_is_exit_2_and_the_rerun_resumes": 11,
+    "test_audit_run.py": 11, f"{TOY}[rl_prompts]": 11,
+    f"{SMOKE}test_ft_under_accelerate_launch_with_two_cpu_processes": 11,
+    "test_run_integrity.py::test_a_retrained_model_is_audited_and_reported_again": 11,
 }
 
 
