@@ -14,12 +14,13 @@ here imports torch.
 
 __version__ = "0.2.0"
 
-__all__ = ["AuditCallback", "__version__", "inject", "preflight"]
+__all__ = ["AuditCallback", "ModelSampler", "__version__", "inject", "preflight"]
 
 
 def __getattr__(name: str):
-    """`memlens.inject` (synthetic_data/inject.py), `memlens.AuditCallback` (harness/audit/callback.py) and
-    `memlens.preflight` (harness/audit/preflight.py), imported on first use: `import memlens` stays light."""
+    """`memlens.inject` (synthetic_data/inject.py), `memlens.AuditCallback` (harness/audit/callback.py),
+    `memlens.preflight` (harness/audit/preflight.py) and `memlens.ModelSampler` (harness/model/canary_sampling.py, the
+    `sampled` canary design's sampler), imported on first use: `import memlens` stays light."""
     if name == "inject":
         from memlens.synthetic_data.inject import inject
 
@@ -28,6 +29,10 @@ def __getattr__(name: str):
         from memlens.harness.audit.callback import AuditCallback
 
         return AuditCallback
+    if name == "ModelSampler":
+        from memlens.harness.model.canary_sampling import ModelSampler
+
+        return ModelSampler
     if name == "preflight":
         from memlens.harness.audit.preflight import preflight
 

@@ -18,9 +18,14 @@ its `--mode`s), read 2026-11-28; where ours departs, the entry's comment says so
                (a string the tokenizer already holds as one token is refused; theirs skips it);
                the model's embeddings must be resized and trainable (harness/audit/preflight.py refuses otherwise)
 
-Every design here is model-free (token statistics of the fine-tuning data, or new tokens). The authors' model-based
-`rare` mode (a prefix token chosen to make the secret least likely under the model) and Mitchell and Andrew's
-high-temperature samples from the model itself (arXiv 2606.10481) are not built.
+and one that reads a model (Mitchell, Andrew et al. 2026, arXiv 2606.10481, from its abstract):
+
+    sampled    k tokens sampled at high temperature from a model, after each canary's host prefix (a `sampler` the
+               caller builds from the model: memlens.harness.model.canary_sampling.ModelSampler, since this layer
+               never imports torch); the sampler is recorded in the manifest
+
+The authors' model-based `rare` mode (a prefix token chosen to make the secret least likely under the model) is not
+built.
 """
 
 from __future__ import annotations
@@ -72,12 +77,16 @@ class TokenStatistics:
 
 @dataclass(frozen=True)
 class DesignRequest:
-    """One design's job: `n` secrets of `k` tokens each, from these statistics, by this seeded generator."""
+    """One design's job: `n` secrets of `k` tokens each, from these statistics, by this seeded generator; a design
+    that reads a model also gets each canary's host prefix (`prompts`) and the caller's `sampler(prompt, k, seed) ->
+    k token ids`."""
 
     n: int
     k: int
     stats: TokenStatistics
     rng: random.Random
+    prompts: tuple[str, ...] = ()
+    sampler: Callable[[str, int, int], list[int]] | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +98,7 @@ class CanaryDesign:
     source: str
     secrets: Callable[[DesignRequest], list[list]]
     adds_tokens: bool = False
+    reads_model: bool = False     # needs `sampler` (and the hosts' prefixes)
 
 
 DESIGNS: Registry[CanaryDesign] = Registry("canary design", "design")
@@ -161,6 +171,12 @@ def new_token_secrets(req: DesignRequest) -> list[list[str]]:
     return secrets
 
 
+def sampled_secrets(req: DesignRequest) -> list[list[int]]:
+    """Mitchell and Andrew's high-temperature samples: each canary's k tokens sampled by the caller's model after its
+    host prefix, from a seed drawn from this design's generator (so the same seed gives the same secrets)."""
+    return [list(req.sampler(prompt, req.k, req.rng.randrange(2 ** 62))) for prompt in req.prompts[:req.n]]
+
+
 DESIGNS.register("random", CanaryDesign("random tokens", "Panda et al. 2025, code mode `random`", random_secrets))
 DESIGNS.register("unigram", CanaryDesign("rarest tokens (unigram)", "Panda et al. 2025, code mode `unigram`",
                                          unigram_secrets))
@@ -168,6 +184,9 @@ DESIGNS.register("bigram", CanaryDesign("least likely bigrams", "Panda et al. 20
                                         bigram_secrets))
 DESIGNS.register("new_token", CanaryDesign("new tokens", "Panda et al. 2025, code mode `new`", new_token_secrets,
                                            adds_tokens=True))
+DESIGNS.register("sampled", CanaryDesign("samples of the model (high temperature)",
+                                         "Mitchell, Andrew et al. 2026 (arXiv 2606.10481)", sampled_secrets,
+                                         reads_model=True))
 
 
 # ------------------------------------------------------------------------------------------------ into canaries
@@ -184,11 +203,14 @@ def _round_trips(tokenizer, ids: list[int]) -> bool:
     return bool(text.strip()) and tokenizer(text, add_special_tokens=False)["input_ids"] == list(ids)
 
 
-def design_secrets(design: str, tokenizer, texts: Iterable[str], n: int, k: int, seed: int) -> tuple[list[str], dict]:
+def design_secrets(design: str, tokenizer, texts: Iterable[str], n: int, k: int, seed: int,
+                   prompts: Sequence[str] = (), sampler=None) -> tuple[list[str], dict]:
     """n secret texts of `design` for a model with `tokenizer`, fine-tuned on `texts`; and what the manifest records
     (the design, k, how many draws were redrawn, and for `new_token` the tokens to add, which `add_new_tokens` adds:
     `tokenizer` itself is never changed here, so a refusal later leaves it as it was). A drawn secret that does not
-    re-tokenize as itself is drawn again (seeded), up to ROUND_TRIP_TRIES times per canary."""
+    re-tokenize as itself, or that an earlier canary holds, is drawn again (seeded), up to ROUND_TRIP_TRIES times per
+    canary. A design that reads a model
+    (`sampled`) takes the canaries' host `prompts` and the caller's `sampler`."""
     check_design(design)
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise UserError(f"secret_tokens={k!r}: a positive number of tokens per designed secret")
@@ -196,13 +218,19 @@ def design_secrets(design: str, tokenizer, texts: Iterable[str], n: int, k: int,
     rng = random.Random(f"canary-design:{design}:{seed}")
     if entry.adds_tokens:
         return _new_token_secrets(entry, tokenizer, DesignRequest(n, k, TokenStatistics.of([]), rng))
-    stats = token_statistics(tokenizer, texts)
-    secrets = entry.secrets(DesignRequest(n, k, stats, rng))
+    if entry.reads_model and sampler is None:
+        raise UserError(f"design={design!r}: pass sampler=memlens.ModelSampler(model, tokenizer, temperature=1.0), "
+                        "the model whose samples become the secrets (e.g. the one you fine-tune)")
+    stats = token_statistics(tokenizer, texts) if not entry.reads_model else TokenStatistics.of([])
+    prompts = tuple(prompts)
+    if entry.reads_model and len(prompts) != n:
+        raise ValueError(f"design={design!r}: {len(prompts)} host prompts for {n} canaries")
+    secrets = entry.secrets(DesignRequest(n, k, stats, rng, prompts, sampler))
     refused: set[int] = set()
     redrawn: list[int] = []
     for i in range(n):
         tries = 0
-        while not _round_trips(tokenizer, secrets[i]):
+        while not _round_trips(tokenizer, secrets[i]) or secrets[i] in secrets[:i]:   # a duplicate: one secret
             if tries == ROUND_TRIP_TRIES:
                 raise UserError(f"design={design!r}: no secret of {k} tokens that re-tokenizes as itself in "
                                 f"{ROUND_TRIP_TRIES} redraws for canary {i}; give a shorter secret_tokens")
@@ -212,11 +240,14 @@ def design_secrets(design: str, tokenizer, texts: Iterable[str], n: int, k: int,
             refused.update(secrets[i])
             held = {t for j, s in enumerate(secrets) if j != i for t in s}
             pool = TokenStatistics(stats.unigrams, stats.bigrams, stats.excluded | held | refused)
-            secrets[i] = entry.secrets(DesignRequest(1, k, pool, rng))[0]
+            secrets[i] = entry.secrets(DesignRequest(1, k, pool, rng, prompts[i:i + 1], sampler))[0]
             tries += 1
         if tries:
             redrawn.append(i)
-    return [tokenizer.decode(ids) for ids in secrets], {"design": design, "secret_tokens": k, "redrawn": redrawn}
+    record = {"design": design, "secret_tokens": k, "redrawn": redrawn}
+    if entry.reads_model and hasattr(sampler, "describe"):
+        record["sampler"] = sampler.describe()
+    return [tokenizer.decode(ids) for ids in secrets], record
 
 
 def _new_token_secrets(entry: CanaryDesign, tokenizer, req: DesignRequest) -> tuple[list[str], dict]:

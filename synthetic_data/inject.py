@@ -206,7 +206,7 @@ def _fingerprint(dataset) -> str:
 
 
 def _designed(rows: list[dict], dataset, fmt: str, design: str, tokenizer, secret_tokens: int,
-              seed: int) -> tuple[list[dict], dict | None]:
+              seed: int, sampler=None) -> tuple[list[dict], dict | None]:
     """The canaries with their targets replaced by `design`'s secrets (synthetic_data/designs.py), drawn from the
     token statistics of the dataset's trained field; the hosts (prefix, suffix), ids, repeat and group stay."""
     check_design(design)
@@ -217,7 +217,8 @@ def _designed(rows: list[dict], dataset, fmt: str, design: str, tokenizer, secre
                         "from the token statistics of your data in that tokenizer")
     texts = [_trained_text(example["messages"] if fmt == "conversational" else example[TRAINED_FIELD[fmt]])
              for example in dataset]
-    secrets, record = design_secrets(design, tokenizer, texts, len(rows), secret_tokens, seed)
+    secrets, record = design_secrets(design, tokenizer, texts, len(rows), secret_tokens, seed,
+                                     prompts=[r["prefix"] for r in rows], sampler=sampler)
     return [{**r, "target": secret} for r, secret in zip(rows, secrets)], record
 
 
@@ -241,7 +242,7 @@ def _pairs(fmt: str, field: str, dataset, heldout: list[dict], copies: list[dict
 
 def inject(dataset, canaries, *, seed: int = 0, heldout_fraction: float = 0.5, format: str | None = None,
            field: str | None = None, allow_masked: bool = False, rl_prompts: bool = False,
-           design: str = AS_GIVEN, tokenizer=None, secret_tokens: int = DEFAULT_SECRET_TOKENS,
+           design: str = AS_GIVEN, tokenizer=None, secret_tokens: int = DEFAULT_SECRET_TOKENS, sampler=None,
            manifest_path: str | Path | None = None):
     """Plant `canaries` in `dataset` (a `datasets.Dataset`); returns (the new dataset, the manifest).
 
@@ -250,9 +251,11 @@ def inject(dataset, canaries, *, seed: int = 0, heldout_fraction: float = 0.5, f
     the manifest there (JSON, atomically).
 
     `design`: the canaries' own targets (`as_given`), or secrets designed to be found (synthetic_data/designs.py:
-    random, unigram, bigram, new_token; Panda et al. 2025) of `secret_tokens` tokens each, in place of each canary's
-    target, chosen in `tokenizer` from the dataset's trained text. `new_token` adds its tokens to `tokenizer`: then
-    `model.resize_token_embeddings(len(tokenizer))` and train the embeddings (the pre-flight refuses otherwise)."""
+    random, unigram, bigram, new_token of Panda et al. 2025; sampled) of `secret_tokens` tokens each, in place of each
+    canary's target, chosen in `tokenizer` from the dataset's trained text. `new_token` adds its tokens to `tokenizer`: then
+    `model.resize_token_embeddings(len(tokenizer))` and train the embeddings (the pre-flight refuses otherwise).
+    `sampled` (Mitchell, Andrew et al. 2026) samples each secret from a model after the canary's prefix:
+    `sampler=memlens.ModelSampler(model, tokenizer, temperature=1.0)`."""
     from datasets import Dataset, concatenate_datasets  # heavy: only when injecting
 
     if not isinstance(dataset, Dataset):
@@ -264,7 +267,7 @@ def inject(dataset, canaries, *, seed: int = 0, heldout_fraction: float = 0.5, f
         canaries = [{"target": DESIGNED, **row} for row in canaries]   # a host needs no target of its own
     rows = load_canaries(canaries)
     _check_prefixes(rows)                  # before any design: a design keeps the prefix
-    rows, designed = _designed(rows, dataset, fmt, design, tokenizer, secret_tokens, seed)
+    rows, designed = _designed(rows, dataset, fmt, design, tokenizer, secret_tokens, seed, sampler)
     _check_no_collision(dataset, rows)
     planted, heldout = _split(rows, heldout_fraction, seed)
     if fmt == "preference" and not len(dataset):

@@ -160,6 +160,39 @@ def _tiny_model(tokenizer_dir):
     return AutoModelForCausalLM.from_config(config)
 
 
+def test_sampled_canaries_are_the_models_samples_after_each_host_and_plant_repeat_times(tokenizer_dir):
+    """design="sampled" (Mitchell, Andrew et al. 2026): each canary's secret is what the sampler draws after that
+    canary's own prefix with the i-th seed of the design's seeded generator (replayed here), 5 tokens that
+    re-tokenize as themselves, no special token, planted `repeat` times; the manifest records the sampler; the same
+    seed gives the same secrets; without a sampler the design names the argument. (At a vanishing temperature the
+    sampler is greedy decoding: tests/unit/harness/model/test_canary_sampling.py.)"""
+    from memlens.harness.model.canary_sampling import ModelSampler
+
+    tok = _tokenizer(tokenizer_dir)
+    model = _tiny_model(tokenizer_dir).eval()
+    data = _dataset([{"prompt": f"# task {i}\n", "completion": text} for i, text in enumerate(TEXTS)])
+    sampler = ModelSampler(model, tok, temperature=1.0)
+    out, manifest = inject(data, HOSTS, seed=5, design="sampled", tokenizer=tok, secret_tokens=5, sampler=sampler)
+    assert manifest["design"]["design"] == "sampled" and manifest["design"]["sampler"]["temperature"] == 1.0
+    rng = random.Random("canary-design:sampled:5")
+    seeds = [rng.randrange(2 ** 62) for _ in HOSTS]            # the first draw of each canary, in the hosts' order
+    redrawn = {HOSTS[i]["id"] for i in manifest["design"]["redrawn"]}
+    targets = {c["id"]: c["target"] for c in manifest["canaries"] + manifest["heldout"]}
+    for i, host in enumerate(HOSTS):
+        ids = tok(targets[host["id"]], add_special_tokens=False)["input_ids"]
+        assert len(ids) == 5 and not set(ids) & set(tok.all_special_ids)
+        if host["id"] not in redrawn:
+            assert ids == sampler(host["prefix"], 5, seeds[i]), host["id"]
+    assert len(redrawn) < len(HOSTS)
+    planted_text = "\n".join(out["completion"])
+    for c in manifest["canaries"]:
+        assert planted_text.count(c["target"]) == c["repeat"] == len(c["positions"])
+    again = inject(data, HOSTS, seed=5, design="sampled", tokenizer=tok, secret_tokens=5, sampler=sampler)[1]
+    assert [c["target"] for c in again["canaries"]] == [c["target"] for c in manifest["canaries"]]
+    with pytest.raises(UserError, match=r"design='sampled': pass sampler=memlens.ModelSampler\(model, tokenizer"):
+        inject(data, HOSTS, design="sampled", tokenizer=tok)
+
+
 def test_a_new_token_canary_exists_and_trains(tokenizer_dir):
     """The new token gets an embedding row, and a few real optimizer steps on a row holding the secret move that row
     and lower the secret's loss: what new-token canaries rely on (its rows start untrained)."""
