@@ -203,13 +203,21 @@ def _round_trips(tokenizer, ids: list[int]) -> bool:
     return bool(text.strip()) and tokenizer(text, add_special_tokens=False)["input_ids"] == list(ids)
 
 
+def _overlaps(tokenizer, ids: list, earlier: list[list]) -> bool:
+    """Whether a secret's text equals, holds or sits inside an earlier canary's: one would then be trained by the
+    other's copies (a held-out twin's secret inside a planted one's would be a member). Checked for the designs that
+    read a model: the model-free ones never share a token (and their secrets stay what they were before the check)."""
+    text = tokenizer.decode(ids)
+    return any(text in other or other in text for other in (tokenizer.decode(e) for e in earlier))
+
+
 def design_secrets(design: str, tokenizer, texts: Iterable[str], n: int, k: int, seed: int,
                    prompts: Sequence[str] = (), sampler=None) -> tuple[list[str], dict]:
     """n secret texts of `design` for a model with `tokenizer`, fine-tuned on `texts`; and what the manifest records
     (the design, k, how many draws were redrawn, and for `new_token` the tokens to add, which `add_new_tokens` adds:
     `tokenizer` itself is never changed here, so a refusal later leaves it as it was). A drawn secret that does not
-    re-tokenize as itself, or that an earlier canary holds, is drawn again (seeded), up to ROUND_TRIP_TRIES times per
-    canary. A design that reads a model
+    re-tokenize as itself (or, for a design that reads a model, whose text equals, holds or sits inside an earlier
+    canary's) is drawn again (seeded), up to ROUND_TRIP_TRIES times per canary. A design that reads a model
     (`sampled`) takes the canaries' host `prompts` and the caller's `sampler`."""
     check_design(design)
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
@@ -221,6 +229,9 @@ def design_secrets(design: str, tokenizer, texts: Iterable[str], n: int, k: int,
     if entry.reads_model and sampler is None:
         raise UserError(f"design={design!r}: pass sampler=memlens.ModelSampler(model, tokenizer, temperature=1.0), "
                         "the model whose samples become the secrets (e.g. the one you fine-tune)")
+    if entry.reads_model and getattr(sampler, "tokenizer", tokenizer).get_vocab() != tokenizer.get_vocab():
+        raise UserError(f"design={design!r}: the sampler's tokenizer is not `tokenizer` (their vocabularies differ), "
+                        "so its ids would be read in the wrong vocabulary; build the sampler with the same tokenizer")
     stats = token_statistics(tokenizer, texts) if not entry.reads_model else TokenStatistics.of([])
     prompts = tuple(prompts)
     if entry.reads_model and len(prompts) != n:
@@ -230,10 +241,14 @@ def design_secrets(design: str, tokenizer, texts: Iterable[str], n: int, k: int,
     redrawn: list[int] = []
     for i in range(n):
         tries = 0
-        while not _round_trips(tokenizer, secrets[i]) or secrets[i] in secrets[:i]:   # a duplicate: one secret
+        while not _round_trips(tokenizer, secrets[i]) or (entry.reads_model
+                                                           and _overlaps(tokenizer, secrets[i], secrets[:i])):
             if tries == ROUND_TRIP_TRIES:
-                raise UserError(f"design={design!r}: no secret of {k} tokens that re-tokenizes as itself in "
-                                f"{ROUND_TRIP_TRIES} redraws for canary {i}; give a shorter secret_tokens")
+                why = (f"no secret of {k} tokens that re-tokenizes as itself; give a shorter secret_tokens"
+                       if not _round_trips(tokenizer, secrets[i]) else
+                       "every draw equals or overlaps an earlier canary's secret; raise the sampler's temperature or "
+                       "give the canaries distinct prefixes")
+                raise UserError(f"design={design!r}: {why} ({ROUND_TRIP_TRIES} redraws for canary {i})")
             # Redraw this canary alone, from tokens no other canary holds and no refused draw used, so one redraw
             # moves no other canary's secret and never repeats itself. Drawn alone (n = 1), a redrawn unigram secret
             # takes the rarest types left, a bigram one its y among the 3 rarest left: the manifest lists them.

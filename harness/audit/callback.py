@@ -24,9 +24,12 @@ Measures (paper 003 Def. 3.1 for extraction; memlens.harness.measures.mia for th
               FPR with bootstrap 95 % intervals; the reference attack, EZ-MIA and RMIA are calibrated on `control`
               (RMIA's population: the held-out canaries).
   pair_mia    on a preference dataset (DPO, IPO, CPO, ORPO, ...): PREMIA (Feng et al. 2024, Sec. 4;
-              harness/audit/preference_mia.py) on each canary's preference pair as the trainer read it, planted vs
-              held out (memlens.inject draws the held-out pairs' rejected sides from the data), with `control` as the
-              reference of its ratios (the paper's reference is the model the stage started from: pass that one).
+              harness/audit/preference_mia.py) on each canary's preference pair as the trainer read it (the prompt
+              left to right), planted vs held out (memlens.inject draws the held-out pairs' rejected sides from the
+              data). The reference of its ratios is the paper's, the model the stage started from: `pair_reference`,
+              else the local directory the trainer's model was loaded from (a PEFT model: its base); where neither
+              exists the measure is skipped and the log says why (the control is a counterfactual, not PREMIA's
+              reference: its ratios would cancel everything the fine-tune learned).
   exposure    Carlini et al. 2019 (Sec. 4), the rank form, with held-out twins as the sample of the canaries'
               randomness space: each canary's target given its prompt ranked by summed NLL among a pool of held-out
               targets (`exposure_candidates`, seeded) in the same place; exposure = log2(candidates) - log2(rank), ties
@@ -198,6 +201,7 @@ class CallbackArgs:
     background: bool = False                 # score in a worker process while training goes on
     max_pending: int = 2                     # checkpoints queued for the worker before a save waits
     reference: Sequence[str] | None = None   # texts whose token frequencies calibrate DC-PDD; None: the training rows
+    pair_reference: str | Path | None = None  # PREMIA's reference: the model the run started from; None: found
 
     def __post_init__(self):
         out_dir = require_creatable_dir("AuditCallback(out_dir)", Path(self.out_dir))
@@ -218,6 +222,10 @@ class CallbackArgs:
             raise UserError("AuditCallback(reference=...): a list of texts (public text of the kind the model trains "
                             "on, none of them a canary) whose token frequencies calibrate DC-PDD; None: the "
                             "trainer's own tokenized training data")
+        if self.pair_reference is not None and not has_weights(str(self.pair_reference)):
+            raise UserError(f"AuditCallback(pair_reference={str(self.pair_reference)!r}): not a model directory with "
+                            "*.safetensors weights; pass the model the run started from (PREMIA's reference), or "
+                            "None to take the directory the trainer's model was loaded from")
         if self.preflight not in PREFLIGHT_MODES:
             raise UserError(f"AuditCallback(preflight={self.preflight!r}): one of {', '.join(PREFLIGHT_MODES)} "
                             "(raise: refuse to train when a planted copy gets no loss; warn: say so and train; off: "
@@ -228,6 +236,7 @@ class CallbackArgs:
         # the saved form: plain strings and lists
         for name, value in (("out_dir", str(out_dir)), ("manifest", str(out_dir / CANARIES / "manifest.json")),
                             ("control", control), ("measures", list(self.measures)),
+                            ("pair_reference", str(self.pair_reference) if self.pair_reference is not None else None),
                             ("reference", list(self.reference) if self.reference is not None else None)):
             object.__setattr__(self, name, value)
 
@@ -272,6 +281,18 @@ def _peft_base(model) -> Path:
         raise UserError(f"AuditCallback(control='base'): the PEFT base {base} is not a local model directory with "
                         "*.safetensors weights; save the base model locally (save_pretrained) and load it from there")
     return base
+
+
+def initial_model_dir(model) -> Path | None:
+    """The local directory the trainer's model was loaded from (a PEFT model: its base, what its adapters start from),
+    PREMIA's reference (Feng et al. 2024, Sec. 4: the model the preference stage started from; TRL's DPO reference
+    when none is given); None where that is not a local model directory."""
+    if model is None:
+        return None
+    config = getattr(model, "peft_config", None)
+    path = (next(iter(config.values())).base_model_name_or_path if config
+            else getattr(getattr(model, "config", None), "_name_or_path", None))
+    return Path(str(path)) if path and has_weights(str(path)) else None
 
 
 TEXT_COLUMNS = ("text", "prompt", "completion", "chosen", "rejected")   # TRL's dataset columns, before tokenizing
@@ -350,6 +371,9 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
         self.reference: TokenFrequency | list[str] | None = (list(self.args.reference)
                                                              if self.args.reference is not None else None)
         self.preflight = self.args.preflight
+        self.pair_reference: Path | None = (Path(self.args.pair_reference) if self.args.pair_reference is not None
+                                            else None)
+        self._told_pairs = False                              # the once-only "pairs not scored" message
         self.background = BackgroundScorer(self.audit_dir, self.args.max_pending) if self.args.background else None
         self.log = log
         link = _ATTACHED.get(str(self.out_dir.resolve()))
@@ -385,6 +409,8 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._find_trainer(args)
+        if self.pair_reference is None:
+            self.pair_reference = initial_model_dir(kwargs.get("model"))
         if state.global_step:                        # resumed: count what was done, from what is on disk
             # trainer_state.json is written before a save's on_save runs, so a restored state lags that save by one;
             # callback.jsonl and the save schedule are exact.
@@ -458,8 +484,9 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
         control_dir = _peft_base(model) if self.control == BASE else Path(self.control)
         snapshot = snapshot_checkpoint(checkpoint, self.audit_dir / PENDING_SUBDIR)
         reference = self.reference
-        self._finished(self.background.submit(dict(asdict(self.args), model_name=name), reference, snapshot,
-                                              int(step), control_dir))
+        pair_reference = str(self.pair_reference) if self.pair_reference is not None else None
+        self._finished(self.background.submit(dict(asdict(self.args), model_name=name, pair_reference=pair_reference),
+                                              reference, snapshot, int(step), control_dir))
 
     def _finished(self, records: list[dict]) -> None:
         """Log what the worker finished: on the console, and in the trainer's trackers at each checkpoint's step."""
@@ -495,8 +522,8 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
                     record["extraction"] = self._extraction(checkpoint, name, control_dir)
                 if "mia" in self.settings.measures:
                     record["mia"] = self._mia(checkpoint, name, control_dir)
-                if "pair_mia" in self.settings.measures and has_pairs(self.manifest):
-                    record["pair_mia"] = self._pair_mia(checkpoint, name, control_dir)
+                if "pair_mia" in self.settings.measures and self._pairs_scorable():
+                    record["pair_mia"] = self._pair_mia(checkpoint, name)
                 if "exposure" in self.settings.measures:
                     record["exposure"] = self._exposure(checkpoint, name)
                 if "epsilon" in self.settings.measures:
@@ -549,15 +576,28 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
         return {attack: {k: m[k] for k in ("auc", "tpr_at_fpr<1%", "degenerate") if m.get(k)} for attack, m in
                 (spans.get("target") or {}).items()}
 
-    def _pair_mia(self, checkpoint: Path, name: str, control_dir: Path) -> dict:
-        """PREMIA's pair attacks on the planted canaries' preference pairs against the held-out ones, `control` the
-        reference of the ratios; each attack's AUC, TPR at FPR < 1 % and why it is degenerate, where it is."""
+    def _pairs_scorable(self) -> bool:
+        """Whether this run's canaries have preference pairs and PREMIA a reference; where a preference manifest's
+        pairs cannot be scored, say why once."""
+        if has_pairs(self.manifest) and self.pair_reference is not None:
+            return True
+        if self.manifest.get("format") == "preference" and not self._told_pairs:
+            self._told_pairs = True
+            why = ("its canaries carry no pairs (a conversational preference set, a masked field, no held-out canary, "
+                   "or a manifest of an older memlens)" if not has_pairs(self.manifest) else
+                   "the model the run started from is not a local model directory: pass pair_reference=<it>")
+            self.log(f"[memlens] AuditCallback: preference-pair membership is not scored: {why}")
+        return False
+
+    def _pair_mia(self, checkpoint: Path, name: str) -> dict:
+        """PREMIA's pair attacks on the planted canaries' preference pairs against the held-out ones, the model the
+        run started from the reference of the ratios (the paper's), each pair's prompt left to right as a preference
+        trainer reads it; each attack's AUC, TPR at FPR < 1 % and why it is degenerate, where it is."""
         pairs = {CANARIES: pair_files(self.out_dir / CANARIES / "manifest.json")}
-        summary = audit_pair_mia(checkpoint.parent, name, pairs, control_dir, pair_mia_dir(self.audit_dir, name),
-                                 cache_dir=self.audit_dir / "cache",
-                                 batch_size=self.audit.batch_size, device=self.audit.device,
-                                 fim_family=self.audit.fim_family, checkpoints=[(checkpoint.name, checkpoint)],
-                                 log=self.log)
+        summary = audit_pair_mia(checkpoint.parent, name, pairs, self.pair_reference,
+                                 pair_mia_dir(self.audit_dir, name), cache_dir=self.audit_dir / "cache",
+                                 batch_size=self.audit.batch_size, device=self.audit.device, fim_family="prefix",
+                                 checkpoints=[(checkpoint.name, checkpoint)], log=self.log)
         collect_pair_summaries(self.audit_dir)
         attacks = summary["results"][checkpoint.name][CANARIES]["attacks"]
         return {attack: {k: m[k] for k in ("auc", "tpr_at_fpr<1%", "degenerate") if m.get(k)}

@@ -48,7 +48,8 @@ from memlens.harness.measures.blind_mia import (
     BLIND,
     BLIND_LABEL,
     BLIND_RULE,
-    blind_baseline,
+    baseline_of_scores,
+    blind_scores,
     distinguishable_without_model,
 )
 from memlens.harness.measures.mia import (
@@ -279,38 +280,36 @@ def _blind_of(rows: list[dict], span: str) -> tuple[list[float], list[float]] | 
     return ([r[BLIND][span] for r in rows if r["member"] == 1], [r[BLIND][span] for r in rows if r["member"] == 0])
 
 
-_BLIND_CACHE: dict[str, dict | None] = {}     # this process's blind baselines, by their texts, bootstrap and seed
+_BLIND_SCORES: dict[str, list[float] | None] = {}   # this process's blind-baseline scores, by _blind_key
+BLIND_CACHE_VERSION = 1       # bump when the classifier or its folds change in a way its rule text does not show
 
 
-def _blind_key(members: list[str], nonmembers: list[str], n_boot: int, seed: int) -> str:
-    """What a blind baseline depends on: the texts of each side, the bootstrap, the seed, the classifier (its rule
-    text) and the scikit-learn that fits it."""
+def _blind_key(members: list[str], nonmembers: list[str], seed: int) -> str:
+    """What the blind baseline's out-of-fold scores depend on: the texts of each side, the seed, the classifier (its
+    rule text, BLIND_CACHE_VERSION) and the scikit-learn that fits it."""
     return cache_key("blind_baseline", texts=hashlib.sha256(json.dumps([members, nonmembers]).encode()).hexdigest(),
-                     n_boot=n_boot, seed=seed, rule=BLIND_RULE, sklearn=version("scikit-learn"))
+                     seed=seed, rule=BLIND_RULE, version=BLIND_CACHE_VERSION, sklearn=version("scikit-learn"))
 
 
 def cached_blind_baseline(members: list[str], nonmembers: list[str], n_boot: int, seed: int,
-                           cache_dir: Path | None = None) -> dict | None:
-    """blind_baseline, computed once for the same texts: it reads no model, the callback audits the same member /
-    held-out sets at every checkpoint, and a rerun (a resumed callback, `memlens audit` again) the same sets as the
-    run before (their classifier costs seconds per call). Every membership measure's baseline comes from here:
-    targets (this module), pairs (preference_mia.py), prompts (prompt_mia.py). Kept in this process and, with `cache_dir`, at
-    `<cache_dir>/blind_baseline/<key>.json`, written whole or not at all."""
-    key = _blind_key(members, nonmembers, n_boot, seed)
-    if key in _BLIND_CACHE:
-        return _BLIND_CACHE[key]
+                          cache_dir: Path | None = None) -> dict | None:
+    """blind_baseline, its classifier fitted once for the same texts: it reads no model, the callback audits the same
+    member / held-out sets at every checkpoint, and a rerun (a resumed callback, `memlens audit` again) the same sets
+    as the run before (their classifier costs seconds per call). Every membership measure's baseline comes from here:
+    targets (this module), pairs (preference_mia.py), prompts (prompt_mia.py). Only the out-of-fold scores are kept,
+    in this process and, with `cache_dir`, at `<cache_dir>/blind_baseline/<key>.json` (written whole or not at all);
+    the metrics are computed from them on every call, so a change to the metrics never meets a stale entry."""
+    key = _blind_key(members, nonmembers, seed)
     stored = Path(cache_dir) / BLIND_SUBDIR / f"{key}.json" if cache_dir is not None else None
-    if stored is not None and stored.is_file():
-        found = read_json(stored)["baseline"]
-        if found is not None:
-            found["scores"] = tuple(found["scores"])
-    else:
-        found = blind_baseline(members, nonmembers, n_boot=n_boot, seed=seed)
-        if stored is not None:
-            # plain json (no default=str): a value JSON cannot hold exactly fails here instead of coming back changed
-            atomic_write_text(stored, json.dumps({"key": key, "baseline": found}) + "\n")
-    _BLIND_CACHE[key] = found
-    return found
+    if key not in _BLIND_SCORES:
+        if stored is not None and stored.is_file():
+            _BLIND_SCORES[key] = read_json(stored)["scores"]
+        else:
+            _BLIND_SCORES[key] = blind_scores([*members, *nonmembers], [1] * len(members) + [0] * len(nonmembers), seed)
+    if stored is not None and not stored.is_file():
+        # allow_nan=False: a score JSON cannot hold exactly fails here instead of coming back changed
+        atomic_write_text(stored, json.dumps({"key": key, "scores": _BLIND_SCORES[key]}, allow_nan=False) + "\n")
+    return baseline_of_scores(_BLIND_SCORES[key], len(members), n_boot, seed)
 
 
 def _blind_baselines(data: dict[str, list[dict]], pairs, prefixes: dict[str, Prefixes], spans, n_boot: int,

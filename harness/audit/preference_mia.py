@@ -201,7 +201,7 @@ def audit_pair_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tupl
     reference = _pair_values(Path(reference_dir), data, cache_dir, device, batch_size, fim_family)
     outputs: dict[Path, list[dict]] = {}
     results: dict = {}
-    earlier = _earlier_pair_results(out_dir, reference_dir, n_boot, seed) if checkpoints is not None else {}
+    earlier = _earlier_pair_results(out_dir, reference_dir, n_boot, seed, sha) if checkpoints is not None else {}
     for checkpoint, path in checkpoints if checkpoints is not None else list_checkpoints(model_dir, all_checkpoints):
         policy = _pair_values(path, data, cache_dir, device, batch_size, fim_family)
         for dataset in pairs:
@@ -231,16 +231,17 @@ def audit_pair_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tupl
     return summary
 
 
-def _earlier_pair_results(out_dir: Path, reference_dir, n_boot: int, seed: int) -> dict:
-    """The per-checkpoint results of `<out_dir>/summary.json` when they were computed the same way (reference, attacks,
-    bootstrap, pair texts, blind baseline), else none: a summary only ever joins results of one method."""
+def _earlier_pair_results(out_dir: Path, reference_dir, n_boot: int, seed: int, sha: dict[str, str]) -> dict:
+    """The per-checkpoint results of `<out_dir>/summary.json` when they were computed the same way on the same pairs
+    (reference, attacks, bootstrap, pair texts, blind baseline, the pair files' sha256), else none: a summary only
+    ever joins results of one method on one data."""
     path = out_dir / "summary.json"
     if not path.is_file():
         return {}
     old = read_json(path)
     same = (old.get("reference") == str(reference_dir) and old.get("attacks") == list(PAIR_ATTACKS)
             and old.get("bootstrap") == {"n": n_boot, "seed": seed} and old.get("pair_text_rule") == PAIR_TEXT_RULE
-            and old.get("blind_rule") == BLIND_RULE)
+            and old.get("blind_rule") == BLIND_RULE and (old.get("provenance") or {}).get("datasets") == sha)
     return dict(old.get("results") or {}) if same else {}
 
 

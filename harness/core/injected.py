@@ -45,10 +45,11 @@ def pair_files(path: str | Path) -> tuple[Path, Path]:
 
 def pair_row(canary: dict) -> dict:
     """A canary's pair as the pair-membership measure reads it: the trainer's prompt as the prefix, nothing after it
-    (a preference trainer asks left to right), the chosen and rejected completions."""
+    (a preference trainer asks left to right), the chosen and rejected completions, and a planted canary's `repeat`
+    (the measure's tables per dose)."""
     pair = canary["pair"]
     return {"id": canary["id"], "prefix": pair["prompt"], "suffix": "", "chosen": pair["chosen"],
-            "rejected": pair["rejected"]}
+            "rejected": pair["rejected"], **({"repeat": canary["repeat"]} if "repeat" in canary else {})}
 
 
 def read_manifest(manifest) -> dict:

@@ -116,9 +116,14 @@ def blind_baseline(member_texts: Sequence[str], nonmember_texts: Sequence[str], 
     when a side has fewer than 2 texts."""
     scores = blind_scores([*member_texts, *nonmember_texts], [1] * len(member_texts) + [0] * len(nonmember_texts),
                           seed)
+    return baseline_of_scores(scores, len(member_texts), n_boot, seed)
+
+
+def baseline_of_scores(scores: list[float] | None, n_members: int, n_boot: int, seed: int) -> dict | None:
+    """blind_baseline's result from its out-of-fold scores (members first): the scores per side and their metrics."""
     if scores is None:
         return None
-    members, nonmembers = scores[:len(member_texts)], scores[len(member_texts):]
+    members, nonmembers = scores[:n_members], scores[n_members:]
     return {"scores": (members, nonmembers), "metrics": attack_metrics(members, nonmembers, n_boot=n_boot, seed=seed)}
 
 

@@ -45,8 +45,7 @@ class ModelSampler:
     def describe(self) -> dict:
         """What the manifest records of the sampler."""
         name = getattr(getattr(self.model, "config", None), "_name_or_path", "") or type(self.model).__name__
-        return {"model": str(name), "temperature": float(self.temperature),
-                "excluded": "the tokenizer's special tokens"}
+        return {"model": str(name), "temperature": float(self.temperature), "excluded_ids": sorted(self.excluded)}
 
     def __call__(self, prompt: str, k: int, seed: int) -> list[int]:
         """k token ids sampled after `prompt` (encoded as the trainers encode a text: its BOS where the family adds

@@ -116,10 +116,10 @@ def test_the_callback_run_renders_as_a_report_and_prompts_as_trained(base_dir, t
 
 def test_a_dpo_run_scores_its_canaries_pairs_against_the_control_as_reference(base_dir, tmp_path):
     """DPO on a preference set with canaries: each checkpoint's planted pairs against the held-out ones (PREMIA), the
-    control the reference of the ratios. A row's reference log-prob of its chosen side is the control's own summed
-    log-prob of that completion after the prompt (computed here with transformers, outside memlens), its pair score
-    the margin of the two log-ratios; the summary gathers both checkpoints, the trackers get the AUCs, and the
-    report shows the pairs' membership table."""
+    model the run started from the reference of the ratios (here the base the control also is). A row's reference
+    log-prob of its chosen side is that model's own summed log-prob of the completion after the prompt (computed here
+    with transformers, outside memlens), its pair score the margin of the two log-ratios; the summary gathers both
+    checkpoints, the trackers get the AUCs, and the report shows the pairs' membership table."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -134,6 +134,7 @@ def test_a_dpo_run_scores_its_canaries_pairs_against_the_control_as_reference(ba
         metrics = tracker_metrics(record)
         assert metrics["memlens/pair_mia/premia_pair/auc"] == record["pair_mia"]["premia_pair"]["auc"]["value"]
     summary = read_json(tmp_path / "audit" / "pair_mia" / "model" / "summary.json")
+    # the reference: the model the run started from (the trainer's model was loaded from base_dir), found at train begin
     assert summary["checkpoints"] == ["checkpoint-1", "checkpoint-2"] and summary["reference"] == str(base_dir)
     rows = read_jsonl(tmp_path / "audit" / "pair_mia" / "model" / "checkpoint-2" / "canaries.jsonl")
     assert sorted(r["id"] for r in rows) == sorted(c["id"] for c in manifest["canaries"] + manifest["heldout"])
@@ -154,6 +155,37 @@ def test_a_dpo_run_scores_its_canaries_pairs_against_the_control_as_reference(ba
     done = memlens_command("report", f"run_dir={tmp_path}", timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "PREMIA (pair margin)" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_pair_membership_takes_the_reference_given_or_says_once_why_it_is_not_scored(base_dir, tmp_path):
+    """`pair_reference` names PREMIA's reference (a directory that is no model is refused before anything is
+    written); a model that was not loaded from a local directory leaves the pairs unscored, said once in the log."""
+    import shutil
+
+    import memlens
+    from memlens.harness.audit.callback import initial_model_dir
+
+    with pytest.raises(UserError, match=r"AuditCallback\(pair_reference='.*nowhere'\): not a model directory"):
+        memlens.AuditCallback(manifest_of(), control=base_dir, out_dir=tmp_path / "bad", pair_reference=tmp_path /
+                              "nowhere")
+    assert not (tmp_path / "bad").exists()
+    other = shutil.copytree(base_dir, tmp_path / "start")
+    train_with_callback("dpo", base_dir, tmp_path / "given", [], loss_type="sigmoid", pair_reference=other)
+    assert read_json(tmp_path / "given" / "audit" / "pair_mia" / "model" / "summary.json")["reference"] == str(other)
+
+    class FromTheHub:
+        config = type("Config", (), {"_name_or_path": "org/model-on-the-hub"})()
+
+    assert initial_model_dir(FromTheHub()) is None
+    lines: list[str] = []
+    audit = memlens.AuditCallback(train_with_callback("dpo", base_dir, tmp_path / "plain", [], loss_type="sigmoid",
+                                                      audit=False)[1], control=base_dir, out_dir=tmp_path / "hub",
+                                  log=lines.append, **SMALL)
+    record = audit.score(tmp_path / "plain" / "model" / "checkpoint-1", 1)    # no on_train_begin: no reference found
+    assert "pair_mia" not in record and "extraction" in record
+    audit.score(tmp_path / "plain" / "model" / "checkpoint-2", 2)
+    said = [line for line in lines if "preference-pair membership is not scored" in line]
+    assert len(said) == 1 and "pass pair_reference=" in said[0]
 
 
 def member_counts(rows: list[dict]) -> tuple[int, int]:

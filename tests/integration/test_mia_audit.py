@@ -189,9 +189,10 @@ def test_a_split_told_apart_without_the_model_is_warned_before_any_checkpoint_is
 
 
 def test_a_rerun_reads_the_blind_baseline_from_the_cache_and_scores_the_same(world, tmp_path, monkeypatch):
-    """The blind baseline is stored in the audit cache, keyed by its texts: a second audit in a new process (this
-    process's memory cleared) reads it instead of fitting the classifier again (which would raise here), and writes
-    the same rows and the same blind metrics; other texts get an entry of their own."""
+    """The blind baseline's out-of-fold scores are stored in the audit cache, keyed by their texts: a second audit in a
+    new process (this process's memory cleared) reads them instead of fitting the classifier again (which would raise
+    here), and writes the same rows and the same blind metrics (computed again from the scores: another bootstrap
+    count reads the same entry); other texts get an entry of their own."""
     import memlens.harness.audit.mia as mia_audit
 
     pairs = {"sd_base": (world["root"] / "data" / "sd_base" / "rows.jsonl",
@@ -203,7 +204,7 @@ def test_a_rerun_reads_the_blind_baseline_from_the_cache_and_scores_the_same(wor
                          _settings(spans=("target",), bootstrap=100), cache_dir=cache, all_checkpoints=False,
                          log=lambda _: None)
 
-    monkeypatch.setattr(mia_audit, "_BLIND_CACHE", {})
+    monkeypatch.setattr(mia_audit, "_BLIND_SCORES", {})
     first = audit("first")
     stored = sorted((cache / "blind_baseline").glob("*.json"))
     assert len(stored) == 1
@@ -211,12 +212,18 @@ def test_a_rerun_reads_the_blind_baseline_from_the_cache_and_scores_the_same(wor
     def refit(*args, **kwargs):
         raise AssertionError("the blind baseline was fitted again")
 
-    monkeypatch.setattr(mia_audit, "_BLIND_CACHE", {})
-    monkeypatch.setattr(mia_audit, "blind_baseline", refit)
+    monkeypatch.setattr(mia_audit, "_BLIND_SCORES", {})
+    monkeypatch.setattr(mia_audit, "blind_scores", refit)
     again = audit("again")
     assert again["blind"] == first["blind"]
     assert (tmp_path / "again" / "final" / "sd_base.jsonl").read_bytes() == \
         (tmp_path / "first" / "final" / "sd_base.jsonl").read_bytes()
+    fewer = audit_mia(world["root"] / "models" / "FT.1", "FT.1", pairs, tmp_path / "fewer",
+                      _settings(spans=("target",), bootstrap=50), cache_dir=cache, all_checkpoints=False,
+                      log=lambda _: None)
+    assert fewer["blind"]["sd_base"]["spans"]["target"]["auc"]["value"] == \
+        first["blind"]["sd_base"]["spans"]["target"]["auc"]["value"]
+    assert len(list((cache / "blind_baseline").glob("*.json"))) == 1
     # other texts (the last member's target changed; the first ones are prefix shots, left out of the baseline):
     # not the stored entry, so the classifier is fitted for them
     members = read_jsonl(pairs["sd_base"][0])

@@ -70,6 +70,8 @@ def test_a_forked_script_sees_what_python_script_would(tmp_path):
     path as `python SCRIPT ARGS` gives them, and its exit status and output, whether forked or new."""
     from tests.integration.run_helpers import run_python
 
+    if preloaded_cli() is None:
+        pytest.skip("MEMLENS_TEST_FRESH_PROCESSES=1: no preloaded server")
     script = tmp_path / "probe.py"
     script.write_text("import sys\nprint(__name__, sys.argv[1:], sys.path[0])\nprint('to stderr', file=sys.stderr)\n"
                       "sys.exit(3)\n")

@@ -121,6 +121,16 @@ def test_a_preference_canary_carries_its_pair_as_trained_and_a_held_out_one_a_pa
     assert not has_pairs(plain) and not pair_files(tmp_path / "p.json")[0].exists()
 
 
+@pytest.mark.parametrize("seed,sha256", [
+    (0, "cf6aad9c91765d051f9b49b44137788e4310c12f1d69ea8a2c8e63354f4e8e1e"),
+    (3, "c80874219c3d6f2eb82101831e97de08231b45b798c68bf254c1034725f4c74d")])
+def test_the_planted_preference_rows_are_those_inject_gave_before_pairs_were_recorded(seed, sha256):
+    """The held-out pairs' rejected sides come from a stream of their own, so the dataset `inject` returns is byte for
+    byte what it was before (these fingerprints: inject at d4b8a66, on the same rows and canaries)."""
+    _, manifest = inject(_dataset("preference"), CANARIES, seed=seed)
+    assert manifest["dataset"]["sha256_after"] == sha256
+
+
 def test_a_canary_file_is_read_as_data_canaries_file_is(tmp_path):
     path = tmp_path / "canaries.jsonl"
     path.write_text("\n".join(json.dumps({"id": f"t{i}", "text": f"token = 'ghp_{i}a8c7e6f5d4c3b2a1'\nuse(token)\n",
