@@ -22,11 +22,11 @@ import argparse
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.bench_attacks import timed  # noqa: E402
 from benchmarks.bench_audit import stdlib_texts  # noqa: E402
 from benchmarks.bench_mia import fim_examples  # noqa: E402
 from memlens.harness.audit.preference_mia import _pair_values, pair_metrics, score_pairs  # noqa: E402
@@ -35,12 +35,6 @@ from memlens.harness.core.stats import BOOTSTRAP_N, BOOTSTRAP_SEED  # noqa: E402
 from memlens.harness.measures.blind_mia import blind_baseline  # noqa: E402
 from memlens.harness.measures.preference_mia import pair_text  # noqa: E402
 from memlens.harness.model.load import load_tokenizer, torch_threads  # noqa: E402
-
-
-def timed(fn):
-    start = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - start
 
 
 def pairs_of(n: int) -> list[dict]:
