@@ -400,7 +400,7 @@ def audit_mia(model_dir: str | Path, model_name: str, pairs: dict[str, tuple[Pat
 
     outputs: dict[Path, list[dict]] = {}
     results: dict = {}
-    earlier = _earlier_results(out_dir, control_dir, spans, n_boot, seed) if checkpoints is not None else {}
+    earlier = _earlier_results(out_dir, control_dir, spans, n_boot, seed, sha) if checkpoints is not None else {}
     if checkpoints is None:
         checkpoints = list_checkpoints(model_dir, all_checkpoints)
     for checkpoint, path in checkpoints:
@@ -501,16 +501,18 @@ def _checkpoint_order(name: str) -> tuple[int, int]:
     return (1, 0) if step is None else (0, step)
 
 
-def _earlier_results(out_dir: Path, control_dir, spans, n_boot: int, seed: int) -> dict:
+def _earlier_results(out_dir: Path, control_dir, spans, n_boot: int, seed: int, sha: dict[str, str]) -> dict:
     """The per-checkpoint results of `<out_dir>/summary.json` when they were computed the same way (control,
-    spans, attacks, bootstrap), else none: a summary only ever joins results of one method."""
+    spans, attacks, bootstrap) on the same member and held-out files (their sha256), else none: a summary only ever
+    joins results of one method on one data (an out_dir reused with other canaries starts afresh)."""
     path = out_dir / "summary.json"
     if not path.is_file():
         return {}
     old = read_json(path)
     same = (old.get("control") == (str(control_dir) if control_dir else None) and old.get("spans") == list(spans)
             and old.get("attacks") == list(ATTACKS) and old.get("bootstrap") == {"n": n_boot, "seed": seed}
-            and old.get("prefix_rule") == PREFIX_RULE and old.get("blind_rule") == BLIND_RULE)
+            and old.get("prefix_rule") == PREFIX_RULE and old.get("blind_rule") == BLIND_RULE
+            and (old.get("provenance") or {}).get("datasets") == sha)
     return dict(old.get("results") or {}) if same else {}
 
 

@@ -20,9 +20,11 @@ def write_manifest(manifest: dict, path: str | Path) -> tuple[Path, Path]:
     two JSONL paths."""
     path = Path(path)
     planted, heldout = path.with_suffix(".planted.jsonl"), path.with_suffix(".heldout.jsonl")
-    atomic_write_jsonl(planted, [{k: v for k, v in c.items() if k not in ("positions", "pair")}
+    # keys sorted: the manifest read back from its JSON copy (sorted there) writes the same bytes, so a resumed run's
+    # files keep the fingerprints its earlier results were recorded with
+    atomic_write_jsonl(planted, [{k: v for k, v in sorted(c.items()) if k not in ("positions", "pair")}
                                  for c in manifest["canaries"]])
-    atomic_write_jsonl(heldout, [{k: v for k, v in c.items() if k != "pair"} for c in manifest["heldout"]])
+    atomic_write_jsonl(heldout, [{k: v for k, v in sorted(c.items()) if k != "pair"} for c in manifest["heldout"]])
     if has_pairs(manifest):
         for rows, target in zip((manifest["canaries"], manifest["heldout"]), pair_files(path)):
             atomic_write_jsonl(target, [pair_row(c) for c in rows])

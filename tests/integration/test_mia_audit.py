@@ -7,6 +7,7 @@ rows and summaries below audit/mia/ and reruns from the cache. About 10 s on one
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -230,6 +231,26 @@ def test_a_rerun_reads_the_blind_baseline_from_the_cache_and_scores_the_same(wor
     atomic_write_jsonl(tmp_path / "members.jsonl", [*members[:-1], {**members[-1], "target": "value = 7"}])
     with pytest.raises(AssertionError, match="fitted again"):
         audit("other", {"sd_base": (tmp_path / "members.jsonl", pairs["sd_base"][1])})
+
+
+def test_a_summary_joins_earlier_checkpoints_only_on_the_same_member_and_heldout_files(world, tmp_path):
+    """The callback's way (`checkpoints=`, one at a time into one out_dir): a second checkpoint joins the first's
+    results on the same files, but an out_dir reused with other canaries (a member file changed) starts afresh instead
+    of merging results of other data under the new files' fingerprints."""
+    models = world["root"] / "models" / "FT.1"
+    heldout = world["root"] / "data" / "sd_base_heldout" / "rows.jsonl"
+    members = read_jsonl(world["root"] / "data" / "sd_base" / "rows.jsonl")
+    atomic_write_jsonl(tmp_path / "same.jsonl", members)
+    atomic_write_jsonl(tmp_path / "other.jsonl", [*members[:-1], {**members[-1], "target": "value = 7"}])
+
+    def one(checkpoint: str, path: Path, member_file: str) -> dict:
+        return audit_mia(models, "FT.1", {"sd_base": (tmp_path / member_file, heldout)}, tmp_path / "out",
+                         _settings(spans=("target",), bootstrap=50), cache_dir=tmp_path / "cache",
+                         checkpoints=[(checkpoint, path)], log=lambda _: None)
+
+    assert one("checkpoint-40", models / "checkpoint-40", "same.jsonl")["checkpoints"] == ["checkpoint-40"]
+    assert one("final", models, "same.jsonl")["checkpoints"] == ["checkpoint-40", "final"]
+    assert one("final", models, "other.jsonl")["checkpoints"] == ["final"]
 
 
 def test_the_run_audit_writes_mia_below_the_audit_dir_and_reruns_from_the_cache(world):
