@@ -276,11 +276,16 @@ def _peft_base(model) -> Path:
     if not config:
         raise UserError("AuditCallback(control='base'): the model is not a PEFT model, so it has no base to compare "
                         "with; pass control=<a model directory trained the same way without the canaries>")
-    base = Path(str(next(iter(config.values())).base_model_name_or_path))
+    base = Path(_peft_base_name(config))
     if not has_weights(base):
         raise UserError(f"AuditCallback(control='base'): the PEFT base {base} is not a local model directory with "
                         "*.safetensors weights; save the base model locally (save_pretrained) and load it from there")
     return base
+
+
+def _peft_base_name(peft_config: dict) -> str:
+    """The base model a PEFT model's (first) adapter applies to, as its config names it."""
+    return str(next(iter(peft_config.values())).base_model_name_or_path)
 
 
 def initial_model_dir(model) -> Path | None:
@@ -290,8 +295,7 @@ def initial_model_dir(model) -> Path | None:
     if model is None:
         return None
     config = getattr(model, "peft_config", None)
-    path = (next(iter(config.values())).base_model_name_or_path if config
-            else getattr(getattr(model, "config", None), "_name_or_path", None))
+    path = _peft_base_name(config) if config else getattr(getattr(model, "config", None), "_name_or_path", None)
     return Path(str(path)) if path and has_weights(str(path)) else None
 
 
@@ -573,8 +577,7 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
                                 self.reference, TokenFrequency) else "AuditCallback(reference)", log=self.log)
         collect_summaries(self.audit_dir)
         spans = summary["results"][checkpoint.name][CANARIES]["spans"]
-        return {attack: {k: m[k] for k in ("auc", "tpr_at_fpr<1%", "degenerate") if m.get(k)} for attack, m in
-                (spans.get("target") or {}).items()}
+        return _tracked(spans.get("target") or {})
 
     def _pairs_scorable(self) -> bool:
         """Whether this run's canaries have preference pairs and PREMIA a reference; where a preference manifest's
@@ -600,8 +603,7 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
                                  checkpoints=[(checkpoint.name, checkpoint)], log=self.log)
         collect_pair_summaries(self.audit_dir)
         attacks = summary["results"][checkpoint.name][CANARIES]["attacks"]
-        return {attack: {k: m[k] for k in ("auc", "tpr_at_fpr<1%", "degenerate") if m.get(k)}
-                for attack, m in attacks.items()}
+        return _tracked(attacks)
 
     def _epsilon(self, checkpoint: Path, name: str) -> dict:
         """The one-run ε lower bounds (Steinke et al. 2023; Xiang et al. 2025, memlens.harness.measures.epsilon) from
@@ -705,6 +707,13 @@ AuditCallback.__init__.__signature__ = _init_signature()   # help(AuditCallback)
 def exposure_dir(audit_dir: Path, model_name: str) -> Path:
     """<audit dir>/exposure/<model>/, proven to lie inside the audit dir (the model name becomes a path part)."""
     return require_inside(Path(audit_dir) / CANARY_EXPOSURE_SUBDIR / model_name, audit_dir, "AuditCallback(model_name)")
+
+
+def _tracked(attacks: dict[str, dict]) -> dict[str, dict]:
+    """What callback.jsonl keeps of each attack's metrics at a checkpoint (tracker_metrics and the headline read it):
+    its AUC, TPR at FPR < 1 % and why it is degenerate, where it is."""
+    return {attack: {k: m[k] for k in ("auc", "tpr_at_fpr<1%", "degenerate") if m.get(k)} for attack, m in
+            attacks.items()}
 
 
 def tracker_metrics(record: dict) -> dict[str, float]:
