@@ -1,6 +1,7 @@
 """Findings M1-M5: membership inference (harness/measures/mia.py): is SD a stage trained on still detectable,
 whether or not it is extractable (M1-M3), do the newer attacks detect it better than LOSS (M4), and are IPO's own
-preference pairs detectable where its SD is not extractable (M5, harness/measures/preference_mia.py)."""
+preference pairs detectable where its SD is not extractable (M5, harness/measures/preference_mia.py), and the RL
+stage's own prompts (M6, harness/measures/prompt_mia.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from memlens.harness.measures.mia import (
     is_degenerate,
 )
 from memlens.harness.measures.preference_mia import PRIMARY_PAIR_ATTACK, pair_attack_label
+from memlens.harness.measures.prompt_mia import PRIMARY_PROMPT_ATTACK, prompt_attack_label
 from memlens.harness.report import analyses as A
 from memlens.harness.report.findings.evidence_gates import (
     MIA_DETECTABLE_AUC,
@@ -131,6 +133,43 @@ def m3(run: RunResults) -> FindingResult:
 PAIR_DATASET = "pairs_sd_base"
 
 
+def fixed_attack_detectable(fid: str, claim: str, paper: str, rule: str, stage: str, entry: tuple[str, dict] | None,
+                            attack: str, label: str, unit: str, extraction_rows: list[dict] | None,
+                            evidence: list[dict]) -> FindingResult:
+    """M5 / M6: one membership measure's `attack` (fixed in advance, never picked) at `stage`'s last checkpoint, on the
+    `entry` of its summary (analyses.membership_entry): its AUC above MIA_DETECTABLE_AUC and above the blind
+    baseline's on the same texts (bootstrap one-sided and paired bootstrap one-sided p < P_MAX; the intersection-union
+    test's p is the larger), while the stage's extraction rate on sd_base stays below NOT_EXTRACTABLE_MAX. A degenerate
+    attack, or a summary without a blind baseline, leaves it inconclusive, never rescued by another attack."""
+    if entry is None or extraction_rows is None or attack not in entry[1].get("attacks", {}):
+        return finding_result(fid, claim, paper, rule, [stage], measured=False)
+    checkpoint, result = entry
+    m = result["attacks"][attack]
+    extraction = _rate(f"{stage} sd_base extraction", memorized_flags(extraction_rows))
+    blind = m.get("vs_blind")
+    ours = (f"AUC {m['auc']['value']:.2f} [{m['auc']['ci95'][0]:.2f}, {m['auc']['ci95'][1]:.2f}] ({checkpoint}; "
+            f"{result['n_members']} {unit} vs {result['n_nonmembers']} held out)")
+    if blind is not None:
+        ours += f"; vs {BLIND_LABEL} {blind['value']:+.2f} [{blind['ci95'][0]:+.2f}, {blind['ci95'][1]:+.2f}]"
+    ours += f"; extraction {_pct(extraction)}"
+    evidence = list(evidence)
+    if m.get("degenerate"):
+        evidence.append({"check": f"{stage}: {label} not degenerate",
+                         "value": "; ".join(m["degenerate"]), "threshold": "no degenerate reason", "ok": False})
+    p_detectable = m["auc"].get("p_at_most", {}).get(f"{MIA_DETECTABLE_AUC:g}")
+    p_blind = None if blind is None else blind["p_at_most_0"]
+    test = None if p_detectable is None or p_blind is None else {
+        "test": "bootstrap_one_sided_and_paired_vs_blind", "attack": attack,
+        "null": f"AUC <= {MIA_DETECTABLE_AUC:g}, or AUC <= the blind baseline's on the same {unit[:-1]} texts",
+        "p_detectable": p_detectable, "p_vs_blind": p_blind, "p_value": max(p_detectable, p_blind)}
+    ok = (m["auc"]["value"] > MIA_DETECTABLE_AUC and (blind is None or blind["value"] > 0)
+          and extraction["rate"] is not None and extraction["rate"] < NOT_EXTRACTABLE_MAX)
+    note = "" if blind is not None else (f"no {BLIND_LABEL} on these {unit} (a side too small): rerun the measure to "
+                                         "decide")
+    return finding_result(fid, claim, paper, rule, [stage], measured=True, rule_ok=ok, evidence=evidence,
+                          rates=[extraction], test=test, needs_test=True, ours=ours, note=note)
+
+
 def m5(run: RunResults) -> FindingResult:
     ipo = run.roles.ipo
     claim = (f"IPO's own preference pairs are detectable by membership inference (PREMIA, AUC > {MIA_DETECTABLE_AUC}) "
@@ -140,34 +179,39 @@ def m5(run: RunResults) -> FindingResult:
             f"(bootstrap one-sided and paired bootstrap one-sided p < {P_MAX}), and {ipo}'s extraction rate on sd_base "
             f"< {100 * NOT_EXTRACTABLE_MAX:.0f} %")
     paper = "not in paper 003 (preference-pair membership: Feng et al. 2024, PREMIA)"
-    entry = A.membership_entry(run.pair_mia, ipo, PAIR_DATASET)
-    rows = run.rows(ipo, "sd_base")
-    if entry is None or rows is None or PRIMARY_PAIR_ATTACK not in entry[1].get("attacks", {}):
-        return finding_result("M5", claim, paper, rule, [ipo], measured=False)
-    checkpoint, result = entry
-    m = result["attacks"][PRIMARY_PAIR_ATTACK]
-    extraction = _rate(f"{ipo} sd_base extraction", memorized_flags(rows))
-    blind = m.get("vs_blind")
-    ours = (f"AUC {m['auc']['value']:.2f} [{m['auc']['ci95'][0]:.2f}, {m['auc']['ci95'][1]:.2f}] ({checkpoint}; "
-            f"{result['n_members']} pairs vs {result['n_nonmembers']} held out)")
-    if blind is not None:
-        ours += f"; vs {BLIND_LABEL} {blind['value']:+.2f} [{blind['ci95'][0]:+.2f}, {blind['ci95'][1]:+.2f}]"
-    ours += f"; extraction {_pct(extraction)}"
-    evidence = [ipo_check(run)]
-    if m.get("degenerate"):
-        evidence.append({"check": f"{ipo}: {pair_attack_label(PRIMARY_PAIR_ATTACK)} not degenerate",
-                         "value": "; ".join(m["degenerate"]), "threshold": "no degenerate reason", "ok": False})
-    p_detectable = m["auc"].get("p_at_most", {}).get(f"{MIA_DETECTABLE_AUC:g}")
-    p_blind = None if blind is None else blind["p_at_most_0"]
-    test = None if p_detectable is None or p_blind is None else {
-        "test": "bootstrap_one_sided_and_paired_vs_blind", "attack": PRIMARY_PAIR_ATTACK,
-        "null": f"AUC <= {MIA_DETECTABLE_AUC:g}, or AUC <= the blind baseline's on the same pair texts",
-        "p_detectable": p_detectable, "p_vs_blind": p_blind, "p_value": max(p_detectable, p_blind)}
-    ok = (m["auc"]["value"] > MIA_DETECTABLE_AUC and (blind is None or blind["value"] > 0)
-          and extraction["rate"] is not None and extraction["rate"] < NOT_EXTRACTABLE_MAX)
-    note = "" if blind is not None else f"no {BLIND_LABEL} on these pairs (a side too small): rerun pair_mia to decide"
-    return finding_result("M5", claim, paper, rule, [ipo], measured=True, rule_ok=ok, evidence=evidence,
-                          rates=[extraction], test=test, needs_test=True, ours=ours, note=note)
+    return fixed_attack_detectable("M5", claim, paper, rule, ipo, A.membership_entry(run.pair_mia, ipo, PAIR_DATASET),
+                                   PRIMARY_PAIR_ATTACK, pair_attack_label(PRIMARY_PAIR_ATTACK), "pairs",
+                                   run.rows(ipo, "sd_base"), [ipo_check(run)])
+
+
+# ---------------------------------------------------------------- M6: the RL prompts themselves
+# Rule committed before any run judged it (issue #68's own example: "RL-prompt membership is detectable after RLFT.2";
+# before this commit the measure had run on the quickstart's RLFT.2 once, exploratory, at seed 0 with a
+# loaded machine, for its cost (benchmarks/README.md, "Membership of RL prompts": Min-kNN AUC 0.42-0.49 over m); that
+# run is not one this rule judges, and the seed-0 verdict comes from a rerun of the measure under this commit). What
+# an RL stage trains on is prompts, not target strings, so its membership question is about prompts (Zhang et al.
+# 2026). As M5, on the RL stage trained through the reward model (RLFT.2), its final checkpoint, its sd_base prompts
+# against held-out prompts of the same generator (harness/audit/prompt_mia.py): Min-kNN distance, the prompt audit's
+# primary attack (PRIMARY_PROMPT_ATTACK, fixed before any run, not picked; DIBA is reported beside it, not read), its
+# AUC above MIA_DETECTABLE_AUC and above the blind baseline's on the same prompt texts (p < P_MAX each), while
+# RLFT.2's extraction rate on sd_base stays below NOT_EXTRACTABLE_MAX; gated by RL's evidence as F2 (an RL stage that
+# did not move says nothing about its prompts).
+PROMPT_DATASET = "sd_base"
+
+
+def m6(run: RunResults) -> FindingResult:
+    rl = run.roles.rl_sd_in_rm
+    label = prompt_attack_label(PRIMARY_PROMPT_ATTACK)
+    claim = (f"RLFT's own prompts are detectable by membership inference ({label}, AUC > {MIA_DETECTABLE_AUC}) where "
+             f"its SD is not extractable ({rl})")
+    rule = (f"{rl} final, its {PROMPT_DATASET} prompts vs held-out prompts of the same generator: {label} (fixed, not "
+            f"picked) AUC > {MIA_DETECTABLE_AUC} and above the blind baseline's on the same prompt texts (bootstrap "
+            f"one-sided and paired bootstrap one-sided p < {P_MAX}), and {rl}'s extraction rate on sd_base "
+            f"< {100 * NOT_EXTRACTABLE_MAX:.0f} %; RL's evidence as F2")
+    paper = "not in paper 003 (RL-prompt membership: Zhang et al. 2026, Min-kNN distance)"
+    return fixed_attack_detectable("M6", claim, paper, rule, rl, A.membership_entry(run.prompt_mia, rl, PROMPT_DATASET),
+                                   PRIMARY_PROMPT_ATTACK, label, "prompts", run.rows(rl, "sd_base"),
+                                   _rlft2_evidence(run))
 
 
 # ---------------------------------------------------------------- M4: do the newer attacks beat LOSS?
@@ -227,4 +271,6 @@ register(
             "The newer attacks detect RLHF / preference-stage SD better than LOSS", m4),
     Finding("M5", "not in paper 003 (preference-pair membership, PREMIA)",
             "IPO's own preference pairs are detectable where its SD is not extractable", m5),
+    Finding("M6", "not in paper 003 (RL-prompt membership, Min-kNN)",
+            "RLFT's own prompts are detectable where its SD is not extractable", m6),
 )

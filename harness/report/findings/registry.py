@@ -42,7 +42,7 @@ def import_builtin_findings() -> None:
 
 # The table's order of the built-in ids.
 TABLE_ORDER = ("F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8", "V4", "V5", "V6", "V7", "P1", "P2", "P3",
-               "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "M4", "M5", "S1", "S2", "S3", "E1", "D1", "D2", "D3", "D4", "D5")
+               "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "M4", "M5", "M6", "S1", "S2", "S3", "E1", "D1", "D2", "D3", "D4", "D5")
 FINDINGS: Registry[Finding] = Registry("finding", "id", builtins=import_builtin_findings, order=TABLE_ORDER)
 # The run that measures each built-in finding: a report names it beside the findings its own run did not measure.
 QUICKSTART, FINDINGS_RUN = "experiment=quickstart", "experiment=findings"
@@ -54,6 +54,7 @@ MEASURED_BY = {**dict.fromkeys(("F1", "F2", "F3", "F8"), QUICKSTART),
                **dict.fromkeys(("C1", "C2"), "audit.measures=[...,loss], as experiment=smoke"),
                **dict.fromkeys(("M1", "M2", "M3", "M4"), "audit.measures=[ned,mia]"),
                "M5": "audit.measures=[ned,pair_mia], as experiment=quickstart",
+               "M6": "audit.measures=[ned,prompt_mia], as experiment=quickstart",
                **dict.fromkeys(("S1", "S2", "S3"), "audit.measures=[ned,discoverable]"),
                "E1": "audit.measures=[...,mia,epsilon] with data.sd.membership=coins"}
 

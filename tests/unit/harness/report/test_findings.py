@@ -41,6 +41,7 @@ def test_each_verdict_by_hand_when_every_stage_trained():
         "N1": NOT_MEASURED, "N2": NOT_MEASURED, "N3": NOT_MEASURED, "C1": NOT_MEASURED, "C2": NOT_MEASURED,
         "M1": NOT_MEASURED, "M2": NOT_MEASURED, "M3": NOT_MEASURED, "M4": NOT_MEASURED,   # no mia audit
         "M5": NOT_MEASURED,                                                              # no pair_mia audit
+        "M6": NOT_MEASURED,                                                              # no prompt_mia audit
         "S1": NOT_MEASURED, "S2": NOT_MEASURED, "S3": NOT_MEASURED,                       # no discoverable audit
         "E1": NOT_MEASURED,                                                               # no epsilon audit
         "D1": NOT_MEASURED, "D2": NOT_MEASURED, "D3": NOT_MEASURED, "D4": NOT_MEASURED,     # no data.sd.doses
@@ -474,12 +475,12 @@ def test_rmia_registered_after_the_rules_is_read_by_no_membership_finding():
 
 # The findings table's rows, in its order (harness/report/findings/__init__.py imports the per-paper modules so).
 TABLE_ORDER = ("F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8", "V4", "V5", "V6", "V7", "P1", "P2", "P3",
-               "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "M4", "M5", "S1", "S2", "S3", "E1", "D1", "D2", "D3", "D4", "D5")
+               "N1", "N2", "N3", "C1", "C2", "M1", "M2", "M3", "M4", "M5", "M6", "S1", "S2", "S3", "E1", "D1", "D2", "D3", "D4", "D5")
 
 
 def test_the_registry_holds_the_findings_in_table_order_and_runs_what_is_registered():
     assert FINDINGS.names() == TABLE_ORDER
-    assert len(set(FINDINGS.names())) == len(FINDINGS) == 34
+    assert len(set(FINDINGS.names())) == len(FINDINGS) == 35
     assert all(FINDINGS[fid].id == fid and FINDINGS[fid].source and FINDINGS[fid].title for fid in FINDINGS)
     run = RunResults(grouped(), evidence())
     assert tuple(f.id for f in findings(run)) == TABLE_ORDER      # each check answers under its own id
@@ -626,6 +627,53 @@ def test_m5_ipo_pairs_detectable_where_sd_is_not_extractable_by_hand():
     assert found.status == INCONCLUSIVE and "not degenerate" in found.reason, found.reason
     # no pair_mia audit: not measured
     assert verdicts(RunResults(g, evidence()))["M5"].status == NOT_MEASURED
+
+
+def _prompt_summary(member_scores, nonmember_scores, blind_members=None, blind_nonmembers=None):
+    """A prompt_mia summary of RLFT.2's final checkpoint on sd_base, every prompt attack scoring as given (the audit's
+    own metrics, harness/audit/preference_mia.membership_metrics), with the blind baseline where given."""
+    from memlens.harness.audit.preference_mia import membership_metrics
+    from memlens.harness.measures.blind_mia import BLIND
+
+    def side(scores, member, blind):
+        return [{"id": f"{member}{i}", "member": member, "score": {"min_knn": s},
+                 **({BLIND: blind[i]} if blind else {})} for i, s in enumerate(scores)]
+
+    rows_ = side(member_scores, 1, blind_members) + side(nonmember_scores, 0, blind_nonmembers)
+    result = {"n_members": len(member_scores), "n_nonmembers": len(nonmember_scores),
+              "attacks": membership_metrics(rows_, ["min_knn"], 200, 0)}
+    return {"RLFT.2": {"checkpoints": ["final"], "results": {"final": {"sd_base": result}}}}
+
+
+def test_m6_rl_prompts_detectable_where_sd_is_not_extractable_by_hand():
+    """As M5, on RLFT.2's own prompts (Min-kNN fixed), gated by RL's evidence as F2."""
+    separated = [float(i) for i in range(10, 30)], [float(-i) for i in range(1, 21)]     # every member above: AUC 1
+    chance_blind = [0.5] * 20, [0.5] * 20
+    found = verdicts(RunResults(grouped(), evidence(), prompt_mia=_prompt_summary(*separated, *chance_blind)))["M6"]
+    assert found.status == HOLDS and found.stages == ["RLFT.2"]
+    assert "AUC 1.00" in found.ours and "20 prompts vs 20 held out" in found.ours and found.rates[0]["k"] == 0
+    assert found.test["attack"] == "min_knn" and found.test["p_value"] == 0.0
+    # RLFT.2 did not move: inconclusive, whatever the AUC
+    found = verdicts(RunResults(grouped(), evidence(rl=STILL), prompt_mia=_prompt_summary(*separated, *chance_blind)))
+    assert found["M6"].status == INCONCLUSIVE
+    # the blind baseline reads the prompts as well: no gain over it, not reproduced
+    found = verdicts(RunResults(grouped(), evidence(), prompt_mia=_prompt_summary(*separated, *separated)))["M6"]
+    assert found.status == FAILS
+    # at chance (every score equal on both sides): degenerate, inconclusive; scores that overlap fully: not reproduced
+    flat = [1.0] * 20, [1.0] * 20
+    found = verdicts(RunResults(grouped(), evidence(), prompt_mia=_prompt_summary(*flat, *chance_blind)))["M6"]
+    assert found.status == INCONCLUSIVE and "not degenerate" in found.reason
+    same = [float(i) for i in range(20)], [float(i) for i in range(20)]
+    assert verdicts(RunResults(grouped(), evidence(),
+                               prompt_mia=_prompt_summary(*same, *chance_blind)))["M6"].status == FAILS
+    # RLFT.2 extracts 8 of 20 SD.Base lines: the rule's "not extractable" fails
+    g = grouped()
+    g[("RLFT.2", "final", "sd_base")] = rows(8, 20)
+    assert verdicts(RunResults(g, evidence(), prompt_mia=_prompt_summary(*separated, *chance_blind)))["M6"].status \
+        == FAILS
+    # pairs are not M6's; no prompt_mia audit: not measured
+    assert verdicts(RunResults(grouped(), evidence(), pair_mia=_pair_summary(*separated, *chance_blind)))["M6"].status \
+        == NOT_MEASURED
 
 
 def _dosed_pair_summary(scores_by_dose: dict[int, list[float]], nonmember_scores: list[float]) -> dict:
