@@ -21,6 +21,7 @@ from typing import Any
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.model.encode import encode_texts
+from memlens.harness.model.sampling import sample_continuations
 
 PAPER_TEMPERATURE = 0.8        # the authors sample at T >= 0.8; lower is allowed and recorded, not refused
 
@@ -57,28 +58,10 @@ class ModelSampler:
 def sample_ids(model, prompt_ids: list[int], k: int, temperature: float, seed: int,
                excluded: frozenset[int] = frozenset()) -> list[int]:
     """k ids drawn one at a time from softmax(logits / temperature) after `prompt_ids`, `excluded` ids never drawn,
-    from a generator seeded with `seed` (torch's global random state untouched), the model in eval mode meanwhile."""
+    from a generator seeded with `seed` (torch's global random state untouched), the model in eval mode meanwhile
+    (memlens.harness.model.sampling.sample_continuations, one row)."""
     import torch  # heavy: the model layer loads torch on first use
 
-    device = next(model.parameters()).device
     generator = torch.Generator(device="cpu").manual_seed(int(seed))
-    was_training = model.training
-    model.eval()
-    try:
-        ids = list(prompt_ids)
-        past = None
-        step = torch.tensor([ids], device=device)
-        out: list[int] = []
-        with torch.inference_mode():
-            for _ in range(k):
-                result = model(input_ids=step, past_key_values=past, use_cache=True)
-                past = result.past_key_values
-                logits = result.logits[0, -1].float().cpu() / temperature
-                if excluded:
-                    logits[[i for i in excluded if i < logits.shape[0]]] = float("-inf")
-                token = int(torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator))
-                out.append(token)
-                step = torch.tensor([[token]], device=device)
-        return out
-    finally:
-        model.train(was_training)
+    (ids,) = sample_continuations(model, prompt_ids, 1, k, temperature, generator, excluded=excluded)
+    return ids

@@ -3,8 +3,9 @@
 An RL stage learns from completions its policy samples; the membership test of its prompts (harness/audit/
 prompt_mia.py) samples the audited model and the stage's initial model the same way, m completions per prompt at a
 fixed temperature (ancestral sampling: top_k 0, top_p 1, as recipes/stages/rl_eval.py samples the policy). Each
-prompt draws from its own generator, seeded by (seed, prompt id), so a prompt's samples do not depend on which other
-prompts were asked for, in which order or batch: a rerun with more prompts reuses every stored one.
+prompt draws from its own generator, seeded by (seed, prompt id), and is decoded alone (its m samples share its
+prompt's pass), so a prompt's samples do not depend on which other prompts were asked for, in which order or batch: a
+rerun with more prompts reuses every stored one.
 
 Stored in the one cache of the model layer (memlens.harness.model.cache.ScoreCache):
 `<cache_dir>/samples/<key>.jsonl`, {id, completions: [m texts]}, the key covering the model's fingerprint, the
@@ -33,6 +34,9 @@ from memlens.harness.text.fim import format_psm_training, stop_token_ids, strip_
 
 SAMPLES = "sampled_completions"
 SAMPLES_SUBDIR = "samples"
+# What the cache key says of the draw (a change of how samples are drawn must change it, so no stale sample is read).
+SAMPLING = ("ancestral (top_k 0, top_p 1), one generator per prompt seeded by (seed, id), the prompt's pass shared by "
+            "its samples")
 
 
 def prompt_seed(seed: int, prompt_id: Any) -> int:
@@ -40,26 +44,62 @@ def prompt_seed(seed: int, prompt_id: Any) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{prompt_id}".encode()).digest()[:8], "big") >> 1
 
 
+def sample_continuations(model, prompt_ids: Sequence[int], n: int, max_new_tokens: int, temperature: float,
+                         generator, *, excluded: frozenset[int] = frozenset(),
+                         stop_ids: Sequence[int] = ()) -> list[list[int]]:
+    """`n` continuations of one prompt, each drawn token by token from softmax(logits / temperature) (ancestral: no
+    top-k, no top-p), `excluded` ids never drawn, every draw from `generator` (torch's global random state untouched),
+    the model in eval mode meanwhile. The prompt's forward pass runs once and its key/value cache is shared by the n
+    rows, which then decode as one batch without padding (every row has the same length), so a prompt's draws do not
+    depend on any other prompt. Rows run to `max_new_tokens` unless every row has drawn a stop id (the ids after a
+    row's first stop id are the caller's to cut, as transformers' generate pads them)."""
+    import torch  # heavy: the model layer only
+
+    device = next(model.parameters()).device
+    stops = torch.tensor(sorted(set(stop_ids)), dtype=torch.long)
+    banned = sorted(excluded)
+    was_training = model.training
+    model.eval()
+    rows: list[list[int]] = [[] for _ in range(n)]
+    try:
+        with torch.inference_mode():
+            result = model(input_ids=torch.tensor([list(prompt_ids)], device=device), use_cache=True)
+            past = result.past_key_values
+            logits = result.logits[:, -1].float().cpu().expand(n, -1)
+            if n > 1:
+                past.batch_repeat_interleave(n)
+            done = torch.zeros(n, dtype=torch.bool)
+            for step in range(max_new_tokens):
+                logits = logits / temperature
+                if banned:
+                    logits = logits.clone()
+                    logits[:, [i for i in banned if i < logits.shape[1]]] = float("-inf")
+                tokens = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)   # [n, 1]
+                for row, token in zip(rows, tokens[:, 0].tolist()):
+                    row.append(int(token))
+                done |= torch.isin(tokens[:, 0], stops)
+                if step == max_new_tokens - 1 or bool(done.all()):
+                    break
+                result = model(input_ids=tokens.to(device), past_key_values=past, use_cache=True)
+                past = result.past_key_values
+                logits = result.logits[:, -1].float().cpu()
+        return rows
+    finally:
+        model.train(was_training)
+
+
 def sample_prompts(model, tokenizer, prompts: Sequence[str], ids: Sequence[Any], sentinels, *, samples: int,
                    temperature: float, max_new_tokens: int, seed: int) -> list[list[str]]:
-    """`samples` completions of each prompt (cut at the family's stop tokens, special tokens skipped)."""
+    """`samples` completions of each prompt (cut at the family's stop tokens, special tokens skipped), each prompt's
+    from its own generator seeded by (seed, its id)."""
     import torch  # heavy: the model layer only
 
     eos = stop_token_ids(tokenizer, sentinels) or ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None
                                                    else [])
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
-    device = next(model.parameters()).device
     out = []
     for ids_, pid in zip(encode_texts(tokenizer, list(prompts)), ids):
-        gen = torch.Generator(device="cpu").manual_seed(prompt_seed(seed, pid))
-        torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
-        input_ids = torch.tensor([ids_], device=device)
-        with torch.inference_mode():
-            new = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), do_sample=True,
-                                 temperature=temperature, top_k=0, top_p=1.0, num_return_sequences=samples,
-                                 max_new_tokens=max_new_tokens, eos_token_id=eos or None, pad_token_id=pad,
-                                 use_cache=True)   # a training config may say use_cache: false
-        new = new[:, input_ids.shape[1]:].tolist()
+        generator = torch.Generator(device="cpu").manual_seed(prompt_seed(seed, pid))
+        new = sample_continuations(model, ids_, samples, max_new_tokens, temperature, generator, stop_ids=eos)
         texts = tokenizer.batch_decode([cut_at_eos(r, eos) for r in new], skip_special_tokens=True)
         out.append([strip_sentinels(t, sentinels) for t in texts])
     return out
@@ -74,7 +114,7 @@ def cached_samples(model_dir: str | Path, rows: Sequence[dict], sentinels, cache
                                                                                                      "suffix")),
               "prompt_format": getattr(sentinels, "family", None), "stop_tokens": list(sentinels.stop_tokens()),
               "samples": samples, "temperature": temperature, "max_new_tokens": max_new_tokens, "seed": seed,
-              "sampling": "ancestral (top_k 0, top_p 1), one generator per prompt seeded by (seed, id)"}
+              "sampling": SAMPLING}
     cache = ScoreCache(Path(cache_dir) / SAMPLES_SUBDIR / f"{cache_key(SAMPLES, **covers)}.jsonl",
                        field="completions")
     loaded: list = []

@@ -82,3 +82,29 @@ def test_a_temperature_that_is_not_positive_is_refused_with_the_papers_value(wor
     model, tok = world
     with pytest.raises(UserError, match=r"ModelSampler\(temperature=.*\): a positive number .* >= 0.8"):
         ModelSampler(model, tok, temperature=temperature)
+
+
+def test_n_rows_sharing_one_prompt_pass_each_decode_as_the_prompt_alone(world):
+    """memlens.harness.model.sampling.sample_continuations, which the prompt audit's m samples per prompt use: the
+    prompt's cache, repeated for n rows, decodes every row as the prompt alone would (at a vanishing temperature each
+    of 3 rows is transformers' greedy continuation, over 6 steps of the shared cache), the draws are the generator's
+    (same seed, same rows; another seed, other rows at T = 1), and the loop ends once every row drew a stop id."""
+    import torch
+
+    from memlens.harness.model.sampling import sample_continuations
+
+    model, tok = world
+    (ids,) = encode_texts(tok, [PROMPTS[0]])
+    greedy = model.generate(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                            do_sample=False, max_new_tokens=6, min_new_tokens=6, pad_token_id=tok.pad_token_id)
+    rows = sample_continuations(model, ids, 3, 6, 1e-5, torch.Generator().manual_seed(0))
+    assert rows == [greedy[0, len(ids):].tolist()] * 3
+
+    def draw(seed):
+        return sample_continuations(model, ids, 4, 6, 1.0, torch.Generator().manual_seed(seed))
+
+    assert draw(1) == draw(1) and draw(1) != draw(2)
+    assert len({tuple(r) for r in draw(1)}) > 1                    # the rows are independent draws, not one copied
+    everything = list(range(model.config.vocab_size))               # every id stops: one step, then done
+    assert [len(r) for r in sample_continuations(model, ids, 3, 6, 1.0, torch.Generator().manual_seed(0),
+                                                 stop_ids=everything)] == [1, 1, 1]
