@@ -194,7 +194,9 @@ def smoke_overrides() -> list[str]:
 
 # Membership inference (on in findings and findings_rlvr) on the target span with 200 bootstrap resamples: the same
 # wiring, about half the teacher-forced passes of both spans (measured: ~1 min 45 s of findings' toy run at load ~10).
-TOY_RUN = [*smoke_overrides(), "audit.mia_spans=[target]", "audit.mia_bootstrap=200"]
+# The toy runs check plumbing: RL-prompt membership (on in the quickstart) samples 4 completions of 8 tokens per prompt.
+TOY_RUN = [*smoke_overrides(), "audit.mia_spans=[target]", "audit.mia_bootstrap=200", "audit.prompt_mia_samples=4",
+           "audit.prompt_mia_k=2", "audit.prompt_mia_max_new_tokens=8"]
 
 
 def toy_overrides(name: str) -> list[str]:

@@ -129,6 +129,11 @@ def test_experiment_runs_end_to_end_at_toy_size(name, tmp_path, finished_runs):
     if "pair_mia" in list(cfg.audit.measures):                 # the preference models' pairs, vs held-out pairs
         pairs = json.loads((run_dir / "audit" / "pair_mia" / "summary.json").read_text())["results"]
         assert "IPO" in pairs and pairs["IPO"]["results"]["final"], sorted(pairs)
+    if "prompt_mia" in list(cfg.audit.measures):               # the RL stage's own prompts, vs held-out prompts
+        prompts = json.loads((run_dir / "audit" / "prompt_mia" / "summary.json").read_text())["results"]
+        assert "sd_base" in prompts["RLFT.2"]["results"]["final"], sorted(prompts)
+        found = {f["id"]: f for f in json.loads((run_dir / "report" / "findings.json").read_text())["findings"]}
+        assert found["M6"]["status"] != "not measured", found["M6"]
     if name in CHECKS_OF_EXPERIMENT:
         CHECKS_OF_EXPERIMENT[name](run_dir)
     record_finished(finished_runs, run_dir)
