@@ -35,13 +35,33 @@ from memlens.harness.text.fim import format_psm_training, stop_token_ids, strip_
 SAMPLES = "sampled_completions"
 SAMPLES_SUBDIR = "samples"
 # What the cache key says of the draw (a change of how samples are drawn must change it, so no stale sample is read).
-SAMPLING = ("ancestral (top_k 0, top_p 1), one generator per prompt seeded by (seed, id), the prompt's pass shared by "
-            "its samples")
+SAMPLING = ("ancestral (top_k 0, top_p 1), one generator per prompt seeded by (seed, id), the prompt's pass (its last "
+            "position's logits) shared by its samples")
 
 
 def prompt_seed(seed: int, prompt_id: Any) -> int:
     """The generator seed of one prompt's samples: a function of (seed, id) alone."""
     return int.from_bytes(hashlib.sha256(f"{seed}:{prompt_id}".encode()).digest()[:8], "big") >> 1
+
+
+# Cache layers that batch_repeat_interleave repeats whole (transformers 5: keys and values, nothing else); a layer
+# with a recurrent state (linear attention), a preallocated size (static) or quantized parts is not among them.
+REPEATABLE_CACHE_LAYERS = ("DynamicLayer", "DynamicSlidingWindowLayer")
+
+
+def repeatable_cache(past) -> bool:
+    """Whether a prompt's cache can be shared by n rows through `batch_repeat_interleave`."""
+    layers = getattr(past, "layers", None)
+    return (type(past).__name__ == "DynamicCache" and bool(layers)
+            and all(type(layer).__name__ in REPEATABLE_CACHE_LAYERS for layer in layers))
+
+
+def _last_logits_only(model) -> dict:
+    """{"logits_to_keep": 1} where the model's forward takes it (the prompt's pass then computes one position's
+    logits, as transformers' generate does), else {}."""
+    import inspect
+
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
 
 
 def sample_continuations(model, prompt_ids: Sequence[int], n: int, max_new_tokens: int, temperature: float,
@@ -51,28 +71,35 @@ def sample_continuations(model, prompt_ids: Sequence[int], n: int, max_new_token
     top-k, no top-p), `excluded` ids never drawn, every draw from `generator` (torch's global random state untouched),
     the model in eval mode meanwhile. The prompt's forward pass runs once and its key/value cache is shared by the n
     rows, which then decode as one batch without padding (every row has the same length), so a prompt's draws do not
-    depend on any other prompt. Rows run to `max_new_tokens` unless every row has drawn a stop id (the ids after a
-    row's first stop id are the caller's to cut, as transformers' generate pads them)."""
+    depend on any other prompt. A cache whose layers cannot be repeated that way (static, linear-attention or
+    quantized layers: `repeatable_cache`) gets the prompt's pass run on n rows instead. Rows run to `max_new_tokens`
+    unless every row has drawn a stop id (the ids after a row's first stop id are the caller's to cut, as
+    transformers' generate pads them). The model's generation_config (repetition penalty, suppressed tokens, ...) is
+    not read: the draw is the model's own distribution at `temperature`."""
     import torch  # heavy: the model layer only
 
     device = next(model.parameters()).device
     stops = torch.tensor(sorted(set(stop_ids)), dtype=torch.long)
     banned = sorted(excluded)
+    last_only = _last_logits_only(model)
     was_training = model.training
     model.eval()
     rows: list[list[int]] = [[] for _ in range(n)]
     try:
         with torch.inference_mode():
-            result = model(input_ids=torch.tensor([list(prompt_ids)], device=device), use_cache=True)
+            prompt = torch.tensor([list(prompt_ids)], device=device)
+            result = model(input_ids=prompt, use_cache=True, **last_only)
             past = result.past_key_values
-            logits = result.logits[:, -1].float().cpu().expand(n, -1)
-            if n > 1:
+            if n > 1 and repeatable_cache(past):
                 past.batch_repeat_interleave(n)
+            elif n > 1:
+                result = model(input_ids=prompt.repeat(n, 1), use_cache=True, **last_only)
+                past = result.past_key_values
+            logits = result.logits[:, -1].float().cpu().expand(n, -1)
             done = torch.zeros(n, dtype=torch.bool)
             for step in range(max_new_tokens):
                 logits = logits / temperature
                 if banned:
-                    logits = logits.clone()
                     logits[:, [i for i in banned if i < logits.shape[1]]] = float("-inf")
                 tokens = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)   # [n, 1]
                 for row, token in zip(rows, tokens[:, 0].tolist()):
@@ -80,7 +107,7 @@ def sample_continuations(model, prompt_ids: Sequence[int], n: int, max_new_token
                 done |= torch.isin(tokens[:, 0], stops)
                 if step == max_new_tokens - 1 or bool(done.all()):
                     break
-                result = model(input_ids=tokens.to(device), past_key_values=past, use_cache=True)
+                result = model(input_ids=tokens.to(device), past_key_values=past, use_cache=True, **last_only)
                 past = result.past_key_values
                 logits = result.logits[:, -1].float().cpu()
         return rows

@@ -1,4 +1,4 @@
-"""Findings M1-M5: membership inference (harness/measures/mia.py): is SD a stage trained on still detectable,
+"""Findings M1-M6: membership inference (harness/measures/mia.py): is SD a stage trained on still detectable,
 whether or not it is extractable (M1-M3), do the newer attacks detect it better than LOSS (M4), and are IPO's own
 preference pairs detectable where its SD is not extractable (M5, harness/measures/preference_mia.py), and the RL
 stage's own prompts (M6, harness/measures/prompt_mia.py)."""
@@ -134,13 +134,14 @@ PAIR_DATASET = "pairs_sd_base"
 
 
 def fixed_attack_detectable(fid: str, claim: str, paper: str, rule: str, stage: str, entry: tuple[str, dict] | None,
-                            attack: str, label: str, unit: str, extraction_rows: list[dict] | None,
+                            attack: str, label: str, unit: str, measure: str, extraction_rows: list[dict] | None,
                             evidence: list[dict]) -> FindingResult:
     """M5 / M6: one membership measure's `attack` (fixed in advance, never picked) at `stage`'s last checkpoint, on the
     `entry` of its summary (analyses.membership_entry): its AUC above MIA_DETECTABLE_AUC and above the blind
     baseline's on the same texts (bootstrap one-sided and paired bootstrap one-sided p < P_MAX; the intersection-union
     test's p is the larger), while the stage's extraction rate on sd_base stays below NOT_EXTRACTABLE_MAX. A degenerate
-    attack, or a summary without a blind baseline, leaves it inconclusive, never rescued by another attack."""
+    attack leaves it inconclusive, never rescued by another attack; a summary without a blind baseline leaves a rule
+    that otherwise passes inconclusive (no test to decide it) and one that fails not reproduced."""
     if entry is None or extraction_rows is None or attack not in entry[1].get("attacks", {}):
         return finding_result(fid, claim, paper, rule, [stage], measured=False)
     checkpoint, result = entry
@@ -164,8 +165,7 @@ def fixed_attack_detectable(fid: str, claim: str, paper: str, rule: str, stage: 
         "p_detectable": p_detectable, "p_vs_blind": p_blind, "p_value": max(p_detectable, p_blind)}
     ok = (m["auc"]["value"] > MIA_DETECTABLE_AUC and (blind is None or blind["value"] > 0)
           and extraction["rate"] is not None and extraction["rate"] < NOT_EXTRACTABLE_MAX)
-    note = "" if blind is not None else (f"no {BLIND_LABEL} on these {unit} (a side too small): rerun the measure to "
-                                         "decide")
+    note = "" if blind is not None else f"no {BLIND_LABEL} on these {unit} (a side too small): rerun {measure} to decide"
     return finding_result(fid, claim, paper, rule, [stage], measured=True, rule_ok=ok, evidence=evidence,
                           rates=[extraction], test=test, needs_test=True, ours=ours, note=note)
 
@@ -180,7 +180,7 @@ def m5(run: RunResults) -> FindingResult:
             f"< {100 * NOT_EXTRACTABLE_MAX:.0f} %")
     paper = "not in paper 003 (preference-pair membership: Feng et al. 2024, PREMIA)"
     return fixed_attack_detectable("M5", claim, paper, rule, ipo, A.membership_entry(run.pair_mia, ipo, PAIR_DATASET),
-                                   PRIMARY_PAIR_ATTACK, pair_attack_label(PRIMARY_PAIR_ATTACK), "pairs",
+                                   PRIMARY_PAIR_ATTACK, pair_attack_label(PRIMARY_PAIR_ATTACK), "pairs", "pair_mia",
                                    run.rows(ipo, "sd_base"), [ipo_check(run)])
 
 
@@ -210,7 +210,7 @@ def m6(run: RunResults) -> FindingResult:
             f"< {100 * NOT_EXTRACTABLE_MAX:.0f} %; RL's evidence as F2")
     paper = "not in paper 003 (RL-prompt membership: Zhang et al. 2026, Min-kNN distance)"
     return fixed_attack_detectable("M6", claim, paper, rule, rl, A.membership_entry(run.prompt_mia, rl, PROMPT_DATASET),
-                                   PRIMARY_PROMPT_ATTACK, label, "prompts", run.rows(rl, "sd_base"),
+                                   PRIMARY_PROMPT_ATTACK, label, "prompts", "prompt_mia", run.rows(rl, "sd_base"),
                                    _rlft2_evidence(run))
 
 

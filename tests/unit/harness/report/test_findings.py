@@ -629,19 +629,23 @@ def test_m5_ipo_pairs_detectable_where_sd_is_not_extractable_by_hand():
     assert verdicts(RunResults(g, evidence()))["M5"].status == NOT_MEASURED
 
 
-def _prompt_summary(member_scores, nonmember_scores, blind_members=None, blind_nonmembers=None):
-    """A prompt_mia summary of RLFT.2's final checkpoint on sd_base, every prompt attack scoring as given (the audit's
-    own metrics, harness/audit/preference_mia.membership_metrics), with the blind baseline where given."""
+def _prompt_summary(member_scores, nonmember_scores, blind_members=None, blind_nonmembers=None, other_members=None,
+                    other_nonmembers=None):
+    """A prompt_mia summary of RLFT.2's final checkpoint on sd_base (the audit's own metrics, harness/audit/
+    preference_mia.membership_metrics): Min-kNN scoring as given, the drop from the initial model as `other_*` (else as
+    Min-kNN), with the blind baseline where given."""
     from memlens.harness.audit.preference_mia import membership_metrics
     from memlens.harness.measures.blind_mia import BLIND
 
-    def side(scores, member, blind):
-        return [{"id": f"{member}{i}", "member": member, "score": {"min_knn": s},
+    def side(scores, member, blind, other):
+        return [{"id": f"{member}{i}", "member": member,
+                 "score": {"min_knn": s, "min_knn_vs_initial": other[i] if other else s},
                  **({BLIND: blind[i]} if blind else {})} for i, s in enumerate(scores)]
 
-    rows_ = side(member_scores, 1, blind_members) + side(nonmember_scores, 0, blind_nonmembers)
+    rows_ = (side(member_scores, 1, blind_members, other_members)
+             + side(nonmember_scores, 0, blind_nonmembers, other_nonmembers))
     result = {"n_members": len(member_scores), "n_nonmembers": len(nonmember_scores),
-              "attacks": membership_metrics(rows_, ["min_knn"], 200, 0)}
+              "attacks": membership_metrics(rows_, ["min_knn", "min_knn_vs_initial"], 200, 0)}
     return {"RLFT.2": {"checkpoints": ["final"], "results": {"final": {"sd_base": result}}}}
 
 
@@ -671,6 +675,13 @@ def test_m6_rl_prompts_detectable_where_sd_is_not_extractable_by_hand():
     g[("RLFT.2", "final", "sd_base")] = rows(8, 20)
     assert verdicts(RunResults(g, evidence(), prompt_mia=_prompt_summary(*separated, *chance_blind)))["M6"].status \
         == FAILS
+    # another attack separates the prompts while Min-kNN sits at chance: Min-kNN is fixed, not picked, so not reproduced
+    found = verdicts(RunResults(grouped(), evidence(), prompt_mia=_prompt_summary(*same, *chance_blind, *separated)))
+    assert found["M6"].status == FAILS and "AUC 0.50" in found["M6"].ours
+    # no blind baseline (a side too small): a rule that otherwise passes is left undecided, one that fails is not
+    assert verdicts(RunResults(grouped(), evidence(),
+                               prompt_mia=_prompt_summary(*separated)))["M6"].status == INCONCLUSIVE
+    assert verdicts(RunResults(grouped(), evidence(), prompt_mia=_prompt_summary(*same)))["M6"].status == FAILS
     # pairs are not M6's; no prompt_mia audit: not measured
     assert verdicts(RunResults(grouped(), evidence(), pair_mia=_pair_summary(*separated, *chance_blind)))["M6"].status \
         == NOT_MEASURED
