@@ -46,6 +46,7 @@ from memlens.harness.audit.preference_mia import (
 )
 from memlens.harness.audit.settings import AuditSettings, list_checkpoints, setting
 from memlens.harness.core.errors import UserError
+from memlens.harness.core.injected import prompt_only_text
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256, read_json, read_jsonl
 from memlens.harness.core.layout import MIA_SUMMARY, PROMPT_HELDOUT, data_dir, prompt_mia_dir, require_inside
 from memlens.harness.core.provenance import provenance
@@ -76,6 +77,8 @@ NAME = "prompt_mia"
 TITLE = "Membership of RL prompts (Min-kNN distance)"
 RL_STAGE = "rl"                     # provenance.json `stage` of recipes/stages/rl.py
 DEFAULT_CONTEXT_CHARS = 2000        # recipes/stages/rl.py RLSettings.context_chars, for a provenance without it
+ALL_CHECKPOINTS, FINAL_ONLY = "all", "final"     # audit.prompt_mia_checkpoints
+CHECKPOINT_CHOICES = (ALL_CHECKPOINTS, FINAL_ONLY)
 
 
 def capped(rows: list[dict], n: int, seed: int, dataset: str) -> list[dict]:
@@ -141,7 +144,8 @@ class PromptMiaSettings:
     KEYS: ClassVar[dict[str, str]] = {"bootstrap": "mia_bootstrap", "prompts": "prompt_mia_prompts",
                                       "samples": "prompt_mia_samples", "k": "prompt_mia_k",
                                       "temperature": "prompt_mia_temperature",
-                                      "max_new_tokens": "prompt_mia_max_new_tokens", "diba": "prompt_mia_diba"}
+                                      "max_new_tokens": "prompt_mia_max_new_tokens", "diba": "prompt_mia_diba",
+                                      "checkpoints": "prompt_mia_checkpoints"}
 
     bootstrap: int = BOOTSTRAP_N      # resamples of each AUC / TPR interval
     prompts: int = 48                 # at most this many prompts per side (members, held out) and dataset
@@ -151,9 +155,13 @@ class PromptMiaSettings:
     max_new_tokens: int = 48          # tokens per sampled completion (the quickstart RLFT.2's max_completion_length)
     diba: bool = True                 # DIBA's features too: the reward model scores both models' samples, both models
                                       # score the audited model's samples (a stage with a verifiable reward: drift only)
+    checkpoints: str = ALL_CHECKPOINTS  # "all": every checkpoint the audit plan names; "final": the final model alone
     scoring: AuditSettings = field(default_factory=AuditSettings)
 
     def __post_init__(self):
+        if self.checkpoints not in CHECKPOINT_CHOICES:
+            raise UserError(f"audit.prompt_mia_checkpoints={self.checkpoints!r}: use {ALL_CHECKPOINTS} (every "
+                            f"checkpoint the audit plan names) or {FINAL_ONLY} (the final model alone, cheaper)")
         for name, low, hint in (("bootstrap", 1, f"{BOOTSTRAP_N} is the default"), ("prompts", 2, "e.g. 48"),
                                 ("samples", 2, "a nearest neighbour needs 2; e.g. 8"), ("k", 1, "e.g. 4"),
                                 ("max_new_tokens", 1, "e.g. 48")):
@@ -173,7 +181,8 @@ class PromptMiaSettings:
     @classmethod
     def from_config(cls, a) -> PromptMiaSettings:
         return cls(*(setting(a, cls, name) for name in ("bootstrap", "prompts", "samples", "k", "temperature",
-                                                        "max_new_tokens", "diba")), AuditSettings.from_config(a))
+                                                        "max_new_tokens", "diba", "checkpoints")),
+                   AuditSettings.from_config(a))
 
 
 @dataclass(frozen=True)
@@ -189,6 +198,8 @@ class RLModel:
     context_chars: int
     reward_model_dir: Path | None = None       # the stage's reward model (None: a verifiable reward)
     rm_max_length: int = 1024                  # the RM's training max_length (recipes/stages/rl.py rm_max_length)
+    canaries: bool = False                     # the rows are memlens.inject canaries of a prompt-only dataset (each
+                                               # prompt the whole canary), not programs cut into FIM contexts
 
 
 def rl_models(cfg, log=print) -> list[RLModel]:
@@ -230,7 +241,8 @@ def load_prompts(m: RLModel, cap: int, seed: int) -> tuple[dict[str, list[dict]]
     data, sha = {}, {}
     for dataset, (members_path, nonmembers_path) in m.prompts.items():
         for role, path in (("members", members_path), ("nonmembers", nonmembers_path)):
-            rows = prompt_contexts(read_jsonl(path, required=("id",)), dataset, m.seed, m.context_chars)
+            rows = read_jsonl(path, required=("id",))
+            rows = canary_prompts(rows) if m.canaries else prompt_contexts(rows, dataset, m.seed, m.context_chars)
             data[f"{dataset}:{role}"] = capped(rows, cap, seed, f"{dataset}:{role}")
             sha[f"{dataset}:{role}"] = file_sha256(path)
         clash = {r["id"] for r in data[f"{dataset}:members"]} & {r["id"] for r in data[f"{dataset}:nonmembers"]}
@@ -240,10 +252,20 @@ def load_prompts(m: RLModel, cap: int, seed: int) -> tuple[dict[str, list[dict]]
     return data, sha
 
 
+def canary_prompts(rows: list[dict]) -> list[dict]:
+    """Canaries (memlens.inject's planted or held-out rows) as the prompts a prompt-only dataset holds them: the whole
+    canary as the prompt, read left to right (prefix = it, no suffix), with a planted canary's `repeat`."""
+    return [{"id": r["id"], "prefix": prompt_only_text(r), "suffix": "",
+             **({"repeat": r["repeat"]} if "repeat" in r else {})} for r in rows]
+
+
 def audit_prompt_mia(m: RLModel, settings: PromptMiaSettings, out_dir: str | Path, cache_dir: str | Path, *,
-                     seed: int = BOOTSTRAP_SEED, log=print) -> dict:
+                     seed: int = BOOTSTRAP_SEED, checkpoints: list[tuple[str, Path]] | None = None,
+                     log=print) -> dict:
     """Score every checkpoint of one RL model (then its final model) on each of its prompt datasets against their
-    held-out twins; write rows and `<out_dir>/summary.json` (the summary last); return the summary."""
+    held-out twins; write rows and `<out_dir>/summary.json` (the summary last); return the summary.
+    `checkpoints`: (name, directory) to score instead, added to the results the summary already holds when they were
+    computed the same way (memlens.AuditCallback scores each checkpoint as the trainer saves it)."""
     out_dir, cache_dir = Path(out_dir), Path(cache_dir)
     s, scoring = settings, settings.scoring
     device = pick_device(scoring.device)
@@ -267,7 +289,9 @@ def audit_prompt_mia(m: RLModel, settings: PromptMiaSettings, out_dir: str | Pat
     initial_rewards = rewards_of(initial) if rewards_of else None
     outputs: dict[Path, list[dict]] = {}
     results: dict = {}
-    for checkpoint, path in list_checkpoints(m.model_dir, m.all_checkpoints):
+    earlier = _earlier_prompt_results(out_dir, m, s, seed, sha) if checkpoints is not None else {}
+    for checkpoint, path in checkpoints if checkpoints is not None else list_checkpoints(
+            m.model_dir, m.all_checkpoints and s.checkpoints == ALL_CHECKPOINTS):
         sentinels = model_sentinels(path, scoring.fim_family)
         policy, cache = cached_samples(path, everything, sentinels, cache_dir, **sample)
         log(f"[audit]   {m.name} {checkpoint}: {cache.n_computed} prompt(s) sampled, {cache.n_cached} cached")
@@ -295,14 +319,14 @@ def audit_prompt_mia(m: RLModel, settings: PromptMiaSettings, out_dir: str | Pat
                 "members_file": str(m.prompts[dataset][0]), "nonmembers_file": str(m.prompts[dataset][1]),
                 "attacks": prompt_metrics(rows, s.bootstrap, seed),
                 **dose_tiers(rows, scored_attacks(rows), s.bootstrap, seed)}
+    results = {**{c: r for c, r in earlier.items() if c not in results}, **results}
     summary = {
         "model": m.name, "model_dir": str(m.model_dir), "initial": str(m.initial_dir),
         "reward_model": str(m.reward_model_dir) if m.reward_model_dir else None,
         "checkpoints": sorted(results, key=_checkpoint_order), "attacks": [*PROMPT_ATTACKS, DIBA],
         "attack_labels": {a: prompt_attack_label(a) for a in [*PROMPT_ATTACKS, DIBA]}, "primary_attack": PRIMARY_PROMPT_ATTACK,
-        "sampling": {"samples": s.samples, "k": s.k, "diba": s.diba, "temperature": s.temperature, "max_new_tokens": s.max_new_tokens,
-                     "prompts_per_side": s.prompts, "seed": seed},
-        "contexts": {"seed": m.seed, "context_chars": m.context_chars},
+        "sampling": _sampling_record(s, seed),
+        "contexts": "canaries as prompt-only rows" if m.canaries else {"seed": m.seed, "context_chars": m.context_chars},
         "fprs": list(MIA_FPRS), "tpr_at_fpr_rule": TPR_AT_FPR_RULE, "prompt_text_rule": PROMPT_TEXT_RULE,
         "blind_rule": BLIND_RULE, BLIND: blind, "bootstrap": {"n": s.bootstrap, "seed": seed},
         "score_convention": "higher = member; AUC 0.5 = chance", "results": results,
@@ -313,6 +337,26 @@ def audit_prompt_mia(m: RLModel, settings: PromptMiaSettings, out_dir: str | Pat
         atomic_write_jsonl(path, rows)
     atomic_write_json(out_dir / "summary.json", summary)
     return summary
+
+
+def _sampling_record(s: PromptMiaSettings, seed: int) -> dict:
+    return {"samples": s.samples, "k": s.k, "diba": s.diba, "temperature": s.temperature,
+            "max_new_tokens": s.max_new_tokens, "prompts_per_side": s.prompts, "seed": seed, "checkpoints": s.checkpoints}
+
+
+def _earlier_prompt_results(out_dir: Path, m: RLModel, s: PromptMiaSettings, seed: int, sha: dict[str, str]) -> dict:
+    """The per-checkpoint results of `<out_dir>/summary.json` when they were computed the same way on the same prompts
+    (initial model, sampling, attacks, bootstrap, prompt texts, blind baseline, the prompt files' sha256), else none:
+    a summary only ever joins results of one method on one data."""
+    path = out_dir / "summary.json"
+    if not path.is_file():
+        return {}
+    old = read_json(path)
+    same = (old.get("initial") == str(m.initial_dir) and old.get("sampling") == _sampling_record(s, seed)
+            and old.get("attacks") == [*PROMPT_ATTACKS, DIBA] and old.get("bootstrap") == {"n": s.bootstrap, "seed": seed}
+            and old.get("prompt_text_rule") == PROMPT_TEXT_RULE and old.get("blind_rule") == BLIND_RULE
+            and (old.get("provenance") or {}).get("datasets") == sha)
+    return dict(old.get("results") or {}) if same else {}
 
 
 def collect_prompt_summaries(audit_dir: str | Path) -> dict:

@@ -27,7 +27,13 @@ from memlens.harness.model.cache import (
     loss_cache,
 )
 from memlens.harness.model.encode import cut_at_eos, encode_texts
-from memlens.harness.model.load import load_causal_lm, load_reward_model, model_fingerprint, model_sentinels
+from memlens.harness.model.load import (
+    accepts_logits_to_keep,
+    load_causal_lm,
+    load_reward_model,
+    model_fingerprint,
+    model_sentinels,
+)
 from memlens.harness.model.rewards import score_texts
 from memlens.harness.model.scorer import CausalLMScorer
 from memlens.harness.text.fim import format_psm_training, stop_token_ids, strip_sentinels
@@ -56,14 +62,6 @@ def repeatable_cache(past) -> bool:
             and all(type(layer).__name__ in REPEATABLE_CACHE_LAYERS for layer in layers))
 
 
-def _last_logits_only(model) -> dict:
-    """{"logits_to_keep": 1} where the model's forward takes it (the prompt's pass then computes one position's
-    logits, as transformers' generate does), else {}."""
-    import inspect
-
-    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
-
-
 def sample_continuations(model, prompt_ids: Sequence[int], n: int, max_new_tokens: int, temperature: float,
                          generator, *, excluded: frozenset[int] = frozenset(),
                          stop_ids: Sequence[int] = ()) -> list[list[int]]:
@@ -81,7 +79,7 @@ def sample_continuations(model, prompt_ids: Sequence[int], n: int, max_new_token
     device = next(model.parameters()).device
     stops = torch.tensor(sorted(set(stop_ids)), dtype=torch.long)
     banned = sorted(excluded)
-    last_only = _last_logits_only(model)
+    last_only = {"logits_to_keep": 1} if accepts_logits_to_keep(model) else {}   # the prompt's last position
     was_training = model.training
     model.eval()
     rows: list[list[int]] = [[] for _ in range(n)]

@@ -132,6 +132,9 @@ def test_experiment_runs_end_to_end_at_toy_size(name, tmp_path, finished_runs):
     if "prompt_mia" in list(cfg.audit.measures):               # the RL stage's own prompts, vs held-out prompts
         prompts = json.loads((run_dir / "audit" / "prompt_mia" / "summary.json").read_text())["results"]
         assert "sd_base" in prompts["RLFT.2"]["results"]["final"], sorted(prompts)
+        if cfg.audit.prompt_mia_checkpoints == "final":               # the stage saved checkpoints; none is sampled
+            assert prompts["RLFT.2"]["checkpoints"] == ["final"]
+            assert any((run_dir / "models" / "RLFT.2").glob("checkpoint-*"))
         found = {f["id"]: f for f in json.loads((run_dir / "report" / "findings.json").read_text())["findings"]}
         assert found["M6"]["status"] != "not measured", found["M6"]
     if name in CHECKS_OF_EXPERIMENT:

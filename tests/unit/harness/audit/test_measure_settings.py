@@ -34,7 +34,7 @@ BAD = {
     "epsilon_attack": "lossx", "epsilon_span": "middle", "epsilon_delta": 1.0, "epsilon_confidence": 0,
     "epsilon_guesses": [[0.9, 0.9]],
     "prompt_mia_prompts": 1, "prompt_mia_samples": 1, "prompt_mia_k": 0, "prompt_mia_temperature": 0,
-    "prompt_mia_max_new_tokens": "x", "prompt_mia_diba": "yes",
+    "prompt_mia_max_new_tokens": "x", "prompt_mia_diba": "yes", "prompt_mia_checkpoints": "last",
 }
 
 
