@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from memlens.harness.core.errors import UserError
-from memlens.harness.core.injected import MANIFEST_VERSION, write_manifest
+from memlens.harness.core.injected import MANIFEST_VERSION, prompt_only_text, write_manifest
 from memlens.harness.core.provenance import provenance
 from memlens.harness.core.user_data import fim_example, read_fim_examples
 from memlens.synthetic_data.designs import AS_GIVEN, add_new_tokens, check_design, design_secrets
@@ -156,7 +156,7 @@ def _placed(fmt: str, field: str, canary: dict, rejected: Any = None) -> dict:
     if fmt == "language_modeling":
         return {"text": prefix + target + suffix}
     if fmt == "prompt_only":
-        return {"prompt": prefix + target + suffix}
+        return {"prompt": prompt_only_text(canary)}
     prompt, answer = (prefix, target + suffix) if trained else (prefix + target, suffix)
     if fmt != "conversational":
         # Spaces ending a prompt go to the completion: a BPE tokenizer merges " '" across the boundary, and TRL then

@@ -11,6 +11,7 @@ renders the rates over steps:
     <out_dir>/audit/summary.json                                           rebuilt from every row
     <out_dir>/audit/mia/<model>/summary.json                               membership inference per checkpoint
     <out_dir>/audit/pair_mia/<model>/summary.json                          membership of preference pairs (below)
+    <out_dir>/audit/prompt_mia/<model>/summary.json                        membership of RL prompts (below)
     <out_dir>/audit/exposure/<model>/checkpoint-<step>.jsonl + summary.json exposure of each canary (below)
     <out_dir>/audit/reward/<model>/summary.json                            a reward model's ranking (below)
     <out_dir>/audit/callback.jsonl                                         per checkpoint: step, seconds, rates
@@ -30,6 +31,12 @@ Measures (paper 003 Def. 3.1 for extraction; memlens.harness.measures.mia for th
               else the local directory the trainer's model was loaded from (a PEFT model: its base); where neither
               exists the measure is skipped and the log says why (the control is a counterfactual, not PREMIA's
               reference: its ratios would cancel everything the fine-tune learned).
+  prompt_mia  on a prompt-only dataset (GRPO, RLOO, ...): Min-kNN distance (Zhang et al. 2026;
+              harness/audit/prompt_mia.py) of m = 8 completions (`max_new_tokens` each, T = 1) sampled after each
+              canary's prompt as the trainer holds it (the whole canary, left to right), by the checkpoint and by
+              the model the run started from (as pair_mia's reference: `pair_reference`, else the trainer's local
+              model directory), planted vs held out. RL has no target string to score: what it trains on is prompts.
+              DIBA's features need the run's reward, which the callback does not have, so they are not scored.
   exposure    Carlini et al. 2019 (Sec. 4), the rank form, with held-out twins as the sample of the canaries'
               randomness space: each canary's target given its prompt ranked by summed NLL among a pool of held-out
               targets (`exposure_candidates`, seeded) in the same place; exposure = log2(candidates) - log2(rank), ties
@@ -75,6 +82,7 @@ from memlens.harness.audit.background import (
 from memlens.harness.audit.epsilon import DEFAULT_GUESSES, EpsilonSettings
 from memlens.harness.audit.mia import MiaSettings, audit_mia, collect_summaries
 from memlens.harness.audit.preference_mia import PRIMARY_PAIR_ATTACK, audit_pair_mia, collect_pair_summaries
+from memlens.harness.audit.prompt_mia import PromptMiaSettings, RLModel, audit_prompt_mia, collect_prompt_summaries
 from memlens.harness.audit.preflight import check_new_tokens, check_survival, control_refusal, dataloader_parts
 from memlens.harness.audit.preflight import report as report_survival
 from memlens.harness.audit.run import AuditState, audit_checkpoint, write_summary
@@ -99,6 +107,7 @@ from memlens.harness.core.layout import (
     heldout_dataset,
     mia_dir,
     pair_mia_dir,
+    prompt_mia_dir,
     require_inside,
 )
 from memlens.harness.core.provenance import provenance
@@ -107,6 +116,7 @@ from memlens.harness.measures.epsilon import audit_epsilon, guess_counts
 from memlens.harness.measures.exposure import exposure_from_losses, exposure_summary
 from memlens.harness.measures.memorization import summarize_rows
 from memlens.harness.measures.mia import TokenFrequency, attack_metrics
+from memlens.harness.measures.prompt_mia import PRIMARY_PROMPT_ATTACK
 from memlens.harness.model.load import ADAPTER_CONFIG, has_weights, model_sentinels, set_threads
 from memlens.harness.model.rewards import score_texts
 from memlens.harness.model.scorer import CausalLMScorer
@@ -120,7 +130,7 @@ from memlens.harness.model.training import (
 )
 
 # what a causal LM's checkpoint is scored with by default (pair_mia: only where the manifest holds preference pairs)
-CALLBACK_MEASURES = ("extraction", "mia", "exposure", "pair_mia")
+CALLBACK_MEASURES = ("extraction", "mia", "exposure", "pair_mia", "prompt_mia")
 OPTIONAL = ("epsilon",)                 # asked for by name: the one-run ε bounds need fair-coin held-out canaries
 PREFLIGHT_MODES = ("raise", "warn", "off")   # a planted copy that gets no loss: refuse to train, say so, or skip
 FAIR_COIN = 0.5                         # memlens.inject's heldout_fraction the one-run bounds assume
@@ -201,7 +211,8 @@ class CallbackArgs:
     background: bool = False                 # score in a worker process while training goes on
     max_pending: int = 2                     # checkpoints queued for the worker before a save waits
     reference: Sequence[str] | None = None   # texts whose token frequencies calibrate DC-PDD; None: the training rows
-    pair_reference: str | Path | None = None  # PREMIA's reference: the model the run started from; None: found
+    pair_reference: str | Path | None = None  # the model the run started from (PREMIA's reference, prompt_mia's
+                                              # initial model); None: found
 
     def __post_init__(self):
         out_dir = require_creatable_dir("AuditCallback(out_dir)", Path(self.out_dir))
@@ -378,6 +389,7 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
         self.pair_reference: Path | None = (Path(self.args.pair_reference) if self.args.pair_reference is not None
                                             else None)
         self._told_pairs = False                              # the once-only "pairs not scored" message
+        self._told_prompts = False                            # the once-only "prompts not scored" message
         self.background = BackgroundScorer(self.audit_dir, self.args.max_pending) if self.args.background else None
         self.log = log
         link = _ATTACHED.get(str(self.out_dir.resolve()))
@@ -528,6 +540,8 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
                     record["mia"] = self._mia(checkpoint, name, control_dir)
                 if "pair_mia" in self.settings.measures and self._pairs_scorable():
                     record["pair_mia"] = self._pair_mia(checkpoint, name)
+                if "prompt_mia" in self.settings.measures and self._prompts_scorable():
+                    record["prompt_mia"] = self._prompt_mia(checkpoint, name)
                 if "exposure" in self.settings.measures:
                     record["exposure"] = self._exposure(checkpoint, name)
                 if "epsilon" in self.settings.measures:
@@ -604,6 +618,32 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
         collect_pair_summaries(self.audit_dir)
         attacks = summary["results"][checkpoint.name][CANARIES]["attacks"]
         return _tracked(attacks)
+
+    def _prompts_scorable(self) -> bool:
+        """Whether this run's canaries sit in a prompt-only dataset (an RL trainer's), with planted and held-out ones,
+        and the run's initial model is known; where a prompt-only manifest's prompts cannot be scored, say why once."""
+        if self.manifest.get("format") != "prompt_only":
+            return False
+        if self.manifest["heldout"] and self.pair_reference is not None:
+            return True
+        if not self._told_prompts:
+            self._told_prompts = True
+            why = ("no canary was held out" if not self.manifest["heldout"] else
+                   "the model the run started from is not a local model directory: pass pair_reference=<it>")
+            self.log(f"[memlens] AuditCallback: RL-prompt membership is not scored: {why}")
+        return False
+
+    def _prompt_mia(self, checkpoint: Path, name: str) -> dict:
+        """Min-kNN distance of each canary prompt's sampled completions, this checkpoint's beside the initial model's,
+        planted vs held out (harness/audit/prompt_mia.py with the canaries as prompts); each attack's AUC, TPR at
+        FPR < 1 % and why it is degenerate, where it is."""
+        model = RLModel(name, checkpoint.parent, False, Path(self.pair_reference),
+                        {CANARIES: (self.planted, self.heldout)}, seed=0, context_chars=0, canaries=True)
+        settings = PromptMiaSettings(max_new_tokens=self.audit.max_new_tokens, diba=False, scoring=self.audit)
+        summary = audit_prompt_mia(model, settings, prompt_mia_dir(self.audit_dir, name), self.audit_dir / "cache",
+                                   checkpoints=[(checkpoint.name, checkpoint)], log=lambda _: None)
+        collect_prompt_summaries(self.audit_dir)
+        return _tracked(summary["results"][checkpoint.name][CANARIES]["attacks"])
 
     def _epsilon(self, checkpoint: Path, name: str) -> dict:
         """The one-run ε lower bounds (Steinke et al. 2023; Xiang et al. 2025, memlens.harness.measures.epsilon) from
@@ -719,7 +759,8 @@ def _tracked(attacks: dict[str, dict]) -> dict[str, dict]:
 def tracker_metrics(record: dict) -> dict[str, float]:
     """A scored checkpoint's figures under `memlens/` keys, as the trainer's trackers receive them: extraction rates
     (planted, held out) and the control's rate, each attack's AUC and TPR at FPR < 1 % (only where that FPR exists at
-    this many held-out canaries: target attacks under memlens/mia/, preference-pair attacks under memlens/pair_mia/),
+    this many held-out canaries: target attacks under memlens/mia/, preference-pair attacks under memlens/pair_mia/,
+    RL-prompt attacks under memlens/prompt_mia/),
     the planted canaries' mean exposure in bits, a reward model's ranking AUC, and the one-run ε bounds."""
     out: dict[str, float] = {}
     extraction = record.get("extraction") or {}
@@ -728,7 +769,7 @@ def tracker_metrics(record: dict) -> dict[str, float]:
             out[f"memlens/{key}"] = extraction[dataset]["rate"]
     if (extraction.get(CANARIES) or {}).get("control_rate") is not None:
         out["memlens/control_rate"] = extraction[CANARIES]["control_rate"]
-    for kind in ("mia", "pair_mia"):
+    for kind in ("mia", "pair_mia", "prompt_mia"):
         for attack, m in (record.get(kind) or {}).items():
             out[f"memlens/{kind}/{attack}/auc"] = m["auc"]["value"]
             tpr = m.get("tpr_at_fpr<1%") or {}
@@ -756,6 +797,10 @@ def _headline(record: dict) -> dict[str, str]:
     if pair:
         out[f"pair MIA {PRIMARY_PAIR_ATTACK} AUC"] = f"{pair['auc']['value']:.2f}" + (
             " (degenerate)" if pair.get("degenerate") else "")
+    prompt = (record.get("prompt_mia") or {}).get(PRIMARY_PROMPT_ATTACK)
+    if prompt:
+        out[f"prompt MIA {PRIMARY_PROMPT_ATTACK} AUC"] = f"{prompt['auc']['value']:.2f}" + (
+            " (degenerate)" if prompt.get("degenerate") else "")
     exposure = record.get("exposure") or {}
     if "planted" in exposure and exposure["planted"]["mean"] is not None:
         out["exposure planted/held out"] = f"{exposure['planted']['mean']:.2f}/{exposure['heldout']['mean']:.2f} bits"

@@ -54,6 +54,12 @@ def pair_row(canary: dict) -> dict:
             "rejected": pair["rejected"], **({"repeat": canary["repeat"]} if "repeat" in canary else {})}
 
 
+def prompt_only_text(canary: dict) -> str:
+    """A canary's prompt in a prompt-only (GRPO / RLOO) dataset: the whole canary, prefix, target and suffix, as
+    memlens.inject places it (an RL trainer samples its completions after it)."""
+    return canary["prefix"] + canary["target"] + canary["suffix"]
+
+
 def read_manifest(manifest) -> dict:
     """A manifest given as the dict memlens.inject returned or as the path of its JSON, checked to be one."""
     if isinstance(manifest, (str, Path)):

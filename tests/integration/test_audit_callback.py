@@ -57,8 +57,10 @@ def test_every_saved_checkpoint_of_a_trl_trainer_is_scored(kind, loss_type, base
         assert "dc_pdd" in record["mia"], (kind, sorted(record["mia"]))
         assert ("sequence_loss" in record["mia"]) == (checkpoint != "checkpoint-1")
         assert record["exposure"]["planted"]["count"] == planted and record["exposure"]["heldout"]["count"] == heldout
-        # preference-pair membership wherever the trainer reads pairs (the manifest holds them), nowhere else
+        # preference-pair membership wherever the trainer reads pairs (the manifest holds them), RL-prompt membership
+        # wherever it samples from prompts, nowhere else
         assert ("pair_mia" in record) == (manifest["format"] == "preference"), (kind, sorted(record))
+        assert ("prompt_mia" in record) == (manifest["format"] == "prompt_only"), (kind, sorted(record))
         for row in read_jsonl(tmp_path / "audit" / "exposure" / "model" / f"{checkpoint}.jsonl"):
             # a planted canary ranks among every held-out target, a held-out one among the others
             assert row["n_candidates"] == heldout + row["member"] and 1 <= row["rank"] <= row["n_candidates"]
@@ -67,6 +69,39 @@ def test_every_saved_checkpoint_of_a_trl_trainer_is_scored(kind, loss_type, base
     assert mia["checkpoints"] == sorted(log, key=lambda c: int(c.split("-")[1]))
     summary = read_json(tmp_path / "audit" / "summary.json")["results"]["model"]
     assert sorted(summary) == sorted(log)
+    if manifest["format"] == "prompt_only":
+        _check_prompt_membership(tmp_path, base_dir, manifest, log)
+
+
+def _check_prompt_membership(tmp_path, base_dir, manifest: dict, log: dict) -> None:
+    """A GRPO / RLOO run: each checkpoint's canary prompts, planted vs held out, by Min-kNN of completions sampled from
+    it and from the model the run started from (base_dir, found at train begin); the summary gathers both
+    checkpoints, the trackers get the AUCs, and a row's Min-kNN is that of the checkpoint's seeded samples after the
+    whole canary, the prompt as the trainer held it (drawn again here)."""
+    from memlens.harness.audit.callback import tracker_metrics
+    from memlens.harness.core.injected import prompt_only_text
+    from memlens.harness.core.stats import BOOTSTRAP_SEED
+    from memlens.harness.measures.prompt_mia import PROMPT_ATTACKS, min_knn_distance
+    from memlens.harness.model.load import load_causal_lm, model_sentinels
+    from memlens.harness.model.sampling import sample_prompts
+
+    for record in log.values():
+        assert set(record["prompt_mia"]) == set(PROMPT_ATTACKS), record["prompt_mia"]     # no reward: no DIBA
+        auc = record["prompt_mia"]["min_knn"]["auc"]["value"]
+        assert tracker_metrics(record)["memlens/prompt_mia/min_knn/auc"] == auc
+    summary = read_json(tmp_path / "audit" / "prompt_mia" / "model" / "summary.json")
+    assert summary["checkpoints"] == ["checkpoint-1", "checkpoint-2"] and summary["initial"] == str(base_dir)
+    rows = read_jsonl(tmp_path / "audit" / "prompt_mia" / "model" / "checkpoint-2" / "canaries.jsonl")
+    assert sorted((r["id"], r["member"]) for r in rows) == sorted(
+        [(c["id"], 1) for c in manifest["canaries"]] + [(c["id"], 0) for c in manifest["heldout"]])
+    checkpoint = tmp_path / "model" / "checkpoint-2"
+    model, tok = load_causal_lm(checkpoint, "cpu")
+    sentinels = model_sentinels(checkpoint, "prefix")
+    canary = manifest["canaries"][0]
+    (again,) = sample_prompts(model, tok, [sentinels.prompt(prompt_only_text(canary), "")], [canary["id"]], sentinels,
+                              samples=8, temperature=1.0, max_new_tokens=SMALL["max_new_tokens"], seed=BOOTSTRAP_SEED)
+    row = next(r for r in rows if r["id"] == canary["id"])
+    assert row["min_knn"]["policy"] == pytest.approx(min_knn_distance(again, 4))
 
 
 def test_with_enough_canaries_every_attack_and_the_one_run_bounds_are_scored(base_dir, tmp_path):
