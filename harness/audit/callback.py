@@ -82,9 +82,9 @@ from memlens.harness.audit.background import (
 from memlens.harness.audit.epsilon import DEFAULT_GUESSES, EpsilonSettings
 from memlens.harness.audit.mia import MiaSettings, audit_mia, collect_summaries
 from memlens.harness.audit.preference_mia import PRIMARY_PAIR_ATTACK, audit_pair_mia, collect_pair_summaries
-from memlens.harness.audit.prompt_mia import PromptMiaSettings, RLModel, audit_prompt_mia, collect_prompt_summaries
 from memlens.harness.audit.preflight import check_new_tokens, check_survival, control_refusal, dataloader_parts
 from memlens.harness.audit.preflight import report as report_survival
+from memlens.harness.audit.prompt_mia import PromptMiaSettings, RLModel, audit_prompt_mia, collect_prompt_summaries
 from memlens.harness.audit.run import AuditState, audit_checkpoint, write_summary
 from memlens.harness.audit.settings import AuditJob, AuditSettings
 from memlens.harness.core.errors import UserError

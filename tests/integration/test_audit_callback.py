@@ -86,7 +86,8 @@ def _check_prompt_membership(tmp_path, base_dir, manifest: dict, log: dict) -> N
     from memlens.harness.model.sampling import sample_prompts
 
     for record in log.values():
-        assert set(record["prompt_mia"]) == set(PROMPT_ATTACKS), record["prompt_mia"]     # no reward: no DIBA
+        # the sample-only attacks; DIBA's reward gain and drift need the run's reward, which the callback lacks
+        assert set(record["prompt_mia"]) == {"min_knn", "mean_nn", "min_knn_vs_initial"} < set(PROMPT_ATTACKS)
         auc = record["prompt_mia"]["min_knn"]["auc"]["value"]
         assert tracker_metrics(record)["memlens/prompt_mia/min_knn/auc"] == auc
     summary = read_json(tmp_path / "audit" / "prompt_mia" / "model" / "summary.json")
