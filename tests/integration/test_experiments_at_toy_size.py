@@ -128,7 +128,8 @@ def test_experiment_runs_end_to_end_at_toy_size(name, tmp_path, finished_runs):
         assert all(found[fid]["status"] != "not measured" for fid in ("M1", "M2", "M3")), found["M1"]
     if "pair_mia" in list(cfg.audit.measures):                 # the preference models' pairs, vs held-out pairs
         pairs = json.loads((run_dir / "audit" / "pair_mia" / "summary.json").read_text())["results"]
-        assert "IPO" in pairs and pairs["IPO"]["results"]["final"], sorted(pairs)
+        preference = {s.model_name for s in plan(cfg) if s.recipe == "preference"}     # every objective's model
+        assert preference and all(pairs[m]["results"]["final"] for m in preference), sorted(pairs)
     if "prompt_mia" in list(cfg.audit.measures):               # the RL stage's own prompts, vs held-out prompts
         prompts = json.loads((run_dir / "audit" / "prompt_mia" / "summary.json").read_text())["results"]
         assert "sd_base" in prompts["RLFT.2"]["results"]["final"], sorted(prompts)
