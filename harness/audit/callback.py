@@ -68,7 +68,7 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -639,7 +639,11 @@ class AuditCallback(trainer_callback_base(), exportable_state_base()):
         FPR < 1 % and why it is degenerate, where it is."""
         model = RLModel(name, checkpoint.parent, False, Path(self.pair_reference),
                         {CANARIES: (self.planted, self.heldout)}, seed=0, context_chars=0, canaries=True)
-        settings = PromptMiaSettings(max_new_tokens=self.audit.max_new_tokens, diba=False, scoring=self.audit)
+        # the prompt as an RL trainer holds it, left to right, whatever prompt_format the targets are asked in; every
+        # canary (no cap), so that TPR at low FPR is measured wherever enough canaries are held out
+        settings = PromptMiaSettings(prompts=max(2, len(self.manifest["canaries"]), len(self.manifest["heldout"])),
+                                     max_new_tokens=self.audit.max_new_tokens, diba=False,
+                                     scoring=replace(self.audit, fim_family="prefix"))
         summary = audit_prompt_mia(model, settings, prompt_mia_dir(self.audit_dir, name), self.audit_dir / "cache",
                                    checkpoints=[(checkpoint.name, checkpoint)], log=lambda _: None)
         collect_prompt_summaries(self.audit_dir)

@@ -66,6 +66,7 @@ from memlens.harness.measures.prompt_mia import (
 )
 from memlens.harness.model.load import model_sentinels, pick_device, set_threads
 from memlens.harness.model.sampling import (
+    SAMPLING,
     cached_sample_logprobs,
     cached_sample_rewards,
     cached_samples,
@@ -289,7 +290,8 @@ def audit_prompt_mia(m: RLModel, settings: PromptMiaSettings, out_dir: str | Pat
     initial_rewards = rewards_of(initial) if rewards_of else None
     outputs: dict[Path, list[dict]] = {}
     results: dict = {}
-    earlier = _earlier_prompt_results(out_dir, m, s, seed, sha) if checkpoints is not None else {}
+    earlier = (_earlier_prompt_results(out_dir, m, s, seed, sha, initial_sentinels.family) if checkpoints is not None
+               else {})
     for checkpoint, path in checkpoints if checkpoints is not None else list_checkpoints(
             m.model_dir, m.all_checkpoints and s.checkpoints == ALL_CHECKPOINTS):
         sentinels = model_sentinels(path, scoring.fim_family)
@@ -325,7 +327,7 @@ def audit_prompt_mia(m: RLModel, settings: PromptMiaSettings, out_dir: str | Pat
         "reward_model": str(m.reward_model_dir) if m.reward_model_dir else None,
         "checkpoints": sorted(results, key=_checkpoint_order), "attacks": [*PROMPT_ATTACKS, DIBA],
         "attack_labels": {a: prompt_attack_label(a) for a in [*PROMPT_ATTACKS, DIBA]}, "primary_attack": PRIMARY_PROMPT_ATTACK,
-        "sampling": _sampling_record(s, seed),
+        "sampling": _sampling_record(s, seed), "sampler": SAMPLING, "prompt_format": initial_sentinels.family,
         "contexts": "canaries as prompt-only rows" if m.canaries else {"seed": m.seed, "context_chars": m.context_chars},
         "fprs": list(MIA_FPRS), "tpr_at_fpr_rule": TPR_AT_FPR_RULE, "prompt_text_rule": PROMPT_TEXT_RULE,
         "blind_rule": BLIND_RULE, BLIND: blind, "bootstrap": {"n": s.bootstrap, "seed": seed},
@@ -344,15 +346,18 @@ def _sampling_record(s: PromptMiaSettings, seed: int) -> dict:
             "max_new_tokens": s.max_new_tokens, "prompts_per_side": s.prompts, "seed": seed, "checkpoints": s.checkpoints}
 
 
-def _earlier_prompt_results(out_dir: Path, m: RLModel, s: PromptMiaSettings, seed: int, sha: dict[str, str]) -> dict:
+def _earlier_prompt_results(out_dir: Path, m: RLModel, s: PromptMiaSettings, seed: int, sha: dict[str, str],
+                            prompt_format: str) -> dict:
     """The per-checkpoint results of `<out_dir>/summary.json` when they were computed the same way on the same prompts
-    (initial model, sampling, attacks, bootstrap, prompt texts, blind baseline, the prompt files' sha256), else none:
+    (initial model, sampling settings, the sampler, the prompt format, attacks, bootstrap, prompt texts, blind baseline,
+    the prompt files' sha256), else none:
     a summary only ever joins results of one method on one data."""
     path = out_dir / "summary.json"
     if not path.is_file():
         return {}
     old = read_json(path)
     same = (old.get("initial") == str(m.initial_dir) and old.get("sampling") == _sampling_record(s, seed)
+            and old.get("sampler") == SAMPLING and old.get("prompt_format") == prompt_format
             and old.get("attacks") == [*PROMPT_ATTACKS, DIBA] and old.get("bootstrap") == {"n": s.bootstrap, "seed": seed}
             and old.get("prompt_text_rule") == PROMPT_TEXT_RULE and old.get("blind_rule") == BLIND_RULE
             and (old.get("provenance") or {}).get("datasets") == sha)

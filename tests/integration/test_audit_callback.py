@@ -250,6 +250,9 @@ def test_peft_control_base_scores_against_the_base_with_adapters_off(kind, base_
     for record in log.values():
         assert record["control"]["dir"] == str(base_dir) and "weaker" in record["control"]["kind"]
         assert set(record["mia"]) >= {"loss", "reference"}                 # the base with adapters off: a control
+        # GRPO's prompts are sampled from the adapter merged into its base, beside the base itself
+        assert ("prompt_mia" in record) == (kind == "grpo") and all(
+            m["auc"]["value"] is not None for m in record.get("prompt_mia", {}).values())
     assert (tmp_path / "model" / "checkpoint-1" / "adapter_config.json").is_file()   # scored from the adapter alone
 
 
