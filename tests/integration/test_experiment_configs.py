@@ -123,24 +123,31 @@ def test_mia_in_the_measures_builds_the_held_out_partners_of_the_planned_sd_sets
     findings = compose(["experiment=findings"])
     assert "mia" in list(findings.audit.measures)
     assert {"sd_base_heldout", "sd_links_pos_heldout"} <= set(needed_datasets(plan(findings), findings))
+    # the quickstart's own measures build the held-out SD programs its prompt audit reads (sd_base_heldout,
+    # sd_links_heldout), not the PII positives' twin; without prompt_mia, none
     quickstart = compose(["experiment=quickstart"])
+    held = {n for n in needed_datasets(plan(quickstart), quickstart) if n.startswith("sd_") and n.endswith("_heldout")}
+    assert held == {"sd_base_heldout", "sd_links_heldout"}
+    quickstart = compose(["experiment=quickstart", "audit.measures=[ned,pair_mia]"])
     assert not any(n.startswith("sd_") and n.endswith("_heldout") for n in needed_datasets(plan(quickstart), quickstart))
     switched = compose(["experiment=quickstart", "audit.measures=[ned,mia]"])
     assert {"sd_base_heldout", "sd_links_pos_heldout"} <= set(needed_datasets(plan(switched), switched))
 
 
-def test_the_quickstarts_pair_membership_changes_no_stage_and_adds_only_the_held_out_pairs():
-    """experiment=quickstart asks for pair_mia (IPO's preference pairs): against the same experiment without it, every
-    stage has the same settings, the datasets differ only by the two held-out pair sets (no stage reads them), and
-    the measure runs after ned (registration order), so the quickstart's training data, weights, rows and findings
-    stay as they were."""
+def test_the_quickstarts_membership_measures_change_no_stage_and_add_only_their_held_out_sets():
+    """experiment=quickstart asks for pair_mia (IPO's preference pairs) and prompt_mia (RLFT.2's prompts): against the
+    same experiment without each, every stage has the same settings, the datasets differ only by the held-out pair
+    sets or the held-out SD programs the prompt audit turns into prompts (no stage reads them), and both measures run
+    after ned (registration order), so the quickstart's training data, weights, rows and findings stay as they were."""
     from memlens.harness.audit.measure_registry import MEASURES
 
-    with_pairs = compose(["experiment=quickstart"])
+    assert list(compose(["experiment=quickstart"]).audit.measures) == ["ned", "pair_mia", "prompt_mia"]
     without = compose(["experiment=quickstart", "audit.measures=[ned]"])
-    assert list(with_pairs.audit.measures) == ["ned", "pair_mia"]
-    assert [(s.model_name, s.given) for s in plan(with_pairs)] == [(s.model_name, s.given) for s in plan(without)]
-    added = set(needed_datasets(plan(with_pairs), with_pairs)) - set(needed_datasets(plan(without), without))
-    assert added == {"pairs_sd_base_heldout", "pairs_sd_links_heldout"}
-    assert not added & {d for s in plan(with_pairs) for d in s.given.get("datasets") or []}
-    assert MEASURES.names().index("ned") < MEASURES.names().index("pair_mia")
+    for measures, held_out in (("[ned,pair_mia]", {"pairs_sd_base_heldout", "pairs_sd_links_heldout"}),
+                               ("[ned,prompt_mia]", {"sd_base_heldout", "sd_links_heldout"})):
+        with_it = compose(["experiment=quickstart", f"audit.measures={measures}"])
+        assert [(s.model_name, s.given) for s in plan(with_it)] == [(s.model_name, s.given) for s in plan(without)]
+        added = set(needed_datasets(plan(with_it), with_it)) - set(needed_datasets(plan(without), without))
+        assert added == held_out, measures
+        assert not added & {d for s in plan(with_it) for d in s.given.get("datasets") or []}
+    assert MEASURES.names().index("ned") < MEASURES.names().index("pair_mia") < MEASURES.names().index("prompt_mia")
