@@ -78,7 +78,7 @@ def sample_continuations(model, prompt_ids: Sequence[int], n: int, max_new_token
 
     device = next(model.parameters()).device
     stops = torch.tensor(sorted(set(stop_ids)), dtype=torch.long)
-    banned = sorted(excluded)
+    banned = sorted(excluded)     # filtered to the logits' width once the first logits are known
     last_only = {"logits_to_keep": 1} if accepts_logits_to_keep(model) else {}   # the prompt's last position
     was_training = model.training
     model.eval()
@@ -94,11 +94,12 @@ def sample_continuations(model, prompt_ids: Sequence[int], n: int, max_new_token
                 result = model(input_ids=prompt.repeat(n, 1), use_cache=True, **last_only)
                 past = result.past_key_values
             logits = result.logits[:, -1].float().cpu().expand(n, -1)
+            banned = [i for i in banned if i < logits.shape[1]]
             done = torch.zeros(n, dtype=torch.bool)
             for step in range(max_new_tokens):
                 logits = logits / temperature
                 if banned:
-                    logits[:, [i for i in banned if i < logits.shape[1]]] = float("-inf")
+                    logits[:, banned] = float("-inf")
                 tokens = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)   # [n, 1]
                 for row, token in zip(rows, tokens[:, 0].tolist()):
                     row.append(int(token))
