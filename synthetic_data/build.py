@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.formal_study import FormalSettings, formal_dir
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256
-from memlens.harness.core.layout import datasets_dir
+from memlens.harness.core.layout import LATE_DATASETS, RL_PROMPTS, RL_PROMPTS_HELDOUT, datasets_dir
 from memlens.harness.core.provenance import provenance
 from memlens.harness.text.exclusions import exclusion_reasons
 from memlens.synthetic_data import common, user_data
@@ -140,6 +140,20 @@ class Builder:
         base_programs, links, members = self.sd_heldout_programs
         df = common.line_document_frequency(members + [p.code for p in base_programs] + [r["code"] for r in links])
         return {"base": base_rows(base_programs, self.seed, df, self.s["sd"]["target_selection"]), "links": links}
+
+    def rl_prompts(self, sd_rows: list[dict], name: str) -> tuple[list[dict], dict]:
+        """(rows, figures) of an RL-prompt split (synthetic_data/rl_prompts.py) of SD rows: sd_rl_prompts from the
+        members, its held-out twin from the held-out programs, by the same cut in the same tokenizer."""
+        rp = self.s["rl_prompts"]
+        rows, info = rl_prompt_rows(sorted((r for r in sd_rows if r["subset"] in rp["subsets"]), key=lambda r: r["id"]),
+                                    OffsetTokenizer(rp["tokenizer"]), rp["prompt_tokens"], rp["target_tokens"])
+        if not rows:
+            raise UserError(f"data.rl_prompts.prompt_tokens: no SD example's prompt in {name} has "
+                            f"{rp['prompt_tokens'] + rp['target_tokens']} tokens; lower the token counts")
+        return rows, {"too_short_skipped": info["too_short_skipped"], "spans_hole": info["spans_hole"],
+                      "sd_prompt_tokens": common.distribution(info["prompt_token_lengths"]),
+                      "sd_target_tokens": common.distribution(info["target_token_lengths"]),
+                      "token_counts_in": rp["tokenizer"]}
 
     @cached_property
     def sd_coins(self) -> dict:
@@ -283,16 +297,16 @@ class Builder:
         out: dict[str, Any] = {"seed": self.seed}
         if name in USER_DATASETS:
             out["user_file"] = self.files.settings_for(name)
-        if name in HELDOUT_DATASETS or name in PAIR_HELDOUT_DATASETS:
+        if name in HELDOUT_DATASETS or name in PAIR_HELDOUT_DATASETS or name == RL_PROMPTS_HELDOUT:
             out["heldout_size"] = s["sd_heldout_size"]
         if name.startswith("sd_") or name in ("rm_sd", "rm_sd_links", "pairs_sd_base", "pairs_sd_links",
                                               *PAIR_HELDOUT_DATASETS):
             out["sd"] = s["sd"]
             if s["sd_membership"] == "coins":     # split adds nothing: datasets built before the option stay complete
                 out["membership"] = {"sd_base": "coins", "stream": COIN_STREAM, "heldout_size": s["sd_heldout_size"]}
-            if s["sd_doses"] and name not in HELDOUT_DATASETS and name not in PAIR_HELDOUT_DATASETS:   # null adds nothing, as membership=split
+            if s["sd_doses"] and name not in (*HELDOUT_DATASETS, *PAIR_HELDOUT_DATASETS, RL_PROMPTS_HELDOUT):   # null adds nothing, as membership=split
                 out["doses"] = {"tiers": list(s["sd_doses"]), "stream": DOSE_STREAM}
-        if name == "sd_rl_prompts":
+        if name in LATE_DATASETS:
             tok = OffsetTokenizer(s["rl_prompts"]["tokenizer"])
             out["rl_prompts"] = {**s["rl_prompts"], "tokenizer": str(Path(tok.path).resolve()),
                                  "tokenizer_sha256": tok.fingerprint()}
@@ -335,19 +349,11 @@ class Builder:
                 raise UserError(f"data.sd.heldout_size: gives no program for {name}; raise it or set it to null")
             return rows, {**self._sd_stats(rows), "heldout_of": HELDOUT_OF[name], "members_in_training": 0,
                           **self.membership_figures(name)}
-        if name == "sd_rl_prompts":
-            rp = self.s["rl_prompts"]
-            sd_rows = [r for r in self.sd["base"] + self.sd["links"] if r["subset"] in rp["subsets"]]
-            sd_rows.sort(key=lambda r: r["id"])
-            rows, info = rl_prompt_rows(sd_rows, OffsetTokenizer(rp["tokenizer"]), rp["prompt_tokens"],
-                                        rp["target_tokens"])
-            if not rows:
-                raise UserError(f"data.rl_prompts.prompt_tokens: no SD example's prompt has "
-                                f"{rp['prompt_tokens'] + rp['target_tokens']} tokens; lower the token counts")
-            return rows, {"too_short_skipped": info["too_short_skipped"], "spans_hole": info["spans_hole"],
-                          "sd_prompt_tokens": common.distribution(info["prompt_token_lengths"]),
-                          "sd_target_tokens": common.distribution(info["target_token_lengths"]),
-                          "token_counts_in": rp["tokenizer"]}
+        if name == RL_PROMPTS:
+            return self.rl_prompts(self.sd["base"] + self.sd["links"], name)
+        if name == RL_PROMPTS_HELDOUT:
+            rows, figures = self.rl_prompts(self.sd_heldout["base"] + self.sd_heldout["links"], name)
+            return rows, {**figures, "heldout_of": RL_PROMPTS, "members_in_training": 0}
         if name == "pd_eval":
             rows = eval_rows(self.pd_split("pd_eval"), self.seed)
             return rows, {"pd": self.pd.stats,
@@ -432,7 +438,8 @@ def write_dataset(out_dir: Path, name: str, rows: list[dict], figures: dict, set
 
 UPSTREAM = {"rm_sd": ("sd_base", "sd_links"), "rm_sd_links": ("sd_links",), "pairs_sd_base": ("sd_base",),
             "pairs_sd_links": ("sd_links",), "sd_links_pos": ("sd_links",), "rm_pd2": ("pd_2",),
-            "rm_pd2_val": ("pd_2_val",), "pairs_pd2": ("pd_2",), "sd_rl_prompts": ("sd_base", "sd_links"),
+            "rm_pd2_val": ("pd_2_val",), "pairs_pd2": ("pd_2",), RL_PROMPTS: ("sd_base", "sd_links"),
+            RL_PROMPTS_HELDOUT: ("sd_base_heldout", "sd_links_heldout"),
             "pairs_sd_base_heldout": ("sd_base_heldout",), "pairs_sd_links_heldout": ("sd_links_heldout",)}
 
 
@@ -449,7 +456,7 @@ def _upstream_hashes(data_dir: Path, name: str) -> dict[str, str]:
 def build_datasets(cfg, names: list[str] | None = None, log=print) -> dict[str, Path]:
     """Build (or keep, when complete with the same settings) each dataset; {name: its folder}.
 
-    `names` overrides data.datasets. sd_rl_prompts is skipped, with a note, while
+    `names` overrides data.datasets. sd_rl_prompts and its held-out twin are skipped, with a note, while
     data.rl_prompts.tokenizer is null (the pre-training stage trains that tokenizer later).
     """
     data = OmegaConf.to_container(cfg.data, resolve=True) if isinstance(cfg.data, DictConfig) else dict(cfg.data)
@@ -465,8 +472,8 @@ def build_datasets(cfg, names: list[str] | None = None, log=print) -> dict[str, 
     # Upstream datasets first, so derived ones can record their hashes.
     order = sorted(settings["datasets"], key=lambda n: ALL_DATASETS.index(n))
     for name in order:
-        if name == "sd_rl_prompts" and settings["rl_prompts"]["tokenizer"] is None:
-            log("[data] sd_rl_prompts: skipped - data.rl_prompts.tokenizer is null; the RL-prompt split is "
+        if name in LATE_DATASETS and settings["rl_prompts"]["tokenizer"] is None:
+            log(f"[data] {name}: skipped - data.rl_prompts.tokenizer is null; the RL-prompt split is "
                 "counted in the tokenizer the pre-training stage trains, so build it after PT with "
                 "data.rl_prompts.tokenizer=<run_dir>/models/PT")
             continue

@@ -6,7 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from memlens.harness.core.errors import UserError
-from memlens.harness.core.layout import HELDOUT_BUILT, PAIR_HELDOUT_BUILT, heldout_dataset
+from memlens.harness.core.layout import (
+    HELDOUT_BUILT,
+    PAIR_HELDOUT_BUILT,
+    RL_PROMPTS,
+    RL_PROMPTS_HELDOUT,
+    heldout_dataset,
+)
 from memlens.harness.core.user_data import MAX_REPEAT
 from memlens.synthetic_data.public_code import SPLITS as PD_SPLITS
 from memlens.synthetic_data.public_code import USE_FILES
@@ -25,7 +31,9 @@ PAIR_DATASETS = ("pairs_sd_base", "pairs_sd_links", "pairs_pd2")
 PAIR_HELDOUT_DATASETS = PAIR_HELDOUT_BUILT
 PAIR_HELDOUT_OF = {heldout_dataset(name): name for name in ("pairs_sd_base", "pairs_sd_links")}
 USER_DATASETS = (*CANARY_DATASETS, *PREFERENCE_DATASETS)   # from data.canaries.file / data.preference.file
-ALL_DATASETS = (*SD_DATASETS, *HELDOUT_DATASETS, "sd_rl_prompts", *PD_SPLITS, *RM_DATASETS, *PAIR_DATASETS,
+# sd_rl_prompts_heldout: the held-out SD programs (sd_base_heldout, sd_links_heldout) cut into RL prompts as
+# sd_rl_prompts cuts the members'; no stage reads it (harness/audit/prompt_mia.py samples the policy on both).
+ALL_DATASETS = (*SD_DATASETS, *HELDOUT_DATASETS, RL_PROMPTS, RL_PROMPTS_HELDOUT, *PD_SPLITS, *RM_DATASETS, *PAIR_DATASETS,
                 *PAIR_HELDOUT_DATASETS, "humaneval_infill", *USER_DATASETS)
 SD_SUBSETS = ("SD.Base", "SD.Links")
 TARGET_SELECTIONS = ("distinct", "uniform")

@@ -140,6 +140,13 @@ def heldout_dataset(dataset: str) -> str:
     return f"{dataset}{HELDOUT_SUFFIX}"
 
 
+# The RL-prompt split (paper 003 Sec. 5.3) counts its 50 + 50 tokens in the tokenizer the pre-training stage trains,
+# so it and its held-out twin are the late data: built once that stage has trained (synthetic_data/rl_prompts.py).
+RL_PROMPTS = "sd_rl_prompts"
+RL_PROMPTS_HELDOUT = heldout_dataset(RL_PROMPTS)
+LATE_DATASETS = (RL_PROMPTS, RL_PROMPTS_HELDOUT)
+
+
 def mia_dir(audit_dir: str | Path, model_name: str | None = None) -> Path:
     """Membership-inference results below an audit dir (one model's when `model_name` is given)."""
     root = Path(audit_dir) / MIA_SUBDIR
@@ -158,7 +165,9 @@ def pair_mia_dir(audit_dir: str | Path, model_name: str | None = None) -> Path:
 PROMPT_MIA_SUBDIR = "prompt_mia"         # <audit dir>/prompt_mia/<model>/<checkpoint>/<dataset>.jsonl + summaries
 # The never-trained-on partner of each RL prompt dataset (harness/audit/prompt_mia.py): the SD programs' held-out
 # twins, and for public code the RL-prompt validation split (pd_3_val: files no stage trains on, split as pd_3 is).
-PROMPT_HELDOUT = {"sd_base": "sd_base_heldout", "sd_links": "sd_links_heldout", "pd_3": "pd_3_val"}
+# sd_rl_prompts_heldout: the held-out SD programs cut into RL prompts exactly as sd_rl_prompts cuts the members'.
+PROMPT_HELDOUT = {"sd_base": "sd_base_heldout", "sd_links": "sd_links_heldout", "pd_3": "pd_3_val",
+                  RL_PROMPTS: RL_PROMPTS_HELDOUT}
 
 
 def prompt_mia_dir(audit_dir: str | Path, model_name: str | None = None) -> Path:

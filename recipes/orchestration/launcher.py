@@ -36,7 +36,7 @@ from omegaconf import OmegaConf
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, read_json
-from memlens.harness.core.layout import dataset_lock_dir, datasets_dir
+from memlens.harness.core.layout import LATE_DATASETS, RL_PROMPTS, dataset_lock_dir, datasets_dir
 from memlens.harness.core.lock import EXCLUSIVE, SHARED, hold_directories
 from memlens.recipes.orchestration import pipeline
 from memlens.recipes.orchestration.stage_plan import REFERENCE_KEYS, needed_datasets
@@ -305,7 +305,7 @@ def run_slurm(points: list[Point]) -> None:
             name = next((s.model_name for s in point.planned
                          if pipeline.models_dir(point.run_dir) / s.model_name == source), None)
             if name not in jobs or name in waited:
-                raise UserError(f"{pipeline.RL_PROMPTS} waits for {source}, which no job trains: train it first "
+                raise UserError(f"{RL_PROMPTS} waits for {source}, which no job trains: train it first "
                                 f"(memlens train stage={source.name})")
             wait_for_slurm(jobs[name], name)
             waited.add(name)
@@ -437,7 +437,7 @@ def record_job(run_dir: Path, model_name: str, job, kind: str) -> None:
 
 def build_level_data(cfg, run_dir: Path, planned, jobs_started: bool = False) -> set[str]:
     """Every dataset the run reads (its stages and its audit) that can be built now, built once by the driver, as
-    `memlens run` builds them: sd_rl_prompts once the stage whose tokenizer splits it has trained. What is built
+    `memlens run` builds them: sd_rl_prompts (and its held-out twin) once the stage whose tokenizer splits it has trained. What is built
     already is kept. Returns the datasets that must wait (late). Before any job: the data held exclusively. Once
     jobs run (each holds the data shared while it trains): the data held shared, waiting for a job that is just
     taking it, and each dataset still to build (the late data, which no queued job reads yet) by a lock of its
@@ -445,12 +445,12 @@ def build_level_data(cfg, run_dir: Path, planned, jobs_started: bool = False) ->
     names = pipeline.needed_datasets(planned, cfg)
     tokenizer_stage = pipeline.rl_prompts_source(planned, run_dir)
     late: set[str] = set()
-    if pipeline.RL_PROMPTS in names:
+    if set(LATE_DATASETS) & set(names):
         if tokenizer_stage is not None and pipeline.is_complete(tokenizer_stage):
             cfg = pipeline.set_rl_prompts_tokenizer(cfg, tokenizer_stage)
         elif tokenizer_stage is not None:
-            names = [n for n in names if n != pipeline.RL_PROMPTS]
-            late = {pipeline.RL_PROMPTS}
+            late = set(LATE_DATASETS) & set(names)
+            names = [n for n in names if n not in late]
     with hold_directories(data_locks(run_dir, names, jobs_started), "memlens run (data)"):
         pipeline.build_data(cfg, run_dir, names)
     return late

@@ -32,6 +32,7 @@ from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, read_json
 from memlens.harness.core.layout import (
     DATASET_MANIFEST,
+    LATE_DATASETS,
     TRAINER_STATE,
     audit_dir,
     checkpoint_dirs,
@@ -49,7 +50,6 @@ from memlens.recipes.formal.language_models import run_formal
 from memlens.recipes.orchestration.check import run_preflight
 from memlens.recipes.orchestration.stage_plan import (
     REFERENCE_KEYS,
-    RL_PROMPTS,
     PlannedStage,
     needed_datasets,
     plan,
@@ -110,7 +110,7 @@ def check_user_files(cfg, names: list[str]) -> None:
 
 
 def set_rl_prompts_tokenizer(cfg, tokenizer_dir: Path):
-    """sd_rl_prompts splits SD into 50-token prefix/target in the policy's tokenizer: PT's."""
+    """sd_rl_prompts (and its held-out twin) splits SD into 50-token prefix/target in the policy's tokenizer: PT's."""
     cfg = cfg.copy()
     with open_dict(cfg):
         OmegaConf.update(cfg, "data.rl_prompts.tokenizer", str(tokenizer_dir), force_add=True)
@@ -360,7 +360,7 @@ def train_all(cfg, planned: list[PlannedStage], run_dir: Path, measurement: Meas
     device = resolve_device(cfg.device)
     tensorboard = require_tensorboard(cfg.get("tensorboard", False))
     names = needed_datasets(planned, cfg)
-    late = [n for n in names if n == RL_PROMPTS]
+    late = [n for n in names if n in LATE_DATASETS]
     build_data(cfg, run_dir, [n for n in names if n not in late])
     tokenizer_stage = rl_prompts_source(planned, run_dir)
     results = []
@@ -462,7 +462,7 @@ def train_main(cfg, measurement: Measurement | None = None) -> int:
                 StageContext(run_dir, stage.model_name).model_dir(stage.given[key])
     names = needed_datasets(chosen, cfg, with_audit=False)
     tokenizer_stage = rl_prompts_source(planned, run_dir)
-    if RL_PROMPTS in names and tokenizer_stage is not None:
+    if set(LATE_DATASETS) & set(names) and tokenizer_stage is not None:
         cfg = set_rl_prompts_tokenizer(cfg, tokenizer_stage)
     reads_only = not require_bool(cfg.get("build_data", True), "build_data")
     with hold_directories(training_locks(run_dir, chosen, planned, names, reads_only),

@@ -512,16 +512,17 @@ def test_the_report_compares_several_callback_runs_on_one_manifest(base_dir, tmp
 
 def test_background_scoring_gives_the_rows_synchronous_scoring_gives(base_dir, tmp_path):
     """`background=True`: each checkpoint is snapshotted and scored by a spawned worker while training goes on; at
-    train end the queue is drained. Every row file (extraction, MIA, exposure) is byte-identical to synchronous
+    train end the queue is drained. Every row file (extraction, MIA, exposure, and RL-prompt membership: a GRPO run
+    scores every measure an SFT run does, and samples its canary prompts besides) is byte-identical to synchronous
     scoring of the same run, callback.jsonl holds every checkpoint once, and no snapshot is left behind."""
-    train_with_callback("sft", base_dir, tmp_path / "sync", [])
-    trainer, _ = train_with_callback("sft", base_dir, tmp_path / "background", [], background=True)
+    train_with_callback("grpo", base_dir, tmp_path / "sync", [])
+    trainer, _ = train_with_callback("grpo", base_dir, tmp_path / "background", [], background=True)
     audit = next(c for c in trainer.callback_handler.callbacks if type(c).__name__ == "AuditCallback")
     assert audit.background.pending == 0 and audit.background.process is None
     log = _log(tmp_path / "background")
     assert sorted(log) == [f"checkpoint-{s}" for s in range(1, STEPS + 1)]
     patterns = ["model/checkpoint-*/canaries*.jsonl", "mia/model/checkpoint-*/canaries.jsonl",
-                "exposure/model/checkpoint-*.jsonl"]
+                "exposure/model/checkpoint-*.jsonl", "prompt_mia/model/checkpoint-*/canaries.jsonl"]
     compared = 0
     for pattern in patterns:
         sync = sorted((tmp_path / "sync" / "audit").glob(pattern))
@@ -530,5 +531,5 @@ def test_background_scoring_gives_the_rows_synchronous_scoring_gives(base_dir, t
             twin = tmp_path / "background" / "audit" / path.relative_to(tmp_path / "sync" / "audit")
             assert twin.read_bytes() == path.read_bytes(), twin
             compared += 1
-    assert compared >= 8
+    assert compared >= 10
     assert not any((tmp_path / "background" / "audit" / "pending").iterdir())

@@ -19,9 +19,9 @@ def test_memlens_data_builds_every_dataset(tmp_path, capsys):
             "data.canaries.file=assets/examples/canaries.jsonl", "data.preference.file=assets/examples/pairs.jsonl"]
     assert run(args) == 0
     out = capsys.readouterr().out
-    assert "sd_rl_prompts: skipped" in out
+    assert "sd_rl_prompts: skipped" in out and "sd_rl_prompts_heldout: skipped" in out
     built = {p.parent.name for p in (tmp_path / "data").glob("*/manifest.json")}
-    assert built == set(ALL_DATASETS) - {"sd_rl_prompts"}
+    assert built == set(ALL_DATASETS) - {"sd_rl_prompts", "sd_rl_prompts_heldout"}
     for name in built:
         manifest = json.loads((tmp_path / "data" / name / "manifest.json").read_text())
         assert manifest["count"] > 0, name

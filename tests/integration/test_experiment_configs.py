@@ -16,7 +16,7 @@ from memlens.recipes.stages.registry import STAGES
 from tests.integration.run_helpers import CONF, EXPERIMENTS
 
 DATASETS = {"sd_base", "sd_links", "sd_links_pos", "sd_base_heldout", "sd_links_heldout", "sd_links_pos_heldout",
-            "sd_rl_prompts", "pd_pt", "pd_1", "pd_2", "pd_2_val", "pd_3",
+            "sd_rl_prompts", "sd_rl_prompts_heldout", "pd_pt", "pd_1", "pd_2", "pd_2_val", "pd_3",
             "pd_3_val", "pd_eval", "rm_pd2", "rm_pd2_val", "rm_sd", "rm_sd_links", "pairs_sd_base",
             "pairs_sd_links", "pairs_pd2", "pairs_sd_base_heldout", "pairs_sd_links_heldout", "humaneval_infill",
             # from the user's files (data.canaries.file, data.preference.file; synthetic_data/user_data.py)

@@ -4,7 +4,8 @@ split; `prompt_mia` samples one RLFT.1 point and FT.1 (the stage's initial model
 prompts, and for DIBA RM.1 scores both models' samples and both models score the point's. Each row's Min-kNN is its
 samples' own and its reward gain its two mean rewards' difference, the samples are the model's seeded draws and a
 second ask reads them from the cache, the report's table opens with the blind baseline, and what the run had stays
-byte for byte."""
+byte for byte. And through `memlens run` on a copy of the whole run: every RL stage of the smoke plan is scored,
+RLFT.4 on its SD RL prompts against the held-out twin that the late data builds in PT's tokenizer."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from memlens.harness.core.io import read_json, read_jsonl
 from memlens.harness.measures.blind_mia import BLIND_LABEL
 from memlens.harness.measures.prompt_mia import DIBA, PROMPT_ATTACKS, min_knn_distance
 from memlens.synthetic_data.build import build_datasets
-from tests.integration.run_helpers import copy_run
+from tests.integration.run_helpers import copy_run, memlens, status_lines
 
 pytestmark = pytest.mark.slow
 POINT = "RLFT.1/beta=0.1"            # one sweep point, its final model: ~7 s beside the shared smoke run
@@ -97,3 +98,24 @@ def test_prompt_membership_of_the_smoke_rlft1(smoke, tmp_path):
     assert ("RL prompts, what an RL stage samples its completions for (Membership of RL prompts (Min-kNN distance); "
             "audit.measures: prompt_mia)") in [b.text for b in section.blocks if type(b).__name__ == "Heading"]
     assert section.filed["measures"]["prompt_mia"] == table
+
+
+def test_every_rl_stage_gets_prompt_membership_against_its_own_held_out_twin(smoke, tmp_path):
+    """audit.measures=[prompt_mia] on a copy: the late data now builds sd_rl_prompts_heldout in PT's tokenizer, and both
+    RL stages are scored on their own prompts against held-out prompts (RLFT.1: pd_3 vs pd_3_val; RLFT.4: its SD RL
+    prompts vs the held-out programs' RL prompts), no model trained again."""
+    from memlens.harness.core.layout import prompt_mia_dir
+
+    run_dir = copy_run(smoke[0], tmp_path / "run", ["data", "models"])
+    result = memlens("run", "experiment=smoke", f"run_dir={run_dir}", "device=cpu", "after_training=[audit]",
+                     "audit.measures=[prompt_mia]", "audit.prompt_mia_checkpoints=final", *SMALL)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert set(status_lines(result.stdout).values()) == {"skipped"}
+    held = {r["id"] for r in read_jsonl(run_dir / "data" / "sd_rl_prompts_heldout" / "rows.jsonl")}
+    members = {r["id"] for r in read_jsonl(run_dir / "data" / "sd_rl_prompts" / "rows.jsonl")}
+    assert held and not held & members
+    rows = read_jsonl(next((prompt_mia_dir(run_dir / "audit", "RLFT.4")).glob("*/sd_rl_prompts.jsonl")))
+    assert {r["id"] for r in rows if r["member"] == 0} <= held and {r["id"] for r in rows if r["member"] == 1} <= members
+    assert {r["member"] for r in rows} == {0, 1}
+    scored = read_json(prompt_mia_dir(run_dir / "audit") / "summary.json")
+    assert {"RLFT.1/beta=0.1", "RLFT.1/beta=0.5", "RLFT.4"} <= set(scored["results"]), scored.keys()

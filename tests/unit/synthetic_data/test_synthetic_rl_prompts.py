@@ -118,3 +118,38 @@ def test_build_sd_rl_prompts_dataset(tokenizer_dir, tmp_path):
     assert manifest["sd_prompt_tokens"]["count"] == 27          # round(60 * 0.4565) SD.Links programs
     assert manifest["too_short_skipped"] + manifest["count"] == 27
     assert manifest["spans_hole"] == sum(r["spans_hole"] for r in rows)
+
+
+@pytest.mark.parametrize("membership", ["split", "coins"])
+def test_the_held_out_rl_prompts_are_the_held_out_programs_cut_the_same_way(tokenizer_dir, tmp_path, membership):
+    """sd_rl_prompts_heldout (RL-prompt membership's non-members, harness/audit/prompt_mia.py): every held-out SD
+    program of the RL subsets with 100 tokens or more, cut at 50 + 50 tokens as the members are, none of them a
+    program any stage reads; doses are for members only."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from memlens.synthetic_data.build import build_datasets
+
+    data = default_data(size=80)
+    data["sd"]["membership"] = membership
+    data["sd"]["doses"] = [1, 4]
+    data["rl_prompts"]["tokenizer"] = str(tokenizer_dir)
+    cfg = OmegaConf.create({"run_dir": str(tmp_path), "data": data})
+    names = ["sd_base", "sd_links", "sd_base_heldout", "sd_links_heldout", "sd_rl_prompts", "sd_rl_prompts_heldout"]
+    out = build_datasets(cfg, names=names, log=lambda *_: None)
+    rows = {n: [json.loads(line) for line in (out[n] / "rows.jsonl").read_text().splitlines()] for n in names}
+    manifest = json.loads((out["sd_rl_prompts_heldout"] / "manifest.json").read_text())
+    held, members = rows["sd_rl_prompts_heldout"], rows["sd_rl_prompts"]
+    held_programs = {r["id"]: r for r in rows["sd_base_heldout"] + rows["sd_links_heldout"]}
+    assert held and {r["source_id"] for r in held} <= set(held_programs)
+    assert not {r["source_id"] for r in held} & {r["source_id"] for r in members}
+    # the same cut: every held-out program is either cut or counted as too short, and each cut row starts its program
+    assert manifest["count"] + manifest["too_short_skipped"] == len(held_programs)
+    for r in held:
+        program = held_programs[r["source_id"]]
+        assert (r["rl_prefix"], r["rl_suffix"]) == (program["prefix"], program["suffix"])
+        assert (program["prefix"] + program["suffix"]).startswith(r["prefix"] + r["target"])
+    assert all("repeat" not in r for r in held) and all("repeat" in r for r in members)
+    assert manifest["heldout_of"] == "sd_rl_prompts" and manifest["members_in_training"] == 0
+    assert set(manifest["provenance"]["datasets"]) == {"sd_base_heldout", "sd_links_heldout"}

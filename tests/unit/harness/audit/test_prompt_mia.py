@@ -101,9 +101,10 @@ def test_the_smoke_plan_pairs_pd_3_with_its_validation_split():
 
     cfg = compose(["experiment=smoke", "audit.measures=[ned,prompt_mia]"])
     names = needed_datasets(plan(cfg), cfg)
-    assert "pd_3_val" in names and "sd_base_heldout" not in names       # RLFT.1: pd_3; RLFT.4: sd_rl_prompts
+    # RLFT.1: pd_3; RLFT.4: sd_rl_prompts, cut from the held-out programs for its twin (not sd_base_heldout itself)
+    assert {"pd_3_val", "sd_rl_prompts_heldout"} <= set(names) and "sd_base_heldout" not in names
     base = compose(["experiment=smoke"])
-    assert needed_datasets(plan(base), base) == [n for n in names if n != "pd_3_val"]
+    assert needed_datasets(plan(base), base) == [n for n in names if n not in ("pd_3_val", "sd_rl_prompts_heldout")]
 
 
 def test_a_retired_model_leaves_no_prompt_result_behind(tmp_path):
