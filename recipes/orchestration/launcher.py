@@ -312,6 +312,8 @@ def run_slurm(points: list[Point]) -> None:
     for name, job in jobs.items():
         if name not in waited:
             wait_for_slurm(job, name)
+    for point in points:
+        build_missing_late_data(point.cfg, point.run_dir, point.planned)
 
 
 def queue_slurm(point: Point, stage, jobs: dict[str, Any]):
@@ -454,6 +456,16 @@ def build_level_data(cfg, run_dir: Path, planned, jobs_started: bool = False) ->
     with hold_directories(data_locks(run_dir, names, jobs_started), "memlens run (data)"):
         pipeline.build_data(cfg, run_dir, names)
     return late
+
+
+def build_missing_late_data(cfg, run_dir: Path, planned) -> None:
+    """Once every job has ended: the late data that no job waited for and the audit reads (sd_rl_prompts_heldout
+    when the RL stage that reads sd_rl_prompts had finished before this run), built as build_level_data builds it."""
+    names = [n for n in pipeline.needed_datasets(planned, cfg) if n in LATE_DATASETS and not pipeline.is_built(run_dir, n)]
+    source = pipeline.rl_prompts_source(planned, run_dir)
+    if names and source is not None and pipeline.is_complete(source):
+        with hold_directories(data_locks(run_dir, names, jobs_started=False), "memlens run (data)"):
+            pipeline.build_data(pipeline.set_rl_prompts_tokenizer(cfg, source), run_dir, names)
 
 
 def data_locks(run_dir: Path, names: list[str], jobs_started: bool) -> list[tuple]:

@@ -119,3 +119,23 @@ def test_every_rl_stage_gets_prompt_membership_against_its_own_held_out_twin(smo
     assert {r["member"] for r in rows} == {0, 1}
     scored = read_json(prompt_mia_dir(run_dir / "audit") / "summary.json")
     assert {"RLFT.1/beta=0.1", "RLFT.1/beta=0.5", "RLFT.4"} <= set(scored["results"]), scored.keys()
+
+
+def test_after_its_jobs_the_slurm_driver_builds_the_held_out_twin_no_job_waited_for(smoke, tmp_path):
+    """A SLURM run whose RLFT.4 had finished before it queues no job that waits for the late data, so the driver builds
+    the held-out twin the audit reads once the jobs end (recipes/orchestration/launcher.py build_missing_late_data);
+    without prompt_mia, or before PT exists, it builds nothing."""
+    from memlens.recipes.orchestration.launcher import build_missing_late_data
+    from memlens.recipes.orchestration.stage_plan import plan
+
+    run_dir = copy_run(smoke[0], tmp_path / "run", ["data"])
+    twin = run_dir / "data" / "sd_rl_prompts_heldout" / "manifest.json"
+    ned, prompts = (compose(["experiment=smoke", f"run_dir={run_dir}", "device=cpu", f"audit.measures={m}"])
+                    for m in ("[ned]", "[ned,prompt_mia]"))
+    build_missing_late_data(prompts, run_dir, plan(prompts))          # PT's tokenizer is not there yet
+    assert not twin.exists()
+    copy_run(smoke[0], run_dir, ["models/PT"])
+    build_missing_late_data(ned, run_dir, plan(ned))                  # no audit reads the twin
+    assert not twin.exists()
+    build_missing_late_data(prompts, run_dir, plan(prompts))
+    assert read_json(twin)["heldout_of"] == "sd_rl_prompts"
