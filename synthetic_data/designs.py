@@ -18,14 +18,17 @@ its `--mode`s), read 2026-11-28; where ours departs, the entry's comment says so
                (a string the tokenizer already holds as one token is refused; theirs skips it);
                the model's embeddings must be resized and trainable (harness/audit/preflight.py refuses otherwise)
 
-and one that reads a model (Mitchell, Andrew et al. 2026, arXiv 2606.10481, from its abstract):
+and two that read a model, through a `sampler` the caller builds from it (memlens.harness.model.canary_sampling.
+ModelSampler, since this layer never imports torch; the manifest records it):
 
-    sampled    k tokens sampled at high temperature from a model, after each canary's host prefix (a `sampler` the
-               caller builds from the model: memlens.harness.model.canary_sampling.ModelSampler, since this layer
-               never imports torch); the sampler is recorded in the manifest
-
-The authors' model-based `rare` mode (a prefix token chosen to make the secret least likely under the model) is not
-built.
+    rare       `rare`:    y drawn at random among the tokens the data contains, then x = argmin_v P(y | prefix + v)
+               under the model, the token after which y is least likely, no x used twice; the secret is x y. Ours
+               departs: (1) the argmin runs over the whole vocabulary (theirs stops at the first batch holding a
+               probability below 1e-3, a shortcut that changes which x wins); (2) it takes the least likely x whose
+               pair re-tokenizes as itself (theirs trains on ids, ours on text); (3) no token is shared by two
+               secrets (theirs draws y with replacement); (4) k > 2 repeats x y, as bigram does (theirs is 2 tokens)
+    sampled    k tokens sampled at high temperature from a model, after each canary's host prefix (Mitchell, Andrew et
+               al. 2026, arXiv 2606.10481, from its abstract)
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ class DesignRequest:
     rng: random.Random
     prompts: tuple[str, ...] = ()
     sampler: Callable[[str, int, int], list[int]] | None = None
+    accept: Callable[[list[int]], bool] = lambda ids: True     # whether a secret's ids survive as text (round trip)
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,7 @@ class CanaryDesign:
     secrets: Callable[[DesignRequest], list[list]]
     adds_tokens: bool = False
     reads_model: bool = False     # needs `sampler` (and the hosts' prefixes)
+    reads_data: bool = True       # needs the token statistics of the fine-tuning data
 
 
 DESIGNS: Registry[CanaryDesign] = Registry("canary design", "design")
@@ -177,6 +182,32 @@ def sampled_secrets(req: DesignRequest) -> list[list[int]]:
     return [list(req.sampler(prompt, req.k, req.rng.randrange(2 ** 62))) for prompt in req.prompts[:req.n]]
 
 
+def rare_secrets(req: DesignRequest) -> list[list[int]]:
+    """The authors' `rare`: for each canary a target y drawn among the tokens the data contains, then the token x
+    that makes y least likely after the canary's host prefix under the model, argmin over v of P(y | prefix + v)
+    (the sampler's `after_each_token`), the first such x in ascending probability (ties: the lower id) that is no
+    other secret's token and whose pair survives as text; secret x y, repeated to k tokens."""
+    if req.k < 2:
+        raise UserError(f"design='rare': secret_tokens={req.k}; its secret is a pair (x, y), so give 2 or more")
+    if not callable(getattr(req.sampler, "after_each_token", None)):
+        raise UserError("design='rare': pass sampler=memlens.ModelSampler(model, tokenizer), which scores every "
+                        "token before the target (its after_each_token)")
+    pool = req.stats.seen()
+    _enough(pool, req.n, "rare")
+    ys = req.rng.sample(pool, req.n)
+    taken = set(ys) | set(req.stats.excluded)
+    secrets = []
+    for prompt, y in zip(req.prompts[:req.n], ys):
+        probability = req.sampler.after_each_token(prompt, y)
+        order = sorted((v for v in range(len(probability)) if v not in taken), key=lambda v: (probability[v], v))
+        if not order:
+            raise UserError("design='rare': no token is left to put before a target; give fewer canaries")
+        x = next((v for v in order if req.accept(([v, y] * ((req.k + 1) // 2))[:req.k])), order[0])
+        taken.add(x)
+        secrets.append(([x, y] * ((req.k + 1) // 2))[:req.k])
+    return secrets
+
+
 DESIGNS.register("random", CanaryDesign("random tokens", "Panda et al. 2025, code mode `random`", random_secrets))
 DESIGNS.register("unigram", CanaryDesign("rarest tokens (unigram)", "Panda et al. 2025, code mode `unigram`",
                                          unigram_secrets))
@@ -184,9 +215,11 @@ DESIGNS.register("bigram", CanaryDesign("least likely bigrams", "Panda et al. 20
                                         bigram_secrets))
 DESIGNS.register("new_token", CanaryDesign("new tokens", "Panda et al. 2025, code mode `new`", new_token_secrets,
                                            adds_tokens=True))
+DESIGNS.register("rare", CanaryDesign("least likely after a chosen token (model)",
+                                      "Panda et al. 2025, code mode `rare`", rare_secrets, reads_model=True))
 DESIGNS.register("sampled", CanaryDesign("samples of the model (high temperature)",
                                          "Mitchell, Andrew et al. 2026 (arXiv 2606.10481)", sampled_secrets,
-                                         reads_model=True))
+                                         reads_model=True, reads_data=False))
 
 
 # ------------------------------------------------------------------------------------------------ into canaries
@@ -232,11 +265,14 @@ def design_secrets(design: str, tokenizer, texts: Iterable[str], n: int, k: int,
     if entry.reads_model and getattr(sampler, "tokenizer", tokenizer).get_vocab() != tokenizer.get_vocab():
         raise UserError(f"design={design!r}: the sampler's tokenizer is not `tokenizer` (their vocabularies differ), "
                         "so its ids would be read in the wrong vocabulary; build the sampler with the same tokenizer")
-    stats = token_statistics(tokenizer, texts) if not entry.reads_model else TokenStatistics.of([])
+    stats = token_statistics(tokenizer, texts) if entry.reads_data else TokenStatistics.of([])
     prompts = tuple(prompts)
     if entry.reads_model and len(prompts) != n:
         raise ValueError(f"design={design!r}: {len(prompts)} host prompts for {n} canaries")
-    secrets = entry.secrets(DesignRequest(n, k, stats, rng, prompts, sampler))
+    def accept(ids: list[int]) -> bool:
+        return _round_trips(tokenizer, ids)
+
+    secrets = entry.secrets(DesignRequest(n, k, stats, rng, prompts, sampler, accept))
     refused: set[int] = set()
     redrawn: list[int] = []
     for i in range(n):
@@ -255,7 +291,7 @@ def design_secrets(design: str, tokenizer, texts: Iterable[str], n: int, k: int,
             refused.update(secrets[i])
             held = {t for j, s in enumerate(secrets) if j != i for t in s}
             pool = TokenStatistics(stats.unigrams, stats.bigrams, stats.excluded | held | refused)
-            secrets[i] = entry.secrets(DesignRequest(1, k, pool, rng, prompts[i:i + 1], sampler))[0]
+            secrets[i] = entry.secrets(DesignRequest(1, k, pool, rng, prompts[i:i + 1], sampler, accept))[0]
             tries += 1
         if tries:
             redrawn.append(i)

@@ -251,10 +251,12 @@ def inject(dataset, canaries, *, seed: int = 0, heldout_fraction: float = 0.5, f
     the manifest there (JSON, atomically).
 
     `design`: the canaries' own targets (`as_given`), or secrets designed to be found (synthetic_data/designs.py:
-    random, unigram, bigram, new_token of Panda et al. 2025; sampled) of `secret_tokens` tokens each, in place of each
-    canary's target, chosen in `tokenizer` from the dataset's trained text. `new_token` adds its tokens to `tokenizer`: then
-    `model.resize_token_embeddings(len(tokenizer))` and train the embeddings (the pre-flight refuses otherwise).
-    `sampled` (Mitchell, Andrew et al. 2026) samples each secret from a model after the canary's prefix:
+    random, unigram, bigram, new_token, rare of Panda et al. 2025; sampled) of `secret_tokens` tokens each, in place
+    of each canary's target, chosen in `tokenizer` from the dataset's trained text. `new_token` adds its tokens to
+    `tokenizer`: then `model.resize_token_embeddings(len(tokenizer))` and train the embeddings (the pre-flight
+    refuses otherwise).
+    `sampled` (Mitchell, Andrew et al. 2026) samples each secret from a model after the canary's prefix, and `rare`
+    (Panda et al.) puts before a data token y the token after which the model finds y least likely:
     `sampler=memlens.ModelSampler(model, tokenizer, temperature=1.0)`."""
     from datasets import Dataset, concatenate_datasets  # heavy: only when injecting
 

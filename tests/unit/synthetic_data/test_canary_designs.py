@@ -22,6 +22,7 @@ from memlens.synthetic_data.designs import (
     bigram_secrets,
     design_secrets,
     random_secrets,
+    rare_secrets,
     unigram_secrets,
 )
 from memlens.synthetic_data.inject import inject
@@ -58,6 +59,44 @@ def test_random_secrets_draw_only_tokens_the_data_contains_and_never_the_exclude
 def test_a_design_asked_for_more_tokens_than_the_data_has_names_the_fix():
     with pytest.raises(UserError, match="usable token types"):
         unigram_secrets(_request(3, 2))
+
+
+class TableSampler:
+    """A model as the `rare` design reads it: P(y | prefix + v) from a fixed table, {(prefix, y): [p for each v]}."""
+
+    def __init__(self, table):
+        self.table = table
+
+    def after_each_token(self, prompt, target):
+        return self.table[(prompt, target)]
+
+
+def _rare(n, k, table, accept=lambda ids: True, excluded=(), seed=0):
+    prompts = tuple(sorted({p for p, _ in table}))[:n]
+    return rare_secrets(DesignRequest(n, k, TokenStatistics.of(CORPUS, excluded), random.Random(seed), prompts,
+                                      TableSampler(table), accept))
+
+
+def test_rare_secrets_put_before_each_target_the_token_that_makes_it_least_likely():
+    """The authors' `rare`, by hand on a 16-token vocabulary. Seed 0 draws the targets y = 13 and 14 (replayed). For
+    "a", P(13 | a + v) is lowest at v = 2 (0.01): secret (2, 13). For "b", P(14 | b + v) is lowest at v = 2 as well,
+    which is taken, then at v = 13 and 14, the targets' own tokens, then v = 5: secret (5, 14). An x whose pair does
+    not survive as text is passed over for the next; k = 3 repeats the pair; the special token 0 is never an x."""
+    ys = random.Random(0).sample(sorted({t for seq in CORPUS for t in seq}), 2)
+    assert ys == [13, 14]
+    base = [0.5] * 16
+    p_a = list(base)
+    p_a[2], p_a[7], p_a[0] = 0.01, 0.02, 0.0
+    p_b = list(base)
+    p_b[2], p_b[13], p_b[14], p_b[5], p_b[0] = 0.001, 0.002, 0.002, 0.03, 0.0
+    table = {("a", 13): p_a, ("b", 14): p_b}
+    assert _rare(2, 2, table, excluded=[0]) == [[2, 13], [5, 14]]
+    assert _rare(2, 3, table, excluded=[0]) == [[2, 13, 2], [5, 14, 5]]
+    assert _rare(2, 2, table, accept=lambda ids: ids[0] != 2, excluded=[0]) == [[7, 13], [5, 14]]
+    with pytest.raises(UserError, match="secret_tokens=1; its secret is a pair"):
+        _rare(2, 1, table)
+    with pytest.raises(UserError, match=r"design='rare': pass sampler=memlens.ModelSampler"):
+        rare_secrets(DesignRequest(1, 2, TokenStatistics.of(CORPUS), random.Random(0), ("a",), lambda p, k, s: []))
 
 
 @settings(max_examples=60, deadline=None)
@@ -191,6 +230,39 @@ def test_sampled_canaries_are_the_models_samples_after_each_host_and_plant_repea
     assert [c["target"] for c in again["canaries"]] == [c["target"] for c in manifest["canaries"]]
     with pytest.raises(UserError, match=r"design='sampled': pass sampler=memlens.ModelSampler\(model, tokenizer"):
         inject(data, HOSTS, design="sampled", tokenizer=tok)
+
+
+def test_rare_canaries_are_each_targets_least_likely_prefix_token_under_the_model(tokenizer_dir):
+    """design="rare" through memlens.inject on the shipped tokenizer and a tiny model: every secret is a pair (x, y) of
+    two tokens that re-tokenize as themselves, y a token of the fine-tuning data, and x the token with the lowest
+    P(y | prefix + x) among those no earlier secret holds, not special, whose pair survives as text (recomputed here
+    over the whole vocabulary); planted `repeat` times, the same seed giving the same secrets."""
+    from memlens.harness.model.canary_sampling import ModelSampler
+
+    tok = _tokenizer(tokenizer_dir)
+    model = _tiny_model(tokenizer_dir).eval()
+    data = _dataset([{"prompt": f"# task {i}\n", "completion": text} for i, text in enumerate(TEXTS)])
+    sampler = ModelSampler(model, tok)
+    hosts = HOSTS[:4]
+    out, manifest = inject(data, hosts, seed=5, design="rare", tokenizer=tok, secret_tokens=2, sampler=sampler)
+    assert manifest["design"]["design"] == "rare" and manifest["design"]["redrawn"] == []
+    seen = {t for text in TEXTS for t in tok(text, add_special_tokens=False)["input_ids"]}
+    secrets = {c["id"]: tok(c["target"], add_special_tokens=False)["input_ids"]
+               for c in manifest["canaries"] + manifest["heldout"]}
+    pairs = [secrets[h["id"]] for h in hosts]
+    taken = {y for _, y in pairs} | set(tok.all_special_ids)
+    for host, (x, y) in zip(hosts, pairs):
+        assert y in seen
+        p = sampler.after_each_token(host["prefix"], y)
+        allowed = [v for v in range(len(tok)) if v not in taken and tok([tok.decode([v, y])], add_special_tokens=False)[
+            "input_ids"][0] == [v, y] and tok.decode([v, y]).strip()]
+        assert x == min(allowed, key=lambda v: (p[v], v)), host["id"]
+        taken.add(x)
+    planted_text = "\n".join(out["completion"])
+    for c in manifest["canaries"]:
+        assert planted_text.count(c["target"]) == c["repeat"] == len(c["positions"])
+    again = inject(data, hosts, seed=5, design="rare", tokenizer=tok, secret_tokens=2, sampler=sampler)[1]
+    assert [c["target"] for c in again["canaries"]] == [c["target"] for c in manifest["canaries"]]
 
 
 def test_a_new_token_canary_exists_and_trains(tokenizer_dir):

@@ -108,3 +108,27 @@ def test_n_rows_sharing_one_prompt_pass_each_decode_as_the_prompt_alone(world):
     everything = list(range(model.config.vocab_size))               # every id stops: one step, then done
     assert [len(r) for r in sample_continuations(model, ids, 3, 6, 1.0, torch.Generator().manual_seed(0),
                                                  stop_ids=everything)] == [1, 1, 1]
+
+
+def test_the_probability_of_a_target_after_each_token_is_that_of_a_full_forward_pass(world):
+    """What the `rare` design reads (Panda et al. 2025): P(y | prompt + v) for every v of the vocabulary, by the
+    prompt's cache shared over chunks of candidates, equals softmax of a full forward pass of prompt + v, row by row
+    (an independent path: no cache), and the model's training mode is left as it was."""
+    import torch
+
+    from memlens.harness.model.canary_sampling import PREFIX_CHUNK
+
+    model, tok = world
+    model.train()
+    sampler = ModelSampler(model, tok)
+    (ids,) = encode_texts(tok, [PROMPTS[0]])
+    target = tok("key", add_special_tokens=False)["input_ids"][0]
+    got = sampler.after_each_token(PROMPTS[0], target)
+    assert len(got) == len(tok) > PREFIX_CHUNK and model.training          # more than one chunk
+    model.eval()
+    with torch.no_grad():
+        rows = torch.tensor([ids + [v] for v in range(len(tok))])
+        want = torch.softmax(model(rows).logits[:, -1].double(), dim=-1)[:, target]
+    model.train()
+    assert got == pytest.approx(want.tolist(), rel=1e-4, abs=1e-7)
+    assert min(range(len(got)), key=got.__getitem__) == int(torch.argmin(want))
