@@ -1,13 +1,17 @@
 """Canary designs at doses, through TRL and the AuditCallback: are canaries designed to be found (Panda et al. 2025;
 synthetic_data/designs.py) detected at a lower dose than SD's own target lines, after SFT and after IPO?
 
-    python benchmarks/canary_designs.py --out runs/canary_designs --seeds 0 1 2     # 18 short runs (~1 min each)
+    python benchmarks/canary_designs.py --out runs/canary_designs --seeds 0 1 2     # 30 short runs (1-4 min each)
     python benchmarks/canary_designs.py --table runs/canary_designs                 # the table and the verdicts
 
 Each run: 48 SD.Base programs (10 or 20 lines, the SD generator at the run's seed) are the hosts, dealt to doses
 1 / 4 / 16 (synthetic_data/doses.py, 16 each; a host whose target is its first line is then dropped). The design fills each host's target: `as_given` keeps SD's own target
 line; `unigram` and `new_token` put a designed secret of 10 tokens in its place (the rest of the program is the
-host's prefix and suffix). `memlens.inject` holds out each canary by a fair coin (the non-members) and plants the rest
+host's prefix and suffix), and so do the two designs that read a model, both reading the shipped base the run then
+fine-tunes: `rare` (Panda et al.'s model-based mode: x y repeated to 10 tokens, y a token of the fine-tuning data and
+x the token after which the base finds y least likely, after the host's prefix) and `sampled` (Mitchell, Andrew et
+al. 2026: 10 tokens the base samples after the host's prefix at temperature SAMPLED_TEMPERATURE = 1.0, its own
+distribution; the authors advise >= 0.8). `memlens.inject` holds out each canary by a fair coin (the non-members) and plants the rest
 `repeat` times in 96 other SD programs (the fine-tuning data, whose token counts the unigram design reads). The
 shipped base is then fine-tuned from scratch of the run: `sft` with TRL's SFTTrainer (prompt-completion, LR 1e-3 as
 examples/audit_trl_sft.py, 2 epochs, batch 8), or `ipo` with DPOTrainer's IPO loss (β 0.5, LR 3e-4 as the
@@ -16,7 +20,8 @@ checkpoint against the base (for `new_token`, the base with the same tokenizer a
 on them): extraction and membership inference, each dose's members against every held-out twin.
 
 The rule, fixed before any run of this script (`detection_verdict`): for a route and a designed design d (unigram,
-new_token), the detection dose of a design is the smallest dose whose LOSS-attack AUC on the target span (members
+new_token; and rare and sampled, added with their runs' settings above in a commit before any run of theirs), the
+detection dose of a design is the smallest dose whose LOSS-attack AUC on the target span (members
 planted that many times against all held-out canaries of the design; the LOSS attack fixed in advance, never the
 best attack; the target, the span a design chooses, not the whole program) has a
 95 % bootstrap interval above 0.5, and none when no dose has. The claim "d is detected at a lower dose than SD"
@@ -40,7 +45,7 @@ cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 cli.add_argument("--out", default="runs/canary_designs", help="where the runs go (one folder per route/design/seed)")
 cli.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
 cli.add_argument("--routes", nargs="+", default=["sft", "ipo"], choices=["sft", "ipo"])
-cli.add_argument("--designs", nargs="+", default=["as_given", "unigram", "new_token"])
+cli.add_argument("--designs", nargs="+", default=["as_given", "unigram", "new_token", "rare", "sampled"])
 cli.add_argument("--table", metavar="DIR", help="print the table and verdicts of the runs under DIR, train nothing")
 cli.add_argument("--figure", metavar="PNG", help="with --table: also draw LOSS AUC against dose, a panel per design")
 
@@ -51,7 +56,8 @@ SECRET_TOKENS = 10
 EPOCHS, BATCH = 2, 8
 ATTACK = "loss"                 # fixed in advance (the rule above), never the best of several
 SPAN = "target"                 # the scored span: the secret a design chooses (not the whole program)
-DESIGNED = ("unigram", "new_token")
+DESIGNED = ("unigram", "new_token", "rare", "sampled")
+SAMPLED_TEMPERATURE = 1.0       # the base's own distribution (Mitchell, Andrew et al.: T >= 0.8)
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -96,14 +102,19 @@ def run_one(out: Path, route: str, design: str, seed: int) -> dict:
 
     import memlens
     from memlens.harness.core.shipped import shipped_path
+    from memlens.synthetic_data.designs import DESIGNS
 
     base = shipped_path("assets/base_tiny")
     if out.exists():
         shutil.rmtree(out)                     # a killed run is redone whole: its result is written last
     hosts, codes = sd_rows(seed)
     tokenizer = AutoTokenizer.from_pretrained(base)
+    sampler = None
+    if DESIGNS[design].reads_model:            # rare and sampled read the base the run fine-tunes (a copy of it)
+        sampler = memlens.ModelSampler(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), tokenizer,
+                                       temperature=SAMPLED_TEMPERATURE)
     train, manifest = memlens.inject(background(route, codes), hosts, seed=seed, design=design, tokenizer=tokenizer,
-                                     secret_tokens=SECRET_TOKENS)
+                                     secret_tokens=SECRET_TOKENS, sampler=sampler)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     control = base

@@ -40,3 +40,9 @@ def test_the_verdict_for_each_case_of_the_rule():
     assert m.detection_verdict(never, never) == ("inconclusive", "neither detected at any dose")
     assert m.detection_verdict(early, _result((0.1, 0.1, 0.1), loss=(2.0, 2.5)))[0] == "inconclusive"
     assert m.detection_verdict(early, None)[0] == "not measured"
+
+
+def test_the_designs_the_rule_judges_are_fixed_with_the_settings_of_those_that_read_a_model():
+    m = _module()
+    assert m.DESIGNED == ("unigram", "new_token", "rare", "sampled") and m.SAMPLED_TEMPERATURE == 1.0
+    assert m.SECRET_TOKENS == 10 and m.ATTACK == "loss" and m.SPAN == "target"
