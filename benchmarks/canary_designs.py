@@ -102,7 +102,7 @@ def run_one(out: Path, route: str, design: str, seed: int) -> dict:
 
     import memlens
     from memlens.harness.core.shipped import shipped_path
-    from memlens.synthetic_data.designs import DESIGNS
+    from memlens.synthetic_data.designs import AS_GIVEN, DESIGNS
 
     base = shipped_path("assets/base_tiny")
     if out.exists():
@@ -110,7 +110,7 @@ def run_one(out: Path, route: str, design: str, seed: int) -> dict:
     hosts, codes = sd_rows(seed)
     tokenizer = AutoTokenizer.from_pretrained(base)
     sampler = None
-    if DESIGNS[design].reads_model:            # rare and sampled read the base the run fine-tunes (a copy of it)
+    if design != AS_GIVEN and DESIGNS[design].reads_model:     # rare and sampled read the base the run fine-tunes (a copy of it)
         sampler = memlens.ModelSampler(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), tokenizer,
                                        temperature=SAMPLED_TEMPERATURE)
     train, manifest = memlens.inject(background(route, codes), hosts, seed=seed, design=design, tokenizer=tokenizer,

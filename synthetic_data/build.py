@@ -148,8 +148,9 @@ class Builder:
         rows, info = rl_prompt_rows(sorted((r for r in sd_rows if r["subset"] in rp["subsets"]), key=lambda r: r["id"]),
                                     OffsetTokenizer(rp["tokenizer"]), rp["prompt_tokens"], rp["target_tokens"])
         if not rows:
+            more = " or raise data.sd.heldout_size (its held-out programs)" if name == RL_PROMPTS_HELDOUT else ""
             raise UserError(f"data.rl_prompts.prompt_tokens: no SD example's prompt in {name} has "
-                            f"{rp['prompt_tokens'] + rp['target_tokens']} tokens; lower the token counts")
+                            f"{rp['prompt_tokens'] + rp['target_tokens']} tokens; lower the token counts{more}")
         return rows, {"too_short_skipped": info["too_short_skipped"], "spans_hole": info["spans_hole"],
                       "sd_prompt_tokens": common.distribution(info["prompt_token_lengths"]),
                       "sd_target_tokens": common.distribution(info["target_token_lengths"]),

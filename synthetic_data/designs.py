@@ -192,10 +192,11 @@ def rare_secrets(req: DesignRequest) -> list[list[int]]:
     if not callable(getattr(req.sampler, "after_each_token", None)):
         raise UserError("design='rare': pass sampler=memlens.ModelSampler(model, tokenizer), which scores every "
                         "token before the target (its after_each_token)")
-    pool = req.stats.seen()
+    never = set(req.stats.excluded) | set(getattr(req.sampler, "excluded", ()))    # special ids, the caller's
+    pool = [t for t in req.stats.seen() if t not in never]
     _enough(pool, req.n, "rare")
     ys = req.rng.sample(pool, req.n)
-    taken = set(ys) | set(req.stats.excluded)
+    taken = set(ys) | never
     secrets = []
     for prompt, y in zip(req.prompts[:req.n], ys):
         probability = req.sampler.after_each_token(prompt, y)
@@ -250,8 +251,9 @@ def design_secrets(design: str, tokenizer, texts: Iterable[str], n: int, k: int,
     (the design, k, how many draws were redrawn, and for `new_token` the tokens to add, which `add_new_tokens` adds:
     `tokenizer` itself is never changed here, so a refusal later leaves it as it was). A drawn secret that does not
     re-tokenize as itself (or, for a design that reads a model, whose text equals, holds or sits inside an earlier
-    canary's) is drawn again (seeded), up to ROUND_TRIP_TRIES times per canary. A design that reads a model
-    (`sampled`) takes the canaries' host `prompts` and the caller's `sampler`."""
+    canary's) is drawn again (seeded), up to ROUND_TRIP_TRIES times per canary (a redrawn `rare` secret draws a new
+    y). A design that reads a model (`rare`, `sampled`) takes the canaries' host `prompts` and the caller's
+    `sampler`."""
     check_design(design)
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise UserError(f"secret_tokens={k!r}: a positive number of tokens per designed secret")
@@ -261,7 +263,7 @@ def design_secrets(design: str, tokenizer, texts: Iterable[str], n: int, k: int,
         return _new_token_secrets(entry, tokenizer, DesignRequest(n, k, TokenStatistics.of([]), rng))
     if entry.reads_model and sampler is None:
         raise UserError(f"design={design!r}: pass sampler=memlens.ModelSampler(model, tokenizer, temperature=1.0), "
-                        "the model whose samples become the secrets (e.g. the one you fine-tune)")
+                        "the model the secrets are drawn from (e.g. the one you fine-tune)")
     if entry.reads_model and getattr(sampler, "tokenizer", tokenizer).get_vocab() != tokenizer.get_vocab():
         raise UserError(f"design={design!r}: the sampler's tokenizer is not `tokenizer` (their vocabularies differ), "
                         "so its ids would be read in the wrong vocabulary; build the sampler with the same tokenizer")

@@ -37,7 +37,7 @@ class OffsetTokenizer:
         self.path = Path(path)
         if not self.path.is_dir():
             raise UserError(f"data.rl_prompts.tokenizer: {path} is not a directory; give a saved HF "
-                            "tokenizer folder (e.g. <run_dir>/models/PT) or null to skip sd_rl_prompts")
+                            "tokenizer folder (e.g. <run_dir>/models/PT) or null to skip sd_rl_prompts and its held-out twin")
         tj = self.path / "tokenizer.json"
         if tj.is_file():
             self._fast = Tokenizer.from_file(str(tj))

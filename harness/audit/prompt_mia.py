@@ -1,8 +1,9 @@
 """Membership of RL prompts (`audit.measures=[...,prompt_mia]`): for every checkpoint of each planned model that an RL
 stage trained (recipes/stages/rl.py: RLFT.* with a reward model, RLVR.* with a verifiable reward), how well Min-kNN
 distance (memlens.harness.measures.prompt_mia; Zhang et al. 2026, arXiv 2602.11792) tells the prompts the stage
-trained on (its provenance's `prompts` datasets: sd_base, sd_links, pd_3) from held-out prompts of the same source
-that no stage saw (memlens.harness.core.layout.PROMPT_HELDOUT: sd_base_heldout, sd_links_heldout, pd_3_val), both
+trained on (its provenance's `prompts` datasets: sd_base, sd_links, pd_3, sd_rl_prompts) from held-out prompts of the
+same source that no stage saw (memlens.harness.core.layout.PROMPT_HELDOUT: sd_base_heldout, sd_links_heldout,
+pd_3_val, sd_rl_prompts_heldout), both
 turned into the stage's own FIM contexts (memlens.harness.text.rl_contexts.prompt_contexts with the stage's seed and
 context_chars, from provenance.json).
 

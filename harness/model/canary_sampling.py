@@ -26,7 +26,8 @@ from memlens.harness.model.encode import encode_texts
 from memlens.harness.model.load import accepts_logits_to_keep
 from memlens.harness.model.sampling import repeatable_cache, sample_continuations
 
-PREFIX_CHUNK = 256             # candidate tokens scored per forward pass by `after_each_token` (the authors batch too)
+PREFIX_CHUNK = 256             # candidate tokens scored per forward pass by `after_each_token` (the authors batch too),
+PREFIX_CACHE_BYTES = 2 ** 31   # fewer when the prompt's cache repeated for them would pass this (a large model)
 
 PAPER_TEMPERATURE = 0.8        # the authors sample at T >= 0.8; lower is allowed and recorded, not refused
 
@@ -83,9 +84,10 @@ def sample_ids(model, prompt_ids: list[int], k: int, temperature: float, seed: i
 
 def probability_after_each(model, prompt_ids: list[int], target: int, n_candidates: int) -> list[float]:
     """P(target | prompt_ids + [v]) under `model` (softmax at temperature 1) for v = 0 .. n_candidates - 1. The prompt's
-    forward pass runs once; its cache is repeated for PREFIX_CHUNK candidates at a time, each one token after it, so
-    the cost is n_candidates single-token steps (a cache that cannot be repeated gets prompt + v on every row). The
-    model in eval mode meanwhile; torch's random state is not read."""
+    forward pass runs once; its cache is repeated for up to PREFIX_CHUNK candidates at a time (fewer where the copies
+    would pass PREFIX_CACHE_BYTES), each one token after it, so the cost is n_candidates single-token steps (a cache
+    that cannot be repeated gets prompt + v on every row). The model in eval mode meanwhile; torch's random state is
+    not read."""
     import torch  # heavy: the model layer loads torch on first use
 
     device = next(model.parameters()).device
@@ -98,8 +100,9 @@ def probability_after_each(model, prompt_ids: list[int], target: int, n_candidat
             prompt = torch.tensor([list(prompt_ids)], device=device)
             past = model(input_ids=prompt, use_cache=True, **last_only).past_key_values
             shared = repeatable_cache(past)
-            for start in range(0, n_candidates, PREFIX_CHUNK):
-                candidates = torch.arange(start, min(start + PREFIX_CHUNK, n_candidates), device=device)[:, None]
+            chunk = candidate_chunk(past) if shared else PREFIX_CHUNK
+            for start in range(0, n_candidates, chunk):
+                candidates = torch.arange(start, min(start + chunk, n_candidates), device=device)[:, None]
                 if shared:
                     rows = copy.deepcopy(past)       # batch_repeat_interleave grows the cache in place
                     rows.batch_repeat_interleave(len(candidates))
@@ -111,3 +114,11 @@ def probability_after_each(model, prompt_ids: list[int], target: int, n_candidat
         return out
     finally:
         model.train(was_training)
+
+
+def candidate_chunk(past) -> int:
+    """How many candidates share one copy of a prompt's cache: PREFIX_CHUNK, or fewer so that the repeated copy (and
+    the one its next step appends to) stays within PREFIX_CACHE_BYTES."""
+    per_row = sum(t.numel() * t.element_size() for layer in past.layers
+                  for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if t is not None)
+    return max(1, min(PREFIX_CHUNK, PREFIX_CACHE_BYTES // max(1, 2 * per_row)))

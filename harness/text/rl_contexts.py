@@ -36,7 +36,8 @@ def prompt_contexts(rows: list[dict], dataset: str, seed: int, context_chars: in
         if "rl_prefix" in row and "rl_suffix" in row:
             prefix, suffix = row["rl_prefix"], row["rl_suffix"]
             keep_suffix = max(context_chars, int(row.get("target_char_end", 0)) - len(prefix))
-            out.append({"id": str(row["id"]), "prefix": prefix, "suffix": suffix[:keep_suffix]})
+            out.append({"id": str(row["id"]), "prefix": prefix, "suffix": suffix[:keep_suffix],
+                        **({"repeat": row["repeat"]} if "repeat" in row else {})})    # its dose (data.sd.doses)
             continue
         if "prefix" in row and "suffix" in row:
             prefix, suffix = row["prefix"], row["suffix"]

@@ -12,8 +12,9 @@ submits the rest; a failed job stops the driver with the path of its log.
   `launcher.parallel` at a time.
 - `slurm`: submitit's SlurmExecutor. Every model whose data exists is submitted at once, each with `afterok` on the
   jobs of the models it starts from (and `kill-on-invalid-dep`, so a failed upstream cancels its dependants instead
-  of leaving them pending); the data that needs a trained model (sd_rl_prompts, split by PT's tokenizer) is built
-  when that model's job ends, then its readers are submitted. Resources per job from `launcher.slurm`, per stage
+  of leaving them pending); the data that needs a trained model (sd_rl_prompts and its held-out twin, split by PT's
+  tokenizer) is built when that model's job ends, then its readers are submitted; once every job has ended, the data
+  only the audit reads. Resources per job from `launcher.slurm`, per stage
   from `launcher.stages.<NAME>`; a job with `gpus > 1` trains under `accelerate launch` on its node. The points of
   a `-m` sweep are submitted together by one driver (a model they share is one job).
 The driver waits on each job's result file and asks `squeue` for the state of a job that has none: submitit's own
@@ -312,8 +313,8 @@ def run_slurm(points: list[Point]) -> None:
     for name, job in jobs.items():
         if name not in waited:
             wait_for_slurm(job, name)
-    for point in points:
-        build_missing_late_data(point.cfg, point.run_dir, point.planned)
+    for point in points:     # the data only the audit reads, when no job was left waiting for it (all were finished)
+        build_level_data(point.cfg, point.run_dir, point.planned)
 
 
 def queue_slurm(point: Point, stage, jobs: dict[str, Any]):
@@ -456,16 +457,6 @@ def build_level_data(cfg, run_dir: Path, planned, jobs_started: bool = False) ->
     with hold_directories(data_locks(run_dir, names, jobs_started), "memlens run (data)"):
         pipeline.build_data(cfg, run_dir, names)
     return late
-
-
-def build_missing_late_data(cfg, run_dir: Path, planned) -> None:
-    """Once every job has ended: the late data that no job waited for and the audit reads (sd_rl_prompts_heldout
-    when the RL stage that reads sd_rl_prompts had finished before this run), built as build_level_data builds it."""
-    names = [n for n in pipeline.needed_datasets(planned, cfg) if n in LATE_DATASETS and not pipeline.is_built(run_dir, n)]
-    source = pipeline.rl_prompts_source(planned, run_dir)
-    if names and source is not None and pipeline.is_complete(source):
-        with hold_directories(data_locks(run_dir, names, jobs_started=False), "memlens run (data)"):
-            pipeline.build_data(pipeline.set_rl_prompts_tokenizer(cfg, source), run_dir, names)
 
 
 def data_locks(run_dir: Path, names: list[str], jobs_started: bool) -> list[tuple]:

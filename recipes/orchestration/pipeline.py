@@ -33,6 +33,7 @@ from memlens.harness.core.io import atomic_write_json, read_json
 from memlens.harness.core.layout import (
     DATASET_MANIFEST,
     LATE_DATASETS,
+    RL_PROMPTS,
     TRAINER_STATE,
     audit_dir,
     checkpoint_dirs,
@@ -461,6 +462,8 @@ def train_main(cfg, measurement: Measurement | None = None) -> int:
             if isinstance(stage.given.get(key), str):
                 StageContext(run_dir, stage.model_name).model_dir(stage.given[key])
     names = needed_datasets(chosen, cfg, with_audit=False)
+    if RL_PROMPTS in names:      # its held-out twin, when the audit asks for it: built with it, as `memlens run` does
+        names += [n for n in needed_datasets(chosen, cfg) if n in LATE_DATASETS and n not in names]
     tokenizer_stage = rl_prompts_source(planned, run_dir)
     if set(LATE_DATASETS) & set(names) and tokenizer_stage is not None:
         cfg = set_rl_prompts_tokenizer(cfg, tokenizer_stage)

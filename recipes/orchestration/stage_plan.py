@@ -35,6 +35,7 @@ from memlens.harness.core.layout import (
     HELDOUT_BUILT,
     PAIR_HELDOUT_BUILT,
     PROMPT_HELDOUT,
+    RL_PROMPTS_HELDOUT,
     check_listed_name,
     check_model_name,
     heldout_dataset,
@@ -258,8 +259,10 @@ def needed_datasets(stages: list[PlannedStage], cfg, with_audit: bool = True) ->
     audit = cfg.get("audit") or {}
     measures = audit.get("measures") or []
     if with_audit and "mia" in ([measures] if isinstance(measures, str) else list(measures)):
-        # membership inference scores each planned SD set against its never-trained held-out partner
-        names.update({heldout_dataset(n): None for n in list(names) if heldout_dataset(n) in HELDOUT_BUILT})
+        # membership inference scores each planned SD set against its never-trained held-out partner (the RL-prompt
+        # split's too, which harness/audit/mia.py pairs by the same <dataset>_heldout name)
+        names.update({heldout_dataset(n): None for n in list(names)
+                      if heldout_dataset(n) in HELDOUT_BUILT or heldout_dataset(n) == RL_PROMPTS_HELDOUT})
     if with_audit and "pair_mia" in ([measures] if isinstance(measures, str) else list(measures)):
         # preference-pair membership scores a preference stage's SD pairs against the same pairs of held-out programs
         names.update({heldout_dataset(n): None for n in list(names) if heldout_dataset(n) in PAIR_HELDOUT_BUILT})

@@ -121,21 +121,32 @@ def test_every_rl_stage_gets_prompt_membership_against_its_own_held_out_twin(smo
     assert {"RLFT.1/beta=0.1", "RLFT.1/beta=0.5", "RLFT.4"} <= set(scored["results"]), scored.keys()
 
 
-def test_after_its_jobs_the_slurm_driver_builds_the_held_out_twin_no_job_waited_for(smoke, tmp_path):
-    """A SLURM run whose RLFT.4 had finished before it queues no job that waits for the late data, so the driver builds
-    the held-out twin the audit reads once the jobs end (recipes/orchestration/launcher.py build_missing_late_data);
-    without prompt_mia, or before PT exists, it builds nothing."""
-    from memlens.recipes.orchestration.launcher import build_missing_late_data
+def test_the_launchers_data_step_builds_the_held_out_twin_once_pt_exists_and_an_audit_asks(smoke, tmp_path):
+    """The SLURM driver's last step (recipes/orchestration/launcher.py build_level_data, once every job has ended, as
+    after a run whose every model had finished before it): the held-out RL prompts are built once PT's tokenizer
+    exists and prompt_mia (or mia) asks for them, and not otherwise."""
+    from memlens.recipes.orchestration.launcher import build_level_data
     from memlens.recipes.orchestration.stage_plan import plan
 
     run_dir = copy_run(smoke[0], tmp_path / "run", ["data"])
     twin = run_dir / "data" / "sd_rl_prompts_heldout" / "manifest.json"
-    ned, prompts = (compose(["experiment=smoke", f"run_dir={run_dir}", "device=cpu", f"audit.measures={m}"])
-                    for m in ("[ned]", "[ned,prompt_mia]"))
-    build_missing_late_data(prompts, run_dir, plan(prompts))          # PT's tokenizer is not there yet
-    assert not twin.exists()
+    loss, prompts = (compose(["experiment=smoke", f"run_dir={run_dir}", "device=cpu", f"audit.measures={m}"])
+                     for m in ("[ned,loss]", "[ned,prompt_mia]"))
+    assert build_level_data(prompts, run_dir, plan(prompts)) == {"sd_rl_prompts", "sd_rl_prompts_heldout"}
+    assert not twin.exists()                                          # PT's tokenizer is not there yet
     copy_run(smoke[0], run_dir, ["models/PT"])
-    build_missing_late_data(ned, run_dir, plan(ned))                  # no audit reads the twin
+    build_level_data(loss, run_dir, plan(loss))                       # no audit reads the twin
     assert not twin.exists()
-    build_missing_late_data(prompts, run_dir, plan(prompts))
+    build_level_data(prompts, run_dir, plan(prompts))
     assert read_json(twin)["heldout_of"] == "sd_rl_prompts"
+
+
+def test_memlens_train_builds_the_twin_beside_the_rl_prompts_when_the_audit_asks(smoke, tmp_path):
+    """`memlens train stage=RLFT.4` (a cluster's per-model job, docs/cluster.md) builds the late data its stage reads
+    and, when prompt_mia is asked for, the held-out twin beside it, so a later `memlens audit` scores RLFT.4."""
+    run_dir = copy_run(smoke[0], tmp_path / "run", ["data", "models"])
+    result = memlens("train", "stage=RLFT.4", "experiment=smoke", f"run_dir={run_dir}", "device=cpu",
+                     "audit.measures=[ned,prompt_mia]")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert status_lines(result.stdout) == {"RLFT.4": "skipped"}
+    assert read_json(run_dir / "data" / "sd_rl_prompts_heldout" / "manifest.json")["heldout_of"] == "sd_rl_prompts"

@@ -124,7 +124,8 @@ def test_build_sd_rl_prompts_dataset(tokenizer_dir, tmp_path):
 def test_the_held_out_rl_prompts_are_the_held_out_programs_cut_the_same_way(tokenizer_dir, tmp_path, membership):
     """sd_rl_prompts_heldout (RL-prompt membership's non-members, harness/audit/prompt_mia.py): every held-out SD
     program of the RL subsets with 100 tokens or more, cut at 50 + 50 tokens as the members are, none of them a
-    program any stage reads; doses are for members only."""
+    program any stage reads, no prompt text a member's; doses are for members only, and the RL stage's contexts keep
+    them (RLFT.4 prompts a dose-4 prompt 4 times)."""
     import json
 
     from omegaconf import OmegaConf
@@ -144,6 +145,7 @@ def test_the_held_out_rl_prompts_are_the_held_out_programs_cut_the_same_way(toke
     held_programs = {r["id"]: r for r in rows["sd_base_heldout"] + rows["sd_links_heldout"]}
     assert held and {r["source_id"] for r in held} <= set(held_programs)
     assert not {r["source_id"] for r in held} & {r["source_id"] for r in members}
+    assert not {r["rl_prefix"] + r["rl_suffix"] for r in held} & {r["rl_prefix"] + r["rl_suffix"] for r in members}
     # the same cut: every held-out program is either cut or counted as too short, and each cut row starts its program
     assert manifest["count"] + manifest["too_short_skipped"] == len(held_programs)
     for r in held:
@@ -151,5 +153,11 @@ def test_the_held_out_rl_prompts_are_the_held_out_programs_cut_the_same_way(toke
         assert (r["rl_prefix"], r["rl_suffix"]) == (program["prefix"], program["suffix"])
         assert (program["prefix"] + program["suffix"]).startswith(r["prefix"] + r["target"])
     assert all("repeat" not in r for r in held) and all("repeat" in r for r in members)
+    from memlens.harness.core.user_data import repeated
+    from memlens.harness.text.rl_contexts import prompt_contexts
+
+    contexts = prompt_contexts(members, "sd_rl_prompts", 0, 2000)
+    assert [c["repeat"] for c in contexts] == [r["repeat"] for r in members] and {r["repeat"] for r in members} == {1, 4}
+    assert len(repeated(contexts)) == sum(r["repeat"] for r in members)
     assert manifest["heldout_of"] == "sd_rl_prompts" and manifest["members_in_training"] == 0
     assert set(manifest["provenance"]["datasets"]) == {"sd_base_heldout", "sd_links_heldout"}
