@@ -122,7 +122,9 @@ def test_findings_is_the_quickstart_plus_the_stages_of_f4_to_f7():
 def test_mia_in_the_measures_builds_the_held_out_partners_of_the_planned_sd_sets():
     findings = compose(["experiment=findings"])
     assert "mia" in list(findings.audit.measures)
-    assert {"sd_base_heldout", "sd_links_pos_heldout"} <= set(needed_datasets(plan(findings), findings))
+    # and RLFT.4's RL-prompt split's, which harness/audit/mia.py pairs with sd_rl_prompts by name
+    assert {"sd_base_heldout", "sd_links_pos_heldout", "sd_rl_prompts_heldout"} <= set(
+        needed_datasets(plan(findings), findings))
     # the quickstart's own measures build the held-out SD programs its prompt audit reads (sd_base_heldout,
     # sd_links_heldout), not the PII positives' twin; without prompt_mia, none
     quickstart = compose(["experiment=quickstart"])
