@@ -29,6 +29,7 @@ from memlens.harness.text.exclusions import exclusion_reasons
 from memlens.synthetic_data import common, user_data
 from memlens.synthetic_data import preference_data as pref
 from memlens.synthetic_data import public_code as pc
+from memlens.synthetic_data.common import tokenizer_fingerprint
 from memlens.synthetic_data.data_settings import (
     ALL_DATASETS,
     HELDOUT_DATASETS,
@@ -38,6 +39,7 @@ from memlens.synthetic_data.data_settings import (
     USER_DATASETS,
     validate,
 )
+from memlens.synthetic_data.designs import design_secrets, design_tokenizer, design_tokenizer_folder
 from memlens.synthetic_data.doses import DOSE_STREAM, assign_doses, dose_figures
 from memlens.synthetic_data.formal_data import build_all
 from memlens.synthetic_data.humaneval import default_path, infill_rows
@@ -97,16 +99,22 @@ class Builder:
         return [p for p in programs if not p.links], links
 
     @cached_property
+    def sd_as_given(self) -> dict:
+        """The trained SD with each SD.Base program's own target line: SD.Base rows, SD.Links rows and the line
+        document frequency of their programs."""
+        if self.s["sd_membership"] == "coins":
+            return self.sd_coins["members"]
+        base_programs, links = self.sd_programs
+        df = common.line_document_frequency([p.code for p in base_programs] + [r["code"] for r in links])
+        return {"base": base_rows(base_programs, self.seed, df, self.s["sd"]["target_selection"]), "links": links,
+                "df": df}
+
+    @cached_property
     def sd(self) -> dict:
         """The trained SD: SD.Base rows, SD.Links rows and the line document frequency of their programs; with
-        data.sd.doses, each trained program's rows carry its tier as `repeat` (memlens.synthetic_data.doses)."""
-        if self.s["sd_membership"] == "coins":
-            members = self.sd_coins["members"]
-        else:
-            base_programs, links = self.sd_programs
-            df = common.line_document_frequency([p.code for p in base_programs] + [r["code"] for r in links])
-            base = base_rows(base_programs, self.seed, df, self.s["sd"]["target_selection"])
-            members = {"base": base, "links": links, "df": df}
+        data.sd.design, each SD.Base target a designed secret (`designed`); with data.sd.doses, each trained
+        program's rows carry its tier as `repeat` (memlens.synthetic_data.doses)."""
+        members = {**self.sd_as_given, "base": self.designed(self.sd_as_given["base"])}
         if not self.s["sd_doses"]:
             return members
         return {**members, **{part: assign_doses(members[part], self.s["sd_doses"], self.seed, part)
@@ -131,7 +139,7 @@ class Builder:
         return [p for p in programs if not p.links], links, members
 
     @cached_property
-    def sd_heldout(self) -> dict:
+    def sd_heldout_as_given(self) -> dict:
         """Held-out SD: rows of the held-out stream built by the same functions. Target lines are drawn among lines
         found in no member or other held-out program, so a non-member target is never a line a stage trained on
         (tests/unit/synthetic_data/test_synthetic_build.py checks every other dataset). Under coins: the zeros' SD.Base rows."""
@@ -140,6 +148,33 @@ class Builder:
         base_programs, links, members = self.sd_heldout_programs
         df = common.line_document_frequency(members + [p.code for p in base_programs] + [r["code"] for r in links])
         return {"base": base_rows(base_programs, self.seed, df, self.s["sd"]["target_selection"]), "links": links}
+
+    @cached_property
+    def sd_heldout(self) -> dict:
+        """Held-out SD as trained SD is (`sd`): with data.sd.design, its SD.Base targets designed secrets too."""
+        return {**self.sd_heldout_as_given, "base": self.designed(self.sd_heldout_as_given["base"])}
+
+    @cached_property
+    def secrets_by_id(self) -> dict[str, str]:
+        """{SD.Base row id: its designed secret} for the trained and the held-out programs alike (data.sd.design;
+        synthetic_data/designs.py), drawn together in id order so that no two secrets share a token, in the model's
+        tokenizer from the token counts of the trained SD programs (their own lines: the data the secrets sit in;
+        the authors count the whole fine-tuning set)."""
+        spec = self.s["sd_design"]
+        rows = sorted(self.sd_as_given["base"] + self.sd_heldout_as_given["base"], key=lambda r: r["id"])
+        texts = [r["code"] for r in self.sd_as_given["base"] + self.sd_as_given["links"]]
+        secrets, _ = design_secrets(spec["design"], design_tokenizer(spec["tokenizer"]), texts, len(rows),
+                                    spec["tokens"], self.seed)
+        return {r["id"]: secret for r, secret in zip(rows, secrets)}
+
+    def designed(self, rows: list[dict]) -> list[dict]:
+        """SD.Base rows with their target line replaced by the designed secret (program = prefix + secret + suffix),
+        or as they are without data.sd.design."""
+        if not self.s["sd_design"]:
+            return rows
+        secrets = self.secrets_by_id
+        return [{**r, "target": secrets[r["id"]], "code": r["prefix"] + secrets[r["id"]] + r["suffix"],
+                 "design": self.s["sd_design"]["design"]} for r in rows]
 
     def rl_prompts(self, sd_rows: list[dict], name: str) -> tuple[list[dict], dict]:
         """(rows, figures) of an RL-prompt split (synthetic_data/rl_prompts.py) of SD rows: sd_rl_prompts from the
@@ -305,6 +340,9 @@ class Builder:
             out["sd"] = s["sd"]
             if s["sd_membership"] == "coins":     # split adds nothing: datasets built before the option stay complete
                 out["membership"] = {"sd_base": "coins", "stream": COIN_STREAM, "heldout_size": s["sd_heldout_size"]}
+            if s["sd_design"]:        # as_given adds nothing: datasets built before the option stay complete
+                out["design"] = {**s["sd_design"], "tokenizer_sha256": tokenizer_fingerprint(
+                    design_tokenizer_folder(s["sd_design"]["tokenizer"]))}
             if s["sd_doses"] and name not in (*HELDOUT_DATASETS, *PAIR_HELDOUT_DATASETS, RL_PROMPTS_HELDOUT):   # null adds nothing, as membership=split
                 out["doses"] = {"tiers": list(s["sd_doses"]), "stream": DOSE_STREAM}
         if name in LATE_DATASETS:

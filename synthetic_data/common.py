@@ -107,3 +107,15 @@ def duplicate_target_share(rows: Sequence[dict], df: Counter) -> float:
         return 0.0
     dup = sum(1 for r in rows if df[r["target"].strip()] > 1)
     return round(dup / len(rows), 4)
+
+
+def tokenizer_fingerprint(folder) -> str:
+    """sha256 over a saved tokenizer folder's json and sentencepiece files, names included: what decides its ids
+    (a dataset cut or chosen in that tokenizer records it, so another tokenizer rebuilds the dataset)."""
+    from pathlib import Path
+
+    h = hashlib.sha256()
+    folder = Path(folder)
+    for f in sorted(folder.glob("*.json")) + sorted(folder.glob("*.model")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()

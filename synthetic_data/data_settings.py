@@ -14,6 +14,7 @@ from memlens.harness.core.layout import (
     heldout_dataset,
 )
 from memlens.harness.core.user_data import MAX_REPEAT
+from memlens.synthetic_data.designs import AS_GIVEN, DESIGNS
 from memlens.synthetic_data.public_code import SPLITS as PD_SPLITS
 from memlens.synthetic_data.public_code import USE_FILES
 from memlens.synthetic_data.user_data import CANARY_DATASETS, PREFERENCE_DATASETS, SOURCE_KEY
@@ -143,6 +144,7 @@ def validate(data: dict) -> dict:
         "sd_heldout_size": _heldout_size(data),
         "sd_membership": membership,
         "sd_doses": _doses(data),
+        "sd_design": _design(data),
         "pd": {"source_dir": _get(data, "pd.source_dir"), "hf_dataset": _get(data, "pd.hf_dataset"),
                "text_field": _get(data, "pd.text_field"), "source_field": _get(data, "pd.source_field"),
                "include": list(_get(data, "pd.include")), "exclude": list(_get(data, "pd.exclude")),
@@ -185,6 +187,29 @@ def _doses(data: dict) -> tuple[int, ...] | None:
     if len(set(value)) != len(value):
         raise UserError(f"data.sd.doses={list(value)}: a dose is listed twice; {fix}")
     return tuple(sorted(value))
+
+
+def _design(data: dict) -> dict | None:
+    """data.sd.design / design_tokens / design_tokenizer: None for as_given (the programs' own target lines; absent in
+    older configs), else the model-free design of synthetic_data/designs.py that puts a secret in place of each SD.Base
+    target, its length in tokens and the tokenizer directory it is chosen in."""
+    sd = data.get("sd") or {}
+    design = sd.get("design", AS_GIVEN)
+    if design == AS_GIVEN:
+        return None
+    usable = [name for name in DESIGNS.names() if not DESIGNS[name].reads_model and not DESIGNS[name].adds_tokens]
+    if design not in usable:
+        why = ("reads a model, which the data is built before" if design in DESIGNS and DESIGNS[design].reads_model
+               else "adds tokens, which every stage's embeddings would need" if design in DESIGNS else "is unknown")
+        raise UserError(f"data.sd.design={design!r} {why}; use {AS_GIVEN} or one of {', '.join(usable)} (a design "
+                        "that reads a model or adds tokens: memlens.inject in your own training script)")
+    tokenizer = sd.get("design_tokenizer")
+    if tokenizer in (None, ""):
+        raise UserError(f"data.sd.design_tokenizer: data.sd.design={design} chooses its secrets in the model's "
+                        "tokenizer, which must exist before training: give its directory, or use a model preset "
+                        "with a pretrained base (model=tiny_base: the shipped base's), not one whose PT trains a "
+                        "tokenizer (model=tiny)")
+    return {"design": design, "tokens": _int(data, "sd.design_tokens", 1), "tokenizer": str(tokenizer)}
 
 
 def _membership(data: dict) -> str:

@@ -38,6 +38,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.registry import Registry
@@ -326,6 +327,30 @@ def add_new_tokens(tokenizer, record: dict) -> None:
     """Add a design's new tokens (its record's `new_tokens`, none for the other designs) to `tokenizer`."""
     if record.get("new_tokens"):
         tokenizer.add_tokens(record["new_tokens"])
+
+
+def design_tokenizer_folder(path: str) -> Path:
+    """data.sd.design_tokenizer as a folder: a local directory, or one the project ships (`assets/base_tiny`, the
+    shipped base's, as model=tiny_base names it); never the hub."""
+    from memlens.harness.core.shipped import shipped_path
+
+    folder = Path(path) if Path(path).is_dir() else shipped_path(path)
+    if folder is None:
+        raise UserError(f"data.sd.design_tokenizer={path!r}: not a tokenizer directory here; give the model's "
+                        "tokenizer folder (e.g. assets/base_tiny)")
+    return folder
+
+
+def design_tokenizer(path: str):
+    """The tokenizer data.sd.design chooses SD's secrets in (design_tokenizer_folder)."""
+    from transformers import AutoTokenizer  # heavy: only when a design is asked for
+
+    folder = design_tokenizer_folder(path)
+
+    try:
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
+    except (OSError, ValueError) as e:
+        raise UserError(f"data.sd.design_tokenizer={path!r}: cannot load a tokenizer from {folder}: {e}") from None
 
 
 def check_design(design: str) -> None:

@@ -20,12 +20,12 @@ built only when `data.rl_prompts.tokenizer` names a tokenizer directory.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from tokenizers import Tokenizer
 
 from memlens.harness.core.errors import UserError
+from memlens.synthetic_data.common import tokenizer_fingerprint
 from memlens.synthetic_data.doses import dose_of
 
 
@@ -65,10 +65,7 @@ class OffsetTokenizer:
                                           return_offsets_mapping=True)["offset_mapping"]]
 
     def fingerprint(self) -> str:
-        h = hashlib.sha256()
-        for f in sorted(self.path.glob("*.json")) + sorted(self.path.glob("*.model")):
-            h.update(f.name.encode() + b"\0" + f.read_bytes())
-        return h.hexdigest()
+        return tokenizer_fingerprint(self.path)
 
 
 def rl_prompt_rows(sd_rows: list[dict], tokenizer: OffsetTokenizer, prompt_tokens: int,
