@@ -41,6 +41,8 @@ import sys
 import time
 from pathlib import Path
 
+from memlens.harness.report.findings.detection import DETECTION_ATTACK, DETECTION_SPAN
+
 cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 cli.add_argument("--out", default="runs/canary_designs", help="where the runs go (one folder per route/design/seed)")
 cli.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -54,8 +56,8 @@ HOSTS_PER_DOSE = 16
 BACKGROUND = 96
 SECRET_TOKENS = 10
 EPOCHS, BATCH = 2, 8
-ATTACK = "loss"                 # fixed in advance (the rule above), never the best of several
-SPAN = "target"                 # the scored span: the secret a design chooses (not the whole program)
+ATTACK = DETECTION_ATTACK       # fixed in advance (the rule above), never the best of several
+SPAN = DETECTION_SPAN           # the scored span: the secret a design chooses (not the whole program)
 DESIGNED = ("unigram", "new_token", "rare", "sampled")
 SAMPLED_TEMPERATURE = 1.0       # the base's own distribution (Mitchell, Andrew et al.: T >= 0.8)
 
@@ -175,13 +177,16 @@ def per_dose(out: Path, manifest: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ the rule
+def by_dose(result: dict) -> dict[int, list | None]:
+    """A run's LOSS AUC interval per dose (harness/report/findings/detection.py reads these)."""
+    return {dose: result["doses"][str(dose)]["ci95"] for dose in DOSES}
+
+
 def detection_dose(result: dict) -> int | None:
     """The smallest dose whose AUC interval lies above 0.5 (None: no dose)."""
-    for dose in DOSES:
-        ci = result["doses"][str(dose)]["ci95"]
-        if ci is not None and ci[0] > 0.5:
-            return dose
-    return None
+    from memlens.harness.report.findings.detection import detection_dose as smallest
+
+    return smallest(by_dose(result))
 
 
 def trained(result: dict) -> bool:
@@ -189,19 +194,13 @@ def trained(result: dict) -> bool:
 
 
 def detection_verdict(designed: dict | None, sd: dict | None) -> tuple[str, str]:
-    """The rule of this module's docstring, for one route and seed: (status, why)."""
-    from memlens.harness.report.findings.verdict import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED
+    """The rule of this module's docstring (harness/report/findings/detection.py), for one route and seed."""
+    from memlens.harness.report.findings.detection import detection_verdict as verdict
 
     if designed is None or sd is None:
-        return NOT_MEASURED, "a run is missing"
-    if not (trained(designed) and trained(sd)):
-        return INCONCLUSIVE, "a run did not train (loss did not fall)"
-    d, s = detection_dose(designed), detection_dose(sd)
-    if d is None and s is None:
-        return INCONCLUSIVE, "neither detected at any dose"
-    if d is not None and (s is None or d < s):
-        return HOLDS, f"x{d} < {'never' if s is None else f'x{s}'}"
-    return FAILS, f"{'never' if d is None else f'x{d}'} >= x{s}"
+        return verdict(None, None)
+    return verdict(by_dose(designed), by_dose(sd), (trained(designed), trained(sd)),
+                   "a run did not train (loss did not fall)")
 
 
 def epsilon_per_dose(run_dir: Path, result: dict) -> dict[str, float]:
