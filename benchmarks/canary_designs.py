@@ -41,7 +41,7 @@ import sys
 import time
 from pathlib import Path
 
-from memlens.harness.report.findings.detection import DETECTION_ATTACK, DETECTION_SPAN
+from memlens.harness.report.findings.verdict import DETECTION_ATTACK, DETECTION_SPAN
 
 cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 cli.add_argument("--out", default="runs/canary_designs", help="where the runs go (one folder per route/design/seed)")
@@ -178,13 +178,13 @@ def per_dose(out: Path, manifest: dict) -> dict:
 
 # ------------------------------------------------------------------------------------------------ the rule
 def by_dose(result: dict) -> dict[int, list | None]:
-    """A run's LOSS AUC interval per dose (harness/report/findings/detection.py reads these)."""
+    """A run's LOSS AUC interval per dose (harness/report/findings/verdict.py reads these)."""
     return {dose: result["doses"][str(dose)]["ci95"] for dose in DOSES}
 
 
 def detection_dose(result: dict) -> int | None:
     """The smallest dose whose AUC interval lies above 0.5 (None: no dose)."""
-    from memlens.harness.report.findings.detection import detection_dose as smallest
+    from memlens.harness.report.findings.verdict import detection_dose as smallest
 
     return smallest(by_dose(result))
 
@@ -194,8 +194,8 @@ def trained(result: dict) -> bool:
 
 
 def detection_verdict(designed: dict | None, sd: dict | None) -> tuple[str, str]:
-    """The rule of this module's docstring (harness/report/findings/detection.py), for one route and seed."""
-    from memlens.harness.report.findings.detection import detection_verdict as verdict
+    """The rule of this module's docstring (harness/report/findings/verdict.py), for one route and seed."""
+    from memlens.harness.report.findings.verdict import detection_verdict as verdict
 
     if designed is None or sd is None:
         return verdict(None, None)

@@ -8,7 +8,7 @@ seed, route by route: is the designed secret detected at a lower dose than SD's 
     python benchmarks/designed_doses.py --designed runs/doses_designed runs/doses_designed_seed1 \\
         runs/doses_designed_seed2 --sd runs/doses runs/doses_seed1 runs/doses_seed2 [--figure PNG]
 
-The rule, committed before any run of experiment=doses_designed, is harness/report/findings/detection.py's (the one
+The rule, committed before any run of experiment=doses_designed, is harness/report/findings/verdict.py's (the one
 benchmarks/canary_designs.py applies through TRL): per route, the detection dose of a run is the smallest dose whose
 LOSS-attack AUC on sd_base's target span at the route's final checkpoint (that dose's members against every held-out
 program: audit/mia/<model>/summary.json `tiers`) has a 95 % bootstrap interval above 0.5; "designed is detected at a
@@ -29,7 +29,7 @@ import json
 import sys
 from pathlib import Path
 
-from memlens.harness.report.findings.detection import (
+from memlens.harness.report.findings.verdict import (
     DETECTION_ATTACK,
     DETECTION_SPAN,
     detection_dose,

@@ -14,6 +14,7 @@ import re
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 # Token-count proxy used when no tokenizer is given: identifiers/numbers as one piece, every other
 # non-space character as its own piece. It over-counts BPE tokens on punctuation-heavy code and
@@ -112,8 +113,6 @@ def duplicate_target_share(rows: Sequence[dict], df: Counter) -> float:
 def tokenizer_fingerprint(folder) -> str:
     """sha256 over a saved tokenizer folder's json and sentencepiece files, names included: what decides its ids
     (a dataset cut or chosen in that tokenizer records it, so another tokenizer rebuilds the dataset)."""
-    from pathlib import Path
-
     h = hashlib.sha256()
     folder = Path(folder)
     for f in sorted(folder.glob("*.json")) + sorted(folder.glob("*.model")):

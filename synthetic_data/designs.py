@@ -42,6 +42,7 @@ from pathlib import Path
 
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.registry import Registry
+from memlens.harness.core.shipped import shipped_path
 
 AS_GIVEN = "as_given"          # the canaries' own targets (no design): memlens.inject's default
 NEW_TOKEN_DIGITS = 6           # characters of one new token (the authors' secrets are strings of non-zero digits)
@@ -332,8 +333,6 @@ def add_new_tokens(tokenizer, record: dict) -> None:
 def design_tokenizer_folder(path: str) -> Path:
     """data.sd.design_tokenizer as a folder: a local directory, or one the project ships (`assets/base_tiny`, the
     shipped base's, as model=tiny_base names it); never the hub."""
-    from memlens.harness.core.shipped import shipped_path
-
     folder = Path(path) if Path(path).is_dir() else shipped_path(path)
     if folder is None:
         raise UserError(f"data.sd.design_tokenizer={path!r}: not a tokenizer directory here; give the model's "

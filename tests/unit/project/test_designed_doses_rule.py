@@ -1,4 +1,4 @@
-"""benchmarks/designed_doses.py's rule (harness/report/findings/detection.py), fixed before the runs of
+"""benchmarks/designed_doses.py's rule (harness/report/findings/verdict.py), fixed before the runs of
 experiment=doses_designed: per route, the designed secret is detected at a lower dose than SD's own line when the
 smallest dose whose LOSS AUC interval (sd_base, target span, final) lies above 0.5 is lower; a route whose training
 gate failed is inconclusive. Hand-made run folders."""
@@ -70,7 +70,7 @@ def test_the_sd_run_trains_too_and_seeds_must_pair(tmp_path):
 
 
 def test_the_shared_rule_by_hand():
-    from memlens.harness.report.findings.detection import detection_dose, detection_verdict
+    from memlens.harness.report.findings.verdict import detection_dose, detection_verdict
 
     assert detection_dose({1: [0.4, 1], 4: [0.51, 1], 16: [0.9, 1]}) == 4
     assert detection_dose({1: [0.5, 1], 4: None, 16: [0.5, 1]}) is None         # touching 0.5 is not above it
