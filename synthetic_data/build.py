@@ -59,6 +59,9 @@ LINKS_SPLIT_NOTE = ("SD.Links keeps its split under data.sd.membership=coins: it
                     "no member has; only SD.Base is randomized by coins")
 
 
+FINE_TUNING_SPLITS = ("pd_1", "pd_2")   # the public code FT.1 and FT.3 train on beside SD (paper 003 Table 1)
+
+
 # ----------------------------------------------------------------------------- builders
 class Builder:
     """Builds datasets lazily: SD, PD and the tokenizer are made once, only if some dataset needs them."""
@@ -158,11 +161,12 @@ class Builder:
     def secrets_by_id(self) -> dict[str, str]:
         """{SD.Base row id: its designed secret} for the trained and the held-out programs alike (data.sd.design;
         synthetic_data/designs.py), drawn together in id order so that no two secrets share a token, in the model's
-        tokenizer from the token counts of the trained SD programs (their own lines: the data the secrets sit in;
-        the authors count the whole fine-tuning set)."""
+        tokenizer from the token counts of the fine-tuning data, as the authors count theirs: the trained SD programs
+        (their own lines) and the public code the fine-tuning stages read beside them (PD.1, PD.2; paper 003 Table 1)."""
         spec = self.s["sd_design"]
         rows = sorted(self.sd_as_given["base"] + self.sd_heldout_as_given["base"], key=lambda r: r["id"])
         texts = [r["code"] for r in self.sd_as_given["base"] + self.sd_as_given["links"]]
+        texts += [r["text"] for split in FINE_TUNING_SPLITS for r in self.pd.splits[split]]
         secrets, _ = design_secrets(spec["design"], design_tokenizer(spec["tokenizer"]), texts, len(rows),
                                     spec["tokens"], self.seed)
         return {r["id"]: secret for r, secret in zip(rows, secrets)}
