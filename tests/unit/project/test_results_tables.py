@@ -88,12 +88,13 @@ def test_results_md_marks_every_recorded_findings_table():
     """Each findings table of docs/results.md sits in a marked block the command can rebuild."""
     text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
     blocks = _module().GENERATED.findall(text)
-    assert len(blocks) == 28                  # + the discoverable and epsilon tables, the formal-language study, seeds 0-2' RL,
+    assert len(blocks) == 29                  # + the discoverable and epsilon tables, the formal-language study, seeds 0-2' RL,
     #                                           the newer attacks against LOSS, M1-M4 over seeds, the Xeon's seeds
     #                                           (findings and RL), experiment=doses (its findings and its doses), and
     #                                           M5 over seeds with seed 0's pair-membership table, and D4's pairs
     #                                           and D5's prompts per dose, and M6 over seeds with seed 0's
-    #                                           prompt-membership table, and each preference objective's pairs
+    #                                           prompt-membership table, and each preference objective's pairs,
+    #                                           and experiment=doses_designed's findings
     outside = _module().GENERATED.sub("", text)
     assert "| id | finding | paper | this run |" not in outside and "| id | paper | seed 0 |" not in outside
 
