@@ -40,7 +40,8 @@ BREAKS = ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u202
     ("+report.kk=1", [r"report\.kk: unknown key; the valid keys under report are compare, figures, findings_models, "]),
     ("+report.findings_models.ft_dirct=FT.3", [r"report\.findings_models: unknown role\(s\) \['ft_dirct'\]; use "
                                                r"ft_source, ft_direct, "]),
-    ("+data.sd.kk=1", [r"data\.sd\.kk: unknown key; the valid keys under data\.sd are doses, heldout_size, line_counts, "]),
+    ("+data.sd.kk=1", [r"data\.sd\.kk: unknown key; the valid keys under data\.sd are design, design_tokenizer, "
+                       r"design_tokens, doses, heldout_size, line_counts, "]),
     ("+model.kk=1", [r"model: unknown key\(s\) \['kk'\]; valid keys are \['dtype', "]),
     ("+model.lora.rank=8", [r"model\.lora: unknown key\(s\) \['rank'\]; valid keys are \['alpha', "]),
     ("audit.measures=[ned,los]", [r"audit\.measures=\['ned', 'los'\]: unknown \['los'\]; use a list of ned, loss, mia"]),
