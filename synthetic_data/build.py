@@ -345,8 +345,10 @@ class Builder:
             if s["sd_membership"] == "coins":     # split adds nothing: datasets built before the option stay complete
                 out["membership"] = {"sd_base": "coins", "stream": COIN_STREAM, "heldout_size": s["sd_heldout_size"]}
             if s["sd_design"]:        # as_given adds nothing: datasets built before the option stay complete
+                # the secrets read the tokenizer and the token counts of PD.1 / PD.2 (secrets_by_id): both identify them
                 out["design"] = {**s["sd_design"], "tokenizer_sha256": tokenizer_fingerprint(
-                    design_tokenizer_folder(s["sd_design"]["tokenizer"]))}
+                    design_tokenizer_folder(s["sd_design"]["tokenizer"])),
+                    "counted_in": {"pd": {**s["pd"], "corpus": self.pd_source[2]}}}
             if s["sd_doses"] and name not in (*HELDOUT_DATASETS, *PAIR_HELDOUT_DATASETS, RL_PROMPTS_HELDOUT):   # null adds nothing, as membership=split
                 out["doses"] = {"tiers": list(s["sd_doses"]), "stream": DOSE_STREAM}
         if name in LATE_DATASETS:

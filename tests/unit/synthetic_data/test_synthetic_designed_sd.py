@@ -86,6 +86,9 @@ def test_as_given_adds_nothing_and_a_design_names_itself_in_the_settings(tmp_pat
     assert settings["design"] == "unigram" and settings["tokens"] == 6 and len(settings["tokenizer_sha256"]) == 64
     longer = Builder(validate(_data(cfg_for(tmp_path, *DESIGN, "data.sd.design_tokens=8"))))
     assert longer.settings_for("sd_base") != designed.settings_for("sd_base")           # a rebuild, not a reuse
+    # the secrets count PD.1 / PD.2's tokens, so another public-code corpus rebuilds them as well
+    fewer = Builder(validate(_data(cfg_for(tmp_path, *DESIGN, "data.pd.max_files=50"))))
+    assert fewer.settings_for("sd_base") != designed.settings_for("sd_base")
 
 
 @pytest.mark.parametrize("overrides, needle", [
