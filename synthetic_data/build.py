@@ -348,7 +348,9 @@ class Builder:
                 # the secrets read the tokenizer and the token counts of PD.1 / PD.2 (secrets_by_id): both identify them
                 out["design"] = {**s["sd_design"], "tokenizer_sha256": tokenizer_fingerprint(
                     design_tokenizer_folder(s["sd_design"]["tokenizer"])),
-                    "counted_in": {"pd": {**s["pd"], "corpus": self.pd_source[2]}}}
+                    "counted_in": {"sd": "trained programs", "splits": list(FINE_TUNING_SPLITS),
+                                   "pd": {**s["pd"], "corpus": self.pd_source[2]}},
+                    "drawn_with_heldout": s["sd_heldout_size"]}   # the held-out programs' secrets are drawn with them
             if s["sd_doses"] and name not in (*HELDOUT_DATASETS, *PAIR_HELDOUT_DATASETS, RL_PROMPTS_HELDOUT):   # null adds nothing, as membership=split
                 out["doses"] = {"tiers": list(s["sd_doses"]), "stream": DOSE_STREAM}
         if name in LATE_DATASETS:

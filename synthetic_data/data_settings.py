@@ -189,6 +189,11 @@ def _doses(data: dict) -> tuple[int, ...] | None:
     return tuple(sorted(value))
 
 
+# bigram gives the rarest x to the first canaries (its pairs are not shuffled): over SD's rows in id order, the trained
+# programs (sd-*) would get rarer secrets than the held-out ones (sdh-*), which membership inference would read.
+ORDERED_DESIGNS = ("bigram",)
+
+
 def _design(data: dict) -> dict | None:
     """data.sd.design / design_tokens / design_tokenizer: None for as_given (the programs' own target lines; absent in
     older configs), else the model-free design of synthetic_data/designs.py that puts a secret in place of each SD.Base
@@ -197,10 +202,14 @@ def _design(data: dict) -> dict | None:
     design = sd.get("design", AS_GIVEN)
     if design == AS_GIVEN:
         return None
-    usable = [name for name in DESIGNS.names() if not DESIGNS[name].reads_model and not DESIGNS[name].adds_tokens]
+    usable = [name for name in DESIGNS.names() if not DESIGNS[name].reads_model and not DESIGNS[name].adds_tokens
+              and name not in ORDERED_DESIGNS]
     if design not in usable:
         why = ("reads a model, which the data is built before" if design in DESIGNS and DESIGNS[design].reads_model
-               else "adds tokens, which every stage's embeddings would need" if design in DESIGNS else "is unknown")
+               else "adds tokens, which every stage's embeddings would need" if design in DESIGNS and
+               DESIGNS[design].adds_tokens
+               else "hands its rarest secrets out in row order, so trained and held-out programs would differ in "
+                    "rarity" if design in ORDERED_DESIGNS else "is unknown")
         raise UserError(f"data.sd.design={design!r} {why}; use {AS_GIVEN} or one of {', '.join(usable)} (a design "
                         "that reads a model or adds tokens: memlens.inject in your own training script)")
     tokenizer = sd.get("design_tokenizer")

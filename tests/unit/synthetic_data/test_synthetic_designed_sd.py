@@ -89,12 +89,16 @@ def test_as_given_adds_nothing_and_a_design_names_itself_in_the_settings(tmp_pat
     # the secrets count PD.1 / PD.2's tokens, so another public-code corpus rebuilds them as well
     fewer = Builder(validate(_data(cfg_for(tmp_path, *DESIGN, "data.pd.max_files=50"))))
     assert fewer.settings_for("sd_base") != designed.settings_for("sd_base")
+    # and every secret is drawn with the held-out programs', so their count does too
+    held = Builder(validate(_data(cfg_for(tmp_path, *DESIGN, "data.sd.heldout_size=30"))))
+    assert held.settings_for("sd_base") != designed.settings_for("sd_base")
 
 
 @pytest.mark.parametrize("overrides, needle", [
     (["data.sd.design=rare", "data.sd.design_tokenizer=assets/base_tiny"], "reads a model"),
     (["data.sd.design=new_token", "data.sd.design_tokenizer=assets/base_tiny"], "adds tokens"),
     (["data.sd.design=zipf", "data.sd.design_tokenizer=assets/base_tiny"], "is unknown"),
+    (["data.sd.design=bigram", "data.sd.design_tokenizer=assets/base_tiny"], "rarest secrets out in row order"),
     (["data.sd.design=unigram"], r"data.sd.design_tokenizer: .*\(model=tiny_base"),
 ])
 def test_a_design_the_data_cannot_build_is_refused_naming_the_key(tmp_path, overrides, needle):
@@ -103,6 +107,6 @@ def test_a_design_the_data_cannot_build_is_refused_naming_the_key(tmp_path, over
 
 
 def test_the_shipped_base_preset_gives_its_tokenizer(tmp_path):
-    data = _data(cfg_for(tmp_path, "model=tiny_base", "data.sd.design=bigram"))
-    assert validate(data)["sd_design"] == {"design": "bigram", "tokens": 10, "tokenizer": "assets/base_tiny"}
+    data = _data(cfg_for(tmp_path, "model=tiny_base", "data.sd.design=random"))
+    assert validate(data)["sd_design"] == {"design": "random", "tokens": 10, "tokenizer": "assets/base_tiny"}
     assert validate(_data(cfg_for(tmp_path)))["sd"] == validate(data)["sd"]       # the design is its own setting
