@@ -25,6 +25,7 @@ from memlens.harness.core.formal_study import FormalSettings, formal_dir
 from memlens.harness.core.io import atomic_write_json, atomic_write_jsonl, file_sha256
 from memlens.harness.core.layout import LATE_DATASETS, RL_PROMPTS, RL_PROMPTS_HELDOUT, datasets_dir
 from memlens.harness.core.provenance import provenance
+from memlens.harness.core.user_data import DOSE_IF_MEMBER
 from memlens.harness.text.exclusions import exclusion_reasons
 from memlens.synthetic_data import common, user_data
 from memlens.synthetic_data import preference_data as pref
@@ -63,6 +64,15 @@ FINE_TUNING_SPLITS = ("pd_1", "pd_2")   # the public code FT.1 and FT.3 train on
 
 
 # ----------------------------------------------------------------------------- builders
+
+def _held_out_dose(row: dict) -> dict:
+    """A held-out program's row under coins with doses: its tier kept as DOSE_IF_MEMBER, not as `repeat` (no stage
+    plants a held-out program; the ε audit reads the tier to bound each dose)."""
+    if "repeat" not in row:
+        return row
+    out = {k: v for k, v in row.items() if k != "repeat"}
+    return {**out, DOSE_IF_MEMBER: row["repeat"]}
+
 class Builder:
     """Builds datasets lazily: SD, PD and the tokenizer are made once, only if some dataset needs them."""
 
@@ -120,8 +130,10 @@ class Builder:
         members = {**self.sd_as_given, "base": self.designed(self.sd_as_given["base"])}
         if not self.s["sd_doses"]:
             return members
+        # Under coins SD.Base's tiers were dealt over the pool before the coins (sd_coins): its rows carry them.
+        parts = ("links",) if self.s["sd_membership"] == "coins" else ("base", "links")
         return {**members, **{part: assign_doses(members[part], self.s["sd_doses"], self.seed, part)
-                              for part in ("base", "links")}}
+                              for part in parts}}
 
     @cached_property
     def sd_heldout_programs(self) -> tuple[list, list[dict], list[str]]:
@@ -165,7 +177,10 @@ class Builder:
         (their own lines) and the public code the fine-tuning stages read beside them (PD.1, PD.2; paper 003 Table 1)."""
         spec = self.s["sd_design"]
         rows = sorted(self.sd_as_given["base"] + self.sd_heldout_as_given["base"], key=lambda r: r["id"])
-        texts = [r["code"] for r in self.sd_as_given["base"] + self.sd_as_given["links"]]
+        # Under coins the trained programs are the coins' choice: counting the whole pool keeps every secret
+        # independent of the coins, as the one-run ε bound assumes (Steinke et al. 2023, Algorithm 1).
+        counted = rows if self.s["sd_membership"] == "coins" else self.sd_as_given["base"]
+        texts = [r["code"] for r in counted + self.sd_as_given["links"]]
         texts += [r["text"] for split in FINE_TUNING_SPLITS for r in self.pd.splits[split]]
         secrets, _ = design_secrets(spec["design"], design_tokenizer(spec["tokenizer"]), texts, len(rows),
                                     spec["tokens"], self.seed)
@@ -208,10 +223,14 @@ class Builder:
         df = common.line_document_frequency([p.code for p in pool] + [r["code"] for r in first_links + held_links])
         rows = base_rows(pool, self.seed, df, "distinct")
         kept = [r for r in rows if df[r["target"].strip()] == 1]
+        if self.s["sd_doses"]:
+            # Each program's dose is dealt before its coin (one tier for either outcome), so a dose's canaries are
+            # split by the coins alone and a one-run ε bound per dose holds (harness/audit/epsilon.py).
+            kept = assign_doses(kept, self.s["sd_doses"], self.seed, "base")
         rng = common.seeded_rng(COIN_STREAM, self.seed)
         coins = [rng.getrandbits(1) for _ in kept]
         ones = [r for r, coin in zip(kept, coins) if coin == 1]
-        zeros = [r for r, coin in zip(kept, coins) if coin == 0]
+        zeros = [_held_out_dose(r) for r, coin in zip(kept, coins) if coin == 0]
         if not ones or not zeros:
             raise UserError(f"data.sd.membership=coins: the coins gave {len(ones)} trained and {len(zeros)} held-out "
                             "SD.Base program(s); raise data.sd.size or data.sd.heldout_size")
@@ -219,7 +238,9 @@ class Builder:
                 "coins": {"stream": f"{COIN_STREAM}:{self.seed}", "pool": len(rows), "ones": len(ones),
                           "zeros": len(zeros), "left_out_shared_target": len(rows) - len(kept),
                           "rule": "one fair coin per SD.Base program of both streams: 1 -> sd_base, "
-                                  "0 -> sd_base_heldout"}}
+                                  "0 -> sd_base_heldout",
+                          **({"doses": f"one tier per program of the pool, dealt before its coin (a held-out "
+                                       f"program's as {DOSE_IF_MEMBER})"} if self.s["sd_doses"] else {})}}
         return {"members": {"base": ones, "links": first_links, "df": df},
                 "heldout": {"base": zeros, "links": held_links}, "info": info}
 

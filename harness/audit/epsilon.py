@@ -13,8 +13,9 @@ multiple comparison the bound does not pay for.
 On disk, below the run's audit dir (memlens.harness.core.layout.epsilon_dir), written atomically after everything of the
 model is computed (a killed run rewrites the same file when rerun):
     epsilon/<model>/summary.json   per checkpoint and dataset: m, r, v, k+, k-, Steinke et al.'s bound, `bounds`
-                                   (every method's, labelled, with its own k+, k-, r, v), δ, the rule, the
-                                   assumptions, the datasets refused and why, provenance
+                                   (every method's, labelled, with its own k+, k-, r, v), `doses` (the same per dose
+                                   tier, where data.sd.doses dealt each canary a tier before its coin), δ, the rule,
+                                   the assumptions, the datasets refused and why, provenance
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import atomic_write_json, file_sha256, read_json, read_jsonl
 from memlens.harness.core.layout import epsilon_dir, mia_dir, require_inside
 from memlens.harness.core.provenance import provenance
+from memlens.harness.core.user_data import DOSE_IF_MEMBER
 from memlens.harness.measures.epsilon import CONFIDENCE, audit_epsilon, guess_counts
 from memlens.harness.measures.mia import ATTACKS, MEMBER_PREFIX, NONMEMBER_PREFIX, POPULATION
 
@@ -172,6 +174,24 @@ def bound_of_rows(rows: list[dict], s: EpsilonSettings, where: Path) -> dict:
     return audit_epsilon(ids, scores, members, guess_counts(len(rows), s.guesses), s.delta, s.confidence)
 
 
+def dose_of_row(row: dict) -> int | None:
+    """A canary's dose tier: a member's `repeat`, a held-out canary's DOSE_IF_MEMBER (None where it has neither)."""
+    value = row.get("repeat", row.get(DOSE_IF_MEMBER))
+    return None if value is None else int(value)
+
+
+def bounds_by_dose(rows: list[dict], s: EpsilonSettings, where: Path) -> dict[str, dict]:
+    """{dose: the bounds of that tier's canaries} where every canary carries a tier dealt before its coin
+    (data.sd.doses under coins: members and held-out canaries alike) and there are two tiers or more; {} otherwise.
+    A tier's canaries are split by the coins alone, so each tier's bound is its own one-run statement (Steinke et al.
+    2023, Algorithm 1, on that subset of canaries); tiers known for the members only (doses under split) would let
+    the coins choose which canaries are counted, and get none."""
+    doses = [dose_of_row(r) for r in rows]
+    if None in doses or len(set(doses)) < 2:
+        return {}
+    return {str(t): bound_of_rows([r for r, d in zip(rows, doses) if d == t], s, where) for t in sorted(set(doses))}
+
+
 def epsilon_of_model(audit_dir: Path, model_name: str, s: EpsilonSettings, log=print) -> dict | None:
     """Bounds of every checkpoint and dataset the MIA audit scored for one model; written to
     epsilon/<model>/summary.json. None (nothing written) when mia left no summary for the model."""
@@ -191,7 +211,11 @@ def epsilon_of_model(audit_dir: Path, model_name: str, s: EpsilonSettings, log=p
                 refused[dataset] = reason
                 continue
             path = mia_dir(audit_dir, model_name) / checkpoint / f"{dataset}.jsonl"
-            results.setdefault(checkpoint, {})[dataset] = bound_of_rows(read_jsonl(path), s, path)
+            rows = read_jsonl(path)
+            bound = bound_of_rows(rows, s, path)
+            if by_dose := bounds_by_dose(rows, s, path):
+                bound["doses"] = by_dose
+            results.setdefault(checkpoint, {})[dataset] = bound
             rows_sha[f"{checkpoint}/{dataset}"] = file_sha256(path)
     for dataset, reason in refused.items():
         log(f"[audit] note: epsilon for {model_name} refuses {dataset}: {reason}")
@@ -226,6 +250,9 @@ def audit_epsilon_models(cfg, models: list[str], log=print, settings: EpsilonSet
                     log(f"[audit] epsilon {name} {checkpoint} on {dataset}: {r['v']}/{r['r']} right guesses of "
                         f"m={r['m']} -> ε >= {r['epsilon_lower_bound']:.3f} (δ={s.delta:g}, "
                         f"{100 * s.confidence:g} %) by Steinke 2023{_xiang_note(r)}")
+                    for dose, d in (r.get("doses") or {}).items():
+                        log(f"[audit] epsilon {name} {checkpoint} on {dataset}, dose {dose}: {d['v']}/{d['r']} of "
+                            f"m={d['m']} -> ε >= {d['epsilon_lower_bound']:.3f} by Steinke 2023")
     if not bounded:
         raise UserError("audit.measures includes epsilon but every planned dataset was refused (the notes above say "
                         "why): build SD with data.sd.membership=coins and rerun the pipeline and mia, or drop epsilon "
@@ -253,16 +280,26 @@ def _rounded(value):
     return None if value is None else round(value, 3)
 
 
+def _report_row(model: str, checkpoint: str, dataset: str, r: dict, dose: str) -> dict:
+    """One row of the report's table: a dataset's bounds over all its canaries (dose "all") or one dose tier's."""
+    bounds = r.get("bounds") or {}
+    return {"model": model, "checkpoint": checkpoint, "dataset": dataset, "dose": dose, "m": r["m"],
+            "guesses r": r["r"], "correct v": r["v"], "ε lower bound": round(r["epsilon_lower_bound"], 3),
+            **{c: _rounded((bounds.get(method) or {}).get(key)) for c, (method, key) in XIANG_COLUMNS.items()},
+            "δ": r["delta"]}
+
+
 def report_rows(audit_dir: Path) -> tuple[list[str], list[dict]] | None:
     """(columns, rows) of every model's bounds for the report: one row per model, checkpoint and dataset, Steinke et
     al.'s bound (r and v are its guesses) and beside it Xiang et al.'s, each labelled (each method takes its own
     best candidate: summary.json's `bounds` says which). Summaries written before the Xiang bounds were computed
     give the former table (its "ε lower bound" column); mixed with newer ones, their Xiang cells are empty. A model
-    whose MIA results were retired (a retrained stage moved them to stale/) is left out: its bounds are stale."""
+    whose MIA results were retired (a retrained stage moved them to stale/) is left out: its bounds are stale. Where a
+    dataset has bounds per dose (bounds_by_dose), a `dose` column says "all" or the tier, a row each."""
     root = epsilon_dir(audit_dir)
     if not root.is_dir():
         return None
-    rows, labelled = [], False
+    rows, labelled, dosed = [], False, False
     for path in sorted(root.rglob(SUMMARY_FILE)):
         record = read_json(path)
         model = record["model"]
@@ -270,16 +307,19 @@ def report_rows(audit_dir: Path) -> tuple[list[str], list[dict]] | None:
             continue
         for checkpoint in record["checkpoints"]:
             for dataset, r in sorted(record["results"][checkpoint].items()):
-                bounds = r.get("bounds") or {}
-                labelled = labelled or bool(bounds)
-                rows.append({"model": model, "checkpoint": checkpoint, "dataset": dataset, "m": r["m"],
-                             "guesses r": r["r"], "correct v": r["v"],
-                             "ε lower bound": round(r["epsilon_lower_bound"], 3),
-                             **{c: _rounded((bounds.get(method) or {}).get(key))
-                                for c, (method, key) in XIANG_COLUMNS.items()}, "δ": r["delta"]})
+                labelled = labelled or bool(r.get("bounds"))
+                by_dose = sorted((r.get("doses") or {}).items(), key=lambda item: int(item[0]))
+                dosed = dosed or bool(by_dose)
+                rows += [_report_row(model, checkpoint, dataset, entry, dose)
+                         for dose, entry in [("all", r), *by_dose]]
     columns = ["model", "checkpoint", "dataset", "m", "guesses r", "correct v", "ε lower bound", "δ"]
+    if dosed:
+        columns.insert(3, "dose")
+    else:
+        rows = [{k: v for k, v in row.items() if k != "dose"} for row in rows]
     if labelled:
-        columns[6:7] = [STEINKE_COLUMN, *XIANG_COLUMNS]
+        at = columns.index("ε lower bound")
+        columns[at:at + 1] = [STEINKE_COLUMN, *XIANG_COLUMNS]
         rows = [{(STEINKE_COLUMN if k == "ε lower bound" else k): v for k, v in row.items()} for row in rows]
     else:
         rows = [{k: v for k, v in row.items() if k not in XIANG_COLUMNS} for row in rows]

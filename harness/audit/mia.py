@@ -44,6 +44,7 @@ from memlens.harness.core.stats import (
     TPR_AT_FPR_RULE,
     paired_auc_difference,
 )
+from memlens.harness.core.user_data import DOSE_IF_MEMBER
 from memlens.harness.measures.blind_mia import (
     BLIND,
     BLIND_LABEL,
@@ -219,8 +220,9 @@ def _score_rows(rows: list[dict], member: int, values: dict, control: dict | Non
             row["prefix_shot"] = True          # scored, but in no attack's metrics (a prefix is made of it)
         elif blind and any(r["id"] in b for b in blind.values()):
             row[BLIND] = {span: b[r["id"]] for span, b in blind.items() if r["id"] in b}   # the blind baseline's score
-        if "repeat" in r:
-            row["repeat"] = int(r["repeat"])
+        for key in ("repeat", DOSE_IF_MEMBER):     # a held-out canary's would-be dose: the ε audit's tiers
+            if key in r:
+                row[key] = int(r[key])
         out.append(row)
     return out
 
