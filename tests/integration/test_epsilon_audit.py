@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from memlens.harness.audit.command import main as audit_main
 from memlens.harness.cli import compose
-from memlens.harness.core.io import read_json
+from memlens.harness.core.io import read_json, read_jsonl
 from memlens.recipes.stages.models import PROJECT_ROOT
 from memlens.synthetic_data.build import build_datasets
 
@@ -27,7 +27,8 @@ def test_a_model_that_never_saw_the_canaries_gives_a_bound_near_zero(tmp_path):
     torch.set_num_threads(1)
     run_dir = tmp_path / "run"
     build_datasets(compose([f"run_dir={run_dir}", "data.sd.size=60", "data.sd.line_counts=[10,20]",
-                            "data.sd.membership=coins"]), names=["sd_base", "sd_base_heldout"], log=lambda *_: None)
+                            "data.sd.membership=coins", "data.sd.doses=[1,4]"]), names=["sd_base", "sd_base_heldout"],
+                   log=lambda *_: None)
     (run_dir / "models").mkdir()
     os.symlink(BASE, run_dir / "models" / "BASE")        # a finished model of the run: it has provenance.json
     cfg = OmegaConf.create({
@@ -44,6 +45,12 @@ def test_a_model_that_never_saw_the_canaries_gives_a_bound_near_zero(tmp_path):
     assert bound["m"] == coins["ones"] + coins["zeros"] and bound["n_members"] == coins["ones"]
     assert bound["r"] > 0 and bound["epsilon_lower_bound"] < 0.5, bound
     assert summary["refused"] == {} and summary["settings"]["attack"] == "loss" and bound["delta"] == 1e-5
+    # doses dealt before the coins (data.sd.doses): the MIA rows carry each canary's tier, members' as `repeat` and
+    # held-out ones' as dose_if_member, and each dose gets its own bound over its canaries, near 0 too
+    rows = read_jsonl(run_dir / "audit" / "mia" / "BASE" / "final" / "sd_base.jsonl")
+    assert {(r["member"], "repeat" in r, "dose_if_member" in r) for r in rows} == {(1, True, False), (0, False, True)}
+    assert set(bound["doses"]) == {"1", "4"} and sum(d["m"] for d in bound["doses"].values()) == bound["m"]
+    assert all(d["epsilon_lower_bound"] < 1.0 for d in bound["doses"].values()), bound["doses"]
 
     # The report as `memlens run` renders it (in the process that ran the audit) and as `memlens report` renders it
     # in a fresh process, which imports no audit module: the same sections, the epsilon table among them, and the

@@ -445,6 +445,61 @@ def test_the_measure_bounds_each_checkpoint_writes_its_summary_and_reports_a_tab
     assert {k: v for k, v in read_json(path).items() if k != "provenance"} == before
 
 
+def _dosed_rows(dose_of_nonmembers: bool = True) -> list[dict]:
+    """40 canaries by fair coins, tier 4 for even ids and 1 for odd ones, dealt before the coins (a member carries it as
+    `repeat`, a held-out canary as dose_if_member); only tier 4's members score 1 above everyone else."""
+    rng = random.Random(1)
+    coins = [rng.getrandbits(1) for _ in range(40)]
+    rows = []
+    for i, c in enumerate(coins):
+        tier = 4 if i % 2 == 0 else 1
+        score = -1.0 + (1.0 if c and tier == 4 else 0.0) + 0.1 * rng.random()
+        row = {"id": f"sd-{i:05d}", "member": c, "score": {"target": {"loss": score}}}
+        if c:
+            row["repeat"] = tier
+        elif dose_of_nonmembers:
+            row["dose_if_member"] = tier
+        rows.append(row)
+    return rows
+
+
+def test_each_dose_dealt_before_the_coins_gets_its_own_bound_and_report_row(tmp_path):
+    from memlens.harness.audit.epsilon import (
+        STEINKE_COLUMN,
+        EpsilonSettings,
+        bound_of_rows,
+        bounds_by_dose,
+        report_rows,
+    )
+    from memlens.harness.core.io import atomic_write_json
+
+    rows = _dosed_rows()
+    s = EpsilonSettings(delta=0.0, guesses=((0.25, 0.25),))
+    by_dose = bounds_by_dose(rows, s, tmp_path / "rows.jsonl")
+    assert set(by_dose) == {"1", "4"} and by_dose["1"]["m"] == by_dose["4"]["m"] == 20
+    tier4 = [r for r in rows if int(r["id"][3:]) % 2 == 0]
+    members4 = sum(r["member"] for r in tier4)
+    assert 5 <= members4 <= 15          # 5 guesses each way: all members above all non-members in this tier
+    # tier 4: the top 5 are members and the bottom 5 non-members -> 10 of 10 right -> the hand formula at δ = 0
+    assert (by_dose["4"]["r"], by_dose["4"]["v"]) == (10, 10)
+    assert by_dose["4"]["epsilon_lower_bound"] == pytest.approx(_all_right_bound(10), abs=2 * BISECTION_TOL)
+    assert by_dose["1"]["epsilon_lower_bound"] < by_dose["4"]["epsilon_lower_bound"]     # noise in tier 1
+    assert by_dose["1"] == bound_of_rows([r for r in rows if int(r["id"][3:]) % 2 == 1], s, tmp_path)
+    # tiers known for the members only (doses under split): the coins would choose what is counted -> none
+    assert bounds_by_dose(_dosed_rows(dose_of_nonmembers=False), s, tmp_path) == {}
+    assert bounds_by_dose([{**r, "repeat": 4} if r["member"] else {**r, "dose_if_member": 4} for r in rows],
+                          s, tmp_path) == {}                                          # one tier: nothing to split
+    # the report's table: a `dose` column, the dataset's row ("all") and a row per dose
+    whole = bound_of_rows(rows, s, tmp_path)
+    atomic_write_json(tmp_path / "mia" / "FT.3" / "summary.json", {})
+    atomic_write_json(tmp_path / "epsilon" / "FT.3" / "summary.json", {
+        "model": "FT.3", "checkpoints": ["final"], "results": {"final": {"sd_base": {**whole, "doses": by_dose}}}})
+    columns, table = report_rows(tmp_path)
+    assert columns[:5] == ["model", "checkpoint", "dataset", "dose", "m"] and columns[7] == STEINKE_COLUMN
+    assert [(r["dose"], r["m"]) for r in table] == [("all", 40), ("1", 20), ("4", 20)]
+    assert table[2][STEINKE_COLUMN] == round(by_dose["4"]["epsilon_lower_bound"], 3)
+
+
 def test_the_measure_refuses_split_membership_stale_rows_and_bad_settings(tmp_path):
     from memlens.harness.audit.command import requested_measures
     from memlens.harness.audit.epsilon import audit_epsilon_models
