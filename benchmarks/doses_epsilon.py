@@ -20,9 +20,9 @@ The rule, committed with this file before any run of either experiment ("the des
 than SD at the same count", issue #67): per route, at a seed, read the Steinke ε lower bound on sd_base at the route's
 final checkpoint over all its coin-decided canaries (one primary comparison; the per-dose bounds are reported, not
 tested), in the designed run and the SD run of the same seed (the same count m, checked):
-    inconclusive    where either run's route fails its training gate (benchmarks/designed_doses.py `trained`: FT.3's
-                    loss fell; RLFT.2's RL evidence as D3 reads it; IPO's preference accuracy), or where both bounds
-                    are 0 (nothing to compare)
+    inconclusive    where either run has no bound recorded for the route, where either run's route fails its
+                    training gate (benchmarks/designed_doses.py `trained`: FT.3's loss fell; RLFT.2's RL evidence as
+                    D3 reads it; IPO's preference accuracy), or where both bounds are 0 (nothing to compare)
     holds           where the designed bound is larger than SD's
     not reproduced  otherwise
 Over seeds it holds (or is not reproduced) only where 3 seeds say so and none says otherwise
@@ -81,9 +81,11 @@ def verdict(designed: dict | None, sd: dict | None, gates: tuple[bool, bool]) ->
     """The module docstring's rule at one seed and route: (status, why)."""
     if designed is None or sd is None:
         return INCONCLUSIVE, "no ε bound recorded"
-    if designed["m"] != sd["m"]:
-        raise SystemExit(f"the designed and SD runs bound {designed['m']} and {sd['m']} canaries: pair runs of one "
-                         "seed of experiment=doses_designed_coins and experiment=doses_coins")
+    counts = [(e["m"], {d: b["m"] for d, b in (e.get("doses") or {}).items()}) for e in (designed, sd)]
+    if counts[0] != counts[1]:
+        raise SystemExit(f"the designed and SD runs bound {designed['m']} and {sd['m']} canaries (per dose: "
+                         f"{counts[0][1]} and {counts[1][1]}): pair runs of one seed of "
+                         "experiment=doses_designed_coins and experiment=doses_coins")
     if not all(gates):
         return INCONCLUSIVE, "a run's route failed its training gate"
     e_designed, e_sd = designed["epsilon_lower_bound"], sd["epsilon_lower_bound"]
@@ -103,10 +105,12 @@ def _by_dose_cell(values: list[str]) -> str:
 
 def table(designed: list[Path], sd: list[Path]) -> str:
     pairs = {seed_of(d): (d, s) for d, s in zip(designed, sd)}
+    if len(pairs) != len(designed):
+        raise SystemExit(f"--designed {' '.join(map(str, designed))}: one run per seed, each seed once")
     for d, s in pairs.values():
         if seed_of(d) != seed_of(s):
             raise SystemExit(f"{d} (seed {seed_of(d)}) and {s} (seed {seed_of(s)}): pair runs of the same seed")
-    lines = ["| route | canary | seed | extracted x1 / x4 / x16 (k/n) | LOSS AUC x1 / x4 / x16 [TPR at 1 % FPR] | "
+    lines = ["| route | canary | seed | extracted x1 / x4 / x16 (k/n [95 % interval]) | LOSS AUC x1 / x4 / x16 [TPR at 1 % FPR] | "
              "ε ≥, all (v/r of m) | ε ≥ x1 / x4 / x16 (m) | trained |", "|---|---|---|---|---|---|---|---|"]
     verdicts: dict[str, list[tuple[int, str, str]]] = {m: [] for m in ROUTES}
     for seed, (d_run, s_run) in sorted(pairs.items()):
@@ -116,7 +120,8 @@ def table(designed: list[Path], sd: list[Path]) -> str:
                 entry = epsilon_entry(run, model)
                 ok, why = trained(run, model)
                 entries[label], gates[label] = entry, ok
-                rates = [f"{r['k']}/{r['n']}" for r in extraction_by_dose(run, model)]
+                rates = [f"{r['k']}/{r['n']} [{100 * r['ci95'][0]:.0f}–{100 * r['ci95'][1]:.0f} %]"
+                         for r in extraction_by_dose(run, model)]
                 aucs = [f"{m['auc']['value']:.2f} [{m['tpr_at_fpr<1%']['value']:.2f}]"
                         for _, m in sorted(mia_by_dose(run, model).items())]
                 doses = sorted(((entry or {}).get("doses") or {}).items(), key=lambda item: int(item[0]))

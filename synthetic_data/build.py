@@ -365,11 +365,15 @@ class Builder:
             out["sd"] = s["sd"]
             if s["sd_membership"] == "coins":     # split adds nothing: datasets built before the option stay complete
                 out["membership"] = {"sd_base": "coins", "stream": COIN_STREAM, "heldout_size": s["sd_heldout_size"]}
+                if s["sd_doses"]:     # the held-out rows carry their tiers too (dose_if_member): a new deal rebuilds
+                    out["membership"]["doses"] = {"tiers": list(s["sd_doses"]), "stream": DOSE_STREAM,
+                                                  "dealt": "over the pool, before the coins"}
             if s["sd_design"]:        # as_given adds nothing: datasets built before the option stay complete
                 # the secrets read the tokenizer and the token counts of PD.1 / PD.2 (secrets_by_id): both identify them
                 out["design"] = {**s["sd_design"], "tokenizer_sha256": tokenizer_fingerprint(
                     design_tokenizer_folder(s["sd_design"]["tokenizer"])),
-                    "counted_in": {"sd": "trained programs", "splits": list(FINE_TUNING_SPLITS),
+                    "counted_in": {"sd": "every program of the pool" if s["sd_membership"] == "coins"
+                                   else "trained programs", "splits": list(FINE_TUNING_SPLITS),
                                    "pd": {**s["pd"], "corpus": self.pd_source[2]}},
                     "drawn_with_heldout": s["sd_heldout_size"]}   # the held-out programs' secrets are drawn with them
             if s["sd_doses"] and name not in (*HELDOUT_DATASETS, *PAIR_HELDOUT_DATASETS, RL_PROMPTS_HELDOUT):   # null adds nothing, as membership=split

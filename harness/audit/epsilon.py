@@ -52,6 +52,8 @@ ASSUMPTIONS = (
     "wherever the pipeline uses it (SFT rows, reward and preference rows, RL prompts built from it)",
     "each (model, checkpoint, dataset) bound is a separate statement at the stated confidence, not a simultaneous "
     "one over checkpoints or models; the guess counts are chosen by the stated rule",
+    "where `doses` is given, each dose's bound is one more separate statement over that dose's canaries alone "
+    "(their tier dealt before their coins), not corrected for the other doses or the dataset's own bound",
     "a lower bound on ε of the training algorithm at the stated δ: training without differential privacy has no "
     "finite ε, so the number measures how much membership the fixed attack reveals, not a guarantee",
     "three bounds from the same guesses, each a separate statement at the stated confidence (none is the largest "

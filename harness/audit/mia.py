@@ -220,9 +220,10 @@ def _score_rows(rows: list[dict], member: int, values: dict, control: dict | Non
             row["prefix_shot"] = True          # scored, but in no attack's metrics (a prefix is made of it)
         elif blind and any(r["id"] in b for b in blind.values()):
             row[BLIND] = {span: b[r["id"]] for span, b in blind.items() if r["id"] in b}   # the blind baseline's score
-        for key in ("repeat", DOSE_IF_MEMBER):     # a held-out canary's would-be dose: the ε audit's tiers
-            if key in r:
-                row[key] = int(r[key])
+        if "repeat" in r:
+            row["repeat"] = int(r["repeat"])
+        if isinstance(r.get(DOSE_IF_MEMBER), int) and not isinstance(r[DOSE_IF_MEMBER], bool):
+            row[DOSE_IF_MEMBER] = r[DOSE_IF_MEMBER]       # a held-out SD canary's would-be dose: the ε audit's tiers
         out.append(row)
     return out
 

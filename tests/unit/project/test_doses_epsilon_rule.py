@@ -42,7 +42,7 @@ def _run(root: Path, seed: int, eps: dict[str, float], m: int = 86, rl_ok: bool 
         _write(root / "audit" / "mia" / model / "summary.json", {"results": {"final": {"sd_base": {"tiers": tiers}}}})
     _write(root / "run.json", {"seed": seed})
     _write(root / "models" / "FT.3" / "trainer_state.json", {"log_history": [{"loss": 3.0}, {"loss": 1.0}]})
-    rates = {fid: [{"name": f"{model} x{d}", "k": d // 4, "n": 14} for d in (1, 4, 16)]
+    rates = {fid: [{"name": f"{model} x{d}", "k": d // 4, "n": 14, "ci95": [0.0, d / 20]} for d in (1, 4, 16)]
              for fid, model in (("D1", "FT.3"), ("D3", "RLFT.2"), ("D2", "IPO"))}
     _write(root / "report" / "findings.json", {"findings": [
         {"id": "D1", "rates": rates["D1"], "evidence": []},
@@ -74,10 +74,14 @@ def test_the_table_shows_each_dose_and_the_seeds_and_counts_must_pair(tmp_path):
     m = _module()
     out = m.table([_run(tmp_path / "d", 0, {"FT.3": 1.2})], [_run(tmp_path / "s", 0, {"FT.3": 0.4})])
     # extraction k/n, LOSS AUC [TPR at 1 % FPR] and ε (m) by dose, and ε over all canaries (v/r of m)
-    assert "| FT.3 | unigram secret | 0 | 0/14 / 1/14 / 4/14 | 0.61 [0.10] / 0.64 [0.10] / 0.76 [0.10] | " \
+    assert "| FT.3 | unigram secret | 0 | 0/14 [0–5 %] / 1/14 [0–20 %] / 4/14 [0–80 %] | 0.61 [0.10] / 0.64 [0.10] / 0.76 [0.10] | " \
            "1.20 (6/8 of 86) | 0.60 (28) / 1.20 (28) / 2.40 (28) | yes (loss 3 → 1) |" in out
     assert "| seed 0: holds (ε ≥ 1.200 vs 0.400 (m = 86)) | inconclusive (1 of 1 hold) |" in out   # one seed: no verdict
     with pytest.raises(SystemExit, match="pair runs of the same seed"):
         m.table([_run(tmp_path / "d1", 1, {"FT.3": 1.0})], [_run(tmp_path / "s0", 0, {"FT.3": 1.0})])
     with pytest.raises(SystemExit, match="bound 86 and 80 canaries"):
         m.table([_run(tmp_path / "dm", 0, {"FT.3": 1.0})], [_run(tmp_path / "sm", 0, {"FT.3": 1.0}, m=80)])
+    with pytest.raises(SystemExit, match="each seed once"):
+        m.table([tmp_path / "d", tmp_path / "d"], [tmp_path / "s", tmp_path / "s"])
+    # no bound recorded for a route: inconclusive, as the rule says
+    assert "seed 0: inconclusive (no ε bound recorded)" in _verdicts(out)["RLFT.2 (RL via the reward model)"]

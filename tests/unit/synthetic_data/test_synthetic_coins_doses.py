@@ -68,7 +68,21 @@ def test_the_designed_build_shares_the_pool_coins_and_doses_and_its_secrets_igno
     settings = validate(OmegaConf.to_container(cfg_for(built["root"] / "other", *COINS_DOSES, *DESIGN).data,
                                                resolve=True))
     secrets = Builder(settings).secrets_by_id
+    tiers = {r["id"]: r.get("repeat", r.get(DOSE_IF_MEMBER)) for part in ("members", "heldout")
+             for r in Builder(settings).sd_coins[part]["base"]}
     monkeypatch.setattr(build_module, "COIN_STREAM", "another-stream")
     other = Builder(settings)
     assert {r["id"] for r in other.sd["base"]} != {r["id"] for r in _rows(built["designed"]["sd_base"])}
     assert other.secrets_by_id == secrets
+    # and every program keeps its tier whichever way its coin fell
+    assert {r["id"]: r.get("repeat", r.get(DOSE_IF_MEMBER)) for part in ("members", "heldout")
+            for r in other.sd_coins[part]["base"]} == tiers
+
+
+def test_another_deal_of_doses_rebuilds_the_held_out_rows_in_the_same_run_folder(tmp_path):
+    quiet = {"names": ["sd_base", "sd_base_heldout"], "log": lambda *_: None}
+    first = build_datasets(cfg_for(tmp_path, *COINS_DOSES), **quiet)
+    before = {r[DOSE_IF_MEMBER] for r in _rows(first["sd_base_heldout"])}
+    again = build_datasets(cfg_for(tmp_path, "data.sd.membership=coins", "data.sd.doses=[2,8,32]"), **quiet)
+    assert before == {1, 4} and {r[DOSE_IF_MEMBER] for r in _rows(again["sd_base_heldout"])} == {2, 8, 32}
+    assert {r["repeat"] for r in _rows(again["sd_base"])} == {2, 8, 32}

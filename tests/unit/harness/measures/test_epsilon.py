@@ -498,6 +498,14 @@ def test_each_dose_dealt_before_the_coins_gets_its_own_bound_and_report_row(tmp_
     assert columns[:5] == ["model", "checkpoint", "dataset", "dose", "m"] and columns[7] == STEINKE_COLUMN
     assert [(r["dose"], r["m"]) for r in table] == [("all", 40), ("1", 20), ("4", 20)]
     assert table[2][STEINKE_COLUMN] == round(by_dose["4"]["epsilon_lower_bound"], 3)
+    # beside a summary without doses (and one written before the Xiang bounds): its row says "all", cells empty
+    atomic_write_json(tmp_path / "mia" / "IPO" / "summary.json", {})
+    atomic_write_json(tmp_path / "epsilon" / "IPO" / "summary.json", {
+        "model": "IPO", "checkpoints": ["final"],
+        "results": {"final": {"sd_base": {"m": 40, "r": 4, "v": 2, "epsilon_lower_bound": 0.0, "delta": 0.0}}}})
+    columns, table = report_rows(tmp_path)
+    assert [(r["model"], r["dose"]) for r in table] == [("FT.3", "all"), ("FT.3", "1"), ("FT.3", "4"), ("IPO", "all")]
+    assert table[-1][STEINKE_COLUMN] == 0.0 and table[-1]["μ lower bound (Xiang 2025 μ-GDP)"] is None
 
 
 def test_the_measure_refuses_split_membership_stale_rows_and_bad_settings(tmp_path):
