@@ -182,7 +182,7 @@ class Builder:
         counted = rows if self.s["sd_membership"] == "coins" else self.sd_as_given["base"]
         texts = [r["code"] for r in counted + self.sd_as_given["links"]]
         texts += [r["text"] for split in FINE_TUNING_SPLITS for r in self.pd.splits[split]]
-        secrets, _ = design_secrets(spec["design"], design_tokenizer(spec["tokenizer"]), texts, len(rows),
+        secrets, _ = design_secrets(spec["design"], self.design_tokenizer, texts, len(rows),
                                     spec["tokens"], self.seed)
         return {r["id"]: secret for r, secret in zip(rows, secrets)}
 
@@ -283,19 +283,30 @@ class Builder:
                                        "mean": round(len(pos) / max(1, len(usage)), 2)}
         return stats
 
-    @staticmethod
-    def _exclusions(rows: list[dict]) -> dict:
+    def _exclusions(self, rows: list[dict]) -> dict:
         """What the audit's filters (paper 003 Sec. 4.2, App. D) would exclude, with target tokens counted
         in proxy pieces: the audit counts them in the audited model's tokenizer, so its short-target count
-        can differ a little; the target-in-prompt test works on characters and is the audit's exactly."""
+        can differ a little; the target-in-prompt test works on characters and is the audit's exactly. A designed
+        secret (data.sd.design) is counted in the tokenizer it was drawn in: as proxy pieces a run of rare tokens
+        reads as one or two words, and every secret would look too short."""
+        designed = bool(rows) and "design" in rows[0]
+        counter = self._design_token_count if designed else common.proxy_token_count
         reasons = exclusion_reasons([r["prefix"] for r in rows], [r["target"] for r in rows],
-                                    [r["suffix"] for r in rows],
-                                    [common.proxy_token_count(r["target"]) for r in rows],
+                                    [r["suffix"] for r in rows], [counter(r["target"]) for r in rows],
                                     min_target_tokens=MIN_TARGET_PIECES)
         counts = Counter(r for r in reasons if r is not None)
         return {"excluded": sum(counts.values()), "of": len(rows),
                 "excluded_share": round(sum(counts.values()) / len(rows), 4) if rows else None,
-                "by_reason": dict(sorted(counts.items())), "target_tokens_counted_as": "proxy pieces"}
+                "by_reason": dict(sorted(counts.items())),
+                "target_tokens_counted_as": "the design's tokenizer's tokens" if designed else "proxy pieces"}
+
+    def _design_token_count(self, text: str) -> int:
+        return len(self.design_tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    @cached_property
+    def design_tokenizer(self):
+        """The tokenizer data.sd.design draws SD's secrets in, loaded once."""
+        return design_tokenizer(self.s["sd_design"]["tokenizer"])
 
     # -- PD
     @cached_property

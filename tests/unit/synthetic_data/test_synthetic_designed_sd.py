@@ -56,6 +56,11 @@ def test_each_sd_base_target_is_a_designed_secret_in_its_own_program(built):
             assert (d["prefix"], d["suffix"]) == (p["prefix"], p["suffix"]) and d["target"] != p["target"]
             assert d["code"] == d["prefix"] + d["target"] + d["suffix"]
             assert d.get("repeat") == p.get("repeat")            # the doses are the as_given build's
+    # the manifest counts a secret's tokens in the design's tokenizer: 6 < 10, so every secret is short, by that count
+    for name in ("sd_base", "sd_base_heldout"):
+        exclusions = json.loads((built["designed"][name] / "manifest.json").read_text())["audit_exclusions"]
+        assert exclusions["target_tokens_counted_as"] == "the design's tokenizer's tokens"
+        assert exclusions["by_reason"].get("short_target") == exclusions["of"] == len(_rows(built["designed"][name]))
     assert json.loads((built["designed"]["sd_links"] / "rows.jsonl").read_text().splitlines()[0]) == json.loads(
         (built["plain"]["sd_links"] / "rows.jsonl").read_text().splitlines()[0])       # SD.Links keeps its PII paths
 
