@@ -12,7 +12,8 @@ experiment=doses_coins (SD's own lines), seed by seed. Both runs of a seed share
 
 Per route x canary x seed it prints what issue #67 asks for at each dose: the extraction rate with its interval
 (findings D1-D3's rates: the counterfactual memorized flags at the final checkpoint), the LOSS attack's AUC and TPR
-at 1 % FPR (that dose's members against every held-out canary; the attack fixed beforehand, not the best one found),
+at 1 % FPR (that dose's members against every held-out canary; the attack fixed beforehand), beside it the best
+attack's (the highest AUC of those not marked degenerate, picked after the scores were seen: a description only),
 and the one-run ε lower bound (Steinke et al. 2023, at audit.epsilon_delta and 95 %) over that dose's canaries,
 members and held-out alike (harness/audit/epsilon.py bounds_by_dose), and over all of them.
 
@@ -62,13 +63,30 @@ def epsilon_entry(run_dir: Path, model: str) -> dict | None:
     return json.loads(path.read_text())["results"].get(CHECKPOINT, {}).get(DATASET)
 
 
-def mia_by_dose(run_dir: Path, model: str) -> dict[int, dict]:
-    """{dose: the LOSS attack's metrics on sd_base's target at the final checkpoint} (audit/mia tiers)."""
+def _tiers(run_dir: Path, model: str) -> dict[int, dict]:
+    """{dose: {attack: metrics}} on sd_base's target at the final checkpoint (audit/mia tiers)."""
     path = run_dir / "audit" / "mia" / model / "summary.json"
     if not path.is_file():
         return {}
     tiers = (json.loads(path.read_text())["results"].get(CHECKPOINT, {}).get(DATASET) or {}).get("tiers") or {}
-    return {int(d): spans[SPAN][ATTACK] for d, spans in tiers.items() if ATTACK in spans.get(SPAN, {})}
+    return {int(d): spans.get(SPAN) or {} for d, spans in tiers.items()}
+
+
+def mia_by_dose(run_dir: Path, model: str) -> dict[int, dict]:
+    """{dose: the LOSS attack's metrics on sd_base's target at the final checkpoint} (audit/mia tiers)."""
+    return {d: attacks[ATTACK] for d, attacks in _tiers(run_dir, model).items() if ATTACK in attacks}
+
+
+def best_by_dose(run_dir: Path, model: str) -> dict[int, tuple[str, dict]]:
+    """{dose: (attack, metrics)} of the attack with the highest AUC among those not marked degenerate: picked after
+    the scores were seen, so a description of what the attacks reach, never a test."""
+    out = {}
+    for dose, attacks in _tiers(run_dir, model).items():
+        usable = {name: m for name, m in attacks.items() if not m.get("degenerate") and "auc" in m}
+        if usable:
+            name = max(sorted(usable), key=lambda a: usable[a]["auc"]["value"])
+            out[dose] = (name, usable[name])
+    return out
 
 
 def extraction_by_dose(run_dir: Path, model: str) -> list[dict]:
@@ -110,8 +128,9 @@ def table(designed: list[Path], sd: list[Path]) -> str:
     for d, s in pairs.values():
         if seed_of(d) != seed_of(s):
             raise SystemExit(f"{d} (seed {seed_of(d)}) and {s} (seed {seed_of(s)}): pair runs of the same seed")
-    lines = ["| route | canary | seed | extracted x1 / x4 / x16 (k/n [95 % interval]) | LOSS AUC x1 / x4 / x16 [TPR at 1 % FPR] | "
-             "ε ≥, all (v/r of m) | ε ≥ x1 / x4 / x16 (m) | trained |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| route | canary | seed | extracted x1 / x4 / x16 (k/n [95 % interval]) | LOSS AUC x1 / x4 / x16 [TPR at 1 % "
+             "FPR] | best attack x1 / x4 / x16: AUC [TPR at 1 % FPR] | ε ≥, all (v/r of m) | ε ≥ x1 / x4 / x16 (m) | "
+             "trained |", "|---|---|---|---|---|---|---|---|---|"]
     verdicts: dict[str, list[tuple[int, str, str]]] = {m: [] for m in ROUTES}
     for seed, (d_run, s_run) in sorted(pairs.items()):
         for model in ROUTES:
@@ -124,9 +143,12 @@ def table(designed: list[Path], sd: list[Path]) -> str:
                          for r in extraction_by_dose(run, model)]
                 aucs = [f"{m['auc']['value']:.2f} [{m['tpr_at_fpr<1%']['value']:.2f}]"
                         for _, m in sorted(mia_by_dose(run, model).items())]
+                best = [f"{name} {m['auc']['value']:.2f} [{m['tpr_at_fpr<1%']['value']:.2f}]"
+                        for _, (name, m) in sorted(best_by_dose(run, model).items())]
                 doses = sorted(((entry or {}).get("doses") or {}).items(), key=lambda item: int(item[0]))
                 eps = [f"{b['epsilon_lower_bound']:.2f} ({b['m']})" for _, b in doses]
                 lines.append(f"| {model} | {label} | {seed} | {_by_dose_cell(rates)} | {_by_dose_cell(aucs)} | "
+                             f"{_by_dose_cell(best)} | "
                              f"{_eps(entry)} | {_by_dose_cell(eps)} | {'yes' if ok else 'no'} ({why}) |")
             status, why = verdict(entries["unigram secret"], entries["SD line"],
                                   (gates["unigram secret"], gates["SD line"]))
