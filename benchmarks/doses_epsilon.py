@@ -113,6 +113,15 @@ def verdict(designed: dict | None, sd: dict | None, gates: tuple[bool, bool]) ->
     return (HOLDS if e_designed > e_sd else FAILS), why
 
 
+NOT_MEASURABLE = "n/m:"
+
+
+def _tpr(metrics: dict) -> str:
+    """TPR at 1 % FPR, marked n/m where the non-members are too few for that FPR to exist (the audit's flag)."""
+    entry = metrics["tpr_at_fpr<1%"]
+    return f"{'' if entry.get('measurable', True) else NOT_MEASURABLE + ' '}{entry['value']:.2f}"
+
+
 def _eps(entry: dict | None) -> str:
     return "–" if entry is None else f"{entry['epsilon_lower_bound']:.2f} ({entry['v']}/{entry['r']} of {entry['m']})"
 
@@ -141,9 +150,8 @@ def table(designed: list[Path], sd: list[Path]) -> str:
                 entries[label], gates[label] = entry, ok
                 rates = [f"{r['k']}/{r['n']} [{100 * r['ci95'][0]:.0f}–{100 * r['ci95'][1]:.0f} %]"
                          for r in extraction_by_dose(run, model)]
-                aucs = [f"{m['auc']['value']:.2f} [{m['tpr_at_fpr<1%']['value']:.2f}]"
-                        for _, m in sorted(mia_by_dose(run, model).items())]
-                best = [f"{name} {m['auc']['value']:.2f} [{m['tpr_at_fpr<1%']['value']:.2f}]"
+                aucs = [f"{m['auc']['value']:.2f} [{_tpr(m)}]" for _, m in sorted(mia_by_dose(run, model).items())]
+                best = [f"{name} {m['auc']['value']:.2f} [{_tpr(m)}]"
                         for _, (name, m) in sorted(best_by_dose(run, model).items())]
                 doses = sorted(((entry or {}).get("doses") or {}).items(), key=lambda item: int(item[0]))
                 eps = [f"{b['epsilon_lower_bound']:.2f} ({b['m']})" for _, b in doses]
@@ -153,6 +161,9 @@ def table(designed: list[Path], sd: list[Path]) -> str:
             status, why = verdict(entries["unigram secret"], entries["SD line"],
                                   (gates["unigram secret"], gates["SD line"]))
             verdicts[model].append((seed, status, why))
+    if any(NOT_MEASURABLE in line for line in lines[2:]):
+        lines += ["", f"{NOT_MEASURABLE} TPR at 1 % FPR is not measurable with fewer than 100 non-members (the n/m rule, "
+                      "memlens.harness.core.stats.fpr_measurable): the value is the TPR at FPR 0."]
     lines += ["", f"| route | per seed ({CLAIM}) | over seeds |", "|---|---|---|"]
     for model, results in verdicts.items():
         overall = over_seeds([FindingResult(f"doses_epsilon/{model}", CLAIM, "Panda et al. 2025",

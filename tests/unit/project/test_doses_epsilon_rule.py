@@ -38,7 +38,8 @@ def _run(root: Path, seed: int, eps: dict[str, float], m: int = 86, rl_ok: bool 
         _write(root / "audit" / "epsilon" / model / "summary.json",
                {"results": {"final": {"sd_base": {**_bound(e, m), "doses": doses}}}})
         tiers = {str(d): {"target": {"loss": {"auc": {"value": 0.6 + d / 100}, "tpr_at_fpr<1%": {"value": 0.1}},
-                                     "zlib": {"auc": {"value": 0.65}, "tpr_at_fpr<1%": {"value": 0.2}},
+                                     "zlib": {"auc": {"value": 0.65}, "tpr_at_fpr<1%": {"value": 0.2,
+                                                                                          "measurable": False}},
                                      "min_k": {"auc": {"value": 0.99}, "tpr_at_fpr<1%": {"value": 0.9},
                                                "degenerate": ["every score tied"]}}}
                  for d in (1, 4, 16)}
@@ -77,9 +78,11 @@ def test_the_table_shows_each_dose_and_the_seeds_and_counts_must_pair(tmp_path):
     m = _module()
     out = m.table([_run(tmp_path / "d", 0, {"FT.3": 1.2})], [_run(tmp_path / "s", 0, {"FT.3": 0.4})])
     # extraction k/n, LOSS AUC [TPR at 1 % FPR] and ε (m) by dose, and ε over all canaries (v/r of m)
-    # (the best attack: the highest AUC of those not marked degenerate, min_k's 0.99 passed over)
+    # (the best attack: the highest AUC of those not marked degenerate, min_k's 0.99 passed over; a TPR at an FPR the
+    # non-members cannot resolve is marked n/m, and a line says what that means)
     assert "| FT.3 | unigram secret | 0 | 0/14 [0–5 %] / 1/14 [0–20 %] / 4/14 [0–80 %] | 0.61 [0.10] / 0.64 [0.10] / 0.76 [0.10] | " \
-           "zlib 0.65 [0.20] / zlib 0.65 [0.20] / loss 0.76 [0.10] | 1.20 (6/8 of 86) | 0.60 (28) / 1.20 (28) / 2.40 (28) | yes (loss 3 → 1) |" in out
+           "zlib 0.65 [n/m: 0.20] / zlib 0.65 [n/m: 0.20] / loss 0.76 [0.10] | 1.20 (6/8 of 86) | 0.60 (28) / 1.20 (28) / 2.40 (28) | yes (loss 3 → 1) |" in out
+    assert "n/m: TPR at 1 % FPR is not measurable with fewer than 100 non-members" in out
     assert "| seed 0: holds (ε ≥ 1.200 vs 0.400 (m = 86)) | inconclusive (1 of 1 hold) |" in out   # one seed: no verdict
     with pytest.raises(SystemExit, match="pair runs of the same seed"):
         m.table([_run(tmp_path / "d1", 1, {"FT.3": 1.0})], [_run(tmp_path / "s0", 0, {"FT.3": 1.0})])
