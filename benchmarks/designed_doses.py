@@ -150,9 +150,16 @@ def figure(designed: list[Path], sd: list[Path], path: Path) -> Path:
                 ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=2, color=color, alpha=0.7,
                             label=f"{label} seed {seed_of(run)}")
         ax.axhline(0.5, color="grey", lw=0.8, ls=":")
+    return save_dose_figure(fig, axes, "LOSS AUC, target (95 % interval)", path)
+
+
+def save_dose_figure(fig, axes, ylabel: str, path: Path) -> Path:
+    """A dose figure's shared finish (this script's and benchmarks/doses_epsilon.py's): each route's panel on a log
+    dose axis, the y label, the legend, written to `path`."""
+    for ax, model in zip(axes[0], ROUTES):
         ax.set(xscale="log", xticks=[1, 4, 16], xticklabels=["x1", "x4", "x16"], title=f"{model} ({ROUTES[model]})",
                xlabel="copies in training (dose)")
-    axes[0][0].set_ylabel("LOSS AUC, target (95 % interval)")
+    axes[0][0].set_ylabel(ylabel)
     axes[0][-1].legend(fontsize=6)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -160,15 +167,15 @@ def figure(designed: list[Path], sd: list[Path], path: Path) -> Path:
     return path
 
 
-def main() -> int:
-    options = cli.parse_args()
+def compare(options, table_of, figure_of) -> int:
+    """Both scripts' command: the designed runs against the SD runs, seed by seed; the table, then the figure if asked."""
     if len(options.designed) != len(options.sd):
         raise SystemExit("--designed and --sd: one run each per seed, in the same order")
-    print(table(options.designed, options.sd))
+    print(table_of(options.designed, options.sd))
     if options.figure:
-        print(f"figure: {figure(options.designed, options.sd, options.figure)}")
+        print(f"figure: {figure_of(options.designed, options.sd, options.figure)}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(compare(cli.parse_args(), table, figure))

@@ -40,7 +40,7 @@ from pathlib import Path
 from memlens.harness.report.findings.verdict import FAILS, HOLDS, INCONCLUSIVE, FindingResult, over_seeds
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.designed_doses import ROUTES, seed_of, trained  # noqa: E402  (the repo on sys.path first)
+from benchmarks.designed_doses import ROUTES, compare, save_dose_figure, seed_of, trained  # noqa: E402  (the repo on sys.path first)
 
 DATASET = "sd_base"
 CHECKPOINT = "final"
@@ -191,25 +191,8 @@ def figure(designed: list[Path], sd: list[Path], path: Path) -> Path:
                 if doses:
                     ax.plot([int(d) * shift for d, _ in doses], [b["epsilon_lower_bound"] for _, b in doses],
                             marker="o", color=color, alpha=0.7, label=f"{label} seed {seed_of(run)}")
-        ax.set(xscale="log", xticks=[1, 4, 16], xticklabels=["x1", "x4", "x16"], title=f"{model} ({ROUTES[model]})",
-               xlabel="copies in training (dose)")
-    axes[0][0].set_ylabel("one-run ε lower bound (Steinke 2023, 95 %)")
-    axes[0][-1].legend(fontsize=6)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    return path
-
-
-def main() -> int:
-    options = cli.parse_args()
-    if len(options.designed) != len(options.sd):
-        raise SystemExit("--designed and --sd: one run each per seed, in the same order")
-    print(table(options.designed, options.sd))
-    if options.figure:
-        print(f"figure: {figure(options.designed, options.sd, options.figure)}")
-    return 0
+    return save_dose_figure(fig, axes, "one-run ε lower bound (Steinke 2023, 95 %)", path)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(compare(cli.parse_args(), table, figure))
