@@ -12,8 +12,9 @@ experiment=doses_coins (SD's own lines), seed by seed. Both runs of a seed share
 
 Per route x canary x seed it prints what issue #67 asks for at each dose: the extraction rate with its interval
 (findings D1-D3's rates: the counterfactual memorized flags at the final checkpoint), the LOSS attack's AUC and TPR
-at 1 % FPR (that dose's members against every held-out canary; the attack fixed beforehand), beside it the best
-attack's (the highest AUC of those not marked degenerate, picked after the scores were seen: a description only),
+at 1 % FPR (that dose's members against every held-out canary but the prefix shots; the attack fixed
+beforehand), beside it the best attack's (the highest AUC of those not marked degenerate, ties to the first name in
+alphabetical order, picked after the scores were seen: a description only),
 and the one-run ε lower bound (Steinke et al. 2023, at audit.epsilon_delta and 95 %) over that dose's canaries,
 members and held-out alike (harness/audit/epsilon.py bounds_by_dose), and over all of them.
 

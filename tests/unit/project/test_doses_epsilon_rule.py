@@ -1,7 +1,7 @@
 """benchmarks/doses_epsilon.py's rule, fixed before the runs of experiment=doses_coins and doses_designed_coins: per
 route, the designed canaries' one-run ε bound (Steinke 2023, sd_base, final, all coin-decided canaries) is larger than
-SD's at the same count; inconclusive where a route's training gate failed or both bounds are 0. Hand-made run
-folders."""
+SD's at the same count; inconclusive where a run has no bound, where a route's training gate failed or where both
+bounds are 0. Hand-made run folders."""
 
 from __future__ import annotations
 
