@@ -73,6 +73,7 @@ def _held_out_dose(row: dict) -> dict:
     out = {k: v for k, v in row.items() if k != "repeat"}
     return {**out, DOSE_IF_MEMBER: row["repeat"]}
 
+
 class Builder:
     """Builds datasets lazily: SD, PD and the tokenizer are made once, only if some dataset needs them."""
 

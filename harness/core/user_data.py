@@ -30,9 +30,9 @@ from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import iter_jsonl_numbered
 
 MAX_REPEAT = 10_000            # copies of one row in a training set; more is a typo, not an experiment
-# A held-out canary's dose had its coin come up 1 (data.sd.doses with data.sd.membership=coins: the tier is dealt over
-# the pool before the coins, so that a one-run ε bound per dose compares canaries the coins alone split;
-# harness/audit/epsilon.py). A member carries the same tier as its `repeat`.
+# The dose a held-out canary would have had, had its coin come up 1 (data.sd.doses with data.sd.membership=coins:
+# the tier is dealt over the pool before the coins, so that a one-run ε bound per dose compares canaries the coins
+# alone split; harness/audit/epsilon.py). A member carries the same tier as its `repeat`.
 DOSE_IF_MEMBER = "dose_if_member"
 PAIR_FIELDS = ("id", "prefix", "suffix", "chosen", "rejected")
 TokenCounter = Callable[[str], int]
