@@ -50,6 +50,36 @@ def seed_of(run_dir: Path) -> int:
     return int(json.loads((run_dir / "run.json").read_text())["seed"])
 
 
+def paired_runs(designed: list[Path], sd: list[Path]) -> dict[int, tuple[Path, Path]]:
+    """{seed: (designed run, SD run)}, each a finished run (run.json and report/findings.json) and each seed once,
+    both runs of a pair of the same seed; anything else stops with the path and the fix."""
+    for run in (*designed, *sd):
+        for needed in ("run.json", "report/findings.json"):
+            if not (run / needed).is_file():
+                raise SystemExit(f"{run}: no {needed}; give a run directory whose `memlens run` finished")
+    pairs = {seed_of(d): (d, s) for d, s in zip(designed, sd)}
+    if len(pairs) != len(designed):
+        raise SystemExit(f"--designed {' '.join(map(str, designed))}: one run per seed, each seed once")
+    for d, s in pairs.values():
+        if seed_of(d) != seed_of(s):
+            raise SystemExit(f"{d} (seed {seed_of(d)}) and {s} (seed {seed_of(s)}): pair runs of the same seed")
+    return pairs
+
+
+def over_seed_lines(verdicts: dict[str, list[tuple[int, str, str]]], script: str, claim: str) -> list[str]:
+    """The verdict table: per route, each seed's (status, why) and the verdict over seeds (over_seeds)."""
+    from memlens.harness.report.findings.verdict import FindingResult, over_seeds
+
+    lines = ["", f"| route | per seed ({claim}) | over seeds |", "|---|---|---|"]
+    for model, results in verdicts.items():
+        overall = over_seeds([FindingResult(f"{script}/{model}", claim, "Panda et al. 2025", f"benchmarks/{script}.py",
+                                            [model], status, reason=why) for _, status, why in results])
+        per_seed = "; ".join(f"seed {seed}: {status} ({why})" for seed, status, why in results)
+        lines.append(f"| {model} ({ROUTES[model]}) | {per_seed} | {overall['status']} "
+                     f"({overall['held']} of {overall['measured']} hold) |")
+    return lines
+
+
 def aucs(run_dir: Path, model: str) -> dict[int, dict] | None:
     """{dose: the LOSS attack's AUC entry (value, ci95) and its member count} on sd_base's target span, final."""
     path = run_dir / "audit" / "mia" / model / "summary.json"
@@ -93,12 +123,7 @@ def _cell(points: dict[int, dict] | None) -> str:
 
 
 def table(designed: list[Path], sd: list[Path]) -> str:
-    from memlens.harness.report.findings.verdict import FindingResult, over_seeds
-
-    pairs = {seed_of(d): (d, s) for d, s in zip(designed, sd)}
-    for d, s in pairs.values():
-        if seed_of(d) != seed_of(s):
-            raise SystemExit(f"{d} (seed {seed_of(d)}) and {s} (seed {seed_of(s)}): pair runs of the same seed")
+    pairs = paired_runs(designed, sd)
     lines = ["| route | canary | seed | LOSS AUC by dose x1 / x4 / x16 [95 % interval] (members) | detected from | "
              "trained |", "|---|---|---|---|---|---|"]
     verdicts: dict[str, list[tuple[int, str, str]]] = {m: [] for m in ROUTES}
@@ -118,27 +143,14 @@ def table(designed: list[Path], sd: list[Path]) -> str:
                 None if d_points is None else {k: v["ci95"] for k, v in d_points.items()},
                 None if sd_points is None else {k: v["ci95"] for k, v in sd_points.items()}, (d_ok, sd_ok))
             verdicts[model].append((seed, status, why))
-    lines += ["", "| route | per seed (detection dose: designed vs SD) | over seeds |", "|---|---|---|"]
-    for model, results in verdicts.items():
-        overall = over_seeds([FindingResult(f"designed_doses/{model}", "designed detected at a lower dose than SD",
-                                            "Panda et al. 2025", "benchmarks/designed_doses.py", [model], status,
-                                            reason=why) for _, status, why in results])
-        per_seed = "; ".join(f"seed {seed}: {status} ({why})" for seed, status, why in results)
-        lines.append(f"| {model} ({ROUTES[model]}) | {per_seed} | {overall['status']} "
-                     f"({overall['held']} of {overall['measured']} hold) |")
-    return "\n".join(lines)
+    return "\n".join(lines + over_seed_lines(verdicts, "designed_doses", "detection dose: designed vs SD"))
 
 
 def figure(designed: list[Path], sd: list[Path], path: Path) -> Path:
     """LOSS AUC (target span, final) against dose: a panel per route, SD's line and the designed secret per seed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(ROUTES), figsize=(4 * len(ROUTES), 3.6), sharey=True, squeeze=False)
+    fig, axes = dose_panels()
     for ax, model in zip(axes[0], ROUTES):
-        for runs, label, color, shift in ((sd, "SD line", "tab:blue", 0.94), (designed, "unigram", "tab:red", 1.06)):
+        for runs, label, color, shift in drawn_lines(designed, sd):
             for run in runs:
                 points = sorted((aucs(run, model) or {}).items())
                 if not points:
@@ -151,6 +163,21 @@ def figure(designed: list[Path], sd: list[Path], path: Path) -> Path:
                             label=f"{label} seed {seed_of(run)}")
         ax.axhline(0.5, color="grey", lw=0.8, ls=":")
     return save_dose_figure(fig, axes, "LOSS AUC, target (95 % interval)", path)
+
+
+def dose_panels():
+    """(figure, axes) of a dose figure: a panel per route, one y axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(1, len(ROUTES), figsize=(4 * len(ROUTES), 3.6), sharey=True, squeeze=False)
+
+
+def drawn_lines(designed: list[Path], sd: list[Path]):
+    """(runs, label, colour, x shift) of each canary's lines in a dose figure."""
+    return ((sd, "SD line", "tab:blue", 0.94), (designed, "unigram", "tab:red", 1.06))
 
 
 def save_dose_figure(fig, axes, ylabel: str, path: Path) -> Path:

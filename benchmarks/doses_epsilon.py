@@ -38,10 +38,20 @@ import json
 import sys
 from pathlib import Path
 
-from memlens.harness.report.findings.verdict import FAILS, HOLDS, INCONCLUSIVE, FindingResult, over_seeds
+from memlens.harness.report.findings.verdict import FAILS, HOLDS, INCONCLUSIVE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.designed_doses import ROUTES, compare, save_dose_figure, seed_of, trained  # noqa: E402  (the repo on sys.path first)
+from benchmarks.designed_doses import (  # noqa: E402  (the repo on sys.path first)
+    ROUTES,
+    compare,
+    dose_panels,
+    drawn_lines,
+    over_seed_lines,
+    paired_runs,
+    save_dose_figure,
+    seed_of,
+    trained,
+)
 
 DATASET = "sd_base"
 CHECKPOINT = "final"
@@ -132,12 +142,7 @@ def _by_dose_cell(values: list[str]) -> str:
 
 
 def table(designed: list[Path], sd: list[Path]) -> str:
-    pairs = {seed_of(d): (d, s) for d, s in zip(designed, sd)}
-    if len(pairs) != len(designed):
-        raise SystemExit(f"--designed {' '.join(map(str, designed))}: one run per seed, each seed once")
-    for d, s in pairs.values():
-        if seed_of(d) != seed_of(s):
-            raise SystemExit(f"{d} (seed {seed_of(d)}) and {s} (seed {seed_of(s)}): pair runs of the same seed")
+    pairs = paired_runs(designed, sd)
     lines = ["| route | canary | seed | extracted x1 / x4 / x16 (k/n [95 % interval]) | LOSS AUC x1 / x4 / x16 [TPR at 1 % "
              "FPR] | best attack x1 / x4 / x16: AUC [TPR at 1 % FPR] | ε ≥, all (v/r of m) | ε ≥ x1 / x4 / x16 (m) | "
              "trained |", "|---|---|---|---|---|---|---|---|---|"]
@@ -165,27 +170,14 @@ def table(designed: list[Path], sd: list[Path]) -> str:
     if any(NOT_MEASURABLE in line for line in lines[2:]):
         lines += ["", f"{NOT_MEASURABLE} TPR at 1 % FPR is not measurable with fewer than 100 non-members (the n/m rule, "
                       "memlens.harness.core.stats.fpr_measurable): the value is the TPR at FPR 0."]
-    lines += ["", f"| route | per seed ({CLAIM}) | over seeds |", "|---|---|---|"]
-    for model, results in verdicts.items():
-        overall = over_seeds([FindingResult(f"doses_epsilon/{model}", CLAIM, "Panda et al. 2025",
-                                            "benchmarks/doses_epsilon.py", [model], status, reason=why)
-                              for _, status, why in results])
-        per_seed = "; ".join(f"seed {seed}: {status} ({why})" for seed, status, why in results)
-        lines.append(f"| {model} ({ROUTES[model]}) | {per_seed} | {overall['status']} "
-                     f"({overall['held']} of {overall['measured']} hold) |")
-    return "\n".join(lines)
+    return "\n".join(lines + over_seed_lines(verdicts, "doses_epsilon", CLAIM))
 
 
 def figure(designed: list[Path], sd: list[Path], path: Path) -> Path:
     """The Steinke ε lower bound (final checkpoint, sd_base) against dose: a panel per route, a line per run."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(ROUTES), figsize=(4 * len(ROUTES), 3.6), sharey=True, squeeze=False)
+    fig, axes = dose_panels()
     for ax, model in zip(axes[0], ROUTES):
-        for runs, label, color, shift in ((sd, "SD line", "tab:blue", 0.94), (designed, "unigram", "tab:red", 1.06)):
+        for runs, label, color, shift in drawn_lines(designed, sd):
             for run in runs:
                 doses = sorted((((epsilon_entry(run, model) or {}).get("doses")) or {}).items(),
                                key=lambda item: int(item[0]))

@@ -88,6 +88,8 @@ def test_the_table_shows_each_dose_and_the_seeds_and_counts_must_pair(tmp_path):
         m.table([_run(tmp_path / "d1", 1, {"FT.3": 1.0})], [_run(tmp_path / "s0", 0, {"FT.3": 1.0})])
     with pytest.raises(SystemExit, match="bound 86 and 80 canaries"):
         m.table([_run(tmp_path / "dm", 0, {"FT.3": 1.0})], [_run(tmp_path / "sm", 0, {"FT.3": 1.0}, m=80)])
+    with pytest.raises(SystemExit, match=r"unfinished: no run\.json; give a run directory whose `memlens run` finished"):
+        m.table([tmp_path / "unfinished"], [tmp_path / "s"])
     with pytest.raises(SystemExit, match="each seed once"):
         m.table([tmp_path / "d", tmp_path / "d"], [tmp_path / "s", tmp_path / "s"])
     # no bound recorded for a route: inconclusive, as the rule says
