@@ -9,8 +9,10 @@ when one of its commands runs.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +20,14 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from memlens.harness.audit.formal import analyse as analyse_formal
-from memlens.harness.audit.nmt import check_stability, run_nmt
+from memlens.harness.audit.nmt import (
+    STABILITY_LOG,
+    announce_stability,
+    record_stability,
+    rerun_fits_beside,
+    run_nmt,
+    stability_plan,
+)
 from memlens.harness.cli import stay_offline
 from memlens.harness.core.console import ExpectedRecords, quiet_libraries
 from memlens.harness.core.errors import UserError
@@ -32,11 +41,33 @@ from memlens.recipes.nmt.nmt_pipeline import NmtTrainer
 
 def nmt_command(cfg) -> int:
     """`memlens nmt`: the Finding Memo audit (memlens.harness.audit.nmt) of the models memlens.recipes.nmt.nmt_pipeline trains,
-    then its report (memlens.harness.report.nmt_report)."""
-    run_nmt(cfg, NmtTrainer())
-    check_stability(cfg, nmt_in_child_process)
+    its stability rerun, then its report (memlens.harness.report.nmt_report). The rerun trains beside this run when
+    both fit on the cores (one torch thread each, the default), else after it: the same two processes either way, so
+    the same numbers."""
+    plan = stability_plan(cfg)
+    if plan is not None:
+        announce_stability(plan)
+    beside = plan is not None and rerun_fits_beside(cfg, usable_cores())
+    rerun = None
+    if beside:
+        console = Path(str(plan.config.run_dir)) / STABILITY_LOG
+        print(f"[nmt] stability: the rerun trains beside this run (one core each); its console: {console}")
+        rerun = NmtRerun(plan.config, plan.level, console=console)
+    try:
+        run_nmt(cfg, NmtTrainer())
+        if plan is not None:
+            rerun = rerun or NmtRerun(plan.config, plan.level)
+            record_stability(cfg, plan, rerun.wait())
+    finally:
+        if rerun is not None:
+            rerun.stop()
     write_nmt_report(Path(str(cfg.run_dir)) / "nmt")
     return 0
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the system has one, e.g. a SLURM allocation)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def formal_command(cfg) -> int:
@@ -49,24 +80,64 @@ def formal_command(cfg) -> int:
     return report_formal(cfg)
 
 
-def nmt_in_child_process(cfg, kernels: str) -> dict:
-    """Steps 1-5 of `memlens nmt` on a resolved config, in a child process whose torch computes with
-    every library held to kernel level `kernels` (torch, MKL and oneDNN pick their kernels once per process,
-    harness/core/kernels.py); its summary.json."""
-    run_dir = Path(str(cfg.run_dir))
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config = run_dir / "config.yaml"
-    config.write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
-    code = "import sys; from memlens.harness.study_commands import nmt_from_config; nmt_from_config(sys.argv[1])"
-    env = level_environment(kernels, dict(os.environ))
-    if subprocess.run([sys.executable, "-c", code, str(config)], env=env).returncode:
-        raise UserError(f"the NMT stability rerun in {run_dir} failed (its output is above); rerun the same "
-                        f"command to continue, or set nmt.stability_kernels=null to skip it")
-    return json.loads((run_dir / "nmt" / "summary.json").read_text(encoding="utf-8"))
+class NmtRerun:
+    """Steps 1-5 of `memlens nmt` on a resolved config, in a child process whose torch computes with every library
+    held to kernel level `kernels` (torch, MKL and oneDNN pick their kernels once per process, harness/core/kernels.py).
+    Started at once; `console`: a file for its output (it trains beside this run, whose lines it would interleave),
+    else it prints here. The child ends with this process (a killed `memlens nmt` leaves no trainer behind; the
+    rerun of the command resumes both from their caches)."""
+
+    def __init__(self, cfg, kernels: str, console: Path | None = None):
+        self.run_dir = Path(str(cfg.run_dir))
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        config = self.run_dir / "config.yaml"
+        config.write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
+        code = "import sys; from memlens.harness.study_commands import nmt_from_config; nmt_from_config(sys.argv[1])"
+        self.console = console
+        out = console.open("w", encoding="utf-8") if console else None
+        try:
+            self.process = subprocess.Popen([sys.executable, "-c", code, str(config)], stdout=out,
+                                            stderr=subprocess.STDOUT if out else None,
+                                            env=level_environment(kernels, dict(os.environ)),
+                                            preexec_fn=end_with_parent)
+        finally:
+            if out:
+                out.close()
+
+    def wait(self) -> dict:
+        """Its summary.json, once it has finished; a clear error where it failed."""
+        if self.process.wait():
+            shown = ""
+            if self.console:
+                tail = self.console.read_text(encoding="utf-8", errors="replace").splitlines()[-20:]
+                shown = f"; its last lines (all of them in {self.console}):\n" + "\n".join(tail) + "\n"
+            raise UserError(f"the NMT stability rerun in {self.run_dir} failed{shown or ' (its output is above)'}; "
+                            f"rerun the same command to continue, or set nmt.stability_kernels=null to skip it")
+        return json.loads((self.run_dir / "nmt" / "summary.json").read_text(encoding="utf-8"))
+
+    def stop(self) -> None:
+        """Ends the child if it still runs (this run failed or was interrupted): its finished steps stay cached."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def end_with_parent() -> None:
+    """In the child before it runs: the kernel sends it SIGTERM when its parent dies (Linux's PR_SET_PDEATHSIG), so
+    a SIGKILL of `memlens nmt` cannot leave the rerun writing to its folder beside the next command's. Elsewhere a
+    no-op."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
 
 
 def nmt_from_config(path: str) -> None:
-    """The child of nmt_in_child_process: steps 1-5 on the config it wrote."""
+    """The child of NmtRerun: steps 1-5 on the config it wrote."""
     stay_offline()
     quiet_libraries()
     filter_transformers_records(ExpectedRecords())

@@ -15,7 +15,8 @@ every decoded chunk is kept in <run_dir>/nmt/cache/translations-*.jsonl, so a ki
     trainer's), re-measure
  7. summary.json (+ provenance) and report.md with a PNG of memorization by repetition bucket
  8. (`nmt.stability_kernels`) steps 1-5 again in a child process computing with a second level of torch's CPU
-    kernels, under <run_dir>/nmt/stability/<level>/: N1-N3 whose verdict differs are unstable (check_stability)
+    kernels, under <run_dir>/nmt/stability/<level>/, beside steps 1-7 where both fit on the cores: N1-N3 whose
+    verdict differs are unstable (stability_plan, record_stability)
 The data and the models come from a trainer (recipes/nmt/nmt_pipeline.py) that the CLI hands over: the audit
 never imports the recipes, and the recipes never import the audit.
 """
@@ -35,12 +36,13 @@ from omegaconf import OmegaConf
 from memlens.harness.core.config import check_dataclass_values
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import RowStore, atomic_write_json, atomic_write_jsonl, read_json
-from memlens.harness.core.provenance import provenance, torch_compute
+from memlens.harness.core.provenance import provenance
 from memlens.harness.measures import nmt
-from memlens.harness.model.load import load_seq2seq, model_fingerprint, pick_device, torch_threads
+from memlens.harness.model.load import cpu_kernel_level, load_seq2seq, model_fingerprint, pick_device, torch_threads
 
 DATASET = "parallel"          # <run_dir>/data/parallel
 STABILITY_DIR = "stability"   # <run_dir>/nmt/stability/<kernel level>/: the run of step 8
+STABILITY_LOG = "console.log"  # in that folder: the rerun's console when it trains beside this run
 PIPELINE_VERSION = 2          # bump when a cached step's content changes: stale caches are recomputed
 
 
@@ -394,24 +396,50 @@ def stability_config(cfg, level: str):
     return rerun
 
 
-def check_stability(cfg, rerun, log=print) -> dict | None:
-    """Step 8 (issue: N3's verdict flipped with torch's CPU kernels). `rerun(config, level)` runs steps 1-5 on
-    `config` in a child process whose torch computes with kernel `level` and returns its summary; the two
-    summaries' findings go into this run's summary.json under `stability`, where the report compares each
-    N1-N3 verdict (harness/report/findings/paper002.py: a verdict that differs is `inconclusive (unstable)`)."""
+@dataclass(frozen=True)
+class StabilityPlan:
+    """Step 8 as decided before anything trains: the rerun's config, its kernel level and this run's."""
+
+    config: Any
+    level: str
+    current: str
+
+
+def stability_plan(cfg) -> StabilityPlan | None:
+    """The stability rerun this run needs (None: `nmt.stability_kernels` is null). Known before step 1, so the rerun
+    can train beside this run: it shares no file with it (its own run_dir) and only its kernel level differs."""
     s = settings_from_cfg(cfg)
     if s.stability_kernels is None:
         return None
-    current = (torch_compute() or {}).get("cpu_capability") or "unknown"
+    current = cpu_kernel_level()
     level = second_kernel_level(s.stability_kernels, current)
-    log(f"[nmt] stability: Algorithms 1-3 again with the model retrained, torch kernels {level} (this run: {current})")
-    config = stability_config(cfg, level)
-    other = rerun(config, level)
+    return StabilityPlan(stability_config(cfg, level), level, current)
+
+
+def rerun_fits_beside(cfg, cores: int) -> bool:
+    """Whether the rerun can train at the same time as this run without the two sharing a core: both compute with
+    `nmt.torch_threads` threads (0: torch's default, every core, so never)."""
+    threads = settings_from_cfg(cfg).torch_threads
+    return 0 < threads and 2 * threads <= cores
+
+
+def announce_stability(plan: StabilityPlan, log=print) -> None:
+    """Step 8 (issue: N3's verdict flipped with torch's CPU kernels), named before it starts."""
+    log(f"[nmt] stability: Algorithms 1-3 again with the model retrained, torch kernels {plan.level} "
+        f"(this run: {plan.current})")
+
+
+def record_stability(cfg, plan: StabilityPlan, other: dict, log=print) -> dict:
+    """The rerun's summary `other` beside this run's: into this run's summary.json under `stability`, where the
+    report compares each N1-N3 verdict (harness/report/findings/paper002.py: a verdict that differs is
+    `inconclusive (unstable)`)."""
+    current = plan.current
     second = ((other.get("provenance") or {}).get("compute") or {}).get("torch") or {}
     stability = {"kernels": current, "second_kernels": second.get("cpu_capability"),
                  "informative": second.get("cpu_capability") != current,
                  "memorized": other["memorized"], "unique_pairs": other["unique_pairs"],
-                 "finding_numbers": other["finding_numbers"], "buckets": other["buckets"], "run_dir": str(config.run_dir)}
+                 "finding_numbers": other["finding_numbers"], "buckets": other["buckets"],
+                 "run_dir": str(plan.config.run_dir)}
     out = Path(cfg.run_dir) / "nmt"
     summary = read_json(out / "summary.json")
     summary["stability"] = stability

@@ -316,6 +316,14 @@ def load_fill_mask(model_dir: str | Path, top_k: int, device: str):
     return predict, fill.tokenizer.mask_token, set(fill.tokenizer.all_special_tokens)
 
 
+def cpu_kernel_level() -> str:
+    """torch's CPU kernel level in this process ('AVX2', 'AVX512', 'DEFAULT'), loading torch if it was not: the
+    level a child must differ from (the NMT stability rerun) is known before this process computes anything."""
+    import torch  # heavy: the model layer loads torch on first use
+
+    return torch.backends.cpu.get_cpu_capability()
+
+
 @contextlib.contextmanager
 def torch_threads(n: int | None):
     """torch's intra-op threads set to `n` inside the block (None: unchanged), restored after it."""

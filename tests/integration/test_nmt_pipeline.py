@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from omegaconf import OmegaConf
 
 from memlens.harness import cli
+from memlens.harness.audit.nmt import STABILITY_LOG, rerun_fits_beside
+from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_json, read_jsonl
 from memlens.harness.report.findings.paper002 import NMT_RULES
+from memlens.harness.study_commands import NmtRerun, usable_cores
 
 pytestmark = pytest.mark.slow
 
@@ -102,10 +106,65 @@ def test_stability_rerun_under_a_second_kernel_level(smoke_run):
             assert table[fid].note.startswith("same verdict with") or not stability["informative"], fid
     report = (run_dir / "nmt" / "report.md").read_text()
     assert "## Stability under a second level of torch's CPU kernels" in report
+    # One torch thread each on two or more cores: the rerun trained beside the run, its console in its own folder.
+    if usable_cores() >= 2:
+        assert "[nmt] wrote" in (rerun / STABILITY_LOG).read_text(encoding="utf-8")
     # A rerun resumes the child's steps from its own cache: no retraining of either model.
     weights = (rerun / "models" / "NMT" / "model.safetensors").stat().st_mtime_ns
     assert cli.run(["nmt", "experiment=nmt_smoke", f"run_dir={run_dir}"]) == 0
     assert (rerun / "models" / "NMT" / "model.safetensors").stat().st_mtime_ns == weights
+
+
+def test_the_rerun_trains_beside_only_where_both_fit_on_the_cores():
+    cfg = {"nmt": {"torch_threads": 1}}
+    assert rerun_fits_beside(OmegaConf.create(cfg), cores=2) and not rerun_fits_beside(OmegaConf.create(cfg), cores=1)
+    assert not rerun_fits_beside(OmegaConf.create({"nmt": {"torch_threads": 2}}), cores=3)
+    assert not rerun_fits_beside(OmegaConf.create({"nmt": {"torch_threads": 0}}), cores=64)   # torch's default: all
+
+
+def test_a_failed_rerun_beside_names_its_console_and_its_last_lines(tmp_path):
+    run_dir = tmp_path / "nmt" / "stability" / "default"
+    cfg = OmegaConf.create({"run_dir": str(run_dir), "seed": 0, "device": "cpu", "nmt": {"unit": "klingon"}})
+    rerun = NmtRerun(cfg, "default", console=run_dir / STABILITY_LOG)
+    with pytest.raises(UserError, match=r"(?s)stability rerun in .* failed; its last lines \(all of them in "
+                                        r".*console\.log\):.*nmt\.unit='klingon'.*nmt\.stability_kernels=null"):
+        rerun.wait()
+
+
+def test_a_rerun_ends_when_memlens_nmt_is_killed(tmp_path):
+    """PR_SET_PDEATHSIG: a SIGKILLed parent leaves no child training into the folder the next command resumes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time; from memlens.harness.study_commands import end_with_parent; "
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], preexec_fn=end_with_parent); "
+        f"open({str(pid_file)!r}, 'w').write(str(c.pid)); time.sleep(120)")])
+    deadline = time.monotonic() + 60
+    while not (pid_file.is_file() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    child = int(pid_file.read_text())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while _running(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(child)
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie reaped by init counts as gone)."""
+    from pathlib import Path
+
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().split(") ")[1].split()[0] not in ("Z", "X")
+    except (FileNotFoundError, IndexError):
+        return False
 
 
 def test_bad_config_is_a_user_error(tmp_path):
