@@ -31,6 +31,28 @@ def base_dir(tmp_path_factory):
     return make_base(tmp_path_factory.mktemp("base"))
 
 
+@pytest.fixture(scope="module")
+def plain_run(base_dir, tmp_path_factory):
+    """plain_run(kind, loss_type) -> (run folder, manifest): the trainer `kind` trained once per module with the
+    callback's defaults, for every test that only reads such a run (a test that writes into it, e.g. a report,
+    works on a copy: plain_copy)."""
+    runs: dict[tuple, tuple[Path, dict]] = {}
+
+    def get(kind: str, loss_type: str | None = None) -> tuple[Path, dict]:
+        if (kind, loss_type) not in runs:
+            out = tmp_path_factory.mktemp(f"plain_{kind}_{loss_type}")
+            runs[kind, loss_type] = (out, train_with_callback(kind, base_dir, out, [], loss_type=loss_type)[1])
+        return runs[kind, loss_type]
+    return get
+
+
+def plain_copy(run: tuple[Path, dict], dest: Path) -> Path:
+    """A copy of a plain run at `dest`, to write into (a report)."""
+    import shutil
+
+    return shutil.copytree(run[0], dest, dirs_exist_ok=True)
+
+
 def _log(out: Path) -> dict[str, dict]:
     return {r["checkpoint"]: r for r in read_jsonl(out / "audit" / "callback.jsonl")}
 
@@ -38,8 +60,8 @@ def _log(out: Path) -> dict[str, dict]:
 @pytest.mark.parametrize("kind,loss_type", [("sft", None), ("dpo", "sigmoid"), ("dpo", "ipo"), ("kto", None),
                                             ("cpo", None), ("orpo", None), ("grpo", None), ("rloo", None),
                                             ("online_dpo", None)])
-def test_every_saved_checkpoint_of_a_trl_trainer_is_scored(kind, loss_type, base_dir, tmp_path):
-    _, manifest = train_with_callback(kind, base_dir, tmp_path, [], loss_type=loss_type)
+def test_every_saved_checkpoint_of_a_trl_trainer_is_scored(kind, loss_type, base_dir, plain_run):
+    tmp_path, manifest = plain_run(kind, loss_type)
     planted, heldout = len(manifest["canaries"]), len(manifest["heldout"])
     assert planted and heldout
     log = _log(tmp_path)
@@ -131,8 +153,8 @@ def test_with_enough_canaries_every_attack_and_the_one_run_bounds_are_scored(bas
     assert "Xiang 2025 order statistics" in (tmp_path / "report" / "report.md").read_text()
 
 
-def test_the_callback_run_renders_as_a_report_and_prompts_as_trained(base_dir, tmp_path):
-    train_with_callback("sft", base_dir, tmp_path, [])
+def test_the_callback_run_renders_as_a_report_and_prompts_as_trained(plain_run, tmp_path):
+    plain_copy(plain_run("sft"), tmp_path)
     rows = read_jsonl(tmp_path / "audit" / "model" / "checkpoint-2" / "canaries.jsonl")
     meta = read_json(tmp_path / "audit" / "model" / "checkpoint-2" / "canaries.meta.json")
     assert meta["settings"]["fim_family"] == "prefix"          # a prompt-completion fine-tune: asked left to right
@@ -150,7 +172,7 @@ def test_the_callback_run_renders_as_a_report_and_prompts_as_trained(base_dir, t
     assert re.search(r"\| model \| canaries \| target \| \d+ \| LOSS \|", report)
 
 
-def test_a_dpo_run_scores_its_canaries_pairs_against_the_control_as_reference(base_dir, tmp_path):
+def test_a_dpo_run_scores_its_canaries_pairs_against_the_control_as_reference(base_dir, plain_run, tmp_path):
     """DPO on a preference set with canaries: each checkpoint's planted pairs against the held-out ones (PREMIA), the
     model the run started from the reference of the ratios (here the base the control also is). A row's reference
     log-prob of its chosen side is that model's own summed log-prob of the completion after the prompt (computed here
@@ -162,7 +184,9 @@ def test_a_dpo_run_scores_its_canaries_pairs_against_the_control_as_reference(ba
     from memlens.harness.audit.callback import tracker_metrics
     from memlens.harness.measures.preference_mia import PAIR_ATTACKS
 
-    _, manifest = train_with_callback("dpo", base_dir, tmp_path, [], loss_type="sigmoid")
+    run = plain_run("dpo", "sigmoid")
+    manifest = run[1]
+    plain_copy(run, tmp_path)
     log = _log(tmp_path)
     assert sorted(log) == ["checkpoint-1", "checkpoint-2"]
     for record in log.values():
@@ -496,12 +520,12 @@ def test_a_killed_and_resumed_run_audits_each_checkpoint_exactly_once(base_dir, 
     assert counters[2] == str(restore)                                 # restored: a new instance, rebuilt from state
 
 
-def test_the_report_compares_several_callback_runs_on_one_manifest(base_dir, tmp_path):
+def test_the_report_compares_several_callback_runs_on_one_manifest(plain_run, tmp_path):
     """An SFT and a DPO run on the same canaries, each audited by the callback: `memlens report run_dir=<sft>
     report.runs=[<dpo>]` draws both runs' rates over steps on one axis and tables each run's last checkpoint, its
     interval and n, the held-out rate and the best MIA attack's AUC, and says the canaries are the same."""
     for kind in ("sft", "dpo"):
-        train_with_callback(kind, base_dir, tmp_path / kind, [], loss_type="sigmoid" if kind == "dpo" else None)
+        plain_copy(plain_run(kind, "sigmoid" if kind == "dpo" else None), tmp_path / kind)
     done = memlens_command("report", f"run_dir={tmp_path / 'sft'}", f"report.runs=[{tmp_path / 'dpo'}]", timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     summary = read_json(tmp_path / "sft" / "report" / "summary.json")["runs_compared"]
@@ -515,12 +539,12 @@ def test_the_report_compares_several_callback_runs_on_one_manifest(base_dir, tmp
     assert "## Runs compared" in (tmp_path / "sft" / "report" / "report.md").read_text()
 
 
-def test_background_scoring_gives_the_rows_synchronous_scoring_gives(base_dir, tmp_path):
+def test_background_scoring_gives_the_rows_synchronous_scoring_gives(base_dir, plain_run, tmp_path):
     """`background=True`: each checkpoint is snapshotted and scored by a spawned worker while training goes on; at
     train end the queue is drained. Every row file (extraction, MIA, exposure, and RL-prompt membership: a GRPO run
     scores every measure an SFT run does, and samples its canary prompts besides) is byte-identical to synchronous
     scoring of the same run, callback.jsonl holds every checkpoint once, and no snapshot is left behind."""
-    train_with_callback("grpo", base_dir, tmp_path / "sync", [])
+    sync = plain_run("grpo")[0]
     trainer, _ = train_with_callback("grpo", base_dir, tmp_path / "background", [], background=True)
     audit = next(c for c in trainer.callback_handler.callbacks if type(c).__name__ == "AuditCallback")
     assert audit.background.pending == 0 and audit.background.process is None
@@ -530,10 +554,10 @@ def test_background_scoring_gives_the_rows_synchronous_scoring_gives(base_dir, t
                 "exposure/model/checkpoint-*.jsonl", "prompt_mia/model/checkpoint-*/canaries.jsonl"]
     compared = 0
     for pattern in patterns:
-        sync = sorted((tmp_path / "sync" / "audit").glob(pattern))
-        assert sync, pattern
-        for path in sync:
-            twin = tmp_path / "background" / "audit" / path.relative_to(tmp_path / "sync" / "audit")
+        synchronous = sorted((sync / "audit").glob(pattern))
+        assert synchronous, pattern
+        for path in synchronous:
+            twin = tmp_path / "background" / "audit" / path.relative_to(sync / "audit")
             assert twin.read_bytes() == path.read_bytes(), twin
             compared += 1
     assert compared >= 10
