@@ -9,12 +9,11 @@ when one of its commands runs.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -26,6 +25,7 @@ from memlens.harness.audit.nmt import (
     record_stability,
     rerun_fits_beside,
     run_nmt,
+    settings_from_cfg,
     stability_plan,
 )
 from memlens.harness.cli import stay_offline
@@ -51,7 +51,8 @@ def nmt_command(cfg) -> int:
     rerun = None
     if beside:
         console = Path(str(plan.config.run_dir)) / STABILITY_LOG
-        print(f"[nmt] stability: the rerun trains beside this run (one core each); its console: {console}")
+        print(f"[nmt] stability: the rerun trains beside this run ({settings_from_cfg(cfg).torch_threads} torch "
+              f"thread(s) each); its console: {console}")
         rerun = NmtRerun(plan.config, plan.level, console=console)
     try:
         run_nmt(cfg, NmtTrainer())
@@ -83,36 +84,45 @@ def formal_command(cfg) -> int:
 class NmtRerun:
     """Steps 1-5 of `memlens nmt` on a resolved config, in a child process whose torch computes with every library
     held to kernel level `kernels` (torch, MKL and oneDNN pick their kernels once per process, harness/core/kernels.py).
-    Started at once; `console`: a file for its output (it trains beside this run, whose lines it would interleave),
-    else it prints here. The child ends with this process (a killed `memlens nmt` leaves no trainer behind; the
-    rerun of the command resumes both from their caches)."""
+    Started at once; `console`: a file its output is appended to (it trains beside this run, whose lines it would
+    interleave), else it prints here. The child ends with this process (core/processes.py end_with_parent: a killed
+    `memlens nmt` leaves no trainer behind; the rerun of the command resumes both from their caches)."""
+
+    CODE = ("import sys; from memlens.harness.core.processes import end_with_parent; end_with_parent(int(sys.argv[2])); "
+            "from memlens.harness.study_commands import nmt_from_config; nmt_from_config(sys.argv[1])")
 
     def __init__(self, cfg, kernels: str, console: Path | None = None):
         self.run_dir = Path(str(cfg.run_dir))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         config = self.run_dir / "config.yaml"
         config.write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")
-        code = "import sys; from memlens.harness.study_commands import nmt_from_config; nmt_from_config(sys.argv[1])"
         self.console = console
-        out = console.open("w", encoding="utf-8") if console else None
+        env = level_environment(kernels, dict(os.environ))
+        out = None
+        if console:
+            env["PYTHONUNBUFFERED"] = "1"        # its lines reach the file as printed, the last ones too if it is killed
+            out = console.open("a", encoding="utf-8")   # a rerun's log follows the failed one's, which it may explain
+            out.write(f"--- memlens nmt stability rerun, kernels {kernels}, {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+            out.flush()
         try:
-            self.process = subprocess.Popen([sys.executable, "-c", code, str(config)], stdout=out,
-                                            stderr=subprocess.STDOUT if out else None,
-                                            env=level_environment(kernels, dict(os.environ)),
-                                            preexec_fn=end_with_parent)
+            self.process = subprocess.Popen([sys.executable, "-c", self.CODE, str(config), str(os.getpid())],
+                                            stdout=out, stderr=subprocess.STDOUT if out else None, env=env)
         finally:
             if out:
                 out.close()
 
     def wait(self) -> dict:
         """Its summary.json, once it has finished; a clear error where it failed."""
-        if self.process.wait():
-            shown = ""
+        code = self.process.wait()
+        if code:
+            how = f"was killed by signal {-code}" if code < 0 else f"failed (exit {code})"
+            shown = " (its output is above)"
             if self.console:
-                tail = self.console.read_text(encoding="utf-8", errors="replace").splitlines()[-20:]
-                shown = f"; its last lines (all of them in {self.console}):\n" + "\n".join(tail) + "\n"
-            raise UserError(f"the NMT stability rerun in {self.run_dir} failed{shown or ' (its output is above)'}; "
-                            f"rerun the same command to continue, or set nmt.stability_kernels=null to skip it")
+                lines = (self.console.read_text(encoding="utf-8", errors="replace").splitlines()
+                         if self.console.is_file() else [])
+                shown = f"; its last lines (all of them in {self.console}):\n" + "\n".join(lines[-20:]) + "\n"
+            raise UserError(f"the NMT stability rerun in {self.run_dir} {how}{shown}; rerun the same command to "
+                            f"continue, or set nmt.stability_kernels=null to skip it")
         return json.loads((self.run_dir / "nmt" / "summary.json").read_text(encoding="utf-8"))
 
     def stop(self) -> None:
@@ -124,16 +134,6 @@ class NmtRerun:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-
-
-def end_with_parent() -> None:
-    """In the child before it runs: the kernel sends it SIGTERM when its parent dies (Linux's PR_SET_PDEATHSIG), so
-    a SIGKILL of `memlens nmt` cannot leave the rerun writing to its folder beside the next command's. Elsewhere a
-    no-op."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):
-        pass
 
 
 def nmt_from_config(path: str) -> None:

@@ -1,4 +1,5 @@
-"""Which process of a launch this is: the one place the launcher's environment is read.
+"""Which process of a launch this is: the one place the launcher's environment is read; and a child that ends with
+its parent.
 
 `accelerate launch` and torchrun set RANK and WORLD_SIZE; a plain process has
 neither and is process 0 of 1. The barrier that waits for the others needs torch and lives in the model layer
@@ -7,7 +8,9 @@ neither and is process 0 of 1. The barrier that waits for the others needs torch
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 
 
 def world_size() -> int:
@@ -23,3 +26,16 @@ def process_rank() -> int:
 def is_main_process() -> bool:
     """Rank 0: the process that writes what every process would otherwise write the same (provenance, evaluations)."""
     return process_rank() == 0
+
+
+def end_with_parent(parent_pid: int) -> None:
+    """Called first in a child that must not outlive the process that started it (the NMT stability rerun, which
+    writes into a folder the next command resumes): the kernel sends it SIGTERM when its parent dies (Linux's
+    PR_SET_PDEATHSIG), and a parent that died before that ends it at once. Where there is no prctl, a no-op."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return
+    prctl(1, signal.SIGTERM)                 # PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:           # orphaned before the line above: no signal would come
+        os.kill(os.getpid(), signal.SIGTERM)

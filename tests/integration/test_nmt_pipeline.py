@@ -13,7 +13,6 @@ from memlens.harness.audit.nmt import STABILITY_LOG, rerun_fits_beside
 from memlens.harness.core.errors import UserError
 from memlens.harness.core.io import read_json, read_jsonl
 from memlens.harness.report.findings.paper002 import NMT_RULES
-from memlens.harness.study_commands import NmtRerun, usable_cores
 
 pytestmark = pytest.mark.slow
 
@@ -107,6 +106,8 @@ def test_stability_rerun_under_a_second_kernel_level(smoke_run):
     report = (run_dir / "nmt" / "report.md").read_text()
     assert "## Stability under a second level of torch's CPU kernels" in report
     # One torch thread each on two or more cores: the rerun trained beside the run, its console in its own folder.
+    from memlens.harness.study_commands import usable_cores
+
     if usable_cores() >= 2:
         assert "[nmt] wrote" in (rerun / STABILITY_LOG).read_text(encoding="utf-8")
     # A rerun resumes the child's steps from its own cache: no retraining of either model.
@@ -123,37 +124,49 @@ def test_the_rerun_trains_beside_only_where_both_fit_on_the_cores():
 
 
 def test_a_failed_rerun_beside_names_its_console_and_its_last_lines(tmp_path):
+    from memlens.harness.study_commands import NmtRerun
+
     run_dir = tmp_path / "nmt" / "stability" / "default"
     cfg = OmegaConf.create({"run_dir": str(run_dir), "seed": 0, "device": "cpu", "nmt": {"unit": "klingon"}})
     rerun = NmtRerun(cfg, "default", console=run_dir / STABILITY_LOG)
-    with pytest.raises(UserError, match=r"(?s)stability rerun in .* failed; its last lines \(all of them in "
-                                        r".*console\.log\):.*nmt\.unit='klingon'.*nmt\.stability_kernels=null"):
+    with pytest.raises(UserError, match=r"(?s)stability rerun in .* failed \(exit 1\); its last lines \(all of them "
+                                        r"in .*console\.log\):.*nmt\.unit='klingon'.*nmt\.stability_kernels=null"):
         rerun.wait()
+    assert (run_dir / STABILITY_LOG).read_text(encoding="utf-8").startswith("--- memlens nmt stability rerun")
 
 
-def test_a_rerun_ends_when_memlens_nmt_is_killed(tmp_path):
-    """PR_SET_PDEATHSIG: a SIGKILLed parent leaves no child training into the folder the next command resumes."""
+def test_a_child_ends_with_its_parent_and_an_orphan_at_once(tmp_path):
+    """PR_SET_PDEATHSIG: a SIGKILLed `memlens nmt` leaves no rerun training into the folder the next command resumes;
+    and a child whose parent died before it asked for that ends at once."""
     import os
     import signal
     import subprocess
     import sys
-    import time
 
-    pid_file = tmp_path / "child.pid"
+    child = ("import sys, time; from memlens.harness.core.processes import end_with_parent; "
+             "end_with_parent(int(sys.argv[1])); open(sys.argv[2], 'w').write('ready'); time.sleep(120)")
+    ready, pid_file = tmp_path / "ready", tmp_path / "child.pid"
     parent = subprocess.Popen([sys.executable, "-c", (
-        "import subprocess, sys, time; from memlens.harness.study_commands import end_with_parent; "
-        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], preexec_fn=end_with_parent); "
+        "import os, subprocess, sys, time; "
+        f"c = subprocess.Popen([sys.executable, '-c', {child!r}, str(os.getpid()), {str(ready)!r}]); "
         f"open({str(pid_file)!r}, 'w').write(str(c.pid)); time.sleep(120)")])
-    deadline = time.monotonic() + 60
-    while not (pid_file.is_file() and pid_file.read_text()) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    child = int(pid_file.read_text())
+    _wait_for(lambda: ready.is_file() and pid_file.is_file() and pid_file.read_text(), 60)
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait()
-    deadline = time.monotonic() + 10
-    while _running(child) and time.monotonic() < deadline:
+    assert _wait_for(lambda: not _running(int(pid_file.read_text())), 10)
+    orphan = subprocess.Popen([sys.executable, "-c", child, str(os.getpid() + 1_000_000), str(tmp_path / "never")])
+    assert orphan.wait(timeout=60) == -signal.SIGTERM and not (tmp_path / "never").exists()
+
+
+def _wait_for(condition, seconds: float) -> bool:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.05)
-    assert not _running(child)
+    return True
 
 
 def _running(pid: int) -> bool:

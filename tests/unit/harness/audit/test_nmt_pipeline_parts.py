@@ -144,3 +144,63 @@ def test_kind_counts_and_noisy_share():
     assert memorized_by_kind(alg1) == {"noisy": {"total": 2, "memorized": 1}, "regular": {"total": 2, "memorized": 0}}
     assert noisy_share_by_bucket(alg1) == [pytest.approx(100 / 3), 100.0, None, None, None]
     assert memorized_by_kind([{"memorized": True, "repetitions": 1}]) == {}
+
+
+# `memlens nmt`'s order of work (harness/study_commands.py nmt_command): the real run and rerun are
+# tests/integration/test_nmt_pipeline.py's; here each part is replaced by a line in a log, to hold every path.
+@pytest.fixture
+def nmt_command_log(monkeypatch, tmp_path):
+    from omegaconf import OmegaConf
+
+    from memlens.harness import study_commands
+    from memlens.harness.audit.nmt import StabilityPlan
+
+    log: list = []
+
+    class Rerun:
+        def __init__(self, cfg, kernels, console=None):
+            log.append(("rerun starts", "beside" if console else "after"))
+
+        def wait(self):
+            log.append("rerun waited")
+            if state["rerun fails"]:
+                raise UserError("the NMT stability rerun failed")
+            return {}
+
+        def stop(self):
+            log.append("rerun stopped")
+
+    def run(cfg, trainer):
+        log.append("run")
+        if state["run fails"]:
+            raise KeyboardInterrupt
+
+    state = {"cores": 2, "plan": True, "run fails": False, "rerun fails": False}
+    plan = StabilityPlan(OmegaConf.create({"run_dir": str(tmp_path / "rerun")}), "default", "AVX2")
+    monkeypatch.setattr(study_commands, "NmtRerun", Rerun)
+    monkeypatch.setattr(study_commands, "run_nmt", run)
+    monkeypatch.setattr(study_commands, "usable_cores", lambda: state["cores"])
+    monkeypatch.setattr(study_commands, "stability_plan", lambda cfg: plan if state["plan"] else None)
+    monkeypatch.setattr(study_commands, "record_stability", lambda cfg, plan, other: log.append("recorded"))
+    monkeypatch.setattr(study_commands, "write_nmt_report", lambda out: log.append("report"))
+    cfg = OmegaConf.create({"run_dir": str(tmp_path), "nmt": {"torch_threads": 1}})
+    return lambda **given: (state.update(given), log.clear(), study_commands.nmt_command(cfg), log)[-1], log
+
+
+def test_the_rerun_starts_before_the_run_where_both_fit_on_the_cores_else_after_it(nmt_command_log):
+    command, _ = nmt_command_log
+    assert command(cores=2) == [("rerun starts", "beside"), "run", "rerun waited", "recorded", "rerun stopped",
+                                "report"]
+    assert command(cores=1) == ["run", ("rerun starts", "after"), "rerun waited", "recorded", "rerun stopped",
+                                "report"]
+    assert command(plan=False) == ["run", "report"]
+
+
+def test_a_failed_or_interrupted_run_stops_the_rerun_and_writes_no_report(nmt_command_log):
+    command, log = nmt_command_log
+    with pytest.raises(KeyboardInterrupt):
+        command(cores=2, **{"run fails": True})
+    assert log == [("rerun starts", "beside"), "run", "rerun stopped"]
+    with pytest.raises(UserError, match="stability rerun failed"):
+        command(cores=2, **{"run fails": False, "rerun fails": True})
+    assert log == [("rerun starts", "beside"), "run", "rerun waited", "rerun stopped"]
