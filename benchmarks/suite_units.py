@@ -17,20 +17,19 @@ from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)s (setup|call|teardown)\s+(\S+)")
+sys.path.insert(0, str(REPO))
+from tests.scheduling import unit_name, work_unit  # noqa: E402  (the scheduler's own units: one definition)
+
+DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)s (setup|call|teardown)\s+(.+?)\s*$")
 
 
 def unit_seconds(log: str) -> Counter:
     """{unit: seconds} from one pytest log's duration lines (a unit named from its file name on)."""
-    sys.path.insert(0, str(REPO))
-    from tests.conftest import work_unit  # the scheduler's own grouping: one definition of a unit
-
     seconds: Counter = Counter()
     for line in log.splitlines():
         match = DURATION.match(line)
         if match:
-            unit = work_unit(match.group(3))
-            seconds[unit.rsplit("/", 1)[-1]] += float(match.group(1))
+            seconds[unit_name(work_unit(match.group(3)))] += float(match.group(1))
     return seconds
 
 
@@ -53,9 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--names", nargs="*", help="a column name per log (default: the file names)")
     parser.add_argument("--top", type=int, default=20)
     args = parser.parse_args(argv)
-    names = args.names or [log.stem for log in args.logs]
-    if len(names) != len(args.logs):
-        parser.error(f"--names: {len(names)} names for {len(args.logs)} logs")
+    names = args.names or [str(log) for log in args.logs]
+    if len(names) != len(args.logs) or len(set(names)) != len(names):
+        parser.error(f"--names: {len(args.logs)} different names, one per log (given: {names})")
     columns = {}
     for name, log in zip(names, args.logs):
         seconds = unit_seconds(log.read_text(encoding="utf-8", errors="replace"))

@@ -14,6 +14,7 @@ LOG = """\
 2.25s setup    tests/integration/test_audit_callback.py::test_b
 0.25s teardown tests/integration/test_audit_callback.py::test_b
 7.00s call     tests/integration/test_run_integrity.py::test_x
+0.50s call     tests/integration/test_run_integrity.py::test_v[audit.dataset=a/b id]
 3.00s call     tests/integration/test_run_integrity.py::test_y
 4.00s setup    tests/integration/test_model_families.py::test_z[starcoder2]
 1.50s call     tests/integration/test_model_families.py::test_w[starcoder2]
@@ -33,7 +34,9 @@ def suite_units():
 def test_a_file_a_spread_test_and_a_family_are_one_unit_each(suite_units):
     seconds = suite_units.unit_seconds(LOG)
     # a file's setup, call and teardown summed; test_run_integrity.py spreads test by test; a family by parameter
+    # (a parameter's "/" and space stay in its name)
     assert seconds == {"test_audit_callback.py": 13.0, "test_run_integrity.py::test_x": 7.0,
+                       "test_run_integrity.py::test_v[audit.dataset=a/b id]": 0.5,
                        "test_run_integrity.py::test_y": 3.0, "test_model_families.py[starcoder2]": 5.5,
                        "test_model_families.py[codegemma]": 9.0}
 
