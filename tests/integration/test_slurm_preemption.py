@@ -58,6 +58,11 @@ def a_job_that_fails_is_failed_in_status(run_dir: Path, common: list[str], cfg) 
     launcher.record_job(run_dir, "FT.1", job, "slurm")
     with pytest.raises(UserError, match="the job training FT.1 failed"):
         launcher.wait_for_slurm(job, "FT.1")
+    # The job's result is written before its process ends, and SLURM lists the job as running until it has: status
+    # reads SLURM, so it says `failed` once squeue no longer lists the job as live (seen: RUNNING for a moment, loaded).
+    deadline = time.time() + 60
+    while launcher.slurm_state(job.job_id).split(" ")[0] in launcher.LIVE_STATES and time.time() < deadline:
+        time.sleep(0.2)
     state, detail = status_row(cfg, "FT.1")
     assert state == "failed" and "stages.FT.1.lr" in detail and str(job.paths.stderr) in detail, detail
     assert "Requeued" not in Path(job.paths.stderr).read_text()
