@@ -3,17 +3,11 @@ own target line when the smallest dose whose LOSS AUC interval lies above 0.5 is
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.scripts import load_script
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("canary_designs", ROOT / "benchmarks" / "canary_designs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("canary_designs")
 
 
 def _result(lows: tuple[float | None, float | None, float | None], loss=(3.0, 1.0)) -> dict:

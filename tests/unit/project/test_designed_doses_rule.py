@@ -5,18 +5,14 @@ gate failed is inconclusive. Hand-made run folders."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.scripts import load_script
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("designed_doses", ROOT / "benchmarks" / "designed_doses.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("designed_doses")
 
 
 def _write(path: Path, record) -> None:

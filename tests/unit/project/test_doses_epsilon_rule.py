@@ -5,21 +5,18 @@ bounds are 0. Hand-made run folders."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.scripts import load_script
+
 ROUTES = ("FT.3", "RLFT.2", "IPO")
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("doses_epsilon", ROOT / "benchmarks" / "doses_epsilon.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("doses_epsilon")
 
 
 def _write(path: Path, record) -> None:

@@ -5,21 +5,16 @@ else every count is scaled by one factor; PT gets what is left after 75 s of fix
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu_ladder.py"
+from tests.scripts import load_script
+
 PASSES = {"FT.2": 1e6, "FT.3": 3e6, "RM.3": 1e6, "RLFT.2": 1.5e6, "IPO": 2e6}       # 8.5 M token passes
 
 
 @pytest.fixture(scope="module")
 def ladder():
-    spec = importlib.util.spec_from_file_location("gpu_ladder", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("gpu_ladder")
 
 
 def test_a_chain_that_fits_keeps_its_counts_and_pt_takes_the_rest(ladder):

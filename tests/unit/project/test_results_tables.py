@@ -4,7 +4,6 @@ absent, and leaves the rest of the page untouched."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,15 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "benchmarks" / "quickstart_seeds.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("quickstart_seeds", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("quickstart_seeds")
 
 
 def _finding(fid, status, ours, p=None, reason=""):

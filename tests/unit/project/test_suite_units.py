@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "suite_units.py"
+from tests.scripts import load_script
+
 LOG = """\
 ============================= slowest durations ==============================
 10.50s call     tests/integration/test_audit_callback.py::test_a[sft-None]
@@ -25,10 +23,7 @@ LOG = """\
 
 @pytest.fixture(scope="module")
 def suite_units():
-    spec = importlib.util.spec_from_file_location("suite_units", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("suite_units")
 
 
 def test_a_file_a_spread_test_and_a_family_are_one_unit_each(suite_units):
