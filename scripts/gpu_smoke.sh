@@ -4,10 +4,15 @@
 # completions compared between CPU and CUDA in fp32. Result: benchmarks/results/gpu_smoke_cuda.json.
 #   bash scripts/gpu_smoke.sh                                # every family
 #   bash scripts/gpu_smoke.sh --families codegemma           # one
-# Needs a CUDA build of torch in .venv (scripts/setup.sh installs the CPU build this project's CI uses).
+#   PYTHON=python3 bash scripts/gpu_smoke.sh                 # an interpreter with memlens and a CUDA torch installed
+#                                                            # (a machine without network: benchmarks/gpu_wheels.sh)
+# Without PYTHON it uses .venv (scripts/setup.sh makes it; it installs the CPU build of torch this project's CI uses).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+if [ -z "${PYTHON:-}" ]; then
+  bash scripts/setup.sh
+  PYTHON=.venv/bin/python
+fi
 export TOKENIZERS_PARALLELISM=false
-.venv/bin/python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA device visible to torch')"
-exec .venv/bin/python benchmarks/gpu_smoke.py --device cuda "$@"
+"$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA device visible to torch')"
+exec "$PYTHON" benchmarks/gpu_smoke.py --device cuda "$@"
