@@ -8,6 +8,7 @@
 #   python3 -m pip install -q --no-index --no-deps --no-build-isolation -e .
 #   PYTHON=python3 bash scripts/gpu_ladder.sh --out runs/gpu_ladder --budget 480
 #   PYTHON=python3 bash scripts/gpu_smoke.sh                   # then, if time is left, every family's preset
+#   python3 benchmarks/callback_timing.py --repeats 5          # and the callback's cost: none, sync, background
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PACKAGES=(transformers trl peft datasets dill multiprocess rapidfuzz edlib hydra-core omegaconf submitit scikit-learn
