@@ -3,7 +3,8 @@
 # machines here: torch, numpy, pyarrow, scipy, accelerate, huggingface_hub are there; TRL, datasets, Hydra... not).
 # Downloads, at constraints.txt's versions, what such an image lacks or holds at another version, into .whl/:
 #   bash benchmarks/gpu_wheels.sh            # here, with network
-# then on the GPU machine, from the repository root (the first GPU ladder run's command, benchmarks/README.md):
+# then on the GPU machine, from the repository root, `bash scripts/gpu_session.sh ladder` and then `... extras` (one
+# device call each: they install these, run the steps below and pack the records), or by hand:
 #   python3 -m pip install -q --no-index --no-deps .whl/*.whl
 #   python3 -m pip install -q --no-index --no-deps --no-build-isolation -e .
 #   PYTHON=python3 bash scripts/gpu_ladder.sh --out runs/gpu_ladder --budget 480
