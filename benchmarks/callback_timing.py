@@ -6,10 +6,11 @@ and the machine.
 
     python benchmarks/callback_timing.py                              # 3 runs of each mode
     python3 benchmarks/callback_timing.py --repeats 5                 # on a GPU machine (no .venv there)
-    python benchmarks/callback_timing.py --repeats 1 --modes none     # the plumbing (tests/integration)
+    python benchmarks/callback_timing.py --repeats 1 --modes none     # the plumbing, one run
 
 The example trains and scores on CUDA when torch sees a GPU, else on the CPU; the result is named after that device
-(benchmarks/results/callback_timing_<device>.json unless --result says otherwise). Take it on an idle machine.
+(benchmarks/results/callback_timing_<device>.json unless --result says otherwise) and written again after every run,
+so a run cut short keeps the ones that finished. Take it on an idle machine.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from memlens.harness.core.io import atomic_write_json  # noqa: E402
 EXAMPLE = REPO / "examples" / "audit_trl_sft.py"
 MODES = {"none": ["--no-audit"], "synchronous": [], "background": ["--background"]}
 TRAIN_LINE = re.compile(r"^trainer\.train\(\): ([0-9]+(?:\.[0-9]+)?) s$", re.MULTILINE)
-RUN_LIMIT_S = 900        # one example run; ~10-25 s on 2 CPU cores
+RUN_LIMIT_S = 900        # one example run; ~20-45 s on 2 CPU cores (benchmarks/README.md), ~75 s on one thread
 
 
 def train_seconds(console: str) -> float:
@@ -85,18 +86,20 @@ def main() -> int:
     from memlens.harness.core.provenance import provenance
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    work = args.work.resolve()                  # the example runs from the repository's root, this script anywhere
+    result = (args.result or REPO / "benchmarks" / "results" / f"callback_timing_{device}.json").resolve()
+    record = {"device": device, "device_name": torch.cuda.get_device_name(0) if device == "cuda" else None,
+              "provenance": provenance(seed=0, datasets={})}
     seconds: dict[str, list[float]] = {mode: [] for mode in args.modes}
     started = time.time()
     for repeat in range(args.repeats):
         for mode in args.modes:
-            seconds[mode].append(run_example(mode, args.work / f"{mode}-{repeat}"))
+            seconds[mode].append(run_example(mode, work / f"{mode}-{repeat}"))
             print(f"[callback_timing] {mode} #{repeat + 1}: trainer.train() {seconds[mode][-1]:.1f} s", flush=True)
-    summary = summarize(seconds)
-    result = args.result or REPO / "benchmarks" / "results" / f"callback_timing_{device}.json"
-    atomic_write_json(result, {"device": device, "device_name": torch.cuda.get_device_name(0) if device == "cuda"
-                               else None, "modes": summary, "wall_seconds": round(time.time() - started, 1),
-                               "provenance": provenance(seed=0, datasets={})})
-    print(markdown(summary))
+            done = {m: runs for m, runs in seconds.items() if runs}
+            atomic_write_json(result, {**record, "modes": summarize(done), "repeats_asked": args.repeats,
+                                       "wall_seconds": round(time.time() - started, 1)})
+    print(markdown(summarize(seconds)))
     print(json.dumps({"result": str(result)}))
     return 0
 

@@ -8,8 +8,8 @@
 #   python3 -m pip install -q --no-index --no-deps .whl/*.whl
 #   python3 -m pip install -q --no-index --no-deps --no-build-isolation -e .
 #   PYTHON=python3 bash scripts/gpu_ladder.sh --out runs/gpu_ladder --budget 480
-#   PYTHON=python3 bash scripts/gpu_smoke.sh                   # then, if time is left, every family's preset
-#   python3 benchmarks/callback_timing.py --repeats 5          # and the callback's cost: none, sync, background
+#   python3 benchmarks/callback_timing.py --repeats 2          # then, if time is left, the callback's cost
+#   PYTHON=python3 bash scripts/gpu_smoke.sh                   # and every family's preset (ran on an H200 before)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PACKAGES=(transformers trl peft datasets dill multiprocess rapidfuzz edlib hydra-core omegaconf submitit scikit-learn

@@ -1,24 +1,30 @@
 #!/usr/bin/env bash
 # The GPU issue's steps on a lent GPU machine without network, one prepared script per device call (a call runs at
 # most 600 s; a session has about 15 minutes of device time, the machine's start included):
-#   here, once, where pip works:    bash benchmarks/gpu_wheels.sh       # the pinned packages as wheels, into .whl/
-#   call 1 (carry .whl):            bash scripts/gpu_session.sh ladder  # install, the machine, paper 003's ladder
-#   call 2 at once, while warm:     bash scripts/gpu_session.sh extras  # the callback's cost, then the smoke
-# `ladder` again continues the ladder where it stopped. Each step packs the records so far, never weights, into
-# $OUT/gpu_<part>.tgz, so a call cut short still brings back what finished (the device tool returns $OUT's files;
-# without OUT they go to runs/gpu_session/). The callback's cost comes before the smoke in `extras`: the smoke ran
-# on an H200 before (benchmarks/README.md, "GPU smoke"), the callback's cost on a GPU never has.
-#   PYTHON=...  the interpreter with the image's CUDA torch (default python3)
-#   BUDGET=480  the ladder's wall-clock budget in seconds (scripts/gpu_ladder.sh --budget), leaving the install room
-#   REPEATS=2   runs of each scoring mode in benchmarks/callback_timing.py
+#   here, once, where pip works:  bash benchmarks/gpu_wheels.sh                      # the pinned wheels, into .whl/
+#   call 1 (carry .whl):          COMMIT=<sha> bash scripts/gpu_session.sh ladder    # install, machine, the ladder
+#   call 2 at once, while warm:   COMMIT=<sha> bash scripts/gpu_session.sh extras    # the callback's cost, the smoke
+#   if a call was cut short:      bash scripts/gpu_session.sh pack                   # pack what is there
+# `ladder` again continues the ladder where it stopped. Every step runs under a deadline inside the call and packs
+# the records so far, never weights or generated rows, into $OUT/gpu_<part>.tgz (the device tool brings back $OUT's
+# files; without OUT they go to runs/gpu_session/). `extras` gets what is left of the session: give its call that
+# as timeout_s and CALL_LIMIT, and REPEATS=1 where under ~4 minutes are left. The callback's cost comes before the
+# smoke: the smoke ran on an H200 before (benchmarks/README.md, "GPU smoke"), the callback's cost never has.
+#   PYTHON=...      the interpreter with the image's CUDA torch (default python3)
+#   COMMIT=...      the commit of the carried tree (the device's copy has no .git), for machine.txt
+#   CALL_LIMIT=570  seconds this call may take (the device call's timeout_s less a margin); steps stop by then
+#   BUDGET=480      the ladder's planned wall-clock seconds (scripts/gpu_ladder.sh --budget), leaving install room
+#   REPEATS=2       runs of each scoring mode in benchmarks/callback_timing.py
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 PACKED=${OUT:-runs/gpu_session}
-# Weights and the run's generated datasets (rebuilt from the seed) stay behind; what comes back is at most 16 MiB a file.
+CALL_LIMIT=${CALL_LIMIT:-570}
+# Weights and the generated rows (rebuilt from the seed; each dataset's manifest.json, with its sha256, comes back)
+# stay behind; the device tool returns at most 16 MiB a file.
 LEFT_OUT=(--exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' --exclude='*.pth' --exclude='*.ckpt'
-          --exclude='*/data')
-LIMIT_KIB=$((15 * 1024))
+          --exclude='*/data/*/*.jsonl')
+LIMIT_KIB=${GPU_PACK_LIMIT_KIB:-$((15 * 1024))}
 
 install() {
   if "$PY" -c "import importlib.metadata as m; m.version('memlens'); m.version('trl')" 2>/dev/null; then
@@ -33,6 +39,10 @@ install() {
   "$PY" -m pip install -q --no-index --no-deps --no-build-isolation -e .
 }
 
+require_cuda() {
+  "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA device visible to torch')"
+}
+
 record_machine() {      # what the record names: the GPU, its host CPU, the stack, the tree (appended: a rerun's too)
   {
     echo "=== $(date -u)"
@@ -41,32 +51,54 @@ record_machine() {      # what the record names: the GPU, its host CPU, the stac
     "$PY" -c "import torch, transformers, trl, datasets
 print('torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__,
       'trl', trl.__version__, 'datasets', datasets.__version__)" 2>&1 || true
-    echo "commit: $(git rev-parse HEAD 2>/dev/null || echo 'unknown (no .git here: name the carried commit in the record)')"
+    echo "commit: ${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo 'unknown (no .git here: pass COMMIT=<sha>)')}"
   } >> "$1"
 }
 
-pack() {                # pack NAME PATH...: the records under PATHs, weights left out, into $PACKED/NAME.tgz
+archive() {             # archive FILE PATH... [tar options]: tar's exit 1 (a file changed while read) is no failure
+  local file=$1
+  shift
+  tar czf "$file" "$@" || [ $? -eq 1 ]
+}
+
+pack() {                # pack NAME PATH...: the records under PATHs into $PACKED/NAME.tgz, small enough to come back
   local name=$1
   shift
-  local present=()
+  local present=() part
   for p in "$@"; do [ -e "$p" ] && present+=("$p"); done
+  [ ${#present[@]} -gt 0 ] || return 0
   mkdir -p "$PACKED"
-  tar czf "$PACKED/$name.tgz.part" "${LEFT_OUT[@]}" "${present[@]}"
-  if [ "$(du -k "$PACKED/$name.tgz.part" | cut -f1)" -gt "$LIMIT_KIB" ]; then      # too big to come back: no rows
-    echo "[gpu_session] $name.tgz over $LIMIT_KIB KiB: packed again without the *.jsonl rows" >&2
-    tar czf "$PACKED/$name.tgz.part" "${LEFT_OUT[@]}" --exclude='*.jsonl' "${present[@]}"
+  part="$PACKED/$name.tgz.part"
+  archive "$part" "${LEFT_OUT[@]}" "${present[@]}"
+  if [ "$(du -k "$part" | cut -f1)" -gt "$LIMIT_KIB" ]; then
+    echo "[gpu_session] $name.tgz over $LIMIT_KIB KiB: packed again with its .json, .log and .txt files alone" >&2
+    find "${present[@]}" -type f \( -name '*.json' -o -name '*.log' -o -name '*.txt' \) -print0 \
+      | archive "$part" --null -T -
   fi
-  mv "$PACKED/$name.tgz.part" "$PACKED/$name.tgz"
+  mv "$part" "$PACKED/$name.tgz"
   echo "[gpu_session] packed ${present[*]} into $PACKED/$name.tgz ($(du -k "$PACKED/$name.tgz" | cut -f1) KiB)"
+}
+
+step() {                # step LOG COMMAND...: the command until the call's deadline, its output also to LOG
+  local left=$((CALL_LIMIT - SECONDS - 15))                     # 15 s kept for packing
+  if [ "$left" -le 0 ]; then
+    echo "[gpu_session] no time left in this call for: $*" | tee -a "$1"
+    return 124
+  fi
+  local log=$1
+  shift
+  timeout -k 10 "$left" "$@" 2>&1 | tee -a "$log"
 }
 
 ladder() {
   install
   mkdir -p runs/gpu_ladder
   record_machine runs/gpu_ladder/machine.txt
+  pack gpu_ladder runs/gpu_ladder
+  require_cuda
   local status=0
-  PYTHON="$PY" bash scripts/gpu_ladder.sh --out runs/gpu_ladder --budget "${BUDGET:-480}" 2>&1 \
-    | tee -a runs/gpu_ladder/console.log || status=$?
+  step runs/gpu_ladder/console.log env PYTHON="$PY" bash scripts/gpu_ladder.sh --out runs/gpu_ladder \
+    --budget "${BUDGET:-480}" || status=$?
   pack gpu_ladder runs/gpu_ladder
   return "$status"
 }
@@ -75,12 +107,14 @@ extras() {              # results in runs/gpu_extras, work folders beside it (no
   install
   mkdir -p runs/gpu_extras
   record_machine runs/gpu_extras/machine.txt
-  local status=0
-  "$PY" benchmarks/callback_timing.py --repeats "${REPEATS:-2}" --work runs/gpu_extras_work/callback_timing \
-    --result runs/gpu_extras/callback_timing_cuda.json 2>&1 | tee -a runs/gpu_extras/console.log || status=$?
   pack gpu_extras runs/gpu_extras
-  PYTHON="$PY" bash scripts/gpu_smoke.sh --work runs/gpu_extras_work/smoke --out runs/gpu_extras/gpu_smoke_cuda.json \
-    2>&1 | tee -a runs/gpu_extras/console.log || status=$?
+  require_cuda
+  local status=0
+  step runs/gpu_extras/console.log "$PY" benchmarks/callback_timing.py --repeats "${REPEATS:-2}" \
+    --work runs/gpu_extras_work/callback_timing --result runs/gpu_extras/callback_timing_cuda.json || status=$?
+  pack gpu_extras runs/gpu_extras
+  step runs/gpu_extras/console.log env PYTHON="$PY" bash scripts/gpu_smoke.sh --work runs/gpu_extras_work/smoke \
+    --out runs/gpu_extras/gpu_smoke_cuda.json || status=$?
   pack gpu_extras runs/gpu_extras
   return "$status"
 }
@@ -88,5 +122,6 @@ extras() {              # results in runs/gpu_extras, work folders beside it (no
 case "${1:-}" in
   ladder) ladder ;;
   extras) extras ;;
-  *) echo "usage: bash scripts/gpu_session.sh ladder|extras (the header says which call runs which)" >&2; exit 2 ;;
+  pack) pack gpu_ladder runs/gpu_ladder; pack gpu_extras runs/gpu_extras ;;
+  *) echo "usage: bash scripts/gpu_session.sh ladder|extras|pack (the header says which call runs which)" >&2; exit 2 ;;
 esac

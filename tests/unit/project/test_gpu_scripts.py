@@ -33,7 +33,7 @@ def tree(tmp_path: Path, script: str) -> Path:
 
 
 def run(root: Path, script: str, *args: str, python: str | None = None) -> subprocess.CompletedProcess:
-    env = {"PATH": "/usr/bin:/bin"} | ({"PYTHON": python} if python else {})
+    env = {"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": ""} | ({"PYTHON": python} if python else {})
     return subprocess.run(["bash", str(root / "scripts" / script), *args], capture_output=True, text=True, env=env,
                           timeout=120)
 
@@ -68,11 +68,12 @@ def test_without_python_setup_makes_the_venv_it_then_uses(tmp_path, script):
     assert (root / ".venv/bin/ran").read_text().split()[0] == SCRIPTS[script]
 
 
-# --- scripts/gpu_session.sh: the two device calls (install, machine record, the steps, records packed into $OUT) ---
+# --- scripts/gpu_session.sh: the device calls (install, machine record, the steps under a deadline, records packed) ---
 
-def session_tree(tmp_path: Path, ladder_exit: int = 0) -> Path:
-    """A copy of the layout with stand-ins for the steps: the ladder writes a record, weights and a dataset; the
-    callback timing and the smoke write the result file they are given."""
+def session_tree(tmp_path: Path, ladder: str = "", timing_exit: int = 0) -> Path:
+    """A copy of the layout with stand-ins for the steps. The ladder writes a record, weights, a dataset's rows and
+    manifest, then runs `ladder` (shell); the callback timing writes its result, weights and rows into the packed
+    folder and work beside it, then exits `timing_exit`; the smoke writes the result it is given."""
     root = tmp_path / "repo"
     (root / "scripts").mkdir(parents=True)
     (root / "benchmarks").mkdir()
@@ -80,21 +81,39 @@ def session_tree(tmp_path: Path, ladder_exit: int = 0) -> Path:
     (root / "scripts" / "gpu_ladder.sh").write_text(
         'out=runs/gpu_ladder; mkdir -p $out/run/models/PT $out/run/data/sd_base\n'
         'echo "{}" > $out/ladder.json; echo w > $out/run/models/PT/model.safetensors\n'
-        'echo "{}" > $out/run/data/sd_base/rows.jsonl; echo "[ladder] F2 inconclusive"\n'
-        f'exit {ladder_exit}\n')
+        'echo "{}" > $out/run/data/sd_base/rows.jsonl; echo "{}" > $out/run/data/sd_base/manifest.json\n'
+        f'echo "[ladder] F2 inconclusive"\n{ladder}\n')
     (root / "scripts" / "gpu_smoke.sh").write_text(
         'while [ $# -gt 0 ]; do [ "$1" = --out ] && echo "{}" > "$2"; shift; done; echo smoke-ran\n')
     (root / "benchmarks" / "callback_timing.py").write_text(
-        'import sys; from pathlib import Path\n'
-        'Path(sys.argv[sys.argv.index("--result") + 1]).write_text("{}")\n'
-        'work = Path(sys.argv[sys.argv.index("--work") + 1]); work.mkdir(parents=True)\n'
-        '(work / "model.safetensors").write_text("w"); print("timing-ran")\n')
+        "import sys; from pathlib import Path\n"
+        "arg = lambda name: Path(sys.argv[sys.argv.index(name) + 1])\n"
+        "arg('--result').write_text('{}')\n"
+        "arg('--work').mkdir(parents=True); (arg('--work') / 'model.safetensors').write_text('w')\n"
+        "data = Path('runs/gpu_extras/run/data/sd_base'); data.mkdir(parents=True)\n"
+        "(data / 'rows.jsonl').write_text('{}'); (data / 'manifest.json').write_text('{}')\n"
+        "Path('runs/gpu_extras/model.safetensors').write_text('w')\n"
+        f"print('timing-ran'); sys.exit({timing_exit})\n")
+    interpreter(tmp_path / "python", cuda=True, versions=True)
+    interpreter(tmp_path / "quick_python", cuda=True, versions=False)
     return root
 
 
-def session(root: Path, part: str, out: Path, python: str = sys.executable) -> subprocess.CompletedProcess:
+def interpreter(path: Path, cuda: bool, versions: bool) -> str:
+    """The test's interpreter (memlens installed, CPU torch) behind a shim: with `cuda` it answers the CUDA check as
+    a GPU machine would; without `versions` it answers the machine record's version line itself (that import of
+    torch, transformers, TRL and datasets takes seconds; one test reads the real line)."""
+    cases = ('*cuda.is_available*) exit 0 ;;\n' if cuda else '') + \
+        ('' if versions else '*"import torch, transformers"*) echo "torch (stand-in)"; exit 0 ;;\n')
+    path.write_text(f'#!/usr/bin/env bash\ncase "${{2:-}}" in\n{cases}esac\nexec {sys.executable} "$@"\n')
+    path.chmod(0o755)
+    return str(path)
+
+
+def session(root: Path, part: str, out: Path, python: str | None = None, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(root / "scripts" / "gpu_session.sh"), part], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "PYTHON": python, "OUT": str(out)}, timeout=300)
+                          env={"PATH": "/usr/bin:/bin", "PYTHON": python or str(root.parent / "quick_python"),
+                               "OUT": str(out), **env}, timeout=300)
 
 
 def packed(archive: Path) -> set[str]:
@@ -102,28 +121,64 @@ def packed(archive: Path) -> set[str]:
                .stdout.split())
 
 
-def test_the_ladder_call_packs_its_records_without_weights_and_keeps_its_exit(tmp_path):
-    root = session_tree(tmp_path, ladder_exit=3)
-    done = session(root, "ladder", tmp_path / "out")
+def test_the_ladder_call_packs_its_records_without_weights_or_rows_and_keeps_its_exit(tmp_path):
+    root = session_tree(tmp_path, ladder="exit 3")
+    done = session(root, "ladder", tmp_path / "out", python=str(tmp_path / "python"), COMMIT="abc1234")
     assert done.returncode == 3, done.stderr                 # a stopped ladder says so; its records come back
     names = packed(tmp_path / "out" / "gpu_ladder.tgz")
-    assert {"runs/gpu_ladder/ladder.json", "runs/gpu_ladder/console.log", "runs/gpu_ladder/machine.txt"} <= names
-    assert not [n for n in names if n.endswith(".safetensors") or "/data/" in n]
+    assert {"runs/gpu_ladder/ladder.json", "runs/gpu_ladder/console.log", "runs/gpu_ladder/machine.txt",
+            "runs/gpu_ladder/run/data/sd_base/manifest.json"} <= names
+    assert not [n for n in names if n.endswith((".safetensors", ".jsonl"))]
     assert "[ladder] F2 inconclusive" in (root / "runs/gpu_ladder/console.log").read_text()
     machine = (root / "runs/gpu_ladder/machine.txt").read_text()
-    assert "torch " in machine and "commit: unknown" in machine and "nvidia-smi" in machine
+    assert "torch 2." in machine and " trl " in machine and "commit: abc1234" in machine
+    assert "nvidia-smi: not found" in machine or "GPU 0" in machine
 
 
-def test_the_extras_call_packs_both_results_and_no_work_folder(tmp_path):
+def instant_python(tmp_path: Path) -> str:
+    """An interpreter stand-in that answers every `-c` check at once (installed, CUDA, the machine's versions), so
+    that a deadline counted from the call's start is left to the step alone."""
+    shim = tmp_path / "instant_python"
+    shim.write_text('#!/usr/bin/env bash\n[ "$1" = -c ] && { echo "torch (stand-in)"; exit 0; }\nexit 9\n')
+    shim.chmod(0o755)
+    return str(shim)
+
+
+def test_a_step_past_the_calls_deadline_is_stopped_and_what_it_wrote_comes_back(tmp_path):
+    root = session_tree(tmp_path, ladder="sleep 60")
+    done = session(root, "ladder", tmp_path / "out", python=instant_python(tmp_path), CALL_LIMIT="18")
+    assert done.returncode == 124, done.stderr                # 18 s less the 15 kept for packing: ~3 s, not 60
+    assert "runs/gpu_ladder/ladder.json" in packed(tmp_path / "out" / "gpu_ladder.tgz")
+
+
+def test_a_step_with_no_time_left_does_not_start(tmp_path):
     root = session_tree(tmp_path)
+    done = session(root, "ladder", tmp_path / "out", python=instant_python(tmp_path), CALL_LIMIT="10")
+    assert done.returncode == 124
+    assert "no time left in this call" in (root / "runs/gpu_ladder/console.log").read_text()
+    assert not (root / "runs/gpu_ladder/ladder.json").exists()
+
+
+def test_the_extras_call_runs_both_steps_packs_both_results_and_no_work_or_weights(tmp_path):
+    root = session_tree(tmp_path, timing_exit=5)
     done = session(root, "extras", tmp_path / "out")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 5, done.stderr                 # the failed step's exit; the smoke ran after it
     names = packed(tmp_path / "out" / "gpu_extras.tgz")
     assert {"runs/gpu_extras/callback_timing_cuda.json", "runs/gpu_extras/gpu_smoke_cuda.json",
-            "runs/gpu_extras/console.log"} <= names
-    assert not [n for n in names if "work" in n or n.endswith(".safetensors")]
+            "runs/gpu_extras/console.log", "runs/gpu_extras/run/data/sd_base/manifest.json"} <= names
+    assert not [n for n in names if "work" in n or n.endswith((".safetensors", ".jsonl"))]
     console = (root / "runs/gpu_extras/console.log").read_text()
     assert console.index("timing-ran") < console.index("smoke-ran")
+
+
+def test_an_archive_too_big_to_come_back_keeps_only_the_small_records(tmp_path):
+    root = session_tree(tmp_path, ladder="head -c 200000 /dev/urandom | od -x > runs/gpu_ladder/run/audit.log.big")
+    done = session(root, "ladder", tmp_path / "out", GPU_PACK_LIMIT_KIB="16")
+    assert done.returncode == 0, done.stderr
+    assert "packed again" in done.stderr
+    names = {n for n in packed(tmp_path / "out" / "gpu_ladder.tgz") if not n.endswith("/")}
+    assert "runs/gpu_ladder/ladder.json" in names and "runs/gpu_ladder/console.log" in names
+    assert all(n.endswith((".json", ".log", ".txt")) for n in names)
 
 
 def test_without_memlens_or_wheels_the_session_stops_before_any_step(tmp_path):
@@ -137,6 +192,15 @@ def test_without_memlens_or_wheels_the_session_stops_before_any_step(tmp_path):
     assert not (root / "runs/gpu_ladder/ladder.json").exists() and not (tmp_path / "out").exists()
 
 
+def test_without_cuda_no_step_runs_and_the_machine_record_comes_back(tmp_path):
+    root = session_tree(tmp_path)
+    no_cuda = interpreter(tmp_path / "no_cuda_python", cuda=False, versions=False)   # the real check, CPU torch
+    done = session(root, "extras", tmp_path / "out", python=no_cuda, CUDA_VISIBLE_DEVICES="")
+    assert done.returncode != 0 and "no CUDA device visible to torch" in done.stderr
+    assert "runs/gpu_extras/machine.txt" in packed(tmp_path / "out" / "gpu_extras.tgz")
+    assert not (root / "runs/gpu_extras/callback_timing_cuda.json").exists()
+
+
 def test_an_unknown_part_is_refused_with_the_usage(tmp_path):
     done = session(session_tree(tmp_path), "all", tmp_path / "out")
-    assert done.returncode == 2 and "ladder|extras" in done.stderr
+    assert done.returncode == 2 and "ladder|extras|pack" in done.stderr
