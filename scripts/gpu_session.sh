@@ -90,12 +90,16 @@ step() {                # step LOG COMMAND...: the command until the call's dead
   timeout -k 10 "$left" "$@" 2>&1 | tee -a "$log"
 }
 
-ladder() {
+begin() {               # begin NAME: install, the machine recorded and packed before anything can fail on CUDA
   install
-  mkdir -p runs/gpu_ladder
-  record_machine runs/gpu_ladder/machine.txt
-  pack gpu_ladder runs/gpu_ladder
+  mkdir -p "runs/$1"
+  record_machine "runs/$1/machine.txt"
+  pack "$1" "runs/$1"
   require_cuda
+}
+
+ladder() {
+  begin gpu_ladder
   local status=0
   step runs/gpu_ladder/console.log env PYTHON="$PY" bash scripts/gpu_ladder.sh --out runs/gpu_ladder \
     --budget "${BUDGET:-480}" || status=$?
@@ -104,11 +108,7 @@ ladder() {
 }
 
 extras() {              # results in runs/gpu_extras, work folders beside it (not packed)
-  install
-  mkdir -p runs/gpu_extras
-  record_machine runs/gpu_extras/machine.txt
-  pack gpu_extras runs/gpu_extras
-  require_cuda
+  begin gpu_extras
   local status=0
   step runs/gpu_extras/console.log "$PY" benchmarks/callback_timing.py --repeats "${REPEATS:-2}" \
     --work runs/gpu_extras_work/callback_timing --result runs/gpu_extras/callback_timing_cuda.json || status=$?
