@@ -7,15 +7,16 @@
 #   if a call was cut short:      bash scripts/gpu_session.sh pack                   # pack what is there
 # `ladder` again continues the ladder where it stopped. Every step runs under a deadline inside the call and packs
 # the records so far, never weights or generated rows, into $OUT/gpu_<part>.tgz (the device tool brings back $OUT's
-# files; without OUT they go to runs/gpu_session/). `extras` gets what is left of the session: give its call that
-# as timeout_s and CALL_LIMIT, and REPEATS=1 where under ~4 minutes are left. The callback's cost comes before the
+# files; without OUT they go to runs/gpu_session/). `extras` gets what is left of the session: give its call that as
+# timeout_s, CALL_LIMIT 30 s less, and REPEATS=1 where under ~4 minutes are left. The callback's cost comes before the
 # smoke: the smoke ran on an H200 before (benchmarks/README.md, "GPU smoke"), the callback's cost never has.
 #   PYTHON=...      the interpreter with the image's CUDA torch (default python3)
 #   COMMIT=...      the commit of the carried tree (the device's copy has no .git), for machine.txt
-#   CALL_LIMIT=570  seconds this call may take (the device call's timeout_s less a margin); steps stop by then
+#   CALL_LIMIT=570  seconds this call may take: the device call's timeout_s less 30; steps end 25 s before it
 #   BUDGET=480      the ladder's planned wall-clock seconds (scripts/gpu_ladder.sh --budget), leaving install room
 #   REPEATS=2       runs of each scoring mode in benchmarks/callback_timing.py
 set -euo pipefail
+SECONDS=0                # the call's clock (bash would take an inherited SECONDS)
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 PACKED=${OUT:-runs/gpu_session}
@@ -72,21 +73,26 @@ pack() {                # pack NAME PATH...: the records under PATHs into $PACKE
   archive "$part" "${LEFT_OUT[@]}" "${present[@]}"
   if [ "$(du -k "$part" | cut -f1)" -gt "$LIMIT_KIB" ]; then
     echo "[gpu_session] $name.tgz over $LIMIT_KIB KiB: packed again with its .json, .log and .txt files alone" >&2
-    find "${present[@]}" -type f \( -name '*.json' -o -name '*.log' -o -name '*.txt' \) -print0 \
+    { find "${present[@]}" -type f \( -name '*.json' -o -name '*.log' -o -name '*.txt' \) -print0 || true; } \
       | archive "$part" --null -T -
+  fi
+  if [ "$(du -k "$part" | cut -f1)" -gt "$LIMIT_KIB" ]; then          # still too big: the last one that fits stays
+    rm -f "$part"
+    echo "[gpu_session] $name.tgz still over $LIMIT_KIB KiB: the previous archive is kept" >&2
+    return 0
   fi
   mv "$part" "$PACKED/$name.tgz"
   echo "[gpu_session] packed ${present[*]} into $PACKED/$name.tgz ($(du -k "$PACKED/$name.tgz" | cut -f1) KiB)"
 }
 
 step() {                # step LOG COMMAND...: the command until the call's deadline, its output also to LOG
-  local left=$((CALL_LIMIT - SECONDS - 15))                     # 15 s kept for packing
-  if [ "$left" -le 0 ]; then
-    echo "[gpu_session] no time left in this call for: $*" | tee -a "$1"
-    return 124
-  fi
   local log=$1
   shift
+  local left=$((CALL_LIMIT - SECONDS - 25))        # 10 s for a kill after SIGTERM is ignored, 15 s for packing
+  if [ "$left" -le 0 ]; then
+    echo "[gpu_session] no time left in this call for: $*" | tee -a "$log"
+    return 124
+  fi
   timeout -k 10 "$left" "$@" 2>&1 | tee -a "$log"
 }
 

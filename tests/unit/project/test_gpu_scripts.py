@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -146,8 +147,10 @@ def instant_python(tmp_path: Path) -> str:
 
 def test_a_step_past_the_calls_deadline_is_stopped_and_what_it_wrote_comes_back(tmp_path):
     root = session_tree(tmp_path, ladder="sleep 60")
-    done = session(root, "ladder", tmp_path / "out", python=instant_python(tmp_path), CALL_LIMIT="18")
-    assert done.returncode == 124, done.stderr                # 18 s less the 15 kept for packing: ~3 s, not 60
+    started = time.monotonic()
+    done = session(root, "ladder", tmp_path / "out", python=instant_python(tmp_path), CALL_LIMIT="31")
+    assert done.returncode == 124, done.stderr                # 31 s less the 25 kept: ~6 s for the step, not 60
+    assert time.monotonic() - started < 40                    # the sleeping grandchild was killed with it
     assert "runs/gpu_ladder/ladder.json" in packed(tmp_path / "out" / "gpu_ladder.tgz")
 
 
@@ -199,6 +202,16 @@ def test_without_cuda_no_step_runs_and_the_machine_record_comes_back(tmp_path):
     assert done.returncode != 0 and "no CUDA device visible to torch" in done.stderr
     assert "runs/gpu_extras/machine.txt" in packed(tmp_path / "out" / "gpu_extras.tgz")
     assert not (root / "runs/gpu_extras/callback_timing_cuda.json").exists()
+
+
+def test_pack_alone_packs_what_a_cut_call_left(tmp_path):
+    root = session_tree(tmp_path)
+    (root / "runs/gpu_extras").mkdir(parents=True)
+    (root / "runs/gpu_extras/console.log").write_text("cut here\n")
+    done = session(root, "pack", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    assert packed(tmp_path / "out" / "gpu_extras.tgz") >= {"runs/gpu_extras/console.log"}
+    assert not (tmp_path / "out" / "gpu_ladder.tgz").exists()          # no ladder folder, no archive
 
 
 def test_an_unknown_part_is_refused_with_the_usage(tmp_path):
